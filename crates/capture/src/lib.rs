@@ -1,0 +1,1 @@
+//! capture: placeholder, filled by its own issue.

@@ -1,0 +1,1 @@
+//! netlab: placeholder, filled by its own issue.

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs the system packages the build, the tests and the benchmarks need on a
+# fresh Debian machine. Idempotent: packages already present are skipped, and
+# apt-get runs only when something is missing.
+set -euo pipefail
+
+# What each package is for:
+#   iproute2     ip/tc: namespaces, veth, bridges, qdiscs (netlab, root tests)
+#   libpcap-dev  libpcap's filter compiler (capture: tcpdump filter expressions)
+#   tcpdump      anchor for capture benchmarks, and reads back our pcap files in tests
+#   netsniff-ng  trafgen/netsniff-ng: independent traffic generator and capture anchor
+#   clang, llvm  compile the eBPF programs
+#   pkg-config   lets the pcap crate find libpcap
+#   python3      bench plots (matplotlib is installed by pip in bench/)
+#   procps       ps/pgrep used by clean-up checks
+packages=(iproute2 libpcap-dev tcpdump netsniff-ng clang llvm pkg-config python3 procps)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: missing packages: ${missing[*]}; run as root (or install them) first" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "install-deps: cargo not found; install a Rust toolchain (1.80 or newer)" >&2
+  exit 1
+fi
+for c in rustfmt clippy; do
+  if ! cargo "${c/rustfmt/fmt}" --version >/dev/null 2>&1; then
+    if command -v rustup >/dev/null 2>&1; then rustup component add "$c"; else
+      echo "install-deps: cargo $c missing and no rustup to add it" >&2; exit 1; fi
+  fi
+done
