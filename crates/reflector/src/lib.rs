@@ -1,1 +1,48 @@
-//! reflector
+//! A software multicast reflector for multiplayer games (Bauer & Rooney,
+//! "The Performance of Software Multicast-Reflector Implementations for
+//! Multi-Player Online Games").
+//!
+//! Clients send unicast UDP to a group's port; the reflector forwards each
+//! datagram to every other member of that group. The crate holds:
+//! - [`protocol`]: the datagram header and its checked parser;
+//! - [`auth`]: join tokens (control server) and stateless join cookies;
+//! - [`membership`]: groups and members, a pure state machine with an injected clock;
+//! - [`backend`]: fan-out backends (`sendto` loop, `sendmmsg`) behind one trait;
+//! - [`server`]: the event loops that tie sockets, membership and backends together;
+//! - [`metrics`]: counters, Prometheus exposition and the final summary;
+//! - [`control`]: the control server mapping virtual locations to groups;
+//! - [`bots`]: simulated players that measure delivery, loss and latency.
+#![deny(unsafe_code)]
+
+pub mod auth;
+pub mod backend;
+pub mod bots;
+pub mod control;
+pub mod demo;
+pub mod membership;
+pub mod metrics;
+pub mod protocol;
+pub mod server;
+mod sys;
+
+/// Milliseconds since the Unix epoch from the system clock: the only place
+/// the real clock is read; everything below takes `now_ms` as an argument.
+pub fn unix_now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// A flag set by SIGINT or SIGTERM. Long-running commands poll it (at least
+/// every 100 ms) and shut down cleanly, printing their summary.
+pub fn stop_flag() -> std::io::Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+    let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, std::sync::Arc::clone(&flag))?;
+    }
+    Ok(flag)
+}
+
+/// Boxed error for command entry points: `main` prints it with its causes.
+pub type CliError = Box<dyn std::error::Error + Send + Sync>;

@@ -1,1 +1,77 @@
-fn main() {}
+//! `reflector`: the multicast reflector server, its control server, bot
+//! clients and a self-contained demo, as subcommands of one binary.
+#![deny(unsafe_code)]
+
+use clap::{Parser, Subcommand};
+use reflector::{bots, control, demo, server};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "reflector",
+    version,
+    about = "Software multicast reflector for multiplayer games",
+    long_about = "Software multicast reflector for multiplayer games.\n\n\
+        Clients send unicast UDP to a group's port; the reflector forwards every datagram \
+        to all other members of that group. Membership needs a token from the control \
+        server and a stateless address check, so the reflector cannot be used as an amplifier.\n\n\
+        Typical set-up (one secret shared by control server and reflectors):\n  \
+        head -c32 /dev/urandom | xxd -p -c64 > secret\n  \
+        reflector serve --ports 4000-4015 --secret-file secret\n  \
+        reflector control --secret-file secret --reflector 127.0.0.1:4000-4015\n  \
+        reflector bots --control http://127.0.0.1:8700 --count 20 --duration 10\n\n\
+        Or just: reflector demo"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the reflector: one UDP port per group, fan-out to members.
+    Serve(server::ServeArgs),
+    /// Run the control server: maps world cells to groups, issues join tokens.
+    Control(control::ControlArgs),
+    /// Run simulated players that join, move, send and measure loss and latency.
+    Bots(bots::BotsArgs),
+    /// Run control server, reflector and bots together on loopback and report.
+    Demo(demo::DemoArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let stop = match reflector::stop_flag() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("reflector: cannot install signal handlers: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = match cli.command {
+        Command::Serve(a) => server::run(a, stop).map(|()| 0),
+        Command::Control(a) => control::run(a, stop).map(|()| 0),
+        Command::Bots(a) => bots::run(a, stop),
+        Command::Demo(a) => demo::run(a, stop),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) => {
+            let mut msg = format!("reflector: error: {e}");
+            let mut src = e.source();
+            while let Some(s) = src {
+                msg.push_str(&format!(": {s}"));
+                src = s.source();
+            }
+            eprintln!("{msg}");
+            ExitCode::from(1)
+        }
+    }
+}

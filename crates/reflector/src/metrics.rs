@@ -1,0 +1,203 @@
+//! Per-group counters, their Prometheus exposition and the final summary.
+//!
+//! Each group's counters are owned by the one event-loop thread that serves
+//! the group, so the relaxed atomic increments are uncontended; the metrics
+//! endpoint and the summary only read them.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+macro_rules! counters {
+    ($( $(#[$doc:meta])* $name:ident : $kind:literal, $help:literal; )*) => {
+        /// Counters of one group.
+        #[derive(Debug, Default)]
+        pub struct GroupCounters {
+            $( $(#[$doc])* pub $name: AtomicU64, )*
+        }
+
+        /// A plain copy of [`GroupCounters`] taken at one moment.
+        #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+        pub struct Snapshot {
+            $( pub $name: u64, )*
+        }
+
+        impl GroupCounters {
+            pub fn snapshot(&self) -> Snapshot {
+                Snapshot { $( $name: self.$name.load(Relaxed), )* }
+            }
+        }
+
+        impl Snapshot {
+            /// (name, prometheus type, help, value) for every counter.
+            pub fn fields(&self) -> Vec<(&'static str, &'static str, &'static str, u64)> {
+                vec![ $( (stringify!($name), $kind, $help, self.$name), )* ]
+            }
+
+            pub fn add(&mut self, o: &Snapshot) {
+                $( self.$name += o.$name; )*
+            }
+        }
+    };
+}
+
+counters! {
+    received: "counter", "Datagrams received on the group's port.";
+    bytes_in: "counter", "Bytes received on the group's port.";
+    forwarded: "counter", "DATA datagrams from members accepted for fan-out.";
+    fanned_out: "counter", "Copies sent to members (one per receiver).";
+    bytes_out: "counter", "Bytes of fan-out copies sent.";
+    dropped_non_member: "counter", "DATA, KEEPALIVE or LEAVE from addresses that are not members.";
+    malformed: "counter", "Datagrams that failed to parse (truncated, bad magic/version/type/length).";
+    wrong_group: "counter", "Datagrams whose header names another group than their port.";
+    sender_mismatch: "counter", "Datagrams from a member address with another sender id.";
+    bad_token: "counter", "JOINs whose token failed to verify.";
+    expired_token: "counter", "JOINs with an expired token.";
+    bad_cookie: "counter", "JOINs echoing a wrong or stale cookie.";
+    group_full: "counter", "JOINs refused because the group is full.";
+    unexpected: "counter", "Datagrams of a type only the reflector sends.";
+    challenges: "counter", "JOIN_CHALLENGE replies sent.";
+    joins: "counter", "Members admitted.";
+    rejoins: "counter", "JOINs from existing members, answered again.";
+    leaves: "counter", "Members that left with LEAVE.";
+    expired: "counter", "Members removed after going silent.";
+    control_bytes_in: "counter", "Bytes of datagrams that were not member traffic (joins, strays, floods).";
+    reply_bytes_out: "counter", "Bytes of replies (challenge, ack, error); never more than control_bytes_in.";
+    enobufs_waits: "counter", "Sends that hit ENOBUFS (device queue full) and were retried after a wait.";
+    eagain_waits: "counter", "Sends that hit EAGAIN (socket buffer full) and waited for POLLOUT.";
+    icmp_errors: "counter", "ICMP errors reported on the socket (e.g. a departed member's port unreachable).";
+    send_errors: "counter", "Copies not sent because the destination kept failing (unroutable), or abandoned at shutdown.";
+    members: "gauge", "Current members.";
+}
+
+/// The counters of every group a reflector serves.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    pub backend: &'static str,
+    pub groups: Vec<(u16, Arc<GroupCounters>)>,
+}
+
+impl Registry {
+    pub fn new(backend: &'static str, ports: &[u16]) -> Registry {
+        Registry {
+            backend,
+            groups: ports.iter().map(|&p| (p, Arc::new(GroupCounters::default()))).collect(),
+        }
+    }
+
+    pub fn total(&self) -> Snapshot {
+        let mut t = Snapshot::default();
+        for (_, g) in &self.groups {
+            t.add(&g.snapshot());
+        }
+        t
+    }
+
+    /// Prometheus text exposition format, one series per group.
+    pub fn prometheus(&self) -> String {
+        let snaps: Vec<(u16, Snapshot)> = self.groups.iter().map(|(p, g)| (*p, g.snapshot())).collect();
+        let mut out = String::new();
+        let names = Snapshot::default().fields();
+        for (i, (name, kind, help, _)) in names.iter().enumerate() {
+            let _ = writeln!(out, "# HELP reflector_{name} {help}");
+            let _ = writeln!(out, "# TYPE reflector_{name} {kind}");
+            for (port, s) in &snaps {
+                let v = s.fields()[i].3;
+                let _ = writeln!(
+                    out,
+                    "reflector_{name}{{group=\"{port}\",backend=\"{}\"}} {v}",
+                    self.backend
+                );
+            }
+        }
+        out
+    }
+
+    /// A human summary: totals, then the groups that saw traffic.
+    pub fn summary_table(&self) -> String {
+        let mut out = String::new();
+        let t = self.total();
+        let _ = writeln!(out, "reflector summary (backend {}):", self.backend);
+        let _ = writeln!(
+            out,
+            "{:>6} {:>8} {:>10} {:>10} {:>10} {:>9} {:>9} {:>7} {:>7} {:>8}",
+            "group",
+            "members",
+            "received",
+            "forwarded",
+            "fanned",
+            "nonmember",
+            "malformed",
+            "joins",
+            "leaves",
+            "enobufs"
+        );
+        let row = |out: &mut String, label: &str, s: &Snapshot| {
+            let _ = writeln!(
+                out,
+                "{:>6} {:>8} {:>10} {:>10} {:>10} {:>9} {:>9} {:>7} {:>7} {:>8}",
+                label,
+                s.members,
+                s.received,
+                s.forwarded,
+                s.fanned_out,
+                s.dropped_non_member,
+                s.malformed,
+                s.joins,
+                s.leaves,
+                s.enobufs_waits
+            );
+        };
+        for (p, g) in &self.groups {
+            let s = g.snapshot();
+            if s.received > 0 {
+                row(&mut out, &p.to_string(), &s);
+            }
+        }
+        row(&mut out, "total", &t);
+        let other = t.wrong_group
+            + t.sender_mismatch
+            + t.bad_token
+            + t.expired_token
+            + t.bad_cookie
+            + t.group_full
+            + t.unexpected;
+        let _ = writeln!(
+            out,
+            "refused joins/other drops: {other}; icmp errors: {}; eagain waits: {}; send errors: {}; reply bytes {} <= control bytes {}",
+            t.icmp_errors, t.eagain_waits, t.send_errors, t.reply_bytes_out, t.control_bytes_in
+        );
+        out
+    }
+
+    /// Machine-readable summary.
+    pub fn to_json(&self) -> serde_json::Value {
+        let groups: serde_json::Map<String, serde_json::Value> = self
+            .groups
+            .iter()
+            .map(|(p, g)| (p.to_string(), serde_json::to_value(g.snapshot()).unwrap_or_default()))
+            .collect();
+        serde_json::json!({ "backend": self.backend, "total": self.total(), "groups": groups })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_has_every_counter_per_group() {
+        let r = Registry::new("sendto", &[4000, 4001]);
+        r.groups[0].1.received.fetch_add(5, Relaxed);
+        r.groups[1].1.received.fetch_add(2, Relaxed);
+        let text = r.prometheus();
+        assert!(text.contains("reflector_received{group=\"4000\",backend=\"sendto\"} 5"));
+        assert!(text.contains("reflector_received{group=\"4001\",backend=\"sendto\"} 2"));
+        assert!(text.contains("# TYPE reflector_members gauge"));
+        let n = Snapshot::default().fields().len();
+        assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE")).count(), n);
+        assert_eq!(r.total().received, 7);
+        assert_eq!(r.to_json()["total"]["received"], 7);
+        assert!(r.summary_table().contains("total"));
+    }
+}

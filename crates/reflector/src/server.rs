@@ -1,0 +1,481 @@
+//! The reflector server: one UDP socket per group port, groups spread over
+//! one event loop per core (each loop owns its groups outright, so there is
+//! no shared mutable state and no lock on the data path).
+//!
+//! Per datagram the hot path does one `recvfrom` into a reused buffer, one
+//! membership decision (no allocation for DATA), and the backend's sends of
+//! that same buffer: nothing is copied or allocated in user space.
+
+use crate::auth::Secret;
+use crate::backend::{self, Dest, Fanout};
+use crate::membership::{DropReason, Event, Group, Keys, Policy};
+use crate::metrics::{GroupCounters, Registry};
+use crate::protocol::MAX_DATAGRAM;
+use crate::{sys, unix_now_ms, CliError};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Address to bind the group ports on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind: IpAddr,
+    /// Group ports: a range `4000-4015`, a list `4000,4002`, or both. Each port is one group.
+    #[arg(long, default_value = "4000-4015", value_parser = parse_ports)]
+    pub ports: PortList,
+    /// File with the secret shared with the control server (hex, or a passphrase of 16+ bytes).
+    #[arg(long)]
+    pub secret_file: PathBuf,
+    /// Fan-out backend: sendmmsg (one syscall per batch of members) or sendto (one per member).
+    #[arg(long, default_value = "sendmmsg", value_parser = clap::builder::PossibleValuesParser::new(backend::BACKENDS))]
+    pub backend: String,
+    /// Event-loop threads; groups are spread over them. Default: one per core.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Remove a member after this many milliseconds without DATA or KEEPALIVE.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..))]
+    pub member_timeout_ms: u64,
+    /// Maximum members per group.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(2..=65535))]
+    pub max_members: u64,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100).
+    #[arg(long)]
+    pub metrics: Option<SocketAddr>,
+    /// Socket receive buffer per group, bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    pub rcvbuf: usize,
+    /// Socket send buffer per group, bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    pub sndbuf: usize,
+    /// Stop after this many seconds (default: run until Ctrl-C / SIGTERM).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Write the final counters as JSON to this file.
+    #[arg(long)]
+    pub summary_json: Option<PathBuf>,
+}
+
+/// Ports parsed from `--ports`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortList(pub Vec<u16>);
+
+/// Parses `4000-4015,5000` into a sorted list of distinct ports.
+pub fn parse_ports(s: &str) -> Result<PortList, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let parse = |t: &str| {
+            t.trim()
+                .parse::<u16>()
+                .map_err(|_| format!("'{t}' in '{s}' is not a port number (1-65535)"))
+        };
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (parse(a)?, parse(b)?);
+                if a == 0 || b < a {
+                    return Err(format!("port range '{part}' is empty or starts at 0"));
+                }
+                out.extend(a..=b);
+            }
+            None => {
+                let p = parse(part)?;
+                if p == 0 {
+                    return Err("port 0 is not a group port".into());
+                }
+                out.push(p);
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    if out.is_empty() {
+        return Err(format!("no ports in '{s}'"));
+    }
+    if out.len() > 4096 {
+        return Err(format!(
+            "{} ports requested; at most 4096 groups per reflector",
+            out.len()
+        ));
+    }
+    Ok(PortList(out))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot bind group port {addr}: {source} (is another reflector running, or is the port below 1024 without root?)")]
+    Bind { addr: SocketAddr, source: io::Error },
+    #[error("socket setup for group port {port} failed in {call}: {source}")]
+    Setup {
+        port: u16,
+        call: &'static str,
+        source: io::Error,
+    },
+    #[error("event loop failed: {0}")]
+    Loop(#[source] io::Error),
+    #[error("{0}")]
+    Config(String),
+}
+
+/// Everything a server needs, independent of the CLI.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub bind: IpAddr,
+    /// Group ports; 0 asks the kernel for a free port (tests), and the bound
+    /// port becomes the group.
+    pub ports: Vec<u16>,
+    pub keys: Keys,
+    pub policy: Policy,
+    pub backend: String,
+    pub threads: usize,
+    pub rcvbuf: usize,
+    pub sndbuf: usize,
+}
+
+/// A running reflector.
+pub struct Server {
+    registry: Registry,
+    ports: Vec<u16>,
+    threads: Vec<JoinHandle<Result<(), ServeError>>>,
+    stop: Arc<AtomicBool>,
+}
+
+struct Slot {
+    sock: UdpSocket,
+    group: Group,
+    counters: Arc<GroupCounters>,
+}
+
+impl Server {
+    /// Binds every group port (so configuration errors surface here), then
+    /// starts the event loops.
+    pub fn start(cfg: ServerConfig, stop: Arc<AtomicBool>) -> Result<Server, ServeError> {
+        backend::by_name(&cfg.backend).map_err(ServeError::Config)?;
+        let mut socks = Vec::with_capacity(cfg.ports.len());
+        let mut ports = Vec::with_capacity(cfg.ports.len());
+        for &p in &cfg.ports {
+            let addr = SocketAddr::new(cfg.bind, p);
+            let sock = UdpSocket::bind(addr).map_err(|source| ServeError::Bind { addr, source })?;
+            let port = sock
+                .local_addr()
+                .map_err(|source| ServeError::Setup {
+                    port: p,
+                    call: "getsockname",
+                    source,
+                })?
+                .port();
+            sock.set_nonblocking(true).map_err(|source| ServeError::Setup {
+                port,
+                call: "fcntl(O_NONBLOCK)",
+                source,
+            })?;
+            sys::set_recverr(sock.as_fd(), cfg.bind).map_err(|source| ServeError::Setup {
+                port,
+                call: "setsockopt(IP_RECVERR)",
+                source,
+            })?;
+            sys::set_buffers(sock.as_fd(), cfg.rcvbuf, cfg.sndbuf).map_err(|source| ServeError::Setup {
+                port,
+                call: "setsockopt(SO_RCVBUF/SO_SNDBUF)",
+                source,
+            })?;
+            socks.push(sock);
+            ports.push(port);
+        }
+        // The backend name is validated above, so this is the canonical static name.
+        let backend_name = backend::by_name(&cfg.backend).map(|b| b.name()).unwrap_or("sendto");
+        let registry = Registry::new(backend_name, &ports);
+        let nthreads = cfg.threads.clamp(1, socks.len().max(1));
+        let mut per_thread: Vec<Vec<Slot>> = (0..nthreads).map(|_| Vec::new()).collect();
+        for (i, sock) in socks.into_iter().enumerate() {
+            let (port, counters) = (registry.groups[i].0, Arc::clone(&registry.groups[i].1));
+            per_thread[i % nthreads].push(Slot {
+                sock,
+                group: Group::new(port),
+                counters,
+            });
+        }
+        let mut threads = Vec::new();
+        for (t, slots) in per_thread.into_iter().enumerate() {
+            let (keys, policy, backend, stop) = (cfg.keys.clone(), cfg.policy, cfg.backend.clone(), Arc::clone(&stop));
+            let h = std::thread::Builder::new()
+                .name(format!("reflector-{t}"))
+                .spawn(move || event_loop(slots, &keys, &policy, &backend, &stop))
+                .map_err(ServeError::Loop)?;
+            threads.push(h);
+        }
+        Ok(Server {
+            registry,
+            ports,
+            threads,
+            stop,
+        })
+    }
+
+    /// The bound group ports, in the order given.
+    pub fn ports(&self) -> &[u16] {
+        &self.ports
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Asks the loops to stop (they notice within 100 ms).
+    pub fn stop(&self) {
+        self.stop.store(true, Relaxed);
+    }
+
+    /// Waits for every loop to finish; returns the final counters.
+    pub fn join(self) -> Result<Registry, ServeError> {
+        let mut first_err = None;
+        for h in self.threads {
+            match h.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_err.get_or_insert(ServeError::Config("an event-loop thread panicked".into()));
+                }
+            }
+        }
+        first_err.map_or(Ok(self.registry), Err)
+    }
+}
+
+/// How many datagrams one socket may drain before the loop serves the others.
+const RECV_BUDGET: usize = 64;
+/// Expiry sweep interval.
+const SWEEP_EVERY: Duration = Duration::from_millis(500);
+
+fn event_loop(
+    mut slots: Vec<Slot>,
+    keys: &Keys,
+    policy: &Policy,
+    backend: &str,
+    stop: &AtomicBool,
+) -> Result<(), ServeError> {
+    let mut fanout: Box<dyn Fanout> = backend::by_name(backend).map_err(ServeError::Config)?;
+    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| ServeError::Loop(e.into()))?;
+    for (i, s) in slots.iter().enumerate() {
+        epoll
+            .add(s.sock.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64))
+            .map_err(|e| ServeError::Loop(e.into()))?;
+    }
+    let mut buf = vec![0u8; MAX_DATAGRAM + 1];
+    let mut events = vec![EpollEvent::empty(); slots.len().clamp(1, 256)];
+    let mut next_sweep = Instant::now() + SWEEP_EVERY;
+    while !stop.load(Relaxed) {
+        let n = match epoll.wait(&mut events, EpollTimeout::from(100u16)) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => 0,
+            Err(e) => return Err(ServeError::Loop(e.into())),
+        };
+        let now_ms = unix_now_ms();
+        for ev in &events[..n] {
+            let Some(slot) = slots.get_mut(ev.data() as usize) else {
+                continue;
+            };
+            if ev.events().contains(EpollFlags::EPOLLERR) {
+                let k = sys::drain_error_queue(slot.sock.as_fd());
+                slot.counters.icmp_errors.fetch_add(k as u64, Relaxed);
+            }
+            serve_socket(slot, keys, policy, now_ms, &mut buf, fanout.as_mut(), stop);
+        }
+        if Instant::now() >= next_sweep {
+            let now_ms = unix_now_ms();
+            for s in &mut slots {
+                let gone = s.group.expire(policy, now_ms);
+                if gone > 0 {
+                    s.counters.expired.fetch_add(gone as u64, Relaxed);
+                    s.counters.members.store(s.group.len() as u64, Relaxed);
+                }
+            }
+            next_sweep = Instant::now() + SWEEP_EVERY;
+        }
+    }
+    Ok(())
+}
+
+fn serve_socket(
+    slot: &mut Slot,
+    keys: &Keys,
+    policy: &Policy,
+    now_ms: u64,
+    buf: &mut [u8],
+    fanout: &mut dyn Fanout,
+    stop: &AtomicBool,
+) {
+    let c = &slot.counters;
+    for _ in 0..RECV_BUDGET {
+        let (len, src) = match sys::recv_from(slot.sock.as_fd(), buf) {
+            Ok(r) => r,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => {
+                // A queued ICMP error surfaces here as ECONNREFUSED & co.
+                c.icmp_errors.fetch_add(1, Relaxed);
+                sys::drain_error_queue(slot.sock.as_fd());
+                continue;
+            }
+        };
+        c.received.fetch_add(1, Relaxed);
+        c.bytes_in.fetch_add(len as u64, Relaxed);
+        let datagram = &buf[..len];
+        let outcome = slot.group.handle(keys, policy, now_ms, src, datagram);
+        match outcome.event {
+            Event::Forward { from } => {
+                c.forwarded.fetch_add(1, Relaxed);
+                let r = fanout.send_all(slot.sock.as_fd(), datagram, slot.group.dests(), Some(from), c, stop);
+                c.fanned_out.fetch_add(r.sent, Relaxed);
+                c.bytes_out.fetch_add(r.sent * len as u64, Relaxed);
+                c.send_errors.fetch_add(r.skipped, Relaxed);
+                continue;
+            }
+            Event::Refreshed => continue,
+            Event::Challenged => c.challenges.fetch_add(1, Relaxed),
+            Event::Joined { rejoin: false } => c.joins.fetch_add(1, Relaxed),
+            Event::Joined { rejoin: true } => c.rejoins.fetch_add(1, Relaxed),
+            Event::Left => c.leaves.fetch_add(1, Relaxed),
+            Event::Dropped(reason) => count_drop(c, reason),
+        };
+        c.control_bytes_in.fetch_add(len as u64, Relaxed);
+        c.members.store(slot.group.len() as u64, Relaxed);
+        if let Some(reply) = outcome.reply {
+            // Replies are best effort: a lost one is recovered by the
+            // client's retry, and we never wait on a possibly spoofed peer.
+            if sys::send_to(slot.sock.as_fd(), reply.as_bytes(), &Dest::from(src)).is_ok() {
+                c.reply_bytes_out.fetch_add(reply.len() as u64, Relaxed);
+            }
+        }
+    }
+}
+
+fn count_drop(c: &GroupCounters, reason: DropReason) -> u64 {
+    use crate::auth::TokenError;
+    let counter = match reason {
+        DropReason::Malformed(_) => &c.malformed,
+        DropReason::WrongGroup => &c.wrong_group,
+        DropReason::NotMember => &c.dropped_non_member,
+        DropReason::SenderMismatch => &c.sender_mismatch,
+        DropReason::Token(TokenError::Expired) => &c.expired_token,
+        DropReason::Token(_) => &c.bad_token,
+        DropReason::BadCookie => &c.bad_cookie,
+        DropReason::GroupFull => &c.group_full,
+        DropReason::Unexpected(_) => &c.unexpected,
+    };
+    counter.fetch_add(1, Relaxed)
+}
+
+/// Serves `/metrics` until `stop` is set.
+pub fn spawn_metrics(addr: SocketAddr, registry: Registry, stop: Arc<AtomicBool>) -> Result<JoinHandle<()>, CliError> {
+    let http = tiny_http::Server::http(addr).map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
+    Ok(std::thread::spawn(move || {
+        while !stop.load(Relaxed) {
+            let Ok(Some(req)) = http.recv_timeout(Duration::from_millis(100)) else {
+                continue;
+            };
+            let resp = if req.url() == "/metrics" {
+                let header = tiny_http::Header::from_bytes("Content-Type", "text/plain; version=0.0.4")
+                    .expect("static header is valid");
+                tiny_http::Response::from_string(registry.prometheus()).with_header(header)
+            } else {
+                tiny_http::Response::from_string("not found: try /metrics\n").with_status_code(404)
+            };
+            let _ = req.respond(resp);
+        }
+    }))
+}
+
+/// `reflector serve`.
+pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
+    let token_secret = Secret::from_file(&args.secret_file)?;
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if threads == 0 {
+        return Err("--threads must be at least 1".into());
+    }
+    if let Some(d) = args.duration {
+        if !(d.is_finite() && d > 0.0) {
+            return Err(format!("--duration must be a positive number of seconds, got {d}").into());
+        }
+    }
+    let cfg = ServerConfig {
+        bind: args.bind,
+        ports: args.ports.0.clone(),
+        keys: Keys {
+            token_secret,
+            cookie_key: Secret::random(),
+        },
+        policy: Policy {
+            member_timeout_ms: args.member_timeout_ms,
+            max_members: args.max_members as usize,
+            keepalive_ms: u16::try_from((args.member_timeout_ms / 4).clamp(50, 60_000)).unwrap_or(u16::MAX),
+        },
+        backend: args.backend.clone(),
+        threads,
+        rcvbuf: args.rcvbuf,
+        sndbuf: args.sndbuf,
+    };
+    let server = Server::start(cfg, Arc::clone(&stop))?;
+    let ports = server.ports();
+    tracing::info!(
+        "serving {} group(s) on {}:{}-{} with backend {} on {} thread(s)",
+        ports.len(),
+        args.bind,
+        ports.first().copied().unwrap_or(0),
+        ports.last().copied().unwrap_or(0),
+        server.registry().backend,
+        threads.min(ports.len())
+    );
+    let metrics = match args.metrics {
+        Some(addr) => {
+            let h = spawn_metrics(addr, server.registry().clone(), Arc::clone(&stop))?;
+            tracing::info!("metrics at http://{addr}/metrics");
+            Some(h)
+        }
+        None => None,
+    };
+    let deadline = args.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
+    while !stop.load(Relaxed) {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server.stop();
+    let registry = server.join()?;
+    if let Some(h) = metrics {
+        let _ = h.join();
+    }
+    print!("{}", registry.summary_table());
+    if let Some(path) = &args.summary_json {
+        std::fs::write(path, serde_json::to_string_pretty(&registry.to_json())?)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_lists() {
+        assert_eq!(parse_ports("4000-4002").unwrap().0, vec![4000, 4001, 4002]);
+        assert_eq!(parse_ports("5000, 4000-4001,4000").unwrap().0, vec![4000, 4001, 5000]);
+        assert!(parse_ports("4002-4000").unwrap_err().contains("empty"));
+        assert!(parse_ports("abc").unwrap_err().contains("not a port"));
+        assert!(parse_ports("0").is_err());
+        assert!(parse_ports("70000").is_err());
+        assert!(parse_ports("").is_err());
+        assert!(parse_ports("1-65535").unwrap_err().contains("4096"));
+    }
+}
