@@ -159,7 +159,7 @@ fn exact_delivery(backend: &str) {
     let mut members: Vec<Client> = (0..N as u32).map(|i| Client::join(ga, 100 + i)).collect();
     let mut other = Client::join(gb, 999);
     let mut seen: Vec<Vec<(u32, u32)>> = vec![Vec::new(); N];
-    let mut counts = vec![0usize; N];
+    let mut counts = [0usize; N];
     for seq in 0..M {
         for m in &members {
             m.data(seq, &payload_for(m.id, seq));
