@@ -49,6 +49,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let stop = match reflector::stop_flag() {
         Ok(s) => s,
@@ -69,7 +70,11 @@ fn main() -> ExitCode {
             let mut msg = format!("reflector: error: {e}");
             let mut src = e.source();
             while let Some(s) = src {
-                msg.push_str(&format!(": {s}"));
+                // Many errors already quote their cause in their message.
+                let text = s.to_string();
+                if !msg.contains(&text) {
+                    msg.push_str(&format!(": {text}"));
+                }
                 src = s.source();
             }
             eprintln!("{msg}");

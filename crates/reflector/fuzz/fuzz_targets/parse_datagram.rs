@@ -1,0 +1,24 @@
+//! Everything the network can send reaches `Packet::parse` and then the
+//! membership logic; neither may panic, and no reply may exceed the request.
+//! Run: `cd crates/reflector/fuzz && cargo +nightly fuzz run parse_datagram`.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use reflector::auth::Secret;
+use reflector::membership::{Group, Keys, Policy};
+use reflector::protocol::Packet;
+use std::net::SocketAddr;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(p) = Packet::parse(data) {
+        let _ = (p.group(), p.sender(), p.seq(), p.payload().len());
+        let _ = (p.join_token(), p.join_cookie(), p.challenge_cookie(), p.join_ack(), p.error_code());
+    }
+    let keys = Keys { token_secret: Secret::new(&[1; 32]).unwrap(), cookie_key: Secret::new(&[2; 32]).unwrap() };
+    let mut g = Group::new(u16::from_be_bytes([data.first().copied().unwrap_or(0), 0]));
+    let src = SocketAddr::from(([10, 0, 0, 1], 5000));
+    let out = g.handle(&keys, &Policy::default(), 1_700_000_000_000, src, data);
+    if let Some(r) = out.reply {
+        assert!(r.len() <= data.len());
+    }
+});
