@@ -101,6 +101,9 @@ pub struct BotsArgs {
     /// Send at most this many DATA per bot, then stop early (fixed counts).
     #[arg(long)]
     pub max_datagrams: Option<u64>,
+    /// Start sending only once every bot has joined (exact counts with no moves).
+    #[arg(long)]
+    pub sync_start: bool,
 }
 
 /// Everything a bots run needs, independent of the CLI.
@@ -123,6 +126,9 @@ pub struct BotsConfig {
     /// Stop sending DATA after this many per bot (the run ends early once
     /// every bot has sent them): fixed counts for exact checks.
     pub max_datagrams: Option<u64>,
+    /// Hold DATA until every bot has joined once, so that with no moves
+    /// each bot must receive exactly (bots in its group - 1) x sent.
+    pub sync_start: bool,
 }
 
 impl BotsConfig {
@@ -142,6 +148,7 @@ impl BotsConfig {
             rcvbuf: 1 << 20,
             progress: false,
             max_datagrams: None,
+            sync_start: false,
         }
     }
 
@@ -204,6 +211,7 @@ impl TryFrom<&BotsArgs> for BotsConfig {
             rcvbuf: a.rcvbuf,
             progress: !a.json,
             max_datagrams: a.max_datagrams,
+            sync_start: a.sync_start,
         };
         if a.first_player.checked_add(a.count as u32 - 1).is_none() {
             return Err(BotsError::Config(
@@ -593,6 +601,8 @@ struct Ctx<'a> {
     error_count: u64,
     buf: Vec<u8>,
     sending: bool,
+    /// False while `sync_start` holds DATA back.
+    released: bool,
     last_rx: Instant,
 }
 
@@ -865,14 +875,17 @@ impl Ctx<'_> {
                     }
                 }
                 let quota_left = self.cfg.max_datagrams.map_or(true, |m| bot.stats.sent < m);
-                if now >= bot.next_send && quota_left {
+                if self.released && quota_left && now >= bot.next_send {
                     self.send_data(bot, mem, target, now);
                 } else if now >= bot.last_send + bot.keepalive {
                     let d = SmallDatagram::simple(Kind::Keepalive, target.group, bot.player, 0);
                     self.send_small(bot, &d, target.dest);
                     bot.last_send = now;
                 }
-                let mut next = bot.next_send.min(bot.last_send + bot.keepalive);
+                let mut next = bot.last_send + bot.keepalive;
+                if self.released && quota_left {
+                    next = next.min(bot.next_send);
+                }
                 if let Some(t) = bot.next_move {
                     next = next.min(t);
                 }
@@ -998,6 +1011,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
         error_count: 0,
         buf: vec![0u8; MAX_DATAGRAM],
         sending: true,
+        released: !cfg.sync_start,
         last_rx: start,
     };
     let mut rbuf = vec![0u8; MAX_DATAGRAM + 1];
@@ -1033,6 +1047,13 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
         {
             ctx.sending = false;
             drain_start = Some(now);
+        }
+        if !ctx.released && bots.iter().all(|b| matches!(b.state, State::Member { .. })) {
+            ctx.released = true;
+            for b in bots.iter_mut() {
+                b.next_send = now;
+            }
+            next_due = now;
         }
         if now >= next_due {
             let mut due = now + Duration::from_secs(1);
