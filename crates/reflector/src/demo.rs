@@ -520,3 +520,60 @@ pub fn run(args: DemoArgs, stop: Arc<AtomicBool>) -> Result<i32, CliError> {
         0
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bound_ports_are_seen_in_proc() {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let p = s.local_addr().unwrap().port();
+        assert!(udp_ports_bound(&[p]));
+        drop(s);
+        let free = free_udp_ports(3).unwrap();
+        assert_eq!(free.len(), 3);
+        assert!(free.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(ports_arg(&[1, 2, 30]), "1,2,30");
+    }
+
+    #[test]
+    fn guard_stops_children() {
+        let child = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id();
+        {
+            let mut g = Children::new();
+            g.add("sleep", child);
+        }
+        // Reaped by the guard: the pid no longer names our child.
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(!stat.contains("(sleep)") || stat.contains(" Z "), "{stat}");
+    }
+
+    #[test]
+    fn table_has_a_row_per_backend() {
+        let row = DemoRow {
+            backend: "sendto".into(),
+            sent: 10,
+            forwarded: 10,
+            fanned_out: 90,
+            expected: 90,
+            received: 90,
+            lost: 0,
+            errors: 0,
+            group_changes: 3,
+            reflector_cpu_s: 0.001,
+            cpu_ns_per_delivered: 11111.0,
+            p50_us: 50.0,
+            p99_us: 99.0,
+            max_us: 120.0,
+            counters_match: true,
+        };
+        let t = table(&[row]);
+        assert_eq!(t.lines().count(), 2);
+        assert!(
+            t.contains("sendto") && t.contains("match") && t.contains("11111 ns"),
+            "{t}"
+        );
+    }
+}
