@@ -700,7 +700,15 @@ impl Ctx<'_> {
         }
     }
 
-    fn on_datagram(&mut self, idx: usize, bot: &mut Bot, data: &[u8], src: SocketAddr, now: Instant) {
+    /// Handles one received datagram; true if it was a control reply that
+    /// may have made the bot due (DATA never changes a bot's timers).
+    fn on_datagram(&mut self, idx: usize, bot: &mut Bot, data: &[u8], src: SocketAddr, now: Instant) -> bool {
+        let control = Packet::parse(data).is_ok_and(|p| p.kind() != Kind::Data);
+        self.handle_datagram(idx, bot, data, src, now);
+        control
+    }
+
+    fn handle_datagram(&mut self, idx: usize, bot: &mut Bot, data: &[u8], src: SocketAddr, now: Instant) {
         let Ok(pkt) = Packet::parse(data) else {
             self.malformed += 1;
             return;
@@ -933,6 +941,28 @@ impl Ctx<'_> {
     }
 }
 
+/// One socket per bot: lift the soft open-file limit towards the hard one
+/// if the default (often 1024) is too small.
+fn raise_fd_limit(need: u64) -> Result<(), BotsError> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return Ok(());
+    };
+    if soft >= need {
+        return Ok(());
+    }
+    if hard < need {
+        return Err(BotsError::Config(format!(
+            "{need} open files needed (one socket per bot) but the hard limit is {hard}: \
+             use fewer bots or raise it (ulimit -Hn, as root)"
+        )));
+    }
+    setrlimit(Resource::RLIMIT_NOFILE, need, hard).map_err(|e| BotsError::Socket {
+        call: "setrlimit(RLIMIT_NOFILE)",
+        source: e.into(),
+    })
+}
+
 /// Runs the bots: join, send and move for `cfg.duration`, then wait for
 /// datagrams in flight (up to `cfg.grace`), leave, and report. `stop`
 /// ends the sending phase early.
@@ -945,6 +975,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
             msg: format!("/world describes an empty world: {world:?}"),
         });
     }
+    raise_fd_limit(cfg.count as u64 + 64)?;
     let mut rng = Rng(cfg.seed);
     let sock_err = |call| move |source| BotsError::Socket { call, source };
     let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| BotsError::Loop {
@@ -1094,15 +1125,17 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
             // Bounded so one busy socket cannot starve the others.
             for _ in 0..256 {
                 match bot.sock.recv_from(&mut rbuf) {
-                    Ok((len, src)) => ctx.on_datagram(i, bot, &rbuf[..len], src, now),
+                    Ok((len, src)) => {
+                        if ctx.on_datagram(i, bot, &rbuf[..len], src, now) {
+                            next_due = now;
+                        }
+                    }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     // A queued ICMP error (e.g. a reflector port not open yet).
                     Err(_) => continue,
                 }
             }
-            // A reply (challenge, ack) may make the bot due now.
-            next_due = now;
         }
     }
     // Leave cleanly; the ledger closes what is still open.

@@ -160,3 +160,41 @@ fn unreachable_control_server_is_an_error() {
     let err = run_bots(&cfg, &AtomicBool::new(false)).unwrap_err().to_string();
     assert!(err.contains("reflector control"), "{err}");
 }
+
+/// The HTTP layer of the control server: JSON answers and 400s that name
+/// the bad parameter.
+#[test]
+fn control_server_over_http() {
+    let s = setup("sendto", 2, (2, 1));
+    let base = s.control.url();
+    let get = |path: &str| -> (u16, serde_json::Value) {
+        match ureq::get(&format!("{base}{path}")).call() {
+            Ok(r) => (r.status(), r.into_json().unwrap()),
+            Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap()),
+            Err(e) => panic!("{path}: {e}"),
+        }
+    };
+    let (code, body) = get("/join?player=3&x=150&y=50");
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["cell"], serde_json::json!([1, 0]));
+    assert_eq!(body["group"], s.server.ports()[1]);
+    assert_eq!(body["reflector"], format!("127.0.0.1:{}", s.server.ports()[1]));
+    assert_eq!(body["token"].as_str().unwrap().len(), 64);
+    let (code, body) = get("/join?player=3&x=250&y=50");
+    assert_eq!(code, 400);
+    assert!(body["error"].as_str().unwrap().contains("x=250"), "{body}");
+    let (code, body) = get("/join?player=3&y=50");
+    assert_eq!(code, 400);
+    assert!(
+        body["error"].as_str().unwrap().contains("missing parameter x"),
+        "{body}"
+    );
+    assert_eq!(get("/healthz").0, 200);
+    let (code, world) = get("/world");
+    assert_eq!(code, 200);
+    assert_eq!(world["grid"], serde_json::json!([2, 1]));
+    assert_eq!(get("/other").0, 404);
+    s.server.stop();
+    s.server.join().unwrap();
+    s.control.stop();
+}
