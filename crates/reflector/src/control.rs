@@ -33,6 +33,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug, Clone)]
+#[command(after_help = "Endpoints (GET, JSON answers):\n  \
+/join?player=ID&x=X&y=Y  the player's cell, its reflector ip:port and group, a signed token \
+valid for --token-ttl seconds\n  \
+/world                   the grid and the cell -> group mapping\n  \
+/healthz                 liveness\n\
+Bad parameters get 400 with {\"error\": \"...\"} naming the problem.\n\n\
+Example: reflector control --secret-file secret --reflector 127.0.0.1:4000-4015 --grid 8x8")]
 pub struct ControlArgs {
     /// HTTP address to listen on.
     #[arg(long, default_value = "127.0.0.1:8700")]

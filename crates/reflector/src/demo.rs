@@ -25,6 +25,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug, Clone)]
+#[command(
+    after_help = "For each backend in --backends: starts `reflector serve` (temporary secret, \
+free ports on 127.0.0.1), `reflector control` and `reflector bots` as child processes, runs the \
+scenario, and prints one table: datagrams sent, fanned out by the reflector, expected and received \
+by the bots, lost, reflector CPU (user+sys) per delivered datagram, and latency p50/p99. Children \
+are stopped on exit, error or Ctrl-C.\n\nExit status: 0 no loss, 1 loss, 2 errors."
+)]
 pub struct DemoArgs {
     /// Bots (players), all in one child process.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(2..=5000))]
