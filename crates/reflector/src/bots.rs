@@ -113,6 +113,9 @@ pub struct BotsArgs {
     /// Start sending only once every bot has joined (exact counts with no moves).
     #[arg(long)]
     pub sync_start: bool,
+    /// No progress lines on stderr.
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 /// Everything a bots run needs, independent of the CLI.
@@ -218,7 +221,7 @@ impl TryFrom<&BotsArgs> for BotsConfig {
             seed: a.seed,
             grace: secs("grace", a.grace, true)?,
             rcvbuf: a.rcvbuf,
-            progress: !a.json,
+            progress: !a.quiet,
             max_datagrams: a.max_datagrams,
             sync_start: a.sync_start,
         };
@@ -1106,7 +1109,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
             next_progress += Duration::from_secs(5);
             let members = bots.iter().filter(|b| matches!(b.state, State::Member { .. })).count();
             eprintln!(
-                "bots: {:>5.1} s, {members}/{} members, {} latency samples",
+                "bots: {:>5.1} s, {members}/{} members, {} datagrams received",
                 now.duration_since(start).as_secs_f64(),
                 bots.len(),
                 ctx.latency.count()
@@ -1220,7 +1223,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
 /// `reflector bots`.
 pub fn run(args: BotsArgs, stop: Arc<AtomicBool>) -> Result<i32, CliError> {
     let cfg = BotsConfig::try_from(&args)?;
-    if !args.json {
+    if !args.quiet {
         eprintln!(
             "bots: {} bots against {} for {:.1} s ({} Hz x {} B)",
             cfg.count,

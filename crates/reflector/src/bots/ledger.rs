@@ -555,4 +555,72 @@ mod tests {
         let t = l.finish();
         assert_eq!((t[1].expected, t[1].received), (1, 1));
     }
+
+    use proptest::prelude::*;
+
+    /// A reference model of a group server: delivers each DATA at once to
+    /// everyone who is a member at that moment, unless told to drop it.
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// Bot joins group (if not in one) or moves to it.
+        Join(usize, u16),
+        Leave(usize),
+        /// Bot sends; the copy to receiver `drop_for` (if any) is lost.
+        Send(usize, Option<usize>),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0..4usize, 1..3u16).prop_map(|(b, g)| Op::Join(b, g)),
+            (0..4usize).prop_map(Op::Leave),
+            (0..4usize, proptest::option::of(0..4usize)).prop_map(|(b, d)| Op::Send(b, d)),
+            (0..4usize).prop_map(|b| Op::Send(b, None)),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn ledger_matches_a_reference_model(ops in proptest::collection::vec(op(), 0..120)) {
+            let mut l = Ledger::new(4);
+            let mut cur: [Option<(MemId, u16)>; 4] = [None; 4];
+            let (mut delivered, mut dropped) = ([0u64; 4], [0u64; 4]);
+            for o in ops {
+                match o {
+                    Op::Join(b, grp) => {
+                        if let Some((m, _)) = cur[b].take() {
+                            l.ended(m);
+                        }
+                        cur[b] = Some((join(&mut l, b, g(grp)), grp));
+                    }
+                    Op::Leave(b) => {
+                        if let Some((m, _)) = cur[b].take() {
+                            l.ended(m);
+                        }
+                    }
+                    Op::Send(b, drop_for) => {
+                        let Some((m, grp)) = cur[b] else { continue };
+                        let s = l.next_seq(m).unwrap();
+                        for r in 0..4 {
+                            if r == b || cur[r].map(|c| c.1) != Some(grp) {
+                                continue;
+                            }
+                            if drop_for == Some(r) {
+                                dropped[r] += 1;
+                            } else {
+                                prop_assert_eq!(l.received(r, m, s), Receipt::New);
+                                delivered[r] += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            let t = l.finish();
+            for r in 0..4 {
+                prop_assert_eq!(t[r].received, delivered[r]);
+                prop_assert_eq!(t[r].lost(), dropped[r]);
+                prop_assert_eq!(t[r].expected, delivered[r] + dropped[r]);
+                prop_assert_eq!(t[r].unexpected + t[r].duplicates + t[r].uncertain, 0);
+            }
+        }
+    }
 }
