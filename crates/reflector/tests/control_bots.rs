@@ -22,6 +22,10 @@ struct Setup {
 /// A reflector with `groups` free ports and a control server mapping a
 /// `grid` world onto them, sharing one secret.
 fn setup(backend: &str, groups: usize, grid: (u32, u32)) -> Setup {
+    setup_with_stop(backend, groups, grid, Arc::new(AtomicBool::new(false)))
+}
+
+fn setup_with_stop(backend: &str, groups: usize, grid: (u32, u32), stop: Arc<AtomicBool>) -> Setup {
     let secret = Secret::new(&[0x5a; 32]).unwrap();
     let server = Server::start(
         ServerConfig {
@@ -37,7 +41,7 @@ fn setup(backend: &str, groups: usize, grid: (u32, u32)) -> Setup {
             rcvbuf: 4 << 20,
             sndbuf: 4 << 20,
         },
-        Arc::new(AtomicBool::new(false)),
+        stop,
     )
     .unwrap();
     let world = World::new(
@@ -197,4 +201,39 @@ fn control_server_over_http() {
     s.server.stop();
     s.server.join().unwrap();
     s.control.stop();
+}
+
+/// Loss is detected end to end: the reflector stops in the middle of the
+/// run, so everything sent afterwards is lost at the tail, exactly.
+#[test]
+fn reflector_gone_midway_is_counted_as_tail_loss() {
+    const N: usize = 4;
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = setup_with_stop("sendto", 1, (1, 1), Arc::clone(&stop));
+    let mut cfg = bots(&s.control, N);
+    cfg.move_every = None;
+    cfg.sync_start = true;
+    cfg.rate_hz = 20.0;
+    cfg.duration = Duration::from_millis(2500);
+    cfg.grace = Duration::from_millis(500);
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1200));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let report = run_bots(&cfg, &AtomicBool::new(false)).unwrap();
+    stopper.join().unwrap();
+    let reg = s.server.join().unwrap();
+    s.control.stop();
+    let t = reg.total();
+    assert_eq!(report.error_count, 0, "{:?}", report.errors);
+    assert!(
+        t.forwarded < report.total.sent,
+        "the reflector stopped before the bots did"
+    );
+    // Exactly what was not fanned out is missing.
+    assert_eq!(report.total.received, t.fanned_out);
+    assert_eq!(report.lost, (N as u64 - 1) * report.total.sent - t.fanned_out);
+    assert!(report.total.tail_lost > 0);
+    assert_eq!(report.exit_code(), 1);
+    assert!(report.table(false).contains("LOSS"));
 }
