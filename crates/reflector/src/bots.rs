@@ -834,7 +834,13 @@ impl Ctx<'_> {
                             ),
                         );
                     }
-                    (_, c) => self.error(bot, format!("group {} sent ERROR {c:?}", target.group)),
+                    // A member can only get these for a late copy of its
+                    // own retried JOIN: the join already succeeded.
+                    (_, c) => tracing::debug!(
+                        "bot {}: group {} sent ERROR {c:?} to a member",
+                        bot.player,
+                        target.group
+                    ),
                 }
             }
             _ => self.malformed += 1,
