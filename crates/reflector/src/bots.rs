@@ -50,8 +50,8 @@ const JOIN_RETRY: Duration = Duration::from_millis(250);
 const TICKET_RETRY: Duration = Duration::from_millis(500);
 /// The event loop wakes at least this often (HTTP answers arrive on a channel).
 const MAX_WAIT_MS: u16 = 5;
-/// In the grace period, stop waiting once nothing arrived for this long.
-const QUIET: Duration = Duration::from_millis(300);
+/// In the grace period, how often to check whether anything is still missing.
+const MISSING_CHECK: Duration = Duration::from_millis(20);
 /// Error messages kept for the report (the count is always exact).
 const MAX_MESSAGES: usize = 20;
 
@@ -615,7 +615,6 @@ struct Ctx<'a> {
     sending: bool,
     /// False while `sync_start` holds DATA back.
     released: bool,
-    last_rx: Instant,
 }
 
 impl Ctx<'_> {
@@ -734,7 +733,6 @@ impl Ctx<'_> {
                 }
                 let ts = u64::from_be_bytes(p[0..8].try_into().unwrap_or_default());
                 let epoch = u32::from_be_bytes(p[8..12].try_into().unwrap_or_default());
-                self.last_rx = now;
                 if self.ledger.received(idx, epoch, pkt.seq()) == Receipt::New {
                     let lat = realtime_ns().saturating_sub(ts);
                     self.latency.record(lat);
@@ -1061,12 +1059,12 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
         buf: vec![0u8; MAX_DATAGRAM],
         sending: true,
         released: !cfg.sync_start,
-        last_rx: start,
     };
     let mut rbuf = vec![0u8; MAX_DATAGRAM + 1];
     let mut events = vec![EpollEvent::empty(); 256];
     let send_end = start + cfg.duration;
     let mut drain_start: Option<Instant> = None;
+    let mut next_missing_check = start;
     let mut next_progress = start + Duration::from_secs(5);
     let mut next_due = start;
     loop {
@@ -1076,9 +1074,16 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
             drain_start = Some(now);
         }
         if let Some(d) = drain_start {
-            let quiet = now.duration_since(ctx.last_rx.max(d)) >= QUIET;
-            if quiet || now >= d + cfg.grace {
+            // Done when nothing required is still missing; with real loss,
+            // after the grace period.
+            if now >= d + cfg.grace {
                 break;
+            }
+            if now >= next_missing_check {
+                if ctx.ledger.missing() == 0 {
+                    break;
+                }
+                next_missing_check = now + MISSING_CHECK;
             }
         }
         while let Ok(res) = res_rx.try_recv() {

@@ -84,6 +84,30 @@ impl Pair {
         fresh
     }
 
+    /// How many of the sequences in `[lo, end)` (all >= a_min) were received.
+    fn count_range(&self, lo: u32, end: u32) -> u64 {
+        if end <= lo {
+            return 0;
+        }
+        let (lo, end) = ((lo - self.a_min) as usize, (end - self.a_min) as usize);
+        let mut n = 0u64;
+        let (first, last) = (lo / 64, (end - 1) / 64);
+        for w in first..=last.min(self.bits.len().saturating_sub(1)) {
+            if w >= self.bits.len() {
+                break;
+            }
+            let mut word = self.bits[w];
+            if w == first {
+                word &= !0u64 << (lo % 64);
+            }
+            if w == last && end % 64 != 0 {
+                word &= (1u64 << (end % 64)) - 1;
+            }
+            n += u64::from(word.count_ones());
+        }
+        n
+    }
+
     fn has(&self, seq: u32) -> bool {
         let rel = (seq - self.a_min) as usize;
         self.bits.get(rel / 64).is_some_and(|w| w & (1 << (rel % 64)) != 0)
@@ -328,6 +352,22 @@ impl Ledger {
         }
     }
 
+    /// Required datagrams not received yet, counting open windows up to
+    /// what their senders have sent so far: 0 means nothing is in flight.
+    pub fn missing(&self) -> u64 {
+        self.pairs
+            .iter()
+            .filter(|p| !p.void)
+            .map(|p| {
+                let end = p.end.unwrap_or(self.mems[p.tx as usize].next_seq);
+                if end <= p.a_max {
+                    return 0;
+                }
+                u64::from(end - p.a_max) - p.count_range(p.a_max, end)
+            })
+            .sum()
+    }
+
     /// Closes every open membership (the run is over and in-flight DATA had
     /// its grace period) and totals per bot.
     pub fn finish(&mut self) -> Vec<Tally> {
@@ -454,6 +494,39 @@ mod tests {
         assert_eq!(t[1].duplicates, 2);
         assert_eq!(t[0].sent, 10);
         assert_eq!(t[0].expected, 0);
+    }
+
+    #[test]
+    fn missing_tracks_what_is_in_flight() {
+        let mut l = Ledger::new(2);
+        let a = join(&mut l, 0, g(1));
+        join(&mut l, 1, g(1));
+        assert_eq!(l.missing(), 0);
+        for _ in 0..200 {
+            l.next_seq(a);
+        }
+        assert_eq!(l.missing(), 200);
+        for s in (0..200).filter(|s| s % 7 != 0) {
+            l.received(1, a, s);
+        }
+        assert_eq!(l.missing(), 29);
+        for s in (0..200).filter(|s| s % 7 == 0) {
+            l.received(1, a, s);
+        }
+        assert_eq!(l.missing(), 0);
+        let p = Pair {
+            tx: 0,
+            a_min: 3,
+            a_max: 3,
+            end: None,
+            bits: vec![!0, !0],
+            dups: 0,
+            void: false,
+        };
+        assert_eq!(p.count_range(3, 3 + 128), 128);
+        assert_eq!(p.count_range(3 + 60, 3 + 70), 10);
+        assert_eq!(p.count_range(3 + 64, 3 + 200), 64);
+        assert_eq!(p.count_range(3 + 5, 3 + 5), 0);
     }
 
     #[test]
