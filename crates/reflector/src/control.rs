@@ -1,10 +1,644 @@
-//! Control server (placeholder; being written).
-use std::sync::atomic::AtomicBool;
+//! The control server (paper 000 §3): maps a world of virtual locations onto
+//! reflector groups and hands each player its group and a signed, expiring
+//! join token. It is not on the data path; HTTP+JSON keeps it scriptable
+//! (`curl 'http://127.0.0.1:8700/join?player=1&x=10&y=20'`).
+//!
+//! The world is a grid of `cols x rows` square cells of `cell_size` world
+//! units; position (x, y) lies in cell (⌊x/cell_size⌋, ⌊y/cell_size⌋) and
+//! must satisfy `0 <= x < cols*cell_size`, `0 <= y < rows*cell_size`.
+//!
+//! Cells are numbered row-major (`index = cy*cols + cx`) and mapped onto the
+//! *targets*: every (reflector, port) pair, listed in the order the
+//! `--reflector` options give them (all ports of the first reflector, then
+//! the second's, ...). Two assignments:
+//! - `round-robin` (default): cell `i` goes to target `i % targets`, so
+//!   neighbouring cells land on different groups and load spreads evenly;
+//! - `blocks`: the cells are cut into `targets` contiguous runs, cell `i`
+//!   goes to target `i * targets / cells`, so neighbouring cells tend to
+//!   share a group (fewer group changes when players move).
+//!
+//! The mapping and the request handling are pure functions, unit-tested
+//! without a socket; [`ControlServer`] is the thin HTTP layer.
+
+use crate::auth::{Secret, TokenClaims};
+use crate::server::parse_ports;
+use crate::CliError;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-#[derive(clap::Args, Debug)]
-pub struct ControlArgs {}
+#[derive(clap::Args, Debug, Clone)]
+#[command(after_help = "Endpoints (GET, JSON answers):\n  \
+/join?player=ID&x=X&y=Y  the player's cell, its reflector ip:port and group, a signed token \
+valid for --token-ttl seconds\n  \
+/world                   the grid and the cell -> group mapping\n  \
+/healthz                 liveness\n\
+Bad parameters get 400 with {\"error\": \"...\"} naming the problem.\n\n\
+Example: reflector control --secret-file secret --reflector 127.0.0.1:4000-4015 --grid 8x8")]
+pub struct ControlArgs {
+    /// HTTP address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8700")]
+    pub listen: SocketAddr,
+    /// File with the secret shared with the reflectors (hex, or a passphrase of 16+ bytes).
+    #[arg(long)]
+    pub secret_file: PathBuf,
+    /// A reflector and its group ports, as clients reach it: IP:PORTS, e.g.
+    /// 127.0.0.1:4000-4015 or 10.0.0.2:4000,4002. Repeat for several reflectors.
+    #[arg(long = "reflector", required = true, value_parser = parse_reflector)]
+    pub reflectors: Vec<ReflectorSpec>,
+    /// World grid, COLSxROWS cells.
+    #[arg(long, default_value = "8x8", value_parser = parse_grid)]
+    pub grid: (u32, u32),
+    /// Side of one square cell, in world units.
+    #[arg(long, default_value_t = 100.0)]
+    pub cell_size: f64,
+    /// How cells map onto (reflector, port) targets: round-robin (neighbours on
+    /// different groups) or blocks (contiguous runs of cells per group).
+    #[arg(long, value_enum, default_value_t = Assign::RoundRobin)]
+    pub assign: Assign,
+    /// Lifetime of issued join tokens, seconds.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub token_ttl: u64,
+}
 
-pub fn run(_args: ControlArgs, _stop: Arc<AtomicBool>) -> Result<(), crate::CliError> {
-    Err("control server not built yet".into())
+/// One reflector as clients reach it, and its group ports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReflectorSpec {
+    pub ip: IpAddr,
+    pub ports: Vec<u16>,
+}
+
+/// Parses `IP:PORTS` where PORTS is what `reflector serve --ports` takes.
+pub fn parse_reflector(s: &str) -> Result<ReflectorSpec, String> {
+    let (ip, ports) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("'{s}' is not IP:PORTS (e.g. 127.0.0.1:4000-4015)"))?;
+    let ip = ip.trim_start_matches('[').trim_end_matches(']');
+    let ip: IpAddr = ip
+        .parse()
+        .map_err(|_| format!("'{ip}' in '{s}' is not an IP address (e.g. 127.0.0.1:4000-4015)"))?;
+    if ip.is_unspecified() {
+        return Err(format!(
+            "'{s}': give the address clients use to reach the reflector, not {ip}"
+        ));
+    }
+    Ok(ReflectorSpec {
+        ip,
+        ports: parse_ports(ports)?.0,
+    })
+}
+
+/// Parses `8x8` into (cols, rows).
+pub fn parse_grid(s: &str) -> Result<(u32, u32), String> {
+    let (c, r) = s
+        .split_once(['x', 'X'])
+        .ok_or_else(|| format!("grid '{s}' is not COLSxROWS (e.g. 8x8)"))?;
+    let num = |t: &str| {
+        t.trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|&v| (1..=4096).contains(&v))
+            .ok_or_else(|| format!("'{t}' in grid '{s}' is not a number of cells from 1 to 4096"))
+    };
+    Ok((num(c)?, num(r)?))
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Assign {
+    RoundRobin,
+    Blocks,
+}
+
+impl fmt::Display for Assign {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Assign::RoundRobin => "round-robin",
+            Assign::Blocks => "blocks",
+        })
+    }
+}
+
+/// Why a position cannot be mapped.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum MapError {
+    #[error("{axis}={value} is not a finite number")]
+    NotFinite { axis: &'static str, value: f64 },
+    #[error("{axis}={value} is outside the world [0, {limit})")]
+    Outside { axis: &'static str, value: f64, limit: f64 },
+}
+
+/// The world grid and its cell → (reflector, group) mapping. Pure.
+#[derive(Debug, Clone, PartialEq)]
+pub struct World {
+    pub cols: u32,
+    pub rows: u32,
+    pub cell_size: f64,
+    pub assign: Assign,
+    /// Every (reflector, port) pair in mapping order.
+    pub targets: Vec<SocketAddr>,
+}
+
+impl World {
+    pub fn new(
+        cols: u32,
+        rows: u32,
+        cell_size: f64,
+        assign: Assign,
+        reflectors: &[ReflectorSpec],
+    ) -> Result<World, String> {
+        if !(cell_size.is_finite() && cell_size > 0.0) {
+            return Err(format!("cell size must be a positive number, got {cell_size}"));
+        }
+        if cols == 0 || rows == 0 {
+            return Err(format!("grid {cols}x{rows} has no cells"));
+        }
+        let targets: Vec<SocketAddr> = reflectors
+            .iter()
+            .flat_map(|r| r.ports.iter().map(move |&p| SocketAddr::new(r.ip, p)))
+            .collect();
+        if targets.is_empty() {
+            return Err("no reflector ports to map cells onto (give --reflector IP:PORTS)".into());
+        }
+        Ok(World {
+            cols,
+            rows,
+            cell_size,
+            assign,
+            targets,
+        })
+    }
+
+    pub fn cells(&self) -> u64 {
+        u64::from(self.cols) * u64::from(self.rows)
+    }
+
+    /// World extent (width, height) in world units.
+    pub fn size(&self) -> (f64, f64) {
+        (
+            f64::from(self.cols) * self.cell_size,
+            f64::from(self.rows) * self.cell_size,
+        )
+    }
+
+    /// The cell holding position (x, y).
+    pub fn cell_of(&self, x: f64, y: f64) -> Result<(u32, u32), MapError> {
+        let (w, h) = self.size();
+        let axis = |name: &'static str, v: f64, limit: f64, n: u32| {
+            if !v.is_finite() {
+                return Err(MapError::NotFinite { axis: name, value: v });
+            }
+            if !(0.0..limit).contains(&v) {
+                return Err(MapError::Outside {
+                    axis: name,
+                    value: v,
+                    limit,
+                });
+            }
+            // v < limit = n*cell_size, but rounding could still give n.
+            Ok(((v / self.cell_size) as u32).min(n - 1))
+        };
+        Ok((axis("x", x, w, self.cols)?, axis("y", y, h, self.rows)?))
+    }
+
+    /// The (reflector, port) that serves a cell; `cell` must be in the grid.
+    pub fn target_of(&self, cell: (u32, u32)) -> SocketAddr {
+        let idx = u64::from(cell.1.min(self.rows - 1)) * u64::from(self.cols) + u64::from(cell.0.min(self.cols - 1));
+        let n = self.targets.len() as u64;
+        let t = match self.assign {
+            Assign::RoundRobin => idx % n,
+            Assign::Blocks => idx * n / self.cells(),
+        };
+        // t < n by construction in both arms.
+        self.targets[t as usize]
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        let (w, h) = self.size();
+        let mapping: Vec<serde_json::Value> = (0..self.rows)
+            .flat_map(|cy| (0..self.cols).map(move |cx| (cx, cy)))
+            .map(|c| {
+                let t = self.target_of(c);
+                serde_json::json!({"cell": [c.0, c.1], "reflector": t.to_string(), "group": t.port()})
+            })
+            .collect();
+        serde_json::json!({
+            "grid": [self.cols, self.rows],
+            "cell_size": self.cell_size,
+            "size": [w, h],
+            "assign": self.assign.to_string(),
+            "targets": self.targets.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+            "cells": mapping,
+        })
+    }
+}
+
+/// The answer to `GET /join`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ticket {
+    pub player: u32,
+    pub cell: [u32; 2],
+    /// `ip:port` of the group to send to.
+    pub reflector: String,
+    /// The group id, which is the reflector port.
+    pub group: u16,
+    /// The join token, hex.
+    pub token: String,
+    pub expires_unix_s: u64,
+}
+
+/// The world as `GET /world` describes it (what bots need to move around).
+#[derive(Debug, Clone, Deserialize)]
+pub struct WorldInfo {
+    pub grid: [u32; 2],
+    pub cell_size: f64,
+    pub size: [f64; 2],
+}
+
+/// Everything the control server needs, independent of the CLI.
+#[derive(Debug, Clone)]
+pub struct ControlConfig {
+    pub listen: SocketAddr,
+    pub world: World,
+    pub secret: Secret,
+    pub token_ttl_s: u64,
+}
+
+/// Splits a query string into (key, value) pairs. Values here are numbers,
+/// so only `+` and `%XX` need undoing for the odd client that encodes them.
+fn query_pairs(query: &str) -> Vec<(String, String)> {
+    fn decode(s: &str) -> String {
+        let b = s.as_bytes();
+        let mut out = Vec::with_capacity(b.len());
+        let mut i = 0;
+        while i < b.len() {
+            match b[i] {
+                b'+' => out.push(b' '),
+                b'%' if i + 2 < b.len() => {
+                    let hexval = |c: u8| (c as char).to_digit(16);
+                    match (hexval(b[i + 1]), hexval(b[i + 2])) {
+                        (Some(h), Some(l)) => {
+                            // Two hex digits are at most 255.
+                            out.push((h * 16 + l) as u8);
+                            i += 2;
+                        }
+                        _ => out.push(b'%'),
+                    }
+                }
+                c => out.push(c),
+            }
+            i += 1;
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (decode(k), decode(v)),
+            None => (decode(p), String::new()),
+        })
+        .collect()
+}
+
+/// An HTTP answer: status and JSON body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    pub status: u16,
+    pub body: serde_json::Value,
+}
+
+fn bad(status: u16, msg: impl Into<String>) -> Reply {
+    Reply {
+        status,
+        body: serde_json::json!({ "error": msg.into() }),
+    }
+}
+
+/// Answers one request. Pure: the clock comes in as `now_unix_s`.
+pub fn handle(cfg: &ControlConfig, method: &str, url: &str, now_unix_s: u64) -> Reply {
+    let (path, query) = url.split_once('?').unwrap_or((url, ""));
+    if method != "GET" {
+        return bad(405, format!("method {method} not allowed: use GET"));
+    }
+    match path {
+        "/healthz" => Reply {
+            status: 200,
+            body: serde_json::json!({"ok": true}),
+        },
+        "/world" => Reply {
+            status: 200,
+            body: cfg.world.to_json(),
+        },
+        "/join" => join(cfg, query, now_unix_s),
+        _ => bad(
+            404,
+            format!("no such endpoint {path}: try /join?player=ID&x=X&y=Y, /world or /healthz"),
+        ),
+    }
+}
+
+fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64) -> Reply {
+    let pairs = query_pairs(query);
+    let get = |k: &str| pairs.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+    let Some(player) = get("player") else {
+        return bad(400, "missing parameter player (a number from 0 to 4294967295)");
+    };
+    let Ok(player) = player.trim().parse::<u32>() else {
+        return bad(400, format!("player={player} is not a number from 0 to 4294967295"));
+    };
+    let mut pos = [0.0f64; 2];
+    for (i, axis) in ["x", "y"].into_iter().enumerate() {
+        let Some(v) = get(axis) else {
+            return bad(400, format!("missing parameter {axis} (a position in world units)"));
+        };
+        match v.trim().parse::<f64>() {
+            Ok(f) => pos[i] = f,
+            Err(_) => return bad(400, format!("{axis}={v} is not a number")),
+        }
+    }
+    let cell = match cfg.world.cell_of(pos[0], pos[1]) {
+        Ok(c) => c,
+        Err(e) => return bad(400, e.to_string()),
+    };
+    let target = cfg.world.target_of(cell);
+    let expires_unix_s = now_unix_s.saturating_add(cfg.token_ttl_s);
+    let token = TokenClaims {
+        player,
+        group: target.port(),
+        expires_unix_s,
+    }
+    .sign(&cfg.secret);
+    let ticket = Ticket {
+        player,
+        cell: [cell.0, cell.1],
+        reflector: target.to_string(),
+        group: target.port(),
+        token: hex::encode(token),
+        expires_unix_s,
+    };
+    Reply {
+        status: 200,
+        body: serde_json::to_value(ticket).unwrap_or_default(),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("cannot listen on {addr}: {msg} (is another control server running there?)")]
+    Listen { addr: SocketAddr, msg: String },
+    #[error("cannot start the control server thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
+/// A running control server.
+pub struct ControlServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<u64>>,
+}
+
+impl ControlServer {
+    /// Binds (so a busy port is reported here) and serves until stopped.
+    /// Port 0 in `cfg.listen` picks a free port; see [`ControlServer::addr`].
+    pub fn start(cfg: ControlConfig, stop: Arc<AtomicBool>) -> Result<ControlServer, ControlError> {
+        let http = tiny_http::Server::http(cfg.listen).map_err(|e| ControlError::Listen {
+            addr: cfg.listen,
+            msg: e.to_string(),
+        })?;
+        let addr = http.server_addr().to_ip().unwrap_or(cfg.listen);
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("control".into())
+            .spawn(move || serve(http, cfg, &flag))
+            .map_err(ControlError::Thread)?;
+        Ok(ControlServer {
+            addr,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://ip:port`, what bots take as `--control`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops serving (within 100 ms) and waits; returns requests served.
+    pub fn stop(mut self) -> u64 {
+        self.stop.store(true, Relaxed);
+        self.thread.take().and_then(|t| t.join().ok()).unwrap_or(0)
+    }
+}
+
+impl Drop for ControlServer {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            self.stop.store(true, Relaxed);
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve(http: tiny_http::Server, cfg: ControlConfig, stop: &AtomicBool) -> u64 {
+    let mut served = 0u64;
+    // Both strings are constant ASCII, which from_bytes always accepts.
+    let json_header =
+        tiny_http::Header::from_bytes("Content-Type", "application/json").expect("static header is valid");
+    while !stop.load(Relaxed) {
+        let req = match http.recv_timeout(Duration::from_millis(100)) {
+            Ok(Some(r)) => r,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!("control server: accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        let now_s = crate::unix_now_ms() / 1000;
+        let reply = handle(&cfg, req.method().as_str(), req.url(), now_s);
+        if reply.status != 200 {
+            tracing::debug!(
+                "control: {} {} -> {} {}",
+                req.method(),
+                req.url(),
+                reply.status,
+                reply.body
+            );
+        }
+        let resp = tiny_http::Response::from_string(format!("{}\n", reply.body))
+            .with_status_code(reply.status)
+            .with_header(json_header.clone());
+        let _ = req.respond(resp);
+        served += 1;
+    }
+    served
+}
+
+/// `reflector control`.
+pub fn run(args: ControlArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
+    let secret = Secret::from_file(&args.secret_file)?;
+    let world = World::new(args.grid.0, args.grid.1, args.cell_size, args.assign, &args.reflectors)
+        .map_err(|e| format!("bad world: {e}"))?;
+    let cfg = ControlConfig {
+        listen: args.listen,
+        world,
+        secret,
+        token_ttl_s: args.token_ttl,
+    };
+    let (cols, rows, ntargets) = (cfg.world.cols, cfg.world.rows, cfg.world.targets.len());
+    let server = ControlServer::start(cfg, Arc::clone(&stop))?;
+    tracing::info!(
+        "control server at {}: {cols}x{rows} cells of {} units onto {ntargets} group(s) ({}); try {}/join?player=1&x=0&y=0",
+        server.addr(),
+        args.cell_size,
+        args.assign,
+        server.url()
+    );
+    let started = Instant::now();
+    while !stop.load(Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let served = server.stop();
+    tracing::info!(
+        "control server stopped after {:.1} s, {served} request(s) served",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refl(s: &str) -> ReflectorSpec {
+        parse_reflector(s).unwrap()
+    }
+
+    fn world(assign: Assign) -> World {
+        World::new(4, 2, 10.0, assign, &[refl("10.0.0.1:4000-4001"), refl("10.0.0.2:5000")]).unwrap()
+    }
+
+    #[test]
+    fn parses_reflectors_and_grids() {
+        assert_eq!(
+            refl("127.0.0.1:4000-4002"),
+            ReflectorSpec {
+                ip: "127.0.0.1".parse().unwrap(),
+                ports: vec![4000, 4001, 4002]
+            }
+        );
+        assert_eq!(refl("[::1]:7").ports, vec![7]);
+        assert!(parse_reflector("4000").unwrap_err().contains("IP:PORTS"));
+        assert!(parse_reflector("host:4000").unwrap_err().contains("not an IP"));
+        assert!(parse_reflector("0.0.0.0:4000").unwrap_err().contains("clients use"));
+        assert!(parse_reflector("1.2.3.4:x").is_err());
+        assert_eq!(parse_grid("8x4"), Ok((8, 4)));
+        assert!(parse_grid("8").is_err());
+        assert!(parse_grid("0x4").is_err());
+        assert!(parse_grid("ax4").is_err());
+    }
+
+    #[test]
+    fn cell_of_positions() {
+        let w = world(Assign::RoundRobin);
+        assert_eq!(w.cell_of(0.0, 0.0), Ok((0, 0)));
+        assert_eq!(w.cell_of(9.999, 10.0), Ok((0, 1)));
+        assert_eq!(w.cell_of(39.9, 19.9), Ok((3, 1)));
+        assert!(matches!(w.cell_of(40.0, 0.0), Err(MapError::Outside { axis: "x", .. })));
+        assert!(matches!(w.cell_of(0.0, 20.0), Err(MapError::Outside { axis: "y", .. })));
+        assert!(matches!(w.cell_of(-0.1, 0.0), Err(MapError::Outside { axis: "x", .. })));
+        assert!(matches!(w.cell_of(f64::NAN, 0.0), Err(MapError::NotFinite { .. })));
+        assert!(matches!(w.cell_of(0.0, f64::INFINITY), Err(MapError::NotFinite { .. })));
+        // The largest value below the edge must not round into a cell past the grid.
+        let edge = 40.0 - 1e-12;
+        assert_eq!(w.cell_of(edge, 0.0), Ok((3, 0)));
+    }
+
+    #[test]
+    fn round_robin_and_blocks() {
+        let rr = world(Assign::RoundRobin);
+        let t: Vec<String> = rr.targets.iter().map(|t| t.to_string()).collect();
+        assert_eq!(t, ["10.0.0.1:4000", "10.0.0.1:4001", "10.0.0.2:5000"]);
+        let cells: Vec<(u32, u32)> = (0..2).flat_map(|y| (0..4).map(move |x| (x, y))).collect();
+        let got: Vec<u16> = cells.iter().map(|&c| rr.target_of(c).port()).collect();
+        assert_eq!(got, [4000, 4001, 5000, 4000, 4001, 5000, 4000, 4001]);
+        let bl = world(Assign::Blocks);
+        let got: Vec<u16> = cells.iter().map(|&c| bl.target_of(c).port()).collect();
+        assert_eq!(got, [4000, 4000, 4000, 4001, 4001, 4001, 5000, 5000]);
+        // More targets than cells: every cell still gets a valid target.
+        let tiny = World::new(1, 1, 1.0, Assign::Blocks, &[refl("10.0.0.1:1-50")]).unwrap();
+        assert_eq!(tiny.target_of((0, 0)).port(), 1);
+        assert!(World::new(1, 1, 0.0, Assign::Blocks, &[refl("10.0.0.1:1")]).is_err());
+        assert!(World::new(1, 1, 1.0, Assign::Blocks, &[]).is_err());
+    }
+
+    fn cfg() -> ControlConfig {
+        ControlConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            world: world(Assign::RoundRobin),
+            secret: Secret::new(&[5; 32]).unwrap(),
+            token_ttl_s: 60,
+        }
+    }
+
+    #[test]
+    fn join_issues_a_verifiable_token() {
+        let c = cfg();
+        let r = handle(&c, "GET", "/join?player=42&x=15&y=5", 1_000);
+        assert_eq!(r.status, 200, "{}", r.body);
+        let t: Ticket = serde_json::from_value(r.body).unwrap();
+        assert_eq!(t.cell, [1, 0]);
+        assert_eq!(t.reflector, "10.0.0.1:4001");
+        assert_eq!(t.group, 4001);
+        assert_eq!(t.expires_unix_s, 1_060);
+        let token: [u8; crate::protocol::TOKEN_LEN] = hex::decode(&t.token).unwrap().try_into().unwrap();
+        let claims = crate::auth::verify_token(&c.secret, &token, 4001, 42, 1_000_000).unwrap();
+        assert_eq!(claims.expires_unix_s, 1_060);
+    }
+
+    #[test]
+    fn bad_requests_name_the_problem() {
+        let c = cfg();
+        let err = |url: &str| {
+            let r = handle(&c, "GET", url, 0);
+            assert_eq!(r.status, 400, "{url}: {}", r.body);
+            r.body["error"].as_str().unwrap().to_string()
+        };
+        assert!(err("/join?x=1&y=1").contains("player"));
+        assert!(err("/join?player=abc&x=1&y=1").contains("player=abc"));
+        assert!(err("/join?player=-1&x=1&y=1").contains("player"));
+        assert!(err("/join?player=1&y=1").contains("missing parameter x"));
+        assert!(err("/join?player=1&x=1").contains("missing parameter y"));
+        assert!(err("/join?player=1&x=zz&y=1").contains("x=zz"));
+        assert!(err("/join?player=1&x=1&y=1e9").contains("outside"));
+        assert!(err("/join?player=1&x=NaN&y=1").contains("finite"));
+        assert_eq!(handle(&c, "GET", "/nope", 0).status, 404);
+        assert_eq!(handle(&c, "POST", "/join", 0).status, 405);
+        assert_eq!(handle(&c, "GET", "/healthz", 0).status, 200);
+        // Encoded values are accepted.
+        assert_eq!(handle(&c, "GET", "/join?player=%31&x=1%2E5&y=1", 0).status, 200);
+        assert_eq!(handle(&c, "GET", "/join?player=1&x=1&y=%", 0).status, 400);
+    }
+
+    #[test]
+    fn world_json_describes_the_mapping() {
+        let r = handle(&cfg(), "GET", "/world", 0);
+        assert_eq!(r.status, 200);
+        let info: WorldInfo = serde_json::from_value(r.body.clone()).unwrap();
+        assert_eq!(info.grid, [4, 2]);
+        assert_eq!(info.size, [40.0, 20.0]);
+        assert_eq!(r.body["cells"].as_array().unwrap().len(), 8);
+        assert_eq!(r.body["cells"][2]["reflector"], "10.0.0.2:5000");
+    }
 }

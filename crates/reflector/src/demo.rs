@@ -1,11 +1,586 @@
-//! Loopback demo (placeholder; being written).
-use std::sync::atomic::AtomicBool;
+//! The loopback demo (`reflector demo`, run by `make demo`): a reflector,
+//! a control server and the bots, each a CHILD PROCESS of this same binary
+//! on 127.0.0.1, through a bounded scenario once per backend; then one
+//! table and a non-zero exit on any loss.
+//!
+//! Children are held by an RAII guard that stops them (SIGTERM, then
+//! SIGKILL) on every way out: success, error, Ctrl-C or panic. The
+//! reflector's CPU time is its user+sys from `getrusage(RUSAGE_CHILDREN)`
+//! taken just before and after reaping it (only it is reaped in between),
+//! divided by the datagrams the bots received.
+
+use crate::bots::BotsReport;
+use crate::CliError;
+use nix::sys::resource::{getrusage, UsageWho};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-#[derive(clap::Args, Debug)]
-pub struct DemoArgs {}
+#[derive(clap::Args, Debug, Clone)]
+#[command(
+    after_help = "For each backend in --backends: starts `reflector serve` (temporary secret, \
+free ports on 127.0.0.1), `reflector control` and `reflector bots` as child processes, runs the \
+scenario, and prints one table: datagrams sent, fanned out by the reflector, expected and received \
+by the bots, lost, reflector CPU (user+sys) per delivered datagram, and latency p50/p99. Children \
+are stopped on exit, error or Ctrl-C.\n\nExit status: 0 no loss, 1 loss, 2 errors."
+)]
+pub struct DemoArgs {
+    /// Bots (players), all in one child process.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(2..=5000))]
+    pub bots: u64,
+    /// Seconds of traffic per backend.
+    #[arg(long, default_value_t = 15.0)]
+    pub duration: f64,
+    /// DATA per second per bot.
+    #[arg(long, default_value_t = 10.0)]
+    pub rate: f64,
+    /// Datagram size in bytes, header included.
+    #[arg(long, default_value_t = 100)]
+    pub size: usize,
+    /// Seconds between bot moves (0 = never).
+    #[arg(long, default_value_t = 4.0)]
+    pub move_every: f64,
+    /// Backends to run in turn, comma separated.
+    #[arg(long, default_value = "sendmmsg,sendto", value_delimiter = ',')]
+    pub backends: Vec<String>,
+    /// Groups (reflector ports).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub groups: u64,
+    /// World grid COLSxROWS mapped onto the groups.
+    #[arg(long, default_value = "8x8")]
+    pub grid: String,
+    /// First group port (the groups use consecutive ports); default: free ports from the kernel.
+    #[arg(long)]
+    pub base_port: Option<u16>,
+    /// Control server port; default: a free port.
+    #[arg(long)]
+    pub control_port: Option<u16>,
+    /// Reflector event-loop threads (default: one per core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Seed for the bots.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
 
-/// Returns the process exit code (non-zero on loss).
-pub fn run(_args: DemoArgs, _stop: Arc<AtomicBool>) -> Result<i32, crate::CliError> {
-    Err("demo not built yet".into())
+/// One line of the demo table.
+#[derive(Debug, Clone, Serialize)]
+pub struct DemoRow {
+    pub backend: String,
+    pub sent: u64,
+    pub forwarded: u64,
+    pub fanned_out: u64,
+    pub expected: u64,
+    pub received: u64,
+    pub lost: u64,
+    pub errors: u64,
+    pub group_changes: u64,
+    pub reflector_cpu_s: f64,
+    pub cpu_ns_per_delivered: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+    /// Everything the reflector fanned out reached a bot socket.
+    pub counters_match: bool,
+}
+
+/// Child processes that are stopped when this goes out of scope.
+struct Children {
+    procs: Vec<(&'static str, Child)>,
+}
+
+impl Children {
+    fn new() -> Children {
+        Children { procs: Vec::new() }
+    }
+
+    fn add(&mut self, name: &'static str, c: Child) {
+        self.procs.push((name, c));
+    }
+
+    fn get(&mut self, name: &str) -> Option<&mut Child> {
+        self.procs.iter_mut().find(|(n, _)| *n == name).map(|(_, c)| c)
+    }
+
+    fn take(&mut self, name: &str) -> Option<Child> {
+        let i = self.procs.iter().position(|(n, _)| *n == name)?;
+        Some(self.procs.remove(i).1)
+    }
+}
+
+/// SIGTERM, wait up to `grace`, then SIGKILL; always reaps.
+fn stop_child(c: &mut Child, grace: Duration) -> Option<std::process::ExitStatus> {
+    if let Ok(Some(st)) = c.try_wait() {
+        return Some(st);
+    }
+    if let Ok(pid) = i32::try_from(c.id()) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+    }
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if let Ok(Some(st)) = c.try_wait() {
+            return Some(st);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = c.kill();
+    c.wait().ok()
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for (_, c) in self.procs.iter_mut().rev() {
+            stop_child(c, Duration::from_secs(2));
+        }
+    }
+}
+
+/// A temporary directory removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Result<TempDir, CliError> {
+        let mut rnd = [0u8; 6];
+        getrandom::getrandom(&mut rnd).map_err(|e| format!("no random source: {e}"))?;
+        let p = std::env::temp_dir().join(format!("reflector-demo-{}-{}", std::process::id(), hex::encode(rnd)));
+        std::fs::create_dir(&p).map_err(|e| format!("cannot create {}: {e}", p.display()))?;
+        Ok(TempDir(p))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn cpu_children() -> f64 {
+    getrusage(UsageWho::RUSAGE_CHILDREN).map_or(0.0, |r| {
+        let tv = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+        tv(r.user_time()) + tv(r.system_time())
+    })
+}
+
+/// `n` UDP ports on 127.0.0.1 that are free now (held together so they differ).
+fn free_udp_ports(n: usize) -> Result<Vec<u16>, CliError> {
+    let socks: Vec<UdpSocket> = (0..n)
+        .map(|_| UdpSocket::bind("127.0.0.1:0"))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("cannot find free UDP ports on 127.0.0.1: {e}"))?;
+    let mut ports = socks
+        .iter()
+        .map(|s| s.local_addr().map(|a| a.port()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("getsockname: {e}"))?;
+    ports.sort_unstable();
+    Ok(ports)
+}
+
+fn free_tcp_port() -> Result<u16, CliError> {
+    Ok(TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("cannot find a free TCP port on 127.0.0.1: {e}"))?
+        .port())
+}
+
+/// True once every one of `ports` is bound (by the reflector), read from
+/// `/proc/net/udp` so that probing has no side effect on the ports.
+fn udp_ports_bound(ports: &[u16]) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/udp") else {
+        return true; // cannot tell: the bots' join retries cover a late start
+    };
+    let bound: std::collections::HashSet<u16> = table
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .filter_map(|local| local.rsplit_once(':'))
+        .filter_map(|(_, port)| u16::from_str_radix(port, 16).ok())
+        .collect();
+    ports.iter().all(|p| bound.contains(p))
+}
+
+fn http_ok(url: &str) -> bool {
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_millis(500))
+        .build()
+        .get(url)
+        .call()
+        .is_ok()
+}
+
+fn wait_until(
+    what: &str,
+    stop: &AtomicBool,
+    children: &mut Children,
+    mut ok: impl FnMut() -> bool,
+) -> Result<(), CliError> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if ok() {
+            return Ok(());
+        }
+        if stop.load(Relaxed) {
+            return Err("interrupted".into());
+        }
+        for (name, c) in children.procs.iter_mut() {
+            if let Ok(Some(st)) = c.try_wait() {
+                return Err(format!(
+                    "the {name} child exited early ({st}) while waiting for {what}; see its messages above"
+                )
+                .into());
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("timed out after 10 s waiting for {what}").into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn ports_arg(ports: &[u16]) -> String {
+    ports.iter().map(u16::to_string).collect::<Vec<_>>().join(",")
+}
+
+struct Scenario<'a> {
+    args: &'a DemoArgs,
+    exe: PathBuf,
+    dir: &'a Path,
+    secret: PathBuf,
+}
+
+impl Scenario<'_> {
+    fn cmd(&self, sub: &str) -> Command {
+        let mut c = Command::new(&self.exe);
+        c.arg(sub).env("RUST_LOG", "warn").stdin(Stdio::null());
+        c
+    }
+
+    fn run(&self, backend: &str, stop: &AtomicBool) -> Result<DemoRow, CliError> {
+        let a = self.args;
+        let groups = a.groups as usize;
+        let ports = match a.base_port {
+            Some(b) => {
+                let last = u32::from(b) + a.groups as u32 - 1;
+                if b == 0 || last > 65535 {
+                    return Err(format!("--base-port {b} with {groups} groups runs past port 65535").into());
+                }
+                (b..=last as u16).collect()
+            }
+            None => free_udp_ports(groups)?,
+        };
+        let control_port = match a.control_port {
+            Some(p) => p,
+            None => free_tcp_port()?,
+        };
+        let control: SocketAddr = ([127, 0, 0, 1], control_port).into();
+        let summary = self.dir.join(format!("summary-{backend}.json"));
+        let mut children = Children::new();
+
+        let mut serve = self.cmd("serve");
+        serve
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--ports",
+                &ports_arg(&ports),
+                "--backend",
+                backend,
+            ])
+            .arg("--secret-file")
+            .arg(&self.secret)
+            .arg("--summary-json")
+            .arg(&summary)
+            .stdout(Stdio::null());
+        if let Some(t) = a.threads {
+            serve.args(["--threads", &t.to_string()]);
+        }
+        children.add(
+            "reflector",
+            serve.spawn().map_err(|e| format!("cannot start the reflector: {e}"))?,
+        );
+
+        let mut ctl = self.cmd("control");
+        ctl.args(["--listen", &control.to_string(), "--grid", &a.grid])
+            .arg("--reflector")
+            .arg(format!("127.0.0.1:{}", ports_arg(&ports)))
+            .arg("--secret-file")
+            .arg(&self.secret)
+            .stdout(Stdio::null());
+        children.add(
+            "control",
+            ctl.spawn()
+                .map_err(|e| format!("cannot start the control server: {e}"))?,
+        );
+
+        wait_until("the reflector's ports", stop, &mut children, || udp_ports_bound(&ports))?;
+        let health = format!("http://{control}/healthz");
+        wait_until("the control server", stop, &mut children, || http_ok(&health))?;
+
+        let mut bots = self.cmd("bots");
+        bots.args([
+            "--control",
+            &format!("http://{control}"),
+            "--count",
+            &a.bots.to_string(),
+            "--duration",
+            &a.duration.to_string(),
+            "--rate",
+            &a.rate.to_string(),
+            "--size",
+            &a.size.to_string(),
+            "--move-every",
+            &a.move_every.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--seed",
+            &a.seed.to_string(),
+            "--json",
+        ])
+        .stdout(Stdio::piped());
+        let mut child = bots.spawn().map_err(|e| format!("cannot start the bots: {e}"))?;
+        // Read the report on a thread so a full pipe never blocks the child.
+        let mut out = child.stdout.take().ok_or("bots child has no stdout")?;
+        let reader = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out.read_to_string(&mut s);
+            s
+        });
+        children.add("bots", child);
+        eprintln!(
+            "demo [{backend}]: {} bots, {} s, {} Hz x {} B, moves every {} s, {groups} groups, control {control}",
+            a.bots, a.duration, a.rate, a.size, a.move_every
+        );
+        let limit = Instant::now() + Duration::from_secs_f64(a.duration + 60.0);
+        loop {
+            if stop.load(Relaxed) {
+                return Err("interrupted".into());
+            }
+            let c = children.get("bots").ok_or("bots child vanished")?;
+            if c.try_wait()
+                .map_err(|e| format!("waiting for the bots: {e}"))?
+                .is_some()
+            {
+                break;
+            }
+            if Instant::now() > limit {
+                return Err("the bots ran far past their duration; stopped".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        children.take("bots");
+        let text = reader.join().unwrap_or_default();
+        let report: BotsReport = serde_json::from_str(&text)
+            .map_err(|e| format!("cannot read the bots' JSON report ({e}); see their messages above"))?;
+
+        // Only the reflector is reaped between these two readings.
+        let before = cpu_children();
+        let mut refl = children.take("reflector").ok_or("reflector child vanished")?;
+        let st = stop_child(&mut refl, Duration::from_secs(5));
+        let cpu = cpu_children() - before;
+        if !st.is_some_and(|s| s.success()) {
+            return Err(format!("the reflector exited with {st:?}").into());
+        }
+        let summary: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(&summary)
+                .map_err(|e| format!("cannot read the reflector summary {}: {e}", summary.display()))?,
+        )?;
+        let total = &summary["total"];
+        let num = |k: &str| total[k].as_u64().unwrap_or(0);
+        let fanned_out = num("fanned_out");
+        let t = &report.total;
+        let arrived = t.received + t.duplicates + t.uncertain + t.unexpected;
+        Ok(DemoRow {
+            backend: backend.to_string(),
+            sent: t.sent,
+            forwarded: num("forwarded"),
+            fanned_out,
+            expected: t.expected,
+            received: t.received,
+            lost: report.lost,
+            errors: report.error_count,
+            group_changes: report.group_changes,
+            reflector_cpu_s: cpu,
+            cpu_ns_per_delivered: if arrived > 0 { cpu * 1e9 / arrived as f64 } else { 0.0 },
+            p50_us: report.latency.p50_us,
+            p99_us: report.latency.p99_us,
+            max_us: report.latency.max_us,
+            counters_match: fanned_out == arrived && num("forwarded") == t.sent,
+        })
+    }
+}
+
+/// The demo table.
+pub fn table(rows: &[DemoRow]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:>9} {:>8} {:>10} {:>9} {:>9} {:>6} {:>7} {:>14} {:>9} {:>9} {:>8}",
+        "backend",
+        "sent",
+        "fanned out",
+        "expected",
+        "received",
+        "lost",
+        "moves",
+        "cpu/delivered",
+        "p50",
+        "p99",
+        "counters"
+    );
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "{:>9} {:>8} {:>10} {:>9} {:>9} {:>6} {:>7} {:>11.0} ns {:>6.0} us {:>6.0} us {:>8}",
+            r.backend,
+            r.sent,
+            r.fanned_out,
+            r.expected,
+            r.received,
+            r.lost,
+            r.group_changes,
+            r.cpu_ns_per_delivered,
+            r.p50_us,
+            r.p99_us,
+            if r.counters_match { "match" } else { "DIFFER" }
+        );
+    }
+    out
+}
+
+/// `reflector demo`.
+pub fn run(args: DemoArgs, stop: Arc<AtomicBool>) -> Result<i32, CliError> {
+    if args.backends.is_empty() {
+        return Err("--backends is empty: give e.g. sendmmsg,sendto".into());
+    }
+    for b in &args.backends {
+        if !crate::backend::BACKENDS.contains(&b.as_str()) {
+            return Err(format!(
+                "unknown backend '{b}' in --backends; known: {}",
+                crate::backend::BACKENDS.join(", ")
+            )
+            .into());
+        }
+    }
+    if !(args.duration.is_finite() && args.duration > 0.0) {
+        return Err(format!("--duration must be a positive number of seconds, got {}", args.duration).into());
+    }
+    crate::control::parse_grid(&args.grid).map_err(|e| format!("--grid: {e}"))?;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
+    let dir = TempDir::new()?;
+    let secret = dir.0.join("secret");
+    let mut key = [0u8; 32];
+    getrandom::getrandom(&mut key).map_err(|e| format!("no random source: {e}"))?;
+    std::fs::write(&secret, hex::encode(key)).map_err(|e| format!("cannot write {}: {e}", secret.display()))?;
+    let sc = Scenario {
+        args: &args,
+        exe,
+        dir: &dir.0,
+        secret,
+    };
+    let mut rows = Vec::new();
+    for b in &args.backends {
+        let row = sc.run(b, &stop)?;
+        eprintln!(
+            "demo [{b}]: sent {}, received {}/{} expected, lost {}",
+            row.sent, row.received, row.expected, row.lost
+        );
+        rows.push(row);
+    }
+    println!(
+        "\nreflector loopback demo: {} bots, {} s per backend, {} Hz x {} B, moves every {} s, {} groups\n",
+        args.bots, args.duration, args.rate, args.size, args.move_every, args.groups
+    );
+    print!("{}", table(&rows));
+    if let Some(p) = &args.json {
+        std::fs::write(p, serde_json::to_string_pretty(&rows)?)
+            .map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+    }
+    let lost: u64 = rows.iter().map(|r| r.lost).sum();
+    let errors: u64 = rows.iter().map(|r| r.errors).sum();
+    let mismatch = rows.iter().any(|r| !r.counters_match);
+    Ok(if errors > 0 || mismatch {
+        println!(
+            "\nFAIL: {errors} error(s){}",
+            if mismatch {
+                ", reflector and bot counters differ"
+            } else {
+                ""
+            }
+        );
+        2
+    } else if lost > 0 {
+        println!("\nFAIL: {lost} datagram(s) lost");
+        1
+    } else {
+        println!("\nOK: no loss; every fanned-out datagram reached its bot");
+        0
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bound_ports_are_seen_in_proc() {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let p = s.local_addr().unwrap().port();
+        assert!(udp_ports_bound(&[p]));
+        drop(s);
+        let free = free_udp_ports(3).unwrap();
+        assert_eq!(free.len(), 3);
+        assert!(free.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(ports_arg(&[1, 2, 30]), "1,2,30");
+    }
+
+    #[test]
+    fn guard_stops_children() {
+        let child = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id();
+        {
+            let mut g = Children::new();
+            g.add("sleep", child);
+        }
+        // Reaped by the guard: the pid no longer names our child.
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(!stat.contains("(sleep)") || stat.contains(" Z "), "{stat}");
+    }
+
+    #[test]
+    fn table_has_a_row_per_backend() {
+        let row = DemoRow {
+            backend: "sendto".into(),
+            sent: 10,
+            forwarded: 10,
+            fanned_out: 90,
+            expected: 90,
+            received: 90,
+            lost: 0,
+            errors: 0,
+            group_changes: 3,
+            reflector_cpu_s: 0.001,
+            cpu_ns_per_delivered: 11111.0,
+            p50_us: 50.0,
+            p99_us: 99.0,
+            max_us: 120.0,
+            counters_match: true,
+        };
+        let t = table(&[row]);
+        assert_eq!(t.lines().count(), 2);
+        assert!(
+            t.contains("sendto") && t.contains("match") && t.contains("11111 ns"),
+            "{t}"
+        );
+    }
 }

@@ -1,0 +1,239 @@
+//! Loopback end to end: an in-process reflector, control server and bots
+//! (library calls, not the CLI), on 127.0.0.1 only, with free ports.
+//! Every run is bounded by the bots' duration and grace period.
+
+use reflector::auth::Secret;
+use reflector::bots::{run_bots, BotsConfig};
+use reflector::control::{Assign, ControlConfig, ControlServer, ReflectorSpec, World};
+use reflector::membership::{Keys, Policy};
+use reflector::server::{Server, ServerConfig};
+use std::net::IpAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+const LOCAL: [u8; 4] = [127, 0, 0, 1];
+
+struct Setup {
+    server: Server,
+    control: ControlServer,
+}
+
+/// A reflector with `groups` free ports and a control server mapping a
+/// `grid` world onto them, sharing one secret.
+fn setup(backend: &str, groups: usize, grid: (u32, u32)) -> Setup {
+    setup_with_stop(backend, groups, grid, Arc::new(AtomicBool::new(false)))
+}
+
+fn setup_with_stop(backend: &str, groups: usize, grid: (u32, u32), stop: Arc<AtomicBool>) -> Setup {
+    let secret = Secret::new(&[0x5a; 32]).unwrap();
+    let server = Server::start(
+        ServerConfig {
+            bind: IpAddr::from(LOCAL),
+            ports: vec![0; groups],
+            keys: Keys {
+                token_secret: secret.clone(),
+                cookie_key: Secret::random(),
+            },
+            policy: Policy::default(),
+            backend: backend.into(),
+            threads: 2,
+            rcvbuf: 4 << 20,
+            sndbuf: 4 << 20,
+        },
+        stop,
+    )
+    .unwrap();
+    let world = World::new(
+        grid.0,
+        grid.1,
+        100.0,
+        Assign::RoundRobin,
+        &[ReflectorSpec {
+            ip: IpAddr::from(LOCAL),
+            ports: server.ports().to_vec(),
+        }],
+    )
+    .unwrap();
+    let control = ControlServer::start(
+        ControlConfig {
+            listen: (LOCAL, 0).into(),
+            world,
+            secret,
+            token_ttl_s: 60,
+        },
+        Arc::new(AtomicBool::new(false)),
+    )
+    .unwrap();
+    Setup { server, control }
+}
+
+fn bots(control: &ControlServer, n: usize) -> BotsConfig {
+    let mut c = BotsConfig::new(&control.url(), n);
+    c.bind = IpAddr::from(LOCAL);
+    c.grace = Duration::from_secs(2);
+    c
+}
+
+/// N bots in one group, M datagrams each, no moves: every bot receives
+/// exactly (N-1)*M and the reflector's counters agree.
+fn fixed_count(backend: &str) {
+    const N: usize = 8;
+    const M: u64 = 40;
+    let s = setup(backend, 1, (1, 1));
+    let mut cfg = bots(&s.control, N);
+    cfg.rate_hz = 40.0;
+    cfg.max_datagrams = Some(M);
+    cfg.move_every = None;
+    cfg.sync_start = true;
+    // The quota ends the run long before this.
+    cfg.duration = Duration::from_secs(15);
+    let report = run_bots(&cfg, &AtomicBool::new(false)).unwrap();
+    s.server.stop();
+    let reg = s.server.join().unwrap();
+    s.control.stop();
+    assert_eq!(report.error_count, 0, "{:?}", report.errors);
+    for b in &report.per_bot {
+        assert_eq!(b.tally.sent, M, "bot {}", b.player);
+        assert_eq!(b.tally.expected, (N as u64 - 1) * M, "bot {}", b.player);
+        assert_eq!(b.tally.received, (N as u64 - 1) * M, "bot {}", b.player);
+        assert_eq!(
+            (b.lost, b.tally.duplicates, b.tally.unexpected),
+            (0, 0, 0),
+            "bot {}",
+            b.player
+        );
+    }
+    let t = reg.total();
+    assert_eq!(t.forwarded, N as u64 * M);
+    assert_eq!(t.fanned_out, N as u64 * (N as u64 - 1) * M);
+    assert_eq!(t.joins, N as u64);
+    assert_eq!(t.leaves, N as u64);
+    assert_eq!(t.dropped_non_member, 0);
+    assert_eq!(report.exit_code(), 0);
+    assert!(report.latency.count == t.fanned_out && report.latency.p99_us > 0.0);
+}
+
+#[test]
+fn fixed_count_sendto() {
+    fixed_count("sendto");
+}
+
+#[test]
+fn fixed_count_sendmmsg() {
+    fixed_count("sendmmsg");
+}
+
+/// Bots that keep moving across cells and groups lose nothing, and what the
+/// reflector fanned out is exactly what the bots received.
+#[test]
+fn moving_bots_lose_nothing() {
+    let s = setup("sendmmsg", 4, (4, 4));
+    let mut cfg = bots(&s.control, 16);
+    cfg.duration = Duration::from_secs(3);
+    cfg.rate_hz = 20.0;
+    cfg.move_every = Some(Duration::from_millis(400));
+    cfg.seed = 7;
+    let report = run_bots(&cfg, &AtomicBool::new(false)).unwrap();
+    s.server.stop();
+    let reg = s.server.join().unwrap();
+    s.control.stop();
+    assert_eq!(report.error_count, 0, "{:?}", report.errors);
+    assert_eq!(report.lost, 0, "{}", report.table(true));
+    assert!(report.group_changes > 0, "nobody changed group: {}", report.table(true));
+    let t = reg.total();
+    assert_eq!(t.forwarded, report.total.sent);
+    let received_all =
+        report.total.received + report.total.duplicates + report.total.uncertain + report.total.unexpected;
+    assert_eq!(t.fanned_out, received_all);
+    assert_eq!(report.total.unexpected, 0);
+    assert!(report.total.expected > 0);
+    assert_eq!(t.leaves, t.joins, "every join ends with a leave");
+}
+
+/// A bot whose control server is gone fails with a message naming it.
+#[test]
+fn unreachable_control_server_is_an_error() {
+    // Bind and drop to get a port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cfg = BotsConfig::new(&format!("http://127.0.0.1:{port}"), 1);
+    let err = run_bots(&cfg, &AtomicBool::new(false)).unwrap_err().to_string();
+    assert!(err.contains("reflector control"), "{err}");
+}
+
+/// The HTTP layer of the control server: JSON answers and 400s that name
+/// the bad parameter.
+#[test]
+fn control_server_over_http() {
+    let s = setup("sendto", 2, (2, 1));
+    let base = s.control.url();
+    let get = |path: &str| -> (u16, serde_json::Value) {
+        match ureq::get(&format!("{base}{path}")).call() {
+            Ok(r) => (r.status(), r.into_json().unwrap()),
+            Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap()),
+            Err(e) => panic!("{path}: {e}"),
+        }
+    };
+    let (code, body) = get("/join?player=3&x=150&y=50");
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["cell"], serde_json::json!([1, 0]));
+    assert_eq!(body["group"], s.server.ports()[1]);
+    assert_eq!(body["reflector"], format!("127.0.0.1:{}", s.server.ports()[1]));
+    assert_eq!(body["token"].as_str().unwrap().len(), 64);
+    let (code, body) = get("/join?player=3&x=250&y=50");
+    assert_eq!(code, 400);
+    assert!(body["error"].as_str().unwrap().contains("x=250"), "{body}");
+    let (code, body) = get("/join?player=3&y=50");
+    assert_eq!(code, 400);
+    assert!(
+        body["error"].as_str().unwrap().contains("missing parameter x"),
+        "{body}"
+    );
+    assert_eq!(get("/healthz").0, 200);
+    let (code, world) = get("/world");
+    assert_eq!(code, 200);
+    assert_eq!(world["grid"], serde_json::json!([2, 1]));
+    assert_eq!(get("/other").0, 404);
+    s.server.stop();
+    s.server.join().unwrap();
+    s.control.stop();
+}
+
+/// Loss is detected end to end: the reflector stops in the middle of the
+/// run, so everything sent afterwards is lost at the tail, exactly.
+#[test]
+fn reflector_gone_midway_is_counted_as_tail_loss() {
+    const N: usize = 4;
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = setup_with_stop("sendto", 1, (1, 1), Arc::clone(&stop));
+    let mut cfg = bots(&s.control, N);
+    cfg.move_every = None;
+    cfg.sync_start = true;
+    cfg.rate_hz = 20.0;
+    cfg.duration = Duration::from_millis(2500);
+    cfg.grace = Duration::from_millis(500);
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1200));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let report = run_bots(&cfg, &AtomicBool::new(false)).unwrap();
+    stopper.join().unwrap();
+    let reg = s.server.join().unwrap();
+    s.control.stop();
+    let t = reg.total();
+    assert_eq!(report.error_count, 0, "{:?}", report.errors);
+    assert!(
+        t.forwarded < report.total.sent,
+        "the reflector stopped before the bots did"
+    );
+    // Exactly what was not fanned out is missing.
+    assert_eq!(report.total.received, t.fanned_out);
+    assert_eq!(report.lost, (N as u64 - 1) * report.total.sent - t.fanned_out);
+    assert!(report.total.tail_lost > 0);
+    assert_eq!(report.exit_code(), 1);
+    assert!(report.table(false).contains("LOSS"));
+}
