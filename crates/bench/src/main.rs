@@ -63,7 +63,8 @@ enum Cmd {
 
 #[derive(clap::Args)]
 struct BenchArgs {
-    /// Smaller grid (50 and 1000 bytes x 3 and 90 receivers, fewer copies, one run each).
+    /// Smaller grid: 50 and 1000 bytes x 3 and 90 receivers, 0.5 s runs, one run each (default: the
+    /// full grid, 0.8 s runs, 5 runs per cell and implementation).
     #[arg(long)]
     quick: bool,
     /// Summary CSV to write (medians and ratios); every run goes to <stem>_runs.csv beside it.
@@ -124,7 +125,7 @@ fn bench(a: BenchArgs) -> Result<ExitCode, BenchError> {
     let (def_sizes, def_receivers, def_seconds, def_repeat) = if a.quick {
         (&grid::QUICK_SIZES[..], &grid::QUICK_RECEIVERS[..], 0.5, 1)
     } else {
-        (&grid::PAPER_SIZES[..], &grid::PAPER_RECEIVERS[..], 1.0, 3)
+        (&grid::PAPER_SIZES[..], &grid::PAPER_RECEIVERS[..], 0.8, 5)
     };
     let sizes = match &a.sizes {
         Some(s) => grid::parse_list(s, "--sizes", reflector::protocol::HEADER_LEN, 65_507).map_err(cfg)?,

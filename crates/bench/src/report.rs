@@ -120,6 +120,9 @@ pub struct Summary {
     pub copies_per_s: f64,
     pub payload_mbps: f64,
     pub proc_ns: f64,
+    /// Fastest and slowest run: the spread the median hides.
+    pub proc_ns_min: f64,
+    pub proc_ns_max: f64,
     pub proc_user_ns: f64,
     pub proc_sys_ns: f64,
     pub sched_ns: f64,
@@ -164,6 +167,8 @@ pub fn summarize(results: &[(Cell, Impl, Measurement)]) -> Vec<Summary> {
                 copies_per_s,
                 payload_mbps: copies_per_s * cell.size as f64 * 8.0 / 1e6,
                 proc_ns: med(Measurement::proc_ns_per_copy),
+                proc_ns_min: ms.iter().map(|m| m.proc_ns_per_copy()).fold(f64::NAN, f64::min),
+                proc_ns_max: ms.iter().map(|m| m.proc_ns_per_copy()).fold(f64::NAN, f64::max),
                 proc_user_ns: med(Measurement::proc_user_ns_per_copy),
                 proc_sys_ns: med(Measurement::proc_sys_ns_per_copy),
                 sched_ns: med(Measurement::sched_ns_per_copy),
@@ -195,7 +200,7 @@ pub fn summarize(results: &[(Cell, Impl, Measurement)]) -> Vec<Summary> {
 }
 
 pub const CSV_HEADER: &str = "payload_bytes,receivers,impl,runs,datagrams,copies_expected,copies_received,loss,bad_copies,\
-copies_per_s,payload_mbps,proc_cpu_ns_per_copy,proc_user_ns_per_copy,proc_sys_ns_per_copy,sched_cpu_ns_per_copy,\
+copies_per_s,payload_mbps,proc_cpu_ns_per_copy,proc_cpu_ns_min,proc_cpu_ns_max,proc_user_ns_per_copy,proc_sys_ns_per_copy,sched_cpu_ns_per_copy,\
 system_cpu_ns_per_copy,loadgen_cpu_ns_per_copy,others_cpu_ns_per_copy,enobufs_waits,eagain_waits,send_errors,ratio_proc_vs_raw,ratio_sched_vs_raw,ratio_system_vs_raw";
 
 fn f(x: f64, digits: usize) -> String {
@@ -212,7 +217,7 @@ pub fn csv(summaries: &[Summary]) -> String {
     for r in summaries {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             r.cell.size,
             r.cell.receivers,
             r.imp,
@@ -225,6 +230,8 @@ pub fn csv(summaries: &[Summary]) -> String {
             f(r.copies_per_s, 0),
             f(r.payload_mbps, 1),
             f(r.proc_ns, 1),
+            f(r.proc_ns_min, 1),
+            f(r.proc_ns_max, 1),
             f(r.proc_user_ns, 1),
             f(r.proc_sys_ns, 1),
             f(r.sched_ns, 1),
@@ -426,6 +433,7 @@ mod tests {
         assert_eq!(raw.runs, 3);
         assert!((raw.proc_ns - 1100.0).abs() < 1e-9, "median of 1000, 1100, 1200");
         assert!((raw.ratio_proc - 1.0).abs() < 1e-12);
+        assert!((raw.proc_ns_min - 1000.0).abs() < 1e-9 && (raw.proc_ns_max - 1200.0).abs() < 1e-9);
         assert!((get(a, Impl::Sendto).ratio_proc - 1200.0 / 1100.0).abs() < 1e-9);
         assert!((get(b, Impl::Sendto).ratio_proc - 1.25).abs() < 1e-9);
         let text = csv(&s);
