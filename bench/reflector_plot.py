@@ -24,7 +24,7 @@ STYLE = {
 ROWS = [
     ("proc_cpu_ns_per_copy", "process CPU per copy (ns)"),
     ("ratio_proc_vs_raw", "process CPU / raw loop"),
-    ("system_cpu_ns_per_copy", "machine-wide CPU per copy (ns)"),
+    ("system_cpu_ns_per_copy", "machine-wide CPU per copy (ns)\nincl. other programs"),
 ]
 
 
