@@ -30,6 +30,8 @@ pub enum BenchError {
     Child { program: String, detail: String },
     #[error("{0}")]
     Setup(String),
+    #[error("interrupted")]
+    Interrupted,
 }
 
 /// Sets both socket buffers to `bytes`, above `net.core.[rw]mem_max` when

@@ -28,6 +28,8 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A run with no received copy for this long has lost something: stop
@@ -56,6 +58,9 @@ pub struct Harness {
     /// CPU for the child, when pinning (this process is pinned elsewhere).
     pub child_cpu: Option<usize>,
     pub workdir: PathBuf,
+    /// Set by Ctrl-C / SIGTERM: the current run is abandoned (its child
+    /// killed) and the error [`BenchError::Interrupted`] returned.
+    pub stop: Arc<AtomicBool>,
     secret: Secret,
     secret_file: PathBuf,
 }
@@ -130,6 +135,7 @@ impl Harness {
             amount,
             child_cpu,
             workdir: workdir.to_path_buf(),
+            stop: Arc::new(AtomicBool::new(false)),
             secret,
             secret_file,
         })
@@ -147,7 +153,7 @@ impl Harness {
             pin_process(child.pid(), cpu)?;
         }
         clients.set_nonblocking()?;
-        let mut gen = Generator::new(&clients, child.target, self.window)?;
+        let mut gen = Generator::new(&clients, child.target, self.window, &self.stop)?;
         let r = run.cell.receivers.max(1) as u64;
         let warm_start = Instant::now();
         let warm = gen.pump((WARMUP_COPIES / r).max(100))?;
@@ -241,6 +247,7 @@ impl Harness {
             };
             match self.join_all(&mut running, clients, port) {
                 Ok(()) => return Ok(running),
+                Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
                 Err(e) => last_err = Some(e),
             }
         }
@@ -259,6 +266,9 @@ impl Harness {
                 expires_unix_s: expires,
             }
             .sign(&self.secret);
+            if self.stop.load(Relaxed) {
+                return Err(BenchError::Interrupted);
+            }
             join(sock, running, port, player, &token, deadline)?;
         }
         Ok(())
@@ -617,6 +627,7 @@ struct Phase {
 /// Sends DATA and counts copies, with a bounded number in flight.
 struct Generator<'a> {
     clients: &'a Clients,
+    stop: &'a AtomicBool,
     target: SocketAddr,
     window: u64,
     epoll: Epoll,
@@ -626,7 +637,12 @@ struct Generator<'a> {
 }
 
 impl<'a> Generator<'a> {
-    fn new(clients: &'a Clients, target: SocketAddr, window: u64) -> Result<Generator<'a>, BenchError> {
+    fn new(
+        clients: &'a Clients,
+        target: SocketAddr,
+        window: u64,
+        stop: &'a AtomicBool,
+    ) -> Result<Generator<'a>, BenchError> {
         let sys = |call, e: nix::errno::Errno| BenchError::Sys { call, source: e.into() };
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| sys("epoll_create", e))?;
         for (i, s) in clients.receivers.iter().enumerate() {
@@ -642,6 +658,7 @@ impl<'a> Generator<'a> {
         }
         Ok(Generator {
             clients,
+            stop,
             target,
             window: window.max(1),
             epoll,
@@ -659,6 +676,9 @@ impl<'a> Generator<'a> {
         let mut last_progress = Instant::now();
         let size = self.clients.cell.size;
         while received < expected {
+            if self.stop.load(Relaxed) {
+                return Err(BenchError::Interrupted);
+            }
             // In flight = datagrams not yet received by every receiver.
             while sent < count && sent * r < received + self.window * r {
                 self.seq = self.seq.wrapping_add(1);

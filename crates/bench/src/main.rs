@@ -157,6 +157,12 @@ fn bench(a: BenchArgs) -> Result<ExitCode, BenchError> {
             reflector_bin.display()
         )));
     }
+    // Ctrl-C / SIGTERM: the current run is abandoned, its child killed, the
+    // temp files removed, and the exit status is 130.
+    let stop = reflector::stop_flag().map_err(|source| BenchError::Sys {
+        call: "sigaction(SIGINT/SIGTERM)",
+        source,
+    })?;
     let cpus = loadgen::allowed_cpus();
     let child_cpu = if !a.no_pin && cpus.len() >= 2 {
         loadgen::pin(nix::unistd::Pid::from_raw(0), cpus[0])?;
@@ -174,7 +180,7 @@ fn bench(a: BenchArgs) -> Result<ExitCode, BenchError> {
         None
     };
     let workdir = WorkDir::create()?;
-    let harness = Harness::new(
+    let mut harness = Harness::new(
         reflector_bin,
         self_bin,
         a.bufsize,
@@ -183,6 +189,7 @@ fn bench(a: BenchArgs) -> Result<ExitCode, BenchError> {
         child_cpu,
         &workdir.0,
     )?;
+    harness.stop = stop;
     let runs = grid::plan(&sizes, &receivers, &imps, repeat);
     println!(
         "reflector-bench: {} runs ({} sizes x {} receiver counts x {} implementations x {} repeats), {} each",
@@ -199,11 +206,24 @@ fn bench(a: BenchArgs) -> Result<ExitCode, BenchError> {
     let start = Instant::now();
     let mut results = Vec::new();
     for (i, run) in runs.iter().enumerate() {
-        let m = harness.measure(run)?;
+        let m = match harness.measure(run) {
+            Ok(m) => m,
+            Err(BenchError::Interrupted) => {
+                eprintln!(
+                    "reflector-bench: interrupted after {i} of {} runs; nothing written",
+                    runs.len()
+                );
+                return Ok(ExitCode::from(130));
+            }
+            Err(e) => return Err(e),
+        };
+        let done = i + 1;
+        let eta = start.elapsed().as_secs_f64() / done as f64 * (runs.len() - done) as f64;
         println!(
-            "[{:>3}/{}] {:>4} B x {:>2} rcv  {:<29} {:>8} copies {:>9.0}/s  {:>6.0} ns/copy (sched {:>6.0})  system {:>6.0}  others {:>6.0}  ENOBUFS {}  loss {}",
-            i + 1,
+            "[{:>3}/{} ETA {:>3.0} s] {:>4} B x {:>2} rcv  {:<29} {:>8} copies {:>9.0}/s  {:>6.0} ns/copy (sched {:>6.0})  system {:>6.0}  others {:>6.0}  ENOBUFS {}  loss {}",
+            done,
             runs.len(),
+            eta,
             run.cell.size,
             run.cell.receivers,
             loadgen::describe(run.imp),
