@@ -201,6 +201,9 @@ impl Harness {
             enobufs_waits: counters.enobufs_waits,
             eagain_waits: counters.eagain_waits,
             send_errors: counters.send_errors,
+            // Signed on purpose: a child that counted more than arrived and
+            // one that counted less are different bugs.
+            counter_mismatch: counters.sent as i64 - (warm.received + phase.received) as i64,
         })
     }
 
@@ -492,6 +495,8 @@ struct Running {
 /// What the implementation counted about its own sends.
 #[derive(Debug, Default)]
 struct ChildCounters {
+    /// Copies the child says it sent, warm-up included.
+    sent: u64,
     enobufs_waits: u64,
     eagain_waits: u64,
     send_errors: u64,
@@ -572,6 +577,7 @@ impl Running {
                     serde_json::from_str(&text).map_err(|e| child_err(format!("summary JSON does not parse: {e}")))?;
                 let g = |k: &str| v["total"][k].as_u64().unwrap_or(0);
                 Ok(ChildCounters {
+                    sent: g("fanned_out"),
                     enobufs_waits: g("enobufs_waits"),
                     eagain_waits: g("eagain_waits"),
                     send_errors: g("send_errors"),
@@ -593,6 +599,7 @@ impl Running {
                     .ok_or_else(|| child_err(format!("unexpected final line '{}'", line.trim())))?;
                 wait_exit(&mut guard.0, Duration::from_secs(10)).map_err(child_err)?;
                 Ok(ChildCounters {
+                    sent: st.sent,
                     enobufs_waits: st.retries,
                     eagain_waits: 0,
                     send_errors: st.send_errors,

@@ -255,9 +255,12 @@ fn bench(a: BenchArgs) -> Result<ExitCode, BenchError> {
         runs_path.display(),
         start.elapsed().as_secs_f64()
     );
-    let lost: u64 = summaries.iter().map(|s| s.loss() + s.send_errors).sum();
+    let lost: u64 = summaries
+        .iter()
+        .map(|s| s.loss() + s.send_errors + s.bad_copies + s.counter_mismatch)
+        .sum();
     if lost > 0 {
-        eprintln!("reflector-bench: {lost} copies were lost or not sent; see the loss column");
+        eprintln!("reflector-bench: {lost} copies were lost, not sent, malformed or miscounted; see the CSV");
         return Ok(ExitCode::from(3));
     }
     Ok(ExitCode::SUCCESS)

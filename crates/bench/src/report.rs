@@ -31,6 +31,9 @@ pub struct Measurement {
     pub eagain_waits: u64,
     /// Copies the implementation gave up on (must be 0).
     pub send_errors: u64,
+    /// Copies the implementation counted as sent minus copies received,
+    /// warm-up included (must be 0: its counters match the wire).
+    pub counter_mismatch: i64,
 }
 
 impl Measurement {
@@ -132,6 +135,8 @@ pub struct Summary {
     pub enobufs_waits: u64,
     pub eagain_waits: u64,
     pub send_errors: u64,
+    /// Sum over the runs of |counter_mismatch|.
+    pub counter_mismatch: u64,
     /// proc_ns / the anchor's proc_ns in the same cell.
     pub ratio_proc: f64,
     pub ratio_sched: f64,
@@ -178,6 +183,7 @@ pub fn summarize(results: &[(Cell, Impl, Measurement)]) -> Vec<Summary> {
                 enobufs_waits: sum(|m| m.enobufs_waits),
                 eagain_waits: sum(|m| m.eagain_waits),
                 send_errors: sum(|m| m.send_errors),
+                counter_mismatch: sum(|m| m.counter_mismatch.unsigned_abs()),
                 ratio_proc: f64::NAN,
                 ratio_sched: f64::NAN,
                 ratio_system: f64::NAN,
@@ -201,7 +207,7 @@ pub fn summarize(results: &[(Cell, Impl, Measurement)]) -> Vec<Summary> {
 
 pub const CSV_HEADER: &str = "payload_bytes,receivers,impl,runs,datagrams,copies_expected,copies_received,loss,bad_copies,\
 copies_per_s,payload_mbps,proc_cpu_ns_per_copy,proc_cpu_ns_min,proc_cpu_ns_max,proc_user_ns_per_copy,proc_sys_ns_per_copy,sched_cpu_ns_per_copy,\
-system_cpu_ns_per_copy,loadgen_cpu_ns_per_copy,others_cpu_ns_per_copy,enobufs_waits,eagain_waits,send_errors,ratio_proc_vs_raw,ratio_sched_vs_raw,ratio_system_vs_raw";
+system_cpu_ns_per_copy,loadgen_cpu_ns_per_copy,others_cpu_ns_per_copy,enobufs_waits,eagain_waits,send_errors,counter_mismatch,ratio_proc_vs_raw,ratio_sched_vs_raw,ratio_system_vs_raw";
 
 fn f(x: f64, digits: usize) -> String {
     if x.is_finite() {
@@ -217,7 +223,7 @@ pub fn csv(summaries: &[Summary]) -> String {
     for r in summaries {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             r.cell.size,
             r.cell.receivers,
             r.imp,
@@ -241,6 +247,7 @@ pub fn csv(summaries: &[Summary]) -> String {
             r.enobufs_waits,
             r.eagain_waits,
             r.send_errors,
+            r.counter_mismatch,
             f(r.ratio_proc, 3),
             f(r.ratio_sched, 3),
             f(r.ratio_system, 3),
@@ -250,7 +257,7 @@ pub fn csv(summaries: &[Summary]) -> String {
 }
 
 pub const RUNS_CSV_HEADER: &str = "payload_bytes,receivers,impl,rep,datagrams,copies_expected,copies_received,bad_copies,\
-wall_s,proc_user_ticks,proc_sys_ticks,proc_sched_ns,system_busy_ticks,loadgen_ticks,ticks_per_s,enobufs_waits,eagain_waits,send_errors";
+wall_s,proc_user_ticks,proc_sys_ticks,proc_sched_ns,system_busy_ticks,loadgen_ticks,ticks_per_s,enobufs_waits,eagain_waits,send_errors,counter_mismatch";
 
 /// Every run, unaggregated, for anyone who wants to redo the statistics.
 pub fn runs_csv(results: &[(Cell, Impl, usize, Measurement)]) -> String {
@@ -259,7 +266,7 @@ pub fn runs_csv(results: &[(Cell, Impl, usize, Measurement)]) -> String {
     for (c, i, rep, m) in results {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{:.6},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{:.6},{},{},{},{},{},{},{},{},{},{}",
             c.size,
             c.receivers,
             i,
@@ -277,7 +284,8 @@ pub fn runs_csv(results: &[(Cell, Impl, usize, Measurement)]) -> String {
             m.ticks_per_s,
             m.enobufs_waits,
             m.eagain_waits,
-            m.send_errors
+            m.send_errors,
+            m.counter_mismatch
         );
     }
     s
@@ -360,7 +368,12 @@ pub fn verdict(summaries: &[Summary], target: f64) -> String {
     }
     let lost: u64 = summaries.iter().map(Summary::loss).sum();
     let bad: u64 = summaries.iter().map(|r| r.bad_copies + r.send_errors).sum();
-    let _ = writeln!(s, "copies lost: {lost}; wrong-length copies + send errors: {bad}");
+    let mismatch: u64 = summaries.iter().map(|r| r.counter_mismatch).sum();
+    let _ = writeln!(
+        s,
+        "copies lost: {lost}; wrong-length copies + send errors: {bad}; \
+         implementation's sent counter minus copies received: {mismatch}"
+    );
     s
 }
 

@@ -33,6 +33,10 @@ fn check(h: &Harness, imp: Impl) {
     assert_eq!(m.copies_received, 6_000, "{imp}: every copy arrives");
     assert_eq!(m.bad_copies, 0, "{imp}");
     assert_eq!(m.send_errors, 0, "{imp}");
+    assert_eq!(
+        m.counter_mismatch, 0,
+        "{imp}: its own sent counter matches what arrived"
+    );
     assert!(m.wall_s > 0.0);
 }
 
