@@ -238,8 +238,7 @@ fn bench(a: BenchArgs) -> Result<ExitCode, BenchError> {
         );
         results.push((run.cell, run.imp, run.rep, m));
     }
-    let flat: Vec<_> = results.iter().map(|(c, i, _, m)| (*c, *i, *m)).collect();
-    let summaries = report::summarize(&flat);
+    let summaries = report::summarize(&results);
     write(&a.out, &report::csv(&summaries))?;
     let runs_path = runs_csv_path(&a.out);
     write(&runs_path, &report::runs_csv(&results))?;

@@ -141,6 +141,9 @@ pub struct Summary {
     pub ratio_proc: f64,
     pub ratio_sched: f64,
     pub ratio_system: f64,
+    /// Median over repetitions of (this run's proc_ns / the anchor's run of
+    /// the same repetition).
+    pub ratio_proc_paired: f64,
 }
 
 impl Summary {
@@ -150,10 +153,25 @@ impl Summary {
 }
 
 /// Medians per (cell, implementation), then ratios against the anchor.
-pub fn summarize(results: &[(Cell, Impl, Measurement)]) -> Vec<Summary> {
+/// `results` holds (cell, implementation, repetition, measurement).
+pub fn summarize(results: &[(Cell, Impl, usize, Measurement)]) -> Vec<Summary> {
     let mut by: BTreeMap<(Cell, Impl), Vec<&Measurement>> = BTreeMap::new();
-    for (c, i, m) in results {
+    for (c, i, _, m) in results {
         by.entry((*c, *i)).or_default().push(m);
+    }
+    // Paired ratios: each run against the anchor's run of the same cell and
+    // repetition, made seconds before it, so slow changes of the machine's
+    // load cancel out; their median is a second, more drift-proof estimate.
+    let anchor_runs: BTreeMap<(Cell, usize), f64> = results
+        .iter()
+        .filter(|(_, i, _, _)| *i == Impl::RawLoop)
+        .map(|(c, _, rep, m)| ((*c, *rep), m.proc_ns_per_copy()))
+        .collect();
+    let mut paired: BTreeMap<(Cell, Impl), Vec<f64>> = BTreeMap::new();
+    for (c, i, rep, m) in results {
+        if let Some(a) = anchor_runs.get(&(*c, *rep)) {
+            paired.entry((*c, *i)).or_default().push(m.proc_ns_per_copy() / a);
+        }
     }
     let mut out: Vec<Summary> = by
         .into_iter()
@@ -187,6 +205,7 @@ pub fn summarize(results: &[(Cell, Impl, Measurement)]) -> Vec<Summary> {
                 ratio_proc: f64::NAN,
                 ratio_sched: f64::NAN,
                 ratio_system: f64::NAN,
+                ratio_proc_paired: paired.get(&(cell, imp)).map_or(f64::NAN, |v| median(v)),
             }
         })
         .collect();
@@ -207,7 +226,7 @@ pub fn summarize(results: &[(Cell, Impl, Measurement)]) -> Vec<Summary> {
 
 pub const CSV_HEADER: &str = "payload_bytes,receivers,impl,runs,datagrams,copies_expected,copies_received,loss,bad_copies,\
 copies_per_s,payload_mbps,proc_cpu_ns_per_copy,proc_cpu_ns_min,proc_cpu_ns_max,proc_user_ns_per_copy,proc_sys_ns_per_copy,sched_cpu_ns_per_copy,\
-system_cpu_ns_per_copy,loadgen_cpu_ns_per_copy,others_cpu_ns_per_copy,enobufs_waits,eagain_waits,send_errors,counter_mismatch,ratio_proc_vs_raw,ratio_sched_vs_raw,ratio_system_vs_raw";
+system_cpu_ns_per_copy,loadgen_cpu_ns_per_copy,others_cpu_ns_per_copy,enobufs_waits,eagain_waits,send_errors,counter_mismatch,ratio_proc_vs_raw,ratio_sched_vs_raw,ratio_system_vs_raw,ratio_proc_paired_vs_raw";
 
 fn f(x: f64, digits: usize) -> String {
     if x.is_finite() {
@@ -223,7 +242,7 @@ pub fn csv(summaries: &[Summary]) -> String {
     for r in summaries {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             r.cell.size,
             r.cell.receivers,
             r.imp,
@@ -251,6 +270,7 @@ pub fn csv(summaries: &[Summary]) -> String {
             f(r.ratio_proc, 3),
             f(r.ratio_sched, 3),
             f(r.ratio_system, 3),
+            f(r.ratio_proc_paired, 3),
         );
     }
     s
@@ -355,13 +375,15 @@ pub fn verdict(summaries: &[Summary], target: f64) -> String {
         }
         let proc: Vec<f64> = rows.iter().map(|r| r.ratio_proc).collect();
         let sched: Vec<f64> = rows.iter().map(|r| r.ratio_sched).collect();
+        let paired: Vec<f64> = rows.iter().map(|r| r.ratio_proc_paired).collect();
         let worst = proc.iter().copied().filter(|x| x.is_finite()).fold(f64::NAN, f64::max);
         let within = proc.iter().filter(|x| x.is_finite() && **x <= target).count();
         let _ = writeln!(
             s,
-            "{imp}: CPU per delivered copy vs raw loop: geomean {} (sched {}), worst {}; within {target}x in {within}/{} cells",
+            "{imp}: CPU per delivered copy vs raw loop: geomean {} (sched {}, paired {}), worst {}; within {target}x in {within}/{} cells",
             f(geomean(&proc), 3),
             f(geomean(&sched), 3),
+            f(geomean(&paired), 3),
             f(worst, 3),
             rows.len()
         );
@@ -432,12 +454,12 @@ mod tests {
             receivers: 30,
         };
         let results = vec![
-            (a, Impl::RawLoop, m(1_000_000, 50, 50)),
-            (a, Impl::RawLoop, m(1_000_000, 50, 60)),
-            (a, Impl::RawLoop, m(1_000_000, 50, 70)),
-            (a, Impl::Sendto, m(1_000_000, 60, 60)),
-            (b, Impl::RawLoop, m(1_000_000, 100, 100)),
-            (b, Impl::Sendto, m(1_000_000, 100, 150)),
+            (a, Impl::RawLoop, 0, m(1_000_000, 50, 50)),
+            (a, Impl::RawLoop, 1, m(1_000_000, 50, 60)),
+            (a, Impl::RawLoop, 2, m(1_000_000, 50, 70)),
+            (a, Impl::Sendto, 0, m(1_000_000, 60, 60)),
+            (b, Impl::RawLoop, 0, m(1_000_000, 100, 100)),
+            (b, Impl::Sendto, 0, m(1_000_000, 100, 150)),
         ];
         let s = summarize(&results);
         assert_eq!(s.len(), 4);
@@ -448,6 +470,8 @@ mod tests {
         assert!((raw.ratio_proc - 1.0).abs() < 1e-12);
         assert!((raw.proc_ns_min - 1000.0).abs() < 1e-9 && (raw.proc_ns_max - 1200.0).abs() < 1e-9);
         assert!((get(a, Impl::Sendto).ratio_proc - 1200.0 / 1100.0).abs() < 1e-9);
+        // Paired with repetition 0 of the anchor (1000 ns), not its median.
+        assert!((get(a, Impl::Sendto).ratio_proc_paired - 1.2).abs() < 1e-9);
         assert!((get(b, Impl::Sendto).ratio_proc - 1.25).abs() < 1e-9);
         let text = csv(&s);
         assert_eq!(text.lines().count(), 5);
@@ -465,7 +489,7 @@ mod tests {
         let mut x = m(300, 1, 1);
         x.copies_received = 290;
         assert_eq!(x.loss(), 10);
-        let s = summarize(&[(Cell { size: 50, receivers: 3 }, Impl::Sendto, x)]);
+        let s = summarize(&[(Cell { size: 50, receivers: 3 }, Impl::Sendto, 0, x)]);
         assert_eq!(s[0].loss(), 10);
         assert!(s[0].ratio_proc.is_nan(), "no anchor, no ratio");
         assert!(csv(&s).contains(",290,10,"));
