@@ -70,22 +70,24 @@ struct BenchArgs {
     /// Summary CSV to write (medians and ratios); every run goes to <stem>_runs.csv beside it.
     #[arg(long, default_value = "bench/results/reflector.csv")]
     out: PathBuf,
-    /// Datagram sizes, bytes of UDP payload (our 16-byte header included).
+    /// Datagram sizes, comma-separated bytes of UDP payload, our 16-byte header included
+    /// (default 50,100,500,1000; --quick 50,1000).
     #[arg(long)]
     sizes: Option<String>,
-    /// Receiver counts.
+    /// Receiver counts, comma-separated (default 3,30,60,90; --quick 3,90).
     #[arg(long)]
     receivers: Option<String>,
     /// Implementations to measure besides the raw loop, which is always measured.
     #[arg(long, default_value = "sendto,sendmmsg")]
     impls: String,
-    /// Length of each measured phase, seconds (the datagram count is set from the warm-up's rate).
+    /// Length of each measured phase, seconds (default 0.8; --quick 0.5); the datagram count is
+    /// set from the rate the warm-up reached.
     #[arg(long, conflicts_with = "copies")]
     seconds: Option<f64>,
     /// Instead of --seconds: a fixed number of copies per run (copies/receivers datagrams, at least 1000).
     #[arg(long)]
     copies: Option<u64>,
-    /// Runs per (cell, implementation); figures are medians.
+    /// Runs per (cell, implementation); figures are medians (default 5; --quick 1).
     #[arg(long)]
     repeat: Option<usize>,
     /// Datagrams in flight at most (sent but not yet received by every receiver).
