@@ -268,6 +268,7 @@ impl Harness {
             let player = SENDER_ID + i as u32;
             let token = TokenClaims {
                 player,
+                reflector: 0,
                 group: port,
                 expires_unix_s: expires,
             }

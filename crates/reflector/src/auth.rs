@@ -86,10 +86,14 @@ fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// What a token grants: `player` may join `group` until `expires_unix_s`.
+/// What a token grants: `player` may join `group` on reflector `reflector`
+/// until `expires_unix_s`. The reflector id matters because groups are
+/// ports, and several reflectors usually serve the same port range: without
+/// it a token for one reflector would open the same port on every other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TokenClaims {
     pub player: u32,
+    pub reflector: u16,
     pub group: u16,
     pub expires_unix_s: u64,
 }
@@ -102,6 +106,8 @@ pub enum TokenError {
     Expired,
     #[error("token is for another group")]
     WrongGroup,
+    #[error("token is for another reflector")]
+    WrongReflector,
     #[error("token is for another player id")]
     WrongPlayer,
 }
@@ -115,7 +121,7 @@ impl TokenClaims {
         let mut b = [0u8; CLAIMS_LEN];
         b[0..4].copy_from_slice(&self.player.to_be_bytes());
         b[4..6].copy_from_slice(&self.group.to_be_bytes());
-        // b[6..8] reserved, zero.
+        b[6..8].copy_from_slice(&self.reflector.to_be_bytes());
         b[8..16].copy_from_slice(&self.expires_unix_s.to_be_bytes());
         b
     }
@@ -135,6 +141,7 @@ impl TokenClaims {
         TokenClaims {
             player: u32::from_be_bytes([token[0], token[1], token[2], token[3]]),
             group: u16::from_be_bytes([token[4], token[5]]),
+            reflector: u16::from_be_bytes([token[6], token[7]]),
             expires_unix_s: u64::from_be_bytes([
                 token[8], token[9], token[10], token[11], token[12], token[13], token[14], token[15],
             ]),
@@ -142,22 +149,26 @@ impl TokenClaims {
     }
 }
 
-/// Reflector side: the token must verify, be unexpired, and name the group
-/// it arrived on and the sender id in the datagram header.
+/// Reflector side: the token must verify, be unexpired, and name this
+/// reflector, the group it arrived on and the sender id in the header.
 pub fn verify_token(
     secret: &Secret,
     token: &[u8; TOKEN_LEN],
+    reflector: u16,
     group: u16,
     sender: u32,
     now_ms: u64,
 ) -> Result<TokenClaims, TokenError> {
     let mac = secret.mac(TOKEN_LABEL, &[&token[..CLAIMS_LEN]]);
-    if !ct_eq(&mac, &token[CLAIMS_LEN..]) || token[6..8] != [0, 0] {
+    if !ct_eq(&mac, &token[CLAIMS_LEN..]) {
         return Err(TokenError::BadMac);
     }
     let claims = TokenClaims::peek(token);
     if claims.expires_unix_s.saturating_mul(1000) <= now_ms {
         return Err(TokenError::Expired);
+    }
+    if claims.reflector != reflector {
+        return Err(TokenError::WrongReflector);
     }
     if claims.group != group {
         return Err(TokenError::WrongGroup);
@@ -233,16 +244,21 @@ mod tests {
         let s = secret(1);
         let claims = TokenClaims {
             player: 42,
+            reflector: 3,
             group: 4000,
             expires_unix_s: NOW / 1000 + 60,
         };
         let t = claims.sign(&s);
         assert_eq!(TokenClaims::peek(&t), claims);
-        assert_eq!(verify_token(&s, &t, 4000, 42, NOW), Ok(claims));
-        assert_eq!(verify_token(&s, &t, 4001, 42, NOW), Err(TokenError::WrongGroup));
-        assert_eq!(verify_token(&s, &t, 4000, 43, NOW), Err(TokenError::WrongPlayer));
-        assert_eq!(verify_token(&s, &t, 4000, 42, NOW + 60_000), Err(TokenError::Expired));
-        assert_eq!(verify_token(&secret(2), &t, 4000, 42, NOW), Err(TokenError::BadMac));
+        assert_eq!(verify_token(&s, &t, 3, 4000, 42, NOW), Ok(claims));
+        assert_eq!(verify_token(&s, &t, 3, 4001, 42, NOW), Err(TokenError::WrongGroup));
+        assert_eq!(verify_token(&s, &t, 3, 4000, 43, NOW), Err(TokenError::WrongPlayer));
+        assert_eq!(
+            verify_token(&s, &t, 3, 4000, 42, NOW + 60_000),
+            Err(TokenError::Expired)
+        );
+        assert_eq!(verify_token(&secret(2), &t, 3, 4000, 42, NOW), Err(TokenError::BadMac));
+        assert_eq!(verify_token(&s, &t, 4, 4000, 42, NOW), Err(TokenError::WrongReflector));
     }
 
     #[test]
@@ -250,6 +266,7 @@ mod tests {
         let s = secret(1);
         let t = TokenClaims {
             player: 1,
+            reflector: 3,
             group: 2,
             expires_unix_s: u64::MAX / 2000,
         }
@@ -257,7 +274,7 @@ mod tests {
         for i in 0..TOKEN_LEN * 8 {
             let mut f = t;
             f[i / 8] ^= 1 << (i % 8);
-            assert!(verify_token(&s, &f, 2, 1, NOW).is_err(), "bit {i}");
+            assert!(verify_token(&s, &f, 3, 2, 1, NOW).is_err(), "bit {i}");
         }
     }
 

@@ -17,8 +17,75 @@ use std::io;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
-/// Backend names accepted by `--backend`, best first.
-pub const BACKENDS: [&str; 2] = ["sendmmsg", "sendto"];
+/// The fan-out backends, best first.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// One `sendmmsg` per batch of members.
+    Sendmmsg,
+    /// One `sendto` per member (the paper's user-space loop).
+    Sendto,
+}
+
+/// Whether a backend can run here, and if not why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Support {
+    Supported,
+    Unsupported(String),
+}
+
+impl BackendKind {
+    pub const ALL: [BackendKind; 2] = [BackendKind::Sendmmsg, BackendKind::Sendto];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Sendmmsg => "sendmmsg",
+            BackendKind::Sendto => "sendto",
+        }
+    }
+
+    /// Asks the kernel, without sending anything.
+    pub fn probe(self) -> Support {
+        match self {
+            BackendKind::Sendto => Support::Supported,
+            BackendKind::Sendmmsg => match sys::probe_sendmmsg() {
+                Ok(()) => Support::Supported,
+                Err(e) => Support::Unsupported(format!("sendmmsg is not available: {e}")),
+            },
+        }
+    }
+
+    /// The best backend the probe allows.
+    pub fn best() -> BackendKind {
+        BackendKind::ALL
+            .into_iter()
+            .find(|b| b.probe() == Support::Supported)
+            .unwrap_or(BackendKind::Sendto)
+    }
+
+    pub fn build(self) -> Box<dyn Fanout> {
+        match self {
+            BackendKind::Sendto => Box::new(SendtoLoop),
+            BackendKind::Sendmmsg => Box::new(Sendmmsg::new(256)),
+        }
+    }
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<BackendKind, String> {
+        BackendKind::ALL.into_iter().find(|b| b.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = BackendKind::ALL.iter().map(|b| b.name()).collect();
+            format!("unknown backend '{s}'; choose one of: {}", names.join(", "))
+        })
+    }
+}
+
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// Shortest and longest pause after ENOBUFS. The socket usually stays
 /// writable when the *device* queue overflows, so POLLOUT alone would return
@@ -52,18 +119,6 @@ pub trait Fanout {
         counters: &GroupCounters,
         stop: &AtomicBool,
     ) -> FanoutResult;
-}
-
-/// Builds a backend by name (`--backend`).
-pub fn by_name(name: &str) -> Result<Box<dyn Fanout>, String> {
-    match name {
-        "sendto" => Ok(Box::new(SendtoLoop)),
-        "sendmmsg" => Ok(Box::new(Sendmmsg::new(256))),
-        other => Err(format!(
-            "unknown backend '{other}'; choose one of: {}",
-            BACKENDS.join(", ")
-        )),
-    }
 }
 
 /// What to do after a failed send.
@@ -123,9 +178,11 @@ impl Waiter {
             Some(libc::EINTR) => Next::Retry,
             _ => {
                 // ECONNREFUSED & co. are usually a queued ICMP error from an
-                // earlier datagram, surfacing on this send: count, drain, retry.
-                c.icmp_errors.fetch_add(1, Relaxed);
-                sys::drain_error_queue(fd);
+                // earlier datagram, surfacing on this send (which it failed):
+                // that error, and any others queued, are counted and drained,
+                // then the send is retried.
+                let queued = sys::drain_error_queue(fd);
+                c.icmp_errors.fetch_add(queued.max(1) as u64, Relaxed);
                 self.hard_failures += 1;
                 if self.hard_failures >= MAX_HARD_FAILURES {
                     self.hard_failures = 0;
@@ -269,10 +326,15 @@ mod tests {
     }
 
     #[test]
-    fn unknown_backend_names_the_choices() {
-        let e = by_name("dpdk").err().unwrap();
+    fn backends_by_name_and_probe() {
+        let e = "dpdk".parse::<BackendKind>().unwrap_err();
         assert!(e.contains("sendmmsg") && e.contains("sendto"), "{e}");
-        assert_eq!(by_name("sendto").unwrap().name(), "sendto");
-        assert_eq!(by_name("sendmmsg").unwrap().name(), "sendmmsg");
+        for b in BackendKind::ALL {
+            assert_eq!(b.name().parse::<BackendKind>(), Ok(b));
+            assert_eq!(b.build().name(), b.name());
+        }
+        // Linux has had sendmmsg since 3.0.
+        assert_eq!(BackendKind::Sendmmsg.probe(), Support::Supported);
+        assert_eq!(BackendKind::best(), BackendKind::Sendmmsg);
     }
 }

@@ -141,8 +141,34 @@ pub struct World {
     pub cell_size: f64,
     pub assign: Assign,
     /// Every (reflector, port) pair in mapping order.
-    pub targets: Vec<SocketAddr>,
+    pub targets: Vec<Target>,
 }
+
+/// One group on one reflector. The reflector id is the position of its
+/// `--reflector` option (0, 1, ...); the reflector must be started with the
+/// same `--reflector-id`, and tokens are bound to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    pub reflector_id: u16,
+    pub addr: SocketAddr,
+}
+
+impl Target {
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.addr.fmt(f)
+    }
+}
+
+/// `/world` lists every cell's group only up to this many cells; beyond it
+/// the rule (assignment and targets) is enough to compute any cell, and an
+/// unauthenticated request must not make the server build a huge answer.
+const WORLD_LISTING_MAX_CELLS: u64 = 4096;
 
 impl World {
     pub fn new(
@@ -158,9 +184,20 @@ impl World {
         if cols == 0 || rows == 0 {
             return Err(format!("grid {cols}x{rows} has no cells"));
         }
-        let targets: Vec<SocketAddr> = reflectors
+        if reflectors.len() > usize::from(u16::MAX) {
+            return Err(format!("{} reflectors; at most {}", reflectors.len(), u16::MAX));
+        }
+        let targets: Vec<Target> = reflectors
             .iter()
-            .flat_map(|r| r.ports.iter().map(move |&p| SocketAddr::new(r.ip, p)))
+            .enumerate()
+            .flat_map(|(id, r)| {
+                // id < u16::MAX, checked above.
+                let reflector_id = id as u16;
+                r.ports.iter().map(move |&p| Target {
+                    reflector_id,
+                    addr: SocketAddr::new(r.ip, p),
+                })
+            })
             .collect();
         if targets.is_empty() {
             return Err("no reflector ports to map cells onto (give --reflector IP:PORTS)".into());
@@ -207,7 +244,7 @@ impl World {
     }
 
     /// The (reflector, port) that serves a cell; `cell` must be in the grid.
-    pub fn target_of(&self, cell: (u32, u32)) -> SocketAddr {
+    pub fn target_of(&self, cell: (u32, u32)) -> Target {
         let idx = u64::from(cell.1.min(self.rows - 1)) * u64::from(self.cols) + u64::from(cell.0.min(self.cols - 1));
         let n = self.targets.len() as u64;
         let t = match self.assign {
@@ -220,19 +257,23 @@ impl World {
 
     pub fn to_json(&self) -> serde_json::Value {
         let (w, h) = self.size();
-        let mapping: Vec<serde_json::Value> = (0..self.rows)
-            .flat_map(|cy| (0..self.cols).map(move |cx| (cx, cy)))
-            .map(|c| {
-                let t = self.target_of(c);
-                serde_json::json!({"cell": [c.0, c.1], "reflector": t.to_string(), "group": t.port()})
-            })
-            .collect();
+        let mapping: Vec<serde_json::Value> = if self.cells() <= WORLD_LISTING_MAX_CELLS {
+            (0..self.rows)
+                .flat_map(|cy| (0..self.cols).map(move |cx| (cx, cy)))
+                .map(|c| {
+                    let t = self.target_of(c);
+                    serde_json::json!({"cell": [c.0, c.1], "reflector": t.to_string(), "reflector_id": t.reflector_id, "group": t.port()})
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         serde_json::json!({
             "grid": [self.cols, self.rows],
             "cell_size": self.cell_size,
             "size": [w, h],
             "assign": self.assign.to_string(),
-            "targets": self.targets.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+            "targets": self.targets.iter().map(|t| serde_json::json!({"reflector_id": t.reflector_id, "addr": t.to_string()})).collect::<Vec<_>>(),
             "cells": mapping,
         })
     }
@@ -245,6 +286,8 @@ pub struct Ticket {
     pub cell: [u32; 2],
     /// `ip:port` of the group to send to.
     pub reflector: String,
+    /// Which reflector (position of its `--reflector` option); the token is bound to it.
+    pub reflector_id: u16,
     /// The group id, which is the reflector port.
     pub group: u16,
     /// The join token, hex.
@@ -370,6 +413,7 @@ fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64) -> Reply {
     let expires_unix_s = now_unix_s.saturating_add(cfg.token_ttl_s);
     let token = TokenClaims {
         player,
+        reflector: target.reflector_id,
         group: target.port(),
         expires_unix_s,
     }
@@ -378,6 +422,7 @@ fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64) -> Reply {
         player,
         cell: [cell.0, cell.1],
         reflector: target.to_string(),
+        reflector_id: target.reflector_id,
         group: target.port(),
         token: hex::encode(token),
         expires_unix_s,
@@ -603,7 +648,7 @@ mod tests {
         assert_eq!(t.group, 4001);
         assert_eq!(t.expires_unix_s, 1_060);
         let token: [u8; crate::protocol::TOKEN_LEN] = hex::decode(&t.token).unwrap().try_into().unwrap();
-        let claims = crate::auth::verify_token(&c.secret, &token, 4001, 42, 1_000_000).unwrap();
+        let claims = crate::auth::verify_token(&c.secret, &token, 0, 4001, 42, 1_000_000).unwrap();
         assert_eq!(claims.expires_unix_s, 1_060);
     }
 

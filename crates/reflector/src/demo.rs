@@ -464,13 +464,8 @@ pub fn run(args: DemoArgs, stop: Arc<AtomicBool>) -> Result<i32, CliError> {
         return Err("--backends is empty: give e.g. sendmmsg,sendto".into());
     }
     for b in &args.backends {
-        if !crate::backend::BACKENDS.contains(&b.as_str()) {
-            return Err(format!(
-                "unknown backend '{b}' in --backends; known: {}",
-                crate::backend::BACKENDS.join(", ")
-            )
-            .into());
-        }
+        b.parse::<crate::backend::BackendKind>()
+            .map_err(|e| format!("--backends: {e}"))?;
     }
     if !(args.duration.is_finite() && args.duration > 0.0) {
         return Err(format!("--duration must be a positive number of seconds, got {}", args.duration).into());

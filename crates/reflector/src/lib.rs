@@ -34,11 +34,30 @@ pub fn unix_now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Milliseconds on the monotonic clock since the first call in this
+/// process: for liveness and intervals, immune to steps of the system clock.
+pub fn mono_now_ms() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(std::time::Instant::now).elapsed().as_millis() as u64
+}
+
+/// Both clocks, read once per batch of datagrams.
+pub fn now() -> membership::Now {
+    membership::Now {
+        unix_ms: unix_now_ms(),
+        mono_ms: mono_now_ms(),
+    }
+}
+
 /// A flag set by SIGINT or SIGTERM. Long-running commands poll it (at least
-/// every 100 ms) and shut down cleanly, printing their summary.
+/// every 100 ms) and shut down cleanly, printing their summary; a second
+/// signal ends the process at once.
 pub fn stop_flag() -> std::io::Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
     let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // A second signal while shutting down exits at once (status 1), for
+        // the user whose clean shutdown is stuck.
+        signal_hook::flag::register_conditional_shutdown(sig, 1, std::sync::Arc::clone(&flag))?;
         signal_hook::flag::register(sig, std::sync::Arc::clone(&flag))?;
     }
     Ok(flag)

@@ -16,7 +16,7 @@ use std::process::ExitCode;
         to all other members of that group. Membership needs a token from the control \
         server and a stateless address check, so the reflector cannot be used as an amplifier.\n\n\
         Typical set-up (one secret shared by control server and reflectors):\n  \
-        head -c32 /dev/urandom | xxd -p -c64 > secret\n  \
+        od -An -tx1 -N32 /dev/urandom | tr -d ' \\n' > secret\n  \
         reflector serve --ports 4000-4015 --secret-file secret\n  \
         reflector control --secret-file secret --reflector 127.0.0.1:4000-4015\n  \
         reflector bots --control http://127.0.0.1:8700 --count 20 --duration 10\n\n\

@@ -1,5 +1,5 @@
 //! Groups and their members: the reflector's decision logic as a pure state
-//! machine. It takes bytes, a source address and `now_ms`, and answers what
+//! machine. It takes bytes, a source address and the time, and answers what
 //! to do (forward, reply, drop and why); it never touches a socket, so every
 //! rule is unit-tested deterministically with an injected clock.
 //!
@@ -9,7 +9,10 @@
 //!   trip echoing a stateless cookie, so a spoofed source never becomes a
 //!   member and never receives fan-out traffic;
 //! - no reply is ever larger than the datagram that caused it, so an
-//!   unauthenticated sender cannot use the reflector as an amplifier;
+//!   unauthenticated sender cannot use the reflector as an amplifier, and
+//!   replies to non-members are rate-limited per group, so a spoofed flood is
+//!   not even reflected one for one;
+//! - a player is a member of a group at most once;
 //! - DATA from a member goes to every other member; anything else is
 //!   dropped and counted by reason.
 
@@ -28,6 +31,11 @@ pub struct Policy {
     pub max_members: usize,
     /// Keepalive interval announced in JOIN_ACK.
     pub keepalive_ms: u16,
+    /// Replies (challenges, errors) per second per group to senders that are
+    /// not members yet, with a burst of as many. Replies are never larger
+    /// than their request, but a spoofed flood would still be reflected one
+    /// for one onto its victim; this caps that. JOIN_ACKs are not limited.
+    pub replies_per_s: u32,
 }
 
 impl Default for Policy {
@@ -36,16 +44,29 @@ impl Default for Policy {
             member_timeout_ms: 10_000,
             max_members: 1024,
             keepalive_ms: 2_000,
+            replies_per_s: 500,
         }
     }
 }
 
-/// Keys a reflector needs: the secret shared with the control server (to
-/// verify tokens) and its own private cookie key.
+/// What a reflector needs to check joins: the secret shared with the
+/// control server (to verify tokens), its own id in the control server's
+/// map (tokens name it), and its private cookie key.
 #[derive(Debug, Clone)]
 pub struct Keys {
     pub token_secret: Secret,
+    pub reflector_id: u16,
     pub cookie_key: Secret,
+}
+
+/// The two clocks the decisions need, read once by the caller: wall-clock
+/// time for token expiry and cookie slots (shared with other hosts), and a
+/// monotonic clock for member liveness, so that a step of the system clock
+/// neither expires every member at once nor keeps dead ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    pub unix_ms: u64,
+    pub mono_ms: u64,
 }
 
 /// Why a datagram was dropped. Each maps to a counter.
@@ -73,6 +94,7 @@ pub enum Event {
         from: usize,
     },
     Challenged,
+    /// Admitted; `rejoin` if the address or the player was a member already.
     Joined {
         rejoin: bool,
     },
@@ -86,11 +108,17 @@ pub enum Event {
 pub struct Outcome {
     pub event: Event,
     pub reply: Option<SmallDatagram>,
+    /// A reply was due but the group's reply budget was spent.
+    pub reply_suppressed: bool,
 }
 
 impl Outcome {
     fn silent(event: Event) -> Outcome {
-        Outcome { event, reply: None }
+        Outcome {
+            event,
+            reply: None,
+            reply_suppressed: false,
+        }
     }
 
     /// The one place replies are allowed out: never larger than the request.
@@ -98,7 +126,31 @@ impl Outcome {
         Outcome {
             event,
             reply: (reply.len() <= request_len).then_some(reply),
+            reply_suppressed: false,
         }
+    }
+}
+
+/// Token bucket for replies to non-members (see [`Policy::replies_per_s`]).
+#[derive(Debug, Clone, Copy)]
+struct ReplyBudget {
+    tokens: u64,
+    last_ms: u64,
+}
+
+impl ReplyBudget {
+    fn take(&mut self, per_s: u32, now_ms: u64) -> bool {
+        let per_s = u64::from(per_s);
+        let refill = now_ms.saturating_sub(self.last_ms).saturating_mul(per_s) / 1000;
+        if refill > 0 {
+            self.tokens = self.tokens.saturating_add(refill).min(per_s);
+            self.last_ms = now_ms;
+        }
+        if self.tokens == 0 {
+            return false;
+        }
+        self.tokens -= 1;
+        true
     }
 }
 
@@ -106,17 +158,22 @@ impl Outcome {
 pub struct Member {
     pub addr: SocketAddr,
     pub sender: u32,
+    /// Monotonic milliseconds ([`Now::mono_ms`]) of the last DATA, KEEPALIVE or JOIN.
     pub last_seen_ms: u64,
 }
 
 /// One group: its members, and their destinations in kernel format kept in
-/// a parallel dense array so a fan-out walks one contiguous slice.
+/// a parallel dense array so a fan-out walks one contiguous slice. A player
+/// is a member at most once: a JOIN from a new address moves it (NAT
+/// rebinding), so one token cannot fill a group from many source ports.
 #[derive(Debug)]
 pub struct Group {
     port: u16,
     members: Vec<Member>,
     dests: Vec<Dest>,
     by_addr: HashMap<SocketAddr, usize>,
+    by_player: HashMap<u32, usize>,
+    budget: Option<ReplyBudget>,
 }
 
 impl Group {
@@ -126,6 +183,8 @@ impl Group {
             members: Vec::new(),
             dests: Vec::new(),
             by_addr: HashMap::new(),
+            by_player: HashMap::new(),
+            budget: None,
         }
     }
 
@@ -151,7 +210,22 @@ impl Group {
     }
 
     /// Decides what to do with one datagram received on this group's port.
-    pub fn handle(&mut self, keys: &Keys, policy: &Policy, now_ms: u64, src: SocketAddr, datagram: &[u8]) -> Outcome {
+    pub fn handle(&mut self, keys: &Keys, policy: &Policy, now: Now, src: SocketAddr, datagram: &[u8]) -> Outcome {
+        let mut out = self.decide(keys, policy, now, src, datagram);
+        if out.reply.is_some() && !matches!(out.event, Event::Joined { .. }) {
+            let budget = self.budget.get_or_insert(ReplyBudget {
+                tokens: u64::from(policy.replies_per_s),
+                last_ms: now.mono_ms,
+            });
+            if !budget.take(policy.replies_per_s, now.mono_ms) {
+                out.reply = None;
+                out.reply_suppressed = true;
+            }
+        }
+        out
+    }
+
+    fn decide(&mut self, keys: &Keys, policy: &Policy, now: Now, src: SocketAddr, datagram: &[u8]) -> Outcome {
         let pkt = match Packet::parse(datagram) {
             Ok(p) => p,
             Err(e) => return Outcome::silent(Event::Dropped(DropReason::Malformed(e))),
@@ -172,11 +246,11 @@ impl Group {
                 }
                 match pkt.kind() {
                     Kind::Data => {
-                        self.members[idx].last_seen_ms = now_ms;
+                        self.members[idx].last_seen_ms = now.mono_ms;
                         Outcome::silent(Event::Forward { from: idx })
                     }
                     Kind::Keepalive => {
-                        self.members[idx].last_seen_ms = now_ms;
+                        self.members[idx].last_seen_ms = now.mono_ms;
                         Outcome::silent(Event::Refreshed)
                     }
                     _ => {
@@ -185,7 +259,7 @@ impl Group {
                     }
                 }
             }
-            Kind::Join => self.join(keys, policy, now_ms, src, &pkt, len),
+            Kind::Join => self.join(keys, policy, now, src, &pkt, len),
             other => Outcome::silent(Event::Dropped(DropReason::Unexpected(other))),
         }
     }
@@ -194,7 +268,7 @@ impl Group {
         &mut self,
         keys: &Keys,
         policy: &Policy,
-        now_ms: u64,
+        now: Now,
         src: SocketAddr,
         pkt: &Packet<&[u8]>,
         len: usize,
@@ -206,7 +280,14 @@ impl Group {
                 Kind::Join,
             ))));
         };
-        if let Err(e) = verify_token(&keys.token_secret, token, self.port, sender, now_ms) {
+        if let Err(e) = verify_token(
+            &keys.token_secret,
+            token,
+            keys.reflector_id,
+            self.port,
+            sender,
+            now.unix_ms,
+        ) {
             let code = if e == TokenError::Expired {
                 ErrorCode::ExpiredToken
             } else {
@@ -216,21 +297,39 @@ impl Group {
             return Outcome::with_reply(Event::Dropped(DropReason::Token(e)), err, len);
         }
         let Some(cookie) = pkt.join_cookie() else {
-            let cookie = make_cookie(&keys.cookie_key, &src, self.port, sender, now_ms);
+            let cookie = make_cookie(&keys.cookie_key, &src, self.port, sender, now.unix_ms);
             let ch = SmallDatagram::challenge(self.port, sender, &cookie);
             return Outcome::with_reply(Event::Challenged, ch, len);
         };
-        if !check_cookie(&keys.cookie_key, cookie, &src, self.port, sender, now_ms) {
+        if !check_cookie(&keys.cookie_key, cookie, &src, self.port, sender, now.unix_ms) {
             let err = SmallDatagram::error(self.port, sender, ErrorCode::BadCookie);
             return Outcome::with_reply(Event::Dropped(DropReason::BadCookie), err, len);
         }
-        let rejoin = match self.by_addr.get(&src) {
-            Some(&idx) => {
-                // Same address again (a lost JOIN_ACK, or a new player id on
-                // a reused port): refresh and answer again.
-                self.members[idx].sender = sender;
-                self.members[idx].last_seen_ms = now_ms;
-                true
+        // Whoever held this address, and this player's entry elsewhere, are
+        // replaced: the same address again is a lost JOIN_ACK or a reused
+        // port; the same player elsewhere is a NAT rebinding or a restart.
+        let at_addr = self.by_addr.get(&src).copied();
+        let as_player = self.by_player.get(&sender).copied();
+        let rejoin = at_addr.is_some() || as_player.is_some();
+        if let (Some(a), Some(p)) = (at_addr, as_player) {
+            if a != p {
+                self.remove(p);
+            }
+        }
+        let member = Member {
+            addr: src,
+            sender,
+            last_seen_ms: now.mono_ms,
+        };
+        match self.by_addr.get(&src).or_else(|| self.by_player.get(&sender)).copied() {
+            Some(idx) => {
+                let old = self.members[idx];
+                self.by_addr.remove(&old.addr);
+                self.by_player.remove(&old.sender);
+                self.members[idx] = member;
+                self.dests[idx] = Dest::from(src);
+                self.by_addr.insert(src, idx);
+                self.by_player.insert(sender, idx);
             }
             None => {
                 if self.members.len() >= policy.max_members {
@@ -238,15 +337,11 @@ impl Group {
                     return Outcome::with_reply(Event::Dropped(DropReason::GroupFull), err, len);
                 }
                 self.by_addr.insert(src, self.members.len());
-                self.members.push(Member {
-                    addr: src,
-                    sender,
-                    last_seen_ms: now_ms,
-                });
+                self.by_player.insert(sender, self.members.len());
+                self.members.push(member);
                 self.dests.push(Dest::from(src));
-                false
             }
-        };
+        }
         let members = u16::try_from(self.members.len()).unwrap_or(u16::MAX);
         let ack = SmallDatagram::join_ack(
             self.port,
@@ -263,12 +358,15 @@ impl Group {
         let gone = self.members.swap_remove(idx);
         self.dests.swap_remove(idx);
         self.by_addr.remove(&gone.addr);
+        self.by_player.remove(&gone.sender);
         if let Some(moved) = self.members.get(idx) {
             self.by_addr.insert(moved.addr, idx);
+            self.by_player.insert(moved.sender, idx);
         }
     }
 
-    /// Removes members silent for longer than the policy allows; returns how many.
+    /// Removes members silent for longer than the policy allows; returns how
+    /// many. `now_ms` is the monotonic clock ([`Now::mono_ms`]).
     pub fn expire(&mut self, policy: &Policy, now_ms: u64) -> usize {
         let mut removed = 0;
         let mut i = 0;
@@ -296,6 +394,7 @@ mod tests {
     fn keys() -> Keys {
         Keys {
             token_secret: Secret::new(&[1; 32]).unwrap(),
+            reflector_id: 0,
             cookie_key: Secret::new(&[2; 32]).unwrap(),
         }
     }
@@ -303,10 +402,18 @@ mod tests {
     fn token(k: &Keys, player: u32, group: u16, ttl_s: u64) -> [u8; TOKEN_LEN] {
         TokenClaims {
             player,
+            reflector: 0,
             group,
             expires_unix_s: T0 / 1000 + ttl_s,
         }
         .sign(&k.token_secret)
+    }
+
+    fn at(ms: u64) -> Now {
+        Now {
+            unix_ms: ms,
+            mono_ms: ms,
+        }
     }
 
     fn addr(i: u16) -> SocketAddr {
@@ -333,12 +440,12 @@ mod tests {
     fn join(g: &mut Group, k: &Keys, p: &Policy, now: u64, src: SocketAddr, player: u32) -> Outcome {
         let t = token(k, player, PORT, 60);
         let first = SmallDatagram::join(PORT, player, &t, None);
-        let o = g.handle(k, p, now, src, first.as_bytes());
+        let o = g.handle(k, p, at(now), src, first.as_bytes());
         assert_eq!(o.event, Event::Challenged);
         let ch = o.reply.expect("challenge sent");
         let cookie = *Packet::parse(ch.as_bytes()).unwrap().challenge_cookie().unwrap();
         let second = SmallDatagram::join(PORT, player, &t, Some(&cookie));
-        g.handle(k, p, now, src, second.as_bytes())
+        g.handle(k, p, at(now), src, second.as_bytes())
     }
 
     #[test]
@@ -355,7 +462,7 @@ mod tests {
             assert_eq!(ack.members, i + 1);
         }
         assert_eq!(g.len(), 3);
-        let o = g.handle(&k, &p, T0, addr(1), &data(101, b"pos"));
+        let o = g.handle(&k, &p, at(T0), addr(1), &data(101, b"pos"));
         assert_eq!(o.event, Event::Forward { from: 1 });
         assert!(o.reply.is_none());
         assert_eq!(g.dests().len(), 3);
@@ -371,7 +478,7 @@ mod tests {
         let o = g.handle(
             &k,
             &p,
-            T0,
+            at(T0),
             addr(1),
             SmallDatagram::join(PORT, 7, &t, Some(&wrong)).as_bytes(),
         );
@@ -382,7 +489,7 @@ mod tests {
         let o = g.handle(
             &k,
             &p,
-            later,
+            at(later),
             addr(1),
             SmallDatagram::join(PORT, 7, &t, Some(&old)).as_bytes(),
         );
@@ -413,7 +520,7 @@ mod tests {
         ];
         for (t, reason, code) in cases {
             let req = SmallDatagram::join(PORT, 7, &t, None);
-            let o = g.handle(&k, &p, T0, addr(1), req.as_bytes());
+            let o = g.handle(&k, &p, at(T0), addr(1), req.as_bytes());
             assert_eq!(o.event, Event::Dropped(reason));
             let r = o.reply.unwrap();
             assert!(r.len() <= req.len());
@@ -426,7 +533,7 @@ mod tests {
         let o = g.handle(
             &k,
             &p,
-            T0 + 1000,
+            at(T0 + 1000),
             addr(1),
             SmallDatagram::join(PORT, 7, &t, None).as_bytes(),
         );
@@ -460,7 +567,7 @@ mod tests {
             ),
         ];
         for (bytes, reason) in cases {
-            let o = g.handle(&k, &p, T0, addr(5), &bytes);
+            let o = g.handle(&k, &p, at(T0), addr(5), &bytes);
             assert_eq!(o.event, Event::Dropped(reason));
             if let Some(r) = o.reply {
                 assert!(r.len() <= bytes.len(), "reply {} > request {}", r.len(), bytes.len());
@@ -469,12 +576,12 @@ mod tests {
         let mut other = data(1, b"");
         other[4..6].copy_from_slice(&(PORT + 1).to_be_bytes());
         assert_eq!(
-            g.handle(&k, &p, T0, addr(0), &other).event,
+            g.handle(&k, &p, at(T0), addr(0), &other).event,
             Event::Dropped(DropReason::WrongGroup)
         );
         // A member's address with another sender id.
         assert_eq!(
-            g.handle(&k, &p, T0, addr(0), &data(9, b"")).event,
+            g.handle(&k, &p, at(T0), addr(0), &data(9, b"")).event,
             Event::Dropped(DropReason::SenderMismatch)
         );
         assert_eq!(g.len(), 1);
@@ -494,11 +601,11 @@ mod tests {
             join(&mut g, &k, &p, T0, addr(i), u32::from(i));
         }
         let leave = SmallDatagram::simple(Kind::Leave, PORT, 1, 0);
-        assert_eq!(g.handle(&k, &p, T0, addr(1), leave.as_bytes()).event, Event::Left);
+        assert_eq!(g.handle(&k, &p, at(T0), addr(1), leave.as_bytes()).event, Event::Left);
         assert_eq!(g.len(), 4);
         // The member swapped into slot 1 must still be found by its address.
         for i in [0u16, 2, 3, 4] {
-            let o = g.handle(&k, &p, T0 + 500, addr(i), &data(u32::from(i), b"x"));
+            let o = g.handle(&k, &p, at(T0 + 500), addr(i), &data(u32::from(i), b"x"));
             assert!(matches!(o.event, Event::Forward { .. }), "member {i}");
         }
         for (m, d) in g.members().iter().zip(g.dests()) {
@@ -507,14 +614,14 @@ mod tests {
         // Member 3 keeps talking, the rest fall silent.
         let ka = SmallDatagram::simple(Kind::Keepalive, PORT, 3, 0);
         assert_eq!(
-            g.handle(&k, &p, T0 + 1400, addr(3), ka.as_bytes()).event,
+            g.handle(&k, &p, at(T0 + 1400), addr(3), ka.as_bytes()).event,
             Event::Refreshed
         );
         assert_eq!(g.expire(&p, T0 + 1600), 3);
         assert_eq!(g.len(), 1);
         assert_eq!(g.members()[0].sender, 3);
         assert!(matches!(
-            g.handle(&k, &p, T0 + 1600, addr(3), &data(3, b"")).event,
+            g.handle(&k, &p, at(T0 + 1600), addr(3), &data(3, b"")).event,
             Event::Forward { from: 0 }
         ));
     }
@@ -546,5 +653,108 @@ mod tests {
             Event::Dropped(DropReason::GroupFull)
         );
         assert_eq!(g.len(), 2);
+    }
+    #[test]
+    fn a_player_is_a_member_once_and_moves_with_its_address() {
+        let (k, p) = (keys(), Policy::default());
+        let mut g = Group::new(PORT);
+        join(&mut g, &k, &p, T0, addr(0), 1);
+        join(&mut g, &k, &p, T0, addr(1), 2);
+        // Player 1 again from a new port (NAT rebinding, or one token tried
+        // from many ports): still one entry, now at the new address.
+        assert_eq!(
+            join(&mut g, &k, &p, T0, addr(7), 1).event,
+            Event::Joined { rejoin: true }
+        );
+        assert_eq!(g.len(), 2);
+        assert!(matches!(
+            g.handle(&k, &p, at(T0), addr(0), &data(1, b"x")).event,
+            Event::Dropped(DropReason::NotMember)
+        ));
+        assert!(matches!(
+            g.handle(&k, &p, at(T0), addr(7), &data(1, b"x")).event,
+            Event::Forward { .. }
+        ));
+        for (m, d) in g.members().iter().zip(g.dests()) {
+            assert_eq!(Dest::from(m.addr), *d);
+        }
+        // Player 2 takes over player 1's address: player 1's entry goes.
+        assert_eq!(
+            join(&mut g, &k, &p, T0, addr(7), 2).event,
+            Event::Joined { rejoin: true }
+        );
+        assert_eq!(g.len(), 1);
+        assert_eq!(g.members()[0].sender, 2);
+        assert_eq!(g.members()[0].addr, addr(7));
+    }
+
+    #[test]
+    fn replies_to_non_members_are_rate_limited() {
+        let k = keys();
+        let p = Policy {
+            replies_per_s: 10,
+            ..Policy::default()
+        };
+        let mut g = Group::new(PORT);
+        let probe = data(9, b"spoofed data");
+        let sent = |g: &mut Group, now: u64| g.handle(&k, &p, at(now), addr(3), &probe);
+        let first: Vec<bool> = (0..15).map(|_| sent(&mut g, T0).reply.is_some()).collect();
+        assert_eq!(first.iter().filter(|r| **r).count(), 10, "burst of replies_per_s");
+        let o = sent(&mut g, T0);
+        assert!(o.reply.is_none() && o.reply_suppressed);
+        assert_eq!(o.event, Event::Dropped(DropReason::NotMember), "still counted");
+        // 200 ms later two more tokens have accrued.
+        let later: Vec<bool> = (0..5).map(|_| sent(&mut g, T0 + 200).reply.is_some()).collect();
+        assert_eq!(later.iter().filter(|r| **r).count(), 2);
+        // Members' JOIN_ACKs are never suppressed.
+        assert_eq!(
+            join(&mut g, &k, &Policy { replies_per_s: 10, ..p }, T0 + 2000, addr(0), 1).event,
+            Event::Joined { rejoin: false }
+        );
+    }
+
+    #[test]
+    fn liveness_follows_the_monotonic_clock_not_the_wall_clock() {
+        let (k, p) = (
+            keys(),
+            Policy {
+                member_timeout_ms: 1000,
+                ..Policy::default()
+            },
+        );
+        let mut g = Group::new(PORT);
+        join(&mut g, &k, &p, T0, addr(0), 1);
+        // The wall clock jumps a day ahead; the monotonic clock moves 10 ms.
+        let jumped = Now {
+            unix_ms: T0 + 86_400_000,
+            mono_ms: T0 + 10,
+        };
+        assert!(matches!(
+            g.handle(&k, &p, jumped, addr(0), &data(1, b"x")).event,
+            Event::Forward { .. }
+        ));
+        assert_eq!(g.expire(&p, T0 + 10), 0);
+        assert_eq!(g.expire(&p, T0 + 1011), 1);
+    }
+
+    #[test]
+    fn tokens_for_another_reflector_are_refused() {
+        let (k, p) = (keys(), Policy::default());
+        let mut g = Group::new(PORT);
+        let t = TokenClaims {
+            player: 5,
+            reflector: 1,
+            group: PORT,
+            expires_unix_s: T0 / 1000 + 60,
+        }
+        .sign(&k.token_secret);
+        let o = g.handle(
+            &k,
+            &p,
+            at(T0),
+            addr(0),
+            SmallDatagram::join(PORT, 5, &t, None).as_bytes(),
+        );
+        assert_eq!(o.event, Event::Dropped(DropReason::Token(TokenError::WrongReflector)));
     }
 }

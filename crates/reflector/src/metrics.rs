@@ -30,7 +30,7 @@ macro_rules! counters {
 
         impl Snapshot {
             /// (name, prometheus type, help, value) for every counter.
-            pub fn fields(&self) -> Vec<(&'static str, &'static str, &'static str, u64)> {
+            pub fn fields(&self) -> Vec<Field> {
                 vec![ $( (stringify!($name), $kind, $help, self.$name), )* ]
             }
 
@@ -63,12 +63,16 @@ counters! {
     expired: "counter", "Members removed after going silent.";
     control_bytes_in: "counter", "Bytes of datagrams that were not member traffic (joins, strays, floods).";
     reply_bytes_out: "counter", "Bytes of replies (challenge, ack, error); never more than control_bytes_in.";
+    replies_suppressed: "counter", "Replies to non-members not sent because the group's reply budget was spent.";
     enobufs_waits: "counter", "Sends that hit ENOBUFS (device queue full) and were retried after a wait.";
     eagain_waits: "counter", "Sends that hit EAGAIN (socket buffer full) and waited for POLLOUT.";
     icmp_errors: "counter", "ICMP errors reported on the socket (e.g. a departed member's port unreachable).";
     send_errors: "counter", "Copies not sent because the destination kept failing (unroutable), or abandoned at shutdown.";
     members: "gauge", "Current members.";
 }
+
+/// One counter: (name, prometheus type, help, value).
+pub type Field = (&'static str, &'static str, &'static str, u64);
 
 /// The counters of every group a reflector serves.
 #[derive(Debug, Clone)]
@@ -95,14 +99,15 @@ impl Registry {
 
     /// Prometheus text exposition format, one series per group.
     pub fn prometheus(&self) -> String {
-        let snaps: Vec<(u16, Snapshot)> = self.groups.iter().map(|(p, g)| (*p, g.snapshot())).collect();
+        // One snapshot and one field list per group per scrape.
+        let snaps: Vec<(u16, Vec<Field>)> = self.groups.iter().map(|(p, g)| (*p, g.snapshot().fields())).collect();
         let mut out = String::new();
         let names = Snapshot::default().fields();
         for (i, (name, kind, help, _)) in names.iter().enumerate() {
             let _ = writeln!(out, "# HELP reflector_{name} {help}");
             let _ = writeln!(out, "# TYPE reflector_{name} {kind}");
-            for (port, s) in &snaps {
-                let v = s.fields()[i].3;
+            for (port, fields) in &snaps {
+                let v = fields[i].3;
                 let _ = writeln!(
                     out,
                     "reflector_{name}{{group=\"{port}\",backend=\"{}\"}} {v}",

@@ -343,7 +343,7 @@ pub struct SmallDatagram {
 }
 
 impl SmallDatagram {
-    pub fn new(h: &Header, payload: &[u8]) -> SmallDatagram {
+    fn new(h: &Header, payload: &[u8]) -> SmallDatagram {
         let mut buf = [0u8; HEADER_LEN + TOKEN_LEN + COOKIE_LEN];
         // Every caller passes a payload of at most TOKEN_LEN + COOKIE_LEN
         // bytes (the largest control payload), so emit cannot fail.
@@ -586,6 +586,42 @@ mod tests {
             if let Ok(p) = Packet::parse(&b[..]) {
                 let _ = (p.join_token(), p.join_cookie(), p.challenge_cookie(), p.join_ack(), p.error_code());
                 prop_assert_eq!(p.payload().len(), usize::from(len));
+            }
+        }
+
+        /// Random bytes rarely get past the magic number; mutating valid
+        /// datagrams of every type (flipped bytes, truncation, extension)
+        /// reaches the type and length checks and the accessors.
+        #[test]
+        fn mutated_valid_datagrams_never_panic(
+            kind in 0usize..7,
+            flips in proptest::collection::vec((0usize..80, any::<u8>()), 0..4),
+            cut in 0usize..80,
+            extra in proptest::collection::vec(any::<u8>(), 0..4),
+        ) {
+            let token = [3u8; TOKEN_LEN];
+            let cookie = [4u8; COOKIE_LEN];
+            let base = match kind {
+                0 => SmallDatagram::join(1, 2, &token, None),
+                1 => SmallDatagram::join(1, 2, &token, Some(&cookie)),
+                2 => SmallDatagram::challenge(1, 2, &cookie),
+                3 => SmallDatagram::join_ack(1, 2, JoinAck { members: 1, keepalive_ms: 5 }),
+                4 => SmallDatagram::error(1, 2, ErrorCode::BadCookie),
+                5 => SmallDatagram::simple(Kind::Keepalive, 1, 2, 3),
+                _ => SmallDatagram::simple(Kind::Leave, 1, 2, 3),
+            };
+            let mut b = base.as_bytes().to_vec();
+            for (i, v) in flips {
+                if let Some(x) = b.get_mut(i) {
+                    *x = v;
+                }
+            }
+            b.truncate(cut.max(1));
+            b.extend_from_slice(&extra);
+            if let Ok(p) = Packet::parse(&b[..]) {
+                let _ = (p.group(), p.sender(), p.seq(), p.payload().len());
+                let _ = (p.join_token(), p.join_cookie(), p.challenge_cookie(), p.join_ack(), p.error_code());
+                prop_assert_eq!(p.payload().len() + HEADER_LEN, b.len());
             }
         }
 

@@ -7,11 +7,11 @@
 //! that same buffer: nothing is copied or allocated in user space.
 
 use crate::auth::Secret;
-use crate::backend::{self, Dest, Fanout};
-use crate::membership::{DropReason, Event, Group, Keys, Policy};
+use crate::backend::{BackendKind, Dest, Fanout, Support};
+use crate::membership::{DropReason, Event, Group, Keys, Now, Policy};
 use crate::metrics::{GroupCounters, Registry};
 use crate::protocol::MAX_DATAGRAM;
-use crate::{sys, unix_now_ms, CliError};
+use crate::{mono_now_ms, sys, CliError};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -33,9 +33,18 @@ pub struct ServeArgs {
     /// File with the secret shared with the control server (hex, or a passphrase of 16+ bytes).
     #[arg(long)]
     pub secret_file: PathBuf,
-    /// Fan-out backend: sendmmsg (one syscall per batch of members) or sendto (one per member).
-    #[arg(long, default_value = "sendmmsg", value_parser = clap::builder::PossibleValuesParser::new(backend::BACKENDS))]
-    pub backend: String,
+    /// Fan-out backend: sendmmsg (one syscall per batch of members) or sendto (one per
+    /// member, the paper's user-space loop). Default: the best this kernel supports.
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendKind>,
+    /// This reflector's id in the control server's map: the position (0, 1, ...) of its
+    /// `--reflector` option there. Tokens name it, so a token opens only this reflector.
+    #[arg(long, default_value_t = 0)]
+    pub reflector_id: u16,
+    /// Replies (challenges, errors) per second per group to senders that are not members,
+    /// so a spoofed flood is not reflected onto its victim; JOIN_ACKs are not limited.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
+    pub replies_per_s: u32,
     /// Event-loop threads; groups are spread over them. Default: one per core.
     #[arg(long)]
     pub threads: Option<usize>,
@@ -131,7 +140,7 @@ pub struct ServerConfig {
     pub ports: Vec<u16>,
     pub keys: Keys,
     pub policy: Policy,
-    pub backend: String,
+    pub backend: BackendKind,
     pub threads: usize,
     pub rcvbuf: usize,
     pub sndbuf: usize,
@@ -155,7 +164,9 @@ impl Server {
     /// Binds every group port (so configuration errors surface here), then
     /// starts the event loops.
     pub fn start(cfg: ServerConfig, stop: Arc<AtomicBool>) -> Result<Server, ServeError> {
-        backend::by_name(&cfg.backend).map_err(ServeError::Config)?;
+        if let Support::Unsupported(why) = cfg.backend.probe() {
+            return Err(ServeError::Config(format!("backend {}: {why}", cfg.backend)));
+        }
         let mut socks = Vec::with_capacity(cfg.ports.len());
         let mut ports = Vec::with_capacity(cfg.ports.len());
         for &p in &cfg.ports {
@@ -187,9 +198,7 @@ impl Server {
             socks.push(sock);
             ports.push(port);
         }
-        // The backend name is validated above, so this is the canonical static name.
-        let backend_name = backend::by_name(&cfg.backend).map(|b| b.name()).unwrap_or("sendto");
-        let registry = Registry::new(backend_name, &ports);
+        let registry = Registry::new(cfg.backend.name(), &ports);
         let nthreads = cfg.threads.clamp(1, socks.len().max(1));
         let mut per_thread: Vec<Vec<Slot>> = (0..nthreads).map(|_| Vec::new()).collect();
         for (i, sock) in socks.into_iter().enumerate() {
@@ -202,12 +211,21 @@ impl Server {
         }
         let mut threads = Vec::new();
         for (t, slots) in per_thread.into_iter().enumerate() {
-            let (keys, policy, backend, stop) = (cfg.keys.clone(), cfg.policy, cfg.backend.clone(), Arc::clone(&stop));
+            let (keys, policy, backend, stop2) = (cfg.keys.clone(), cfg.policy, cfg.backend, Arc::clone(&stop));
             let h = std::thread::Builder::new()
                 .name(format!("reflector-{t}"))
-                .spawn(move || event_loop(slots, &keys, &policy, &backend, &stop))
-                .map_err(ServeError::Loop)?;
-            threads.push(h);
+                .spawn(move || event_loop(slots, &keys, &policy, backend, &stop2));
+            match h {
+                Ok(h) => threads.push(h),
+                Err(e) => {
+                    // Do not leave the loops already started serving their ports.
+                    stop.store(true, Relaxed);
+                    for h in threads {
+                        let _ = h.join();
+                    }
+                    return Err(ServeError::Loop(e));
+                }
+            }
         }
         Ok(Server {
             registry,
@@ -258,10 +276,10 @@ fn event_loop(
     mut slots: Vec<Slot>,
     keys: &Keys,
     policy: &Policy,
-    backend: &str,
+    backend: BackendKind,
     stop: &AtomicBool,
 ) -> Result<(), ServeError> {
-    let mut fanout: Box<dyn Fanout> = backend::by_name(backend).map_err(ServeError::Config)?;
+    let mut fanout: Box<dyn Fanout> = backend.build();
     let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| ServeError::Loop(e.into()))?;
     for (i, s) in slots.iter().enumerate() {
         epoll
@@ -277,7 +295,7 @@ fn event_loop(
             Err(nix::errno::Errno::EINTR) => 0,
             Err(e) => return Err(ServeError::Loop(e.into())),
         };
-        let now_ms = unix_now_ms();
+        let now = crate::now();
         for ev in &events[..n] {
             let Some(slot) = slots.get_mut(ev.data() as usize) else {
                 continue;
@@ -286,10 +304,10 @@ fn event_loop(
                 let k = sys::drain_error_queue(slot.sock.as_fd());
                 slot.counters.icmp_errors.fetch_add(k as u64, Relaxed);
             }
-            serve_socket(slot, keys, policy, now_ms, &mut buf, fanout.as_mut(), stop);
+            serve_socket(slot, keys, policy, now, &mut buf, fanout.as_mut(), stop);
         }
         if Instant::now() >= next_sweep {
-            let now_ms = unix_now_ms();
+            let now_ms = mono_now_ms();
             for s in &mut slots {
                 let gone = s.group.expire(policy, now_ms);
                 if gone > 0 {
@@ -307,7 +325,7 @@ fn serve_socket(
     slot: &mut Slot,
     keys: &Keys,
     policy: &Policy,
-    now_ms: u64,
+    now: Now,
     buf: &mut [u8],
     fanout: &mut dyn Fanout,
     stop: &AtomicBool,
@@ -320,15 +338,15 @@ fn serve_socket(
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => {
                 // A queued ICMP error surfaces here as ECONNREFUSED & co.
-                c.icmp_errors.fetch_add(1, Relaxed);
-                sys::drain_error_queue(slot.sock.as_fd());
+                let queued = sys::drain_error_queue(slot.sock.as_fd());
+                c.icmp_errors.fetch_add(queued.max(1) as u64, Relaxed);
                 continue;
             }
         };
         c.received.fetch_add(1, Relaxed);
         c.bytes_in.fetch_add(len as u64, Relaxed);
         let datagram = &buf[..len];
-        let outcome = slot.group.handle(keys, policy, now_ms, src, datagram);
+        let outcome = slot.group.handle(keys, policy, now, src, datagram);
         match outcome.event {
             Event::Forward { from } => {
                 c.forwarded.fetch_add(1, Relaxed);
@@ -347,6 +365,9 @@ fn serve_socket(
         };
         c.control_bytes_in.fetch_add(len as u64, Relaxed);
         c.members.store(slot.group.len() as u64, Relaxed);
+        if outcome.reply_suppressed {
+            c.replies_suppressed.fetch_add(1, Relaxed);
+        }
         if let Some(reply) = outcome.reply {
             // Replies are best effort: a lost one is recovered by the
             // client's retry, and we never wait on a possibly spoofed peer.
@@ -373,10 +394,15 @@ fn count_drop(c: &GroupCounters, reason: DropReason) -> u64 {
     counter.fetch_add(1, Relaxed)
 }
 
+/// Binds the metrics listener (before the server starts, so a taken
+/// address fails early and leaves nothing running).
+pub fn bind_metrics(addr: SocketAddr) -> Result<tiny_http::Server, CliError> {
+    tiny_http::Server::http(addr).map_err(|e| format!("cannot serve metrics on {addr}: {e}").into())
+}
+
 /// Serves `/metrics` until `stop` is set.
-pub fn spawn_metrics(addr: SocketAddr, registry: Registry, stop: Arc<AtomicBool>) -> Result<JoinHandle<()>, CliError> {
-    let http = tiny_http::Server::http(addr).map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
-    Ok(std::thread::spawn(move || {
+pub fn serve_metrics(http: tiny_http::Server, registry: Registry, stop: Arc<AtomicBool>) -> JoinHandle<()> {
+    std::thread::spawn(move || {
         while !stop.load(Relaxed) {
             let Ok(Some(req)) = http.recv_timeout(Duration::from_millis(100)) else {
                 continue;
@@ -390,7 +416,7 @@ pub fn spawn_metrics(addr: SocketAddr, registry: Registry, stop: Arc<AtomicBool>
             };
             let _ = req.respond(resp);
         }
-    }))
+    })
 }
 
 /// `reflector serve`.
@@ -407,27 +433,39 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
             return Err(format!("--duration must be a positive number of seconds, got {d}").into());
         }
     }
+    let backend = match args.backend {
+        Some(b) => b,
+        None => {
+            let b = BackendKind::best();
+            tracing::info!("backend {b} chosen (the best this kernel supports; --backend to override)");
+            b
+        }
+    };
     let cfg = ServerConfig {
         bind: args.bind,
         ports: args.ports.0.clone(),
         keys: Keys {
             token_secret,
+            reflector_id: args.reflector_id,
             cookie_key: Secret::random(),
         },
         policy: Policy {
             member_timeout_ms: args.member_timeout_ms,
             max_members: args.max_members as usize,
             keepalive_ms: u16::try_from((args.member_timeout_ms / 4).clamp(50, 60_000)).unwrap_or(u16::MAX),
+            replies_per_s: args.replies_per_s,
         },
-        backend: args.backend.clone(),
+        backend,
         threads,
         rcvbuf: args.rcvbuf,
         sndbuf: args.sndbuf,
     };
+    let http = args.metrics.map(bind_metrics).transpose()?;
     let server = Server::start(cfg, Arc::clone(&stop))?;
     let ports = server.ports();
     tracing::info!(
-        "serving {} group(s) on {}:{}-{} with backend {} on {} thread(s)",
+        "reflector {} serving {} group(s) on {}:{}-{} with backend {} on {} thread(s)",
+        args.reflector_id,
         ports.len(),
         args.bind,
         ports.first().copied().unwrap_or(0),
@@ -435,14 +473,12 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         server.registry().backend,
         threads.min(ports.len())
     );
-    let metrics = match args.metrics {
-        Some(addr) => {
-            let h = spawn_metrics(addr, server.registry().clone(), Arc::clone(&stop))?;
+    let metrics = http.map(|h| {
+        if let Some(addr) = args.metrics {
             tracing::info!("metrics at http://{addr}/metrics");
-            Some(h)
         }
-        None => None,
-    };
+        serve_metrics(h, server.registry().clone(), Arc::clone(&stop))
+    });
     let deadline = args.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
     while !stop.load(Relaxed) {
         if deadline.is_some_and(|d| Instant::now() >= d) {

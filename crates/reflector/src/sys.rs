@@ -43,7 +43,7 @@ impl From<SocketAddr> for Dest {
             SocketAddr::V6(a) => RawAddr::V6(libc::sockaddr_in6 {
                 sin6_family: libc::AF_INET6 as libc::sa_family_t,
                 sin6_port: a.port().to_be(),
-                sin6_flowinfo: a.flowinfo().to_be(),
+                sin6_flowinfo: a.flowinfo(),
                 sin6_addr: libc::in6_addr {
                     s6_addr: a.ip().octets(),
                 },
@@ -147,7 +147,7 @@ fn sockaddr_to_std(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
             Some(SocketAddr::V6(SocketAddrV6::new(
                 ip,
                 u16::from_be(a.sin6_port),
-                u32::from_be(a.sin6_flowinfo),
+                a.sin6_flowinfo,
                 a.sin6_scope_id,
             )))
         }
@@ -218,7 +218,19 @@ impl MmsgBatch {
     }
 }
 
-/// Waits until the socket is writable or `timeout_ms` passes; true if writable.
+/// Checks that the kernel has `sendmmsg` (a zero-length batch sends nothing).
+pub fn probe_sendmmsg() -> io::Result<()> {
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0")?;
+    // SAFETY: a zero-length vector; the kernel reads no header.
+    let r = unsafe { libc::sendmmsg(sock.as_raw_fd(), std::ptr::null_mut(), 0, libc::MSG_DONTWAIT) };
+    check(r as isize).map(|_| ())
+}
+
+/// Waits until the socket is writable or `timeout_ms` passes; true if a
+/// send should be tried again. poll() reports POLLERR whatever we asked for
+/// while an ICMP error is queued; that also means "try again" (the next
+/// send consumes or the caller drains the error), never "wait more", which
+/// would spin.
 pub fn wait_writable(fd: BorrowedFd<'_>, timeout_ms: i32) -> io::Result<bool> {
     let mut p = libc::pollfd {
         fd: fd.as_raw_fd(),
@@ -235,7 +247,7 @@ pub fn wait_writable(fd: BorrowedFd<'_>, timeout_ms: i32) -> io::Result<bool> {
             Err(e)
         };
     }
-    Ok(r > 0 && p.revents & libc::POLLOUT != 0)
+    Ok(r > 0 && p.revents & (libc::POLLOUT | libc::POLLERR) != 0)
 }
 
 /// Reads and discards queued ICMP errors (IP_RECVERR); returns how many.
@@ -297,10 +309,17 @@ fn get_int(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int) -> io::Res
 
 /// IP_RECVERR (or IPV6_RECVERR): makes the kernel report ENOBUFS when the
 /// device queue drops our datagram, instead of dropping it silently.
+/// On an IPv6 socket both options are set: sends to IPv4-mapped members go
+/// through the IPv4 path, which reads IP_RECVERR.
 pub fn set_recverr(fd: BorrowedFd<'_>, ip: IpAddr) -> io::Result<()> {
     match ip {
         IpAddr::V4(_) => set_int(fd, libc::SOL_IP, libc::IP_RECVERR, 1),
-        IpAddr::V6(_) => set_int(fd, libc::SOL_IPV6, libc::IPV6_RECVERR, 1),
+        IpAddr::V6(_) => {
+            set_int(fd, libc::SOL_IPV6, libc::IPV6_RECVERR, 1)?;
+            // A v6-only socket may refuse the IPv4 option; it never sends over IPv4 then.
+            let _ = set_int(fd, libc::SOL_IP, libc::IP_RECVERR, 1);
+            Ok(())
+        }
     }
 }
 

@@ -33,10 +33,11 @@ fn setup_with_stop(backend: &str, groups: usize, grid: (u32, u32), stop: Arc<Ato
             ports: vec![0; groups],
             keys: Keys {
                 token_secret: secret.clone(),
+                reflector_id: 0,
                 cookie_key: Secret::random(),
             },
             policy: Policy::default(),
-            backend: backend.into(),
+            backend: backend.parse().expect("a known backend"),
             threads: 2,
             rcvbuf: 4 << 20,
             sndbuf: 4 << 20,

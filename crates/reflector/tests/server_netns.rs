@@ -52,6 +52,9 @@ struct Lab {
     b: String,
 }
 
+const MAC_A: &str = "02:52:46:00:00:01";
+const MAC_B: &str = "02:52:46:00:00:02";
+
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 impl Lab {
@@ -65,12 +68,33 @@ impl Lab {
         sh(&["ip", "netns", "add", &lab.b]);
         let (va, vb) = (format!("{id}va"), format!("{id}vb"));
         sh(&[
-            "ip", "link", "add", &va, "netns", &lab.a, "type", "veth", "peer", "name", &vb, "netns", &lab.b,
+            "ip", "link", "add", &va, "address", MAC_A, "netns", &lab.a, "type", "veth", "peer", "name", &vb,
+            "address", MAC_B, "netns", &lab.b,
         ]);
-        for (ns, dev, ip) in [(&lab.a, &va, "10.201.0.1/24"), (&lab.b, &vb, "10.201.0.2/24")] {
+        // Permanent neighbour entries: ARP entries of all namespaces share
+        // one kernel table (gc_thresh3, 1024 by default), which a large lab
+        // running beside this test can fill; permanent entries are exempt.
+        for (ns, dev, ip, peer, peer_mac) in [
+            (&lab.a, &va, "10.201.0.1/24", "10.201.0.2", MAC_B),
+            (&lab.b, &vb, "10.201.0.2/24", "10.201.0.1", MAC_A),
+        ] {
             sh(&["ip", "-n", ns, "addr", "add", ip, "dev", dev]);
             sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
             sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+            sh(&[
+                "ip",
+                "-n",
+                ns,
+                "neigh",
+                "replace",
+                peer,
+                "lladdr",
+                peer_mac,
+                "dev",
+                dev,
+                "nud",
+                "permanent",
+            ]);
         }
         // 20 Mbit/s with a 3 KB bucket and queue: a fan-out burst of 100-byte
         // datagrams to 20 members overflows it at once.
@@ -106,6 +130,7 @@ fn join(sock: &UdpSocket, server: SocketAddr, group: u16, id: u32) {
     let secret = Secret::new(&SECRET).unwrap();
     let t = TokenClaims {
         player: id,
+        reflector: 0,
         group,
         expires_unix_s: reflector::unix_now_ms() / 1000 + 60,
     }
@@ -136,10 +161,11 @@ fn no_loss_on_a_full_device_queue(backend: &'static str) {
             ports: vec![0],
             keys: Keys {
                 token_secret: Secret::new(&SECRET).unwrap(),
+                reflector_id: 0,
                 cookie_key: Secret::random(),
             },
             policy: Policy::default(),
-            backend: backend.into(),
+            backend: backend.parse().expect("a known backend"),
             threads: 1,
             rcvbuf: 1 << 20,
             sndbuf: 1 << 20,
