@@ -223,8 +223,8 @@ fn run_capture(a: CapArgs) -> Result<ExitCode, capture::CaptureError> {
     cfg.mode = a.mode;
     cfg.snaplen = a.snaplen;
     cfg.ring = RingConfig {
-        buffer_bytes: a.buffer_kib.saturating_mul(1024),
-        block_size: a.block_kib.saturating_mul(1024),
+        buffer_bytes: u64::from(a.buffer_kib) * 1024,
+        block_size: u64::from(a.block_kib) * 1024,
         block_timeout_ms: a.block_timeout_ms,
     };
     cfg.threads = a.threads;

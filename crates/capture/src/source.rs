@@ -69,10 +69,10 @@ pub enum Support {
 /// Ring geometry. `buffer_bytes` is the total ring size (like tcpdump -B).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingConfig {
-    pub buffer_bytes: u32,
+    pub buffer_bytes: u64,
     /// TPACKET_V3 block size: the kernel wakes the reader once per block
     /// (the paper's N, in bytes rather than packets).
-    pub block_size: u32,
+    pub block_size: u64,
     /// TPACKET_V3 retire timeout (the paper's m), in milliseconds, which is
     /// the kernel's granularity.
     pub block_timeout_ms: u32,
@@ -222,7 +222,7 @@ impl Source {
         let inner = match mode {
             Mode::Recv => {
                 let timeout = Duration::from_millis(100);
-                sock.set_rcvbuf(cfg.ring.buffer_bytes as libc::c_int)
+                sock.set_rcvbuf(cfg.ring.buffer_bytes.min(i32::MAX as u64) as libc::c_int)
                     .map_err(CaptureError::from_sys)?;
                 sock.set_rcvtimeo(timeout).map_err(CaptureError::from_sys)?;
                 sock.enable_timestamp_ns().map_err(CaptureError::from_sys)?;
@@ -239,7 +239,7 @@ impl Source {
                 let block_size = frame_size.div_ceil(PAGE) * PAGE;
                 let block_size = block_size.max(64 << 10).div_ceil(frame_size) * frame_size;
                 let block_size = block_size.div_ceil(PAGE) * PAGE;
-                let block_nr = (cfg.ring.buffer_bytes / block_size).max(1);
+                let block_nr = block_count(cfg.ring.buffer_bytes, u64::from(block_size));
                 sock.set_rx_ring_v2(block_size, block_nr, frame_size)
                     .map_err(|source| ring_err("v2", block_size, block_nr, frame_size, source))?;
                 let ring = sock
@@ -259,8 +259,18 @@ impl Source {
                 sock.set_version(TPACKET_V3)
                     .map_err(CaptureError::from_sys)?;
                 let frame_size = v2_frame_size(cfg.snaplen, cfg.mtu);
-                let block_size = cfg.ring.block_size.max(frame_size).div_ceil(PAGE) * PAGE;
-                let block_nr = (cfg.ring.buffer_bytes / block_size).max(1);
+                let block_size = cfg
+                    .ring
+                    .block_size
+                    .max(u64::from(frame_size))
+                    .div_ceil(u64::from(PAGE))
+                    * u64::from(PAGE);
+                let block_size = u32::try_from(block_size).map_err(|_| {
+                    CaptureError::Config(format!(
+                        "block size {block_size} bytes is over the kernel's 4 GiB limit"
+                    ))
+                })?;
+                let block_nr = block_count(cfg.ring.buffer_bytes, u64::from(block_size));
                 sock.set_rx_ring_v3(
                     block_size,
                     block_nr,
@@ -485,6 +495,12 @@ impl Source {
             }
         }
     }
+}
+
+/// Blocks of `block_size` in a ring of about `buffer` bytes: at least one;
+/// too many is left for the kernel to refuse (it checks the total).
+fn block_count(buffer: u64, block_size: u64) -> u32 {
+    (buffer / block_size.max(1)).clamp(1, u64::from(u32::MAX)) as u32
 }
 
 fn vlan_of(status: u32, tci: u16, tpid: u16) -> Option<(u16, u16)> {
