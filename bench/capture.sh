@@ -14,7 +14,13 @@ for t in tcpdump netsniff-ng taskset ip; do
 done
 bin=target/release/capture
 [ -x "$bin" ] || cargo build --release -p capture
-py=${BENCH_PYTHON:-python3}
+py=${BENCH_PYTHON:-}
+if [ -z "$py" ]; then
+  # Run directly (not from bench/run.sh): use the same private virtualenv.
+  venv=target/bench-venv
+  [ -x "$venv/bin/python" ] || { python3 -m venv "$venv" && "$venv/bin/pip" install -q matplotlib; }
+  py=$venv/bin/python
+fi
 quick=()
 [ "${CAPTURE_BENCH_QUICK:-0}" = 1 ] && quick=(--quick)
 mkdir -p bench/results

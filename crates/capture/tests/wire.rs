@@ -380,3 +380,62 @@ fn generator_paths_deliver_exact_counts() {
         assert_exact(&frames, 500);
     }
 }
+
+#[test]
+fn trafgen_as_independent_peer_counts_exactly() {
+    if !root_or_skip("trafgen_as_independent_peer_counts_exactly") {
+        return;
+    }
+    let lab = Lab::new();
+    // A trafgen packet description: broadcast frame, IPv4/UDP to port 7000.
+    let conf = tmpfile("trafgen.cfg");
+    std::fs::write(
+        &conf,
+        format!(
+            "{{ eth(da=ff:ff:ff:ff:ff:ff), ipv4(saddr={}, daddr={}), udp(sp=4000, dp=7000), fill(0x5a, 22) }}\n",
+            lab.a_ip, lab.b_ip
+        ),
+    )
+    .expect("trafgen config");
+    let run = Running::start(lab.cmd(
+        &lab.b,
+        &[
+            BIN,
+            "-i",
+            &lab.b_if,
+            "-q",
+            "-c",
+            "400",
+            "--duration",
+            "30",
+            "udp",
+            "dst",
+            "port",
+            "7000",
+        ],
+    ));
+    let c = conf.to_string_lossy().to_string();
+    let out = lab
+        .cmd(
+            &lab.a,
+            &[
+                "trafgen", "--dev", &lab.a_if, "--conf", &c, "-n", "400", "--cpus", "1", "-q",
+            ],
+        )
+        .output()
+        .expect("trafgen (netsniff-ng package)");
+    assert!(
+        out.status.success(),
+        "trafgen: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (status, err, _) = run.finish(Duration::from_secs(30));
+    assert!(status.success(), "{err}");
+    assert_eq!(number_after(&err, "total: captured "), 400, "{err}");
+    assert_eq!(
+        number_after(&err, "accepted by filter, "),
+        0,
+        "dropped: {err}"
+    );
+    let _ = std::fs::remove_file(&conf);
+}
