@@ -87,10 +87,10 @@ struct CapArgs {
     )]
     buffer_kib: u32,
     /// v3 block size in KiB: the reader is woken once per block (the paper's N).
-    #[arg(long = "block-size", value_name = "KIB", default_value_t = 256)]
+    #[arg(long = "block-size", value_name = "KIB", default_value_t = 512)]
     block_kib: u32,
     /// v3 block retire timeout in ms: a partly filled block is handed over after this (the paper's m).
-    #[arg(long = "block-timeout", value_name = "MS", default_value_t = 10)]
+    #[arg(long = "block-timeout", value_name = "MS", default_value_t = 20)]
     block_timeout_ms: u32,
     /// Capture threads joined in a PACKET_FANOUT group (hash by flow).
     #[arg(long, default_value_t = 1)]

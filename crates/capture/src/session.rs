@@ -401,11 +401,19 @@ impl Capture {
                 };
                 let shared = &shared;
                 let snap = &snapshots[i];
-                handles.push(scope.spawn(move || worker(src, cpu, out, link, shared, snap)));
+                let monitor = std::thread::current();
+                handles.push(scope.spawn(move || {
+                    let r = worker(src, cpu, out, link, shared, snap);
+                    // Wake the monitor at once instead of making it poll often.
+                    monitor.unpark();
+                    r
+                }));
             }
             // Monitor: interim reports on request, and nothing else.
             while handles.iter().any(|h| !h.is_finished()) {
-                std::thread::sleep(Duration::from_millis(20));
+                // Parked, not sleeping in short steps: an idle monitor costs no wake-ups
+                // beyond these, which bound the latency of a SIGUSR1 report.
+                std::thread::park_timeout(Duration::from_millis(200));
                 if control.report.swap(false, Ordering::Relaxed) {
                     let e = shared.epoch.fetch_add(1, Ordering::AcqRel) + 1;
                     let until = Instant::now() + Duration::from_secs(1);
@@ -570,6 +578,7 @@ fn worker_loop(
         ..Default::default()
     };
     let mut seen_epoch = 0u64;
+    let has_limit = shared.limit != u64::MAX;
     let encoding = match out {
         Out::File(f, _, _) => f.lock().ok().map(|g| g.encoding),
         _ => None,
@@ -581,7 +590,8 @@ fn worker_loop(
         {
             break;
         }
-        let mut timeout = Duration::from_millis(100);
+        // Bounds how long a stop request or a report request waits.
+        let mut timeout = Duration::from_millis(200);
         if let Some(d) = shared.deadline {
             let now = Instant::now();
             if now >= d {
@@ -592,7 +602,8 @@ fn worker_loop(
         let mut beyond = 0u64;
         let mut bytes = 0u64;
         let n = src.next_batch(timeout, &mut |p: &PacketView<'_>| {
-            if shared.taken.fetch_add(1, Ordering::Relaxed) >= shared.limit {
+            // Without -c there is nothing to share per packet.
+            if has_limit && shared.taken.fetch_add(1, Ordering::Relaxed) >= shared.limit {
                 beyond += 1;
                 return Flow::Stop;
             }

@@ -82,8 +82,8 @@ impl Default for RingConfig {
     fn default() -> Self {
         RingConfig {
             buffer_bytes: 8 << 20,
-            block_size: 256 << 10,
-            block_timeout_ms: 10,
+            block_size: 512 << 10,
+            block_timeout_ms: 20,
         }
     }
 }
