@@ -105,6 +105,8 @@ pub struct ThreadReport {
     pub beyond_limit: u64,
     /// Ring entries whose headers did not fit the ring (never seen on a correct kernel).
     pub malformed: u64,
+    /// Packets kept shorter than the snaplen because a ring frame was too small.
+    pub truncated: u64,
     pub cpu_user: Duration,
     pub cpu_sys: Duration,
 }
@@ -149,13 +151,14 @@ impl fmt::Display for Report {
             writeln!(
                 f,
                 "{name}: captured {} packets ({} bytes); kernel: {} accepted by filter, {} dropped, {} queue freezes; \
-                 ours: {} malformed, {} read beyond -c; cpu {:.3}s user + {:.3}s sys ({:.0} ns/packet)",
+                 ours: {} malformed, {} truncated by the ring, {} read beyond -c; cpu {:.3}s user + {:.3}s sys ({:.0} ns/packet)",
                 t.captured,
                 t.bytes,
                 t.kernel.packets,
                 t.kernel.drops,
                 t.kernel.freeze_q_cnt,
                 t.malformed,
+                t.truncated,
                 t.beyond_limit,
                 t.cpu_user.as_secs_f64(),
                 t.cpu_sys.as_secs_f64(),
@@ -177,6 +180,7 @@ impl fmt::Display for Report {
             kernel: self.kernel(),
             beyond_limit: self.threads.iter().map(|t| t.beyond_limit).sum(),
             malformed: self.threads.iter().map(|t| t.malformed).sum(),
+            truncated: self.threads.iter().map(|t| t.truncated).sum(),
             cpu_user: self.threads.iter().map(|t| t.cpu_user).sum(),
             cpu_sys: self.threads.iter().map(|t| t.cpu_sys).sum(),
             cpu: None,
@@ -478,6 +482,47 @@ impl Capture {
     }
 }
 
+/// A capture running in a background thread (see [`Capture::spawn`]).
+#[derive(Debug)]
+pub struct RunningCapture {
+    control: Control,
+    handle: std::thread::JoinHandle<Result<Report>>,
+}
+
+impl RunningCapture {
+    /// Stops the capture within about 200 ms and returns the statistics.
+    /// Packets still queued in the socket then count as neither captured nor
+    /// dropped, so stop once the traffic is over and has been read (or use a
+    /// count limit and [`RunningCapture::wait`]).
+    pub fn stop(self) -> Result<Report> {
+        self.control.stop.store(true, Ordering::Relaxed);
+        self.wait()
+    }
+
+    /// Waits for the capture to end by its own limits.
+    pub fn wait(self) -> Result<Report> {
+        self.handle
+            .join()
+            .unwrap_or_else(|_| Err(CaptureError::Config("the capture thread panicked".into())))
+    }
+
+    /// The run's control flags (stop, report).
+    pub fn control(&self) -> &Control {
+        &self.control
+    }
+}
+
+impl Capture {
+    /// Runs the capture in a background thread, for callers that produce the
+    /// traffic themselves (e.g. counting a reflector's datagrams on the wire).
+    pub fn spawn(self, limits: Limits, sink: Sink) -> RunningCapture {
+        let control = Control::default();
+        let c = control.clone();
+        let handle = std::thread::spawn(move || self.run(limits, sink, &c, &mut |_| {}));
+        RunningCapture { control, handle }
+    }
+}
+
 const FLUSH_AT: usize = 256 << 10;
 
 struct Shared {
@@ -608,22 +653,7 @@ fn worker_loop(
                 return Flow::Stop;
             }
             bytes += p.data.len() as u64;
-            match out {
-                Out::Count => {}
-                Out::Summary(s) => {
-                    format_line(s, link, p);
-                }
-                Out::File(_, buf, scratch) => {
-                    if let Some(e) = &encoding {
-                        e.record(buf, p, scratch);
-                    }
-                }
-                Out::Collect(_, v) => v.push(OwnedPacket {
-                    ts_ns: p.ts_ns,
-                    wire_len: p.wire_len,
-                    data: p.data.to_vec(),
-                }),
-            }
+            take(out, link, encoding.as_ref(), p);
             Flow::Continue
         })?;
         rep.captured += n as u64;
@@ -644,14 +674,54 @@ fn worker_loop(
             }
         }
     }
+    if shared.stop.load(Ordering::Relaxed) && !shared.failed.load(Ordering::Relaxed) {
+        // Asked to stop: take what is already queued (including a partly
+        // filled v3 block, visible after its retire timeout), so a stop after
+        // the traffic leaves nothing uncounted; bounded for endless traffic.
+        let until = Instant::now() + Duration::from_millis(500);
+        let has_limit = shared.limit != u64::MAX;
+        loop {
+            let n = src.next_batch(src.visibility_delay(), &mut |p: &PacketView<'_>| {
+                if has_limit && shared.taken.fetch_add(1, Ordering::Relaxed) >= shared.limit {
+                    return Flow::Stop;
+                }
+                rep.bytes += p.data.len() as u64;
+                take(out, link, encoding.as_ref(), p);
+                Flow::Continue
+            })?;
+            rep.captured += n as u64;
+            if n == 0 || Instant::now() >= until {
+                break;
+            }
+        }
+    }
     out.flush()?;
     fill_final(&mut rep, src, cpu0)?;
     Ok(rep)
 }
 
+/// Hands one packet to the output.
+fn take(out: &mut Out, link: LinkType, encoding: Option<&Encoding>, p: &PacketView<'_>) {
+    match out {
+        Out::Count => {}
+        Out::Summary(s) => format_line(s, link, p),
+        Out::File(_, buf, scratch) => {
+            if let Some(e) = encoding {
+                e.record(buf, p, scratch);
+            }
+        }
+        Out::Collect(_, v) => v.push(OwnedPacket {
+            ts_ns: p.ts_ns,
+            wire_len: p.wire_len,
+            data: p.data.to_vec(),
+        }),
+    }
+}
+
 fn fill_final(rep: &mut ThreadReport, src: &mut Source, cpu0: (Duration, Duration)) -> Result<()> {
     rep.kernel = src.kernel_stats()?;
     rep.malformed = src.malformed;
+    rep.truncated = src.truncated;
     let (u, s) = sys::thread_cpu_time();
     rep.cpu_user = u.saturating_sub(cpu0.0);
     rep.cpu_sys = s.saturating_sub(cpu0.1);

@@ -176,6 +176,11 @@ pub struct Source {
     /// Frames whose header did not fit the ring or block: never produced by
     /// a correct kernel, counted so a loss can never be silent.
     pub malformed: u64,
+    /// Packets cut shorter than the snaplen because a v2 frame was too small
+    /// (e.g. GRO-merged packets larger than the MTU): kept, but reported.
+    pub truncated: u64,
+    snaplen: u32,
+    retire_ms: u32,
 }
 
 #[derive(Debug)]
@@ -309,11 +314,24 @@ impl Source {
             inner,
             stats: KernelStats::default(),
             malformed: 0,
+            truncated: 0,
+            snaplen: cfg.snaplen,
+            retire_ms: if mode == Mode::V3 {
+                cfg.ring.block_timeout_ms.max(1)
+            } else {
+                0
+            },
         })
     }
 
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// How long packets can sit in the socket before a reader can see them:
+    /// a partly filled v3 block is handed over only at its retire timeout.
+    pub fn visibility_delay(&self) -> Duration {
+        Duration::from_millis(u64::from(self.retire_ms) + 10)
     }
 
     /// Cumulative kernel counters (reads and accumulates the kernel's
@@ -400,6 +418,9 @@ impl Source {
                     } else {
                         None
                     };
+                    if (snap as u32) < wire.min(self.snaplen) {
+                        self.truncated += 1;
+                    }
                     match data {
                         Some(data) => {
                             let p = PacketView {
@@ -459,6 +480,9 @@ impl Source {
                         let mac = ring.read_u16(p + 24) as usize;
                         let vlan =
                             vlan_of(pstatus, ring.read_u32(p + 32) as u16, ring.read_u16(p + 36));
+                        if (snap as u32) < wire.min(self.snaplen) {
+                            self.truncated += 1;
+                        }
                         // Everything must stay inside this block.
                         let inside = p_rel + 48 <= *block_size && p_rel + mac + snap <= *block_size;
                         match inside.then(|| ring.bytes(p + mac, snap)).flatten() {

@@ -439,3 +439,31 @@ fn trafgen_as_independent_peer_counts_exactly() {
     );
     let _ = std::fs::remove_file(&conf);
 }
+
+#[test]
+fn spawned_capture_stopped_after_traffic_counts_exactly() {
+    if !root_or_skip("spawned_capture_stopped_after_traffic_counts_exactly") {
+        return;
+    }
+    let lab = Lab::new();
+    for mode in [Mode::Recv, Mode::V2, Mode::V3] {
+        let mut cfg = CaptureConfig::new(&lab.b_if);
+        cfg.mode = Some(mode);
+        cfg.filter = Some("udp".into());
+        // A long retire timeout: the last, partly filled v3 block becomes
+        // visible only after it, so stop() must wait for it, not miss it.
+        cfg.ring.block_timeout_ms = 200;
+        let running = open_in(&lab.b, &cfg).spawn(
+            Limits {
+                count: None,
+                duration: Some(Duration::from_secs(30)),
+            },
+            Sink::Count,
+        );
+        lab.gen("udp", 700, 4000, 5000, RATE);
+        let report = running.stop().expect("run");
+        assert_eq!(report.captured(), 700, "{mode}: {report}");
+        assert_eq!(report.lost(), 0, "{mode}: {report}");
+        assert_eq!(report.kernel().packets, 700, "{mode}: {report}");
+    }
+}
