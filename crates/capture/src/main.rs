@@ -110,6 +110,9 @@ struct CapArgs {
     /// Do not print packets; only the statistics at the end.
     #[arg(short = 'q', long)]
     quiet: bool,
+    /// Print the statistics to stderr every SECS seconds while capturing (progress on long runs).
+    #[arg(long, value_name = "SECS")]
+    stats_every: Option<f64>,
     /// Filter expression (tcpdump syntax), e.g. "udp and dst port 9000".
     #[arg(value_name = "EXPRESSION", trailing_var_arg = true)]
     filter: Vec<String>,
@@ -275,6 +278,16 @@ fn run_capture(a: CapArgs) -> Result<ExitCode, capture::CaptureError> {
         count: a.count,
         duration,
     };
+    if let Some(every) = secs(a.stats_every, "--stats-every")? {
+        // Same path as SIGUSR1: raise the report flag periodically.
+        let (report, stop) = (control.report.clone(), control.stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(every);
+                report.store(true, Ordering::Relaxed);
+            }
+        });
+    }
     let report = cap.run(limits, sink, &control, &mut |r| {
         eprintln!("capture: statistics so far\n{r}")
     })?;

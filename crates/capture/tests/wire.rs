@@ -467,3 +467,22 @@ fn spawned_capture_stopped_after_traffic_counts_exactly() {
         assert_eq!(report.kernel().packets, 700, "{mode}: {report}");
     }
 }
+
+#[test]
+fn summary_lines_on_stdout_without_output_file() {
+    if !root_or_skip("summary_lines_on_stdout_without_output_file") {
+        return;
+    }
+    let lab = Lab::new();
+    let run = Running::start(lab.cmd(
+        &lab.b,
+        &[BIN, "-i", &lab.b_if, "-c", "5", "--duration", "30", "udp"],
+    ));
+    lab.gen("mmsg", 5, 4000, 5000, RATE);
+    let (status, err, out) = run.finish(Duration::from_secs(30));
+    assert!(status.success(), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 5, "{out}");
+    let want = format!("IP {}.4000 > {}.5000: UDP, length 22", lab.a_ip, lab.b_ip);
+    assert!(lines.iter().all(|l| l.ends_with(&want)), "{out}");
+}
