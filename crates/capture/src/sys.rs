@@ -576,6 +576,33 @@ impl Ring {
     }
 }
 
+impl Ring {
+    /// An anonymous mapping with the ring interface, for testing the ring
+    /// walkers on hand-made (or garbage) contents.
+    #[cfg(test)]
+    pub fn anonymous(len: usize) -> SysResult<Ring> {
+        // SAFETY: a fresh private anonymous mapping.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(SysError::last("mmap(anonymous)"));
+        }
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| SysError {
+            call: "mmap(anonymous)",
+            source: io::Error::other("null mapping"),
+        })?;
+        Ok(Ring { ptr, len })
+    }
+}
+
 impl Drop for Ring {
     fn drop(&mut self) {
         // SAFETY: unmapping exactly what mmap_ring mapped.
