@@ -110,6 +110,9 @@ struct CapArgs {
     /// Do not print packets; only the statistics at the end.
     #[arg(short = 'q', long)]
     quiet: bool,
+    /// Exit with status 3 if any packet was lost (kernel drops or our own), for scripts that verify.
+    #[arg(long)]
+    fail_on_loss: bool,
     /// Print the statistics to stderr every SECS seconds while capturing (progress on long runs).
     #[arg(long, value_name = "SECS")]
     stats_every: Option<f64>,
@@ -292,6 +295,10 @@ fn run_capture(a: CapArgs) -> Result<ExitCode, capture::CaptureError> {
         eprintln!("capture: statistics so far\n{r}")
     })?;
     eprintln!("{report}");
+    if a.fail_on_loss && report.lost() > 0 {
+        eprintln!("capture: {} packet(s) lost (--fail-on-loss)", report.lost());
+        return Ok(ExitCode::from(3));
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -486,3 +486,39 @@ fn summary_lines_on_stdout_without_output_file() {
     let want = format!("IP {}.4000 > {}.5000: UDP, length 22", lab.a_ip, lab.b_ip);
     assert!(lines.iter().all(|l| l.ends_with(&want)), "{out}");
 }
+
+#[test]
+fn fail_on_loss_exit_status_matches_the_report() {
+    if !root_or_skip("fail_on_loss_exit_status_matches_the_report") {
+        return;
+    }
+    let lab = Lab::new();
+    // A tiny buffer and a fast burst usually lose packets; whatever happens,
+    // the exit status must agree with the reported loss.
+    let run = Running::start(lab.cmd(
+        &lab.b,
+        &[
+            BIN,
+            "-i",
+            &lab.b_if,
+            "--mode",
+            "recv",
+            "-B",
+            "16",
+            "-q",
+            "--duration",
+            "30",
+            "--fail-on-loss",
+        ],
+    ));
+    lab.gen("txring", 3000, 4000, 5000, 0);
+    run.signal(nix::sys::signal::Signal::SIGINT);
+    let (status, err, _) = run.finish(Duration::from_secs(30));
+    let lost = number_after(&err, "lost: ");
+    assert_eq!(status.code(), Some(if lost > 0 { 3 } else { 0 }), "{err}");
+    assert_eq!(
+        number_after(&err, "total: captured ") + number_after(&err, "accepted by filter, "),
+        3000,
+        "captured + dropped = sent: {err}"
+    );
+}
