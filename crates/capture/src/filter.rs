@@ -38,7 +38,13 @@ const BPF_RET_K: u16 = 0x06;
 /// every non-zero accept value at `snaplen` so the kernel copies no more
 /// than that into the socket.
 pub fn compile(expr: &str, link: LinkType, snaplen: u32) -> Result<Vec<BpfInsn>> {
-    let lt = pcap::Linktype(link.pcap_number() as i32);
+    // pcap_open_dead takes a DLT_ value, which differs from the file's
+    // LINKTYPE_ number for raw IP (DLT_RAW is 12 on Linux, LINKTYPE_RAW 101).
+    let dlt = match link {
+        LinkType::Ethernet => 1,
+        LinkType::RawIp => 12,
+    };
+    let lt = pcap::Linktype(dlt);
     let dead = pcap::Capture::dead(lt).map_err(|e| CaptureError::Filter {
         expr: expr.to_string(),
         message: format!("libpcap could not open a compiler handle: {e}"),
@@ -124,6 +130,12 @@ mod tests {
             .map(|i| i.k)
             .collect();
         assert!(rets.contains(&96) && rets.contains(&0), "{rets:?}");
+    }
+
+    #[test]
+    fn compiles_for_raw_ip_links() {
+        let p = compile("icmp", LinkType::RawIp, 65535).expect("raw-IP filter");
+        assert!(p.len() > 1);
     }
 
     #[test]
