@@ -1,0 +1,150 @@
+//! tcpdump filter expressions, compiled by libpcap into classic BPF.
+
+use crate::error::{CaptureError, Result};
+use crate::sys::BpfInsn;
+
+/// Link-layer type of the frames a socket sees (decides how libpcap
+/// compiles a filter and what the pcap header says).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkType {
+    /// Ethernet framing (also Linux loopback).
+    Ethernet,
+    /// Bare IP packets (tun devices and other ARPHRD_NONE interfaces).
+    RawIp,
+}
+
+impl LinkType {
+    /// The pcap LINKTYPE_ number.
+    pub fn pcap_number(self) -> u32 {
+        match self {
+            LinkType::Ethernet => 1,
+            LinkType::RawIp => 101,
+        }
+    }
+
+    /// From the ARPHRD_ number in /sys/class/net/IF/type.
+    pub fn from_arphrd(t: u32) -> Option<Self> {
+        match t {
+            1 | 772 => Some(LinkType::Ethernet),
+            65534 | 519 => Some(LinkType::RawIp),
+            _ => None,
+        }
+    }
+}
+
+const BPF_RET_K: u16 = 0x06;
+
+/// Compiles `expr` with libpcap's compiler (optimised) for `link`, and caps
+/// every non-zero accept value at `snaplen` so the kernel copies no more
+/// than that into the socket.
+pub fn compile(expr: &str, link: LinkType, snaplen: u32) -> Result<Vec<BpfInsn>> {
+    // pcap_open_dead takes a DLT_ value, which differs from the file's
+    // LINKTYPE_ number for raw IP (DLT_RAW is 12 on Linux, LINKTYPE_RAW 101).
+    let dlt = match link {
+        LinkType::Ethernet => 1,
+        LinkType::RawIp => 12,
+    };
+    let lt = pcap::Linktype(dlt);
+    let dead = pcap::Capture::dead(lt).map_err(|e| CaptureError::Filter {
+        expr: expr.to_string(),
+        message: format!("libpcap could not open a compiler handle: {e}"),
+    })?;
+    let prog = dead.compile(expr, true).map_err(|e| CaptureError::Filter {
+        expr: expr.to_string(),
+        message: match e {
+            pcap::Error::PcapError(m) => m,
+            other => other.to_string(),
+        },
+    })?;
+    let mut out = Vec::with_capacity(prog.get_instructions().len());
+    for ins in prog.get_instructions() {
+        // The pcap crate exposes instructions only through Display ("code jt jf k"),
+        // which avoids any reinterpretation of its private layout.
+        let text = ins.to_string();
+        let insn = parse_insn(&text).ok_or_else(|| CaptureError::Filter {
+            expr: expr.to_string(),
+            message: format!("unexpected instruction text from libpcap: {text}"),
+        })?;
+        out.push(insn);
+    }
+    Ok(cap_snaplen(out, snaplen))
+}
+
+/// A filter that accepts everything, truncated to `snaplen`.
+pub fn accept_all(snaplen: u32) -> Vec<BpfInsn> {
+    vec![BpfInsn {
+        code: BPF_RET_K,
+        jt: 0,
+        jf: 0,
+        k: snaplen,
+    }]
+}
+
+fn parse_insn(s: &str) -> Option<BpfInsn> {
+    let mut it = s.split_whitespace();
+    let insn = BpfInsn {
+        code: it.next()?.parse().ok()?,
+        jt: it.next()?.parse().ok()?,
+        jf: it.next()?.parse().ok()?,
+        k: it.next()?.parse().ok()?,
+    };
+    it.next().is_none().then_some(insn)
+}
+
+fn cap_snaplen(mut prog: Vec<BpfInsn>, snaplen: u32) -> Vec<BpfInsn> {
+    for i in &mut prog {
+        if i.code == BPF_RET_K && i.k != 0 {
+            i.k = i.k.min(snaplen);
+        }
+    }
+    prog
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_display_form() {
+        assert_eq!(
+            parse_insn("6 0 0 262144"),
+            Some(BpfInsn {
+                code: 6,
+                jt: 0,
+                jf: 0,
+                k: 262144
+            })
+        );
+        assert_eq!(parse_insn("6 0 0"), None);
+        assert_eq!(parse_insn("6 0 0 1 2"), None);
+        assert_eq!(parse_insn("x 0 0 1"), None);
+    }
+
+    #[test]
+    fn compiles_udp_and_caps_snaplen() {
+        let p = compile("udp port 9", LinkType::Ethernet, 96).expect("valid filter");
+        assert!(p.len() > 2);
+        let rets: Vec<u32> = p
+            .iter()
+            .filter(|i| i.code == BPF_RET_K)
+            .map(|i| i.k)
+            .collect();
+        assert!(rets.contains(&96) && rets.contains(&0), "{rets:?}");
+    }
+
+    #[test]
+    fn compiles_for_raw_ip_links() {
+        let p = compile("icmp", LinkType::RawIp, 65535).expect("raw-IP filter");
+        assert!(p.len() > 1);
+    }
+
+    #[test]
+    fn bad_filter_carries_libpcap_message() {
+        let e = compile("udp prot 9", LinkType::Ethernet, 65535).unwrap_err();
+        let s = e.to_string();
+        assert!(
+            s.contains("udp prot 9") && s.contains("syntax error"),
+            "{s}"
+        );
+    }
+}

@@ -1,0 +1,559 @@
+//! Output files: pcap and pcapng record encoding (pure), optional
+//! compression, and a file that is either complete or absent.
+//!
+//! A regular file is written under a temporary name in the same directory
+//! and renamed into place only by [`FileOutput::finish`]; if the capture
+//! fails or the value is dropped unfinished, the temporary file is removed.
+//! Special files (`/dev/null`, FIFOs) and `-` (stdout) are written directly.
+
+use std::borrow::Cow;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use byteorder_slice::LittleEndian;
+use pcap_file::pcap::{PcapHeader, PcapPacket};
+use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
+use pcap_file::pcapng::blocks::interface_description::{
+    InterfaceDescriptionBlock, InterfaceDescriptionOption,
+};
+use pcap_file::pcapng::blocks::interface_statistics::{
+    InterfaceStatisticsBlock, InterfaceStatisticsOption,
+};
+use pcap_file::pcapng::blocks::section_header::{SectionHeaderBlock, SectionHeaderOption};
+use pcap_file::pcapng::Block;
+use pcap_file::{DataLink, Endianness, TsResolution};
+
+use crate::error::{CaptureError, Result};
+use crate::filter::LinkType;
+use crate::source::PacketView;
+
+/// File format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Pcap,
+    PcapNg,
+}
+
+/// Compression of the written stream (the paper's packzip load).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    None,
+    /// gzip container, deflate at level 0..=9.
+    Zlib(u32),
+    /// zstd at level 1..=22 (0 means zstd's default).
+    Zstd(i32),
+}
+
+impl FromStr for Compression {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let (alg, level) = s.split_once(':').unwrap_or((s, ""));
+        let bad = || format!("bad compression '{s}': use zlib:LEVEL (0-9) or zstd:LEVEL (1-22)");
+        match alg {
+            "none" if level.is_empty() => Ok(Compression::None),
+            "zlib" | "gzip" => {
+                let l: u32 = if level.is_empty() {
+                    6
+                } else {
+                    level.parse().map_err(|_| bad())?
+                };
+                if l > 9 {
+                    return Err(bad());
+                }
+                Ok(Compression::Zlib(l))
+            }
+            "zstd" => {
+                let l: i32 = if level.is_empty() {
+                    3
+                } else {
+                    level.parse().map_err(|_| bad())?
+                };
+                if !(0..=22).contains(&l) {
+                    return Err(bad());
+                }
+                Ok(Compression::Zstd(l))
+            }
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// How records are encoded: format, link type, snaplen, timestamp precision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Encoding {
+    pub format: Format,
+    pub link: LinkType,
+    pub snaplen: u32,
+    pub nano: bool,
+}
+
+impl Encoding {
+    fn datalink(&self) -> DataLink {
+        DataLink::from(self.link.pcap_number())
+    }
+
+    fn ts_res(&self) -> TsResolution {
+        if self.nano {
+            TsResolution::NanoSecond
+        } else {
+            TsResolution::MicroSecond
+        }
+    }
+
+    /// File preamble: the pcap global header, or pcapng SHB + IDB.
+    pub fn header(&self, ifname: &str) -> Vec<u8> {
+        let mut out = Vec::with_capacity(128);
+        match self.format {
+            Format::Pcap => {
+                let h = PcapHeader {
+                    version_major: 2,
+                    version_minor: 4,
+                    ts_correction: 0,
+                    ts_accuracy: 0,
+                    snaplen: self.snaplen,
+                    datalink: self.datalink(),
+                    ts_resolution: self.ts_res(),
+                    endianness: Endianness::Little,
+                };
+                // Writing into a Vec cannot fail.
+                let _ = h.write_to(&mut out);
+            }
+            Format::PcapNg => {
+                let shb = SectionHeaderBlock {
+                    endianness: Endianness::Little,
+                    major_version: 1,
+                    minor_version: 0,
+                    section_length: -1,
+                    options: vec![SectionHeaderOption::UserApplication(Cow::Borrowed(
+                        "capture",
+                    ))],
+                };
+                let idb = InterfaceDescriptionBlock {
+                    linktype: self.datalink(),
+                    snaplen: self.snaplen,
+                    options: vec![
+                        InterfaceDescriptionOption::IfName(Cow::Owned(ifname.to_string())),
+                        InterfaceDescriptionOption::IfTsResol(if self.nano { 9 } else { 6 }),
+                    ],
+                };
+                let _ = Block::SectionHeader(shb).write_to::<LittleEndian, _>(&mut out);
+                let _ = Block::InterfaceDescription(idb).write_to::<LittleEndian, _>(&mut out);
+            }
+        }
+        out
+    }
+
+    /// Appends one packet record to `out`. A VLAN tag the kernel stripped is
+    /// put back into the frame, as on the wire; `scratch` avoids an
+    /// allocation per tagged packet.
+    pub fn record(&self, out: &mut Vec<u8>, p: &PacketView<'_>, scratch: &mut Vec<u8>) {
+        let (data, wire) = match (p.vlan, self.link) {
+            (Some((tpid, tci)), LinkType::Ethernet) if p.data.len() >= 12 => {
+                scratch.clear();
+                scratch.extend_from_slice(&p.data[..12]);
+                scratch.extend_from_slice(&tpid.to_be_bytes());
+                scratch.extend_from_slice(&tci.to_be_bytes());
+                scratch.extend_from_slice(&p.data[12..]);
+                (&scratch[..], p.wire_len + 4)
+            }
+            _ => (p.data, p.wire_len),
+        };
+        let caplen = data.len().min(self.snaplen as usize);
+        let data = &data[..caplen];
+        let wire = wire.max(caplen as u32);
+        let ts = Duration::from_nanos(p.ts_ns);
+        match self.format {
+            Format::Pcap => {
+                let pkt = PcapPacket::new(ts, wire, data);
+                // Cannot fail: caplen <= snaplen and caplen <= wire by construction, and
+                // timestamps fit u32 seconds until 2106.
+                let _ = pkt.write_to::<_, LittleEndian>(out, self.ts_res(), self.snaplen);
+            }
+            Format::PcapNg => {
+                // The EPB timestamp is in units of the IDB's if_tsresol.
+                let units = if self.nano { p.ts_ns } else { p.ts_ns / 1000 };
+                let epb = EnhancedPacketBlock {
+                    interface_id: 0,
+                    timestamp: Duration::from_nanos(units),
+                    original_len: wire,
+                    data: Cow::Borrowed(data),
+                    options: vec![],
+                };
+                let _ = Block::EnhancedPacket(epb).write_to::<LittleEndian, _>(out);
+            }
+        }
+    }
+
+    /// pcapng footer: an Interface Statistics Block with the final counters
+    /// (pcap has no place for them).
+    pub fn footer(&self, now_ns: u64, stats: &FooterStats) -> Vec<u8> {
+        let mut out = Vec::new();
+        if self.format == Format::PcapNg {
+            let units = if self.nano { now_ns } else { now_ns / 1000 };
+            let isb = InterfaceStatisticsBlock {
+                interface_id: 0,
+                timestamp: units,
+                options: vec![
+                    InterfaceStatisticsOption::IsbFilterAccept(stats.filter_accept),
+                    InterfaceStatisticsOption::IsbOsDrop(stats.os_drop),
+                    InterfaceStatisticsOption::IsbUsrDeliv(stats.delivered),
+                ],
+            };
+            let _ = Block::InterfaceStatistics(isb).write_to::<LittleEndian, _>(&mut out);
+        }
+        out
+    }
+}
+
+/// Counters written into the pcapng footer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FooterStats {
+    pub filter_accept: u64,
+    pub os_drop: u64,
+    pub delivered: u64,
+}
+
+enum Stream {
+    Plain(BufWriter<File>),
+    Gz(flate2::write::GzEncoder<BufWriter<File>>),
+    Zstd(zstd::stream::write::Encoder<'static, BufWriter<File>>),
+}
+
+impl Stream {
+    fn writer(&mut self) -> &mut dyn Write {
+        match self {
+            Stream::Plain(w) => w,
+            Stream::Gz(w) => w,
+            Stream::Zstd(w) => w,
+        }
+    }
+
+    fn finish(self) -> io::Result<File> {
+        let buf = match self {
+            Stream::Plain(w) => w,
+            Stream::Gz(w) => w.finish()?,
+            Stream::Zstd(w) => w.finish()?,
+        };
+        buf.into_inner().map_err(|e| e.into_error())
+    }
+}
+
+/// An output file being written.
+pub struct FileOutput {
+    path: PathBuf,
+    /// Temporary name for regular files; `None` when writing in place.
+    temp: Option<PathBuf>,
+    stream: Option<Stream>,
+    pub encoding: Encoding,
+}
+
+impl std::fmt::Debug for FileOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileOutput")
+            .field("path", &self.path)
+            .field("temp", &self.temp)
+            .finish()
+    }
+}
+
+impl FileOutput {
+    /// Creates the file (or its temporary) and writes the header.
+    pub fn create(
+        path: &Path,
+        encoding: Encoding,
+        compression: Compression,
+        ifname: &str,
+    ) -> Result<FileOutput> {
+        let err = |source: io::Error| CaptureError::Output {
+            path: path.to_path_buf(),
+            source,
+        };
+        let special =
+            path == Path::new("-") || fs::metadata(path).map(|m| !m.is_file()).unwrap_or(false);
+        let (file, temp) = if path == Path::new("-") {
+            (
+                File::from(io::stdout().lock().try_clone_fd().map_err(err)?),
+                None,
+            )
+        } else if special {
+            (
+                OpenOptions::new().write(true).open(path).map_err(err)?,
+                None,
+            )
+        } else {
+            let dir = path
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            let name = path.file_name().ok_or_else(|| {
+                err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "not a file name",
+                ))
+            })?;
+            let temp = dir.join(format!(
+                ".{}.partial-{}",
+                name.to_string_lossy(),
+                std::process::id()
+            ));
+            let f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&temp)
+                .map_err(err)?;
+            (f, Some(temp))
+        };
+        let buf = BufWriter::with_capacity(1 << 20, file);
+        let stream = match compression {
+            Compression::None => Stream::Plain(buf),
+            Compression::Zlib(l) => Stream::Gz(flate2::write::GzEncoder::new(
+                buf,
+                flate2::Compression::new(l),
+            )),
+            Compression::Zstd(l) => {
+                Stream::Zstd(zstd::stream::write::Encoder::new(buf, l).map_err(err)?)
+            }
+        };
+        let mut out = FileOutput {
+            path: path.to_path_buf(),
+            temp,
+            stream: Some(stream),
+            encoding,
+        };
+        out.write_chunk(&encoding.header(ifname))?;
+        Ok(out)
+    }
+
+    /// Appends already-encoded records.
+    pub fn write_chunk(&mut self, bytes: &[u8]) -> Result<()> {
+        let path = &self.path;
+        match self.stream.as_mut() {
+            Some(s) => s
+                .writer()
+                .write_all(bytes)
+                .map_err(|source| CaptureError::Output {
+                    path: path.clone(),
+                    source,
+                }),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes the footer, ends the compressed stream, syncs and renames the
+    /// file into place.
+    pub fn finish(mut self, footer: &[u8]) -> Result<()> {
+        self.write_chunk(footer)?;
+        let path = self.path.clone();
+        let err = |source: io::Error| CaptureError::Output {
+            path: path.clone(),
+            source,
+        };
+        if let Some(s) = self.stream.take() {
+            let f = s.finish().map_err(err)?;
+            if self.temp.is_some() {
+                f.sync_all().map_err(err)?;
+            }
+        }
+        if let Some(t) = self.temp.take() {
+            fs::rename(&t, &self.path).map_err(|e| {
+                let _ = fs::remove_file(&t);
+                err(e)
+            })?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for FileOutput {
+    fn drop(&mut self) {
+        // Unfinished: leave nothing half-written behind.
+        self.stream.take();
+        if let Some(t) = self.temp.take() {
+            let _ = fs::remove_file(t);
+        }
+    }
+}
+
+trait TryCloneFd {
+    fn try_clone_fd(&self) -> io::Result<std::os::fd::OwnedFd>;
+}
+
+impl TryCloneFd for io::StdoutLock<'_> {
+    fn try_clone_fd(&self) -> io::Result<std::os::fd::OwnedFd> {
+        use std::os::fd::AsFd;
+        self.as_fd().try_clone_to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pcap_file::pcap::PcapReader;
+    use pcap_file::pcapng::PcapNgReader;
+
+    fn pkt(data: &[u8], ts_ns: u64) -> PacketView<'_> {
+        PacketView {
+            ts_ns,
+            wire_len: data.len() as u32 + 10,
+            data,
+            vlan: None,
+        }
+    }
+
+    fn enc(format: Format, nano: bool) -> Encoding {
+        Encoding {
+            format,
+            link: LinkType::Ethernet,
+            snaplen: 65535,
+            nano,
+        }
+    }
+
+    #[test]
+    fn pcap_round_trip() {
+        for nano in [false, true] {
+            let e = enc(Format::Pcap, nano);
+            let mut buf = e.header("eth0");
+            let mut scratch = Vec::new();
+            let data: Vec<u8> = (0..60u8).collect();
+            e.record(
+                &mut buf,
+                &pkt(&data, 1_700_000_000_123_456_789),
+                &mut scratch,
+            );
+            e.record(
+                &mut buf,
+                &pkt(&data[..20], 1_700_000_001_000_000_000),
+                &mut scratch,
+            );
+            let mut r = PcapReader::new(&buf[..]).expect("header");
+            let p1 = r.next_packet().expect("one").expect("valid");
+            assert_eq!(&p1.data[..], &data[..]);
+            assert_eq!(p1.orig_len, 70);
+            let want = if nano { 123_456_789 } else { 123_456_000 };
+            assert_eq!(p1.timestamp, Duration::new(1_700_000_000, want));
+            let p2 = r.next_packet().expect("two").expect("valid");
+            assert_eq!(p2.data.len(), 20);
+            assert!(r.next_packet().is_none());
+        }
+    }
+
+    #[test]
+    fn pcapng_round_trip_with_footer() {
+        let e = enc(Format::PcapNg, false);
+        let mut buf = e.header("veth0");
+        let mut scratch = Vec::new();
+        let data = [7u8; 61];
+        e.record(&mut buf, &pkt(&data, 5_000_001_000), &mut scratch);
+        buf.extend(e.footer(
+            6_000_000_000,
+            &FooterStats {
+                filter_accept: 3,
+                os_drop: 2,
+                delivered: 1,
+            },
+        ));
+        let mut r = PcapNgReader::new(&buf[..]).expect("shb");
+        let mut epbs = 0;
+        let mut isb = false;
+        while let Some(b) = r.next_block() {
+            match b.expect("valid block") {
+                Block::EnhancedPacket(p) => {
+                    epbs += 1;
+                    assert_eq!(&p.data[..], &data[..]);
+                    assert_eq!(p.original_len, 71);
+                }
+                Block::InterfaceStatistics(s) => {
+                    isb = true;
+                    assert!(s.options.contains(&InterfaceStatisticsOption::IsbOsDrop(2)));
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(epbs, 1);
+        assert!(isb);
+    }
+
+    #[test]
+    fn vlan_tag_is_reinserted_and_snaplen_applied() {
+        let mut e = enc(Format::Pcap, false);
+        e.snaplen = 16;
+        let mut buf = Vec::new();
+        let mut scratch = Vec::new();
+        let data: Vec<u8> = (0..40u8).collect();
+        let mut p = pkt(&data, 0);
+        p.vlan = Some((0x8100, 0x0123));
+        e.record(&mut buf, &p, &mut scratch);
+        // 16-byte record header, then 16 bytes of frame.
+        assert_eq!(buf.len(), 32);
+        assert_eq!(&buf[16 + 12..16 + 16], &[0x81, 0x00, 0x01, 0x23]);
+        // incl_len 16, orig_len = 50 + 4.
+        assert_eq!(u32::from_le_bytes(buf[8..12].try_into().expect("4")), 16);
+        assert_eq!(u32::from_le_bytes(buf[12..16].try_into().expect("4")), 54);
+    }
+
+    #[test]
+    fn compression_parses() {
+        assert_eq!("zlib:0".parse(), Ok(Compression::Zlib(0)));
+        assert_eq!("zstd:19".parse(), Ok(Compression::Zstd(19)));
+        assert_eq!("none".parse(), Ok(Compression::None));
+        assert!("zlib:10".parse::<Compression>().is_err());
+        assert!("lz4:1".parse::<Compression>().is_err());
+    }
+
+    #[test]
+    fn unfinished_file_leaves_nothing_and_finished_file_appears() {
+        let dir = std::env::temp_dir().join(format!("capture-out-test-{}", std::process::id()));
+        fs::create_dir_all(&dir).expect("tmp dir");
+        let path = dir.join("x.pcap");
+        let o = FileOutput::create(&path, enc(Format::Pcap, false), Compression::None, "lo")
+            .expect("create");
+        drop(o);
+        assert_eq!(
+            fs::read_dir(&dir).expect("dir").count(),
+            0,
+            "temp file left behind"
+        );
+        for c in [
+            Compression::None,
+            Compression::Zlib(1),
+            Compression::Zstd(1),
+        ] {
+            let o = FileOutput::create(&path, enc(Format::Pcap, false), c, "lo").expect("create");
+            o.finish(&[]).expect("finish");
+            let raw = fs::read(&path).expect("file");
+            let plain = match c {
+                Compression::None => raw,
+                Compression::Zlib(_) => {
+                    let mut v = Vec::new();
+                    io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&raw[..]), &mut v)
+                        .expect("gunzip");
+                    v
+                }
+                Compression::Zstd(_) => zstd::decode_all(&raw[..]).expect("unzstd"),
+            };
+            assert_eq!(plain.len(), 24);
+            fs::remove_file(&path).expect("rm");
+        }
+        fs::remove_dir(&dir).expect("rmdir");
+    }
+
+    #[test]
+    fn unwritable_directory_is_a_clear_error() {
+        let e = FileOutput::create(
+            Path::new("/nonexistent-dir-for-capture/x.pcap"),
+            enc(Format::Pcap, false),
+            Compression::None,
+            "lo",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("cannot write /nonexistent-dir-for-capture/x.pcap"),
+            "{e}"
+        );
+    }
+}

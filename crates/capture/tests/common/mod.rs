@@ -1,0 +1,326 @@
+//! Test lab: two network namespaces of the test's own joined by a veth
+//! pair, deleted again by `Drop` even when the test panics.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_capture");
+
+/// True if the test may run. Without root it prints the skip and returns
+/// false, unless REQUIRE_ROOT_TESTS=1, where a skip is a failure.
+pub fn root_or_skip(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    if std::env::var("REQUIRE_ROOT_TESTS").as_deref() == Ok("1") {
+        panic!("{test} needs root, and REQUIRE_ROOT_TESTS=1 forbids skipping it");
+    }
+    eprintln!("skipping {test}: needs root");
+    false
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("run ip");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Namespaces `a` and `b`, veth `a_if` (10.x.y.1) in a and `b_if` (10.x.y.2) in b,
+/// IPv6 off and static neighbours, so only the test's packets cross the link.
+pub struct Lab {
+    pub a: String,
+    pub b: String,
+    pub a_if: String,
+    pub b_if: String,
+    pub a_ip: String,
+    pub b_ip: String,
+}
+
+impl Lab {
+    pub fn new() -> Lab {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let pid = std::process::id();
+        let tag = format!("{}x{}", pid % 100_000, n);
+        let lab = Lab {
+            a: format!("captest-{pid}-{n}-a"),
+            b: format!("captest-{pid}-{n}-b"),
+            a_if: format!("ca{tag}"),
+            b_if: format!("cb{tag}"),
+            a_ip: format!("10.{}.{}.1", 100 + (pid % 100), n % 250),
+            b_ip: format!("10.{}.{}.2", 100 + (pid % 100), n % 250),
+        };
+        // From here on Drop cleans up whatever was made.
+        ip(&["netns", "add", &lab.a]);
+        ip(&["netns", "add", &lab.b]);
+        for ns in [&lab.a, &lab.b] {
+            lab.exec_ok(
+                ns,
+                &[
+                    "sysctl",
+                    "-qw",
+                    "net.ipv6.conf.all.disable_ipv6=1",
+                    "net.ipv6.conf.default.disable_ipv6=1",
+                ],
+            );
+        }
+        ip(&[
+            "-n", &lab.a, "link", "add", &lab.a_if, "type", "veth", "peer", "name", &lab.b_if,
+            "netns", &lab.b,
+        ]);
+        ip(&[
+            "-n",
+            &lab.a,
+            "addr",
+            "add",
+            &format!("{}/24", lab.a_ip),
+            "dev",
+            &lab.a_if,
+        ]);
+        ip(&[
+            "-n",
+            &lab.b,
+            "addr",
+            "add",
+            &format!("{}/24", lab.b_ip),
+            "dev",
+            &lab.b_if,
+        ]);
+        ip(&["-n", &lab.a, "link", "set", &lab.a_if, "up"]);
+        ip(&["-n", &lab.b, "link", "set", &lab.b_if, "up"]);
+        let mac_a = lab.mac(&lab.a, &lab.a_if);
+        let mac_b = lab.mac(&lab.b, &lab.b_if);
+        ip(&[
+            "-n",
+            &lab.a,
+            "neigh",
+            "add",
+            &lab.b_ip,
+            "lladdr",
+            &mac_b,
+            "dev",
+            &lab.a_if,
+            "nud",
+            "permanent",
+        ]);
+        ip(&[
+            "-n",
+            &lab.b,
+            "neigh",
+            "add",
+            &lab.a_ip,
+            "lladdr",
+            &mac_a,
+            "dev",
+            &lab.b_if,
+            "nud",
+            "permanent",
+        ]);
+        lab
+    }
+
+    fn mac(&self, ns: &str, ifname: &str) -> String {
+        let out = self.exec_ok(ns, &["cat", &format!("/sys/class/net/{ifname}/address")]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    pub fn cmd(&self, ns: &str, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]).args(args);
+        c
+    }
+
+    pub fn exec_ok(&self, ns: &str, args: &[&str]) -> Output {
+        let out = self.cmd(ns, args).output().expect("spawn");
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    /// Path of namespace `ns` for setns().
+    pub fn ns_path(ns: &str) -> String {
+        format!("/var/run/netns/{ns}")
+    }
+
+    /// Runs the generator in `a` towards `b`: `count` UDP packets (or raw
+    /// frames for via mmsg/txring) from source port `sport`.
+    pub fn gen(&self, via: &str, count: u64, sport: u16, dport: u16, rate: u64) -> String {
+        let src = format!("{}:{sport}", self.a_ip);
+        let dst = format!("{}:{dport}", self.b_ip);
+        let (c, r) = (count.to_string(), rate.to_string());
+        let out = self.exec_ok(
+            &self.a,
+            &[
+                BIN,
+                "gen",
+                "-i",
+                &self.a_if,
+                "--via",
+                via,
+                "--src",
+                &src,
+                "--dst",
+                &dst,
+                "-c",
+                &c,
+                "--rate",
+                &r,
+                "--duration",
+                "20",
+            ],
+        );
+        String::from_utf8_lossy(&out.stderr).to_string()
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        // Deleting a namespace deletes the veth end in it, and with it the pair.
+        for ns in [&self.a, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+    }
+}
+
+/// A capture process running in the background, started once it said it
+/// is listening (its sockets are bound).
+pub struct Running {
+    pub child: Child,
+    lines: mpsc::Receiver<String>,
+    pub stderr: Vec<String>,
+}
+
+impl Running {
+    pub fn start(mut cmd: Command) -> Running {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn capture");
+        let err = child.stderr.take().expect("stderr piped");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut r = Running {
+            child,
+            lines: rx,
+            stderr: Vec::new(),
+        };
+        r.wait_line("listening on", Duration::from_secs(20));
+        r
+    }
+
+    /// Waits for a stderr line containing `pat`.
+    pub fn wait_line(&mut self, pat: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    self.stderr.push(l.clone());
+                    if l.contains(pat) {
+                        return l;
+                    }
+                }
+                Err(_) => {
+                    let _ = self.child.kill();
+                    panic!(
+                        "no '{pat}' from capture within {timeout:?}; stderr so far: {:#?}",
+                        self.stderr
+                    );
+                }
+            }
+        }
+    }
+
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig)
+            .expect("kill");
+    }
+
+    /// Waits for exit (killing it after `timeout`); returns status and all stderr.
+    pub fn finish(mut self, timeout: Duration) -> (std::process::ExitStatus, String, String) {
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("wait") {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "capture did not exit within {timeout:?}; stderr: {:#?}",
+                    self.stderr
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(2)) {
+            self.stderr.push(l);
+        }
+        let mut stdout = String::new();
+        if let Some(mut o) = self.child.stdout.take() {
+            let _ = std::io::Read::read_to_string(&mut o, &mut stdout);
+        }
+        (status, self.stderr.join("\n"), stdout)
+    }
+}
+
+/// Number read after `key` in `text` (e.g. "kernel: 12 accepted" with key "kernel: ").
+pub fn number_after(text: &str, key: &str) -> u64 {
+    let i = text
+        .rfind(key)
+        .unwrap_or_else(|| panic!("'{key}' not in: {text}"))
+        + key.len();
+    text[i..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect::<String>()
+        .parse()
+        .unwrap_or_else(|_| panic!("no number after '{key}' in: {text}"))
+}
+
+/// Lines `tcpdump -r FILE -n` prints (reading stdin when `file` is "-").
+pub fn tcpdump_lines(file: &str, stdin: Option<Vec<u8>>) -> Vec<String> {
+    let mut c = Command::new("tcpdump");
+    c.args(["-r", file, "-n", "-tt", "-x"]);
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    if stdin.is_some() {
+        c.stdin(Stdio::piped());
+    }
+    let mut child = c.spawn().expect("tcpdump");
+    if let Some(data) = stdin {
+        let mut i = child.stdin.take().expect("stdin");
+        std::thread::spawn(move || {
+            let _ = std::io::Write::write_all(&mut i, &data);
+        });
+    }
+    let out = child.wait_with_output().expect("tcpdump output");
+    assert!(
+        out.status.success(),
+        "tcpdump -r failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.starts_with('\t') && !l.starts_with(' '))
+        .map(str::to_string)
+        .collect()
+}
