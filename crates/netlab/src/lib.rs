@@ -9,9 +9,16 @@
 #![deny(unsafe_code)]
 
 pub mod addr;
+pub mod apply;
+pub mod delayline;
 pub mod error;
+pub mod lab;
 pub mod model;
+pub mod netns;
 pub mod plan;
+pub mod probe;
+pub mod scenario;
+mod sys;
 pub mod topo;
 pub mod units;
 
