@@ -545,6 +545,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
                         &find(&to)?,
                         count,
                         Duration::from_millis(2),
+                        Duration::from_secs(1),
                     )?;
                     v.sort();
                     if v.is_empty() {

@@ -196,3 +196,36 @@ pub fn spawn_in<T: Send + 'static>(
         Ok(f())
     }))
 }
+
+/// Bytes sent by the root qdisc of a device, as the qdisc counts them: a
+/// GSO super-frame is charged for the headers of every segment it becomes,
+/// which is what the wire would carry (device counters charge them once).
+pub fn root_qdisc_bytes(ns: &str, dev: &str) -> Result<u64, LabError> {
+    let cmd = format!("tc -n {ns} -s -j qdisc show dev {dev}");
+    let out = Command::new("tc")
+        .args(["-n", ns, "-s", "-j", "qdisc", "show", "dev", dev])
+        .output()
+        .map_err(|e| LabError::Spawn {
+            cmd: cmd.clone(),
+            source: e,
+        })?;
+    if !out.status.success() {
+        return Err(LabError::Command {
+            cmd,
+            code: format!("{:?}", out.status.code()),
+            stderr: String::from_utf8_lossy(&out.stderr).into(),
+        });
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| LabError::io(cmd.clone(), e.into()))?;
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .find(|q| q["root"].as_bool() == Some(true))
+        .and_then(|q| q["bytes"].as_u64())
+        .ok_or_else(|| LabError::Command {
+            cmd,
+            code: "0".into(),
+            stderr: "no root qdisc with byte counters".into(),
+        })
+}

@@ -247,12 +247,13 @@ pub fn tcp_flow(
 }
 
 /// `count` UDP round trips from `src` to `dst`, one at a time, `gap` apart.
-/// Returns the round-trip times of those that came back within 1 s.
+/// Returns the round-trip times of those that came back within `wait`.
 pub fn udp_rtts(
     src: &Endpoint,
     dst: &Endpoint,
     count: usize,
     gap: Duration,
+    wait: Duration,
 ) -> Result<Vec<Duration>, LabError> {
     let stop = Arc::new(AtomicBool::new(false));
     let responders = start_responders(std::slice::from_ref(dst), &stop)?;
@@ -261,8 +262,7 @@ pub fn udp_rtts(
         let sock = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).map_err(io("bind UDP probe"))?;
         sock.connect((daddr, PROBE_PORT))
             .map_err(io("connect UDP probe"))?;
-        sock.set_read_timeout(Some(Duration::from_secs(1)))
-            .map_err(io("UDP probe"))?;
+        sock.set_read_timeout(Some(wait)).map_err(io("UDP probe"))?;
         let mut v = vec![];
         let mut buf = [0u8; 64];
         for i in 0..count as u64 {
