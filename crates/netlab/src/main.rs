@@ -125,19 +125,19 @@ enum ProbeCmd {
 #[derive(Args, Clone)]
 struct BuildArgs {
     /// Link rate for every link, e.g. 100mbit, 1gbit ("none" for unshaped).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     bw: Option<String>,
     /// One-way delay of every link, e.g. 1ms, 250us.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     delay: Option<String>,
     /// Jitter (uniform, +/-) of every link.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     jitter: Option<String>,
     /// Loss of every link in percent, e.g. 0.1%.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     loss: Option<String>,
     /// Queue length of every link, in packets.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     queue: Option<i64>,
     /// How link delay is made: auto (netem if the kernel has it, else the
     /// delay line), netem, delay-line.

@@ -85,8 +85,8 @@ impl Dilation {
 pub struct PlanOptions {
     pub delay_backend: DelayBackend,
     pub dilation: Dilation,
-    /// Fixed ECMP hash seed for every router (reproducible path choice);
-    /// `None` leaves the kernel's per-namespace random seed.
+    /// Fixed ECMP hash seed (reproducible path choice): router i gets
+    /// seed + i + 1; `None` leaves the kernel's per-namespace random seed.
     pub ecmp_seed: Option<u32>,
 }
 
@@ -355,17 +355,27 @@ pub fn build_plan(t: &Topology, naming: &Naming, o: &PlanOptions) -> Result<Plan
         ops.push(ip(ns, &["link", "set", "lo", "up"]));
     }
     namespaces.extend(node_ns.iter().skip(1).cloned());
-    for n in t.nodes.iter().filter(|n| n.kind == NodeKind::Router) {
+    for (ri, n) in t
+        .nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::Router)
+        .enumerate()
+    {
         let ns = naming.ns(&n.name);
         ops.push(sysctl(&ns, "net.ipv4.ip_forward", "1"));
         // Layer-4 hash: flows between the same two hosts may take different
         // paths, as in the data centre ECMP of paper 003 section 5.
         ops.push(sysctl(&ns, "net.ipv4.fib_multipath_hash_policy", "1"));
         if let Some(seed) = o.ecmp_seed {
+            // A different seed per router: with one seed everywhere every
+            // router makes the same choice for a flow ("hash polarisation")
+            // and half of the fat tree's core would stay idle. 0 would ask
+            // the kernel for a random seed, so it is skipped.
+            let own = seed.wrapping_add(ri as u32 + 1).max(1);
             ops.push(sysctl(
                 &ns,
                 "net.ipv4.fib_multipath_hash_seed",
-                &seed.to_string(),
+                &own.to_string(),
             ));
         }
     }
@@ -593,7 +603,7 @@ mod tests {
                 .to_string()
         ));
         assert!(ops.contains(
-            &"ip netns exec netlab-f-c1 sysctl -qw net.ipv4.fib_multipath_hash_seed=7".to_string()
+            &"ip netns exec netlab-f-c1 sysctl -qw net.ipv4.fib_multipath_hash_seed=8".to_string()
         ));
         let multipath = ops.iter().filter(|o| o.contains(" nexthop via ")).count();
         // Edge routers: 14 remote host subnets, 2 next hops each (8 routers);
