@@ -81,20 +81,41 @@ pub fn apply(plan: &Plan, ctx: &mut ApplyCtx) -> Result<Vec<Child>, LabError> {
                     }
                     j += 1;
                 }
+                let t = std::time::Instant::now();
                 run_batch(ns, tool, &lines, &ops[i..j])?;
+                trace(|| {
+                    format!(
+                        "{:>8.2}ms  {} batch of {} ops, first: {}",
+                        t.elapsed().as_secs_f64() * 1e3,
+                        tool_name(tool),
+                        j - i,
+                        ops[i]
+                    )
+                });
                 i = j;
                 (ctx.progress)(i, ops.len());
                 continue;
             }
         }
+        let t = std::time::Instant::now();
         match &ops[i] {
             Op::DelayLine { .. } => children.push(start_delay_line(&ops[i], ctx)?),
             op => run_one(op)?,
         }
+        trace(|| format!("{:>8.2}ms  {}", t.elapsed().as_secs_f64() * 1e3, ops[i]));
         i += 1;
         (ctx.progress)(i, ops.len());
     }
     Ok(children)
+}
+
+/// With NETLAB_TRACE=1 in the environment, every op (or batch) and the time
+/// it took is printed on stderr: the way to find what makes a build slow.
+fn trace(line: impl FnOnce() -> String) {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *ON.get_or_init(|| std::env::var_os("NETLAB_TRACE").is_some_and(|v| v == "1")) {
+        eprintln!("netlab trace: {}", line());
+    }
 }
 
 fn run_one(op: &Op) -> Result<(), LabError> {

@@ -331,13 +331,75 @@ fn shaping_ops(ns: &str, dev: &str, p: &LinkParams, o: &PlanOptions) -> Vec<Op> 
     v
 }
 
+/// Ops sorted into phases so that the batch applier needs few processes:
+/// all namespaces, then their sysctls, bridges, veth pairs, then per
+/// namespace its `ip` ops (addresses, links up, routes) and its `tc` ops,
+/// and the delay lines last. Within a namespace the order of creation is
+/// kept, which is all that the dependencies between ops need.
+#[derive(Default)]
+struct Buckets {
+    netns: Vec<Op>,
+    sysctl: Vec<Op>,
+    bridges: Vec<Op>,
+    veths: Vec<Op>,
+    ns_ip: Vec<(String, Vec<Op>)>,
+    ns_tc: Vec<(String, Vec<Op>)>,
+    delay: Vec<Op>,
+}
+
+impl Buckets {
+    fn add(&mut self, op: Op) {
+        fn to_ns(v: &mut Vec<(String, Vec<Op>)>, ns: &str, op: Op) {
+            match v.iter_mut().find(|(n, _)| n == ns) {
+                Some((_, ops)) => ops.push(op),
+                None => v.push((ns.to_string(), vec![op])),
+            }
+        }
+        match &op {
+            Op::AddNetns(_) => self.netns.push(op),
+            Op::Sysctl { .. } => self.sysctl.push(op),
+            Op::DelayLine { .. } => self.delay.push(op),
+            Op::Cmd { ns: None, .. } => self.veths.push(op),
+            Op::Cmd {
+                ns: Some(ns),
+                tool: Tool::Tc,
+                ..
+            } => {
+                let ns = ns.clone();
+                to_ns(&mut self.ns_tc, &ns, op)
+            }
+            Op::Cmd {
+                ns: Some(ns), args, ..
+            } => {
+                if args.len() > 1 && args[0] == "link" && args[1] == "add" {
+                    self.bridges.push(op)
+                } else {
+                    let ns = ns.clone();
+                    to_ns(&mut self.ns_ip, &ns, op)
+                }
+            }
+        }
+    }
+
+    fn finish(self) -> Vec<Op> {
+        let mut v = self.netns;
+        v.extend(self.sysctl);
+        v.extend(self.bridges);
+        v.extend(self.veths);
+        v.extend(self.ns_ip.into_iter().flat_map(|(_, o)| o));
+        v.extend(self.ns_tc.into_iter().flat_map(|(_, o)| o));
+        v.extend(self.delay);
+        v
+    }
+}
+
 /// Builds the plan. Validates the topology first, so a plan always describes
 /// a buildable lab.
 pub fn build_plan(t: &Topology, naming: &Naming, o: &PlanOptions) -> Result<Plan, ModelError> {
     t.validate()?;
     let addressing = plan_addressing(t)?;
     let fab = naming.fabric();
-    let mut ops = vec![];
+    let mut ops = Buckets::default();
     let mut namespaces = vec![fab.clone()];
 
     // Namespaces first; IPv6 off before any interface exists so that no
@@ -349,10 +411,10 @@ pub fn build_plan(t: &Topology, naming: &Naming, o: &PlanOptions) -> Result<Plan
         }
     }
     for ns in &node_ns {
-        ops.push(Op::AddNetns(ns.clone()));
-        ops.push(sysctl(ns, "net.ipv6.conf.all.disable_ipv6", "1"));
-        ops.push(sysctl(ns, "net.ipv6.conf.default.disable_ipv6", "1"));
-        ops.push(ip(ns, &["link", "set", "lo", "up"]));
+        ops.add(Op::AddNetns(ns.clone()));
+        ops.add(sysctl(ns, "net.ipv6.conf.all.disable_ipv6", "1"));
+        ops.add(sysctl(ns, "net.ipv6.conf.default.disable_ipv6", "1"));
+        ops.add(ip(ns, &["link", "set", "lo", "up"]));
     }
     namespaces.extend(node_ns.iter().skip(1).cloned());
     for (ri, n) in t
@@ -362,17 +424,17 @@ pub fn build_plan(t: &Topology, naming: &Naming, o: &PlanOptions) -> Result<Plan
         .enumerate()
     {
         let ns = naming.ns(&n.name);
-        ops.push(sysctl(&ns, "net.ipv4.ip_forward", "1"));
+        ops.add(sysctl(&ns, "net.ipv4.ip_forward", "1"));
         // Layer-4 hash: flows between the same two hosts may take different
         // paths, as in the data centre ECMP of paper 003 section 5.
-        ops.push(sysctl(&ns, "net.ipv4.fib_multipath_hash_policy", "1"));
+        ops.add(sysctl(&ns, "net.ipv4.fib_multipath_hash_policy", "1"));
         if let Some(seed) = o.ecmp_seed {
             // A different seed per router: with one seed everywhere every
             // router makes the same choice for a flow ("hash polarisation")
             // and half of the fat tree's core would stay idle. 0 would ask
             // the kernel for a random seed, so it is skipped.
             let own = seed.wrapping_add(ri as u32 + 1).max(1);
-            ops.push(sysctl(
+            ops.add(sysctl(
                 &ns,
                 "net.ipv4.fib_multipath_hash_seed",
                 &own.to_string(),
@@ -380,8 +442,8 @@ pub fn build_plan(t: &Topology, naming: &Naming, o: &PlanOptions) -> Result<Plan
         }
     }
     for n in t.nodes.iter().filter(|n| n.kind == NodeKind::Switch) {
-        ops.push(ip(&fab, &["link", "add", &n.name, "type", "bridge"]));
-        ops.push(ip(&fab, &["link", "set", &n.name, "up"]));
+        ops.add(ip(&fab, &["link", "add", &n.name, "type", "bridge"]));
+        ops.add(ip(&fab, &["link", "set", &n.name, "up"]));
     }
 
     let kind = |name: &str| t.node(name).map(|n| n.kind).unwrap_or(NodeKind::Host);
@@ -414,28 +476,30 @@ pub fn build_plan(t: &Topology, naming: &Naming, o: &PlanOptions) -> Result<Plan
         let delay_line = o.delay_backend == DelayBackend::DelayLine && l.params.needs_delay_stage();
         if delay_line {
             let (da, db) = (format!("d{i}a"), format!("d{i}b"));
-            ops.push(veth(&ea.0, &ea.1, &fab, &da));
-            ops.push(veth(&eb.0, &eb.1, &fab, &db));
-            ops.push(ip(&fab, &["link", "set", &da, "up"]));
-            ops.push(ip(&fab, &["link", "set", &db, "up"]));
+            ops.add(veth(&ea.0, &ea.1, &fab, &da));
+            ops.add(veth(&eb.0, &eb.1, &fab, &db));
+            ops.add(ip(&fab, &["link", "set", &da, "up"]));
+            ops.add(ip(&fab, &["link", "set", &db, "up"]));
         } else {
-            ops.push(veth(&ea.0, &ea.1, &eb.0, &eb.1));
+            ops.add(veth(&ea.0, &ea.1, &eb.0, &eb.1));
         }
         for (ns, dev, bridge, addr) in [&ea, &eb] {
             if let Some(br) = bridge {
-                ops.push(ip(ns, &["link", "set", dev, "master", br]));
+                ops.add(ip(ns, &["link", "set", dev, "master", br]));
             }
             if let Some(a) = addr {
-                ops.push(ip(ns, &["addr", "add", a, "dev", dev]));
+                ops.add(ip(ns, &["addr", "add", a, "dev", dev]));
             }
-            ops.push(ip(ns, &["link", "set", dev, "up"]));
-            ops.extend(shaping_ops(ns, dev, &l.params, o));
+            ops.add(ip(ns, &["link", "set", dev, "up"]));
+            for op in shaping_ops(ns, dev, &l.params, o) {
+                ops.add(op);
+            }
         }
         if delay_line {
             let mut params = l.params.clone();
             params.delay_ns = o.dilation.delay(params.delay_ns);
             params.jitter_ns = o.dilation.delay(params.jitter_ns);
-            ops.push(Op::DelayLine {
+            ops.add(Op::DelayLine {
                 ns: fab.clone(),
                 link: i,
                 a: format!("d{i}a"),
@@ -467,7 +531,7 @@ pub fn build_plan(t: &Topology, naming: &Naming, o: &PlanOptions) -> Result<Plan
                 ]);
             }
         }
-        ops.push(Op::Cmd {
+        ops.add(Op::Cmd {
             ns: Some(ns),
             tool: Tool::Ip,
             args,
@@ -479,7 +543,7 @@ pub fn build_plan(t: &Topology, naming: &Naming, o: &PlanOptions) -> Result<Plan
         options: o.clone(),
         addressing,
         namespaces,
-        ops,
+        ops: ops.finish(),
     })
 }
 
@@ -518,24 +582,24 @@ mod tests {
         let ops = render(&p);
         let want = [
             "ip netns add netlab-r1--fabric",
+            "ip netns add netlab-r1-h1",
+            "ip netns add netlab-r1-h2",
             "ip netns exec netlab-r1--fabric sysctl -qw net.ipv6.conf.all.disable_ipv6=1",
             "ip netns exec netlab-r1--fabric sysctl -qw net.ipv6.conf.default.disable_ipv6=1",
-            "ip -n netlab-r1--fabric link set lo up",
-            "ip netns add netlab-r1-h1",
             "ip netns exec netlab-r1-h1 sysctl -qw net.ipv6.conf.all.disable_ipv6=1",
             "ip netns exec netlab-r1-h1 sysctl -qw net.ipv6.conf.default.disable_ipv6=1",
-            "ip -n netlab-r1-h1 link set lo up",
-            "ip netns add netlab-r1-h2",
             "ip netns exec netlab-r1-h2 sysctl -qw net.ipv6.conf.all.disable_ipv6=1",
             "ip netns exec netlab-r1-h2 sysctl -qw net.ipv6.conf.default.disable_ipv6=1",
-            "ip -n netlab-r1-h2 link set lo up",
             "ip link add eth0 netns netlab-r1-h1 type veth peer name eth0 netns netlab-r1-h2",
+            "ip -n netlab-r1--fabric link set lo up",
+            "ip -n netlab-r1-h1 link set lo up",
             "ip -n netlab-r1-h1 addr add 10.0.0.1/30 dev eth0",
             "ip -n netlab-r1-h1 link set eth0 up",
-            "tc -n netlab-r1-h1 qdisc add dev eth0 root handle 1: htb default 1",
-            "tc -n netlab-r1-h1 class add dev eth0 parent 1: classid 1:1 htb rate 100000000bit burst 50000b cburst 50000b quantum 200000",
+            "ip -n netlab-r1-h2 link set lo up",
             "ip -n netlab-r1-h2 addr add 10.0.0.2/30 dev eth0",
             "ip -n netlab-r1-h2 link set eth0 up",
+            "tc -n netlab-r1-h1 qdisc add dev eth0 root handle 1: htb default 1",
+            "tc -n netlab-r1-h1 class add dev eth0 parent 1: classid 1:1 htb rate 100000000bit burst 50000b cburst 50000b quantum 200000",
             "tc -n netlab-r1-h2 qdisc add dev eth0 root handle 1: htb default 1",
             "tc -n netlab-r1-h2 class add dev eth0 parent 1: classid 1:1 htb rate 100000000bit burst 50000b cburst 50000b quantum 200000",
         ];
