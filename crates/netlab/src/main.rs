@@ -275,6 +275,13 @@ fn lab_options(s: &Scenario, b: &BuildArgs) -> Result<LabOptions, LabError> {
     };
     o.ecmp_seed = s.ecmp_seed;
     o.verbose = !b.quiet;
+    if o.dilation.tdf > 1 && o.verbose {
+        eprintln!(
+            "netlab: tdf {}: link rates divided and delays multiplied by {0}; processes are started \
+             without a clock shim (none is configured in this build), so they see real time",
+            o.dilation.tdf
+        );
+    }
     Ok(o)
 }
 
