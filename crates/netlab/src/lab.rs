@@ -540,7 +540,10 @@ pub fn sweep(state_dir: &Path, mode: SweepMode) -> Result<SweepReport, LabError>
             .next()
             .unwrap_or("")
             .to_string();
-        if !known.contains_key(&id) && !id.starts_with("probe") {
+        // Checked again now, not from the listing above: a run that started
+        // since then has its state directory before any namespace.
+        let claimed = known.contains_key(&id) || state_dir.join(&id).exists();
+        if !claimed && !id.starts_with("probe") {
             orphans.push(n);
         } else if id.starts_with("probe") {
             let pid = id.trim_start_matches("probe").parse::<i32>().unwrap_or(0);

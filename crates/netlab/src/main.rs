@@ -98,6 +98,10 @@ enum Cmd {
         #[command(subcommand)]
         what: ProbeCmd,
     },
+    /// The reflector demo inside the lab: a star of client hosts around a
+    /// reflector host (Fast Ethernet by default), control server and
+    /// reflector on the reflector host, bots on every client host.
+    Demo(DemoArgs),
     /// (internal) The delay line process of one link.
     #[command(hide = true)]
     DelayLine(DelayLineArgs),
@@ -156,6 +160,34 @@ struct BuildArgs {
     /// No progress output.
     #[arg(long, short)]
     quiet: bool,
+}
+
+#[derive(Args)]
+struct DemoArgs {
+    /// Number of client hosts.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=200))]
+    clients: u32,
+    /// Bots (players) per client host.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    bots_per_client: u32,
+    /// Gigabit links instead of Fast Ethernet (100 Mb/s).
+    #[arg(long)]
+    gigabit: bool,
+    /// One-way delay of every link, e.g. 1ms (default none).
+    #[arg(long)]
+    delay: Option<String>,
+    /// Seconds the bots send.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Reflector fan-out backend.
+    #[arg(long, default_value = "sendmmsg")]
+    backend: String,
+    /// The reflector binary (default: `reflector` next to this netlab binary).
+    #[arg(long)]
+    reflector_bin: Option<PathBuf>,
+    /// Keep every command's output in this directory.
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -357,6 +389,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::DelayLine(a) => run_delay_line(a),
+        Cmd::Demo(a) => run_demo(a, stop),
         Cmd::Up { scenario, build } => {
             let s = load_scenario(&scenario, &build)?;
             lab::require_root()?;
@@ -740,6 +773,150 @@ fn run_delay_line(a: DelayLineArgs) -> Result<ExitCode, LabError> {
     eprintln!(
         "delay line {}: a->b {:?}; b->a {:?}",
         a.link, stats[0], stats[1]
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The topology and commands of the demo, built from its options.
+fn run_demo(a: DemoArgs, stop: &AtomicBool) -> Result<ExitCode, LabError> {
+    use netlab::model::{Link, Node, NodeKind, Topology};
+    if !(1.0..=3600.0).contains(&a.duration) {
+        return Err(ModelError::OutOfRange {
+            item: "--duration".into(),
+            value: a.duration.to_string(),
+            range: "between 1 and 3600 seconds".into(),
+        }
+        .into());
+    }
+    let exe = std::env::current_exe().map_err(|e| LabError::io("find the netlab binary", e))?;
+    let refl = match a.reflector_bin.clone() {
+        Some(p) => p,
+        None => exe.with_file_name("reflector"),
+    };
+    if !refl.is_file() {
+        return Err(LabError::io(
+            format!(
+                "reflector binary {} (build it with `cargo build --release -p reflector`, or pass --reflector-bin)",
+                refl.display()
+            ),
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+        ));
+    }
+    lab::require_root()?;
+    let spec = LinkSpec {
+        bw: Some(if a.gigabit { "1gbit" } else { "100mbit" }.into()),
+        delay: a.delay.clone(),
+        ..Default::default()
+    };
+    let params = spec.apply_to("link", &LinkParams::default())?;
+    let mut nodes = vec![
+        Node {
+            name: "refl".into(),
+            kind: NodeKind::Host,
+            cpus: None,
+        },
+        Node {
+            name: "s1".into(),
+            kind: NodeKind::Switch,
+            cpus: None,
+        },
+    ];
+    let mut links = vec![Link {
+        a: "refl".into(),
+        b: "s1".into(),
+        params: params.clone(),
+    }];
+    for i in 1..=a.clients {
+        nodes.push(Node {
+            name: format!("c{i}"),
+            kind: NodeKind::Host,
+            cpus: None,
+        });
+        links.push(Link {
+            a: format!("c{i}"),
+            b: "s1".into(),
+            params: params.clone(),
+        });
+    }
+    let topo = Topology {
+        name: format!(
+            "demo star({} clients, {})",
+            a.clients,
+            if a.gigabit { "1 Gb/s" } else { "100 Mb/s" }
+        ),
+        nodes,
+        links,
+    };
+    let mut o = LabOptions::new(exe);
+    o.scenario = "demo".into();
+    o.verbose = true;
+    let lab = Lab::up(&topo, &o, stop)?;
+    eprint!("{}", summary(&lab));
+    let out_dir = a.out.clone().unwrap_or_else(|| lab.dir.join("out"));
+    std::fs::create_dir_all(&out_dir)
+        .map_err(|e| LabError::io(format!("create {}", out_dir.display()), e))?;
+    // A fresh secret for the join tokens of this run.
+    let mut key = [0u8; 16];
+    std::io::Read::read_exact(
+        &mut std::fs::File::open("/dev/urandom")
+            .map_err(|e| LabError::io("open /dev/urandom", e))?,
+        &mut key,
+    )
+    .map_err(|e| LabError::io("read /dev/urandom", e))?;
+    let secret = lab.dir.join("secret");
+    std::fs::write(
+        &secret,
+        key.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+    )
+    .map_err(|e| LabError::io(format!("write {}", secret.display()), e))?;
+    let raddr = lab
+        .state
+        .host("refl")?
+        .addr
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let r = refl.display();
+    let sec = secret.display();
+    let mut cmds = vec![
+        HostCommand {
+            host: "refl".into(),
+            cmd: format!("exec {r} control --listen 0.0.0.0:8700 --secret-file {sec} --reflector {raddr}:4000-4015"),
+            at: Duration::ZERO,
+            background: true,
+            timeout: Duration::from_secs(3600),
+        },
+        HostCommand {
+            host: "refl".into(),
+            cmd: format!(
+                "exec {r} serve --ports 4000-4015 --secret-file {sec} --backend {} --duration {}",
+                a.backend,
+                a.duration + 8.0
+            ),
+            at: Duration::ZERO,
+            background: false,
+            timeout: Duration::from_secs_f64(a.duration + 60.0),
+        },
+    ];
+    for i in 1..=a.clients {
+        cmds.push(HostCommand {
+            host: format!("c{i}"),
+            cmd: format!(
+                "exec {r} bots --control http://{raddr}:8700 --count {} --duration {} --first-player {} --seed {i} --quiet",
+                a.bots_per_client,
+                a.duration,
+                (i - 1) * a.bots_per_client + 1
+            ),
+            // Give the servers a moment to bind before the first join.
+            at: Duration::from_secs(1),
+            background: false,
+            timeout: Duration::from_secs_f64(a.duration + 60.0),
+        });
+    }
+    run_commands(&lab, &cmds, &Launcher::default(), stop, &out_dir)?;
+    let t = lab.down()?;
+    eprintln!(
+        "netlab: demo passed: no command reported loss; lab removed in {:.2}s",
+        t.as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
 }
