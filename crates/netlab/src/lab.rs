@@ -87,8 +87,19 @@ pub enum Support {
 }
 
 /// Probes netem by adding it to the loopback of a throw-away namespace.
+/// The answer cannot change while we run, so it is probed once per process.
 pub fn probe_netem() -> Support {
-    let ns = format!("{NS_PREFIX}probe{}-", std::process::id());
+    static CACHED: std::sync::OnceLock<Support> = std::sync::OnceLock::new();
+    CACHED.get_or_init(probe_netem_now).clone()
+}
+
+fn probe_netem_now() -> Support {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let ns = format!(
+        "{NS_PREFIX}probe{}x{}-",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    );
     let ok = Command::new("ip")
         .args(["netns", "add", &ns])
         .status()
@@ -546,7 +557,12 @@ pub fn sweep(state_dir: &Path, mode: SweepMode) -> Result<SweepReport, LabError>
         if !claimed && !id.starts_with("probe") {
             orphans.push(n);
         } else if id.starts_with("probe") {
-            let pid = id.trim_start_matches("probe").parse::<i32>().unwrap_or(0);
+            let pid = id
+                .trim_start_matches("probe")
+                .split('x')
+                .next()
+                .and_then(|p| p.parse::<i32>().ok())
+                .unwrap_or(0);
             if !netns::alive(pid) {
                 orphans.push(n);
             }

@@ -80,3 +80,23 @@ fn chain() {
 fn fattree() {
     roundtrip(Builtin::FatTree { k: 4 }, LinkParams::default());
 }
+
+#[test]
+fn fattree_applied_one_process_per_op() {
+    if !need_root("fattree_applied_one_process_per_op") {
+        return;
+    }
+    // The same lab through the other apply backend must come out the same.
+    let mut o = opts();
+    o.apply_mode = netlab::apply::ApplyMode::PerOp;
+    let lab = up(&Builtin::FatTree { k: 4 }.build(&LinkParams::default()), &o);
+    let failed =
+        probe::all_pairs(&probe::endpoints(&lab.state), Duration::from_millis(300), 5).unwrap();
+    assert!(
+        failed.is_empty(),
+        "per-op fattree: unreachable pairs {failed:?}"
+    );
+    let run = lab.state.run_id.clone();
+    lab.down().unwrap();
+    assert!(namespaces_of(&run).is_empty());
+}
