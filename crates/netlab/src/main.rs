@@ -226,7 +226,8 @@ fn main() -> ExitCode {
     match real_main(cli, &stop) {
         Ok(code) => code,
         Err(LabError::Interrupted) => {
-            eprintln!("netlab: interrupted; lab removed");
+            // Ends a progress line that may still be open.
+            eprintln!("\nnetlab: interrupted; lab removed");
             ExitCode::from(130)
         }
         Err(e) => {
@@ -466,6 +467,9 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             ))
         }
         Cmd::List => {
+            if lab::require_root().is_ok() {
+                sweep_quietly();
+            }
             let runs = lab::list_runs(&state_dir());
             if runs.is_empty() {
                 println!("no labs");
@@ -518,6 +522,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
         }
         Cmd::Check { run } => {
             lab::require_root()?;
+            sweep_quietly();
             let st = lab::find_run(&state_dir(), run.as_deref())?;
             let eps = probe::endpoints(&st);
             let t0 = Instant::now();
@@ -539,6 +544,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
         }
         Cmd::Probe { run, what } => {
             lab::require_root()?;
+            sweep_quietly();
             let st = lab::find_run(&state_dir(), run.as_deref())?;
             let eps = probe::endpoints(&st);
             let find = |n: &str| {
