@@ -18,6 +18,9 @@ NL=${NETLAB_BIN:-target/release/netlab}
 OUT=bench/results
 REPS=${NETLAB_BENCH_REPS:-3}
 SECS=${NETLAB_BENCH_SECS:-3}
+# Sections to run (all by default); the plot uses whatever CSVs exist.
+PARTS=${NETLAB_BENCH_PARTS:-build throughput delayline delay}
+want() { case " $PARTS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 mkdir -p "$OUT"
 [ -x "$NL" ] || { echo "bench netlab: $NL not built (run: cargo build --release -p netlab)" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || { echo "bench netlab: needs root (namespaces, tc): run with sudo" >&2; exit 1; }
@@ -31,6 +34,7 @@ now() { date +%s.%N; }
 calc() { awk "BEGIN { printf \"%.4f\", $1 }"; }
 run_id() { sed -n 's/^netlab: run \([^ ]*\) up:.*/\1/p'; }
 
+if want build; then
 echo "== build and teardown time =="
 echo "topology,apply,rep,up_s,down_s,namespaces,ops" > "$OUT/netlab_build.csv"
 for topo in linear:10 linear:50 linear:100 fattree:4; do
@@ -51,6 +55,9 @@ for topo in linear:10 linear:50 linear:100 fattree:4; do
   done
 done
 
+fi
+
+if want throughput; then
 echo "== one TCP flow through chain(N) =="
 echo "switches,configured_mbit,rep,goodput_mbit,ratio_to_configured" > "$OUT/netlab_throughput.csv"
 for rep in $(seq 1 "$REPS"); do
@@ -73,6 +80,32 @@ for bw in 1000 10000; do
   done
 done
 
+fi
+
+if want delayline; then
+echo "== what the delay line costs: one TCP flow through it =="
+# Anchor: the plain veth pair for the unshaped case, the configured rate
+# (of which TCP can reach 0.956) for the shaped ones.
+echo "config,rep,goodput_mbit,anchor,ratio_to_anchor" > "$OUT/netlab_delayline_tput.csv"
+for rep in $(seq 1 "$REPS"); do
+  id=$("$NL" up pair -q | run_id)
+  base=$("$NL" probe --run "$id" tcp h1 h2 --secs "$SECS" | sed -n 's/.*: \([0-9.]*\) Mbit\/s goodput.*/\1/p')
+  "$NL" down --run "$id" >/dev/null
+  echo "veth,$rep,$base,veth,1" >> "$OUT/netlab_delayline_tput.csv"
+  for cfg in "100us:none" "100us:1gbit" "1ms:1gbit"; do
+    d=${cfg%%:*}; bw=${cfg##*:}
+    id=$("$NL" up pair --delay "$d" --bw "$bw" --delay-backend delay-line -q | run_id)
+    g=$("$NL" probe --run "$id" tcp h1 h2 --secs "$SECS" | sed -n 's/.*: \([0-9.]*\) Mbit\/s goodput.*/\1/p')
+    "$NL" down --run "$id" >/dev/null
+    if [ "$bw" = none ]; then anchor=veth; a=$base; else anchor=configured; a=${bw%gbit}000; fi
+    printf 'delay %s bw %s,%s,%s,%s,%.4f\n' "$d" "$bw" "$rep" "$g" "$anchor" "$(calc "$g / $a")" >> "$OUT/netlab_delayline_tput.csv"
+    printf '  delay line %-5s bw %-5s rep %s: %8.1f Mbit/s (veth alone %.1f)\n' "$d" "$bw" "$rep" "$g" "$base"
+  done
+done
+
+fi
+
+if want delay; then
 echo "== delay line accuracy (one-way = RTT/2, 500 UDP round trips) =="
 echo "target_us,backend,min_us,median_us,p99_us" > "$OUT/netlab_delay.csv"
 for d in 0 100 1000 10000; do
@@ -85,5 +118,7 @@ for d in 0 100 1000 10000; do
   printf '%s,%s,%.1f,%.1f,%.1f\n' "$d" "$([ "$d" -eq 0 ] && echo none || echo delay-line)" "$(calc "$mn/2")" "$(calc "$md/2")" "$(calc "$p99/2")" >> "$OUT/netlab_delay.csv"
   echo "  target ${d}us: one-way min $(calc "$mn/2")us median $(calc "$md/2")us p99 $(calc "$p99/2")us"
 done
+
+fi
 
 "${BENCH_PYTHON:-python3}" bench/plot_netlab.py "$OUT"

@@ -22,7 +22,7 @@ def rows(name):
         return list(csv.DictReader(f))
 
 
-fig, ax = plt.subplots(1, 3, figsize=(17, 5))
+fig, ax = plt.subplots(1, 4, figsize=(22, 5))
 
 build = defaultdict(list)
 for r in rows("netlab_build.csv"):
@@ -75,6 +75,16 @@ ax[2].set_xticks(range(len(d)), labels)
 ax[2].set_ylabel("one-way latency above target, us")
 ax[2].set_title("Delay line accuracy (UDP RTT / 2)")
 ax[2].legend(fontsize=8)
+
+cost = defaultdict(list)
+for r in rows("netlab_delayline_tput.csv"):
+    cost[(r["config"], r["anchor"])].append(float(r["ratio_to_anchor"]))
+names = list(cost)
+ax[3].bar(range(len(names)), [statistics.median(cost[n]) for n in names], 0.5)
+ax[3].set_xticks(range(len(names)), [f"{c}\n/ {a}".replace(" bw ", "\n") for c, a in names], fontsize=8)
+ax[3].axhline(1448 / 1514, ls="--", color="k", lw=0.8)
+ax[3].set_ylabel("TCP goodput / anchor")
+ax[3].set_title("One TCP flow through the delay line")
 
 fig.tight_layout()
 fig.savefig(f"{out}/netlab.png", dpi=110)
