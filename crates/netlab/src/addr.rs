@@ -46,6 +46,16 @@ pub struct Addressing {
 }
 
 impl Addressing {
+    /// Neighbour (ARP) entries needed if every interface talks to every other
+    /// on its segment: sum of m(m-1) over segments with m interfaces.
+    pub fn neighbour_entries_all_pairs(&self) -> u64 {
+        let mut per_seg = vec![0u64; self.segments.len()];
+        for i in &self.ifaces {
+            per_seg[i.segment] += 1;
+        }
+        per_seg.iter().map(|m| m * m.saturating_sub(1)).sum()
+    }
+
     /// The first address of a node (what probes and `NETLAB_IP_<host>` use).
     pub fn addr_of(&self, node: &str) -> Option<Ipv4Addr> {
         self.ifaces.iter().find(|i| i.node == node).map(|i| i.addr)
@@ -283,6 +293,7 @@ mod tests {
         assert_eq!(a.addr_of("h3"), Some(Ipv4Addr::new(10, 0, 0, 3)));
         assert!(a.routes.is_empty());
         assert!(a.ifaces.iter().all(|i| i.ifname == "eth0"));
+        assert_eq!(a.neighbour_entries_all_pairs(), 6);
     }
 
     #[test]

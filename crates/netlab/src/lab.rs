@@ -147,6 +147,30 @@ pub fn choose_delay_backend(
     }
 }
 
+/// The kernel's neighbour table is one table for all namespaces, and it
+/// refuses new entries beyond `gc_thresh3` (sends then fail with ENOBUFS,
+/// "neighbor table overflow" in the kernel log). Returns a warning when a
+/// lab whose hosts all talk to each other would need more.
+pub fn neighbour_warning(addressing: &crate::addr::Addressing) -> Option<String> {
+    let need = addressing.neighbour_entries_all_pairs();
+    let have: u64 = std::fs::read_to_string("/proc/sys/net/ipv4/neigh/default/gc_thresh3")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    (need > have).then(|| {
+        let n = need.next_power_of_two() * 2;
+        format!(
+            "all-pairs traffic in this lab needs up to {need} neighbour (ARP) entries, but the kernel's \
+             neighbour table, shared by every namespace, holds {have} (net.ipv4.neigh.default.gc_thresh3); \
+             beyond that sends fail. Raise it with: sysctl -w net.ipv4.neigh.default.gc_thresh1={} \
+             net.ipv4.neigh.default.gc_thresh2={} net.ipv4.neigh.default.gc_thresh3={n}",
+            n / 4,
+            n / 2
+        )
+    })
+}
+
 pub fn require_root() -> Result<(), LabError> {
     if nix::unistd::geteuid().is_root() {
         Ok(())
@@ -284,6 +308,10 @@ impl Lab {
             namespaces: plan.namespaces.clone(),
             hosts,
         };
+        // Kept for `check`, which warns about neighbour table limits.
+        if let Ok(json) = serde_json::to_vec(&plan.addressing) {
+            let _ = std::fs::write(dir.join("addressing.json"), json);
+        }
         if let Err(e) = write_state(&dir, &state) {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(e);
@@ -296,6 +324,11 @@ impl Lab {
             done: false,
             build_time: Duration::ZERO,
         };
+        if opts.verbose {
+            if let Some(w) = neighbour_warning(&lab.plan.addressing) {
+                eprintln!("netlab: note: {w}");
+            }
+        }
         let t0 = Instant::now();
         let mut last = Instant::now();
         let verbose = opts.verbose;

@@ -525,6 +525,10 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             sweep_quietly();
             let st = lab::find_run(&state_dir(), run.as_deref())?;
             let eps = probe::endpoints(&st);
+            let s = load_addressing(&st);
+            if let Some(w) = s.and_then(|a| lab::neighbour_warning(&a)) {
+                eprintln!("netlab: note: {w}");
+            }
             let t0 = Instant::now();
             let failed = probe::all_pairs(&eps, Duration::from_millis(300), 5)?;
             let pairs = eps.len() * eps.len().saturating_sub(1);
@@ -535,8 +539,16 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
                 );
                 Ok(ExitCode::SUCCESS)
             } else {
-                for (a, b) in &failed {
+                for (a, b) in failed.iter().take(
+                    std::env::var("NETLAB_CHECK_SHOW")
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(20),
+                ) {
                     println!("unreachable: {a} -> {b}");
+                }
+                if failed.len() > 20 {
+                    println!("... and {} more", failed.len() - 20);
                 }
                 println!("netlab: {} of {pairs} host pairs unreachable", failed.len());
                 Ok(ExitCode::FAILURE)
@@ -605,6 +617,12 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The addressing of a run, re-read from its state directory.
+fn load_addressing(st: &lab::RunState) -> Option<netlab::addr::Addressing> {
+    let text = std::fs::read(state_dir().join(&st.run_id).join("addressing.json")).ok()?;
+    serde_json::from_slice(&text).ok()
 }
 
 fn run_flag(id: &str) -> String {

@@ -71,6 +71,32 @@ fn start_responders(
         .collect())
 }
 
+/// How many hosts probe at the same time. All at once floods a big layer-2
+/// segment with ARP broadcasts (N² of them, each to N ports) and the probes
+/// are lost in the storm; a few at a time is fast and reliable.
+const PARALLEL_SOURCES: usize = 8;
+
+type Failures = Vec<(String, String)>;
+
+fn drain(
+    clients: &mut Vec<std::thread::JoinHandle<Result<Result<Failures, LabError>, LabError>>>,
+    failed: &mut Failures,
+    err: &mut Option<LabError>,
+) {
+    for c in clients.drain(..) {
+        match c.join() {
+            Ok(Ok(Ok(f))) => failed.extend(f),
+            Ok(Ok(Err(e))) | Ok(Err(e)) => *err = Some(e),
+            Err(_) => {
+                *err = Some(LabError::io(
+                    "probe",
+                    std::io::Error::other("probe thread panicked"),
+                ))
+            }
+        }
+    }
+}
+
 /// Checks that every host reaches every other with UDP. Returns the pairs
 /// (from, to) that did not answer within `tries` attempts of `per_try` each.
 pub fn all_pairs(
@@ -81,7 +107,11 @@ pub fn all_pairs(
     let stop = Arc::new(AtomicBool::new(false));
     let responders = start_responders(eps, &stop)?;
     let mut clients = vec![];
+    let (mut failed, mut err) = (vec![], None);
     for (i, src) in eps.iter().enumerate() {
+        if clients.len() >= PARALLEL_SOURCES {
+            drain(&mut clients, &mut failed, &mut err);
+        }
         let dsts: Vec<Endpoint> = eps
             .iter()
             .enumerate()
@@ -130,20 +160,7 @@ pub fn all_pairs(
             },
         )?);
     }
-    let mut failed = vec![];
-    let mut err = None;
-    for c in clients {
-        match c.join() {
-            Ok(Ok(Ok(f))) => failed.extend(f),
-            Ok(Ok(Err(e))) | Ok(Err(e)) => err = Some(e),
-            Err(_) => {
-                err = Some(LabError::io(
-                    "probe",
-                    std::io::Error::other("probe thread panicked"),
-                ))
-            }
-        }
-    }
+    drain(&mut clients, &mut failed, &mut err);
     stop.store(true, Ordering::Relaxed);
     for r in responders {
         let _ = r.join();
