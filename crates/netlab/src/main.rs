@@ -398,7 +398,13 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             if stop.load(Ordering::Relaxed) {
                 return Err(LabError::Interrupted);
             }
-            let text = summary(&lab);
+            let mut text = summary(&lab);
+            if !s.commands.is_empty() {
+                text.push_str(&format!(
+                    "  note: the scenario's {} command(s) run only with `netlab run`\n",
+                    s.commands.len()
+                ));
+            }
             let st = lab.detach()?;
             print!("{text}");
             println!(
