@@ -1,0 +1,346 @@
+//! Addressing and routing, computed from the topology alone.
+//!
+//! Every layer-2 segment (a switch component with its attached interfaces, or
+//! a direct link between two non-switches) gets one IPv4 subnet from
+//! 10.0.0.0/8, just big enough. Routers get a route to every subnet that has
+//! a host on it, with *all* equal-cost next hops (ECMP); hosts get a default
+//! route through a router on their segment.
+
+use crate::error::ModelError;
+use crate::model::{NodeKind, Topology, UnionFind};
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, VecDeque};
+use std::net::Ipv4Addr;
+
+/// One IP interface of a host or a router.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Iface {
+    pub node: String,
+    pub link: usize,
+    pub ifname: String,
+    pub addr: Ipv4Addr,
+    pub prefix: u8,
+    pub segment: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Segment {
+    pub net: Ipv4Addr,
+    pub prefix: u8,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Route {
+    pub node: String,
+    pub net: Ipv4Addr,
+    pub prefix: u8,
+    /// (gateway, device); more than one means an ECMP route.
+    pub nexthops: Vec<(Ipv4Addr, String)>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Addressing {
+    pub ifaces: Vec<Iface>,
+    pub segments: Vec<Segment>,
+    pub routes: Vec<Route>,
+}
+
+impl Addressing {
+    /// Neighbour (ARP) entries needed if every interface talks to every other
+    /// on its segment: sum of m(m-1) over segments with m interfaces.
+    pub fn neighbour_entries_all_pairs(&self) -> u64 {
+        let mut per_seg = vec![0u64; self.segments.len()];
+        for i in &self.ifaces {
+            per_seg[i.segment] += 1;
+        }
+        per_seg.iter().map(|m| m * m.saturating_sub(1)).sum()
+    }
+
+    /// The first address of a node (what probes and `NETLAB_IP_<host>` use).
+    pub fn addr_of(&self, node: &str) -> Option<Ipv4Addr> {
+        self.ifaces.iter().find(|i| i.node == node).map(|i| i.addr)
+    }
+}
+
+/// Segment membership of each link end: `seg[link][side]` is the segment of
+/// the interface at that end, or `None` if that end is a switch.
+pub(crate) struct SegmentMap {
+    pub count: usize,
+    pub of_link: Vec<usize>,
+}
+
+/// Groups links into layer-2 segments.
+pub(crate) fn segments(t: &Topology) -> Result<SegmentMap, ModelError> {
+    let idx: HashMap<&str, usize> = t
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect();
+    let is_sw = |name: &str| t.nodes[idx[name]].kind == NodeKind::Switch;
+    let mut uf = UnionFind::new(t.nodes.len());
+    for l in &t.links {
+        if is_sw(&l.a) && is_sw(&l.b) {
+            uf.union(idx[l.a.as_str()], idx[l.b.as_str()]);
+        }
+    }
+    let mut key_to_seg: HashMap<(bool, usize), usize> = HashMap::new();
+    let mut of_link = Vec::with_capacity(t.links.len());
+    let mut members: HashMap<usize, Vec<&str>> = HashMap::new();
+    for (i, l) in t.links.iter().enumerate() {
+        let key = if is_sw(&l.a) {
+            (true, uf.find(idx[l.a.as_str()]))
+        } else if is_sw(&l.b) {
+            (true, uf.find(idx[l.b.as_str()]))
+        } else {
+            (false, i)
+        };
+        let n = key_to_seg.len();
+        let seg = *key_to_seg.entry(key).or_insert(n);
+        of_link.push(seg);
+        for end in [&l.a, &l.b] {
+            if !is_sw(end) {
+                let m = members.entry(seg).or_default();
+                if m.contains(&end.as_str()) {
+                    return Err(ModelError::HostTwiceOnSegment(end.clone()));
+                }
+                m.push(end);
+            }
+        }
+    }
+    Ok(SegmentMap {
+        count: key_to_seg.len(),
+        of_link,
+    })
+}
+
+/// Computes interfaces, subnets and routes.
+pub fn plan_addressing(t: &Topology) -> Result<Addressing, ModelError> {
+    let segs = segments(t)?;
+    let kind: HashMap<&str, NodeKind> = t.nodes.iter().map(|n| (n.name.as_str(), n.kind)).collect();
+
+    // Interfaces in link order; each node numbers its own eth0, eth1, ...
+    let mut next_if: HashMap<&str, usize> = HashMap::new();
+    let mut pending: Vec<(String, usize, String, usize)> = vec![];
+    let mut seg_size = vec![0usize; segs.count];
+    for (i, l) in t.links.iter().enumerate() {
+        for end in [&l.a, &l.b] {
+            if kind[end.as_str()] == NodeKind::Switch {
+                continue;
+            }
+            let n = next_if.entry(end.as_str()).or_insert(0);
+            pending.push((end.clone(), i, format!("eth{n}"), segs.of_link[i]));
+            *n += 1;
+            seg_size[segs.of_link[i]] += 1;
+        }
+    }
+
+    // Subnets: aligned bump allocation, smallest power of two that fits the
+    // members plus network and broadcast addresses.
+    let mut next: u64 = u32::from(Ipv4Addr::new(10, 0, 0, 0)) as u64;
+    let end: u64 = u32::from(Ipv4Addr::new(11, 0, 0, 0)) as u64;
+    let mut segments_out = Vec::with_capacity(segs.count);
+    for &n in &seg_size {
+        let size = (n as u64 + 2).next_power_of_two().max(4);
+        next = next.div_ceil(size) * size;
+        if next + size > end {
+            return Err(ModelError::AddressSpace);
+        }
+        segments_out.push(Segment {
+            net: Ipv4Addr::from(next as u32),
+            prefix: 32 - size.trailing_zeros() as u8,
+        });
+        next += size;
+    }
+    let mut used = vec![0u32; segs.count];
+    let ifaces: Vec<Iface> = pending
+        .into_iter()
+        .map(|(node, link, ifname, seg)| {
+            used[seg] += 1;
+            Iface {
+                node,
+                link,
+                ifname,
+                addr: Ipv4Addr::from(u32::from(segments_out[seg].net) + used[seg]),
+                prefix: segments_out[seg].prefix,
+                segment: seg,
+            }
+        })
+        .collect();
+
+    let routes = plan_routes(t, &ifaces, &segments_out, &kind);
+    Ok(Addressing {
+        ifaces,
+        segments: segments_out,
+        routes,
+    })
+}
+
+fn plan_routes(
+    t: &Topology,
+    ifaces: &[Iface],
+    segments: &[Segment],
+    kind: &HashMap<&str, NodeKind>,
+) -> Vec<Route> {
+    let mut on_seg: Vec<Vec<&Iface>> = vec![vec![]; segments.len()];
+    for i in ifaces {
+        on_seg[i.segment].push(i);
+    }
+    let is_router = |n: &str| kind[n] == NodeKind::Router;
+    let mut routes = vec![];
+
+    // Hosts: default route through the first router on their first segment
+    // that has one.
+    for h in t.hosts() {
+        let gw = ifaces.iter().filter(|i| i.node == h.name).find_map(|mine| {
+            on_seg[mine.segment]
+                .iter()
+                .find(|o| is_router(&o.node))
+                .map(|r| (r.addr, mine.ifname.clone()))
+        });
+        if let Some(gw) = gw {
+            routes.push(Route {
+                node: h.name.clone(),
+                net: Ipv4Addr::UNSPECIFIED,
+                prefix: 0,
+                nexthops: vec![gw],
+            });
+        }
+    }
+
+    // Routers: breadth-first search from each host subnet over the router
+    // graph; every neighbour one step closer is an equal-cost next hop.
+    let routers: Vec<&str> = t
+        .nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::Router)
+        .map(|n| n.name.as_str())
+        .collect();
+    if routers.is_empty() {
+        return routes;
+    }
+    for (d, seg) in segments.iter().enumerate() {
+        if !on_seg[d]
+            .iter()
+            .any(|i| kind[i.node.as_str()] == NodeKind::Host)
+        {
+            continue;
+        }
+        let mut dist: HashMap<&str, usize> = HashMap::new();
+        let mut q = VecDeque::new();
+        for i in &on_seg[d] {
+            if is_router(&i.node) && !dist.contains_key(i.node.as_str()) {
+                dist.insert(i.node.as_str(), 0);
+                q.push_back(i.node.as_str());
+            }
+        }
+        while let Some(r) = q.pop_front() {
+            let dr = dist[r];
+            for mine in ifaces.iter().filter(|i| i.node == r) {
+                for other in &on_seg[mine.segment] {
+                    if is_router(&other.node) && !dist.contains_key(other.node.as_str()) {
+                        dist.insert(other.node.as_str(), dr + 1);
+                        q.push_back(other.node.as_str());
+                    }
+                }
+            }
+        }
+        for r in &routers {
+            let Some(&dr) = dist.get(r) else { continue };
+            if dr == 0 {
+                continue;
+            }
+            let mut nexthops = vec![];
+            for mine in ifaces.iter().filter(|i| i.node == *r) {
+                for other in &on_seg[mine.segment] {
+                    if other.node != *r
+                        && is_router(&other.node)
+                        && dist.get(other.node.as_str()) == Some(&(dr - 1))
+                    {
+                        nexthops.push((other.addr, mine.ifname.clone()));
+                    }
+                }
+            }
+            routes.push(Route {
+                node: r.to_string(),
+                net: seg.net,
+                prefix: seg.prefix,
+                nexthops,
+            });
+        }
+    }
+    routes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::LinkParams;
+    use crate::topo::Builtin;
+
+    #[test]
+    fn star_is_one_subnet() {
+        let t = Builtin::Star { hosts: 3 }.build(&LinkParams::default());
+        let a = plan_addressing(&t).unwrap();
+        assert_eq!(
+            a.segments,
+            vec![Segment {
+                net: Ipv4Addr::new(10, 0, 0, 0),
+                prefix: 29
+            }]
+        );
+        assert_eq!(a.addr_of("h1"), Some(Ipv4Addr::new(10, 0, 0, 1)));
+        assert_eq!(a.addr_of("h3"), Some(Ipv4Addr::new(10, 0, 0, 3)));
+        assert!(a.routes.is_empty());
+        assert!(a.ifaces.iter().all(|i| i.ifname == "eth0"));
+        assert_eq!(a.neighbour_entries_all_pairs(), 6);
+    }
+
+    #[test]
+    fn big_star_gets_a_bigger_subnet() {
+        let t = Builtin::Star { hosts: 300 }.build(&LinkParams::default());
+        let a = plan_addressing(&t).unwrap();
+        assert_eq!(a.segments[0].prefix, 23);
+        assert_eq!(a.addr_of("h300"), Some(Ipv4Addr::new(10, 0, 1, 44)));
+    }
+
+    #[test]
+    fn fattree_has_ecmp_towards_other_pods() {
+        let t = Builtin::FatTree { k: 4 }.build(&LinkParams::default());
+        let a = plan_addressing(&t).unwrap();
+        // 16 host links + 32 router links, each its own /30.
+        assert_eq!(a.segments.len(), 48);
+        assert!(a.segments.iter().all(|s| s.prefix == 30));
+        // h1 sits on e0_0; its default route goes there.
+        let h1 = a.routes.iter().find(|r| r.node == "h1").unwrap();
+        assert_eq!(h1.prefix, 0);
+        // An edge router reaches a host of another pod through both of its
+        // aggregation routers, an aggregation router through both its cores,
+        // and a core router through exactly one aggregation router.
+        let h16_net = a.ifaces.iter().find(|i| i.node == "h16").unwrap();
+        let seg = &a.segments[h16_net.segment];
+        let find = |n: &str| {
+            a.routes
+                .iter()
+                .find(|r| r.node == n && r.net == seg.net)
+                .unwrap()
+        };
+        assert_eq!(find("e0_0").nexthops.len(), 2);
+        assert_eq!(find("a0_0").nexthops.len(), 2);
+        assert_eq!(find("c1").nexthops.len(), 1);
+        // Within the destination pod the aggregation router has one way down.
+        assert_eq!(find("a3_0").nexthops.len(), 1);
+        // Every router has a route to each of the 16 host subnets but its own.
+        let n_e00 = a.routes.iter().filter(|r| r.node == "e0_0").count();
+        assert_eq!(n_e00, 14);
+        let n_c1 = a.routes.iter().filter(|r| r.node == "c1").count();
+        assert_eq!(n_c1, 16);
+    }
+
+    #[test]
+    fn host_twice_on_a_segment_is_refused() {
+        let mut t = Builtin::Star { hosts: 2 }.build(&LinkParams::default());
+        t.links.push(t.links[0].clone());
+        assert!(matches!(plan_addressing(&t), Err(ModelError::HostTwiceOnSegment(h)) if h == "h1"));
+    }
+}

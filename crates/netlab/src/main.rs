@@ -1,0 +1,952 @@
+//! `netlab`: build emulated networks of namespaces, bridges and shaped links,
+//! run commands in them, and remove them without leaving anything behind.
+#![deny(unsafe_code)]
+
+use clap::{Args, Parser, Subcommand};
+use netlab::apply::ApplyMode;
+use netlab::delayline;
+use netlab::error::{LabError, ModelError};
+use netlab::lab::{self, Lab, LabOptions, Launcher, SweepMode};
+use netlab::model::LinkParams;
+use netlab::plan::{build_plan, Dilation, Naming, PlanOptions};
+use netlab::probe;
+use netlab::scenario::{parse_delay_backend, HostCommand, LinkSpec, Scenario};
+use netlab::topo::Builtin;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+#[command(
+    name = "netlab",
+    version,
+    about = "An emulated network on one machine: hosts, links, switches, routers, topologies",
+    long_about = "netlab builds networks out of Linux network namespaces (hosts, routers), \
+bridges (switches) and veth pairs (links) shaped with HTB for bandwidth and with netem or \
+netlab's own delay line for delay, jitter and loss. Everything it creates carries the \
+prefix 'netlab-<run>-' and is removed on exit, on error, on Ctrl-C, and by the next \
+netlab call after a crash.\n\n\
+SCENARIO is a TOML file (see the README) or a built-in topology written as \
+KIND[:SIZE]: pair, star:N (N hosts on a switch), linear:N (N switches, a host on each), \
+chain:N (two hosts through N switches), fattree:K (K-ary fat tree of ECMP routers).\n\n\
+Examples:\n  sudo netlab run scenarios/star.toml\n  sudo netlab up star:4 --bw 100mbit --delay 1ms\n  \
+sudo netlab exec h1 -- ip addr\n  sudo netlab check\n  sudo netlab down\n  sudo netlab clean"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Build a lab and leave it up (use `exec`, `check`, then `down`).
+    Up {
+        scenario: String,
+        #[command(flatten)]
+        build: BuildArgs,
+    },
+    /// Remove a lab left up by `up` (the only one, or --run ID, or --all).
+    Down {
+        #[arg(long)]
+        run: Option<String>,
+        #[arg(long)]
+        all: bool,
+    },
+    /// Build a lab, run the scenario's commands, print their output, remove the lab.
+    Run {
+        scenario: String,
+        #[command(flatten)]
+        build: BuildArgs,
+        /// Keep each command's stdout/stderr in this directory.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Run a command inside a host (or router) of a lab that is up.
+    Exec {
+        #[arg(long)]
+        run: Option<String>,
+        host: String,
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
+    /// List labs and their hosts.
+    List,
+    /// Remove leftovers: crashed runs and labs left up; --force also removes
+    /// labs that a live netlab process is using.
+    Clean {
+        #[arg(long)]
+        force: bool,
+    },
+    /// Print the operations that `up` would run, without running them.
+    Plan {
+        scenario: String,
+        #[command(flatten)]
+        build: BuildArgs,
+    },
+    /// Check that every host reaches every other (UDP probes of our own).
+    Check {
+        #[arg(long)]
+        run: Option<String>,
+    },
+    /// Measure one TCP flow or UDP round trips between two hosts of a lab.
+    Probe {
+        #[arg(long)]
+        run: Option<String>,
+        #[command(subcommand)]
+        what: ProbeCmd,
+    },
+    /// The reflector demo inside the lab: a star of client hosts around a
+    /// reflector host (Fast Ethernet by default), control server and
+    /// reflector on the reflector host, bots on every client host.
+    Demo(DemoArgs),
+    /// (internal) The delay line process of one link.
+    #[command(hide = true)]
+    DelayLine(DelayLineArgs),
+}
+
+#[derive(Subcommand)]
+enum ProbeCmd {
+    /// TCP throughput from one host to another.
+    Tcp {
+        from: String,
+        to: String,
+        /// Seconds measured (after one second of warm-up).
+        #[arg(long, default_value_t = 3.0)]
+        secs: f64,
+    },
+    /// UDP round-trip times from one host to another.
+    Rtt {
+        from: String,
+        to: String,
+        #[arg(long, default_value_t = 200)]
+        count: usize,
+    },
+}
+
+#[derive(Args, Clone)]
+struct BuildArgs {
+    /// Link rate for every link, e.g. 100mbit, 1gbit ("none" for unshaped).
+    #[arg(long, allow_hyphen_values = true)]
+    bw: Option<String>,
+    /// One-way delay of every link, e.g. 1ms, 250us.
+    #[arg(long, allow_hyphen_values = true)]
+    delay: Option<String>,
+    /// Jitter (uniform, +/-) of every link.
+    #[arg(long, allow_hyphen_values = true)]
+    jitter: Option<String>,
+    /// Loss of every link in percent, e.g. 0.1%.
+    #[arg(long, allow_hyphen_values = true)]
+    loss: Option<String>,
+    /// Queue length of every link, in packets.
+    #[arg(long, allow_hyphen_values = true)]
+    queue: Option<i64>,
+    /// How link delay is made: auto (netem if the kernel has it, else the
+    /// delay line), netem, delay-line.
+    #[arg(long)]
+    delay_backend: Option<String>,
+    /// How the plan is applied: batch (one ip/tc process per namespace run)
+    /// or per-op (one process per operation, like Mininet).
+    #[arg(long, value_enum, default_value = "batch")]
+    apply: ApplyMode,
+    /// Time dilation factor: link rates are divided and delays multiplied by it.
+    #[arg(long)]
+    tdf: Option<u32>,
+    /// Fixed ECMP hash seed for all routers (reproducible paths).
+    #[arg(long)]
+    ecmp_seed: Option<u32>,
+    /// No progress output.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Args)]
+struct DemoArgs {
+    /// Number of client hosts.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=200))]
+    clients: u32,
+    /// Bots (players) per client host.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    bots_per_client: u32,
+    /// Gigabit links instead of Fast Ethernet (100 Mb/s).
+    #[arg(long)]
+    gigabit: bool,
+    /// One-way delay of every link, e.g. 1ms (default none).
+    #[arg(long)]
+    delay: Option<String>,
+    /// Seconds the bots send.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Reflector fan-out backend.
+    #[arg(long, default_value = "sendmmsg")]
+    backend: String,
+    /// The reflector binary (default: `reflector` next to this netlab binary).
+    #[arg(long)]
+    reflector_bin: Option<PathBuf>,
+    /// Keep every command's output in this directory.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct DelayLineArgs {
+    #[arg(long)]
+    link: usize,
+    #[arg(long)]
+    a: String,
+    #[arg(long)]
+    b: String,
+    #[arg(long, default_value_t = 0)]
+    delay_ns: u64,
+    #[arg(long, default_value_t = 0)]
+    jitter_ns: u64,
+    #[arg(long, default_value_t = 0)]
+    loss_ppm: u32,
+    #[arg(long, default_value_t = 10_000)]
+    limit: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long, default_value_t = 30_000)]
+    spin_ns: u64,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        // Registration only fails for forbidden signals, which these are not.
+        let _ = signal_hook::flag::register(sig, stop.clone());
+    }
+    match real_main(cli, &stop) {
+        Ok(code) => code,
+        Err(LabError::Interrupted) => {
+            // Ends a progress line that may still be open.
+            eprintln!("\nnetlab: interrupted; lab removed");
+            ExitCode::from(130)
+        }
+        Err(e) => {
+            eprintln!("netlab: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load_scenario(spec: &str, b: &BuildArgs) -> Result<Scenario, LabError> {
+    let mut s = if Path::new(spec).exists() || spec.ends_with(".toml") {
+        Scenario::load(spec)?
+    } else {
+        let (kind, size) = match spec.split_once(':') {
+            Some((k, n)) => {
+                let n: i64 = n.parse().map_err(|_| ModelError::BadValue {
+                    item: format!("topology size in '{spec}'"),
+                    value: n.into(),
+                    expected: "a whole number, e.g. star:4".into(),
+                })?;
+                (k, Some(n))
+            }
+            None => (spec, None),
+        };
+        let built = match kind {
+            "star" => Builtin::from_parts(kind, size, None, None)?,
+            "linear" | "chain" => Builtin::from_parts(kind, None, size, None)?,
+            "fattree" => Builtin::from_parts(kind, None, None, size)?,
+            _ => Builtin::from_parts(kind, None, None, None)?,
+        };
+        Scenario {
+            name: spec.into(),
+            topology: built.build(&LinkParams::default()),
+            commands: vec![],
+            delay_backend: None,
+            ecmp_seed: None,
+            tdf: None,
+        }
+    };
+    let overrides = LinkSpec {
+        bw: b.bw.clone(),
+        delay: b.delay.clone(),
+        jitter: b.jitter.clone(),
+        loss: b.loss.clone().map(toml::Value::String),
+        queue: b.queue,
+    };
+    for (i, l) in s.topology.links.iter_mut().enumerate() {
+        l.params = overrides.apply_to(&format!("link {i} ({} - {})", l.a, l.b), &l.params)?;
+    }
+    if let Some(d) = &b.delay_backend {
+        s.delay_backend = parse_delay_backend(d)?;
+    }
+    if let Some(t) = b.tdf {
+        if !(1..=1000).contains(&t) {
+            return Err(ModelError::OutOfRange {
+                item: "--tdf".into(),
+                value: t.to_string(),
+                range: "between 1 and 1000".into(),
+            }
+            .into());
+        }
+        s.tdf = Some(t);
+    }
+    if b.ecmp_seed.is_some() {
+        s.ecmp_seed = b.ecmp_seed;
+    }
+    Ok(s)
+}
+
+fn lab_options(s: &Scenario, b: &BuildArgs) -> Result<LabOptions, LabError> {
+    let exe = std::env::current_exe().map_err(|e| LabError::io("find the netlab binary", e))?;
+    let mut o = LabOptions::new(exe);
+    o.scenario = s.name.clone();
+    o.delay_backend = s.delay_backend;
+    o.apply_mode = b.apply;
+    o.dilation = Dilation {
+        tdf: s.tdf.unwrap_or(1),
+    };
+    o.ecmp_seed = s.ecmp_seed;
+    o.verbose = !b.quiet;
+    if o.dilation.tdf > 1 && o.verbose {
+        eprintln!(
+            "netlab: tdf {}: link rates divided and delays multiplied by {0}; processes are started \
+             without a clock shim (none is configured in this build), so they see real time",
+            o.dilation.tdf
+        );
+    }
+    Ok(o)
+}
+
+fn state_dir() -> PathBuf {
+    PathBuf::from(lab::STATE_DIR)
+}
+
+/// Every call that touches labs first removes what dead runs left behind.
+fn sweep_quietly() {
+    if let Ok(r) = lab::sweep(&state_dir(), SweepMode::DeadOnly) {
+        if !r.removed.is_empty() {
+            eprintln!(
+                "netlab: removed leftovers of dead runs: {}",
+                r.removed.join(", ")
+            );
+        }
+    }
+}
+
+fn summary(lab: &Lab) -> String {
+    let s = &lab.state;
+    let mut out = format!(
+        "netlab: run {} up: {} ({} namespaces, {} ops, built in {:.2}s)\n",
+        s.run_id,
+        s.topology,
+        s.namespaces.len(),
+        lab.plan.ops.len(),
+        lab.build_time.as_secs_f64()
+    );
+    for h in s
+        .hosts
+        .iter()
+        .filter(|h| h.kind == netlab::model::NodeKind::Host)
+        .take(20)
+    {
+        out.push_str(&format!(
+            "  {:<8} {}\n",
+            h.name,
+            h.addr.map(|a| a.to_string()).unwrap_or_default()
+        ));
+    }
+    if s.hosts.len() > 20 {
+        out.push_str(&format!(
+            "  ... ({} hosts and routers in all; `netlab list` shows them)\n",
+            s.hosts.len()
+        ));
+    }
+    out
+}
+
+fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
+    match cli.cmd {
+        Cmd::Plan { scenario, build } => {
+            let s = load_scenario(&scenario, &build)?;
+            let o = PlanOptions {
+                delay_backend: s
+                    .delay_backend
+                    .unwrap_or(netlab::plan::DelayBackend::DelayLine),
+                dilation: Dilation {
+                    tdf: s.tdf.unwrap_or(1),
+                },
+                ecmp_seed: s.ecmp_seed,
+            };
+            let p = build_plan(&s.topology, &Naming::new("RUN"), &o)?;
+            println!(
+                "# {} ({} operations; RUN is the run id chosen at `up`)",
+                s.topology.name,
+                p.ops.len()
+            );
+            for op in &p.ops {
+                println!("{op}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::DelayLine(a) => run_delay_line(a),
+        Cmd::Demo(a) => run_demo(a, stop),
+        Cmd::Up { scenario, build } => {
+            let s = load_scenario(&scenario, &build)?;
+            lab::require_root()?;
+            let lab = Lab::up(&s.topology, &lab_options(&s, &build)?, stop)?;
+            if stop.load(Ordering::Relaxed) {
+                return Err(LabError::Interrupted);
+            }
+            let mut text = summary(&lab);
+            if !s.commands.is_empty() {
+                text.push_str(&format!(
+                    "  note: the scenario's {} command(s) run only with `netlab run`\n",
+                    s.commands.len()
+                ));
+            }
+            let st = lab.detach()?;
+            print!("{text}");
+            println!(
+                "  run commands with: netlab exec{} HOST -- CMD;  remove with: netlab down{}",
+                run_flag(&st.run_id),
+                run_flag(&st.run_id)
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Down { run, all } => {
+            lab::require_root()?;
+            sweep_quietly();
+            let runs: Vec<lab::RunState> = if all {
+                lab::list_runs(&state_dir())
+                    .into_iter()
+                    .filter(|r| r.phase == lab::Phase::Detached)
+                    .collect()
+            } else {
+                vec![lab::find_run(&state_dir(), run.as_deref())?]
+            };
+            if runs.is_empty() {
+                println!("netlab: no lab is up");
+            }
+            for r in runs {
+                let t0 = Instant::now();
+                lab::remove_run(&state_dir().join(&r.run_id), &r.run_id, &r.namespaces)?;
+                println!(
+                    "netlab: run {} removed in {:.2}s",
+                    r.run_id,
+                    t0.elapsed().as_secs_f64()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Run {
+            scenario,
+            build,
+            out,
+        } => {
+            let s = load_scenario(&scenario, &build)?;
+            lab::require_root()?;
+            let lab = Lab::up(&s.topology, &lab_options(&s, &build)?, stop)?;
+            eprint!("{}", summary(&lab));
+            let out_dir = out.unwrap_or_else(|| lab.dir.join("out"));
+            std::fs::create_dir_all(&out_dir)
+                .map_err(|e| LabError::io(format!("create {}", out_dir.display()), e))?;
+            // On error the lab is dropped, which removes it.
+            run_commands(&lab, &s.commands, &Launcher::default(), stop, &out_dir)?;
+            let t = lab.down()?;
+            eprintln!("netlab: lab removed in {:.2}s", t.as_secs_f64());
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Exec { run, host, cmd } => {
+            lab::require_root()?;
+            sweep_quietly();
+            let st = lab::find_run(&state_dir(), run.as_deref())?;
+            let h = st.host(&host)?.clone();
+            let mut c = Launcher::default().command(&h, &cmd);
+            c.envs(Launcher::env(&st, &h));
+            let status = c.status().map_err(|e| LabError::Spawn {
+                cmd: cmd.join(" "),
+                source: e,
+            })?;
+            Ok(ExitCode::from(
+                status.code().unwrap_or(1).clamp(0, 255) as u8
+            ))
+        }
+        Cmd::List => {
+            if lab::require_root().is_ok() {
+                sweep_quietly();
+            }
+            let runs = lab::list_runs(&state_dir());
+            if runs.is_empty() {
+                println!("no labs");
+            }
+            for r in runs {
+                let owner = if r.phase == lab::Phase::Detached {
+                    String::new()
+                } else {
+                    format!(", owner pid {}", r.owner_pid)
+                };
+                println!(
+                    "run {}: {} [{}] {:?}{}, delay backend {}",
+                    r.run_id, r.scenario, r.topology, r.phase, owner, r.delay_backend
+                );
+                for h in &r.hosts {
+                    println!(
+                        "  {:<8} {:<7} {:<16} ns {}",
+                        h.name,
+                        format!("{:?}", h.kind).to_lowercase(),
+                        h.addr.map(|a| a.to_string()).unwrap_or_default(),
+                        h.ns
+                    );
+                }
+            }
+            let stray: Vec<String> = netlab::netns::our_namespaces();
+            if !stray.is_empty() {
+                println!("{} namespaces carry the netlab- prefix", stray.len());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Clean { force } => {
+            lab::require_root()?;
+            let r = lab::sweep(
+                &state_dir(),
+                if force {
+                    SweepMode::Force
+                } else {
+                    SweepMode::AllButLive
+                },
+            )?;
+            for (id, pid) in &r.skipped {
+                println!("netlab: kept run {id}: in use by live process {pid} (use --force to remove it anyway)");
+            }
+            if r.removed.is_empty() {
+                println!("netlab: nothing to clean");
+            } else {
+                println!("netlab: removed {}", r.removed.join(", "));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Check { run } => {
+            lab::require_root()?;
+            sweep_quietly();
+            let st = lab::find_run(&state_dir(), run.as_deref())?;
+            let eps = probe::endpoints(&st);
+            let s = load_addressing(&st);
+            if let Some(w) = s.and_then(|a| lab::neighbour_warning(&a)) {
+                eprintln!("netlab: note: {w}");
+            }
+            let t0 = Instant::now();
+            let failed = probe::all_pairs(&eps, Duration::from_millis(300), 5)?;
+            let pairs = eps.len() * eps.len().saturating_sub(1);
+            if failed.is_empty() {
+                println!(
+                    "netlab: all {pairs} host pairs reach each other (UDP, {:.2}s)",
+                    t0.elapsed().as_secs_f64()
+                );
+                Ok(ExitCode::SUCCESS)
+            } else {
+                for (a, b) in failed.iter().take(
+                    std::env::var("NETLAB_CHECK_SHOW")
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(20),
+                ) {
+                    println!("unreachable: {a} -> {b}");
+                }
+                if failed.len() > 20 {
+                    println!("... and {} more", failed.len() - 20);
+                }
+                println!("netlab: {} of {pairs} host pairs unreachable", failed.len());
+                Ok(ExitCode::FAILURE)
+            }
+        }
+        Cmd::Probe { run, what } => {
+            lab::require_root()?;
+            sweep_quietly();
+            let st = lab::find_run(&state_dir(), run.as_deref())?;
+            let eps = probe::endpoints(&st);
+            let find = |n: &str| {
+                eps.iter()
+                    .find(|e| e.name == n)
+                    .cloned()
+                    .ok_or_else(|| LabError::UnknownHost {
+                        host: n.into(),
+                        run: st.run_id.clone(),
+                        known: eps
+                            .iter()
+                            .map(|e| e.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    })
+            };
+            match what {
+                ProbeCmd::Tcp { from, to, secs } => {
+                    if !(0.1..=600.0).contains(&secs) {
+                        return Err(ModelError::OutOfRange {
+                            item: "--secs".into(),
+                            value: secs.to_string(),
+                            range: "between 0.1 and 600".into(),
+                        }
+                        .into());
+                    }
+                    let t = probe::tcp_flow(
+                        &find(&from)?,
+                        &find(&to)?,
+                        Duration::from_secs(1),
+                        Duration::from_secs_f64(secs),
+                    )?;
+                    println!(
+                        "tcp {from} -> {to}: {:.1} Mbit/s goodput ({} bytes in {:.2}s)",
+                        t.goodput_bps / 1e6,
+                        t.bytes,
+                        t.window.as_secs_f64()
+                    );
+                }
+                ProbeCmd::Rtt { from, to, count } => {
+                    let count = count.clamp(1, 100_000);
+                    let mut v = probe::udp_rtts(
+                        &find(&from)?,
+                        &find(&to)?,
+                        count,
+                        Duration::from_millis(2),
+                        Duration::from_secs(1),
+                    )?;
+                    v.sort();
+                    if v.is_empty() {
+                        println!("rtt {from} -> {to}: no replies");
+                        return Ok(ExitCode::FAILURE);
+                    }
+                    let q = |p: f64| v[((v.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e6;
+                    println!("rtt {from} -> {to}: {} of {count} replies, min {:.0}us median {:.0}us p99 {:.0}us", v.len(), q(0.0), q(0.5), q(0.99));
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The addressing of a run, re-read from its state directory.
+fn load_addressing(st: &lab::RunState) -> Option<netlab::addr::Addressing> {
+    let text = std::fs::read(state_dir().join(&st.run_id).join("addressing.json")).ok()?;
+    serde_json::from_slice(&text).ok()
+}
+
+fn run_flag(id: &str) -> String {
+    format!(" --run {id}")
+}
+
+/// Starts each command at its time, waits for the foreground ones, prints
+/// their output, and fails on the first that fails or times out.
+fn run_commands(
+    lab: &Lab,
+    cmds: &[HostCommand],
+    launcher: &Launcher,
+    stop: &AtomicBool,
+    out_dir: &Path,
+) -> Result<(), LabError> {
+    struct Running {
+        idx: usize,
+        cmd: HostCommand,
+        child: std::process::Child,
+        started: Instant,
+        out: PathBuf,
+        err: PathBuf,
+    }
+    let t0 = Instant::now();
+    let mut running: Vec<Running> = vec![];
+    let mut background = vec![];
+    let mut next = 0;
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            for r in running.iter_mut().chain(background.iter_mut()) {
+                let _ = r.child.kill();
+                let _ = r.child.wait();
+            }
+            return Err(LabError::Interrupted);
+        }
+        while next < cmds.len() && t0.elapsed() >= cmds[next].at {
+            let c = &cmds[next];
+            let host = lab.state.host(&c.host)?.clone();
+            let base = format!("{next:02}-{}", c.host);
+            let (out, err) = (
+                out_dir.join(format!("{base}.out")),
+                out_dir.join(format!("{base}.err")),
+            );
+            let f = |p: &Path| {
+                std::fs::File::create(p)
+                    .map_err(|e| LabError::io(format!("create {}", p.display()), e))
+            };
+            let mut cmd = launcher.command(&host, &["sh".into(), "-c".into(), c.cmd.clone()]);
+            cmd.envs(Launcher::env(&lab.state, &host))
+                .stdin(Stdio::null())
+                .stdout(f(&out)?)
+                .stderr(f(&err)?);
+            let child = cmd.spawn().map_err(|e| LabError::Spawn {
+                cmd: c.cmd.clone(),
+                source: e,
+            })?;
+            eprintln!(
+                "netlab: [{:>6.2}s] {}: {}{}",
+                t0.elapsed().as_secs_f64(),
+                c.host,
+                c.cmd,
+                if c.background { " (background)" } else { "" }
+            );
+            let r = Running {
+                idx: next,
+                cmd: c.clone(),
+                child,
+                started: Instant::now(),
+                out,
+                err,
+            };
+            if c.background {
+                background.push(r);
+            } else {
+                running.push(r);
+            }
+            next += 1;
+        }
+        let mut i = 0;
+        while i < running.len() {
+            let r = &mut running[i];
+            let status = r
+                .child
+                .try_wait()
+                .map_err(|e| LabError::io("wait for command", e))?;
+            let timed_out = status.is_none() && r.started.elapsed() > r.cmd.timeout;
+            if status.is_none() && !timed_out {
+                i += 1;
+                continue;
+            }
+            if timed_out {
+                let _ = r.child.kill();
+                let _ = r.child.wait();
+            }
+            let r = running.remove(i);
+            let out = std::fs::read_to_string(&r.out).unwrap_or_default();
+            let err = std::fs::read_to_string(&r.err).unwrap_or_default();
+            let mut so = std::io::stdout().lock();
+            for l in out.lines() {
+                let _ = writeln!(so, "[{}] {l}", r.cmd.host);
+            }
+            for l in err.lines() {
+                let _ = writeln!(so, "[{} stderr] {l}", r.cmd.host);
+            }
+            drop(so);
+            let ok = matches!(status, Some(s) if s.success());
+            if !ok {
+                let tail: Vec<&str> = err.lines().rev().take(5).collect();
+                let tail = if tail.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "\n  stderr: {}",
+                        tail.into_iter()
+                            .rev()
+                            .collect::<Vec<_>>()
+                            .join("\n          ")
+                    )
+                };
+                return Err(LabError::HostCommand {
+                    host: r.cmd.host.clone(),
+                    cmd: format!("command {}: {}", r.idx, r.cmd.cmd),
+                    code: match status {
+                        None => format!("timed out after {:?}", r.cmd.timeout),
+                        Some(s) => s
+                            .code()
+                            .map(|c| c.to_string())
+                            .unwrap_or_else(|| "killed by signal".into()),
+                    },
+                    tail,
+                });
+            }
+        }
+        if next >= cmds.len() && running.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for mut r in background {
+        let _ = r.child.kill();
+        let _ = r.child.wait();
+    }
+    Ok(())
+}
+
+fn run_delay_line(a: DelayLineArgs) -> Result<ExitCode, LabError> {
+    // The delay line runs until netlab ends it (SIGTERM); a terminal
+    // hang-up must not take a link down under a lab left up.
+    let stop = Arc::new(AtomicBool::new(false));
+    let ignored = Arc::new(AtomicBool::new(false));
+    let _ = signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone());
+    let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone());
+    let _ = signal_hook::flag::register(signal_hook::consts::SIGHUP, ignored);
+    let cfg = delayline::Config {
+        a: a.a.clone(),
+        b: a.b.clone(),
+        delay_ns: a.delay_ns,
+        jitter_ns: a.jitter_ns,
+        loss_ppm: a.loss_ppm,
+        limit: a.limit.max(1),
+        seed: a.seed,
+        spin_ns: a.spin_ns,
+    };
+    let stats = delayline::run(&cfg, &stop, || {
+        println!("ready");
+        let _ = std::io::stdout().flush();
+    })
+    .map_err(|e| LabError::DelayLine {
+        link: format!("{} ({} <-> {})", a.link, a.a, a.b),
+        msg: e.to_string(),
+    })?;
+    eprintln!(
+        "delay line {}: a->b {:?}; b->a {:?}",
+        a.link, stats[0], stats[1]
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The topology and commands of the demo, built from its options.
+fn run_demo(a: DemoArgs, stop: &AtomicBool) -> Result<ExitCode, LabError> {
+    use netlab::model::{Link, Node, NodeKind, Topology};
+    if !(1.0..=3600.0).contains(&a.duration) {
+        return Err(ModelError::OutOfRange {
+            item: "--duration".into(),
+            value: a.duration.to_string(),
+            range: "between 1 and 3600 seconds".into(),
+        }
+        .into());
+    }
+    let exe = std::env::current_exe().map_err(|e| LabError::io("find the netlab binary", e))?;
+    let refl = match a.reflector_bin.clone() {
+        Some(p) => p,
+        None => exe.with_file_name("reflector"),
+    };
+    if !refl.is_file() {
+        return Err(LabError::io(
+            format!(
+                "reflector binary {} (build it with `cargo build --release -p reflector`, or pass --reflector-bin)",
+                refl.display()
+            ),
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+        ));
+    }
+    lab::require_root()?;
+    let spec = LinkSpec {
+        bw: Some(if a.gigabit { "1gbit" } else { "100mbit" }.into()),
+        delay: a.delay.clone(),
+        ..Default::default()
+    };
+    let params = spec.apply_to("link", &LinkParams::default())?;
+    let mut nodes = vec![
+        Node {
+            name: "refl".into(),
+            kind: NodeKind::Host,
+            cpus: None,
+        },
+        Node {
+            name: "s1".into(),
+            kind: NodeKind::Switch,
+            cpus: None,
+        },
+    ];
+    let mut links = vec![Link {
+        a: "refl".into(),
+        b: "s1".into(),
+        params: params.clone(),
+    }];
+    for i in 1..=a.clients {
+        nodes.push(Node {
+            name: format!("c{i}"),
+            kind: NodeKind::Host,
+            cpus: None,
+        });
+        links.push(Link {
+            a: format!("c{i}"),
+            b: "s1".into(),
+            params: params.clone(),
+        });
+    }
+    let topo = Topology {
+        name: format!(
+            "demo star({} clients, {})",
+            a.clients,
+            if a.gigabit { "1 Gb/s" } else { "100 Mb/s" }
+        ),
+        nodes,
+        links,
+    };
+    let mut o = LabOptions::new(exe);
+    o.scenario = "demo".into();
+    o.verbose = true;
+    let lab = Lab::up(&topo, &o, stop)?;
+    eprint!("{}", summary(&lab));
+    let out_dir = a.out.clone().unwrap_or_else(|| lab.dir.join("out"));
+    std::fs::create_dir_all(&out_dir)
+        .map_err(|e| LabError::io(format!("create {}", out_dir.display()), e))?;
+    // A fresh secret for the join tokens of this run.
+    let mut key = [0u8; 16];
+    std::io::Read::read_exact(
+        &mut std::fs::File::open("/dev/urandom")
+            .map_err(|e| LabError::io("open /dev/urandom", e))?,
+        &mut key,
+    )
+    .map_err(|e| LabError::io("read /dev/urandom", e))?;
+    let secret = lab.dir.join("secret");
+    std::fs::write(
+        &secret,
+        key.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+    )
+    .map_err(|e| LabError::io(format!("write {}", secret.display()), e))?;
+    let raddr = lab
+        .state
+        .host("refl")?
+        .addr
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let r = refl.display();
+    let sec = secret.display();
+    let mut cmds = vec![
+        HostCommand {
+            host: "refl".into(),
+            cmd: format!("exec {r} control --listen 0.0.0.0:8700 --secret-file {sec} --reflector {raddr}:4000-4015"),
+            at: Duration::ZERO,
+            background: true,
+            timeout: Duration::from_secs(3600),
+        },
+        HostCommand {
+            host: "refl".into(),
+            cmd: format!(
+                "exec {r} serve --ports 4000-4015 --secret-file {sec} --backend {} --duration {}",
+                a.backend,
+                a.duration + 8.0
+            ),
+            at: Duration::ZERO,
+            background: false,
+            timeout: Duration::from_secs_f64(a.duration + 60.0),
+        },
+    ];
+    for i in 1..=a.clients {
+        cmds.push(HostCommand {
+            host: format!("c{i}"),
+            cmd: format!(
+                "exec {r} bots --control http://{raddr}:8700 --count {} --duration {} --first-player {} --seed {i} --quiet",
+                a.bots_per_client,
+                a.duration,
+                (i - 1) * a.bots_per_client + 1
+            ),
+            // Give the servers a moment to bind before the first join.
+            at: Duration::from_secs(1),
+            background: false,
+            timeout: Duration::from_secs_f64(a.duration + 60.0),
+        });
+    }
+    run_commands(&lab, &cmds, &Launcher::default(), stop, &out_dir)?;
+    let t = lab.down()?;
+    eprintln!(
+        "netlab: demo passed: no command reported loss; lab removed in {:.2}s",
+        t.as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,687 @@
+//! Turning a topology into the list of ip/tc/sysctl operations that builds
+//! it. Pure: the plan is data, unit-tested as data, and applied elsewhere.
+
+use crate::addr::{plan_addressing, Addressing};
+use crate::error::ModelError;
+use crate::model::{LinkParams, NodeKind, Topology};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Every namespace of ours starts with this, so that `netlab clean` can find
+/// what a crashed run left behind.
+pub const NS_PREFIX: &str = "netlab-";
+
+/// Names of everything a run creates, all under its per-run prefix so that
+/// concurrent runs never collide.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Naming {
+    pub run_id: String,
+}
+
+impl Naming {
+    pub fn new(run_id: impl Into<String>) -> Self {
+        Naming {
+            run_id: run_id.into(),
+        }
+    }
+    pub fn prefix(&self) -> String {
+        format!("{NS_PREFIX}{}-", self.run_id)
+    }
+    /// Namespace of a host or router.
+    pub fn ns(&self, node: &str) -> String {
+        format!("{}{node}", self.prefix())
+    }
+    /// Namespace holding the bridges and delay-line ports; node names cannot
+    /// start with '-', so this never collides with a node.
+    pub fn fabric(&self) -> String {
+        format!("{}-fabric", self.prefix())
+    }
+}
+
+/// How link delay, jitter and loss are emulated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DelayBackend {
+    /// The kernel's netem qdisc (not in every kernel).
+    Netem,
+    /// Our own user-space delay line between two veth pairs.
+    DelayLine,
+}
+
+impl fmt::Display for DelayBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DelayBackend::Netem => "netem",
+            DelayBackend::DelayLine => "delay-line",
+        })
+    }
+}
+
+/// The seam for virtual time: every rate and every delay given to the kernel
+/// passes through here. With a time dilation factor of N, a process sees
+/// time run N times slower, so a link must run N times slower in real time
+/// (rate / N) and its delay must be N times longer in real time.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Dilation {
+    pub tdf: u32,
+}
+
+impl Default for Dilation {
+    fn default() -> Self {
+        Dilation { tdf: 1 }
+    }
+}
+
+impl Dilation {
+    pub fn rate(&self, bps: u64) -> u64 {
+        (bps / self.tdf.max(1) as u64).max(1)
+    }
+    pub fn delay(&self, ns: u64) -> u64 {
+        ns.saturating_mul(self.tdf.max(1) as u64)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlanOptions {
+    pub delay_backend: DelayBackend,
+    pub dilation: Dilation,
+    /// Fixed ECMP hash seed (reproducible path choice): router i gets
+    /// seed + i + 1; `None` leaves the kernel's per-namespace random seed.
+    pub ecmp_seed: Option<u32>,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            delay_backend: DelayBackend::DelayLine,
+            dilation: Dilation::default(),
+            ecmp_seed: None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tool {
+    Ip,
+    Tc,
+}
+
+/// One step of building a lab.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Op {
+    AddNetns(String),
+    /// A sysctl inside a namespace (`key` in dotted form).
+    Sysctl {
+        ns: String,
+        key: String,
+        value: String,
+    },
+    /// An `ip` or `tc` command, run in `ns` (or the caller's namespace).
+    Cmd {
+        ns: Option<String>,
+        tool: Tool,
+        args: Vec<String>,
+    },
+    /// A delay-line process moving frames between ports `a` and `b` of the
+    /// fabric namespace.
+    DelayLine {
+        ns: String,
+        link: usize,
+        a: String,
+        b: String,
+        params: LinkParams,
+        seed: u64,
+    },
+}
+
+impl fmt::Display for Op {
+    /// Shows the op as the shell command that would do the same.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Op::AddNetns(n) => write!(f, "ip netns add {n}"),
+            Op::Sysctl { ns, key, value } => write!(f, "ip netns exec {ns} sysctl -qw {key}={value}"),
+            Op::Cmd { ns, tool, args } => {
+                let t = match tool {
+                    Tool::Ip => "ip",
+                    Tool::Tc => "tc",
+                };
+                match ns {
+                    Some(ns) => write!(f, "{t} -n {ns} {}", args.join(" ")),
+                    None => write!(f, "{t} {}", args.join(" ")),
+                }
+            }
+            Op::DelayLine {
+                ns,
+                link,
+                a,
+                b,
+                params,
+                seed,
+            } => write!(
+                f,
+                "ip netns exec {ns} netlab delay-line --link {link} --a {a} --b {b} {} --seed {seed}",
+                delay_line_args(params).join(" ")
+            ),
+        }
+    }
+}
+
+/// Command-line arguments of the delay-line process for these parameters.
+pub fn delay_line_args(p: &LinkParams) -> Vec<String> {
+    let mut v = vec![
+        "--delay-ns".to_string(),
+        p.delay_ns.to_string(),
+        "--jitter-ns".into(),
+        p.jitter_ns.to_string(),
+        "--loss-ppm".into(),
+        p.loss_ppm.to_string(),
+    ];
+    if let Some(q) = p.queue {
+        v.push("--limit".into());
+        v.push(q.to_string());
+    }
+    v
+}
+
+/// A plan: the ops, the addressing it realises, and what it will create.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub naming: Naming,
+    pub options: PlanOptions,
+    pub addressing: Addressing,
+    pub namespaces: Vec<String>,
+    pub ops: Vec<Op>,
+}
+
+fn ip(ns: &str, args: &[&str]) -> Op {
+    Op::Cmd {
+        ns: Some(ns.to_string()),
+        tool: Tool::Ip,
+        args: args.iter().map(|s| s.to_string()).collect(),
+    }
+}
+fn tc(ns: &str, args: Vec<String>) -> Op {
+    Op::Cmd {
+        ns: Some(ns.to_string()),
+        tool: Tool::Tc,
+        args,
+    }
+}
+fn sysctl(ns: &str, key: &str, value: &str) -> Op {
+    Op::Sysctl {
+        ns: ns.into(),
+        key: key.into(),
+        value: value.into(),
+    }
+}
+
+/// HTB bucket size: 4 ms worth of the rate, at least two full frames, so
+/// that short bursts are smoothed but the long-run rate is exact.
+pub fn htb_burst(rate_bps: u64) -> u64 {
+    (rate_bps / 8 / 250).max(3028)
+}
+
+/// HTB quantum inside the range HTB accepts without complaining.
+pub fn htb_quantum(rate_bps: u64) -> u64 {
+    (rate_bps / 8 / 10).clamp(1514, 200_000)
+}
+
+/// The tc ops that shape one device's egress.
+fn shaping_ops(ns: &str, dev: &str, p: &LinkParams, o: &PlanOptions) -> Vec<Op> {
+    let mut v = vec![];
+    let netem = o.delay_backend == DelayBackend::Netem && p.needs_delay_stage();
+    let s = |x: &str| x.to_string();
+    let netem_args = |parent: &[&str]| {
+        let mut a: Vec<String> = vec![s("qdisc"), s("add"), s("dev"), s(dev)];
+        a.extend(parent.iter().map(|x| s(x)));
+        a.push(s("netem"));
+        a.extend([
+            s("delay"),
+            format!("{}us", o.dilation.delay(p.delay_ns) / 1000),
+        ]);
+        if p.jitter_ns > 0 {
+            a.push(format!("{}us", o.dilation.delay(p.jitter_ns) / 1000));
+        }
+        if p.loss_ppm > 0 {
+            a.extend([s("loss"), format!("{}%", p.loss_ppm as f64 / 1e4)]);
+        }
+        if let Some(q) = p.queue {
+            a.extend([s("limit"), q.to_string()]);
+        }
+        a
+    };
+    if let Some(bw) = p.bw_bps {
+        let rate = o.dilation.rate(bw);
+        v.push(tc(
+            ns,
+            [
+                s("qdisc"),
+                s("add"),
+                s("dev"),
+                s(dev),
+                s("root"),
+                s("handle"),
+                s("1:"),
+                s("htb"),
+                s("default"),
+                s("1"),
+            ]
+            .into(),
+        ));
+        v.push(tc(
+            ns,
+            vec![
+                s("class"),
+                s("add"),
+                s("dev"),
+                s(dev),
+                s("parent"),
+                s("1:"),
+                s("classid"),
+                s("1:1"),
+                s("htb"),
+                s("rate"),
+                format!("{rate}bit"),
+                s("burst"),
+                format!("{}b", htb_burst(rate)),
+                s("cburst"),
+                format!("{}b", htb_burst(rate)),
+                s("quantum"),
+                htb_quantum(rate).to_string(),
+            ],
+        ));
+        if netem {
+            v.push(tc(ns, netem_args(&["parent", "1:1", "handle", "10:"])));
+        } else if let Some(q) = p.queue {
+            v.push(tc(
+                ns,
+                vec![
+                    s("qdisc"),
+                    s("add"),
+                    s("dev"),
+                    s(dev),
+                    s("parent"),
+                    s("1:1"),
+                    s("handle"),
+                    s("10:"),
+                    s("pfifo"),
+                    s("limit"),
+                    q.to_string(),
+                ],
+            ));
+        }
+    } else if netem {
+        v.push(tc(ns, netem_args(&["root"])));
+    } else if let Some(q) = p.queue {
+        v.push(tc(
+            ns,
+            vec![
+                s("qdisc"),
+                s("add"),
+                s("dev"),
+                s(dev),
+                s("root"),
+                s("pfifo"),
+                s("limit"),
+                q.to_string(),
+            ],
+        ));
+    }
+    v
+}
+
+/// Ops sorted into phases so that the batch applier needs few processes:
+/// all namespaces, then their sysctls, bridges, veth pairs, then per
+/// namespace its `ip` ops (addresses, links up, routes) and its `tc` ops,
+/// and the delay lines last. Within a namespace the order of creation is
+/// kept, which is all that the dependencies between ops need.
+#[derive(Default)]
+struct Buckets {
+    netns: Vec<Op>,
+    sysctl: Vec<Op>,
+    bridges: Vec<Op>,
+    veths: Vec<Op>,
+    ns_ip: Vec<(String, Vec<Op>)>,
+    ns_tc: Vec<(String, Vec<Op>)>,
+    delay: Vec<Op>,
+}
+
+impl Buckets {
+    fn add(&mut self, op: Op) {
+        fn to_ns(v: &mut Vec<(String, Vec<Op>)>, ns: &str, op: Op) {
+            match v.iter_mut().find(|(n, _)| n == ns) {
+                Some((_, ops)) => ops.push(op),
+                None => v.push((ns.to_string(), vec![op])),
+            }
+        }
+        match &op {
+            Op::AddNetns(_) => self.netns.push(op),
+            Op::Sysctl { .. } => self.sysctl.push(op),
+            Op::DelayLine { .. } => self.delay.push(op),
+            Op::Cmd { ns: None, .. } => self.veths.push(op),
+            Op::Cmd {
+                ns: Some(ns),
+                tool: Tool::Tc,
+                ..
+            } => {
+                let ns = ns.clone();
+                to_ns(&mut self.ns_tc, &ns, op)
+            }
+            Op::Cmd {
+                ns: Some(ns), args, ..
+            } => {
+                if args.len() > 1 && args[0] == "link" && args[1] == "add" {
+                    self.bridges.push(op)
+                } else {
+                    let ns = ns.clone();
+                    to_ns(&mut self.ns_ip, &ns, op)
+                }
+            }
+        }
+    }
+
+    fn finish(self) -> Vec<Op> {
+        let mut v = self.netns;
+        v.extend(self.sysctl);
+        v.extend(self.bridges);
+        v.extend(self.veths);
+        v.extend(self.ns_ip.into_iter().flat_map(|(_, o)| o));
+        v.extend(self.ns_tc.into_iter().flat_map(|(_, o)| o));
+        v.extend(self.delay);
+        v
+    }
+}
+
+/// Builds the plan. Validates the topology first, so a plan always describes
+/// a buildable lab.
+pub fn build_plan(t: &Topology, naming: &Naming, o: &PlanOptions) -> Result<Plan, ModelError> {
+    t.validate()?;
+    let addressing = plan_addressing(t)?;
+    let fab = naming.fabric();
+    let mut ops = Buckets::default();
+    let mut namespaces = vec![fab.clone()];
+
+    // Namespaces first; IPv6 off before any interface exists so that no
+    // router solicitations or DAD traffic disturb counts and measurements.
+    let mut node_ns = vec![fab.clone()];
+    for n in &t.nodes {
+        if n.kind != NodeKind::Switch {
+            node_ns.push(naming.ns(&n.name));
+        }
+    }
+    for ns in &node_ns {
+        ops.add(Op::AddNetns(ns.clone()));
+        ops.add(sysctl(ns, "net.ipv6.conf.all.disable_ipv6", "1"));
+        ops.add(sysctl(ns, "net.ipv6.conf.default.disable_ipv6", "1"));
+        ops.add(ip(ns, &["link", "set", "lo", "up"]));
+    }
+    namespaces.extend(node_ns.iter().skip(1).cloned());
+    for (ri, n) in t
+        .nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::Router)
+        .enumerate()
+    {
+        let ns = naming.ns(&n.name);
+        ops.add(sysctl(&ns, "net.ipv4.ip_forward", "1"));
+        // Layer-4 hash: flows between the same two hosts may take different
+        // paths, as in the data centre ECMP of paper 003 section 5.
+        ops.add(sysctl(&ns, "net.ipv4.fib_multipath_hash_policy", "1"));
+        if let Some(seed) = o.ecmp_seed {
+            // A different seed per router: with one seed everywhere every
+            // router makes the same choice for a flow ("hash polarisation")
+            // and half of the fat tree's core would stay idle. 0 would ask
+            // the kernel for a random seed, so it is skipped.
+            let own = seed.wrapping_add(ri as u32 + 1).max(1);
+            ops.add(sysctl(
+                &ns,
+                "net.ipv4.fib_multipath_hash_seed",
+                &own.to_string(),
+            ));
+        }
+    }
+    for n in t.nodes.iter().filter(|n| n.kind == NodeKind::Switch) {
+        ops.add(ip(&fab, &["link", "add", &n.name, "type", "bridge"]));
+        ops.add(ip(&fab, &["link", "set", &n.name, "up"]));
+    }
+
+    let kind = |name: &str| t.node(name).map(|n| n.kind).unwrap_or(NodeKind::Host);
+    for (i, l) in t.links.iter().enumerate() {
+        // Where each end of the link lives: (namespace, device, bridge, address).
+        let end = |name: &str, side: &str| {
+            if kind(name) == NodeKind::Switch {
+                (
+                    fab.clone(),
+                    format!("p{i}{side}"),
+                    Some(name.to_string()),
+                    None,
+                )
+            } else {
+                let ifc = addressing
+                    .ifaces
+                    .iter()
+                    .find(|f| f.link == i && f.node == name);
+                let ifname = ifc.map(|f| f.ifname.clone()).unwrap_or_default();
+                (
+                    naming.ns(name),
+                    ifname,
+                    None,
+                    ifc.map(|f| format!("{}/{}", f.addr, f.prefix)),
+                )
+            }
+        };
+        let ea = end(&l.a, "a");
+        let eb = end(&l.b, "b");
+        let delay_line = o.delay_backend == DelayBackend::DelayLine && l.params.needs_delay_stage();
+        if delay_line {
+            let (da, db) = (format!("d{i}a"), format!("d{i}b"));
+            ops.add(veth(&ea.0, &ea.1, &fab, &da));
+            ops.add(veth(&eb.0, &eb.1, &fab, &db));
+            ops.add(ip(&fab, &["link", "set", &da, "up"]));
+            ops.add(ip(&fab, &["link", "set", &db, "up"]));
+        } else {
+            ops.add(veth(&ea.0, &ea.1, &eb.0, &eb.1));
+        }
+        for (ns, dev, bridge, addr) in [&ea, &eb] {
+            if let Some(br) = bridge {
+                ops.add(ip(ns, &["link", "set", dev, "master", br]));
+            }
+            if let Some(a) = addr {
+                ops.add(ip(ns, &["addr", "add", a, "dev", dev]));
+            }
+            ops.add(ip(ns, &["link", "set", dev, "up"]));
+            for op in shaping_ops(ns, dev, &l.params, o) {
+                ops.add(op);
+            }
+        }
+        if delay_line {
+            let mut params = l.params.clone();
+            params.delay_ns = o.dilation.delay(params.delay_ns);
+            params.jitter_ns = o.dilation.delay(params.jitter_ns);
+            ops.add(Op::DelayLine {
+                ns: fab.clone(),
+                link: i,
+                a: format!("d{i}a"),
+                b: format!("d{i}b"),
+                params,
+                seed: 0x6e65_746c_6162 ^ i as u64,
+            });
+        }
+    }
+
+    for r in &addressing.routes {
+        let ns = naming.ns(&r.node);
+        let dest = if r.prefix == 0 {
+            "default".to_string()
+        } else {
+            format!("{}/{}", r.net, r.prefix)
+        };
+        let mut args = vec!["route".to_string(), "add".into(), dest];
+        if let [(gw, dev)] = r.nexthops.as_slice() {
+            args.extend(["via".into(), gw.to_string(), "dev".into(), dev.clone()]);
+        } else {
+            for (gw, dev) in &r.nexthops {
+                args.extend([
+                    "nexthop".into(),
+                    "via".into(),
+                    gw.to_string(),
+                    "dev".into(),
+                    dev.clone(),
+                ]);
+            }
+        }
+        ops.add(Op::Cmd {
+            ns: Some(ns),
+            tool: Tool::Ip,
+            args,
+        });
+    }
+
+    Ok(Plan {
+        naming: naming.clone(),
+        options: o.clone(),
+        addressing,
+        namespaces,
+        ops: ops.finish(),
+    })
+}
+
+/// A veth pair created straight into the two namespaces (from the caller's
+/// namespace, where nothing of it ever appears).
+fn veth(ns_a: &str, dev_a: &str, ns_b: &str, dev_b: &str) -> Op {
+    Op::Cmd {
+        ns: None,
+        tool: Tool::Ip,
+        args: [
+            "link", "add", dev_a, "netns", ns_a, "type", "veth", "peer", "name", dev_b, "netns",
+            ns_b,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topo::Builtin;
+
+    fn render(p: &Plan) -> Vec<String> {
+        p.ops.iter().map(|o| o.to_string()).collect()
+    }
+
+    #[test]
+    fn pair_plan_is_exact() {
+        let t = Builtin::Pair.build(&LinkParams {
+            bw_bps: Some(100_000_000),
+            ..Default::default()
+        });
+        let p = build_plan(&t, &Naming::new("r1"), &PlanOptions::default()).unwrap();
+        let ops = render(&p);
+        let want = [
+            "ip netns add netlab-r1--fabric",
+            "ip netns add netlab-r1-h1",
+            "ip netns add netlab-r1-h2",
+            "ip netns exec netlab-r1--fabric sysctl -qw net.ipv6.conf.all.disable_ipv6=1",
+            "ip netns exec netlab-r1--fabric sysctl -qw net.ipv6.conf.default.disable_ipv6=1",
+            "ip netns exec netlab-r1-h1 sysctl -qw net.ipv6.conf.all.disable_ipv6=1",
+            "ip netns exec netlab-r1-h1 sysctl -qw net.ipv6.conf.default.disable_ipv6=1",
+            "ip netns exec netlab-r1-h2 sysctl -qw net.ipv6.conf.all.disable_ipv6=1",
+            "ip netns exec netlab-r1-h2 sysctl -qw net.ipv6.conf.default.disable_ipv6=1",
+            "ip link add eth0 netns netlab-r1-h1 type veth peer name eth0 netns netlab-r1-h2",
+            "ip -n netlab-r1--fabric link set lo up",
+            "ip -n netlab-r1-h1 link set lo up",
+            "ip -n netlab-r1-h1 addr add 10.0.0.1/30 dev eth0",
+            "ip -n netlab-r1-h1 link set eth0 up",
+            "ip -n netlab-r1-h2 link set lo up",
+            "ip -n netlab-r1-h2 addr add 10.0.0.2/30 dev eth0",
+            "ip -n netlab-r1-h2 link set eth0 up",
+            "tc -n netlab-r1-h1 qdisc add dev eth0 root handle 1: htb default 1",
+            "tc -n netlab-r1-h1 class add dev eth0 parent 1: classid 1:1 htb rate 100000000bit burst 50000b cburst 50000b quantum 200000",
+            "tc -n netlab-r1-h2 qdisc add dev eth0 root handle 1: htb default 1",
+            "tc -n netlab-r1-h2 class add dev eth0 parent 1: classid 1:1 htb rate 100000000bit burst 50000b cburst 50000b quantum 200000",
+        ];
+        assert_eq!(ops, want);
+        assert_eq!(
+            p.namespaces,
+            ["netlab-r1--fabric", "netlab-r1-h1", "netlab-r1-h2"]
+        );
+    }
+
+    #[test]
+    fn star_ports_join_the_bridge() {
+        let t = Builtin::Star { hosts: 2 }.build(&LinkParams::default());
+        let ops = render(&build_plan(&t, &Naming::new("x"), &PlanOptions::default()).unwrap());
+        assert!(ops.contains(&"ip -n netlab-x--fabric link add s1 type bridge".to_string()));
+        assert!(ops.contains(
+            &"ip link add eth0 netns netlab-x-h2 type veth peer name p1b netns netlab-x--fabric"
+                .to_string()
+        ));
+        assert!(ops.contains(&"ip -n netlab-x--fabric link set p1b master s1".to_string()));
+        assert!(!ops.iter().any(|o| o.contains("tc ")));
+    }
+
+    #[test]
+    fn delay_uses_the_chosen_backend_and_dilation() {
+        let params = LinkParams {
+            bw_bps: Some(10_000_000),
+            delay_ns: 2_000_000,
+            queue: Some(50),
+            ..Default::default()
+        };
+        let t = Builtin::Pair.build(&params);
+        let mut o = PlanOptions {
+            dilation: Dilation { tdf: 2 },
+            ..Default::default()
+        };
+        let ops = render(&build_plan(&t, &Naming::new("x"), &o).unwrap());
+        assert!(ops.contains(
+            &"ip link add eth0 netns netlab-x-h1 type veth peer name d0a netns netlab-x--fabric"
+                .to_string()
+        ));
+        assert!(ops.iter().any(|o| o.starts_with(
+            "ip netns exec netlab-x--fabric netlab delay-line --link 0 --a d0a --b d0b --delay-ns 4000000 --jitter-ns 0 --loss-ppm 0 --limit 50 --seed "
+        )));
+        assert!(ops.iter().any(|o| o.contains("htb rate 5000000bit")));
+        assert!(ops.iter().any(|o| o.ends_with("pfifo limit 50")));
+        o.delay_backend = DelayBackend::Netem;
+        let ops = render(&build_plan(&t, &Naming::new("x"), &o).unwrap());
+        assert!(!ops.iter().any(|o| o.contains("delay-line")));
+        assert!(ops.contains(&"tc -n netlab-x-h1 qdisc add dev eth0 parent 1:1 handle 10: netem delay 4000us limit 50".to_string()));
+    }
+
+    #[test]
+    fn fattree_routers_get_ecmp_routes() {
+        let t = Builtin::FatTree { k: 4 }.build(&LinkParams::default());
+        let o = PlanOptions {
+            ecmp_seed: Some(7),
+            ..Default::default()
+        };
+        let p = build_plan(&t, &Naming::new("f"), &o).unwrap();
+        let ops = render(&p);
+        assert_eq!(p.namespaces.len(), 1 + 16 + 20);
+        assert!(ops.contains(
+            &"ip netns exec netlab-f-c1 sysctl -qw net.ipv4.fib_multipath_hash_policy=1"
+                .to_string()
+        ));
+        assert!(ops.contains(
+            &"ip netns exec netlab-f-c1 sysctl -qw net.ipv4.fib_multipath_hash_seed=8".to_string()
+        ));
+        let multipath = ops.iter().filter(|o| o.contains(" nexthop via ")).count();
+        // Edge routers: 14 remote host subnets, 2 next hops each (8 routers);
+        // aggregation routers: 12 other-pod subnets via 2 cores (8 routers).
+        assert_eq!(multipath, 8 * 14 + 8 * 12);
+        assert!(
+            ops.contains(&"ip -n netlab-f-h1 route add default via 10.0.0.2 dev eth0".to_string())
+        );
+    }
+
+    #[test]
+    fn dilation_scales_rate_down_and_delay_up() {
+        let d = Dilation { tdf: 4 };
+        assert_eq!(d.rate(100_000_000), 25_000_000);
+        assert_eq!(d.delay(1_000_000), 4_000_000);
+    }
+}

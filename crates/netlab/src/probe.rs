@@ -1,0 +1,326 @@
+//! Probes of our own (no ICMP, no external tools): UDP reachability between
+//! every pair of hosts, TCP throughput of one flow, UDP round-trip times.
+//! Every probe is bounded in packets and in time, and only ever talks to
+//! addresses inside the lab's own namespaces.
+
+use crate::error::LabError;
+use crate::netns::spawn_in;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+pub const PROBE_PORT: u16 = 47999;
+pub const TCP_PORT: u16 = 47998;
+
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    pub name: String,
+    pub ns: String,
+    pub addr: Ipv4Addr,
+}
+
+fn io(what: &str) -> impl Fn(std::io::Error) -> LabError + '_ {
+    move |e| LabError::io(what.to_string(), e)
+}
+
+/// Starts a UDP echo responder in each endpoint's namespace; returns when all
+/// are bound. They stop when `stop` is set.
+fn start_responders(
+    eps: &[Endpoint],
+    stop: &Arc<AtomicBool>,
+) -> Result<Vec<std::thread::JoinHandle<Result<(), LabError>>>, LabError> {
+    let (tx, rx) = mpsc::channel();
+    let mut hs = vec![];
+    for e in eps {
+        let (tx, stop) = (tx.clone(), stop.clone());
+        hs.push(spawn_in(&e.ns, move || {
+            let sock = match UdpSocket::bind((Ipv4Addr::UNSPECIFIED, PROBE_PORT)) {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
+            let _ = sock.set_read_timeout(Some(Duration::from_millis(20)));
+            let _ = tx.send(Ok(()));
+            let mut buf = [0u8; 256];
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok((n, from)) = sock.recv_from(&mut buf) {
+                    let _ = sock.send_to(&buf[..n], from);
+                }
+            }
+        })?);
+    }
+    for _ in eps {
+        match rx.recv_timeout(Duration::from_secs(5)) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(LabError::io("bind UDP probe responder", e)),
+            Err(_) => {
+                return Err(LabError::io(
+                    "UDP probe responder",
+                    std::io::Error::other("did not start"),
+                ))
+            }
+        }
+    }
+    Ok(hs
+        .into_iter()
+        .map(|h| std::thread::spawn(move || h.join().unwrap_or(Ok(()))))
+        .collect())
+}
+
+/// How many hosts probe at the same time. All at once floods a big layer-2
+/// segment with ARP broadcasts (N² of them, each to N ports) and the probes
+/// are lost in the storm; a few at a time is fast and reliable.
+const PARALLEL_SOURCES: usize = 8;
+
+type Failures = Vec<(String, String)>;
+
+fn drain(
+    clients: &mut Vec<std::thread::JoinHandle<Result<Result<Failures, LabError>, LabError>>>,
+    failed: &mut Failures,
+    err: &mut Option<LabError>,
+) {
+    for c in clients.drain(..) {
+        match c.join() {
+            Ok(Ok(Ok(f))) => failed.extend(f),
+            Ok(Ok(Err(e))) | Ok(Err(e)) => *err = Some(e),
+            Err(_) => {
+                *err = Some(LabError::io(
+                    "probe",
+                    std::io::Error::other("probe thread panicked"),
+                ))
+            }
+        }
+    }
+}
+
+/// Checks that every host reaches every other with UDP. Returns the pairs
+/// (from, to) that did not answer within `tries` attempts of `per_try` each.
+pub fn all_pairs(
+    eps: &[Endpoint],
+    per_try: Duration,
+    tries: u32,
+) -> Result<Vec<(String, String)>, LabError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let responders = start_responders(eps, &stop)?;
+    let mut clients = vec![];
+    let (mut failed, mut err) = (vec![], None);
+    for (i, src) in eps.iter().enumerate() {
+        if clients.len() >= PARALLEL_SOURCES {
+            drain(&mut clients, &mut failed, &mut err);
+        }
+        let dsts: Vec<Endpoint> = eps
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(_, e)| e.clone())
+            .collect();
+        let name = src.name.clone();
+        clients.push(spawn_in(
+            &src.ns,
+            move || -> Result<Vec<(String, String)>, LabError> {
+                let sock =
+                    UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).map_err(io("bind UDP probe"))?;
+                let mut failed = vec![];
+                let mut buf = [0u8; 256];
+                for (k, d) in dsts.iter().enumerate() {
+                    let mut ok = false;
+                    for attempt in 0..tries {
+                        let msg = format!("netlab-probe {name} {} {k} {attempt}", d.name);
+                        // Sending can fail transiently (neighbour resolution);
+                        // that is just a lost try.
+                        let _ = sock.send_to(msg.as_bytes(), (d.addr, PROBE_PORT));
+                        let deadline = Instant::now() + per_try;
+                        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+                            let _ = sock.set_read_timeout(Some(left.max(Duration::from_millis(1))));
+                            match sock.recv_from(&mut buf) {
+                                Ok((n, from))
+                                    if from == SocketAddr::from((d.addr, PROBE_PORT))
+                                        && &buf[..n] == msg.as_bytes() =>
+                                {
+                                    ok = true;
+                                    break;
+                                }
+                                Ok(_) => continue,
+                                Err(_) => break,
+                            }
+                        }
+                        if ok {
+                            break;
+                        }
+                    }
+                    if !ok {
+                        failed.push((name.clone(), d.name.clone()));
+                    }
+                }
+                Ok(failed)
+            },
+        )?);
+    }
+    drain(&mut clients, &mut failed, &mut err);
+    stop.store(true, Ordering::Relaxed);
+    for r in responders {
+        let _ = r.join();
+    }
+    match err {
+        Some(e) => Err(e),
+        None => Ok(failed),
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Throughput {
+    /// Application bytes per second over the measured window, in bits/s.
+    pub goodput_bps: f64,
+    pub bytes: u64,
+    pub window: Duration,
+}
+
+/// One TCP flow from `src` to `dst` for `warmup + measure`; the rate is
+/// taken by the receiver over the `measure` window only, so slow start does
+/// not count.
+pub fn tcp_flow(
+    src: &Endpoint,
+    dst: &Endpoint,
+    warmup: Duration,
+    measure: Duration,
+) -> Result<Throughput, LabError> {
+    let (tx, rx) = mpsc::channel();
+    let total = warmup + measure;
+    let server = spawn_in(&dst.ns, move || -> Result<Throughput, LabError> {
+        let l =
+            TcpListener::bind((Ipv4Addr::UNSPECIFIED, TCP_PORT)).map_err(io("bind TCP probe"))?;
+        let _ = tx.send(());
+        l.set_nonblocking(true).map_err(io("TCP probe"))?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut s = loop {
+            match l.accept() {
+                Ok((s, _)) => break s,
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(2))
+                }
+                Err(e) => return Err(LabError::io("accept TCP probe", e)),
+            }
+        };
+        s.set_nonblocking(false).map_err(io("TCP probe"))?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .map_err(io("TCP probe"))?;
+        let mut buf = vec![0u8; 1 << 16];
+        let t0 = Instant::now();
+        let mut bytes = 0u64;
+        let mut mark: Option<(Instant, u64)> = None;
+        let end = t0 + total;
+        loop {
+            let n = s.read(&mut buf).map_err(io("read TCP probe"))?;
+            let now = Instant::now();
+            if n == 0 || now >= end {
+                let (tm, bm) = mark.unwrap_or((t0, 0));
+                let window = now - tm;
+                let b = bytes - bm;
+                return Ok(Throughput {
+                    goodput_bps: b as f64 * 8.0 / window.as_secs_f64(),
+                    bytes: b,
+                    window,
+                });
+            }
+            bytes += n as u64;
+            if mark.is_none() && now - t0 >= warmup {
+                mark = Some((now, bytes));
+            }
+        }
+    })?;
+    rx.recv_timeout(Duration::from_secs(5))
+        .map_err(|_| LabError::io("TCP probe", std::io::Error::other("server did not start")))?;
+    let daddr = dst.addr;
+    let client = spawn_in(&src.ns, move || -> Result<(), LabError> {
+        let mut s = TcpStream::connect_timeout(
+            &SocketAddr::from((daddr, TCP_PORT)),
+            Duration::from_secs(5),
+        )
+        .map_err(io("connect TCP probe"))?;
+        s.set_write_timeout(Some(Duration::from_secs(5)))
+            .map_err(io("TCP probe"))?;
+        let buf = vec![0x5au8; 1 << 16];
+        // A little longer than the receiver measures, so that it never
+        // waits for data at the end of its window.
+        let end = Instant::now() + total + Duration::from_millis(300);
+        while Instant::now() < end {
+            if s.write(&buf).is_err() {
+                break;
+            }
+        }
+        Ok(())
+    })?;
+    let r = server
+        .join()
+        .map_err(|_| LabError::io("TCP probe", std::io::Error::other("panicked")))??;
+    let _ = client.join();
+    r
+}
+
+/// `count` UDP round trips from `src` to `dst`, one at a time, `gap` apart.
+/// Returns the round-trip times of those that came back within `wait`.
+pub fn udp_rtts(
+    src: &Endpoint,
+    dst: &Endpoint,
+    count: usize,
+    gap: Duration,
+    wait: Duration,
+) -> Result<Vec<Duration>, LabError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let responders = start_responders(std::slice::from_ref(dst), &stop)?;
+    let daddr = dst.addr;
+    let r = spawn_in(&src.ns, move || -> Result<Vec<Duration>, LabError> {
+        let sock = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).map_err(io("bind UDP probe"))?;
+        sock.connect((daddr, PROBE_PORT))
+            .map_err(io("connect UDP probe"))?;
+        sock.set_read_timeout(Some(wait)).map_err(io("UDP probe"))?;
+        let mut v = vec![];
+        let mut buf = [0u8; 64];
+        for i in 0..count as u64 {
+            let msg = i.to_be_bytes();
+            let t = Instant::now();
+            let _ = sock.send(&msg);
+            loop {
+                match sock.recv(&mut buf) {
+                    Ok(8) if buf[..8] == msg => {
+                        v.push(t.elapsed());
+                        break;
+                    }
+                    Ok(_) => continue,
+                    Err(_) => break,
+                }
+            }
+            std::thread::sleep(gap);
+        }
+        Ok(v)
+    })?
+    .join()
+    .map_err(|_| LabError::io("UDP probe", std::io::Error::other("panicked")))?;
+    stop.store(true, Ordering::Relaxed);
+    for h in responders {
+        let _ = h.join();
+    }
+    r?
+}
+
+/// Endpoints of every host of a run.
+pub fn endpoints(state: &crate::lab::RunState) -> Vec<Endpoint> {
+    state
+        .hosts
+        .iter()
+        .filter(|h| h.kind == crate::model::NodeKind::Host)
+        .filter_map(|h| {
+            h.addr.map(|a| Endpoint {
+                name: h.name.clone(),
+                ns: h.ns.clone(),
+                addr: a,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,342 @@
+//! The `netlab` command: bad input, running a scenario, clean-up after
+//! Ctrl-C and after kill -9. These tests share the machine-wide state
+//! directory and `clean`, so they run one at a time.
+
+mod common;
+use common::*;
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn netlab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_netlab"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn scenario(name: &str, body: &str) -> std::path::PathBuf {
+    let p = std::env::temp_dir().join(format!("netlab-test-{}-{name}.toml", std::process::id()));
+    std::fs::write(&p, body).unwrap();
+    p
+}
+
+/// Run ids that a process (by pid) created: they start with its pid in hex.
+fn runs_of(pid: u32) -> Vec<String> {
+    let p = format!("{}{:x}x", netlab::plan::NS_PREFIX, pid);
+    let mut ids: Vec<String> = netlab::netns::our_namespaces()
+        .into_iter()
+        .filter(|n| n.starts_with(&p))
+        .filter_map(|n| {
+            n[netlab::plan::NS_PREFIX.len()..]
+                .split('-')
+                .next()
+                .map(String::from)
+        })
+        .collect();
+    ids.dedup();
+    ids
+}
+
+#[test]
+fn bad_input_is_named_and_exits_non_zero() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Planning needs no root: these run everywhere.
+    let o = netlab(&["plan", "torus:3"]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("unknown topology 'torus'"),
+        "{}",
+        text(&o)
+    );
+    let o = netlab(&["plan", "star:-4"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("topology.hosts = -4"), "{}", text(&o));
+    let o = netlab(&["plan", "fattree:5"]);
+    assert!(text(&o).contains("even"), "{}", text(&o));
+    let o = netlab(&["plan", "pair", "--bw", "500tbit"]);
+    assert!(
+        !o.status.success() && text(&o).contains("bw"),
+        "{}",
+        text(&o)
+    );
+    let o = netlab(&["plan", "pair", "--delay", "-3ms"]);
+    assert!(
+        !o.status.success() && text(&o).contains("delay"),
+        "{}",
+        text(&o)
+    );
+    let o = netlab(&["plan", "pair", "--queue", "-1"]);
+    assert!(
+        !o.status.success() && text(&o).contains("queue = -1"),
+        "{}",
+        text(&o)
+    );
+    let dup = scenario(
+        "dup",
+        "[topology]\nkind = \"custom\"\nnode = [ { name = \"a\", kind = \"host\" }, { name = \"a\", kind = \"router\" } ]\n",
+    );
+    let o = netlab(&["plan", dup.to_str().unwrap()]);
+    assert!(
+        !o.status.success() && text(&o).contains("duplicate node name 'a'"),
+        "{}",
+        text(&o)
+    );
+    let o = netlab(&["demo", "--reflector-bin", "/nonexistent/reflector"]);
+    assert!(
+        !o.status.success() && text(&o).contains("reflector binary /nonexistent/reflector"),
+        "{}",
+        text(&o)
+    );
+    let o = netlab(&["demo", "--clients", "0"]);
+    assert!(
+        !o.status.success() && text(&o).contains("--clients"),
+        "{}",
+        text(&o)
+    );
+    let o = netlab(&["plan", "star:3"]);
+    assert!(o.status.success());
+    assert!(text(&o).contains("ip -n netlab-RUN--fabric link add s1 type bridge"));
+    let _ = std::fs::remove_file(dup);
+}
+
+#[test]
+fn not_root_is_refused() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !need_root("not_root_is_refused") {
+        return;
+    }
+    // Drop to an unprivileged user to see what a user without root sees.
+    let o = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
+        .arg(env!("CARGO_BIN_EXE_netlab"))
+        .args(["up", "pair"])
+        .output();
+    let Ok(o) = o else {
+        println!("skipping not_root_is_refused: setpriv not available");
+        return;
+    };
+    assert!(!o.status.success());
+    assert!(text(&o).contains("needs root"), "{}", text(&o));
+}
+
+#[test]
+fn run_prints_output_and_removes_everything() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !need_root("run_prints_output_and_removes_everything") {
+        return;
+    }
+    let s = scenario(
+        "run",
+        r#"
+        [topology]
+        kind = "star"
+        hosts = 3
+        [link]
+        bw = "100mbit"
+        delay = "200us"
+        [[command]]
+        host = "h1"
+        cmd = "echo hello from $NETLAB_HOST; ip -br addr show eth0"
+        [[command]]
+        host = "h3"
+        cmd = "echo h3 knows h2 at $NETLAB_IP_h2"
+        at = "50ms"
+        "#,
+    );
+    let child = Command::new(env!("CARGO_BIN_EXE_netlab"))
+        .args(["run", s.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let t = text(&child);
+    assert!(child.status.success(), "{t}");
+    assert!(t.contains("[h1] hello from h1"), "{t}");
+    assert!(t.contains("10.0.0.1/29"), "{t}");
+    assert!(t.contains("[h3] h3 knows h2 at 10.0.0.2"), "{t}");
+    assert!(
+        t.contains("link delay:"),
+        "the delay backend must be named: {t}"
+    );
+    let _ = std::fs::remove_file(s);
+}
+
+#[test]
+fn failing_command_fails_the_run_and_removes_the_lab() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !need_root("failing_command_fails_the_run_and_removes_the_lab") {
+        return;
+    }
+    let s = scenario(
+        "fail",
+        "[topology]\nkind = \"pair\"\n[[command]]\nhost = \"h2\"\ncmd = \"echo broken >&2; exit 3\"\n",
+    );
+    let child = Command::new(env!("CARGO_BIN_EXE_netlab"))
+        .args(["run", s.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        runs_of(pid).is_empty(),
+        "namespaces left after a failed command"
+    );
+    let o = netlab(&["run", s.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(
+        t.contains("command in host 'h2' failed (exit 3)") && t.contains("broken"),
+        "{t}"
+    );
+    let _ = std::fs::remove_file(s);
+}
+
+#[test]
+fn ctrl_c_during_run_removes_the_lab() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !need_root("ctrl_c_during_run_removes_the_lab") {
+        return;
+    }
+    let s = scenario(
+        "sigint",
+        "[topology]\nkind = \"star\"\nhosts = 3\n[link]\ndelay = \"1ms\"\n[[command]]\nhost = \"h1\"\ncmd = \"sleep 30\"\n",
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_netlab"))
+        .args(["run", s.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Wait until the command runs inside h1.
+    let run = wait_for("lab up", Duration::from_secs(20), || {
+        runs_of(pid).into_iter().next()
+    });
+    wait_for("sleep in h1", Duration::from_secs(20), || {
+        let ns = netlab::plan::Naming::new(&run).ns("h1");
+        (!netlab::netns::pids_in(&ns).is_empty()).then_some(())
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert!(
+        namespaces_of(&run).is_empty(),
+        "namespaces left after Ctrl-C"
+    );
+    assert!(!std::path::Path::new(netlab::lab::STATE_DIR)
+        .join(&run)
+        .exists());
+    let _ = std::fs::remove_file(s);
+}
+
+#[test]
+fn kill_9_during_up_then_clean_leaves_nothing() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !need_root("kill_9_during_up_then_clean_leaves_nothing") {
+        return;
+    }
+    // Big enough to be caught half-built; with delay lines, so that
+    // processes are left too.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_netlab"))
+        .args([
+            "up",
+            "linear:60",
+            "--delay",
+            "100us",
+            "--apply",
+            "per-op",
+            "-q",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let run = wait_for("namespaces being created", Duration::from_secs(20), || {
+        runs_of(pid)
+            .into_iter()
+            .next()
+            .filter(|r| namespaces_of(r).len() >= 10)
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        !namespaces_of(&run).is_empty(),
+        "test needs a half-built lab"
+    );
+    let o = netlab(&["clean"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains(&run), "{}", text(&o));
+    assert!(
+        namespaces_of(&run).is_empty(),
+        "namespaces left after clean"
+    );
+    assert!(!std::path::Path::new(netlab::lab::STATE_DIR)
+        .join(&run)
+        .exists());
+    // No delay line of that run survives.
+    let o = Command::new("pgrep")
+        .args([
+            "-f",
+            &format!("netns exec {}", netlab::plan::Naming::new(&run).fabric()),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.stdout.is_empty(), "delay lines left: {}", text(&o));
+}
+
+#[test]
+fn up_exec_check_down() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !need_root("up_exec_check_down") {
+        return;
+    }
+    let o = netlab(&["up", "chain:3", "--bw", "1gbit", "-q"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let run = text(&o).split_whitespace().nth(2).unwrap().to_string();
+    let o = netlab(&[
+        "exec",
+        "--run",
+        &run,
+        "h2",
+        "--",
+        "sh",
+        "-c",
+        "echo $NETLAB_HOST $NETLAB_IP_h1",
+    ]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "h2 10.0.0.1");
+    let o = netlab(&["exec", "--run", &run, "h2", "--", "false"]);
+    assert_eq!(o.status.code(), Some(1));
+    let o = netlab(&["exec", "--run", &run, "h9", "--", "true"]);
+    assert!(text(&o).contains("unknown host 'h9'"), "{}", text(&o));
+    let o = netlab(&["check", "--run", &run]);
+    assert!(
+        o.status.success() && text(&o).contains("all 2 host pairs"),
+        "{}",
+        text(&o)
+    );
+    let o = netlab(&["down", "--run", &run]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(namespaces_of(&run).is_empty());
+}
