@@ -4,12 +4,8 @@
 # are drawn by bench/plot.py with matplotlib from a private virtualenv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv=target/bench-venv
-if [ ! -x "$venv/bin/python" ]; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q matplotlib
-fi
-export BENCH_PYTHON="$venv/bin/python"
+BENCH_PYTHON="$(bash scripts/plot-env.sh)"
+export BENCH_PYTHON
 parts=("$@")
 if [ ${#parts[@]} -eq 0 ]; then
   for f in bench/*.sh; do

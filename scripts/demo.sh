@@ -1,14 +1,40 @@
 #!/usr/bin/env bash
-# The main scenario, run by `make demo` after the release build: for now the
-# reflector's loopback demo (control server, reflector and bots as child
-# processes on 127.0.0.1, once per backend), with its defaults. Extra
-# arguments go to `reflector demo` (see `reflector demo --help`).
-# Exits non-zero on any loss.
+# The main scenario, run by `make demo` after the release build.
+#
+# As root: `netlab demo`: a star of client hosts around a reflector host, every
+# link shaped to Fast Ethernet (100 Mb/s), control server and reflector on the
+# reflector host, bots spread over the client hosts; both fan-out backends in
+# turn; one table; non-zero exit on any loss. Not root: the same scenario on
+# loopback (`reflector demo`), with a note.
+#
+# Extra arguments go to `netlab demo` (or `reflector demo` when not root):
+#   make demo                          # defaults
+#   bash scripts/demo.sh --gigabit --clients 16
+# The results are also written to target/demo/demo.json and plotted to
+# target/demo/demo.png when python3 with matplotlib is at hand.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bin="${CARGO_TARGET_DIR:-$root/target}/release/reflector"
-if [[ ! -x "$bin" ]]; then
-    echo "demo.sh: $bin not found: run 'cargo build --release --workspace --bins' (or 'make demo')" >&2
-    exit 2
+bin="${CARGO_TARGET_DIR:-$root/target}/release"
+for b in reflector netlab; do
+    if [[ ! -x "$bin/$b" ]]; then
+        echo "demo.sh: $bin/$b not found: run 'cargo build --release --workspace --bins' (or 'make demo')" >&2
+        exit 2
+    fi
+done
+out="$root/target/demo"
+mkdir -p "$out"
+status=0
+if [[ "$(id -u)" -eq 0 ]]; then
+    "$bin/netlab" demo --json "$out/demo.json" "$@" || status=$?
+else
+    echo "demo.sh: not root, so no lab (namespaces need root): running the same scenario on loopback" >&2
+    "$bin/reflector" demo --json "$out/demo.json" "$@" || status=$?
 fi
-exec "$bin" demo "$@"
+if [[ -s "$out/demo.json" ]]; then
+    if py="$(bash "$root/scripts/plot-env.sh")"; then
+        "$py" "$root/scripts/demo_plot.py" "$out/demo.json" "$out/demo.png" && echo "plot: $out/demo.png"
+    else
+        echo "demo.sh: no python with matplotlib could be set up: skipped the plot" >&2
+    fi
+fi
+exit "$status"

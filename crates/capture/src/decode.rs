@@ -84,13 +84,9 @@ fn ip(out: &mut String, d: &[u8]) {
 }
 
 fn ipv4(out: &mut String, d: &[u8]) {
-    let (Some(vihl), Some(total), Some(proto), Some(src), Some(dst)) = (
-        d.first(),
-        be16(d, 2),
-        d.get(9),
-        d.get(12..16),
-        d.get(16..20),
-    ) else {
+    let (Some(vihl), Some(total), Some(proto), Some(src), Some(dst)) =
+        (d.first(), be16(d, 2), d.get(9), d.get(12..16), d.get(16..20))
+    else {
         out.push_str("IP [truncated]");
         return;
     };
@@ -100,10 +96,7 @@ fn ipv4(out: &mut String, d: &[u8]) {
     let frag = be16(d, 6).unwrap_or(0) & 0x1fff;
     let payload_len = usize::from(total).saturating_sub(ihl);
     if ihl < 20 || frag != 0 {
-        let _ = write!(
-            out,
-            "IP {s} > {t}: proto {proto} fragment, length {payload_len}"
-        );
+        let _ = write!(out, "IP {s} > {t}: proto {proto} fragment, length {payload_len}");
         return;
     }
     l4(
@@ -118,9 +111,7 @@ fn ipv4(out: &mut String, d: &[u8]) {
 }
 
 fn ipv6(out: &mut String, d: &[u8]) {
-    let (Some(plen), Some(next), Some(src), Some(dst)) =
-        (be16(d, 4), d.get(6), d.get(8..24), d.get(24..40))
-    else {
+    let (Some(plen), Some(next), Some(src), Some(dst)) = (be16(d, 4), d.get(6), d.get(8..24), d.get(24..40)) else {
         out.push_str("IP6 [truncated]");
         return;
     };
@@ -158,13 +149,7 @@ fn l4(out: &mut String, fam: &str, s: &str, t: &str, proto: u8, d: &[u8], payloa
             (Some(sp), Some(dp), Some(doff), Some(fl)) => {
                 let hl = usize::from(doff >> 4) * 4;
                 let mut flags = String::new();
-                for (bit, c) in [
-                    (0x02, 'S'),
-                    (0x01, 'F'),
-                    (0x04, 'R'),
-                    (0x08, 'P'),
-                    (0x10, '.'),
-                ] {
+                for (bit, c) in [(0x02, 'S'), (0x01, 'F'), (0x04, 'R'), (0x08, 'P'), (0x10, '.')] {
                     if fl & bit != 0 {
                         flags.push(c);
                     }

@@ -124,11 +124,7 @@ mod tests {
     fn compiles_udp_and_caps_snaplen() {
         let p = compile("udp port 9", LinkType::Ethernet, 96).expect("valid filter");
         assert!(p.len() > 2);
-        let rets: Vec<u32> = p
-            .iter()
-            .filter(|i| i.code == BPF_RET_K)
-            .map(|i| i.k)
-            .collect();
+        let rets: Vec<u32> = p.iter().filter(|i| i.code == BPF_RET_K).map(|i| i.k).collect();
         assert!(rets.contains(&96) && rets.contains(&0), "{rets:?}");
     }
 
@@ -142,9 +138,6 @@ mod tests {
     fn bad_filter_carries_libpcap_message() {
         let e = compile("udp prot 9", LinkType::Ethernet, 65535).unwrap_err();
         let s = e.to_string();
-        assert!(
-            s.contains("udp prot 9") && s.contains("syntax error"),
-            "{s}"
-        );
+        assert!(s.contains("udp prot 9") && s.contains("syntax error"), "{s}");
     }
 }

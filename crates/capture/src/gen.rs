@@ -37,9 +37,7 @@ impl FromStr for Via {
             "udp" => Ok(Via::Udp),
             "mmsg" | "sendmmsg" => Ok(Via::Mmsg),
             "txring" | "tx-ring" => Ok(Via::TxRing),
-            _ => Err(format!(
-                "unknown generator path '{s}' (choose udp, mmsg or txring)"
-            )),
+            _ => Err(format!("unknown generator path '{s}' (choose udp, mmsg or txring)")),
         }
     }
 }
@@ -224,9 +222,7 @@ impl Pacer {
         if due > sent {
             Ok((due - sent).min(self.batch as u64) as usize)
         } else {
-            let next_at = Duration::from_nanos(
-                ((sent as u128) * 1_000_000_000 / u128::from(self.rate)) as u64,
-            );
+            let next_at = Duration::from_nanos(((sent as u128) * 1_000_000_000 / u128::from(self.rate)) as u64);
             Err(next_at.saturating_sub(elapsed))
         }
     }
@@ -263,8 +259,7 @@ const TX_DATA_OFF: usize = 32;
 
 impl TxRing {
     fn frame_off(&self, i: usize) -> usize {
-        (i / self.frames_per_block) * self.block_size
-            + (i % self.frames_per_block) * self.frame_size
+        (i / self.frames_per_block) * self.block_size + (i % self.frames_per_block) * self.frame_size
     }
 
     /// Waits for every queued frame to be sent; counts rejected ones.
@@ -294,11 +289,7 @@ impl TxRing {
 
 /// Sends packets as configured until the count or duration is reached or
 /// `stop` is set. `progress` is called about once a second.
-pub fn generate(
-    cfg: &GenConfig,
-    stop: &AtomicBool,
-    progress: &mut dyn FnMut(u64, Duration),
-) -> Result<GenReport> {
+pub fn generate(cfg: &GenConfig, stop: &AtomicBool, progress: &mut dyn FnMut(u64, Duration)) -> Result<GenReport> {
     if cfg.spec.frame_len < MIN_FRAME_LEN {
         return Err(CaptureError::Config(format!(
             "frame size {} is below the minimum of {MIN_FRAME_LEN} bytes (headers + sequence number)",
@@ -306,23 +297,17 @@ pub fn generate(
         )));
     }
     if cfg.count.is_none() && cfg.duration.is_none() {
-        return Err(CaptureError::Config(
-            "give a packet count (-c) or a --duration".into(),
-        ));
+        return Err(CaptureError::Config("give a packet count (-c) or a --duration".into()));
     }
     let ifindex = match &cfg.iface {
         Some(i) => Some(sys::if_index(i).ok_or_else(|| CaptureError::NoSuchInterface(i.clone()))?),
         None => None,
     };
-    let need_iface = || {
-        ifindex.ok_or_else(|| {
-            CaptureError::Config(format!("--via {} needs an interface (-i)", cfg.via))
-        })
-    };
+    let need_iface =
+        || ifindex.ok_or_else(|| CaptureError::Config(format!("--via {} needs an interface (-i)", cfg.via)));
     let mut sender = match cfg.via {
         Via::Udp => Sender::Udp(
-            UdpSender::new(cfg.spec.dst, Some(cfg.spec.src), cfg.iface.as_deref())
-                .map_err(CaptureError::from_sys)?,
+            UdpSender::new(cfg.spec.dst, Some(cfg.spec.src), cfg.iface.as_deref()).map_err(CaptureError::from_sys)?,
         ),
         Via::Mmsg => {
             let s = PacketSocket::open(false).map_err(CaptureError::from_sys)?;
@@ -332,9 +317,7 @@ pub fn generate(
         Via::TxRing => {
             let s = PacketSocket::open(false).map_err(CaptureError::from_sys)?;
             s.set_version(1).map_err(CaptureError::from_sys)?;
-            let frame_size = (cfg.spec.frame_len + TX_DATA_OFF)
-                .next_power_of_two()
-                .max(2048) as u32;
+            let frame_size = (cfg.spec.frame_len + TX_DATA_OFF).next_power_of_two().max(2048) as u32;
             let block_size = frame_size.max(64 << 10);
             let block_nr = 16u32;
             s.set_tx_ring_v2(block_size, block_nr, frame_size)
@@ -374,10 +357,7 @@ pub fn generate(
     let limit = cfg.count.unwrap_or(u64::MAX);
     loop {
         let elapsed = start.elapsed();
-        if sent >= limit
-            || stop.load(Ordering::Relaxed)
-            || cfg.duration.is_some_and(|d| elapsed >= d)
-        {
+        if sent >= limit || stop.load(Ordering::Relaxed) || cfg.duration.is_some_and(|d| elapsed >= d) {
             break;
         }
         if last_progress.elapsed() >= Duration::from_secs(1) {
@@ -510,10 +490,7 @@ mod tests {
             Err(Duration::from_millis(1))
         );
         assert_eq!(p.allowance(Duration::from_secs(10), 0), Ok(64));
-        assert_eq!(
-            Pacer::new(0, 32).allowance(Duration::ZERO, 1_000_000),
-            Ok(32)
-        );
+        assert_eq!(Pacer::new(0, 32).allowance(Duration::ZERO, 1_000_000), Ok(32));
     }
 
     #[test]

@@ -31,7 +31,6 @@ pub use error::{CaptureError, Result};
 pub use filter::LinkType;
 pub use output::{Compression, Format};
 pub use session::{
-    count_packets, iface_info, Capture, CaptureConfig, Control, Limits, OwnedPacket, Report, Sink,
-    ThreadReport,
+    count_packets, iface_info, Capture, CaptureConfig, Control, Limits, OwnedPacket, Report, Sink, ThreadReport,
 };
 pub use source::{probe, KernelStats, Mode, RingConfig, Support};

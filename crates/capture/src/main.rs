@@ -10,9 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capture::gen::{self, FrameSpec, GenConfig, Via};
-use capture::{
-    Capture, CaptureConfig, Compression, Control, Format, Limits, Mode, RingConfig, Sink, Support,
-};
+use capture::{Capture, CaptureConfig, Compression, Control, Format, Limits, Mode, RingConfig, Sink, Support};
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -79,12 +77,7 @@ struct CapArgs {
     #[arg(long)]
     mode: Option<Mode>,
     /// Socket buffer / ring size in KiB (like tcpdump -B).
-    #[arg(
-        short = 'B',
-        long = "buffer-size",
-        value_name = "KIB",
-        default_value_t = 8192
-    )]
+    #[arg(short = 'B', long = "buffer-size", value_name = "KIB", default_value_t = 8192)]
     buffer_kib: u32,
     /// v3 block size in KiB: the reader is woken once per block (the paper's N).
     #[arg(long = "block-size", value_name = "KIB", default_value_t = 512)]
@@ -200,14 +193,11 @@ fn run_probe() -> Result<ExitCode, capture::CaptureError> {
 }
 
 fn signals(control: &Control) -> Result<(), capture::CaptureError> {
-    let err = |e: std::io::Error| {
-        capture::CaptureError::Config(format!("cannot install signal handlers: {e}"))
-    };
+    let err = |e: std::io::Error| capture::CaptureError::Config(format!("cannot install signal handlers: {e}"));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, control.stop.clone()).map_err(err)?;
     }
-    signal_hook::flag::register(signal_hook::consts::SIGUSR1, control.report.clone())
-        .map_err(err)?;
+    signal_hook::flag::register(signal_hook::consts::SIGUSR1, control.report.clone()).map_err(err)?;
     Ok(())
 }
 
@@ -239,11 +229,7 @@ fn run_capture(a: CapArgs) -> Result<ExitCode, capture::CaptureError> {
     let control = Control::default();
     signals(&control)?;
     let cap = Capture::open(&cfg)?;
-    let how = if a.mode.is_some() {
-        "chosen"
-    } else {
-        "best available"
-    };
+    let how = if a.mode.is_some() { "chosen" } else { "best available" };
     let others: Vec<String> = cap
         .probe
         .iter()
@@ -266,11 +252,7 @@ fn run_capture(a: CapArgs) -> Result<ExitCode, capture::CaptureError> {
     let sink = match &a.write {
         Some(path) => Sink::File {
             path: path.clone(),
-            format: if a.pcapng {
-                Format::PcapNg
-            } else {
-                Format::Pcap
-            },
+            format: if a.pcapng { Format::PcapNg } else { Format::Pcap },
             compression: a.compress.unwrap_or(Compression::None),
             nano: a.nano,
         },
@@ -305,10 +287,7 @@ fn run_capture(a: CapArgs) -> Result<ExitCode, capture::CaptureError> {
 fn run_gen(a: GenArgs) -> Result<ExitCode, capture::CaptureError> {
     let duration = secs(a.duration, "--duration")?;
     let dst_mac = gen::parse_mac(&a.dst_mac).ok_or_else(|| {
-        capture::CaptureError::Config(format!(
-            "bad --dst-mac '{}': use aa:bb:cc:dd:ee:ff",
-            a.dst_mac
-        ))
+        capture::CaptureError::Config(format!("bad --dst-mac '{}': use aa:bb:cc:dd:ee:ff", a.dst_mac))
     })?;
     let src_mac = a
         .iface
@@ -332,9 +311,8 @@ fn run_gen(a: GenArgs) -> Result<ExitCode, capture::CaptureError> {
     };
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone()).map_err(|e| {
-            capture::CaptureError::Config(format!("cannot install signal handlers: {e}"))
-        })?;
+        signal_hook::flag::register(sig, stop.clone())
+            .map_err(|e| capture::CaptureError::Config(format!("cannot install signal handlers: {e}")))?;
     }
     let quiet = a.csv;
     let r = gen::generate(&cfg, &stop, &mut |sent, el| {
@@ -362,9 +340,17 @@ fn run_gen(a: GenArgs) -> Result<ExitCode, capture::CaptureError> {
             a.via,
             r.elapsed.as_secs_f64(),
             r.rate(),
-            if a.rate == 0 { "max".to_string() } else { a.rate.to_string() },
+            if a.rate == 0 {
+                "max".to_string()
+            } else {
+                a.rate.to_string()
+            },
             r.syscalls,
-            if r.rejected > 0 { format!(", {} rejected by the kernel", r.rejected) } else { String::new() }
+            if r.rejected > 0 {
+                format!(", {} rejected by the kernel", r.rejected)
+            } else {
+                String::new()
+            }
         );
     }
     if stop.load(Ordering::Relaxed) {

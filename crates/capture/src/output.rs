@@ -16,12 +16,8 @@ use std::time::Duration;
 use byteorder_slice::LittleEndian;
 use pcap_file::pcap::{PcapHeader, PcapPacket};
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
-use pcap_file::pcapng::blocks::interface_description::{
-    InterfaceDescriptionBlock, InterfaceDescriptionOption,
-};
-use pcap_file::pcapng::blocks::interface_statistics::{
-    InterfaceStatisticsBlock, InterfaceStatisticsOption,
-};
+use pcap_file::pcapng::blocks::interface_description::{InterfaceDescriptionBlock, InterfaceDescriptionOption};
+use pcap_file::pcapng::blocks::interface_statistics::{InterfaceStatisticsBlock, InterfaceStatisticsOption};
 use pcap_file::pcapng::blocks::section_header::{SectionHeaderBlock, SectionHeaderOption};
 use pcap_file::pcapng::Block;
 use pcap_file::{DataLink, Endianness, TsResolution};
@@ -127,9 +123,7 @@ impl Encoding {
                     major_version: 1,
                     minor_version: 0,
                     section_length: -1,
-                    options: vec![SectionHeaderOption::UserApplication(Cow::Borrowed(
-                        "capture",
-                    ))],
+                    options: vec![SectionHeaderOption::UserApplication(Cow::Borrowed("capture"))],
                 };
                 let idb = InterfaceDescriptionBlock {
                     linktype: self.datalink(),
@@ -261,44 +255,25 @@ impl std::fmt::Debug for FileOutput {
 
 impl FileOutput {
     /// Creates the file (or its temporary) and writes the header.
-    pub fn create(
-        path: &Path,
-        encoding: Encoding,
-        compression: Compression,
-        ifname: &str,
-    ) -> Result<FileOutput> {
+    pub fn create(path: &Path, encoding: Encoding, compression: Compression, ifname: &str) -> Result<FileOutput> {
         let err = |source: io::Error| CaptureError::Output {
             path: path.to_path_buf(),
             source,
         };
-        let special =
-            path == Path::new("-") || fs::metadata(path).map(|m| !m.is_file()).unwrap_or(false);
+        let special = path == Path::new("-") || fs::metadata(path).map(|m| !m.is_file()).unwrap_or(false);
         let (file, temp) = if path == Path::new("-") {
-            (
-                File::from(io::stdout().lock().try_clone_fd().map_err(err)?),
-                None,
-            )
+            (File::from(io::stdout().lock().try_clone_fd().map_err(err)?), None)
         } else if special {
-            (
-                OpenOptions::new().write(true).open(path).map_err(err)?,
-                None,
-            )
+            (OpenOptions::new().write(true).open(path).map_err(err)?, None)
         } else {
             let dir = path
                 .parent()
                 .filter(|d| !d.as_os_str().is_empty())
                 .unwrap_or(Path::new("."));
-            let name = path.file_name().ok_or_else(|| {
-                err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "not a file name",
-                ))
-            })?;
-            let temp = dir.join(format!(
-                ".{}.partial-{}",
-                name.to_string_lossy(),
-                std::process::id()
-            ));
+            let name = path
+                .file_name()
+                .ok_or_else(|| err(io::Error::new(io::ErrorKind::InvalidInput, "not a file name")))?;
+            let temp = dir.join(format!(".{}.partial-{}", name.to_string_lossy(), std::process::id()));
             let f = OpenOptions::new()
                 .write(true)
                 .create_new(true)
@@ -309,13 +284,8 @@ impl FileOutput {
         let buf = BufWriter::with_capacity(1 << 20, file);
         let stream = match compression {
             Compression::None => Stream::Plain(buf),
-            Compression::Zlib(l) => Stream::Gz(flate2::write::GzEncoder::new(
-                buf,
-                flate2::Compression::new(l),
-            )),
-            Compression::Zstd(l) => {
-                Stream::Zstd(zstd::stream::write::Encoder::new(buf, l).map_err(err)?)
-            }
+            Compression::Zlib(l) => Stream::Gz(flate2::write::GzEncoder::new(buf, flate2::Compression::new(l))),
+            Compression::Zstd(l) => Stream::Zstd(zstd::stream::write::Encoder::new(buf, l).map_err(err)?),
         };
         let mut out = FileOutput {
             path: path.to_path_buf(),
@@ -331,13 +301,10 @@ impl FileOutput {
     pub fn write_chunk(&mut self, bytes: &[u8]) -> Result<()> {
         let path = &self.path;
         match self.stream.as_mut() {
-            Some(s) => s
-                .writer()
-                .write_all(bytes)
-                .map_err(|source| CaptureError::Output {
-                    path: path.clone(),
-                    source,
-                }),
+            Some(s) => s.writer().write_all(bytes).map_err(|source| CaptureError::Output {
+                path: path.clone(),
+                source,
+            }),
             None => Ok(()),
         }
     }
@@ -419,16 +386,8 @@ mod tests {
             let mut buf = e.header("eth0");
             let mut scratch = Vec::new();
             let data: Vec<u8> = (0..60u8).collect();
-            e.record(
-                &mut buf,
-                &pkt(&data, 1_700_000_000_123_456_789),
-                &mut scratch,
-            );
-            e.record(
-                &mut buf,
-                &pkt(&data[..20], 1_700_000_001_000_000_000),
-                &mut scratch,
-            );
+            e.record(&mut buf, &pkt(&data, 1_700_000_000_123_456_789), &mut scratch);
+            e.record(&mut buf, &pkt(&data[..20], 1_700_000_001_000_000_000), &mut scratch);
             let mut r = PcapReader::new(&buf[..]).expect("header");
             let p1 = r.next_packet().expect("one").expect("valid");
             assert_eq!(&p1.data[..], &data[..]);
@@ -509,19 +468,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("capture-out-test-{}", std::process::id()));
         fs::create_dir_all(&dir).expect("tmp dir");
         let path = dir.join("x.pcap");
-        let o = FileOutput::create(&path, enc(Format::Pcap, false), Compression::None, "lo")
-            .expect("create");
+        let o = FileOutput::create(&path, enc(Format::Pcap, false), Compression::None, "lo").expect("create");
         drop(o);
-        assert_eq!(
-            fs::read_dir(&dir).expect("dir").count(),
-            0,
-            "temp file left behind"
-        );
-        for c in [
-            Compression::None,
-            Compression::Zlib(1),
-            Compression::Zstd(1),
-        ] {
+        assert_eq!(fs::read_dir(&dir).expect("dir").count(), 0, "temp file left behind");
+        for c in [Compression::None, Compression::Zlib(1), Compression::Zstd(1)] {
             let o = FileOutput::create(&path, enc(Format::Pcap, false), c, "lo").expect("create");
             o.finish(&[]).expect("finish");
             let raw = fs::read(&path).expect("file");
@@ -529,8 +479,7 @@ mod tests {
                 Compression::None => raw,
                 Compression::Zlib(_) => {
                     let mut v = Vec::new();
-                    io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&raw[..]), &mut v)
-                        .expect("gunzip");
+                    io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&raw[..]), &mut v).expect("gunzip");
                     v
                 }
                 Compression::Zstd(_) => zstd::decode_all(&raw[..]).expect("unzstd"),

@@ -13,9 +13,7 @@ use crate::decode;
 use crate::error::{CaptureError, Result};
 use crate::filter::{self, LinkType};
 use crate::output::{Compression, Encoding, FileOutput, FooterStats, Format};
-use crate::source::{
-    self, Flow, KernelStats, Mode, PacketView, RingConfig, Source, SourceConfig, Support,
-};
+use crate::source::{self, Flow, KernelStats, Mode, PacketView, RingConfig, Source, SourceConfig, Support};
 use crate::sys;
 
 /// What to capture and how.
@@ -212,8 +210,7 @@ pub struct IfaceInfo {
 
 /// Looks an interface up (index, link type, MTU).
 pub fn iface_info(name: &str) -> Result<IfaceInfo> {
-    let index =
-        sys::if_index(name).ok_or_else(|| CaptureError::NoSuchInterface(name.to_string()))?;
+    let index = sys::if_index(name).ok_or_else(|| CaptureError::NoSuchInterface(name.to_string()))?;
     let read = |f: &str| {
         std::fs::read_to_string(format!("/sys/class/net/{name}/{f}"))
             .ok()
@@ -251,10 +248,7 @@ impl Capture {
     /// accepts is missed (it is captured or counted as dropped).
     pub fn open(cfg: &CaptureConfig) -> Result<Capture> {
         if cfg.threads == 0 || cfg.threads > 64 {
-            return Err(CaptureError::Config(format!(
-                "--threads {} (use 1 to 64)",
-                cfg.threads
-            )));
+            return Err(CaptureError::Config(format!("--threads {} (use 1 to 64)", cfg.threads)));
         }
         if cfg.snaplen < 14 {
             return Err(CaptureError::Config(format!(
@@ -277,9 +271,7 @@ impl Capture {
         let probe = source::probe();
         let mode = match cfg.mode {
             Some(m) => {
-                if let Some((_, Support::Unsupported(reason))) =
-                    probe.iter().find(|(pm, _)| *pm == m)
-                {
+                if let Some((_, Support::Unsupported(reason))) = probe.iter().find(|(pm, _)| *pm == m) {
                     return Err(CaptureError::ModeUnsupported {
                         mode: m.name(),
                         reason: reason.clone(),
@@ -307,10 +299,7 @@ impl Capture {
         let fanout = (cfg.threads > 1).then(|| {
             // Unique per process and per capture, so concurrent captures do not merge.
             let seq = FANOUT_SEQ.fetch_add(1, Ordering::Relaxed);
-            ((std::process::id() as u64)
-                .wrapping_mul(31)
-                .wrapping_add(seq)
-                & 0xffff) as u16
+            ((std::process::id() as u64).wrapping_mul(31).wrapping_add(seq) & 0xffff) as u16
         });
         let scfg = SourceConfig {
             ifindex: info.index,
@@ -382,9 +371,8 @@ impl Capture {
             failed: AtomicBool::new(false),
         };
         let n = self.sources.len();
-        let snapshots: Vec<Mutex<(u64, ThreadReport)>> = (0..n)
-            .map(|_| Mutex::new((0, ThreadReport::default())))
-            .collect();
+        let snapshots: Vec<Mutex<(u64, ThreadReport)>> =
+            (0..n).map(|_| Mutex::new((0, ThreadReport::default()))).collect();
         let mode = self.mode;
         let link = self.info.link;
         let cpus = self.cfg.cpus.clone();
@@ -396,9 +384,7 @@ impl Capture {
                     Sink::Count => Out::Count,
                     Sink::Summary => Out::Summary(String::new()),
                     Sink::File { .. } => match &file {
-                        Some(f) => {
-                            Out::File(f.clone(), Vec::with_capacity(FLUSH_AT + 4096), Vec::new())
-                        }
+                        Some(f) => Out::File(f.clone(), Vec::with_capacity(FLUSH_AT + 4096), Vec::new()),
                         None => Out::Count,
                     },
                     Sink::Collect(v) => Out::Collect(v.clone(), Vec::new()),
@@ -443,9 +429,8 @@ impl Capture {
             handles
                 .into_iter()
                 .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(CaptureError::Config("a capture thread panicked".into()))
-                    })
+                    h.join()
+                        .unwrap_or_else(|_| Err(CaptureError::Config("a capture thread panicked".into())))
                 })
                 .collect()
         });
@@ -460,13 +445,9 @@ impl Capture {
         };
         if let Some(f) = file {
             let f = Arc::try_unwrap(f)
-                .map_err(|_| {
-                    CaptureError::Config("output still shared after the workers ended".into())
-                })?
+                .map_err(|_| CaptureError::Config("output still shared after the workers ended".into()))?
                 .into_inner()
-                .map_err(|_| {
-                    CaptureError::Config("output lock poisoned by a failed thread".into())
-                })?;
+                .map_err(|_| CaptureError::Config("output lock poisoned by a failed thread".into()))?;
             let k = report.kernel();
             let footer = f.encoding.footer(
                 sys::realtime_ns(),
@@ -562,9 +543,9 @@ impl Out {
             }
             Out::File(f, buf, _) => {
                 if !buf.is_empty() {
-                    let mut g = f.lock().map_err(|_| {
-                        CaptureError::Config("output lock poisoned by a failed thread".into())
-                    })?;
+                    let mut g = f
+                        .lock()
+                        .map_err(|_| CaptureError::Config("output lock poisoned by a failed thread".into()))?;
                     g.write_chunk(buf)?;
                     buf.clear();
                 }
@@ -734,26 +715,14 @@ fn format_line(s: &mut String, link: LinkType, p: &PacketView<'_>) {
     let secs = p.ts_ns / 1_000_000_000;
     let us = (p.ts_ns % 1_000_000_000) / 1000;
     let day = secs % 86_400;
-    let _ = write!(
-        s,
-        "{:02}:{:02}:{:02}.{:06} ",
-        day / 3600,
-        (day / 60) % 60,
-        day % 60,
-        us
-    );
+    let _ = write!(s, "{:02}:{:02}:{:02}.{:06} ", day / 3600, (day / 60) % 60, day % 60, us);
     decode::summarize(s, link, p.data, p.wire_len);
     s.push('\n');
 }
 
 /// Convenience for other crates: capture on `iface` with `filter` for
 /// `duration` (or until `count` packets) and return the statistics.
-pub fn count_packets(
-    iface: &str,
-    filter: Option<&str>,
-    limits: Limits,
-    stop: Arc<AtomicBool>,
-) -> Result<Report> {
+pub fn count_packets(iface: &str, filter: Option<&str>, limits: Limits, stop: Arc<AtomicBool>) -> Result<Report> {
     let mut cfg = CaptureConfig::new(iface);
     cfg.filter = filter.map(str::to_string);
     cfg.snaplen = 128;

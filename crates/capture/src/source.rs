@@ -219,8 +219,7 @@ impl Source {
             });
         }
         let sock = PacketSocket::open(false).map_err(CaptureError::from_sys)?;
-        sock.attach_filter(&cfg.filter)
-            .map_err(CaptureError::from_sys)?;
+        sock.attach_filter(&cfg.filter).map_err(CaptureError::from_sys)?;
         if cfg.inbound_only {
             sock.ignore_outgoing().map_err(CaptureError::from_sys)?;
         }
@@ -237,8 +236,7 @@ impl Source {
                 }
             }
             Mode::V2 => {
-                sock.set_version(TPACKET_V2)
-                    .map_err(CaptureError::from_sys)?;
+                sock.set_version(TPACKET_V2).map_err(CaptureError::from_sys)?;
                 let frame_size = v2_frame_size(cfg.snaplen, cfg.mtu);
                 // Blocks of whole pages holding at least one frame.
                 let block_size = frame_size.div_ceil(PAGE) * PAGE;
@@ -261,28 +259,18 @@ impl Source {
                 }
             }
             Mode::V3 => {
-                sock.set_version(TPACKET_V3)
-                    .map_err(CaptureError::from_sys)?;
+                sock.set_version(TPACKET_V3).map_err(CaptureError::from_sys)?;
                 let frame_size = v2_frame_size(cfg.snaplen, cfg.mtu);
-                let block_size = cfg
-                    .ring
-                    .block_size
-                    .max(u64::from(frame_size))
-                    .div_ceil(u64::from(PAGE))
-                    * u64::from(PAGE);
+                let block_size =
+                    cfg.ring.block_size.max(u64::from(frame_size)).div_ceil(u64::from(PAGE)) * u64::from(PAGE);
                 let block_size = u32::try_from(block_size).map_err(|_| {
                     CaptureError::Config(format!(
                         "block size {block_size} bytes is over the kernel's 4 GiB limit"
                     ))
                 })?;
                 let block_nr = block_count(cfg.ring.buffer_bytes, u64::from(block_size));
-                sock.set_rx_ring_v3(
-                    block_size,
-                    block_nr,
-                    frame_size,
-                    cfg.ring.block_timeout_ms.max(1),
-                )
-                .map_err(|source| ring_err("v3", block_size, block_nr, frame_size, source))?;
+                sock.set_rx_ring_v3(block_size, block_nr, frame_size, cfg.ring.block_timeout_ms.max(1))
+                    .map_err(|source| ring_err("v3", block_size, block_nr, frame_size, source))?;
                 let ring = sock
                     .mmap_ring(block_size as usize * block_nr as usize)
                     .map_err(|source| ring_err("v3", block_size, block_nr, frame_size, source))?;
@@ -296,17 +284,12 @@ impl Source {
             }
             Mode::Xdp => unreachable!("rejected above"),
         };
-        sock.bind(cfg.ifindex, ETH_P_ALL)
-            .map_err(CaptureError::from_sys)?;
+        sock.bind(cfg.ifindex, ETH_P_ALL).map_err(CaptureError::from_sys)?;
         if let Some(group) = cfg.fanout {
             // Hash by flow, defragmenting first so all fragments of a datagram
             // land on the same socket.
-            sock.join_fanout(
-                group,
-                libc::PACKET_FANOUT_HASH,
-                libc::PACKET_FANOUT_FLAG_DEFRAG,
-            )
-            .map_err(CaptureError::from_sys)?;
+            sock.join_fanout(group, libc::PACKET_FANOUT_HASH, libc::PACKET_FANOUT_FLAG_DEFRAG)
+                .map_err(CaptureError::from_sys)?;
         }
         Ok(Source {
             sock,
@@ -341,10 +324,7 @@ impl Source {
             packets,
             drops,
             freeze_q_cnt,
-        } = self
-            .sock
-            .stats(self.mode == Mode::V3)
-            .map_err(CaptureError::from_sys)?;
+        } = self.sock.stats(self.mode == Mode::V3).map_err(CaptureError::from_sys)?;
         self.stats.add(&KernelStats {
             packets,
             drops,
@@ -355,11 +335,7 @@ impl Source {
 
     /// Waits up to `timeout` for packets and hands every ready one to
     /// `sink`, until the sink says stop. Returns how many were handed over.
-    pub fn next_batch(
-        &mut self,
-        timeout: Duration,
-        sink: &mut dyn FnMut(&PacketView<'_>) -> Flow,
-    ) -> Result<usize> {
+    pub fn next_batch(&mut self, timeout: Duration, sink: &mut dyn FnMut(&PacketView<'_>) -> Flow) -> Result<usize> {
         match &mut self.inner {
             Inner::Recv { buf, timeout: cur } => {
                 if *cur != timeout {
@@ -393,8 +369,7 @@ impl Source {
                 let mut n = 0usize;
                 let mut polled = false;
                 loop {
-                    let off = (*next / *frames_per_block) * *block_size
-                        + (*next % *frames_per_block) * *frame_size;
+                    let off = (*next / *frames_per_block) * *block_size + (*next % *frames_per_block) * *frame_size;
                     let status = ring.load_status(off);
                     if status & TP_STATUS_USER == 0 {
                         if n > 0 || polled {
@@ -410,8 +385,7 @@ impl Source {
                     let wire = ring.read_u32(off + 4);
                     let snap = ring.read_u32(off + 8) as usize;
                     let mac = ring.read_u16(off + 12) as usize;
-                    let ts = u64::from(ring.read_u32(off + 16)) * 1_000_000_000
-                        + u64::from(ring.read_u32(off + 20));
+                    let ts = u64::from(ring.read_u32(off + 16)) * 1_000_000_000 + u64::from(ring.read_u32(off + 20));
                     let vlan = vlan_of(status, ring.read_u16(off + 24), ring.read_u16(off + 26));
                     let data = if mac + snap <= *frame_size {
                         ring.bytes(off + mac, snap)
@@ -504,12 +478,8 @@ fn walk_block(
     n: &mut usize,
     sink: &mut dyn FnMut(&PacketView<'_>) -> Flow,
 ) -> Option<(u32, usize)> {
-    let (mut left, mut p_rel) = start.unwrap_or_else(|| {
-        (
-            ring.read_u32(b_off + 12),
-            ring.read_u32(b_off + 16) as usize,
-        )
-    });
+    let (mut left, mut p_rel) =
+        start.unwrap_or_else(|| (ring.read_u32(b_off + 12), ring.read_u32(b_off + 16) as usize));
     while left > 0 {
         // Everything must stay inside this block.
         if p_rel.saturating_add(48) > block_size {
@@ -633,11 +603,9 @@ fn probe_mode(mode: Mode) -> Support {
 
 /// The best mode the probe allows (v3, then v2, then recv).
 pub fn best_mode(probed: &[(Mode, Support)]) -> Option<Mode> {
-    [Mode::V3, Mode::V2, Mode::Recv].into_iter().find(|m| {
-        probed
-            .iter()
-            .any(|(pm, s)| pm == m && *s == Support::Supported)
-    })
+    [Mode::V3, Mode::V2, Mode::Recv]
+        .into_iter()
+        .find(|m| probed.iter().any(|(pm, s)| pm == m && *s == Support::Supported))
 }
 
 #[cfg(test)]
@@ -694,23 +662,13 @@ mod tests {
     fn walk_all(ring: &Ring, start: Option<(u32, usize)>, stop_after: usize) -> Walk {
         let (mut mal, mut tr, mut n) = (0, 0, 0);
         let mut got = Vec::new();
-        let end = walk_block(
-            ring,
-            0,
-            4096,
-            start,
-            65535,
-            &mut mal,
-            &mut tr,
-            &mut n,
-            &mut |p| {
-                if got.len() == stop_after {
-                    return Flow::Stop;
-                }
-                got.push(p.data.to_vec());
-                Flow::Continue
-            },
-        );
+        let end = walk_block(ring, 0, 4096, start, 65535, &mut mal, &mut tr, &mut n, &mut |p| {
+            if got.len() == stop_after {
+                return Flow::Stop;
+            }
+            got.push(p.data.to_vec());
+            Flow::Continue
+        });
         assert_eq!(n, got.len());
         (got, mal, tr, end)
     }
@@ -724,10 +682,7 @@ mod tests {
         put_pkt(&mut ring, 176, 128, b"second!", 100);
         put_pkt(&mut ring, 304, 0, b"3", 1);
         let (got, mal, tr, end) = walk_all(&ring, None, usize::MAX);
-        assert_eq!(
-            got,
-            vec![b"first".to_vec(), b"second!".to_vec(), b"3".to_vec()]
-        );
+        assert_eq!(got, vec![b"first".to_vec(), b"second!".to_vec(), b"3".to_vec()]);
         assert_eq!((mal, tr, end), (0, 1, None));
         // A sink that stops after one packet resumes at the second.
         let (got, _, _, end) = walk_all(&ring, None, 1);

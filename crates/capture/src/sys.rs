@@ -89,11 +89,7 @@ impl PacketSocket {
     /// protocol 0 keeps packets of other interfaces from queueing up before
     /// the filter and the ring are in place.
     pub fn open(dgram: bool) -> SysResult<Self> {
-        let ty = if dgram {
-            libc::SOCK_DGRAM
-        } else {
-            libc::SOCK_RAW
-        };
+        let ty = if dgram { libc::SOCK_DGRAM } else { libc::SOCK_RAW };
         // SAFETY: plain syscall; the returned fd is owned below.
         let fd = check("socket(AF_PACKET)", unsafe {
             libc::socket(libc::AF_PACKET, ty | libc::SOCK_CLOEXEC, 0)
@@ -104,13 +100,7 @@ impl PacketSocket {
         })
     }
 
-    fn setsockopt<T>(
-        &self,
-        level: libc::c_int,
-        opt: libc::c_int,
-        val: &T,
-        call: &'static str,
-    ) -> SysResult<()> {
+    fn setsockopt<T>(&self, level: libc::c_int, opt: libc::c_int, val: &T, call: &'static str) -> SysResult<()> {
         // SAFETY: `val` points to a live `T` of the size we pass.
         check(call, unsafe {
             libc::setsockopt(
@@ -164,14 +154,7 @@ impl PacketSocket {
             &bytes,
             "setsockopt(SO_RCVBUFFORCE)",
         )
-        .or_else(|_| {
-            self.setsockopt(
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUF,
-                &bytes,
-                "setsockopt(SO_RCVBUF)",
-            )
-        })
+        .or_else(|_| self.setsockopt(libc::SOL_SOCKET, libc::SO_RCVBUF, &bytes, "setsockopt(SO_RCVBUF)"))
     }
 
     pub fn set_rcvtimeo(&self, t: Duration) -> SysResult<()> {
@@ -179,12 +162,7 @@ impl PacketSocket {
             tv_sec: t.as_secs() as libc::time_t,
             tv_usec: t.subsec_micros() as libc::suseconds_t,
         };
-        self.setsockopt(
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            &tv,
-            "setsockopt(SO_RCVTIMEO)",
-        )
+        self.setsockopt(libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv, "setsockopt(SO_RCVTIMEO)")
     }
 
     pub fn enable_timestamp_ns(&self) -> SysResult<()> {
@@ -247,13 +225,7 @@ impl PacketSocket {
         )
     }
 
-    pub fn set_rx_ring_v3(
-        &self,
-        block_size: u32,
-        block_nr: u32,
-        frame_size: u32,
-        retire_ms: u32,
-    ) -> SysResult<()> {
+    pub fn set_rx_ring_v3(&self, block_size: u32, block_nr: u32, frame_size: u32, retire_ms: u32) -> SysResult<()> {
         let req = libc::tpacket_req3 {
             tp_block_size: block_size,
             tp_block_nr: block_nr,
@@ -291,12 +263,7 @@ impl PacketSocket {
 
     pub fn join_fanout(&self, group: u16, kind: u32, flags: u32) -> SysResult<()> {
         let arg: u32 = u32::from(group) | ((kind | flags) << 16);
-        self.setsockopt(
-            libc::SOL_PACKET,
-            libc::PACKET_FANOUT,
-            &arg,
-            "setsockopt(PACKET_FANOUT)",
-        )
+        self.setsockopt(libc::SOL_PACKET, libc::PACKET_FANOUT, &arg, "setsockopt(PACKET_FANOUT)")
     }
 
     /// Reads (and thereby resets) the kernel counters. `v3` selects the
@@ -417,14 +384,7 @@ impl PacketSocket {
     /// Sends one frame (raw socket bound to an interface).
     pub fn send(&self, frame: &[u8], flags: libc::c_int) -> SysResult<usize> {
         // SAFETY: `frame` is valid for reads of its length.
-        let n = unsafe {
-            libc::send(
-                self.fd.as_raw_fd(),
-                frame.as_ptr().cast(),
-                frame.len(),
-                flags,
-            )
-        };
+        let n = unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), flags) };
         if n < 0 {
             return Err(SysError::last("send"));
         }
@@ -439,10 +399,8 @@ impl PacketSocket {
         let n = unsafe { libc::send(self.fd.as_raw_fd(), std::ptr::null(), 0, flags) };
         if n < 0 {
             let e = io::Error::last_os_error();
-            if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-            ) || e.raw_os_error() == Some(libc::ENOBUFS)
+            if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted)
+                || e.raw_os_error() == Some(libc::ENOBUFS)
             {
                 return Ok(());
             }
@@ -530,8 +488,7 @@ impl Ring {
 
     /// Acquire-load of the status word at `off` (0 if out of bounds).
     pub fn load_status(&self, off: usize) -> u32 {
-        self.status_ref(off)
-            .map_or(0, |a| a.load(Ordering::Acquire))
+        self.status_ref(off).map_or(0, |a| a.load(Ordering::Acquire))
     }
 
     /// Release-store of a status word, handing the frame back (or forward).
@@ -542,8 +499,7 @@ impl Ring {
     }
 
     pub fn read_u16(&self, off: usize) -> u16 {
-        self.bytes(off, 2)
-            .map_or(0, |b| u16::from_ne_bytes([b[0], b[1]]))
+        self.bytes(off, 2).map_or(0, |b| u16::from_ne_bytes([b[0], b[1]]))
     }
 
     pub fn read_u32(&self, off: usize) -> u32 {
@@ -727,10 +683,8 @@ fn sendmmsg_to(fd: RawFd, bufs: &[&[u8]], dst: Option<&libc::sockaddr_in>) -> Sy
     let n = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), msgs.len() as libc::c_uint, 0) };
     if n < 0 {
         let e = io::Error::last_os_error();
-        if matches!(
-            e.kind(),
-            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-        ) || e.raw_os_error() == Some(libc::ENOBUFS)
+        if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted)
+            || e.raw_os_error() == Some(libc::ENOBUFS)
         {
             return Ok(0);
         }
@@ -779,8 +733,7 @@ pub fn realtime_ns() -> u64 {
 /// Enters the network namespace at `path` for the calling thread only.
 pub fn enter_netns(path: &str) -> io::Result<()> {
     let f = std::fs::File::open(path)?;
-    nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET)
-        .map_err(|e| io::Error::from_raw_os_error(e as i32))
+    nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| io::Error::from_raw_os_error(e as i32))
 }
 
 /// The current thread's network namespace, to return to after `enter_netns`.
@@ -790,6 +743,5 @@ pub fn current_netns() -> io::Result<std::fs::File> {
 
 /// Returns the calling thread to a namespace saved with [`current_netns`].
 pub fn restore_netns(f: &std::fs::File) -> io::Result<()> {
-    nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET)
-        .map_err(|e| io::Error::from_raw_os_error(e as i32))
+    nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| io::Error::from_raw_os_error(e as i32))
 }

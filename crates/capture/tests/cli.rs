@@ -7,10 +7,7 @@ use std::process::Command;
 use common::{root_or_skip, Lab, BIN};
 
 fn run(args: &[&str]) -> (i32, String) {
-    let out = Command::new(BIN)
-        .args(args)
-        .output()
-        .expect("spawn capture");
+    let out = Command::new(BIN).args(args).output().expect("spawn capture");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stderr).to_string(),
@@ -97,24 +94,13 @@ fn unwritable_output_and_refused_ring_leave_nothing() {
     let out = lab
         .cmd(
             &lab.b,
-            &[
-                BIN,
-                "-i",
-                &lab.b_if,
-                "-c",
-                "1",
-                "-w",
-                "/nonexistent-dir-capture/x.pcap",
-            ],
+            &[BIN, "-i", &lab.b_if, "-c", "1", "-w", "/nonexistent-dir-capture/x.pcap"],
         )
         .output()
         .expect("spawn");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("cannot write /nonexistent-dir-capture/x.pcap"),
-        "{err}"
-    );
+    assert!(err.contains("cannot write /nonexistent-dir-capture/x.pcap"), "{err}");
 
     let dir = std::env::temp_dir().join(format!("capture-cli-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
@@ -144,10 +130,6 @@ fn unwritable_output_and_refused_ring_leave_nothing() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("the kernel refused a v3 ring"), "{err}");
-    assert_eq!(
-        std::fs::read_dir(&dir).expect("dir").count(),
-        0,
-        "nothing half-written"
-    );
+    assert_eq!(std::fs::read_dir(&dir).expect("dir").count(), 0, "nothing half-written");
     std::fs::remove_dir(&dir).expect("rmdir");
 }

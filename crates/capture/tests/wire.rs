@@ -30,8 +30,7 @@ fn decode_frames(frames: &[Vec<u8>]) -> Vec<(u16, u64)> {
             assert!(f.len() >= HEADERS_LEN + 8, "short frame {f:?}");
             assert_eq!(&f[12..14], &[0x08, 0x00], "not IPv4");
             let dport = u16::from_be_bytes([f[36], f[37]]);
-            let seq = check_payload(&f[HEADERS_LEN..])
-                .unwrap_or_else(|| panic!("payload bytes wrong: {f:?}"));
+            let seq = check_payload(&f[HEADERS_LEN..]).unwrap_or_else(|| panic!("payload bytes wrong: {f:?}"));
             (dport, seq)
         })
         .collect()
@@ -94,11 +93,7 @@ fn capture_to_file(lab: &Lab, mode: &str, file: &str, extra: &[&str], via: &str)
     let (status, err, _) = run.finish(Duration::from_secs(30));
     assert!(status.success(), "capture failed: {err}");
     assert_eq!(number_after(&err, "total: captured "), N, "{err}");
-    assert_eq!(
-        number_after(&err, "accepted by filter, "),
-        0,
-        "dropped: {err}"
-    );
+    assert_eq!(number_after(&err, "accepted by filter, "), 0, "dropped: {err}");
     err
 }
 
@@ -111,11 +106,7 @@ fn exact_pcap(mode: &str, via: &str) {
     assert_exact(&read_pcap(&data), N);
     let lines = tcpdump_lines(&f, None);
     assert_eq!(lines.len() as u64, N, "tcpdump -r count");
-    assert!(
-        lines.iter().all(|l| l.contains("UDP, length 22")),
-        "{:?}",
-        &lines[..3]
-    );
+    assert!(lines.iter().all(|l| l.contains("UDP, length 22")), "{:?}", &lines[..3]);
     let _ = std::fs::remove_file(&file);
 }
 
@@ -166,8 +157,7 @@ fn pcapng_and_compressed_outputs_read_back() {
             zstd::decode_all(&raw[..]).expect("zstd stream complete")
         } else {
             let mut v = Vec::new();
-            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&raw[..]), &mut v)
-                .expect("gzip complete");
+            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&raw[..]), &mut v).expect("gzip complete");
             v
         };
         assert_exact(&read_pcap(&plain), N);
@@ -308,10 +298,7 @@ fn stalled_reader_drops_are_counted_exactly() {
             )
             .expect("run");
         let k = report.kernel();
-        assert!(
-            k.drops > 0,
-            "{mode}: a stalled reader must lose packets: {report}"
-        );
+        assert!(k.drops > 0, "{mode}: a stalled reader must lose packets: {report}");
         assert_eq!(k.packets, sent, "{mode}: kernel saw every packet: {report}");
         assert_eq!(
             report.captured() + k.drops,
@@ -330,10 +317,7 @@ fn sigusr1_reports_and_sigterm_leaves_a_valid_file() {
     let lab = Lab::new();
     let file = tmpfile("term.pcap");
     let f = file.to_string_lossy().to_string();
-    let mut run = Running::start(lab.cmd(
-        &lab.b,
-        &[BIN, "-i", &lab.b_if, "-w", &f, "--duration", "60", "udp"],
-    ));
+    let mut run = Running::start(lab.cmd(&lab.b, &[BIN, "-i", &lab.b_if, "-w", &f, "--duration", "60", "udp"]));
     lab.gen("udp", 100, 4000, 5000, RATE);
     run.signal(Signal::SIGUSR1);
     run.wait_line("statistics so far", Duration::from_secs(10));
@@ -371,12 +355,7 @@ fn generator_paths_deliver_exact_counts() {
             )
             .expect("run");
         assert_eq!(report.captured(), 500, "{via}: {report}");
-        let frames: Vec<Vec<u8>> = collected
-            .lock()
-            .expect("lock")
-            .iter()
-            .map(|p| p.data.clone())
-            .collect();
+        let frames: Vec<Vec<u8>> = collected.lock().expect("lock").iter().map(|p| p.data.clone()).collect();
         assert_exact(&frames, 500);
     }
 }
@@ -432,11 +411,7 @@ fn trafgen_as_independent_peer_counts_exactly() {
     let (status, err, _) = run.finish(Duration::from_secs(30));
     assert!(status.success(), "{err}");
     assert_eq!(number_after(&err, "total: captured "), 400, "{err}");
-    assert_eq!(
-        number_after(&err, "accepted by filter, "),
-        0,
-        "dropped: {err}"
-    );
+    assert_eq!(number_after(&err, "accepted by filter, "), 0, "dropped: {err}");
     let _ = std::fs::remove_file(&conf);
 }
 
@@ -474,10 +449,7 @@ fn summary_lines_on_stdout_without_output_file() {
         return;
     }
     let lab = Lab::new();
-    let run = Running::start(lab.cmd(
-        &lab.b,
-        &[BIN, "-i", &lab.b_if, "-c", "5", "--duration", "30", "udp"],
-    ));
+    let run = Running::start(lab.cmd(&lab.b, &[BIN, "-i", &lab.b_if, "-c", "5", "--duration", "30", "udp"]));
     lab.gen("mmsg", 5, 4000, 5000, RATE);
     let (status, err, out) = run.finish(Duration::from_secs(30));
     assert!(status.success(), "{err}");

@@ -71,12 +71,7 @@ pub(crate) struct SegmentMap {
 
 /// Groups links into layer-2 segments.
 pub(crate) fn segments(t: &Topology) -> Result<SegmentMap, ModelError> {
-    let idx: HashMap<&str, usize> = t
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.name.as_str(), i))
-        .collect();
+    let idx: HashMap<&str, usize> = t.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
     let is_sw = |name: &str| t.nodes[idx[name]].kind == NodeKind::Switch;
     let mut uf = UnionFind::new(t.nodes.len());
     for l in &t.links {
@@ -176,12 +171,7 @@ pub fn plan_addressing(t: &Topology) -> Result<Addressing, ModelError> {
     })
 }
 
-fn plan_routes(
-    t: &Topology,
-    ifaces: &[Iface],
-    segments: &[Segment],
-    kind: &HashMap<&str, NodeKind>,
-) -> Vec<Route> {
+fn plan_routes(t: &Topology, ifaces: &[Iface], segments: &[Segment], kind: &HashMap<&str, NodeKind>) -> Vec<Route> {
     let mut on_seg: Vec<Vec<&Iface>> = vec![vec![]; segments.len()];
     for i in ifaces {
         on_seg[i.segment].push(i);
@@ -220,10 +210,7 @@ fn plan_routes(
         return routes;
     }
     for (d, seg) in segments.iter().enumerate() {
-        if !on_seg[d]
-            .iter()
-            .any(|i| kind[i.node.as_str()] == NodeKind::Host)
-        {
+        if !on_seg[d].iter().any(|i| kind[i.node.as_str()] == NodeKind::Host) {
             continue;
         }
         let mut dist: HashMap<&str, usize> = HashMap::new();
@@ -253,10 +240,7 @@ fn plan_routes(
             let mut nexthops = vec![];
             for mine in ifaces.iter().filter(|i| i.node == *r) {
                 for other in &on_seg[mine.segment] {
-                    if other.node != *r
-                        && is_router(&other.node)
-                        && dist.get(other.node.as_str()) == Some(&(dr - 1))
-                    {
+                    if other.node != *r && is_router(&other.node) && dist.get(other.node.as_str()) == Some(&(dr - 1)) {
                         nexthops.push((other.addr, mine.ifname.clone()));
                     }
                 }
@@ -319,12 +303,7 @@ mod tests {
         // and a core router through exactly one aggregation router.
         let h16_net = a.ifaces.iter().find(|i| i.node == "h16").unwrap();
         let seg = &a.segments[h16_net.segment];
-        let find = |n: &str| {
-            a.routes
-                .iter()
-                .find(|r| r.node == n && r.net == seg.net)
-                .unwrap()
-        };
+        let find = |n: &str| a.routes.iter().find(|r| r.node == n && r.net == seg.net).unwrap();
         assert_eq!(find("e0_0").nexthops.len(), 2);
         assert_eq!(find("a0_0").nexthops.len(), 2);
         assert_eq!(find("c1").nexthops.len(), 1);

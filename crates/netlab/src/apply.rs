@@ -220,20 +220,12 @@ fn start_delay_line(op: &Op, ctx: &ApplyCtx) -> Result<Child, LabError> {
         unreachable!("only called for delay-line ops")
     };
     let log_path = ctx.log_dir.join(format!("delay-line-{link}.log"));
-    let log = std::fs::File::create(&log_path)
-        .map_err(|e| LabError::io(format!("create {}", log_path.display()), e))?;
+    let log =
+        std::fs::File::create(&log_path).map_err(|e| LabError::io(format!("create {}", log_path.display()), e))?;
     let mut c = Command::new("ip");
     c.args(["netns", "exec", ns])
         .arg(ctx.exe)
-        .args([
-            "delay-line",
-            "--link",
-            &link.to_string(),
-            "--a",
-            a,
-            "--b",
-            b,
-        ])
+        .args(["delay-line", "--link", &link.to_string(), "--a", a, "--b", b])
         .args(delay_line_args(params))
         .args(["--seed", &seed.to_string()])
         .stdin(Stdio::null())
@@ -265,10 +257,7 @@ fn start_delay_line(op: &Op, ctx: &ApplyCtx) -> Result<Child, LabError> {
             Err(LabError::DelayLine {
                 link: format!("{link} ({a} <-> {b})"),
                 msg: match other {
-                    Err(_) => format!(
-                        "did not start within {DELAY_LINE_START:?}; log: {}",
-                        log.trim()
-                    ),
+                    Err(_) => format!("did not start within {DELAY_LINE_START:?}; log: {}", log.trim()),
                     Ok(_) => format!("exited at start: {}", log.trim()),
                 },
             })

@@ -155,13 +155,7 @@ pub fn run(cfg: &Config, stop: &AtomicBool, ready: impl FnOnce()) -> io::Result<
     let socks = [PacketSocket::open(&cfg.a)?, PacketSocket::open(&cfg.b)?];
     // qs[0] carries a -> b, qs[1] carries b -> a.
     let mut qs = [
-        DelayQueue::new(
-            cfg.delay_ns,
-            cfg.jitter_ns,
-            cfg.loss_ppm,
-            cfg.limit,
-            cfg.seed,
-        ),
+        DelayQueue::new(cfg.delay_ns, cfg.jitter_ns, cfg.loss_ppm, cfg.limit, cfg.seed),
         DelayQueue::new(
             cfg.delay_ns,
             cfg.jitter_ns,
@@ -213,9 +207,7 @@ pub fn run(cfg: &Config, stop: &AtomicBool, ready: impl FnOnce()) -> io::Result<
             for _ in 0..256 {
                 match s.recv_stamped(&mut buf) {
                     Ok((n, ts)) => {
-                        let t = ts
-                            .map(|t| t.saturating_sub(offset).min(mono))
-                            .unwrap_or(mono);
+                        let t = ts.map(|t| t.saturating_sub(offset).min(mono)).unwrap_or(mono);
                         qs[i].push(t, buf[..n].to_vec());
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -245,10 +237,7 @@ pub fn run(cfg: &Config, stop: &AtomicBool, ready: impl FnOnce()) -> io::Result<
                 match out.send(f) {
                     Ok(_) => qs[i].pop(),
                     // The peer is backed up: keep the frame, wait for POLLOUT.
-                    Err(e)
-                        if e.kind() == io::ErrorKind::WouldBlock
-                            || e.raw_os_error() == Some(libc::ENOBUFS) =>
-                    {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS) => {
                         blocked[1 - i] = true;
                         break;
                     }
@@ -300,10 +289,7 @@ mod tests {
             hi = hi.max(release_ns - now);
         }
         assert!(lo >= 7_000 && hi <= 13_000, "{lo}..{hi}");
-        assert!(
-            lo < 7_100 && hi > 12_900,
-            "jitter should cover its range: {lo}..{hi}"
-        );
+        assert!(lo < 7_100 && hi > 12_900, "jitter should cover its range: {lo}..{hi}");
     }
 
     #[test]

@@ -14,19 +14,11 @@ pub enum ModelError {
         expected: String,
     },
     #[error("{item} = {value} is out of range: must be {range}")]
-    OutOfRange {
-        item: String,
-        value: String,
-        range: String,
-    },
+    OutOfRange { item: String, value: String, range: String },
     #[error("unknown topology '{0}': choose one of pair, star, linear, chain, fattree, custom")]
     UnknownTopology(String),
     #[error("topology '{topo}' needs '{param}': {hint}")]
-    MissingParam {
-        topo: String,
-        param: String,
-        hint: String,
-    },
+    MissingParam { topo: String, param: String, hint: String },
     #[error("duplicate node name '{0}': every host, switch and router needs its own name")]
     DuplicateNode(String),
     #[error("bad node name '{0}': use 1-24 letters, digits or '_', starting with a letter")]
@@ -60,11 +52,7 @@ pub enum LabError {
     #[error("needs root (network namespaces, veth and tc need CAP_NET_ADMIN): run with sudo")]
     NotRoot,
     #[error("`{cmd}` failed (exit {code}): {stderr}")]
-    Command {
-        cmd: String,
-        code: String,
-        stderr: String,
-    },
+    Command { cmd: String, code: String, stderr: String },
     #[error("could not start `{cmd}`: {source}")]
     Spawn { cmd: String, source: io::Error },
     #[error("{call} failed: {source}")]
@@ -83,11 +71,7 @@ pub enum LabError {
     #[error("{0}")]
     Ambiguous(String),
     #[error("unknown host '{host}' in run {run}: hosts are {known}")]
-    UnknownHost {
-        host: String,
-        run: String,
-        known: String,
-    },
+    UnknownHost { host: String, run: String, known: String },
     #[error("delay line for link {link}: {msg}")]
     DelayLine { link: String, msg: String },
     #[error("interrupted: lab removed")]

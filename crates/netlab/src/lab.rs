@@ -109,9 +109,7 @@ fn probe_netem_now() -> Support {
         return Support::Unsupported("cannot create a namespace to probe".into());
     }
     let out = Command::new("tc")
-        .args([
-            "-n", &ns, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms",
-        ])
+        .args(["-n", &ns, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"])
         .output();
     let _ = Command::new("ip").args(["netns", "del", &ns]).status();
     match out {
@@ -126,9 +124,7 @@ fn probe_netem_now() -> Support {
 
 /// Picks the delay backend: the one asked for if it works, else the best
 /// the probe allows. Returns the choice and a line saying why.
-pub fn choose_delay_backend(
-    want: Option<DelayBackend>,
-) -> Result<(DelayBackend, String), LabError> {
+pub fn choose_delay_backend(want: Option<DelayBackend>) -> Result<(DelayBackend, String), LabError> {
     let netem = probe_netem();
     match (want, netem) {
         (Some(DelayBackend::Netem), Support::Unsupported(r)) => Err(LabError::Unsupported {
@@ -136,10 +132,7 @@ pub fn choose_delay_backend(
             reason: format!("{r}; use --delay-backend delay-line"),
         }),
         (Some(b), _) => Ok((b, format!("link delay: {b} (as requested)"))),
-        (None, Support::Supported) => Ok((
-            DelayBackend::Netem,
-            "link delay: netem (probe: supported)".into(),
-        )),
+        (None, Support::Supported) => Ok((DelayBackend::Netem, "link delay: netem (probe: supported)".into())),
         (None, Support::Unsupported(r)) => Ok((
             DelayBackend::DelayLine,
             format!("link delay: built-in delay line ({r})"),
@@ -222,8 +215,7 @@ pub struct Lab {
 static RUN_COUNTER: AtomicU32 = AtomicU32::new(0);
 
 fn alloc_run(state_dir: &Path) -> Result<(String, PathBuf), LabError> {
-    std::fs::create_dir_all(state_dir)
-        .map_err(|e| LabError::io(format!("create {}", state_dir.display()), e))?;
+    std::fs::create_dir_all(state_dir).map_err(|e| LabError::io(format!("create {}", state_dir.display()), e))?;
     loop {
         let id = format!(
             "{:x}x{}",
@@ -243,8 +235,7 @@ fn write_state(dir: &Path, s: &RunState) -> Result<(), LabError> {
     let tmp = dir.join("state.json.tmp");
     let json = serde_json::to_vec_pretty(s).map_err(|e| LabError::io("encode state", e.into()))?;
     std::fs::write(&tmp, json).map_err(|e| LabError::io(format!("write {}", tmp.display()), e))?;
-    std::fs::rename(&tmp, dir.join("state.json"))
-        .map_err(|e| LabError::io(format!("rename {}", tmp.display()), e))
+    std::fs::rename(&tmp, dir.join("state.json")).map_err(|e| LabError::io(format!("rename {}", tmp.display()), e))
 }
 
 pub fn read_state(dir: &Path) -> Option<RunState> {
@@ -259,10 +250,7 @@ impl Lab {
         topo.validate()?;
         let swept = sweep(&opts.state_dir, SweepMode::DeadOnly)?;
         if opts.verbose && !swept.removed.is_empty() {
-            eprintln!(
-                "netlab: removed leftovers of dead runs: {}",
-                swept.removed.join(", ")
-            );
+            eprintln!("netlab: removed leftovers of dead runs: {}", swept.removed.join(", "));
         }
         let (backend, why) = choose_delay_backend(opts.delay_backend)?;
         let needs_delay = topo.links.iter().any(|l| l.params.needs_delay_stage());
@@ -335,10 +323,7 @@ impl Lab {
         let mut progress = |done: usize, total: usize| {
             if verbose && (last.elapsed() > Duration::from_millis(500) || done == total) {
                 last = Instant::now();
-                eprint!(
-                    "\rnetlab: building {}: {done}/{total} operations",
-                    lab_label(&run_id)
-                );
+                eprint!("\rnetlab: building {}: {done}/{total} operations", lab_label(&run_id));
                 if done == total {
                     eprintln!();
                 }
@@ -445,11 +430,7 @@ pub fn delete_namespaces(names: &[String]) -> Result<(), LabError> {
         .collect();
     let scan = || -> Vec<i32> {
         let mut v = vec![];
-        for e in std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .filter_map(|e| e.ok())
-        {
+        for e in std::fs::read_dir("/proc").into_iter().flatten().filter_map(|e| e.ok()) {
             let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
                 continue;
             };
@@ -482,10 +463,7 @@ pub fn delete_namespaces(names: &[String]) -> Result<(), LabError> {
             cmd: "ip -force -batch - (netns del)".into(),
             source: e,
         })?;
-    let text: String = existing
-        .iter()
-        .map(|n| format!("netns del {n}\n"))
-        .collect();
+    let text: String = existing.iter().map(|n| format!("netns del {n}\n")).collect();
     if let Some(mut s) = child.stdin.take() {
         let _ = s.write_all(text.as_bytes());
     }
@@ -501,10 +479,7 @@ pub fn delete_namespaces(names: &[String]) -> Result<(), LabError> {
         return Err(LabError::Command {
             cmd: format!(
                 "ip netns del {}",
-                left.iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" ")
+                left.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" ")
             ),
             code: out.status.code().map(|c| c.to_string()).unwrap_or_default(),
             stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
@@ -579,11 +554,7 @@ pub fn sweep(state_dir: &Path, mode: SweepMode) -> Result<SweepReport, LabError>
     // gone, or of the netem probe.
     let mut orphans = vec![];
     for n in netns::our_namespaces() {
-        let id = n[NS_PREFIX.len()..]
-            .split('-')
-            .next()
-            .unwrap_or("")
-            .to_string();
+        let id = n[NS_PREFIX.len()..].split('-').next().unwrap_or("").to_string();
         // Checked again now, not from the listing above: a run that started
         // since then has its state directory before any namespace.
         let claimed = known.contains_key(&id) || state_dir.join(&id).exists();
@@ -636,10 +607,7 @@ pub fn find_run(state_dir: &Path, run: Option<&str>) -> Result<RunState, LabErro
             1 => Ok(runs.into_iter().next().expect("one element")),
             _ => Err(LabError::Ambiguous(format!(
                 "several labs are up ({}): name one with --run",
-                runs.iter()
-                    .map(|r| r.run_id.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                runs.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>().join(", ")
             ))),
         },
     }

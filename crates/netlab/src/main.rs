@@ -179,15 +179,15 @@ struct DemoArgs {
     /// Seconds the bots send.
     #[arg(long, default_value_t = 10.0)]
     duration: f64,
-    /// Reflector fan-out backend.
-    #[arg(long, default_value = "sendmmsg")]
-    backend: String,
+    /// Reflector fan-out backends to run in turn, comma separated.
+    #[arg(long, default_value = "sendmmsg,sendto")]
+    backends: String,
     /// The reflector binary (default: `reflector` next to this netlab binary).
     #[arg(long)]
     reflector_bin: Option<PathBuf>,
-    /// Keep every command's output in this directory.
+    /// Also write the results as JSON to this file.
     #[arg(long)]
-    out: Option<PathBuf>,
+    json: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -326,10 +326,7 @@ fn state_dir() -> PathBuf {
 fn sweep_quietly() {
     if let Ok(r) = lab::sweep(&state_dir(), SweepMode::DeadOnly) {
         if !r.removed.is_empty() {
-            eprintln!(
-                "netlab: removed leftovers of dead runs: {}",
-                r.removed.join(", ")
-            );
+            eprintln!("netlab: removed leftovers of dead runs: {}", r.removed.join(", "));
         }
     }
 }
@@ -370,9 +367,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
         Cmd::Plan { scenario, build } => {
             let s = load_scenario(&scenario, &build)?;
             let o = PlanOptions {
-                delay_backend: s
-                    .delay_backend
-                    .unwrap_or(netlab::plan::DelayBackend::DelayLine),
+                delay_backend: s.delay_backend.unwrap_or(netlab::plan::DelayBackend::DelayLine),
                 dilation: Dilation {
                     tdf: s.tdf.unwrap_or(1),
                 },
@@ -431,26 +426,17 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             for r in runs {
                 let t0 = Instant::now();
                 lab::remove_run(&state_dir().join(&r.run_id), &r.run_id, &r.namespaces)?;
-                println!(
-                    "netlab: run {} removed in {:.2}s",
-                    r.run_id,
-                    t0.elapsed().as_secs_f64()
-                );
+                println!("netlab: run {} removed in {:.2}s", r.run_id, t0.elapsed().as_secs_f64());
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Run {
-            scenario,
-            build,
-            out,
-        } => {
+        Cmd::Run { scenario, build, out } => {
             let s = load_scenario(&scenario, &build)?;
             lab::require_root()?;
             let lab = Lab::up(&s.topology, &lab_options(&s, &build)?, stop)?;
             eprint!("{}", summary(&lab));
             let out_dir = out.unwrap_or_else(|| lab.dir.join("out"));
-            std::fs::create_dir_all(&out_dir)
-                .map_err(|e| LabError::io(format!("create {}", out_dir.display()), e))?;
+            std::fs::create_dir_all(&out_dir).map_err(|e| LabError::io(format!("create {}", out_dir.display()), e))?;
             // On error the lab is dropped, which removes it.
             run_commands(&lab, &s.commands, &Launcher::default(), stop, &out_dir)?;
             let t = lab.down()?;
@@ -468,9 +454,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
                 cmd: cmd.join(" "),
                 source: e,
             })?;
-            Ok(ExitCode::from(
-                status.code().unwrap_or(1).clamp(0, 255) as u8
-            ))
+            Ok(ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8))
         }
         Cmd::List => {
             if lab::require_root().is_ok() {
@@ -510,11 +494,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             lab::require_root()?;
             let r = lab::sweep(
                 &state_dir(),
-                if force {
-                    SweepMode::Force
-                } else {
-                    SweepMode::AllButLive
-                },
+                if force { SweepMode::Force } else { SweepMode::AllButLive },
             )?;
             for (id, pid) in &r.skipped {
                 println!("netlab: kept run {id}: in use by live process {pid} (use --force to remove it anyway)");
@@ -572,11 +552,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
                     .ok_or_else(|| LabError::UnknownHost {
                         host: n.into(),
                         run: st.run_id.clone(),
-                        known: eps
-                            .iter()
-                            .map(|e| e.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", "),
+                        known: eps.iter().map(|e| e.name.as_str()).collect::<Vec<_>>().join(", "),
                     })
             };
             match what {
@@ -617,7 +593,13 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
                         return Ok(ExitCode::FAILURE);
                     }
                     let q = |p: f64| v[((v.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e6;
-                    println!("rtt {from} -> {to}: {} of {count} replies, min {:.0}us median {:.0}us p99 {:.0}us", v.len(), q(0.0), q(0.5), q(0.99));
+                    println!(
+                        "rtt {from} -> {to}: {} of {count} replies, min {:.0}us median {:.0}us p99 {:.0}us",
+                        v.len(),
+                        q(0.0),
+                        q(0.5),
+                        q(0.99)
+                    );
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -668,14 +650,8 @@ fn run_commands(
             let c = &cmds[next];
             let host = lab.state.host(&c.host)?.clone();
             let base = format!("{next:02}-{}", c.host);
-            let (out, err) = (
-                out_dir.join(format!("{base}.out")),
-                out_dir.join(format!("{base}.err")),
-            );
-            let f = |p: &Path| {
-                std::fs::File::create(p)
-                    .map_err(|e| LabError::io(format!("create {}", p.display()), e))
-            };
+            let (out, err) = (out_dir.join(format!("{base}.out")), out_dir.join(format!("{base}.err")));
+            let f = |p: &Path| std::fs::File::create(p).map_err(|e| LabError::io(format!("create {}", p.display()), e));
             let mut cmd = launcher.command(&host, &["sh".into(), "-c".into(), c.cmd.clone()]);
             cmd.envs(Launcher::env(&lab.state, &host))
                 .stdin(Stdio::null())
@@ -710,10 +686,7 @@ fn run_commands(
         let mut i = 0;
         while i < running.len() {
             let r = &mut running[i];
-            let status = r
-                .child
-                .try_wait()
-                .map_err(|e| LabError::io("wait for command", e))?;
+            let status = r.child.try_wait().map_err(|e| LabError::io("wait for command", e))?;
             let timed_out = status.is_none() && r.started.elapsed() > r.cmd.timeout;
             if status.is_none() && !timed_out {
                 i += 1;
@@ -742,10 +715,7 @@ fn run_commands(
                 } else {
                     format!(
                         "\n  stderr: {}",
-                        tail.into_iter()
-                            .rev()
-                            .collect::<Vec<_>>()
-                            .join("\n          ")
+                        tail.into_iter().rev().collect::<Vec<_>>().join("\n          ")
                     )
                 };
                 return Err(LabError::HostCommand {
@@ -800,10 +770,7 @@ fn run_delay_line(a: DelayLineArgs) -> Result<ExitCode, LabError> {
         link: format!("{} ({} <-> {})", a.link, a.a, a.b),
         msg: e.to_string(),
     })?;
-    eprintln!(
-        "delay line {}: a->b {:?}; b->a {:?}",
-        a.link, stats[0], stats[1]
-    );
+    eprintln!("delay line {}: a->b {:?}; b->a {:?}", a.link, stats[0], stats[1]);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -882,71 +849,42 @@ fn run_demo(a: DemoArgs, stop: &AtomicBool) -> Result<ExitCode, LabError> {
     o.verbose = true;
     let lab = Lab::up(&topo, &o, stop)?;
     eprint!("{}", summary(&lab));
-    let out_dir = a.out.clone().unwrap_or_else(|| lab.dir.join("out"));
-    std::fs::create_dir_all(&out_dir)
-        .map_err(|e| LabError::io(format!("create {}", out_dir.display()), e))?;
-    // A fresh secret for the join tokens of this run.
-    let mut key = [0u8; 16];
-    std::io::Read::read_exact(
-        &mut std::fs::File::open("/dev/urandom")
-            .map_err(|e| LabError::io("open /dev/urandom", e))?,
-        &mut key,
-    )
-    .map_err(|e| LabError::io("read /dev/urandom", e))?;
-    let secret = lab.dir.join("secret");
-    std::fs::write(
-        &secret,
-        key.iter().map(|b| format!("{b:02x}")).collect::<String>(),
-    )
-    .map_err(|e| LabError::io(format!("write {}", secret.display()), e))?;
-    let raddr = lab
-        .state
-        .host("refl")?
-        .addr
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    let r = refl.display();
-    let sec = secret.display();
-    let mut cmds = vec![
-        HostCommand {
-            host: "refl".into(),
-            cmd: format!("exec {r} control --listen 0.0.0.0:8700 --secret-file {sec} --reflector {raddr}:4000-4015"),
-            at: Duration::ZERO,
-            background: true,
-            timeout: Duration::from_secs(3600),
-        },
-        HostCommand {
-            host: "refl".into(),
-            cmd: format!(
-                "exec {r} serve --ports 4000-4015 --secret-file {sec} --backend {} --duration {}",
-                a.backend,
-                a.duration + 8.0
-            ),
-            at: Duration::ZERO,
-            background: false,
-            timeout: Duration::from_secs_f64(a.duration + 60.0),
-        },
-    ];
-    for i in 1..=a.clients {
-        cmds.push(HostCommand {
-            host: format!("c{i}"),
-            cmd: format!(
-                "exec {r} bots --control http://{raddr}:8700 --count {} --duration {} --first-player {} --seed {i} --quiet",
-                a.bots_per_client,
-                a.duration,
-                (i - 1) * a.bots_per_client + 1
-            ),
-            // Give the servers a moment to bind before the first join.
-            at: Duration::from_secs(1),
-            background: false,
-            timeout: Duration::from_secs_f64(a.duration + 60.0),
-        });
+    // The scenario itself is the reflector's own demo (control server,
+    // reflector, bots; both backends; one table), placed in the lab: the
+    // reflector and control server in host `refl`, the bots' sockets spread
+    // over the client hosts, so every datagram crosses the shaped links,
+    // while one bots process still knows every expected delivery.
+    let refl_host = lab.state.host("refl")?;
+    let raddr = refl_host.addr.map(|a| a.to_string()).unwrap_or_default();
+    let clients: Vec<String> = (1..=a.clients)
+        .map(|i| lab.state.host(&format!("c{i}")).map(|h| h.ns.clone()))
+        .collect::<Result<_, _>>()?;
+    let mut cmd = std::process::Command::new(&refl);
+    cmd.arg("demo")
+        .args(["--reflector-netns", &refl_host.ns, "--reflector-addr", &raddr])
+        .args(["--bots-netns", &clients.join(",")])
+        .args(["--bots", &(a.clients * a.bots_per_client).to_string()])
+        .args(["--duration", &a.duration.to_string()])
+        .args(["--backends", &a.backends]);
+    if let Some(j) = &a.json {
+        cmd.arg("--json").arg(j);
     }
-    run_commands(&lab, &cmds, &Launcher::default(), stop, &out_dir)?;
-    let t = lab.down()?;
     eprintln!(
-        "netlab: demo passed: no command reported loss; lab removed in {:.2}s",
-        t.as_secs_f64()
+        "netlab: running the reflector demo in the lab: reflector on refl ({raddr}), {} bots over {} client hosts",
+        a.clients * a.bots_per_client,
+        a.clients
     );
-    Ok(ExitCode::SUCCESS)
+    let status = cmd
+        .status()
+        .map_err(|e| LabError::io(format!("run {}", refl.display()), e))?;
+    let t = lab.down()?;
+    eprintln!("netlab: lab removed in {:.2}s", t.as_secs_f64());
+    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+        return Ok(ExitCode::from(130));
+    }
+    Ok(match status.code() {
+        Some(0) => ExitCode::SUCCESS,
+        Some(c) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
+        None => ExitCode::from(1),
+    })
 }

@@ -148,11 +148,7 @@ impl Topology {
                 return Err(ModelError::DuplicateNode(n.name.clone()));
             }
             if let Some(c) = &n.cpus {
-                if c.is_empty()
-                    || !c
-                        .chars()
-                        .all(|ch| ch.is_ascii_digit() || ch == ',' || ch == '-')
-                {
+                if c.is_empty() || !c.chars().all(|ch| ch.is_ascii_digit() || ch == ',' || ch == '-') {
                     return Err(ModelError::BadValue {
                         item: format!("node {}.cpus", n.name),
                         value: c.clone(),
@@ -178,8 +174,7 @@ impl Topology {
                     node: l.a.clone(),
                 });
             }
-            l.params
-                .validate(&format!("link {} ({} - {})", i, l.a, l.b))?;
+            l.params.validate(&format!("link {} ({} - {})", i, l.a, l.b))?;
         }
         self.check_switch_loops()?;
         crate::addr::segments(self).map(|_| ())
@@ -190,10 +185,7 @@ impl Topology {
         for l in &self.links {
             let (a, b) = (self.index_of(&l.a), self.index_of(&l.b));
             let (Some(a), Some(b)) = (a, b) else { continue };
-            if self.nodes[a].kind == NodeKind::Switch
-                && self.nodes[b].kind == NodeKind::Switch
-                && !uf.union(a, b)
-            {
+            if self.nodes[a].kind == NodeKind::Switch && self.nodes[b].kind == NodeKind::Switch && !uf.union(a, b) {
                 return Err(ModelError::SwitchLoop(format!("{} and {}", l.a, l.b)));
             }
         }
@@ -256,9 +248,7 @@ mod tests {
         t.nodes[1].name = "s1".into();
         t.nodes[1].kind = NodeKind::Switch;
         t.links.push(l("h1", "s9"));
-        assert!(
-            matches!(t.validate(), Err(ModelError::UnknownNode { missing, .. }) if missing == "s9")
-        );
+        assert!(matches!(t.validate(), Err(ModelError::UnknownNode { missing, .. }) if missing == "s9"));
         t.links[0] = l("s1", "s1");
         assert!(matches!(t.validate(), Err(ModelError::SelfLink { .. })));
         t.nodes.push(n("s2", NodeKind::Switch));

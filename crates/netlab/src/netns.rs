@@ -23,12 +23,7 @@ pub fn run_in<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> Result<T, LabE
             Ok(f())
         })
         .join()
-        .unwrap_or_else(|_| {
-            Err(LabError::sys(
-                "thread in namespace",
-                std::io::Error::other("panicked"),
-            ))
-        })
+        .unwrap_or_else(|_| Err(LabError::sys("thread in namespace", std::io::Error::other("panicked"))))
     })
 }
 
@@ -36,8 +31,7 @@ pub fn run_in<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> Result<T, LabE
 /// shows the namespace of the thread that opens it.
 pub fn sysctl(ns: &str, key: &str, value: &str) -> Result<(), LabError> {
     let path = format!("/proc/sys/{}", key.replace('.', "/"));
-    run_in(ns, || std::fs::write(&path, value))?
-        .map_err(|e| LabError::io(format!("sysctl {key}={value} in {ns}"), e))
+    run_in(ns, || std::fs::write(&path, value))?.map_err(|e| LabError::io(format!("sysctl {key}={value} in {ns}"), e))
 }
 
 /// Names of all namespaces that carry our prefix.
@@ -136,12 +130,7 @@ pub fn start_time(pid: i32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name (which may contain spaces): state is
     // field 3, starttime field 22.
-    s.rsplit(')')
-        .next()?
-        .split_whitespace()
-        .nth(19)?
-        .parse()
-        .ok()
+    s.rsplit(')').next()?.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// Per-interface (tx_bytes, tx_packets, rx_bytes, rx_packets) in a namespace.
@@ -161,8 +150,7 @@ pub fn link_counters(ns: &str) -> Result<HashMap<String, [u64; 4]>, LabError> {
             stderr: String::from_utf8_lossy(&out.stderr).into(),
         });
     }
-    let v: serde_json::Value =
-        serde_json::from_slice(&out.stdout).map_err(|e| LabError::io(cmd.clone(), e.into()))?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| LabError::io(cmd.clone(), e.into()))?;
     let mut m = HashMap::new();
     for l in v.as_array().into_iter().flatten() {
         let Some(name) = l["ifname"].as_str() else {
@@ -216,8 +204,7 @@ pub fn root_qdisc_bytes(ns: &str, dev: &str) -> Result<u64, LabError> {
             stderr: String::from_utf8_lossy(&out.stderr).into(),
         });
     }
-    let v: serde_json::Value =
-        serde_json::from_slice(&out.stdout).map_err(|e| LabError::io(cmd.clone(), e.into()))?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| LabError::io(cmd.clone(), e.into()))?;
     v.as_array()
         .into_iter()
         .flatten()

@@ -20,9 +20,7 @@ pub struct Naming {
 
 impl Naming {
     pub fn new(run_id: impl Into<String>) -> Self {
-        Naming {
-            run_id: run_id.into(),
-        }
+        Naming { run_id: run_id.into() }
     }
     pub fn prefix(&self) -> String {
         format!("{NS_PREFIX}{}-", self.run_id)
@@ -236,10 +234,7 @@ fn shaping_ops(ns: &str, dev: &str, p: &LinkParams, o: &PlanOptions) -> Vec<Op> 
         let mut a: Vec<String> = vec![s("qdisc"), s("add"), s("dev"), s(dev)];
         a.extend(parent.iter().map(|x| s(x)));
         a.push(s("netem"));
-        a.extend([
-            s("delay"),
-            format!("{}us", o.dilation.delay(p.delay_ns) / 1000),
-        ]);
+        a.extend([s("delay"), format!("{}us", o.dilation.delay(p.delay_ns) / 1000)]);
         if p.jitter_ns > 0 {
             a.push(format!("{}us", o.dilation.delay(p.jitter_ns) / 1000));
         }
@@ -368,9 +363,7 @@ impl Buckets {
                 let ns = ns.clone();
                 to_ns(&mut self.ns_tc, &ns, op)
             }
-            Op::Cmd {
-                ns: Some(ns), args, ..
-            } => {
+            Op::Cmd { ns: Some(ns), args, .. } => {
                 if args.len() > 1 && args[0] == "link" && args[1] == "add" {
                     self.bridges.push(op)
                 } else {
@@ -417,12 +410,7 @@ pub fn build_plan(t: &Topology, naming: &Naming, o: &PlanOptions) -> Result<Plan
         ops.add(ip(ns, &["link", "set", "lo", "up"]));
     }
     namespaces.extend(node_ns.iter().skip(1).cloned());
-    for (ri, n) in t
-        .nodes
-        .iter()
-        .filter(|n| n.kind == NodeKind::Router)
-        .enumerate()
-    {
+    for (ri, n) in t.nodes.iter().filter(|n| n.kind == NodeKind::Router).enumerate() {
         let ns = naming.ns(&n.name);
         ops.add(sysctl(&ns, "net.ipv4.ip_forward", "1"));
         // Layer-4 hash: flows between the same two hosts may take different
@@ -434,11 +422,7 @@ pub fn build_plan(t: &Topology, naming: &Naming, o: &PlanOptions) -> Result<Plan
             // and half of the fat tree's core would stay idle. 0 would ask
             // the kernel for a random seed, so it is skipped.
             let own = seed.wrapping_add(ri as u32 + 1).max(1);
-            ops.add(sysctl(
-                &ns,
-                "net.ipv4.fib_multipath_hash_seed",
-                &own.to_string(),
-            ));
+            ops.add(sysctl(&ns, "net.ipv4.fib_multipath_hash_seed", &own.to_string()));
         }
     }
     for n in t.nodes.iter().filter(|n| n.kind == NodeKind::Switch) {
@@ -451,17 +435,9 @@ pub fn build_plan(t: &Topology, naming: &Naming, o: &PlanOptions) -> Result<Plan
         // Where each end of the link lives: (namespace, device, bridge, address).
         let end = |name: &str, side: &str| {
             if kind(name) == NodeKind::Switch {
-                (
-                    fab.clone(),
-                    format!("p{i}{side}"),
-                    Some(name.to_string()),
-                    None,
-                )
+                (fab.clone(), format!("p{i}{side}"), Some(name.to_string()), None)
             } else {
-                let ifc = addressing
-                    .ifaces
-                    .iter()
-                    .find(|f| f.link == i && f.node == name);
+                let ifc = addressing.ifaces.iter().find(|f| f.link == i && f.node == name);
                 let ifname = ifc.map(|f| f.ifname.clone()).unwrap_or_default();
                 (
                     naming.ns(name),
@@ -554,8 +530,7 @@ fn veth(ns_a: &str, dev_a: &str, ns_b: &str, dev_b: &str) -> Op {
         ns: None,
         tool: Tool::Ip,
         args: [
-            "link", "add", dev_a, "netns", ns_a, "type", "veth", "peer", "name", dev_b, "netns",
-            ns_b,
+            "link", "add", dev_a, "netns", ns_a, "type", "veth", "peer", "name", dev_b, "netns", ns_b,
         ]
         .iter()
         .map(|s| s.to_string())
@@ -604,10 +579,7 @@ mod tests {
             "tc -n netlab-r1-h2 class add dev eth0 parent 1: classid 1:1 htb rate 100000000bit burst 50000b cburst 50000b quantum 200000",
         ];
         assert_eq!(ops, want);
-        assert_eq!(
-            p.namespaces,
-            ["netlab-r1--fabric", "netlab-r1-h1", "netlab-r1-h2"]
-        );
+        assert_eq!(p.namespaces, ["netlab-r1--fabric", "netlab-r1-h1", "netlab-r1-h2"]);
     }
 
     #[test]
@@ -616,8 +588,7 @@ mod tests {
         let ops = render(&build_plan(&t, &Naming::new("x"), &PlanOptions::default()).unwrap());
         assert!(ops.contains(&"ip -n netlab-x--fabric link add s1 type bridge".to_string()));
         assert!(ops.contains(
-            &"ip link add eth0 netns netlab-x-h2 type veth peer name p1b netns netlab-x--fabric"
-                .to_string()
+            &"ip link add eth0 netns netlab-x-h2 type veth peer name p1b netns netlab-x--fabric".to_string()
         ));
         assert!(ops.contains(&"ip -n netlab-x--fabric link set p1b master s1".to_string()));
         assert!(!ops.iter().any(|o| o.contains("tc ")));
@@ -638,8 +609,7 @@ mod tests {
         };
         let ops = render(&build_plan(&t, &Naming::new("x"), &o).unwrap());
         assert!(ops.contains(
-            &"ip link add eth0 netns netlab-x-h1 type veth peer name d0a netns netlab-x--fabric"
-                .to_string()
+            &"ip link add eth0 netns netlab-x-h1 type veth peer name d0a netns netlab-x--fabric".to_string()
         ));
         assert!(ops.iter().any(|o| o.starts_with(
             "ip netns exec netlab-x--fabric netlab delay-line --link 0 --a d0a --b d0b --delay-ns 4000000 --jitter-ns 0 --loss-ppm 0 --limit 50 --seed "
@@ -649,7 +619,9 @@ mod tests {
         o.delay_backend = DelayBackend::Netem;
         let ops = render(&build_plan(&t, &Naming::new("x"), &o).unwrap());
         assert!(!ops.iter().any(|o| o.contains("delay-line")));
-        assert!(ops.contains(&"tc -n netlab-x-h1 qdisc add dev eth0 parent 1:1 handle 10: netem delay 4000us limit 50".to_string()));
+        assert!(ops.contains(
+            &"tc -n netlab-x-h1 qdisc add dev eth0 parent 1:1 handle 10: netem delay 4000us limit 50".to_string()
+        ));
     }
 
     #[test]
@@ -662,20 +634,13 @@ mod tests {
         let p = build_plan(&t, &Naming::new("f"), &o).unwrap();
         let ops = render(&p);
         assert_eq!(p.namespaces.len(), 1 + 16 + 20);
-        assert!(ops.contains(
-            &"ip netns exec netlab-f-c1 sysctl -qw net.ipv4.fib_multipath_hash_policy=1"
-                .to_string()
-        ));
-        assert!(ops.contains(
-            &"ip netns exec netlab-f-c1 sysctl -qw net.ipv4.fib_multipath_hash_seed=8".to_string()
-        ));
+        assert!(ops.contains(&"ip netns exec netlab-f-c1 sysctl -qw net.ipv4.fib_multipath_hash_policy=1".to_string()));
+        assert!(ops.contains(&"ip netns exec netlab-f-c1 sysctl -qw net.ipv4.fib_multipath_hash_seed=8".to_string()));
         let multipath = ops.iter().filter(|o| o.contains(" nexthop via ")).count();
         // Edge routers: 14 remote host subnets, 2 next hops each (8 routers);
         // aggregation routers: 12 other-pod subnets via 2 cores (8 routers).
         assert_eq!(multipath, 8 * 14 + 8 * 12);
-        assert!(
-            ops.contains(&"ip -n netlab-f-h1 route add default via 10.0.0.2 dev eth0".to_string())
-        );
+        assert!(ops.contains(&"ip -n netlab-f-h1 route add default via 10.0.0.2 dev eth0".to_string()));
     }
 
     #[test]

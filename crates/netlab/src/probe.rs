@@ -87,23 +87,14 @@ fn drain(
         match c.join() {
             Ok(Ok(Ok(f))) => failed.extend(f),
             Ok(Ok(Err(e))) | Ok(Err(e)) => *err = Some(e),
-            Err(_) => {
-                *err = Some(LabError::io(
-                    "probe",
-                    std::io::Error::other("probe thread panicked"),
-                ))
-            }
+            Err(_) => *err = Some(LabError::io("probe", std::io::Error::other("probe thread panicked"))),
         }
     }
 }
 
 /// Checks that every host reaches every other with UDP. Returns the pairs
 /// (from, to) that did not answer within `tries` attempts of `per_try` each.
-pub fn all_pairs(
-    eps: &[Endpoint],
-    per_try: Duration,
-    tries: u32,
-) -> Result<Vec<(String, String)>, LabError> {
+pub fn all_pairs(eps: &[Endpoint], per_try: Duration, tries: u32) -> Result<Vec<(String, String)>, LabError> {
     let stop = Arc::new(AtomicBool::new(false));
     let responders = start_responders(eps, &stop)?;
     let mut clients = vec![];
@@ -122,8 +113,7 @@ pub fn all_pairs(
         clients.push(spawn_in(
             &src.ns,
             move || -> Result<Vec<(String, String)>, LabError> {
-                let sock =
-                    UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).map_err(io("bind UDP probe"))?;
+                let sock = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).map_err(io("bind UDP probe"))?;
                 let mut failed = vec![];
                 let mut buf = [0u8; 256];
                 for (k, d) in dsts.iter().enumerate() {
@@ -182,26 +172,18 @@ pub struct Throughput {
 /// One TCP flow from `src` to `dst` for `warmup + measure`; the rate is
 /// taken by the receiver over the `measure` window only, so slow start does
 /// not count.
-pub fn tcp_flow(
-    src: &Endpoint,
-    dst: &Endpoint,
-    warmup: Duration,
-    measure: Duration,
-) -> Result<Throughput, LabError> {
+pub fn tcp_flow(src: &Endpoint, dst: &Endpoint, warmup: Duration, measure: Duration) -> Result<Throughput, LabError> {
     let (tx, rx) = mpsc::channel();
     let total = warmup + measure;
     let server = spawn_in(&dst.ns, move || -> Result<Throughput, LabError> {
-        let l =
-            TcpListener::bind((Ipv4Addr::UNSPECIFIED, TCP_PORT)).map_err(io("bind TCP probe"))?;
+        let l = TcpListener::bind((Ipv4Addr::UNSPECIFIED, TCP_PORT)).map_err(io("bind TCP probe"))?;
         let _ = tx.send(());
         l.set_nonblocking(true).map_err(io("TCP probe"))?;
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut s = loop {
             match l.accept() {
                 Ok((s, _)) => break s,
-                Err(e)
-                    if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline =>
-                {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(2))
                 }
                 Err(e) => return Err(LabError::io("accept TCP probe", e)),
@@ -238,11 +220,8 @@ pub fn tcp_flow(
         .map_err(|_| LabError::io("TCP probe", std::io::Error::other("server did not start")))?;
     let daddr = dst.addr;
     let client = spawn_in(&src.ns, move || -> Result<(), LabError> {
-        let mut s = TcpStream::connect_timeout(
-            &SocketAddr::from((daddr, TCP_PORT)),
-            Duration::from_secs(5),
-        )
-        .map_err(io("connect TCP probe"))?;
+        let mut s = TcpStream::connect_timeout(&SocketAddr::from((daddr, TCP_PORT)), Duration::from_secs(5))
+            .map_err(io("connect TCP probe"))?;
         s.set_write_timeout(Some(Duration::from_secs(5)))
             .map_err(io("TCP probe"))?;
         let buf = vec![0x5au8; 1 << 16];
@@ -277,8 +256,7 @@ pub fn udp_rtts(
     let daddr = dst.addr;
     let r = spawn_in(&src.ns, move || -> Result<Vec<Duration>, LabError> {
         let sock = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).map_err(io("bind UDP probe"))?;
-        sock.connect((daddr, PROBE_PORT))
-            .map_err(io("connect UDP probe"))?;
+        sock.connect((daddr, PROBE_PORT)).map_err(io("connect UDP probe"))?;
         sock.set_read_timeout(Some(wait)).map_err(io("UDP probe"))?;
         let mut v = vec![];
         let mut buf = [0u8; 64];

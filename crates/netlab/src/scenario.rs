@@ -221,13 +221,7 @@ impl Scenario {
                 links,
             }
         } else {
-            Builtin::from_parts(
-                &f.topology.kind,
-                f.topology.hosts,
-                f.topology.switches,
-                f.topology.k,
-            )?
-            .build(&params)
+            Builtin::from_parts(&f.topology.kind, f.topology.hosts, f.topology.switches, f.topology.k)?.build(&params)
         };
         for (node, cpus) in &f.cpus {
             let Some(n) = topology.nodes.iter_mut().find(|n| &n.name == node) else {
@@ -256,9 +250,7 @@ impl Scenario {
                 None => Duration::ZERO,
             };
             let timeout = match &c.timeout {
-                Some(s) => {
-                    Duration::from_nanos(parse_duration(&format!("command[{i}].timeout"), s)?)
-                }
+                Some(s) => Duration::from_nanos(parse_duration(&format!("command[{i}].timeout"), s)?),
                 None => DEFAULT_TIMEOUT,
             };
             if timeout.is_zero() {
@@ -394,8 +386,7 @@ mod tests {
         assert!(err("[topology]\nkind = \"pair\"\n[link]\nbw = \"-1mbit\"").contains("link.bw"));
         assert!(err("[topology]\nkind = \"pair\"\n[link]\nqueue = 0").contains("link.queue"));
         assert!(
-            err("[topology]\nkind = \"pair\"\n[[command]]\nhost = \"h9\"\ncmd = \"x\"")
-                .contains("unknown host 'h9'")
+            err("[topology]\nkind = \"pair\"\n[[command]]\nhost = \"h9\"\ncmd = \"x\"").contains("unknown host 'h9'")
         );
         assert!(err("[topology]\nkind = \"pair\"\nbogus = 1").contains("x.toml"));
         let e = err("[topology]\nkind = \"custom\"\nnode = [ { name = \"a\", kind = \"host\" }, { name = \"a\", kind = \"host\" } ]");

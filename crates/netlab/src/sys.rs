@@ -26,13 +26,7 @@ fn check(r: libc::c_int, call: &str) -> io::Result<libc::c_int> {
     }
 }
 
-fn setopt(
-    fd: &OwnedFd,
-    level: libc::c_int,
-    name: libc::c_int,
-    val: libc::c_int,
-    call: &str,
-) -> io::Result<()> {
+fn setopt(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, val: libc::c_int, call: &str) -> io::Result<()> {
     // SAFETY: `val` is a live c_int and its size is passed alongside it.
     let r = unsafe {
         libc::setsockopt(
@@ -48,9 +42,8 @@ fn setopt(
 
 impl PacketSocket {
     pub fn open(ifname: &str) -> io::Result<Self> {
-        let ifindex = nix::net::if_::if_nametoindex(ifname).map_err(|e| {
-            io::Error::new(io::ErrorKind::NotFound, format!("interface {ifname}: {e}"))
-        })?;
+        let ifindex = nix::net::if_::if_nametoindex(ifname)
+            .map_err(|e| io::Error::new(io::ErrorKind::NotFound, format!("interface {ifname}: {e}")))?;
         let proto = (libc::ETH_P_ALL as u16).to_be();
         // SAFETY: plain syscall with integer arguments.
         let raw = check(
@@ -81,24 +74,10 @@ impl PacketSocket {
             "setsockopt(PACKET_IGNORE_OUTGOING)",
         )?;
         // Room for a burst at high rate; FORCE works as root, plain as fallback.
-        if setopt(
-            &fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUFFORCE,
-            8 << 20,
-            "SO_RCVBUFFORCE",
-        )
-        .is_err()
-        {
+        if setopt(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 8 << 20, "SO_RCVBUFFORCE").is_err() {
             let _ = setopt(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 8 << 20, "SO_RCVBUF");
         }
-        let _ = setopt(
-            &fd,
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUFFORCE,
-            8 << 20,
-            "SO_SNDBUFFORCE",
-        );
+        let _ = setopt(&fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, 8 << 20, "SO_SNDBUFFORCE");
         // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
@@ -126,13 +105,8 @@ impl PacketSocket {
         use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
         let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
         let mut iov = [io::IoSliceMut::new(buf)];
-        let msg = recvmsg::<()>(
-            self.fd.as_raw_fd(),
-            &mut iov,
-            Some(&mut cmsg),
-            MsgFlags::MSG_DONTWAIT,
-        )
-        .map_err(io::Error::from)?;
+        let msg = recvmsg::<()>(self.fd.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_DONTWAIT)
+            .map_err(io::Error::from)?;
         let mut ts = None;
         if let Ok(cms) = msg.cmsgs() {
             for c in cms {

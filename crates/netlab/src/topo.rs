@@ -63,11 +63,7 @@ impl Builtin {
             "linear" => Builtin::Linear {
                 switches: range(
                     "topology.switches",
-                    need(
-                        switches,
-                        "switches",
-                        "the number of switches, e.g. switches = 10",
-                    )?,
+                    need(switches, "switches", "the number of switches, e.g. switches = 10")?,
                     1,
                     MAX_SWITCHES,
                 )?,
@@ -75,11 +71,7 @@ impl Builtin {
             "chain" => Builtin::Chain {
                 switches: range(
                     "topology.switches",
-                    need(
-                        switches,
-                        "switches",
-                        "the number of switches, e.g. switches = 10",
-                    )?,
+                    need(switches, "switches", "the number of switches, e.g. switches = 10")?,
                     1,
                     MAX_SWITCHES,
                 )?,
@@ -106,13 +98,7 @@ impl Builtin {
             nodes: vec![],
             links: vec![],
         };
-        let node = |t: &mut Topology, name: String, kind| {
-            t.nodes.push(Node {
-                name,
-                kind,
-                cpus: None,
-            })
-        };
+        let node = |t: &mut Topology, name: String, kind| t.nodes.push(Node { name, kind, cpus: None });
         let link = |t: &mut Topology, a: String, b: String| {
             t.links.push(Link {
                 a,
@@ -180,11 +166,7 @@ impl Builtin {
                     }
                     for a in 0..half {
                         for j in 0..half {
-                            link(
-                                &mut t,
-                                format!("a{pod}_{a}"),
-                                format!("c{}", a * half + j + 1),
-                            );
+                            link(&mut t, format!("a{pod}_{a}"), format!("c{}", a * half + j + 1));
                         }
                     }
                 }
@@ -217,39 +199,23 @@ mod tests {
         let p = LinkParams::default();
         let t = Builtin::Star { hosts: 5 }.build(&p);
         assert_eq!(
-            (
-                count(&t, NodeKind::Host),
-                count(&t, NodeKind::Switch),
-                t.links.len()
-            ),
+            (count(&t, NodeKind::Host), count(&t, NodeKind::Switch), t.links.len()),
             (5, 1, 5)
         );
         let t = Builtin::Linear { switches: 10 }.build(&p);
         assert_eq!(
-            (
-                count(&t, NodeKind::Host),
-                count(&t, NodeKind::Switch),
-                t.links.len()
-            ),
+            (count(&t, NodeKind::Host), count(&t, NodeKind::Switch), t.links.len()),
             (10, 10, 19)
         );
         let t = Builtin::Chain { switches: 3 }.build(&p);
         assert_eq!(
-            (
-                count(&t, NodeKind::Host),
-                count(&t, NodeKind::Switch),
-                t.links.len()
-            ),
+            (count(&t, NodeKind::Host), count(&t, NodeKind::Switch), t.links.len()),
             (2, 3, 4)
         );
         let t = Builtin::FatTree { k: 4 }.build(&p);
         // k^3/4 hosts, 5k^2/4 routers, 3k^3/4 links.
         assert_eq!(
-            (
-                count(&t, NodeKind::Host),
-                count(&t, NodeKind::Router),
-                t.links.len()
-            ),
+            (count(&t, NodeKind::Host), count(&t, NodeKind::Router), t.links.len()),
             (16, 20, 48)
         );
         for b in [
@@ -273,13 +239,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("even"), "{e}");
-        let e = Builtin::from_parts("torus", None, None, None)
-            .unwrap_err()
-            .to_string();
+        let e = Builtin::from_parts("torus", None, None, None).unwrap_err().to_string();
         assert!(e.contains("unknown topology 'torus'"), "{e}");
-        let e = Builtin::from_parts("linear", None, None, None)
-            .unwrap_err()
-            .to_string();
+        let e = Builtin::from_parts("linear", None, None, None).unwrap_err().to_string();
         assert!(e.contains("needs 'switches'"), "{e}");
         assert!(Builtin::from_parts("star", Some(1_000_000), None, None).is_err());
     }

@@ -14,10 +14,7 @@ pub fn parse_rate(what: &str, s: &str) -> Result<u64, ModelError> {
         value: s.to_string(),
         expected: "a rate like 100mbit, 1gbit, 500kbit or bits per second".into(),
     };
-    let (num, mult) = split_unit(
-        &t,
-        &[("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1.0)],
-    );
+    let (num, mult) = split_unit(&t, &[("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1.0)]);
     let v: f64 = num.parse().map_err(|_| bad())?;
     if !v.is_finite() || v < 0.0 {
         return Err(bad());

@@ -61,19 +61,13 @@ fn failing_op_is_named_in_both_modes() {
                 assert_eq!(cmd, format!("ip -n {ns} link set nosuch up"), "{mode:?}");
                 assert!(stderr.contains("nosuch"), "{mode:?}: {stderr}");
             }
-            other => panic!(
-                "{mode:?}: expected the failing op, got {:?}",
-                other.map(|_| ())
-            ),
+            other => panic!("{mode:?}: expected the failing op, got {:?}", other.map(|_| ())),
         }
         // Nothing after the failure ran: br0 is still down.
         let o = std::process::Command::new("ip")
             .args(["-n", &ns, "-br", "link", "show", "br0"])
             .output()
             .unwrap();
-        assert!(
-            String::from_utf8_lossy(&o.stdout).contains("DOWN"),
-            "{mode:?}"
-        );
+        assert!(String::from_utf8_lossy(&o.stdout).contains("DOWN"), "{mode:?}");
     }
 }

@@ -11,10 +11,7 @@ use std::time::Duration;
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn netlab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_netlab"))
-        .args(args)
-        .output()
-        .unwrap()
+    Command::new(env!("CARGO_BIN_EXE_netlab")).args(args).output().unwrap()
 }
 
 fn text(o: &Output) -> String {
@@ -37,12 +34,7 @@ fn runs_of(pid: u32) -> Vec<String> {
     let mut ids: Vec<String> = netlab::netns::our_namespaces()
         .into_iter()
         .filter(|n| n.starts_with(&p))
-        .filter_map(|n| {
-            n[netlab::plan::NS_PREFIX.len()..]
-                .split('-')
-                .next()
-                .map(String::from)
-        })
+        .filter_map(|n| n[netlab::plan::NS_PREFIX.len()..].split('-').next().map(String::from))
         .collect();
     ids.dedup();
     ids
@@ -54,34 +46,18 @@ fn bad_input_is_named_and_exits_non_zero() {
     // Planning needs no root: these run everywhere.
     let o = netlab(&["plan", "torus:3"]);
     assert!(!o.status.success());
-    assert!(
-        text(&o).contains("unknown topology 'torus'"),
-        "{}",
-        text(&o)
-    );
+    assert!(text(&o).contains("unknown topology 'torus'"), "{}", text(&o));
     let o = netlab(&["plan", "star:-4"]);
     assert!(!o.status.success());
     assert!(text(&o).contains("topology.hosts = -4"), "{}", text(&o));
     let o = netlab(&["plan", "fattree:5"]);
     assert!(text(&o).contains("even"), "{}", text(&o));
     let o = netlab(&["plan", "pair", "--bw", "500tbit"]);
-    assert!(
-        !o.status.success() && text(&o).contains("bw"),
-        "{}",
-        text(&o)
-    );
+    assert!(!o.status.success() && text(&o).contains("bw"), "{}", text(&o));
     let o = netlab(&["plan", "pair", "--delay", "-3ms"]);
-    assert!(
-        !o.status.success() && text(&o).contains("delay"),
-        "{}",
-        text(&o)
-    );
+    assert!(!o.status.success() && text(&o).contains("delay"), "{}", text(&o));
     let o = netlab(&["plan", "pair", "--queue", "-1"]);
-    assert!(
-        !o.status.success() && text(&o).contains("queue = -1"),
-        "{}",
-        text(&o)
-    );
+    assert!(!o.status.success() && text(&o).contains("queue = -1"), "{}", text(&o));
     let dup = scenario(
         "dup",
         "[topology]\nkind = \"custom\"\nnode = [ { name = \"a\", kind = \"host\" }, { name = \"a\", kind = \"router\" } ]\n",
@@ -99,11 +75,7 @@ fn bad_input_is_named_and_exits_non_zero() {
         text(&o)
     );
     let o = netlab(&["demo", "--clients", "0"]);
-    assert!(
-        !o.status.success() && text(&o).contains("--clients"),
-        "{}",
-        text(&o)
-    );
+    assert!(!o.status.success() && text(&o).contains("--clients"), "{}", text(&o));
     let o = netlab(&["plan", "star:3"]);
     assert!(o.status.success());
     assert!(text(&o).contains("ip -n netlab-RUN--fabric link add s1 type bridge"));
@@ -169,10 +141,7 @@ fn run_prints_output_and_removes_everything() {
     assert!(t.contains("[h1] hello from h1"), "{t}");
     assert!(t.contains("10.0.0.1/29"), "{t}");
     assert!(t.contains("[h3] h3 knows h2 at 10.0.0.2"), "{t}");
-    assert!(
-        t.contains("link delay:"),
-        "the delay backend must be named: {t}"
-    );
+    assert!(t.contains("link delay:"), "the delay backend must be named: {t}");
     let _ = std::fs::remove_file(s);
 }
 
@@ -195,10 +164,7 @@ fn failing_command_fails_the_run_and_removes_the_lab() {
     let pid = child.id();
     let o = child.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(1));
-    assert!(
-        runs_of(pid).is_empty(),
-        "namespaces left after a failed command"
-    );
+    assert!(runs_of(pid).is_empty(), "namespaces left after a failed command");
     let o = netlab(&["run", s.to_str().unwrap()]);
     let t = text(&o);
     assert!(
@@ -226,27 +192,16 @@ fn ctrl_c_during_run_removes_the_lab() {
         .unwrap();
     let pid = child.id();
     // Wait until the command runs inside h1.
-    let run = wait_for("lab up", Duration::from_secs(20), || {
-        runs_of(pid).into_iter().next()
-    });
+    let run = wait_for("lab up", Duration::from_secs(20), || runs_of(pid).into_iter().next());
     wait_for("sleep in h1", Duration::from_secs(20), || {
         let ns = netlab::plan::Naming::new(&run).ns("h1");
         (!netlab::netns::pids_in(&ns).is_empty()).then_some(())
     });
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGINT).unwrap();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
-    assert!(
-        namespaces_of(&run).is_empty(),
-        "namespaces left after Ctrl-C"
-    );
-    assert!(!std::path::Path::new(netlab::lab::STATE_DIR)
-        .join(&run)
-        .exists());
+    assert!(namespaces_of(&run).is_empty(), "namespaces left after Ctrl-C");
+    assert!(!std::path::Path::new(netlab::lab::STATE_DIR).join(&run).exists());
     let _ = std::fs::remove_file(s);
 }
 
@@ -259,42 +214,23 @@ fn kill_9_during_up_then_clean_leaves_nothing() {
     // Big enough to be caught half-built; with delay lines, so that
     // processes are left too.
     let mut child = Command::new(env!("CARGO_BIN_EXE_netlab"))
-        .args([
-            "up",
-            "linear:60",
-            "--delay",
-            "100us",
-            "--apply",
-            "per-op",
-            "-q",
-        ])
+        .args(["up", "linear:60", "--delay", "100us", "--apply", "per-op", "-q"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let pid = child.id();
     let run = wait_for("namespaces being created", Duration::from_secs(20), || {
-        runs_of(pid)
-            .into_iter()
-            .next()
-            .filter(|r| namespaces_of(r).len() >= 10)
+        runs_of(pid).into_iter().next().filter(|r| namespaces_of(r).len() >= 10)
     });
     child.kill().unwrap();
     child.wait().unwrap();
-    assert!(
-        !namespaces_of(&run).is_empty(),
-        "test needs a half-built lab"
-    );
+    assert!(!namespaces_of(&run).is_empty(), "test needs a half-built lab");
     let o = netlab(&["clean"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains(&run), "{}", text(&o));
-    assert!(
-        namespaces_of(&run).is_empty(),
-        "namespaces left after clean"
-    );
-    assert!(!std::path::Path::new(netlab::lab::STATE_DIR)
-        .join(&run)
-        .exists());
+    assert!(namespaces_of(&run).is_empty(), "namespaces left after clean");
+    assert!(!std::path::Path::new(netlab::lab::STATE_DIR).join(&run).exists());
     // No delay line of that run survives.
     let o = Command::new("pgrep")
         .args([

@@ -42,8 +42,7 @@ fn fattree_ecmp_stride_1_disjoint_stride_4_collides() {
     let lab = up(&Builtin::FatTree { k: 4 }.build(&LinkParams::default()), &o);
     let eps: Vec<Endpoint> = netlab::probe::endpoints(&lab.state);
     assert_eq!(eps.len(), 16);
-    let by_name: HashMap<String, Endpoint> =
-        eps.iter().map(|e| (e.name.clone(), e.clone())).collect();
+    let by_name: HashMap<String, Endpoint> = eps.iter().map(|e| (e.name.clone(), e.clone())).collect();
     let cores: Vec<String> = (1..=4).map(|i| format!("c{i}")).collect();
 
     // A sink in every host counts what arrives, so no ICMP "port
@@ -128,11 +127,7 @@ fn fattree_ecmp_stride_1_disjoint_stride_4_collides() {
     let uses: usize = s1.values().map(|v| v.len()).sum();
     assert_eq!(uses, 8, "stride 1 core link uses: {s1:?}");
     for (l, flows) in &s1 {
-        assert_eq!(
-            flows.len(),
-            1,
-            "stride 1: flows {flows:?} share core link {l:?}"
-        );
+        assert_eq!(flows.len(), 1, "stride 1: flows {flows:?} share core link {l:?}");
     }
 
     let s4 = run_stride(4);

@@ -25,12 +25,7 @@ fn wire_rate(bw: u64, bytes: u64) -> (f64, f64) {
     let (h1, h2) = (eps[0].clone(), eps[1].clone());
     let secs = (bytes as f64 * 8.0 / bw as f64) * 1.5 + 1.0;
     let flow = std::thread::spawn(move || {
-        probe::tcp_flow(
-            &h1,
-            &h2,
-            Duration::from_millis(500),
-            Duration::from_secs_f64(secs),
-        )
+        probe::tcp_flow(&h1, &h2, Duration::from_millis(500), Duration::from_secs_f64(secs))
     });
     let ns = lab.ns_of("h1").unwrap().to_string();
     let tx = || root_qdisc_bytes(&ns, "eth0").unwrap();
@@ -62,10 +57,7 @@ fn htb_rate_within_5_percent() {
             "htb {bw} bit/s: wire {rate:.0} bit/s ({:+.2}%), goodput {goodput:.0}",
             (rate / bw as f64 - 1.0) * 100.0
         );
-        assert!(
-            err < 0.05,
-            "HTB at {bw} bit/s delivered {rate:.0} bit/s on the wire"
-        );
+        assert!(err < 0.05, "HTB at {bw} bit/s delivered {rate:.0} bit/s on the wire");
         assert!(
             goodput < bw as f64 * 1.01,
             "goodput {goodput} above the configured rate {bw}"
@@ -90,14 +82,8 @@ fn delay_line_latency_within_10_percent_or_100us() {
         );
         assert_eq!(lab.state.delay_backend, DelayBackend::DelayLine);
         let eps = probe::endpoints(&lab.state);
-        let mut rtts = probe::udp_rtts(
-            &eps[0],
-            &eps[1],
-            200,
-            Duration::from_millis(1),
-            Duration::from_secs(1),
-        )
-        .unwrap();
+        let mut rtts =
+            probe::udp_rtts(&eps[0], &eps[1], 200, Duration::from_millis(1), Duration::from_secs(1)).unwrap();
         assert_eq!(rtts.len(), 200, "no probe may be lost on a loss-free link");
         rtts.sort();
         // Each direction is delayed: one way is half the round trip.
@@ -108,10 +94,7 @@ fn delay_line_latency_within_10_percent_or_100us() {
             err <= (delay_ns as f64 * 0.1).max(100_000.0),
             "delay {delay_ns} ns measured {one_way:.0} ns one way"
         );
-        assert!(
-            one_way >= delay_ns as f64 * 0.99,
-            "a frame left before its time"
-        );
+        assert!(one_way >= delay_ns as f64 * 0.99, "a frame left before its time");
     }
 }
 

@@ -27,10 +27,7 @@ fn roundtrip(b: Builtin, params: LinkParams) {
         .collect();
     let dir = lab.dir.clone();
     lab.down().unwrap();
-    assert!(
-        namespaces_of(&run).is_empty(),
-        "{name}: namespaces left behind"
-    );
+    assert!(namespaces_of(&run).is_empty(), "{name}: namespaces left behind");
     assert!(!dir.exists(), "{name}: state left behind");
     for p in pids {
         assert!(!netlab::netns::alive(p), "{name}: process {p} left running");
@@ -90,12 +87,8 @@ fn fattree_applied_one_process_per_op() {
     let mut o = opts();
     o.apply_mode = netlab::apply::ApplyMode::PerOp;
     let lab = up(&Builtin::FatTree { k: 4 }.build(&LinkParams::default()), &o);
-    let failed =
-        probe::all_pairs(&probe::endpoints(&lab.state), Duration::from_millis(300), 5).unwrap();
-    assert!(
-        failed.is_empty(),
-        "per-op fattree: unreachable pairs {failed:?}"
-    );
+    let failed = probe::all_pairs(&probe::endpoints(&lab.state), Duration::from_millis(300), 5).unwrap();
+    assert!(failed.is_empty(), "per-op fattree: unreachable pairs {failed:?}");
     let run = lab.state.run_id.clone();
     lab.down().unwrap();
     assert!(namespaces_of(&run).is_empty());

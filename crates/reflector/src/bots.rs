@@ -116,6 +116,12 @@ pub struct BotsArgs {
     /// No progress lines on stderr.
     #[arg(long)]
     pub quiet: bool,
+    /// Create the bots' sockets in these network namespaces, round-robin (names under
+    /// /run/netns, e.g. the client hosts of a lab), so their traffic crosses the lab's links
+    /// while one process still knows every expected delivery. Needs root. The control
+    /// server is still asked from this process's own namespace.
+    #[arg(long, value_delimiter = ',')]
+    pub netns: Vec<String>,
 }
 
 /// Everything a bots run needs, independent of the CLI.
@@ -141,6 +147,9 @@ pub struct BotsConfig {
     /// Hold DATA until every bot has joined once, so that with no moves
     /// each bot must receive exactly (bots in its group - 1) x sent.
     pub sync_start: bool,
+    /// Network namespaces (names under /run/netns) for the bots' sockets,
+    /// round-robin; empty: this process's own.
+    pub netns: Vec<String>,
 }
 
 impl BotsConfig {
@@ -161,6 +170,7 @@ impl BotsConfig {
             progress: false,
             max_datagrams: None,
             sync_start: false,
+            netns: Vec::new(),
         }
     }
 
@@ -224,6 +234,7 @@ impl TryFrom<&BotsArgs> for BotsConfig {
             progress: !a.quiet,
             max_datagrams: a.max_datagrams,
             sync_start: a.sync_start,
+            netns: a.netns.clone(),
         };
         if a.first_player.checked_add(a.count as u32 - 1).is_none() {
             return Err(BotsError::Config(
@@ -898,7 +909,7 @@ impl Ctx<'_> {
                         }
                     }
                 }
-                let quota_left = self.cfg.max_datagrams.map_or(true, |m| bot.stats.sent < m);
+                let quota_left = self.cfg.max_datagrams.is_none_or(|m| bot.stats.sent < m);
                 if self.released && quota_left && now >= bot.next_send {
                     self.send_data(bot, mem, target, now);
                 } else if now >= bot.last_send + bot.keepalive {
@@ -998,10 +1009,22 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
         call: "epoll_create",
         source: e.into(),
     })?;
+    let namespaces = cfg
+        .netns
+        .iter()
+        .map(|n| {
+            crate::sys::NetNs::open(n).map_err(sock_err("open network namespace (needs root; see `ip netns list`)"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let start = Instant::now();
     let mut bots = Vec::with_capacity(cfg.count);
     for i in 0..cfg.count {
-        let sock = UdpSocket::bind(SocketAddr::new(cfg.bind, 0)).map_err(sock_err("bind"))?;
+        let bind = || UdpSocket::bind(SocketAddr::new(cfg.bind, 0));
+        let sock = match namespaces.get(i % namespaces.len().max(1)) {
+            Some(ns) => ns.run(bind).map_err(sock_err("setns"))?,
+            None => bind(),
+        }
+        .map_err(sock_err("bind"))?;
         sock.set_nonblocking(true).map_err(sock_err("fcntl(O_NONBLOCK)"))?;
         crate::sys::set_buffers(sock.as_fd(), cfg.rcvbuf, 256 << 10).map_err(sock_err("setsockopt(SO_RCVBUF)"))?;
         epoll

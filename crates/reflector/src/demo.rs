@@ -72,6 +72,17 @@ pub struct DemoArgs {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Run the reflector and the control server in this network namespace (a lab host,
+    /// e.g. from `netlab demo`), bound to --reflector-addr. Needs root.
+    #[arg(long, requires = "reflector_addr")]
+    pub reflector_netns: Option<String>,
+    /// The reflector host's address in its namespace (with --reflector-netns).
+    #[arg(long)]
+    pub reflector_addr: Option<std::net::IpAddr>,
+    /// Put the bots' sockets in these network namespaces, round-robin (the lab's client
+    /// hosts); the bots process itself runs in the first one. Needs root.
+    #[arg(long, value_delimiter = ',')]
+    pub bots_netns: Vec<String>,
 }
 
 /// One line of the demo table.
@@ -194,29 +205,31 @@ fn free_tcp_port() -> Result<u16, CliError> {
         .port())
 }
 
-/// True once every one of `ports` is bound (by the reflector), read from
-/// `/proc/net/udp` so that probing has no side effect on the ports.
-fn udp_ports_bound(ports: &[u16]) -> bool {
-    let Ok(table) = std::fs::read_to_string("/proc/net/udp") else {
-        return true; // cannot tell: the bots' join retries cover a late start
-    };
-    let bound: std::collections::HashSet<u16> = table
-        .lines()
-        .skip(1)
-        .filter_map(|l| l.split_whitespace().nth(1))
-        .filter_map(|local| local.rsplit_once(':'))
-        .filter_map(|(_, port)| u16::from_str_radix(port, 16).ok())
-        .collect();
-    ports.iter().all(|p| bound.contains(p))
+/// Local ports of the sockets in a `/proc/<pid>/net/{udp,tcp}` table, in
+/// the network namespace of that process (so it works for a child inside a
+/// lab host too), keeping only rows whose state is `state` (hex) if given.
+fn bound_ports(pid: u32, table: &str, state: Option<&str>) -> Option<std::collections::HashSet<u16>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).ok()?;
+    Some(
+        text.lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .filter(|f| f.len() > 3 && state.is_none_or(|st| f[3] == st))
+            .filter_map(|f| f[1].rsplit_once(':').and_then(|(_, p)| u16::from_str_radix(p, 16).ok()))
+            .collect(),
+    )
 }
 
-fn http_ok(url: &str) -> bool {
-    ureq::AgentBuilder::new()
-        .timeout(Duration::from_millis(500))
-        .build()
-        .get(url)
-        .call()
-        .is_ok()
+/// True once the reflector child has bound every one of `ports`, read from
+/// its `/proc` tables so that probing has no side effect on the ports.
+fn udp_ports_bound(pid: u32, ports: &[u16]) -> bool {
+    // Cannot tell: the bots' join retries cover a late start.
+    bound_ports(pid, "udp", None).is_none_or(|b| ports.iter().all(|p| b.contains(p)))
+}
+
+/// True once the control child listens on `port` (TCP state 0A = LISTEN).
+fn tcp_listening(pid: u32, port: u16) -> bool {
+    bound_ports(pid, "tcp", Some("0A")).is_none_or(|b| b.contains(&port))
 }
 
 fn wait_until(
@@ -260,8 +273,16 @@ struct Scenario<'a> {
 }
 
 impl Scenario<'_> {
-    fn cmd(&self, sub: &str) -> Command {
-        let mut c = Command::new(&self.exe);
+    /// This binary's subcommand `sub`, inside network namespace `netns` if given.
+    fn cmd(&self, sub: &str, netns: Option<&str>) -> Command {
+        let mut c = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&self.exe);
+                c
+            }
+            None => Command::new(&self.exe),
+        };
         c.arg(sub).env("RUST_LOG", "warn").stdin(Stdio::null());
         c
     }
@@ -269,7 +290,10 @@ impl Scenario<'_> {
     fn run(&self, backend: &str, stop: &AtomicBool) -> Result<DemoRow, CliError> {
         let a = self.args;
         let groups = a.groups as usize;
-        let ports = match a.base_port {
+        let in_lab = a.reflector_netns.is_some();
+        // A lab host is a fresh namespace: the usual ports are free there.
+        let base_port = a.base_port.or(in_lab.then_some(4000));
+        let ports = match base_port {
             Some(b) => {
                 let last = u32::from(b) + a.groups as u32 - 1;
                 if b == 0 || last > 65535 {
@@ -279,19 +303,22 @@ impl Scenario<'_> {
             }
             None => free_udp_ports(groups)?,
         };
-        let control_port = match a.control_port {
-            Some(p) => p,
-            None => free_tcp_port()?,
+        let control_port = match (a.control_port, in_lab) {
+            (Some(p), _) => p,
+            (None, true) => 8700,
+            (None, false) => free_tcp_port()?,
         };
-        let control: SocketAddr = ([127, 0, 0, 1], control_port).into();
+        let host = a.reflector_addr.unwrap_or(std::net::IpAddr::from([127, 0, 0, 1]));
+        let control = SocketAddr::new(host, control_port);
+        let refl_ns = a.reflector_netns.as_deref();
         let summary = self.dir.join(format!("summary-{backend}.json"));
         let mut children = Children::new();
 
-        let mut serve = self.cmd("serve");
+        let mut serve = self.cmd("serve", refl_ns);
         serve
             .args([
                 "--bind",
-                "127.0.0.1",
+                &host.to_string(),
                 "--ports",
                 &ports_arg(&ports),
                 "--backend",
@@ -310,10 +337,10 @@ impl Scenario<'_> {
             serve.spawn().map_err(|e| format!("cannot start the reflector: {e}"))?,
         );
 
-        let mut ctl = self.cmd("control");
+        let mut ctl = self.cmd("control", refl_ns);
         ctl.args(["--listen", &control.to_string(), "--grid", &a.grid])
             .arg("--reflector")
-            .arg(format!("127.0.0.1:{}", ports_arg(&ports)))
+            .arg(format!("{host}:{}", ports_arg(&ports)))
             .arg("--secret-file")
             .arg(&self.secret)
             .stdout(Stdio::null());
@@ -323,11 +350,19 @@ impl Scenario<'_> {
                 .map_err(|e| format!("cannot start the control server: {e}"))?,
         );
 
-        wait_until("the reflector's ports", stop, &mut children, || udp_ports_bound(&ports))?;
-        let health = format!("http://{control}/healthz");
-        wait_until("the control server", stop, &mut children, || http_ok(&health))?;
+        let refl_pid = children.get("reflector").map_or(0, |c| c.id());
+        wait_until("the reflector's ports", stop, &mut children, || {
+            udp_ports_bound(refl_pid, &ports)
+        })?;
+        let ctl_pid = children.get("control").map_or(0, |c| c.id());
+        wait_until("the control server", stop, &mut children, || {
+            tcp_listening(ctl_pid, control_port)
+        })?;
 
-        let mut bots = self.cmd("bots");
+        let mut bots = self.cmd("bots", a.bots_netns.first().map(String::as_str));
+        if !a.bots_netns.is_empty() {
+            bots.arg("--netns").arg(a.bots_netns.join(","));
+        }
         bots.args([
             "--control",
             &format!("http://{control}"),
@@ -342,7 +377,11 @@ impl Scenario<'_> {
             "--move-every",
             &a.move_every.to_string(),
             "--bind",
-            "127.0.0.1",
+            if a.bots_netns.is_empty() {
+                "127.0.0.1"
+            } else {
+                "0.0.0.0"
+            },
             "--seed",
             &a.seed.to_string(),
             "--json",
@@ -492,8 +531,13 @@ pub fn run(args: DemoArgs, stop: Arc<AtomicBool>) -> Result<i32, CliError> {
         );
         rows.push(row);
     }
+    let place = match (&args.reflector_netns, args.bots_netns.len()) {
+        (Some(ns), n) if n > 0 => format!("in the lab (reflector in {ns}, bots over {n} client hosts)"),
+        (Some(ns), _) => format!("in the lab (reflector in {ns})"),
+        (None, _) => "on loopback".to_string(),
+    };
     println!(
-        "\nreflector loopback demo: {} bots, {} s per backend, {} Hz x {} B, moves every {} s, {} groups\n",
+        "\nreflector demo {place}: {} bots, {} s per backend, {} Hz x {} B, moves every {} s, {} groups\n",
         args.bots, args.duration, args.rate, args.size, args.move_every, args.groups
     );
     print!("{}", table(&rows));
@@ -531,8 +575,15 @@ mod tests {
     fn bound_ports_are_seen_in_proc() {
         let s = UdpSocket::bind("127.0.0.1:0").unwrap();
         let p = s.local_addr().unwrap().port();
-        assert!(udp_ports_bound(&[p]));
+        let me = std::process::id();
+        assert!(udp_ports_bound(me, &[p]));
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let tp = l.local_addr().unwrap().port();
+        assert!(tcp_listening(me, tp));
+        drop(l);
+        assert!(!tcp_listening(me, tp));
         drop(s);
+        assert!(!udp_ports_bound(me, &[p]));
         let free = free_udp_ports(3).unwrap();
         assert_eq!(free.len(), 3);
         assert!(free.windows(2).all(|w| w[0] < w[1]));

@@ -343,3 +343,36 @@ pub fn set_buffers(fd: BorrowedFd<'_>, rcv: usize, snd: usize) -> io::Result<(us
 pub fn sleep_micros(micros: u64) {
     std::thread::sleep(std::time::Duration::from_micros(micros));
 }
+
+/// A network namespace to create sockets in. A socket stays in the
+/// namespace it was created in, whatever thread uses it later, so switching
+/// the calling thread in and back out around `socket()` is enough.
+pub struct NetNs {
+    target: std::fs::File,
+}
+
+impl NetNs {
+    /// Opens `name` (under /run/netns, where `ip netns add` puts them) or a path.
+    pub fn open(name: &str) -> io::Result<NetNs> {
+        let path = if name.contains('/') {
+            std::path::PathBuf::from(name)
+        } else {
+            std::path::Path::new("/run/netns").join(name)
+        };
+        Ok(NetNs {
+            target: std::fs::File::open(path)?,
+        })
+    }
+
+    /// Runs `f` with the calling thread inside the namespace, then moves it back.
+    pub fn run<T>(&self, f: impl FnOnce() -> T) -> io::Result<T> {
+        let home = std::fs::File::open("/proc/thread-self/ns/net")?;
+        nix::sched::setns(&self.target, nix::sched::CloneFlags::CLONE_NEWNET).map_err(io::Error::from)?;
+        let out = f();
+        // Failing to return would leave this thread in the lab for good:
+        // nothing sensible can continue then.
+        nix::sched::setns(&home, nix::sched::CloneFlags::CLONE_NEWNET)
+            .expect("setns back to the thread's own namespace");
+        Ok(out)
+    }
+}

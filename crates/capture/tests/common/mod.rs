@@ -74,8 +74,7 @@ impl Lab {
             );
         }
         ip(&[
-            "-n", &lab.a, "link", "add", &lab.a_if, "type", "veth", "peer", "name", &lab.b_if,
-            "netns", &lab.b,
+            "-n", &lab.a, "link", "add", &lab.a_if, "type", "veth", "peer", "name", &lab.b_if, "netns", &lab.b,
         ]);
         ip(&[
             "-n",
@@ -252,8 +251,7 @@ impl Running {
     }
 
     pub fn signal(&self, sig: nix::sys::signal::Signal) {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig)
-            .expect("kill");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig).expect("kill");
     }
 
     /// Waits for exit (killing it after `timeout`); returns status and all stderr.
@@ -265,10 +263,7 @@ impl Running {
             }
             if Instant::now() > deadline {
                 let _ = self.child.kill();
-                panic!(
-                    "capture did not exit within {timeout:?}; stderr: {:#?}",
-                    self.stderr
-                );
+                panic!("capture did not exit within {timeout:?}; stderr: {:#?}", self.stderr);
             }
             std::thread::sleep(Duration::from_millis(10));
         };
@@ -285,10 +280,7 @@ impl Running {
 
 /// Number read after `key` in `text` (e.g. "kernel: 12 accepted" with key "kernel: ").
 pub fn number_after(text: &str, key: &str) -> u64 {
-    let i = text
-        .rfind(key)
-        .unwrap_or_else(|| panic!("'{key}' not in: {text}"))
-        + key.len();
+    let i = text.rfind(key).unwrap_or_else(|| panic!("'{key}' not in: {text}")) + key.len();
     text[i..]
         .chars()
         .take_while(|c| c.is_ascii_digit())

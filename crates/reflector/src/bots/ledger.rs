@@ -66,7 +66,7 @@ struct Pair {
 
 impl Pair {
     fn covers(&self, seq: u32) -> bool {
-        seq >= self.a_min && self.end.map_or(true, |e| seq < e)
+        seq >= self.a_min && self.end.is_none_or(|e| seq < e)
     }
 
     /// Marks `seq`; returns false if it was already there.
