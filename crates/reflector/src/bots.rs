@@ -122,6 +122,11 @@ pub struct BotsArgs {
     /// server is still asked from this process's own namespace.
     #[arg(long, value_delimiter = ',')]
     pub netns: Vec<String>,
+    /// Milliseconds: DATA sent this close before a receiver's LEAVE counts as uncertain
+    /// (accepted, not required), since over a lab's separate links the LEAVE may overtake
+    /// it on the way to the reflector. 0 where every path keeps order.
+    #[arg(long, default_value_t = 20)]
+    pub settle_ms: u64,
 }
 
 /// Everything a bots run needs, independent of the CLI.
@@ -150,6 +155,8 @@ pub struct BotsConfig {
     /// Network namespaces (names under /run/netns) for the bots' sockets,
     /// round-robin; empty: this process's own.
     pub netns: Vec<String>,
+    /// DATA sent this close before a receiver's LEAVE is uncertain.
+    pub settle: Duration,
 }
 
 impl BotsConfig {
@@ -171,6 +178,7 @@ impl BotsConfig {
             max_datagrams: None,
             sync_start: false,
             netns: Vec::new(),
+            settle: Duration::from_millis(20),
         }
     }
 
@@ -235,6 +243,7 @@ impl TryFrom<&BotsArgs> for BotsConfig {
             max_datagrams: a.max_datagrams,
             sync_start: a.sync_start,
             netns: a.netns.clone(),
+            settle: Duration::from_millis(a.settle_ms),
         };
         if a.first_player.checked_add(a.count as u32 - 1).is_none() {
             return Err(BotsError::Config(
@@ -672,13 +681,20 @@ impl Ctx<'_> {
         };
     }
 
-    fn leave(&mut self, bot: &mut Bot) {
+    /// Leaves the current group. `settle`: the LEAVE may overtake other
+    /// bots' recent datagrams on the way (a move during the run); false at
+    /// the end of the run, when the grace period has let everything arrive.
+    fn leave(&mut self, bot: &mut Bot, settle: bool) {
         if let State::Member { mem, target } | State::Joining { mem, target, .. } = bot.state {
             let d = SmallDatagram::simple(Kind::Leave, target.group, bot.player, 0);
             self.send_small(bot, &d, target.dest);
             // After the LEAVE is sent: its order against other bots' sends
-            // is what the reflector sees.
-            self.ledger.ended(mem);
+            // is what the reflector sees, up to the settle time.
+            if settle {
+                self.ledger.ended_at(mem, crate::mono_now_ns());
+            } else {
+                self.ledger.ended(mem);
+            }
             bot.state = State::Idle;
         }
     }
@@ -712,7 +728,7 @@ impl Ctx<'_> {
         match bot.state {
             State::Member { target: cur, .. } if cur.dest == target.dest => {}
             State::Member { .. } => {
-                self.leave(bot);
+                self.leave(bot, true);
                 bot.stats.group_changes += 1;
                 self.start_join(idx, bot, target, now);
             }
@@ -947,7 +963,7 @@ impl Ctx<'_> {
         match bot.sock.send_to(&self.buf[..size], target.dest) {
             Ok(_) => {
                 // Count it only once it is really sent.
-                self.ledger.next_seq(mem);
+                self.ledger.next_seq_at(mem, crate::mono_now_ns());
                 bot.stats.sent += 1;
                 bot.last_send = now;
                 let period = Duration::from_secs_f64(1.0 / self.cfg.rate_hz);
@@ -1073,7 +1089,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
     drop(res_tx);
     let mut ctx = Ctx {
         cfg,
-        ledger: Ledger::new(cfg.count),
+        ledger: Ledger::with_settle(cfg.count, u64::try_from(cfg.settle.as_nanos()).unwrap_or(u64::MAX)),
         jobs: job_tx,
         latency: Histogram::default(),
         malformed: 0,
@@ -1186,7 +1202,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
     }
     // Leave cleanly; the ledger closes what is still open.
     for bot in bots.iter_mut() {
-        ctx.leave(bot);
+        ctx.leave(bot, false);
     }
     drop(ctx.jobs);
     // Helper threads end when the job channel closes (after any HTTP call

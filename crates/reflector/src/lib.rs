@@ -37,8 +37,13 @@ pub fn unix_now_ms() -> u64 {
 /// Milliseconds on the monotonic clock since the first call in this
 /// process: for liveness and intervals, immune to steps of the system clock.
 pub fn mono_now_ms() -> u64 {
+    mono_now_ns() / 1_000_000
+}
+
+/// Nanoseconds on the same monotonic clock as [`mono_now_ms`].
+pub fn mono_now_ns() -> u64 {
     static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    EPOCH.get_or_init(std::time::Instant::now).elapsed().as_millis() as u64
+    EPOCH.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
 }
 
 /// Both clocks, read once per batch of datagrams.

@@ -9,18 +9,24 @@
 //! ledger keeps a *window* of sender sequence numbers the receiver must get.
 //!
 //! Why the windows are exact: the reflector serves a group from one socket,
-//! in arrival order, and all bots send from one thread, so the order of our
-//! `sendto` calls is the order the reflector sees. Hence
-//! - a receiver gets every datagram sent after its confirming JOIN (the one
-//!   carrying the cookie) and before its LEAVE, and no other;
-//! - the window starts at the sender's next sequence when that JOIN is sent
-//!   and ends at the sender's next sequence when the LEAVE is sent.
+//! in arrival order, and all bots send from one thread. A receiver gets
+//! every datagram sent after its confirming JOIN (the one carrying the
+//! cookie) reached the reflector and before its LEAVE did, and no other. So
+//! a window runs from the sender's next sequence when that JOIN is sent to
+//! its next sequence when the LEAVE is sent, with two margins where the
+//! order our `sendto` calls were made in need not be the order the reflector
+//! sees (bots on different lab hosts reach it over different links):
+//! - from the confirming JOIN until its JOIN_ACK arrives, the sender's
+//!   datagrams are *uncertain* (accepted, not required); after the ACK they
+//!   are certain, since the reflector sent the ACK after admitting the
+//!   receiver (causality, no clock involved). A retried JOIN extends this;
+//! - datagrams sent less than the *settle* time before a LEAVE are
+//!   uncertain too (a LEAVE has no acknowledgement, so a time bound it is;
+//!   0 on a path known to keep order).
 //!
-//! If the confirming JOIN had to be retried we do not know which copy
-//! counted: datagrams between the first and the last copy are *uncertain*
-//! (accepted, not required). Receipts outside every window are
-//! *unexpected*. Missing datagrams are split into *gap* losses (below the
-//! highest received sequence) and *tail* losses (after it).
+//! Receipts outside every window are *unexpected*. Missing datagrams are
+//! split into *gap* losses (below the highest received sequence) and *tail*
+//! losses (after it).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -46,6 +52,8 @@ struct Mem {
     state: MemState,
     /// DATA sent so far: the next sequence number.
     next_seq: u32,
+    /// (time ns, sequence) of the sends within the settle time, oldest first.
+    recent: std::collections::VecDeque<(u64, u32)>,
 }
 
 #[derive(Debug)]
@@ -55,8 +63,13 @@ struct Pair {
     a_min: u32,
     /// Lowest sequence required (last copy of the confirming JOIN).
     a_max: u32,
-    /// One past the last sequence required; `None` while open.
+    /// One past the last sequence accepted; `None` while open.
     end: Option<u32>,
+    /// One past the last sequence required, when the receiver's LEAVE came
+    /// within the settle time of the sender's last datagrams.
+    req_end: Option<u32>,
+    /// The receiver's JOIN_ACK has not arrived: what the sender sends now is uncertain.
+    young: bool,
     /// Bit `seq - a_min` set when received.
     bits: Vec<u64>,
     dups: u64,
@@ -167,6 +180,8 @@ impl Tally {
 /// The ledger of all memberships and windows of one bots process.
 #[derive(Debug)]
 pub struct Ledger {
+    /// Sends this close before a receiver's LEAVE are uncertain (ns).
+    settle_ns: u64,
     mems: Vec<Mem>,
     pairs: Vec<Pair>,
     /// Pair indices by receiver membership.
@@ -181,8 +196,15 @@ pub struct Ledger {
 }
 
 impl Ledger {
+    /// A ledger for paths that keep order (loopback, one bridge): no settle time.
     pub fn new(bots: usize) -> Ledger {
+        Ledger::with_settle(bots, 0)
+    }
+
+    /// A ledger that treats sends within `settle_ns` before a LEAVE as uncertain.
+    pub fn with_settle(bots: usize, settle_ns: u64) -> Ledger {
         Ledger {
+            settle_ns,
             mems: Vec::new(),
             pairs: Vec::new(),
             rx_pairs: Vec::new(),
@@ -200,6 +222,7 @@ impl Ledger {
             group,
             state: MemState::Pending,
             next_seq: 0,
+            recent: std::collections::VecDeque::new(),
         });
         self.rx_pairs.push(Vec::new());
         self.tx_pairs.push(Vec::new());
@@ -213,6 +236,8 @@ impl Ledger {
             a_min: start,
             a_max: start,
             end: None,
+            req_end: None,
+            young: true,
             bits: Vec::new(),
             dups: 0,
             void: false,
@@ -247,10 +272,12 @@ impl Ledger {
                 self.groups.entry(group).or_default().push(m);
             }
             MemState::Joining => {
-                // A retry: anything its sender sent before now is uncertain.
+                // A retry: anything its sender sent before now is uncertain,
+                // and so is what it sends until the JOIN_ACK.
                 for &p in &self.rx_pairs[mi] {
                     let tx = self.pairs[p].tx as usize;
                     self.pairs[p].a_max = self.mems[tx].next_seq;
+                    self.pairs[p].young = true;
                 }
             }
             MemState::Active | MemState::Closed => {}
@@ -264,6 +291,10 @@ impl Ledger {
             return;
         }
         self.mems[mi].state = MemState::Active;
+        // Admitted for sure: from now on its senders' datagrams are required.
+        for &p in &self.rx_pairs[mi] {
+            self.pairs[p].young = false;
+        }
         let group = self.mems[mi].group;
         let receivers: Vec<MemId> = self
             .groups
@@ -272,18 +303,42 @@ impl Ledger {
             .unwrap_or_default();
         for r in receivers {
             self.add_pair(m, r, 0);
+            // The receiver was admitted before us (or its pairs say otherwise).
+            let p = self.pairs.len() - 1;
+            self.pairs[p].young = self.mems[r as usize].state == MemState::Joining;
         }
     }
 
     /// `m` sends DATA: returns the sequence number to put in it. Only
     /// active memberships send.
     pub fn next_seq(&mut self, m: MemId) -> Option<u32> {
+        self.next_seq_at(m, 0)
+    }
+
+    /// [`Ledger::next_seq`] at `now_ns` (a monotonic clock).
+    pub fn next_seq_at(&mut self, m: MemId, now_ns: u64) -> Option<u32> {
         let mem = &mut self.mems[m as usize];
         if mem.state != MemState::Active {
             return None;
         }
         let s = mem.next_seq;
         mem.next_seq += 1;
+        if self.settle_ns > 0 {
+            mem.recent.push_back((now_ns, s));
+            while mem
+                .recent
+                .front()
+                .is_some_and(|&(t, _)| now_ns.saturating_sub(t) >= self.settle_ns)
+            {
+                mem.recent.pop_front();
+            }
+        }
+        for &p in &self.tx_pairs[m as usize] {
+            let pair = &mut self.pairs[p];
+            if pair.young && pair.end.is_none() {
+                pair.a_max = s + 1;
+            }
+        }
         Some(s)
     }
 
@@ -294,6 +349,16 @@ impl Ledger {
 
     /// `m` ends: its LEAVE was just sent (or it learnt it is no member).
     pub fn ended(&mut self, m: MemId) {
+        self.close(m, None);
+    }
+
+    /// [`Ledger::ended`] at `now_ns`: the senders' datagrams of the last
+    /// settle time may or may not have beaten the LEAVE to the reflector.
+    pub fn ended_at(&mut self, m: MemId, now_ns: u64) {
+        self.close(m, Some(now_ns));
+    }
+
+    fn close(&mut self, m: MemId, now_ns: Option<u64>) {
         let mi = m as usize;
         if self.mems[mi].state == MemState::Closed {
             return;
@@ -303,10 +368,15 @@ impl Ledger {
         if was == MemState::Pending {
             return;
         }
+        let settle = self.settle_ns;
         for &p in &self.rx_pairs[mi] {
-            let tx = self.pairs[p].tx as usize;
+            let tx = &self.mems[self.pairs[p].tx as usize];
             if self.pairs[p].end.is_none() {
-                self.pairs[p].end = Some(self.mems[tx].next_seq);
+                self.pairs[p].end = Some(tx.next_seq);
+                if let Some(now) = now_ns.filter(|_| settle > 0) {
+                    let first_recent = tx.recent.iter().find(|&&(t, _)| now.saturating_sub(t) < settle);
+                    self.pairs[p].req_end = first_recent.map(|&(_, s)| s);
+                }
             }
         }
         let sent = self.mems[mi].next_seq;
@@ -359,7 +429,7 @@ impl Ledger {
             .iter()
             .filter(|p| !p.void)
             .map(|p| {
-                let end = p.end.unwrap_or(self.mems[p.tx as usize].next_seq);
+                let end = p.req_end.or(p.end).unwrap_or(self.mems[p.tx as usize].next_seq);
                 if end <= p.a_max {
                     return 0;
                 }
@@ -383,19 +453,22 @@ impl Ledger {
             t.sent += u64::from(mem.next_seq);
             for &p in &self.rx_pairs[mi] {
                 let pair = &self.pairs[p];
-                let end = pair.end.unwrap_or(pair.a_max);
+                let accepted_end = pair.end.unwrap_or(pair.a_max);
+                // Required up to req_end; what follows, up to end, is uncertain.
+                let end = pair.req_end.map_or(accepted_end, |r| r.min(accepted_end));
+                t.duplicates += pair.dups;
+                if pair.void {
+                    // Never a member: whatever arrived was not owed.
+                    t.unexpected += (pair.a_min..accepted_end).filter(|&s| pair.has(s)).count() as u64;
+                    continue;
+                }
                 let mut uncertain = 0u64;
-                for s in pair.a_min..pair.a_max.min(end) {
+                for s in (pair.a_min..pair.a_max.min(end)).chain(end.max(pair.a_max)..accepted_end) {
                     if pair.has(s) {
                         uncertain += 1;
                     }
                 }
                 t.uncertain += uncertain;
-                t.duplicates += pair.dups;
-                if pair.void {
-                    t.unexpected += (pair.a_min..end).filter(|&s| pair.has(s)).count() as u64;
-                    continue;
-                }
                 let lo = pair.a_max;
                 if end <= lo {
                     continue;
@@ -519,6 +592,8 @@ mod tests {
             a_min: 3,
             a_max: 3,
             end: None,
+            req_end: None,
+            young: false,
             bits: vec![!0, !0],
             dups: 0,
             void: false,
@@ -625,8 +700,13 @@ mod tests {
         l.next_seq(a);
         l.joined(b);
         assert_eq!(l.received(1, a, 0), Receipt::New);
+        l.next_seq(a);
+        assert_eq!(l.received(1, a, 1), Receipt::New);
         let t = l.finish();
-        assert_eq!((t[1].expected, t[1].received), (1, 1));
+        // Seq 0 was sent before b's JOIN_ACK: accepted but not owed (over
+        // separate links it may reach the reflector before b's JOIN). Seq 1
+        // came after the ACK: owed.
+        assert_eq!((t[1].expected, t[1].received, t[1].uncertain), (1, 1, 1));
     }
 
     use proptest::prelude::*;
@@ -695,5 +775,62 @@ mod tests {
                 prop_assert_eq!(t[r].unexpected + t[r].duplicates + t[r].uncertain, 0);
             }
         }
+    }
+    #[test]
+    fn datagrams_before_the_join_ack_are_uncertain_not_owed() {
+        let mut l = Ledger::new(2);
+        let a = join(&mut l, 0, g(4000));
+        let b = l.new_membership(1, g(4000));
+        l.join_sent(b);
+        // Sent while b's JOIN may still be on its way: b may or may not get them.
+        let early = [l.next_seq(a).unwrap(), l.next_seq(a).unwrap()];
+        assert_eq!(l.received(1, a, early[1]), Receipt::New);
+        l.joined(b);
+        let owed = send(&mut l, a, 3, &[1]);
+        assert_eq!(owed, vec![2, 3, 4]);
+        assert_eq!(l.missing(), 0);
+        let t = l.finish();
+        assert_eq!((t[1].expected, t[1].received, t[1].lost()), (3, 3, 0));
+        assert_eq!(t[1].uncertain, 1, "the early datagram that did arrive");
+    }
+
+    #[test]
+    fn datagrams_just_before_a_leave_are_uncertain_with_a_settle_time() {
+        const MS: u64 = 1_000_000;
+        for (settle, owed_last) in [(20 * MS, false), (0, true)] {
+            let mut l = Ledger::with_settle(2, settle);
+            let a = join(&mut l, 0, g(4000));
+            let b = join(&mut l, 1, g(4000));
+            for (i, at) in [0, 100, 195].into_iter().enumerate() {
+                let s = l.next_seq_at(a, at * MS).unwrap();
+                assert_eq!(s, i as u32);
+                if s < 2 {
+                    assert_eq!(l.received(1, a, s), Receipt::New);
+                }
+            }
+            // b leaves at 200 ms; seq 2 (sent at 195 ms) may have been beaten by the LEAVE.
+            l.ended_at(b, 200 * MS);
+            let t = l.finish();
+            if owed_last {
+                assert_eq!((t[1].expected, t[1].received, t[1].tail_lost), (3, 2, 1));
+            } else {
+                assert_eq!((t[1].expected, t[1].received, t[1].lost()), (2, 2, 0));
+            }
+        }
+    }
+
+    #[test]
+    fn an_uncertain_tail_datagram_that_arrives_is_counted_as_such() {
+        let mut l = Ledger::with_settle(2, 1_000);
+        let a = join(&mut l, 0, g(4000));
+        let b = join(&mut l, 1, g(4000));
+        let s = l.next_seq_at(a, 10_000).unwrap();
+        l.ended_at(b, 10_500);
+        assert_eq!(l.received(1, a, s), Receipt::New);
+        let t = l.finish();
+        assert_eq!(
+            (t[1].expected, t[1].uncertain, t[1].lost(), t[1].unexpected),
+            (0, 1, 0, 0)
+        );
     }
 }
