@@ -196,33 +196,42 @@ impl PacketSocket {
     }
 
     pub fn set_rx_ring_v2(&self, block_size: u32, block_nr: u32, frame_size: u32) -> SysResult<()> {
-        let req = libc::tpacket_req {
-            tp_block_size: block_size,
-            tp_block_nr: block_nr,
-            tp_frame_size: frame_size,
-            tp_frame_nr: block_size / frame_size * block_nr,
-        };
-        self.setsockopt(
-            libc::SOL_PACKET,
+        self.set_ring_v2(
             libc::PACKET_RX_RING,
-            &req,
             "setsockopt(PACKET_RX_RING)",
+            block_size,
+            block_nr,
+            frame_size,
         )
     }
 
     pub fn set_tx_ring_v2(&self, block_size: u32, block_nr: u32, frame_size: u32) -> SysResult<()> {
+        self.set_ring_v2(
+            libc::PACKET_TX_RING,
+            "setsockopt(PACKET_TX_RING)",
+            block_size,
+            block_nr,
+            frame_size,
+        )
+    }
+
+    /// One TPACKET_V2 ring request: `block_nr` blocks of `block_size` bytes
+    /// cut into frames of `frame_size`.
+    fn set_ring_v2(
+        &self,
+        option: libc::c_int,
+        call: &'static str,
+        block_size: u32,
+        block_nr: u32,
+        frame_size: u32,
+    ) -> SysResult<()> {
         let req = libc::tpacket_req {
             tp_block_size: block_size,
             tp_block_nr: block_nr,
             tp_frame_size: frame_size,
             tp_frame_nr: block_size / frame_size * block_nr,
         };
-        self.setsockopt(
-            libc::SOL_PACKET,
-            libc::PACKET_TX_RING,
-            &req,
-            "setsockopt(PACKET_TX_RING)",
-        )
+        self.setsockopt(libc::SOL_PACKET, option, &req, call)
     }
 
     pub fn set_rx_ring_v3(&self, block_size: u32, block_nr: u32, frame_size: u32, retire_ms: u32) -> SysResult<()> {

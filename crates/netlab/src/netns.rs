@@ -133,16 +133,14 @@ pub fn start_time(pid: i32) -> Option<u64> {
     s.rsplit(')').next()?.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// Per-interface (tx_bytes, tx_packets, rx_bytes, rx_packets) in a namespace.
-pub fn link_counters(ns: &str) -> Result<HashMap<String, [u64; 4]>, LabError> {
-    let cmd = format!("ip -n {ns} -j -s link show");
-    let out = Command::new("ip")
-        .args(["-n", ns, "-j", "-s", "link", "show"])
-        .output()
-        .map_err(|e| LabError::Spawn {
-            cmd: cmd.clone(),
-            source: e,
-        })?;
+/// Runs an iproute2 command with JSON output (`-j`) and parses it; a
+/// failure names the command and carries its stderr.
+fn json_command(program: &str, args: &[&str]) -> Result<serde_json::Value, LabError> {
+    let cmd = format!("{program} {}", args.join(" "));
+    let out = Command::new(program).args(args).output().map_err(|e| LabError::Spawn {
+        cmd: cmd.clone(),
+        source: e,
+    })?;
     if !out.status.success() {
         return Err(LabError::Command {
             cmd,
@@ -150,7 +148,12 @@ pub fn link_counters(ns: &str) -> Result<HashMap<String, [u64; 4]>, LabError> {
             stderr: String::from_utf8_lossy(&out.stderr).into(),
         });
     }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| LabError::io(cmd.clone(), e.into()))?;
+    serde_json::from_slice(&out.stdout).map_err(|e| LabError::io(cmd, e.into()))
+}
+
+/// Per-interface (tx_bytes, tx_packets, rx_bytes, rx_packets) in a namespace.
+pub fn link_counters(ns: &str) -> Result<HashMap<String, [u64; 4]>, LabError> {
+    let v = json_command("ip", &["-n", ns, "-j", "-s", "link", "show"])?;
     let mut m = HashMap::new();
     for l in v.as_array().into_iter().flatten() {
         let Some(name) = l["ifname"].as_str() else {
@@ -189,29 +192,14 @@ pub fn spawn_in<T: Send + 'static>(
 /// GSO super-frame is charged for the headers of every segment it becomes,
 /// which is what the wire would carry (device counters charge them once).
 pub fn root_qdisc_bytes(ns: &str, dev: &str) -> Result<u64, LabError> {
-    let cmd = format!("tc -n {ns} -s -j qdisc show dev {dev}");
-    let out = Command::new("tc")
-        .args(["-n", ns, "-s", "-j", "qdisc", "show", "dev", dev])
-        .output()
-        .map_err(|e| LabError::Spawn {
-            cmd: cmd.clone(),
-            source: e,
-        })?;
-    if !out.status.success() {
-        return Err(LabError::Command {
-            cmd,
-            code: format!("{:?}", out.status.code()),
-            stderr: String::from_utf8_lossy(&out.stderr).into(),
-        });
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| LabError::io(cmd.clone(), e.into()))?;
+    let v = json_command("tc", &["-n", ns, "-s", "-j", "qdisc", "show", "dev", dev])?;
     v.as_array()
         .into_iter()
         .flatten()
         .find(|q| q["root"].as_bool() == Some(true))
         .and_then(|q| q["bytes"].as_u64())
         .ok_or_else(|| LabError::Command {
-            cmd,
+            cmd: format!("tc -n {ns} -s -j qdisc show dev {dev}"),
             code: "0".into(),
             stderr: "no root qdisc with byte counters".into(),
         })
