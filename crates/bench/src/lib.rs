@@ -3,13 +3,11 @@
 //!
 //! `reflector-bench` reproduces paper 000 §5: datagram size x receivers for
 //! each fan-out backend of the reflector, against a minimal raw `sendto`
-//! loop. The pure parts ([`grid`], [`report`], the parsers in [`procstat`])
-//! are unit-tested; [`loadgen`] and [`rawloop`] do the I/O.
+//! loop. The pure parts ([`grid`], [`report`]) are unit-tested; [`loadgen`] and [`rawloop`] do the I/O.
 #![deny(unsafe_code)]
 
 pub mod grid;
 pub mod loadgen;
-pub mod procstat;
 pub mod rawloop;
 pub mod report;
 
@@ -20,10 +18,10 @@ use std::net::UdpSocket;
 pub enum BenchError {
     #[error("cannot read {path}: {source}")]
     Read { path: String, source: io::Error },
-    #[error("unexpected format in {path}: {what}")]
-    Format { path: String, what: &'static str },
     #[error("{call} failed: {source}")]
     Sys { call: &'static str, source: io::Error },
+    #[error(transparent)]
+    Os(#[from] oskit::SysError),
     #[error("cannot start {program}: {source} (build it first: `make bench` builds the release binaries, or pass --reflector PATH)")]
     Spawn { program: String, source: io::Error },
     #[error("{program} misbehaved: {detail}")]
@@ -35,17 +33,10 @@ pub enum BenchError {
 }
 
 /// Sets both socket buffers to `bytes`, above `net.core.[rw]mem_max` when
-/// we may (root: `SO_*BUFFORCE`), else as far as the limit allows. Every
-/// socket of the benchmark, and the reflector's, get the same size, so no
-/// implementation is favoured by its queues.
+/// we may (root), else as far as the limit allows. Every socket of the
+/// benchmark, and the reflector's, get the same size, so no implementation
+/// is favoured by its queues.
 pub fn set_socket_buffers(sock: &UdpSocket, bytes: usize) -> Result<(), BenchError> {
-    use nix::sys::socket::{setsockopt, sockopt};
-    let sys = |call, e: nix::errno::Errno| BenchError::Sys { call, source: e.into() };
-    if setsockopt(sock, sockopt::RcvBufForce, &bytes).is_err() {
-        setsockopt(sock, sockopt::RcvBuf, &bytes).map_err(|e| sys("setsockopt(SO_RCVBUF)", e))?;
-    }
-    if setsockopt(sock, sockopt::SndBufForce, &bytes).is_err() {
-        setsockopt(sock, sockopt::SndBuf, &bytes).map_err(|e| sys("setsockopt(SO_SNDBUF)", e))?;
-    }
+    oskit::sockopt::set_buffers(sock, bytes, bytes)?;
     Ok(())
 }

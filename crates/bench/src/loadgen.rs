@@ -15,12 +15,13 @@
 //! every copy is counted exactly.
 
 use crate::grid::{Amount, Cell, Impl, Run};
-use crate::procstat::{self, ProcessTicks, SystemTicks};
 use crate::rawloop::RawLoopStats;
 use crate::report::Measurement;
 use crate::{set_socket_buffers, BenchError};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::socket::{recvmmsg, MsgFlags, MultiHeaders, SockaddrIn};
+use oskit::child::ChildGuard;
+use oskit::procfs::{self, ProcessTicks, SystemTicks};
 use reflector::auth::{Secret, TokenClaims};
 use reflector::protocol::{self, Header, Kind, Packet, SmallDatagram, HEADER_LEN};
 use std::io::IoSliceMut;
@@ -153,7 +154,7 @@ impl Harness {
             None => self.start_raw_loop(&clients)?,
         };
         if let Some(cpu) = self.child_cpu {
-            pin_process(child.pid(), cpu)?;
+            oskit::cpu::pin_process(child.pid(), cpu)?;
         }
         clients.set_nonblocking()?;
         let mut gen = Generator::new(&clients, child.target, self.window, &self.stop)?;
@@ -173,19 +174,19 @@ impl Harness {
         let datagrams = self.amount.datagrams(run.cell.receivers, warm_rate);
         let (pid, me) = (child.pid(), std::process::id());
         let (p0, k0, h0, s0, t0) = (
-            procstat::process_ticks(pid)?,
-            procstat::process_sched_ns(pid)?,
-            procstat::process_ticks(me)?,
-            procstat::system_ticks()?,
+            procfs::process_ticks(pid)?,
+            procfs::process_sched_ns(pid)?,
+            procfs::process_ticks(me)?,
+            procfs::system_ticks()?,
             Instant::now(),
         );
         let phase = gen.pump(datagrams)?;
         let wall_s = t0.elapsed().as_secs_f64();
         let (p1, k1, h1, s1): (ProcessTicks, u64, ProcessTicks, SystemTicks) = (
-            procstat::process_ticks(pid)?,
-            procstat::process_sched_ns(pid)?,
-            procstat::process_ticks(me)?,
-            procstat::system_ticks()?,
+            procfs::process_ticks(pid)?,
+            procfs::process_sched_ns(pid)?,
+            procfs::process_ticks(me)?,
+            procfs::system_ticks()?,
         );
         let counters = child.stop(&clients.sender)?;
         let p = p1.since(&p0);
@@ -200,7 +201,7 @@ impl Harness {
             proc_sys_ticks: p.stime,
             proc_sched_ns: k1.saturating_sub(k0),
             system_busy_ticks: s1.since(&s0).busy,
-            ticks_per_s: procstat::ticks_per_second(),
+            ticks_per_s: procfs::ticks_per_second(),
             enobufs_waits: counters.enobufs_waits,
             eagain_waits: counters.eagain_waits,
             send_errors: counters.send_errors,
@@ -247,7 +248,7 @@ impl Harness {
                     source,
                 })?;
             let mut running = Running {
-                child: ChildGuard(child),
+                child: ChildGuard::with_grace(child, Duration::ZERO),
                 target: SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
                 kind: ChildKind::Reflector { summary, stderr_path },
             };
@@ -310,7 +311,7 @@ impl Harness {
                 source,
             })?;
         let stdout = child.stdout.take();
-        let mut guard = ChildGuard(child);
+        let mut guard = ChildGuard::with_grace(child, Duration::ZERO);
         let mut lines = BufReader::new(stdout.ok_or_else(|| BenchError::Setup("raw loop has no stdout".into()))?);
         let mut first = String::new();
         lines.read_line(&mut first).map_err(|source| BenchError::Sys {
@@ -322,7 +323,7 @@ impl Harness {
             detail: format!(
                 "expected its address on stdout, got '{}' (exit status {:?})",
                 first.trim(),
-                guard.0.try_wait().ok().flatten()
+                guard.child().try_wait().ok().flatten()
             ),
         })?;
         Ok(Running {
@@ -434,57 +435,6 @@ fn free_port() -> Result<u16, BenchError> {
         })
 }
 
-/// Pins every thread of `pid` (they all exist once it answers traffic).
-fn pin_process(pid: u32, cpu: usize) -> Result<(), BenchError> {
-    let dir = PathBuf::from(format!("/proc/{pid}/task"));
-    let entries = std::fs::read_dir(&dir).map_err(|source| BenchError::Read {
-        path: dir.display().to_string(),
-        source,
-    })?;
-    for e in entries.flatten() {
-        if let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) {
-            pin(nix::unistd::Pid::from_raw(tid), cpu)?;
-        }
-    }
-    Ok(())
-}
-
-/// Pins one task (0 = the calling thread) to `cpu`.
-pub fn pin(tid: nix::unistd::Pid, cpu: usize) -> Result<(), BenchError> {
-    let mut set = nix::sched::CpuSet::new();
-    set.set(cpu).map_err(|e| BenchError::Sys {
-        call: "CPU_SET",
-        source: e.into(),
-    })?;
-    nix::sched::sched_setaffinity(tid, &set).map_err(|e| BenchError::Sys {
-        call: "sched_setaffinity",
-        source: e.into(),
-    })
-}
-
-/// The CPUs this process may run on.
-pub fn allowed_cpus() -> Vec<usize> {
-    match nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)) {
-        Ok(set) => (0..nix::sched::CpuSet::count())
-            .filter(|&c| set.is_set(c).unwrap_or(false))
-            .collect(),
-        Err(_) => Vec::new(),
-    }
-}
-
-/// Kills the child if it is still running when dropped (error paths,
-/// Ctrl-C unwinding), so no process is left behind.
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
 enum ChildKind {
     Reflector { summary: PathBuf, stderr_path: PathBuf },
     RawLoop { stdout: BufReader<ChildStdout> },
@@ -508,7 +458,7 @@ struct ChildCounters {
 
 impl Running {
     fn pid(&self) -> u32 {
-        self.child.0.id()
+        self.child.id()
     }
 
     fn name(&self) -> &'static str {
@@ -537,7 +487,7 @@ impl Running {
     }
 
     fn check_alive(&mut self) -> Result<(), BenchError> {
-        match self.child.0.try_wait() {
+        match self.child.child().try_wait() {
             Ok(None) => Ok(()),
             Ok(Some(status)) => Err(BenchError::Child {
                 program: self.name().into(),
@@ -566,12 +516,12 @@ impl Running {
         } = self;
         match kind {
             ChildKind::Reflector { summary, .. } => {
-                let pid = nix::unistd::Pid::from_raw(guard.0.id() as i32);
+                let pid = nix::unistd::Pid::from_raw(guard.child().id() as i32);
                 nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).map_err(|e| BenchError::Sys {
                     call: "kill(SIGTERM)",
                     source: e.into(),
                 })?;
-                wait_exit(&mut guard.0, Duration::from_secs(10)).map_err(|d| child_err(format!("{d}{tail}")))?;
+                wait_exit(guard.child(), Duration::from_secs(10)).map_err(|d| child_err(format!("{d}{tail}")))?;
                 let text = std::fs::read_to_string(&summary).map_err(|source| BenchError::Read {
                     path: summary.display().to_string(),
                     source,
@@ -601,7 +551,7 @@ impl Running {
                 })?;
                 let st = RawLoopStats::from_json(line.trim())
                     .ok_or_else(|| child_err(format!("unexpected final line '{}'", line.trim())))?;
-                wait_exit(&mut guard.0, Duration::from_secs(10)).map_err(child_err)?;
+                wait_exit(guard.child(), Duration::from_secs(10)).map_err(child_err)?;
                 Ok(ChildCounters {
                     sent: st.sent,
                     enobufs_waits: st.retries,

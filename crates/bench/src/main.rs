@@ -161,13 +161,13 @@ fn bench(a: BenchArgs) -> Result<ExitCode, BenchError> {
     }
     // Ctrl-C / SIGTERM: the current run is abandoned, its child killed, the
     // temp files removed, and the exit status is 130.
-    let stop = reflector::stop_flag().map_err(|source| BenchError::Sys {
+    let stop = oskit::signal::stop_flag().map_err(|source| BenchError::Sys {
         call: "sigaction(SIGINT/SIGTERM)",
         source,
     })?;
-    let cpus = loadgen::allowed_cpus();
+    let cpus = oskit::cpu::allowed_cpus();
     let child_cpu = if !a.no_pin && cpus.len() >= 2 {
-        loadgen::pin(nix::unistd::Pid::from_raw(0), cpus[0])?;
+        oskit::cpu::pin_this_thread(cpus[0])?;
         println!(
             "pinning: load generator on CPU {}, implementation under test on CPU {}",
             cpus[0], cpus[1]

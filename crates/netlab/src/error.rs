@@ -94,3 +94,12 @@ impl LabError {
         }
     }
 }
+
+impl From<oskit::SysError> for LabError {
+    fn from(e: oskit::SysError) -> Self {
+        LabError::Sys {
+            call: e.call,
+            source: e.source,
+        }
+    }
+}

@@ -8,10 +8,9 @@ use crate::model::{NodeKind, Topology};
 use crate::netns;
 use crate::plan::{build_plan, DelayBackend, Dilation, Naming, Plan, PlanOptions, NS_PREFIX};
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::Write;
 use std::net::Ipv4Addr;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -60,7 +59,7 @@ pub struct RunState {
 
 impl RunState {
     fn owner_alive(&self) -> bool {
-        netns::alive(self.owner_pid) && netns::start_time(self.owner_pid) == self.owner_start
+        oskit::procfs::alive(self.owner_pid) && oskit::procfs::start_time(self.owner_pid) == self.owner_start
     }
     pub fn host(&self, name: &str) -> Result<&HostInfo, LabError> {
         self.hosts
@@ -80,11 +79,7 @@ impl RunState {
 }
 
 /// Whether a link backend can be used here, and why not.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Support {
-    Supported,
-    Unsupported(String),
-}
+pub use oskit::Support;
 
 /// Probes netem by adding it to the loopback of a throw-away namespace.
 /// The answer cannot change while we run, so it is probed once per process.
@@ -289,7 +284,7 @@ impl Lab {
             scenario: opts.scenario.clone(),
             topology: topo.name.clone(),
             owner_pid: me,
-            owner_start: netns::start_time(me),
+            owner_start: oskit::procfs::start_time(me),
             phase: Phase::Building,
             delay_backend: backend,
             tdf: opts.dilation.tdf,
@@ -423,31 +418,14 @@ pub fn delete_namespaces(names: &[String]) -> Result<(), LabError> {
     if existing.is_empty() {
         return Ok(());
     }
-    let inodes: HashSet<(u64, u64)> = existing
-        .iter()
-        .filter_map(|n| std::fs::metadata(Path::new(netns::NETNS_DIR).join(n)).ok())
-        .map(|m| (m.dev(), m.ino()))
-        .collect();
-    let scan = || -> Vec<i32> {
-        let mut v = vec![];
-        for e in std::fs::read_dir("/proc").into_iter().flatten().filter_map(|e| e.ok()) {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-                continue;
-            };
-            if let Ok(m) = std::fs::metadata(format!("/proc/{pid}/ns/net")) {
-                if inodes.contains(&(m.dev(), m.ino())) {
-                    v.push(pid);
-                }
-            }
-        }
-        v
-    };
+    let paths: Vec<std::path::PathBuf> = existing.iter().map(|n| Path::new(netns::NETNS_DIR).join(n)).collect();
+    let scan = || oskit::procfs::pids_in_netns(&paths.iter().map(|p| p.as_path()).collect::<Vec<_>>());
     let pids = scan();
     for &p in &pids {
         let _ = kill(Pid::from_raw(p), Signal::SIGTERM);
     }
     let deadline = Instant::now() + Duration::from_secs(2);
-    while pids.iter().any(|&p| netns::alive(p)) && Instant::now() < deadline {
+    while pids.iter().any(|&p| oskit::procfs::alive(p)) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
     for p in scan() {
@@ -567,7 +545,7 @@ pub fn sweep(state_dir: &Path, mode: SweepMode) -> Result<SweepReport, LabError>
                 .next()
                 .and_then(|p| p.parse::<i32>().ok())
                 .unwrap_or(0);
-            if !netns::alive(pid) {
+            if !oskit::procfs::alive(pid) {
                 orphans.push(n);
             }
         }

@@ -16,7 +16,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Parser)]
@@ -214,15 +213,10 @@ struct DelayLineArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ] {
-        // Registration only fails for forbidden signals, which these are not.
-        let _ = signal_hook::flag::register(sig, stop.clone());
-    }
+    use oskit::signal::{flag_on, Second, SIGHUP, SIGINT, SIGTERM};
+    // A second signal must not cut the lab's removal short. Registration
+    // only fails for forbidden signals, which these are not.
+    let stop = flag_on(&[SIGINT, SIGTERM, SIGHUP], Second::Ignore).unwrap_or_default();
     match real_main(cli, &stop) {
         Ok(code) => code,
         Err(LabError::Interrupted) => {
@@ -747,11 +741,9 @@ fn run_commands(
 fn run_delay_line(a: DelayLineArgs) -> Result<ExitCode, LabError> {
     // The delay line runs until netlab ends it (SIGTERM); a terminal
     // hang-up must not take a link down under a lab left up.
-    let stop = Arc::new(AtomicBool::new(false));
-    let ignored = Arc::new(AtomicBool::new(false));
-    let _ = signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone());
-    let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone());
-    let _ = signal_hook::flag::register(signal_hook::consts::SIGHUP, ignored);
+    use oskit::signal::{flag_on, ignore, Second, SIGHUP, SIGINT, SIGTERM};
+    let stop = flag_on(&[SIGTERM, SIGINT], Second::Ignore).unwrap_or_default();
+    let _ = ignore(&[SIGHUP]);
     let cfg = delayline::Config {
         a: a.a.clone(),
         b: a.b.clone(),

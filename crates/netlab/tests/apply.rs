@@ -26,13 +26,7 @@ fn failing_op_is_named_in_both_modes() {
         // if an assertion fails first.
         let naming = Naming::new(format!("{:x}apply{i}", std::process::id()));
         let ns = naming.ns("x");
-        struct Guard(String);
-        impl Drop for Guard {
-            fn drop(&mut self) {
-                let _ = netlab::lab::delete_namespaces(std::slice::from_ref(&self.0));
-            }
-        }
-        let _g = Guard(ns.clone());
+        let _g = oskit::testing::NetNsGuard::adopt(ns.clone());
         let plan = Plan {
             naming: naming.clone(),
             options: PlanOptions::default(),

@@ -30,7 +30,7 @@ fn roundtrip(b: Builtin, params: LinkParams) {
     assert!(namespaces_of(&run).is_empty(), "{name}: namespaces left behind");
     assert!(!dir.exists(), "{name}: state left behind");
     for p in pids {
-        assert!(!netlab::netns::alive(p), "{name}: process {p} left running");
+        assert!(!oskit::procfs::alive(p), "{name}: process {p} left running");
     }
 }
 

@@ -27,11 +27,7 @@ pub enum BackendKind {
 }
 
 /// Whether a backend can run here, and if not why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Support {
-    Supported,
-    Unsupported(String),
-}
+pub use oskit::Support;
 
 impl BackendKind {
     pub const ALL: [BackendKind; 2] = [BackendKind::Sendmmsg, BackendKind::Sendto];

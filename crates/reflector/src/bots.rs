@@ -1029,7 +1029,9 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
         .netns
         .iter()
         .map(|n| {
-            crate::sys::NetNs::open(n).map_err(sock_err("open network namespace (needs root; see `ip netns list`)"))
+            oskit::netns::NetNs::open(n)
+                .map_err(io::Error::from)
+                .map_err(sock_err("open network namespace (needs root; see `ip netns list`)"))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let start = Instant::now();
@@ -1037,12 +1039,14 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
     for i in 0..cfg.count {
         let bind = || UdpSocket::bind(SocketAddr::new(cfg.bind, 0));
         let sock = match namespaces.get(i % namespaces.len().max(1)) {
-            Some(ns) => ns.run(bind).map_err(sock_err("setns"))?,
+            Some(ns) => ns.run(bind).map_err(io::Error::from).map_err(sock_err("setns"))?,
             None => bind(),
         }
         .map_err(sock_err("bind"))?;
         sock.set_nonblocking(true).map_err(sock_err("fcntl(O_NONBLOCK)"))?;
-        crate::sys::set_buffers(sock.as_fd(), cfg.rcvbuf, 256 << 10).map_err(sock_err("setsockopt(SO_RCVBUF)"))?;
+        oskit::sockopt::set_buffers(&sock, cfg.rcvbuf, 256 << 10)
+            .map_err(io::Error::from)
+            .map_err(sock_err("setsockopt(SO_RCVBUF)"))?;
         epoll
             .add(sock.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64))
             .map_err(|e| BotsError::Loop {

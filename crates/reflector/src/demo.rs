@@ -12,8 +12,7 @@
 use crate::bots::BotsReport;
 use crate::CliError;
 use nix::sys::resource::{getrusage, UsageWho};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use oskit::child::ChildGuard;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::io::Read;
@@ -106,9 +105,10 @@ pub struct DemoRow {
     pub counters_match: bool,
 }
 
-/// Child processes that are stopped when this goes out of scope.
+/// Child processes, each stopped (SIGTERM, then SIGKILL) when this goes
+/// out of scope.
 struct Children {
-    procs: Vec<(&'static str, Child)>,
+    procs: Vec<(&'static str, ChildGuard)>,
 }
 
 impl Children {
@@ -117,43 +117,23 @@ impl Children {
     }
 
     fn add(&mut self, name: &'static str, c: Child) {
-        self.procs.push((name, c));
+        self.procs.push((name, ChildGuard::new(c)));
     }
 
     fn get(&mut self, name: &str) -> Option<&mut Child> {
-        self.procs.iter_mut().find(|(n, _)| *n == name).map(|(_, c)| c)
+        self.procs.iter_mut().find(|(n, _)| *n == name).map(|(_, c)| c.child())
     }
 
-    fn take(&mut self, name: &str) -> Option<Child> {
+    fn take(&mut self, name: &str) -> Option<ChildGuard> {
         let i = self.procs.iter().position(|(n, _)| *n == name)?;
         Some(self.procs.remove(i).1)
     }
 }
 
-/// SIGTERM, wait up to `grace`, then SIGKILL; always reaps.
-fn stop_child(c: &mut Child, grace: Duration) -> Option<std::process::ExitStatus> {
-    if let Ok(Some(st)) = c.try_wait() {
-        return Some(st);
-    }
-    if let Ok(pid) = i32::try_from(c.id()) {
-        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
-    }
-    let deadline = Instant::now() + grace;
-    while Instant::now() < deadline {
-        if let Ok(Some(st)) = c.try_wait() {
-            return Some(st);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = c.kill();
-    c.wait().ok()
-}
-
 impl Drop for Children {
     fn drop(&mut self) {
-        for (_, c) in self.procs.iter_mut().rev() {
-            stop_child(c, Duration::from_secs(2));
-        }
+        // Last started, first stopped: the bots before their reflector.
+        while self.procs.pop().is_some() {}
     }
 }
 
@@ -205,31 +185,16 @@ fn free_tcp_port() -> Result<u16, CliError> {
         .port())
 }
 
-/// Local ports of the sockets in a `/proc/<pid>/net/{udp,tcp}` table, in
-/// the network namespace of that process (so it works for a child inside a
-/// lab host too), keeping only rows whose state is `state` (hex) if given.
-fn bound_ports(pid: u32, table: &str, state: Option<&str>) -> Option<std::collections::HashSet<u16>> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).ok()?;
-    Some(
-        text.lines()
-            .skip(1)
-            .map(|l| l.split_whitespace().collect::<Vec<_>>())
-            .filter(|f| f.len() > 3 && state.is_none_or(|st| f[3] == st))
-            .filter_map(|f| f[1].rsplit_once(':').and_then(|(_, p)| u16::from_str_radix(p, 16).ok()))
-            .collect(),
-    )
-}
-
 /// True once the reflector child has bound every one of `ports`, read from
 /// its `/proc` tables so that probing has no side effect on the ports.
 fn udp_ports_bound(pid: u32, ports: &[u16]) -> bool {
     // Cannot tell: the bots' join retries cover a late start.
-    bound_ports(pid, "udp", None).is_none_or(|b| ports.iter().all(|p| b.contains(p)))
+    oskit::procfs::bound_ports(pid, "udp", None).is_none_or(|b| ports.iter().all(|p| b.contains(p)))
 }
 
 /// True once the control child listens on `port` (TCP state 0A = LISTEN).
 fn tcp_listening(pid: u32, port: u16) -> bool {
-    bound_ports(pid, "tcp", Some("0A")).is_none_or(|b| b.contains(&port))
+    oskit::procfs::bound_ports(pid, "tcp", Some("0A")).is_none_or(|b| b.contains(&port))
 }
 
 fn wait_until(
@@ -247,7 +212,7 @@ fn wait_until(
             return Err("interrupted".into());
         }
         for (name, c) in children.procs.iter_mut() {
-            if let Ok(Some(st)) = c.try_wait() {
+            if let Ok(Some(st)) = c.child().try_wait() {
                 return Err(format!(
                     "the {name} child exited early ({st}) while waiting for {what}; see its messages above"
                 )
@@ -425,7 +390,7 @@ impl Scenario<'_> {
         // Only the reflector is reaped between these two readings.
         let before = cpu_children();
         let mut refl = children.take("reflector").ok_or("reflector child vanished")?;
-        let st = stop_child(&mut refl, Duration::from_secs(5));
+        let st = oskit::child::stop(refl.child(), Duration::from_secs(5));
         let cpu = cpu_children() - before;
         if !st.is_some_and(|s| s.success()) {
             return Err(format!("the reflector exited with {st:?}").into());
@@ -588,19 +553,6 @@ mod tests {
         assert_eq!(free.len(), 3);
         assert!(free.windows(2).all(|w| w[0] < w[1]));
         assert_eq!(ports_arg(&[1, 2, 30]), "1,2,30");
-    }
-
-    #[test]
-    fn guard_stops_children() {
-        let child = Command::new("sleep").arg("30").spawn().unwrap();
-        let pid = child.id();
-        {
-            let mut g = Children::new();
-            g.add("sleep", child);
-        }
-        // Reaped by the guard: the pid no longer names our child.
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        assert!(!stat.contains("(sleep)") || stat.contains(" Z "), "{stat}");
     }
 
     #[test]

@@ -54,19 +54,5 @@ pub fn now() -> membership::Now {
     }
 }
 
-/// A flag set by SIGINT or SIGTERM. Long-running commands poll it (at least
-/// every 100 ms) and shut down cleanly, printing their summary; a second
-/// signal ends the process at once.
-pub fn stop_flag() -> std::io::Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
-    let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        // A second signal while shutting down exits at once (status 1), for
-        // the user whose clean shutdown is stuck.
-        signal_hook::flag::register_conditional_shutdown(sig, 1, std::sync::Arc::clone(&flag))?;
-        signal_hook::flag::register(sig, std::sync::Arc::clone(&flag))?;
-    }
-    Ok(flag)
-}
-
 /// Boxed error for command entry points: `main` prints it with its causes.
 pub type CliError = Box<dyn std::error::Error + Send + Sync>;

@@ -51,7 +51,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let stop = match reflector::stop_flag() {
+    let stop = match oskit::signal::stop_flag() {
         Ok(s) => s,
         Err(e) => {
             eprintln!("reflector: cannot install signal handlers: {e}");

@@ -190,10 +190,10 @@ impl Server {
                 call: "setsockopt(IP_RECVERR)",
                 source,
             })?;
-            sys::set_buffers(sock.as_fd(), cfg.rcvbuf, cfg.sndbuf).map_err(|source| ServeError::Setup {
+            oskit::sockopt::set_buffers(&sock, cfg.rcvbuf, cfg.sndbuf).map_err(|e| ServeError::Setup {
                 port,
                 call: "setsockopt(SO_RCVBUF/SO_SNDBUF)",
-                source,
+                source: e.into(),
             })?;
             socks.push(sock);
             ports.push(port);

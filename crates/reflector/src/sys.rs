@@ -295,18 +295,6 @@ fn set_int(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, value: lib
     }
 }
 
-fn get_int(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
-    let mut v: libc::c_int = 0;
-    let mut l = size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: passes a pointer to a local int with its size.
-    let r = unsafe { libc::getsockopt(fd.as_raw_fd(), level, name, (&mut v as *mut libc::c_int).cast(), &mut l) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(v)
-    }
-}
-
 /// IP_RECVERR (or IPV6_RECVERR): makes the kernel report ENOBUFS when the
 /// device queue drops our datagram, instead of dropping it silently.
 /// On an IPv6 socket both options are set: sends to IPv4-mapped members go
@@ -323,56 +311,7 @@ pub fn set_recverr(fd: BorrowedFd<'_>, ip: IpAddr) -> io::Result<()> {
     }
 }
 
-/// Sets SO_RCVBUF/SO_SNDBUF, trying the root-only *FORCE variants first so
-/// that the system-wide cap (`net.core.rmem_max`) does not silently shrink
-/// them; returns the sizes the kernel reports.
-pub fn set_buffers(fd: BorrowedFd<'_>, rcv: usize, snd: usize) -> io::Result<(usize, usize)> {
-    let clamp = |v: usize| libc::c_int::try_from(v).unwrap_or(libc::c_int::MAX);
-    if set_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, clamp(rcv)).is_err() {
-        set_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, clamp(rcv))?;
-    }
-    if set_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, clamp(snd)).is_err() {
-        set_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, clamp(snd))?;
-    }
-    let r = get_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF)?;
-    let s = get_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF)?;
-    Ok((r.max(0) as usize, s.max(0) as usize))
-}
-
 /// Sleeps for `micros` on a high-resolution timer (not a spin).
 pub fn sleep_micros(micros: u64) {
     std::thread::sleep(std::time::Duration::from_micros(micros));
-}
-
-/// A network namespace to create sockets in. A socket stays in the
-/// namespace it was created in, whatever thread uses it later, so switching
-/// the calling thread in and back out around `socket()` is enough.
-pub struct NetNs {
-    target: std::fs::File,
-}
-
-impl NetNs {
-    /// Opens `name` (under /run/netns, where `ip netns add` puts them) or a path.
-    pub fn open(name: &str) -> io::Result<NetNs> {
-        let path = if name.contains('/') {
-            std::path::PathBuf::from(name)
-        } else {
-            std::path::Path::new("/run/netns").join(name)
-        };
-        Ok(NetNs {
-            target: std::fs::File::open(path)?,
-        })
-    }
-
-    /// Runs `f` with the calling thread inside the namespace, then moves it back.
-    pub fn run<T>(&self, f: impl FnOnce() -> T) -> io::Result<T> {
-        let home = std::fs::File::open("/proc/thread-self/ns/net")?;
-        nix::sched::setns(&self.target, nix::sched::CloneFlags::CLONE_NEWNET).map_err(io::Error::from)?;
-        let out = f();
-        // Failing to return would leave this thread in the lab for good:
-        // nothing sensible can continue then.
-        nix::sched::setns(&home, nix::sched::CloneFlags::CLONE_NEWNET)
-            .expect("setns back to the thread's own namespace");
-        Ok(out)
-    }
 }

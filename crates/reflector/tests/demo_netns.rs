@@ -3,48 +3,24 @@
 //! over two others, every datagram crossing a veth. Needs root; creates and
 //! removes its own namespaces.
 
+use oskit::testing::{root_or_skip, sh, NetNsGuard};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-fn sh(args: &[&str]) {
-    let out = Command::new(args[0]).args(&args[1..]).output().expect("runs ip");
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// A reflector namespace and two client namespaces on one bridge (in the
 /// reflector's namespace); all removed on drop, even on panic.
 struct Lab {
     names: Vec<String>,
+    _guards: Vec<NetNsGuard>,
 }
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for n in &self.names {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
-    }
-}
-
-static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 fn lab() -> Lab {
-    let id = format!("rfd{}x{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
-    let lab = Lab {
-        names: vec![format!("{id}r"), format!("{id}c1"), format!("{id}c2")],
-    };
-    for n in &lab.names {
-        sh(&["ip", "netns", "add", n]);
-        sh(&["ip", "-n", n, "link", "set", "lo", "up"]);
-    }
-    let r = &lab.names[0];
+    let guards: Vec<NetNsGuard> = ["rfdr", "rfdc", "rfdc"].into_iter().map(NetNsGuard::new).collect();
+    let names: Vec<String> = guards.iter().map(|g| g.name().to_string()).collect();
+    let r = &names[0];
     sh(&["ip", "-n", r, "link", "add", "br0", "type", "bridge"]);
     sh(&["ip", "-n", r, "addr", "add", "10.202.0.1/24", "dev", "br0"]);
     sh(&["ip", "-n", r, "link", "set", "br0", "up"]);
-    for (i, c) in lab.names[1..].iter().enumerate() {
+    for (i, c) in names[1..].iter().enumerate() {
         let port = format!("p{i}");
         sh(&[
             "ip", "-n", r, "link", "add", &port, "type", "veth", "peer", "name", "eth0", "netns", c,
@@ -62,17 +38,12 @@ fn lab() -> Lab {
         ]);
         sh(&["ip", "-n", c, "link", "set", "eth0", "up"]);
     }
-    lab
+    Lab { names, _guards: guards }
 }
 
 #[test]
 fn demo_in_namespaces_loses_nothing() {
-    if !nix::unistd::geteuid().is_root() {
-        assert!(
-            std::env::var("REQUIRE_ROOT_TESTS").as_deref() != Ok("1"),
-            "demo_in_namespaces_loses_nothing needs root and REQUIRE_ROOT_TESTS=1"
-        );
-        eprintln!("skipping demo_in_namespaces_loses_nothing: needs root");
+    if !root_or_skip("demo_in_namespaces_loses_nothing") {
         return;
     }
     let lab = lab();

@@ -6,81 +6,49 @@
 //! member still receives every datagram. Needs root; creates and removes its
 //! own namespaces.
 
+use oskit::testing::{root_or_skip, sh, NetNsGuard};
 use reflector::auth::{Secret, TokenClaims};
 use reflector::membership::{Keys, Policy};
 use reflector::protocol::{emit, Header, Kind, Packet, SmallDatagram, HEADER_LEN};
 use reflector::server::{Server, ServerConfig};
 use std::net::{SocketAddr, UdpSocket};
-use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const SECRET: [u8; 32] = [0x33; 32];
 
-fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
-/// Returns false (and says why) when the test cannot run here; fails when
-/// CI requires root tests.
-fn can_run(test: &str) -> bool {
-    if is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var("REQUIRE_ROOT_TESTS").as_deref() != Ok("1"),
-        "{test} needs root and REQUIRE_ROOT_TESTS=1"
-    );
-    eprintln!("skipping {test}: needs root");
-    false
-}
-
-fn sh(args: &[&str]) {
-    let out = Command::new(args[0]).args(&args[1..]).output().expect("runs ip/tc");
-    assert!(
-        out.status.success(),
-        "{:?} failed: {}",
-        args,
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Two namespaces and a veth between them; removed on drop, even on panic.
 struct Lab {
-    a: String,
-    b: String,
+    a: NetNsGuard,
+    b: NetNsGuard,
 }
 
 const MAC_A: &str = "02:52:46:00:00:01";
 const MAC_B: &str = "02:52:46:00:00:02";
 
-static COUNTER: AtomicUsize = AtomicUsize::new(0);
-
 impl Lab {
     fn new() -> Lab {
-        let id = format!("rft{}x{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
         let lab = Lab {
-            a: format!("{id}a"),
-            b: format!("{id}b"),
+            a: NetNsGuard::new("rfta"),
+            b: NetNsGuard::new("rftb"),
         };
-        sh(&["ip", "netns", "add", &lab.a]);
-        sh(&["ip", "netns", "add", &lab.b]);
-        let (va, vb) = (format!("{id}va"), format!("{id}vb"));
+        let (a, b) = (lab.a.name(), lab.b.name());
+        // Created straight inside the namespaces: the names need to be unique
+        // only there.
         sh(&[
-            "ip", "link", "add", &va, "address", MAC_A, "netns", &lab.a, "type", "veth", "peer", "name", &vb,
-            "address", MAC_B, "netns", &lab.b,
+            "ip", "link", "add", "va", "address", MAC_A, "netns", a, "type", "veth", "peer", "name", "vb", "address",
+            MAC_B, "netns", b,
         ]);
         // Permanent neighbour entries: ARP entries of all namespaces share
         // one kernel table (gc_thresh3, 1024 by default), which a large lab
         // running beside this test can fill; permanent entries are exempt.
         for (ns, dev, ip, peer, peer_mac) in [
-            (&lab.a, &va, "10.201.0.1/24", "10.201.0.2", MAC_B),
-            (&lab.b, &vb, "10.201.0.2/24", "10.201.0.1", MAC_A),
+            (a, "va", "10.201.0.1/24", "10.201.0.2", MAC_B),
+            (b, "vb", "10.201.0.2/24", "10.201.0.1", MAC_A),
         ] {
             sh(&["ip", "-n", ns, "addr", "add", ip, "dev", dev]);
             sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
-            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
             sh(&[
                 "ip",
                 "-n",
@@ -99,30 +67,10 @@ impl Lab {
         // 20 Mbit/s with a 3 KB bucket and queue: a fan-out burst of 100-byte
         // datagrams to 20 members overflows it at once.
         sh(&[
-            "tc", "-n", &lab.a, "qdisc", "add", "dev", &va, "root", "tbf", "rate", "20mbit", "burst", "3000", "limit",
+            "tc", "-n", a, "qdisc", "add", "dev", "va", "root", "tbf", "rate", "20mbit", "burst", "3000", "limit",
             "3000",
         ]);
         lab
-    }
-
-    /// Runs `f` on a thread inside namespace `ns`; sockets it creates live there.
-    fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-        let path = format!("/run/netns/{ns}");
-        std::thread::spawn(move || {
-            let fd = std::fs::File::open(&path).expect("netns file");
-            nix::sched::setns(&fd, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-            f()
-        })
-        .join()
-        .expect("namespace thread")
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for ns in [&self.a, &self.b] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
     }
 }
 
@@ -147,7 +95,7 @@ fn join(sock: &UdpSocket, server: SocketAddr, group: u16, id: u32) {
 }
 
 fn no_loss_on_a_full_device_queue(backend: &'static str) {
-    if !can_run(&format!("no_loss_on_a_full_device_queue_{backend}")) {
+    if !root_or_skip(&format!("no_loss_on_a_full_device_queue_{backend}")) {
         return;
     }
     const MEMBERS: usize = 20;
@@ -155,7 +103,7 @@ fn no_loss_on_a_full_device_queue(backend: &'static str) {
     let lab = Lab::new();
     let stop = Arc::new(AtomicBool::new(false));
     let server_stop = Arc::clone(&stop);
-    let server = Lab::in_ns(&lab.a, move || {
+    let server = lab.a.run(move || {
         let cfg = ServerConfig {
             bind: "10.201.0.1".parse().unwrap(),
             ports: vec![0],
@@ -174,7 +122,7 @@ fn no_loss_on_a_full_device_queue(backend: &'static str) {
     });
     let group = server.ports()[0];
     let addr = SocketAddr::from(([10, 201, 0, 1], group));
-    let socks: Vec<UdpSocket> = Lab::in_ns(&lab.b, move || {
+    let socks: Vec<UdpSocket> = lab.b.run(move || {
         (0..=MEMBERS)
             .map(|_| {
                 let s = UdpSocket::bind("10.201.0.2:0").unwrap();

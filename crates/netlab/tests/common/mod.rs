@@ -6,18 +6,7 @@ use netlab::model::Topology;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-/// True if the test may go on. Without root it prints the skip and returns
-/// false, unless REQUIRE_ROOT_TESTS=1, where a skip is a failure.
-pub fn need_root(test: &str) -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    if std::env::var("REQUIRE_ROOT_TESTS").as_deref() == Ok("1") {
-        panic!("{test}: needs root, and REQUIRE_ROOT_TESTS=1 forbids skipping");
-    }
-    println!("skipping {test}: needs root");
-    false
-}
+pub use oskit::testing::root_or_skip as need_root;
 
 pub fn opts() -> LabOptions {
     LabOptions::new(env!("CARGO_BIN_EXE_netlab"))

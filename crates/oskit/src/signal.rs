@@ -1,0 +1,63 @@
+//! A flag set by signals, which long-running commands poll (at least every
+//! 100 ms) to shut down cleanly: finish the file, print the summary,
+//! remove the lab.
+
+use std::io;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+pub use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+
+/// What a second signal does while the first one's clean shutdown runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Second {
+    /// Exit at once with this status: for the user whose clean shutdown is
+    /// stuck (a server waiting on a client).
+    Exit(i32),
+    /// Only set the flag again: for programs whose clean-up must finish
+    /// (a lab that would otherwise be left half-removed).
+    Ignore,
+}
+
+/// Returns a flag that any of `signals` sets.
+pub fn flag_on(signals: &[i32], second: Second) -> io::Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for &sig in signals {
+        if let Second::Exit(status) = second {
+            // Registered first: it acts only when the flag is already set.
+            signal_hook::flag::register_conditional_shutdown(sig, status, Arc::clone(&flag))?;
+        }
+        signal_hook::flag::register(sig, Arc::clone(&flag))?;
+    }
+    Ok(flag)
+}
+
+/// The usual flag: SIGINT or SIGTERM set it; a second one exits (status 1).
+pub fn stop_flag() -> io::Result<Arc<AtomicBool>> {
+    flag_on(&[SIGINT, SIGTERM], Second::Exit(1))
+}
+
+/// Makes `signals` harmless to this process (a hang-up must not take a
+/// delay line down under a lab left up).
+pub fn ignore(signals: &[i32]) -> io::Result<()> {
+    let sink = Arc::new(AtomicBool::new(false));
+    for &sig in signals {
+        signal_hook::flag::register(sig, Arc::clone(&sink))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn a_raised_signal_sets_the_flag() {
+        // SIGUSR2 is used by no other test of this crate.
+        let flag = flag_on(&[signal_hook::consts::SIGUSR2], Second::Ignore).unwrap();
+        assert!(!flag.load(Ordering::SeqCst));
+        signal_hook::low_level::raise(signal_hook::consts::SIGUSR2).unwrap();
+        assert!(flag.load(Ordering::SeqCst));
+    }
+}
