@@ -18,7 +18,6 @@ pub mod auth;
 pub mod backend;
 pub mod bots;
 pub mod control;
-pub mod demo;
 pub mod membership;
 pub mod metrics;
 pub mod protocol;
