@@ -53,6 +53,9 @@ enum Cmd {
         run: Option<String>,
         #[arg(long)]
         all: bool,
+        /// Also remove a lab that a live process (a `netlab run`, a test, the demo) is using.
+        #[arg(long)]
+        force: bool,
     },
     /// Build a lab, run the scenario's commands, print their output, remove the lab.
     Run {
@@ -152,6 +155,10 @@ struct BuildArgs {
     /// Fixed ECMP hash seed for all routers (reproducible paths).
     #[arg(long)]
     ecmp_seed: Option<u32>,
+    /// Raise net.core.netdev_max_backlog (machine-wide) to at least this many packets while
+    /// the lab is up, e.g. for in-kernel fan-out to large groups; restored with the last lab.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
+    netdev_backlog: Option<u64>,
     /// No progress output.
     #[arg(long, short)]
     quiet: bool,
@@ -270,6 +277,7 @@ fn lab_options(s: &Scenario, b: &BuildArgs) -> Result<LabOptions, LabError> {
     };
     o.ecmp_seed = s.ecmp_seed;
     o.verbose = !b.quiet;
+    o.netdev_backlog = b.netdev_backlog;
     if o.dilation.tdf > 1 && o.verbose {
         eprintln!(
             "netlab: tdf {}: link rates divided and delays multiplied by {0}; processes are started \
@@ -339,7 +347,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Down { run, all } => {
+        Cmd::Down { run, all, force } => {
             lab::require_root()?;
             sweep_quietly();
             let runs: Vec<lab::RunState> = if all {
@@ -352,6 +360,14 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             };
             if runs.is_empty() {
                 println!("netlab: no lab is up");
+            }
+            for r in &runs {
+                if r.phase != lab::Phase::Detached && r.owner_alive() && !force {
+                    return Err(LabError::InUse {
+                        run: r.run_id.clone(),
+                        pid: r.owner_pid,
+                    });
+                }
             }
             for r in runs {
                 let t0 = Instant::now();
@@ -444,8 +460,18 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
                 eprintln!("netlab: note: {w}");
             }
             let t0 = Instant::now();
-            let failed = probe::all_pairs(&eps, Duration::from_millis(300), 5)?;
             let pairs = eps.len() * eps.len().saturating_sub(1);
+            let show = |p: probe::CheckProgress| {
+                eprint!(
+                    "\rnetlab: checking: {}/{} pairs, {} unreachable so far",
+                    p.done, p.total, p.failed
+                );
+                let _ = std::io::stderr().flush();
+            };
+            let result = probe::all_pairs(&eps, probe::CheckOptions::default(), stop, show);
+            // Ends the progress line.
+            eprintln!();
+            let failed = result?;
             if failed.is_empty() {
                 println!(
                     "netlab: all {pairs} host pairs reach each other (UDP, {:.2}s)",
@@ -453,18 +479,18 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
                 );
                 Ok(ExitCode::SUCCESS)
             } else {
-                for (a, b) in failed.iter().take(
-                    std::env::var("NETLAB_CHECK_SHOW")
-                        .ok()
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(20),
-                ) {
+                const SHOWN: usize = 20;
+                for (a, b) in failed.iter().take(SHOWN) {
                     println!("unreachable: {a} -> {b}");
                 }
-                if failed.len() > 20 {
-                    println!("... and {} more", failed.len() - 20);
+                if failed.len() > SHOWN {
+                    println!("... and {} more", failed.len() - SHOWN);
                 }
-                println!("netlab: {} of {pairs} host pairs unreachable", failed.len());
+                println!(
+                    "netlab: {} of {pairs} host pairs unreachable ({:.2}s)",
+                    failed.len(),
+                    t0.elapsed().as_secs_f64()
+                );
                 Ok(ExitCode::FAILURE)
             }
         }

@@ -7,6 +7,7 @@ use crate::netns;
 use crate::plan::{Naming, NS_PREFIX};
 use std::collections::HashMap;
 use std::io::Write;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,6 +28,11 @@ pub fn remove_run(dir: &Path, run_id: &str, recorded: &[String]) -> Result<(), L
     }
     delete_namespaces(&names)?;
     let _ = std::fs::remove_dir_all(dir);
+    if let Some(state_dir) = dir.parent() {
+        for line in super::limits::restore_if_idle(state_dir)? {
+            eprintln!("netlab: last lab removed: {line}");
+        }
+    }
     Ok(())
 }
 
@@ -57,6 +63,8 @@ pub fn delete_namespaces(names: &[String]) -> Result<(), LabError> {
     }
     let mut child = Command::new("ip")
         .args(["-force", "-batch", "-"])
+        // A second Ctrl-C must not cut the removal short.
+        .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

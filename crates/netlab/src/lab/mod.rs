@@ -4,6 +4,7 @@
 
 mod cleanup;
 mod launch;
+pub mod limits;
 mod state;
 
 pub use cleanup::{delete_namespaces, remove_run, sweep, SweepMode, SweepReport};
@@ -81,7 +82,8 @@ pub fn choose_delay_backend(want: Option<DelayBackend>) -> Result<(DelayBackend,
 /// The kernel's neighbour table is one table for all namespaces, and it
 /// refuses new entries beyond `gc_thresh3` (sends then fail with ENOBUFS,
 /// "neighbor table overflow" in the kernel log). Returns a warning when a
-/// lab whose hosts all talk to each other would need more.
+/// lab whose hosts all talk to each other would need more than it holds
+/// now (`up` raises it; this is for labs built before that).
 pub fn neighbour_warning(addressing: &crate::addr::Addressing) -> Option<String> {
     let need = addressing.neighbour_entries_all_pairs();
     let have: u64 = std::fs::read_to_string("/proc/sys/net/ipv4/neigh/default/gc_thresh3")
@@ -90,14 +92,10 @@ pub fn neighbour_warning(addressing: &crate::addr::Addressing) -> Option<String>
         .parse()
         .ok()?;
     (need > have).then(|| {
-        let n = need.next_power_of_two() * 2;
         format!(
             "all-pairs traffic in this lab needs up to {need} neighbour (ARP) entries, but the kernel's \
              neighbour table, shared by every namespace, holds {have} (net.ipv4.neigh.default.gc_thresh3); \
-             beyond that sends fail. Raise it with: sysctl -w net.ipv4.neigh.default.gc_thresh1={} \
-             net.ipv4.neigh.default.gc_thresh2={} net.ipv4.neigh.default.gc_thresh3={n}",
-            n / 4,
-            n / 2
+             beyond that sends fail"
         )
     })
 }
@@ -123,6 +121,9 @@ pub struct LabOptions {
     /// Print progress and choices on stderr.
     pub verbose: bool,
     pub state_dir: PathBuf,
+    /// Raise `net.core.netdev_max_backlog` to at least this (in-kernel
+    /// fan-out queues one clone per member on the per-CPU backlog).
+    pub netdev_backlog: Option<u64>,
 }
 
 impl LabOptions {
@@ -136,6 +137,7 @@ impl LabOptions {
             exe: exe.into(),
             verbose: false,
             state_dir: PathBuf::from(STATE_DIR),
+            netdev_backlog: None,
         }
     }
 }
@@ -220,9 +222,15 @@ impl Lab {
             done: false,
             build_time: Duration::ZERO,
         };
-        if opts.verbose {
-            if let Some(w) = neighbour_warning(&lab.plan.addressing) {
-                eprintln!("netlab: note: {w}");
+        let needs = limits::Needs {
+            neighbour_entries: lab.plan.addressing.neighbour_entries_all_pairs(),
+            netdev_backlog: opts.netdev_backlog,
+        };
+        // On error `lab` is dropped here, which removes it (and restores
+        // what was raised once no lab is left).
+        for change in limits::raise(&opts.state_dir, &needs)? {
+            if opts.verbose {
+                eprintln!("netlab: raised a machine-wide limit this lab needs (restored when the last lab is removed): {change}");
             }
         }
         let t0 = Instant::now();

@@ -48,7 +48,8 @@ pub struct RunState {
 }
 
 impl RunState {
-    pub(crate) fn owner_alive(&self) -> bool {
+    /// True while the process that built the run (and removes it) lives.
+    pub fn owner_alive(&self) -> bool {
         oskit::procfs::alive(self.owner_pid) && oskit::procfs::start_time(self.owner_pid) == self.owner_start
     }
     pub fn host(&self, name: &str) -> Result<&HostInfo, LabError> {
