@@ -12,6 +12,7 @@ use crate::place::{Placement, Role};
 use crate::DemoArgs;
 use nix::sys::resource::{getrusage, UsageWho};
 use oskit::child::ChildGuard;
+use reflector::backend::BackendKind;
 use reflector::bots::BotsReport;
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -181,7 +182,7 @@ pub struct Scenario<'a> {
 }
 
 impl Scenario<'_> {
-    pub fn run(&self, backend: &str, stop: &AtomicBool) -> Result<DemoRow, DemoError> {
+    pub fn run(&self, backend: BackendKind, stop: &AtomicBool) -> Result<DemoRow, DemoError> {
         let a = self.args;
         let groups = a.groups as usize;
         let in_lab = self.place.in_lab();
@@ -215,7 +216,7 @@ impl Scenario<'_> {
                 "--ports",
                 &ports_arg(&ports),
                 "--backend",
-                backend,
+                backend.name(),
             ])
             .arg("--secret-file")
             .arg(&self.secret)

@@ -27,8 +27,6 @@ struct Cli {
     command: Command,
 }
 
-// Parsed once at start-up, so the size difference between variants is irrelevant.
-#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run the reflector: one UDP port per group, fan-out to members.

@@ -8,7 +8,10 @@
 //! back only what the kernel reports it wrote. `MmsgBatch` holds raw pointers
 //! only between filling and the `sendmmsg` call, both inside one `&mut self`
 //! method, so nothing it points to can move or be freed meanwhile.
-#![allow(unsafe_code)]
+#![expect(
+    unsafe_code,
+    reason = "the fenced syscall layer: each unsafe block states its contract"
+)]
 
 use std::io;
 use std::mem::{size_of, zeroed};
