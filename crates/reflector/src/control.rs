@@ -20,9 +20,9 @@
 //! The mapping and the request handling are pure functions, unit-tested
 //! without a socket; [`ControlServer`] is the thin HTTP layer.
 
-use crate::auth::{Secret, TokenClaims};
 use crate::server::parse_ports;
 use crate::CliError;
+use reflector_proto::auth::{Secret, TokenClaims};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -647,8 +647,8 @@ mod tests {
         assert_eq!(t.reflector, "10.0.0.1:4001");
         assert_eq!(t.group, 4001);
         assert_eq!(t.expires_unix_s, 1_060);
-        let token: [u8; crate::protocol::TOKEN_LEN] = hex::decode(&t.token).unwrap().try_into().unwrap();
-        let claims = crate::auth::verify_token(&c.secret, &token, 0, 4001, 42, 1_000_000).unwrap();
+        let token: [u8; reflector_proto::protocol::TOKEN_LEN] = hex::decode(&t.token).unwrap().try_into().unwrap();
+        let claims = reflector_proto::auth::verify_token(&c.secret, &token, 0, 4001, 42, 1_000_000).unwrap();
         assert_eq!(claims.expires_unix_s, 1_060);
     }
 

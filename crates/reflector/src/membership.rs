@@ -16,9 +16,9 @@
 //! - DATA from a member goes to every other member; anything else is
 //!   dropped and counted by reason.
 
-use crate::auth::{check_cookie, make_cookie, verify_token, Secret, TokenError};
 use crate::backend::Dest;
-use crate::protocol::{ErrorCode, JoinAck, Kind, Packet, ParseError, SmallDatagram};
+use reflector_proto::auth::{check_cookie, make_cookie, verify_token, Secret, TokenError};
+use reflector_proto::protocol::{ErrorCode, JoinAck, Kind, Packet, ParseError, SmallDatagram};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
@@ -385,8 +385,9 @@ impl Group {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::TokenClaims;
-    use crate::protocol::{emit, Header, HEADER_LEN, TOKEN_LEN};
+    use reflector_proto::auth::TokenClaims;
+    use reflector_proto::client::{Config as ClientConfig, JoinRequest, Session};
+    use reflector_proto::protocol::{emit, Header, HEADER_LEN, TOKEN_LEN};
 
     const PORT: u16 = 4000;
     const T0: u64 = 1_700_000_000_000;
@@ -436,16 +437,29 @@ mod tests {
         b
     }
 
-    /// Runs the two-step join and returns the final outcome.
+    /// Runs the client's handshake ([`Session`]) against the group and
+    /// returns the outcome of its last datagram; checks the first step is
+    /// answered with a challenge.
     fn join(g: &mut Group, k: &Keys, p: &Policy, now: u64, src: SocketAddr, player: u32) -> Outcome {
-        let t = token(k, player, PORT, 60);
-        let first = SmallDatagram::join(PORT, player, &t, None);
-        let o = g.handle(k, p, at(now), src, first.as_bytes());
-        assert_eq!(o.event, Event::Challenged);
-        let ch = o.reply.expect("challenge sent");
-        let cookie = *Packet::parse(ch.as_bytes()).unwrap().challenge_cookie().unwrap();
-        let second = SmallDatagram::join(PORT, player, &t, Some(&cookie));
-        g.handle(k, p, at(now), src, second.as_bytes())
+        let req = JoinRequest {
+            reflector: SocketAddr::from(([10, 0, 0, 254], PORT)),
+            group: PORT,
+            player,
+            token: token(k, player, PORT, 60),
+        };
+        // The client's clock only times its retries, which never fire here.
+        let t = std::time::Instant::now();
+        let mut s = Session::new(req, ClientConfig::default(), t);
+        let mut outcomes = Vec::new();
+        while let Some(tx) = s.poll_transmit() {
+            let o = g.handle(k, p, at(now), src, tx.datagram.as_bytes());
+            if let Some(r) = o.reply {
+                s.handle(t, req.reflector, &Packet::parse(r.as_bytes()).unwrap());
+            }
+            outcomes.push(o);
+        }
+        assert_eq!(outcomes[0].event, Event::Challenged);
+        *outcomes.last().unwrap()
     }
 
     #[test]
@@ -485,7 +499,7 @@ mod tests {
         assert_eq!(o.event, Event::Dropped(DropReason::BadCookie));
         // A stale cookie, two slots later.
         let old = make_cookie(&k.cookie_key, &addr(1), PORT, 7, T0);
-        let later = T0 + 2 * crate::auth::COOKIE_SLOT_MS + 1;
+        let later = T0 + 2 * reflector_proto::auth::COOKIE_SLOT_MS + 1;
         let o = g.handle(
             &k,
             &p,

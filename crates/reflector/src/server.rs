@@ -6,13 +6,13 @@
 //! membership decision (no allocation for DATA), and the backend's sends of
 //! that same buffer: nothing is copied or allocated in user space.
 
-use crate::auth::Secret;
 use crate::backend::{BackendKind, Dest, Fanout, Support};
 use crate::membership::{DropReason, Event, Group, Keys, Now, Policy};
 use crate::metrics::{GroupCounters, Registry};
-use crate::protocol::MAX_DATAGRAM;
 use crate::{mono_now_ms, sys, CliError};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use reflector_proto::auth::Secret;
+use reflector_proto::protocol::MAX_DATAGRAM;
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
@@ -379,7 +379,7 @@ fn serve_socket(
 }
 
 fn count_drop(c: &GroupCounters, reason: DropReason) -> u64 {
-    use crate::auth::TokenError;
+    use reflector_proto::auth::TokenError;
     let counter = match reason {
         DropReason::Malformed(_) => &c.malformed,
         DropReason::WrongGroup => &c.wrong_group,

@@ -2,11 +2,11 @@
 //! (library calls, not the CLI), on 127.0.0.1 only, with free ports.
 //! Every run is bounded by the bots' duration and grace period.
 
-use reflector::auth::Secret;
 use reflector::bots::{run_bots, BotsConfig};
 use reflector::control::{Assign, ControlConfig, ControlServer, ReflectorSpec, World};
 use reflector::membership::{Keys, Policy};
 use reflector::server::{Server, ServerConfig};
+use reflector_proto::auth::Secret;
 use std::net::IpAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;

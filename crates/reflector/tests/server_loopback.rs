@@ -2,11 +2,13 @@
 //! counts per backend, hostile traffic interleaved with real traffic, the
 //! amplification bound, leave and expiry.
 
-use reflector::auth::{Secret, TokenClaims};
 use reflector::membership::{Keys, Policy};
 use reflector::metrics::Snapshot;
-use reflector::protocol::{emit, ErrorCode, Header, Kind, Packet, SmallDatagram, HEADER_LEN, TOKEN_LEN};
 use reflector::server::{Server, ServerConfig};
+use reflector_proto::auth::{Secret, TokenClaims};
+use reflector_proto::blocking;
+use reflector_proto::client::{Config as ClientConfig, JoinRequest};
+use reflector_proto::protocol::{emit, ErrorCode, Header, Kind, Packet, SmallDatagram, HEADER_LEN, TOKEN_LEN};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -41,6 +43,14 @@ fn token(player: u32, group: u16, ttl_s: i64) -> [u8; TOKEN_LEN] {
         expires_unix_s: (now + ttl_s).max(0) as u64,
     }
     .sign(&Secret::new(&SECRET).unwrap())
+}
+
+/// Retries as the bots do; a loopback join that takes 5 s is broken.
+fn join_config() -> ClientConfig {
+    ClientConfig {
+        retry: Duration::from_millis(250),
+        give_up: Some(Duration::from_secs(5)),
+    }
 }
 
 struct Client {
@@ -80,14 +90,14 @@ impl Client {
 
     /// Two-step join; panics if the reflector does not admit us.
     fn join(group: u16, id: u32) -> Client {
-        let mut c = Client::new(group, id);
-        let t = token(id, group, 60);
-        c.send(SmallDatagram::join(group, id, &t, None).as_bytes());
-        let ch = c.recv().expect("challenge");
-        let cookie = *Packet::parse(ch).unwrap().challenge_cookie().expect("a JOIN_CHALLENGE");
-        c.send(SmallDatagram::join(group, id, &t, Some(&cookie)).as_bytes());
-        let ack = c.recv().expect("ack");
-        assert_eq!(Packet::parse(ack).unwrap().kind(), Kind::JoinAck);
+        let c = Client::new(group, id);
+        let req = JoinRequest {
+            reflector: c.server,
+            group,
+            player: id,
+            token: token(id, group, 60),
+        };
+        blocking::join(&c.sock, req, join_config()).expect("the reflector admits us");
         c
     }
 

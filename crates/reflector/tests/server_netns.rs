@@ -7,10 +7,12 @@
 //! own namespaces.
 
 use oskit::testing::{root_or_skip, sh, NetNsGuard};
-use reflector::auth::{Secret, TokenClaims};
 use reflector::membership::{Keys, Policy};
-use reflector::protocol::{emit, Header, Kind, Packet, SmallDatagram, HEADER_LEN};
 use reflector::server::{Server, ServerConfig};
+use reflector_proto::auth::{Secret, TokenClaims};
+use reflector_proto::blocking;
+use reflector_proto::client::{Config as ClientConfig, JoinRequest};
+use reflector_proto::protocol::{emit, Header, Kind, Packet, HEADER_LEN};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -83,15 +85,17 @@ fn join(sock: &UdpSocket, server: SocketAddr, group: u16, id: u32) {
         expires_unix_s: reflector::unix_now_ms() / 1000 + 60,
     }
     .sign(&secret);
-    let mut buf = [0u8; 256];
-    sock.send_to(SmallDatagram::join(group, id, &t, None).as_bytes(), server)
-        .unwrap();
-    let (n, _) = sock.recv_from(&mut buf).expect("challenge");
-    let cookie = *Packet::parse(&buf[..n]).unwrap().challenge_cookie().unwrap();
-    sock.send_to(SmallDatagram::join(group, id, &t, Some(&cookie)).as_bytes(), server)
-        .unwrap();
-    let (n, _) = sock.recv_from(&mut buf).expect("ack");
-    assert_eq!(Packet::parse(&buf[..n]).unwrap().kind(), Kind::JoinAck);
+    let req = JoinRequest {
+        reflector: server,
+        group,
+        player: id,
+        token: t,
+    };
+    let cfg = ClientConfig {
+        give_up: Some(Duration::from_secs(5)),
+        ..ClientConfig::default()
+    };
+    blocking::join(sock, req, cfg).expect("the reflector admits us");
 }
 
 fn no_loss_on_a_full_device_queue(backend: &'static str) {

@@ -4,9 +4,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use reflector::auth::Secret;
 use reflector::membership::{Group, Keys, Policy};
-use reflector::protocol::Packet;
+use reflector_proto::auth::Secret;
+use reflector_proto::protocol::Packet;
 use std::net::SocketAddr;
 
 fuzz_target!(|data: &[u8]| {
