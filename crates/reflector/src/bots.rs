@@ -939,23 +939,17 @@ impl Ctx<'_> {
 /// One socket per bot: lift the soft open-file limit towards the hard one
 /// if the default (often 1024) is too small.
 fn raise_fd_limit(need: u64) -> Result<(), BotsError> {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
-        return Ok(());
-    };
-    if soft >= need {
-        return Ok(());
-    }
-    if hard < need {
-        return Err(BotsError::Config(format!(
-            "{need} open files needed (one socket per bot) but the hard limit is {hard}: \
+    match crate::http::raise_nofile_limit(need) {
+        Ok(soft) if soft >= need => Ok(()),
+        Ok(soft) => Err(BotsError::Config(format!(
+            "{need} open files needed (one socket per bot) but the hard limit is {soft}: \
              use fewer bots or raise it (ulimit -Hn, as root)"
-        )));
+        ))),
+        Err(source) => Err(BotsError::Socket {
+            call: "setrlimit(RLIMIT_NOFILE)",
+            source,
+        }),
     }
-    setrlimit(Resource::RLIMIT_NOFILE, need, hard).map_err(|e| BotsError::Socket {
-        call: "setrlimit(RLIMIT_NOFILE)",
-        source: e.into(),
-    })
 }
 
 /// Runs the bots: join, send and move for `cfg.duration`, then wait for

@@ -29,7 +29,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -64,6 +63,8 @@ pub struct ControlArgs {
     /// Lifetime of issued join tokens, seconds.
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub token_ttl: u64,
+    #[command(flatten)]
+    pub http: crate::http::HttpArgs,
 }
 
 /// One reflector as clients reach it, and its group ports.
@@ -435,99 +436,72 @@ fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64) -> Reply {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
-    #[error("cannot listen on {addr}: {msg} (is another control server running there?)")]
-    Listen { addr: SocketAddr, msg: String },
-    #[error("cannot start the control server thread: {0}")]
-    Thread(#[source] std::io::Error),
+    #[error("control server: {0}")]
+    Http(#[from] crate::http::HttpError),
 }
 
 /// A running control server.
 pub struct ControlServer {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<u64>>,
+    http: crate::http::HttpServer,
 }
 
 impl ControlServer {
     /// Binds (so a busy port is reported here) and serves until stopped.
     /// Port 0 in `cfg.listen` picks a free port; see [`ControlServer::addr`].
     pub fn start(cfg: ControlConfig, stop: Arc<AtomicBool>) -> Result<ControlServer, ControlError> {
-        let http = tiny_http::Server::http(cfg.listen).map_err(|e| ControlError::Listen {
-            addr: cfg.listen,
-            msg: e.to_string(),
-        })?;
-        let addr = http.server_addr().to_ip().unwrap_or(cfg.listen);
-        let flag = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
-            .name("control".into())
-            .spawn(move || serve(http, cfg, &flag))
-            .map_err(ControlError::Thread)?;
-        Ok(ControlServer {
-            addr,
-            stop,
-            thread: Some(thread),
-        })
+        ControlServer::start_with(cfg, crate::http::Limits::default(), stop)
+    }
+
+    /// [`ControlServer::start`] with explicit HTTP limits.
+    pub fn start_with(
+        cfg: ControlConfig,
+        limits: crate::http::Limits,
+        stop: Arc<AtomicBool>,
+    ) -> Result<ControlServer, ControlError> {
+        let listen = cfg.listen;
+        let handler: crate::http::Handler = Arc::new(move |req: &crate::http::Request<'_>| {
+            let now_s = crate::unix_now_ms() / 1000;
+            let reply = handle(&cfg, req.method, req.target, now_s);
+            if reply.status != 200 {
+                tracing::debug!(
+                    "control: {} {} from {} -> {} {}",
+                    req.method,
+                    req.target,
+                    req.peer,
+                    reply.status,
+                    reply.body
+                );
+            }
+            crate::http::Response {
+                status: reply.status,
+                content_type: "application/json",
+                body: format!("{}\n", reply.body),
+            }
+        });
+        let http = crate::http::HttpServer::start("control", listen, limits, handler, stop)?;
+        Ok(ControlServer { http })
     }
 
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.http.addr()
     }
 
     /// `http://ip:port`, what bots take as `--control`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.addr())
     }
 
-    /// Stops serving (within 100 ms) and waits; returns requests served.
-    pub fn stop(mut self) -> u64 {
-        self.stop.store(true, Relaxed);
-        self.thread.take().and_then(|t| t.join().ok()).unwrap_or(0)
+    /// What the HTTP layer has done so far (requests, refusals, ...).
+    pub fn stats(&self) -> crate::http::Stats {
+        self.http.stats()
     }
-}
 
-impl Drop for ControlServer {
-    fn drop(&mut self) {
-        if let Some(t) = self.thread.take() {
-            self.stop.store(true, Relaxed);
-            let _ = t.join();
-        }
+    /// Stops serving (within [`crate::http::SHUTDOWN_GRACE`] of the last
+    /// poll of the stop flag) and waits; returns requests served.
+    pub fn stop(self) -> u64 {
+        self.http.stop().requests
     }
-}
-
-fn serve(http: tiny_http::Server, cfg: ControlConfig, stop: &AtomicBool) -> u64 {
-    let mut served = 0u64;
-    // Both strings are constant ASCII, which from_bytes always accepts.
-    let json_header =
-        tiny_http::Header::from_bytes("Content-Type", "application/json").expect("static header is valid");
-    while !stop.load(Relaxed) {
-        let req = match http.recv_timeout(Duration::from_millis(100)) {
-            Ok(Some(r)) => r,
-            Ok(None) => continue,
-            Err(e) => {
-                tracing::warn!("control server: accept failed: {e}");
-                std::thread::sleep(Duration::from_millis(10));
-                continue;
-            }
-        };
-        let now_s = crate::unix_now_ms() / 1000;
-        let reply = handle(&cfg, req.method().as_str(), req.url(), now_s);
-        if reply.status != 200 {
-            tracing::debug!(
-                "control: {} {} -> {} {}",
-                req.method(),
-                req.url(),
-                reply.status,
-                reply.body
-            );
-        }
-        let resp = tiny_http::Response::from_string(format!("{}\n", reply.body))
-            .with_status_code(reply.status)
-            .with_header(json_header.clone());
-        let _ = req.respond(resp);
-        served += 1;
-    }
-    served
 }
 
 /// `reflector control`.
@@ -542,7 +516,8 @@ pub fn run(args: ControlArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         token_ttl_s: args.token_ttl,
     };
     let (cols, rows, ntargets) = (cfg.world.cols, cfg.world.rows, cfg.world.targets.len());
-    let server = ControlServer::start(cfg, Arc::clone(&stop))?;
+    args.http.validate()?;
+    let server = ControlServer::start_with(cfg, args.http.limits(), Arc::clone(&stop))?;
     tracing::info!(
         "control server at {}: {cols}x{rows} cells of {} units onto {ntargets} group(s) ({}); try {}/join?player=1&x=0&y=0",
         server.addr(),

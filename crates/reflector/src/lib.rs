@@ -11,12 +11,14 @@
 //! - [`server`]: the event loops that tie sockets, membership and backends together;
 //! - [`metrics`]: counters, Prometheus exposition and the final summary;
 //! - [`control`]: the control server mapping virtual locations to groups;
+//! - [`http`]: the bounded HTTP server under `control` and `/metrics`;
 //! - [`bots`]: simulated players that measure delivery, loss and latency.
 #![deny(unsafe_code)]
 
 pub mod backend;
 pub mod bots;
 pub mod control;
+pub mod http;
 pub mod membership;
 pub mod metrics;
 pub mod server;

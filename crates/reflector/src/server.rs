@@ -69,6 +69,8 @@ pub struct ServeArgs {
     /// Write the final counters as JSON to this file.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
+    #[command(flatten)]
+    pub http: crate::http::HttpArgs,
 }
 
 /// Ports parsed from `--ports`.
@@ -396,27 +398,33 @@ fn count_drop(c: &GroupCounters, reason: DropReason) -> u64 {
 
 /// Binds the metrics listener (before the server starts, so a taken
 /// address fails early and leaves nothing running).
-pub fn bind_metrics(addr: SocketAddr) -> Result<tiny_http::Server, CliError> {
-    tiny_http::Server::http(addr).map_err(|e| format!("cannot serve metrics on {addr}: {e}").into())
+pub fn bind_metrics(addr: SocketAddr) -> Result<std::net::TcpListener, CliError> {
+    crate::http::bind(addr).map_err(|e| format!("cannot serve metrics: {e}").into())
 }
 
-/// Serves `/metrics` until `stop` is set.
-pub fn serve_metrics(http: tiny_http::Server, registry: Registry, stop: Arc<AtomicBool>) -> JoinHandle<()> {
-    std::thread::spawn(move || {
-        while !stop.load(Relaxed) {
-            let Ok(Some(req)) = http.recv_timeout(Duration::from_millis(100)) else {
-                continue;
-            };
-            let resp = if req.url() == "/metrics" {
-                let header = tiny_http::Header::from_bytes("Content-Type", "text/plain; version=0.0.4")
-                    .expect("static header is valid");
-                tiny_http::Response::from_string(registry.prometheus()).with_header(header)
-            } else {
-                tiny_http::Response::from_string("not found: try /metrics\n").with_status_code(404)
-            };
-            let _ = req.respond(resp);
-        }
-    })
+/// Serves `/metrics` (OpenMetrics text) until stopped or until `stop` is set.
+pub fn serve_metrics(
+    listener: std::net::TcpListener,
+    limits: crate::http::Limits,
+    registry: Registry,
+    stop: Arc<AtomicBool>,
+) -> Result<crate::http::HttpServer, CliError> {
+    let exposition = crate::metrics::Exposition::new(registry);
+    let handler: crate::http::Handler =
+        Arc::new(
+            move |req: &crate::http::Request<'_>| match (req.method, req.target.split('?').next()) {
+                ("GET", Some("/metrics")) => crate::http::Response {
+                    status: 200,
+                    content_type: crate::metrics::EXPOSITION_CONTENT_TYPE,
+                    body: exposition.encode(),
+                },
+                ("GET", _) => crate::http::Response::text(404, "not found: try /metrics\n"),
+                (m, _) => crate::http::Response::text(405, format!("method {m} not allowed: use GET /metrics\n")),
+            },
+        );
+    Ok(crate::http::HttpServer::start_on(
+        "metrics", listener, limits, handler, stop,
+    )?)
 }
 
 /// `reflector serve`.
@@ -460,6 +468,7 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         rcvbuf: args.rcvbuf,
         sndbuf: args.sndbuf,
     };
+    args.http.validate()?;
     let http = args.metrics.map(bind_metrics).transpose()?;
     let server = Server::start(cfg, Arc::clone(&stop))?;
     let ports = server.ports();
@@ -473,12 +482,20 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         server.registry().backend,
         threads.min(ports.len())
     );
-    let metrics = http.map(|h| {
-        if let Some(addr) = args.metrics {
-            tracing::info!("metrics at http://{addr}/metrics");
+    let metrics = match http {
+        Some(listener) => {
+            if let Some(addr) = args.metrics {
+                tracing::info!("metrics at http://{addr}/metrics");
+            }
+            Some(serve_metrics(
+                listener,
+                args.http.limits(),
+                server.registry().clone(),
+                Arc::clone(&stop),
+            )?)
         }
-        serve_metrics(h, server.registry().clone(), Arc::clone(&stop))
-    });
+        None => None,
+    };
     let deadline = args.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
     while !stop.load(Relaxed) {
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -488,8 +505,8 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
     }
     server.stop();
     let registry = server.join()?;
-    if let Some(h) = metrics {
-        let _ = h.join();
+    if let Some(m) = metrics {
+        m.stop();
     }
     print!("{}", registry.summary_table());
     if let Some(path) = &args.summary_json {
