@@ -443,21 +443,25 @@ pub enum ControlError {
 /// A running control server.
 pub struct ControlServer {
     http: crate::http::HttpServer,
+    scheme: &'static str,
 }
 
 impl ControlServer {
     /// Binds (so a busy port is reported here) and serves until stopped.
     /// Port 0 in `cfg.listen` picks a free port; see [`ControlServer::addr`].
     pub fn start(cfg: ControlConfig, stop: Arc<AtomicBool>) -> Result<ControlServer, ControlError> {
-        ControlServer::start_with(cfg, crate::http::Limits::default(), stop)
+        ControlServer::start_with(cfg, crate::http::Limits::default(), None, stop)
     }
 
-    /// [`ControlServer::start`] with explicit HTTP limits.
+    /// [`ControlServer::start`] with explicit HTTP limits, and over TLS
+    /// when given a certificate.
     pub fn start_with(
         cfg: ControlConfig,
         limits: crate::http::Limits,
+        tls: Option<crate::http::Tls>,
         stop: Arc<AtomicBool>,
     ) -> Result<ControlServer, ControlError> {
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let listen = cfg.listen;
         let handler: crate::http::Handler = Arc::new(move |req: &crate::http::Request<'_>| {
             let now_s = crate::unix_now_ms() / 1000;
@@ -478,8 +482,8 @@ impl ControlServer {
                 body: format!("{}\n", reply.body),
             }
         });
-        let http = crate::http::HttpServer::start("control", listen, limits, handler, stop)?;
-        Ok(ControlServer { http })
+        let http = crate::http::HttpServer::start("control", listen, limits, tls, handler, stop)?;
+        Ok(ControlServer { http, scheme })
     }
 
     /// The bound address.
@@ -487,9 +491,9 @@ impl ControlServer {
         self.http.addr()
     }
 
-    /// `http://ip:port`, what bots take as `--control`.
+    /// `http://ip:port` (or `https://`), what bots take as `--control`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr())
+        format!("{}://{}", self.scheme, self.addr())
     }
 
     /// What the HTTP layer has done so far (requests, refusals, ...).
@@ -517,7 +521,7 @@ pub fn run(args: ControlArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
     };
     let (cols, rows, ntargets) = (cfg.world.cols, cfg.world.rows, cfg.world.targets.len());
     args.http.validate()?;
-    let server = ControlServer::start_with(cfg, args.http.limits(), Arc::clone(&stop))?;
+    let server = ControlServer::start_with(cfg, args.http.limits(), args.http.tls()?, Arc::clone(&stop))?;
     tracing::info!(
         "control server at {}: {cols}x{rows} cells of {} units onto {ntargets} group(s) ({}); try {}/join?player=1&x=0&y=0",
         server.addr(),

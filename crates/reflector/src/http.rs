@@ -18,7 +18,9 @@
 //!   its own task, so a client that pipelines without reading stalls only
 //!   itself;
 //! - [`HttpServer::stop`] closes everything within [`SHUTDOWN_GRACE`],
-//!   whatever the clients are doing.
+//!   whatever the clients are doing;
+//! - with a certificate ([`Tls`]) every connection is TLS (rustls, HTTP/1.1
+//!   by ALPN); the handshake must finish within `header_read_timeout`.
 
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
@@ -29,6 +31,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -90,6 +93,12 @@ pub struct HttpArgs {
     /// HTTP: largest request line plus headers, bytes (431 above; at least 8192).
     #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(8192..=1 << 20))]
     pub http_max_header_bytes: u64,
+    /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 impl HttpArgs {
@@ -103,6 +112,14 @@ impl HttpArgs {
             header_read_timeout: secs(self.http_header_timeout).unwrap_or(d.header_read_timeout),
             idle_timeout: secs(self.http_idle_timeout).unwrap_or(d.idle_timeout),
             max_connections: self.http_max_connections as usize,
+        }
+    }
+
+    /// The TLS configuration, if a certificate was given.
+    pub fn tls(&self) -> Result<Option<Tls>, HttpError> {
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Tls::from_pem_files(cert, key).map(Some),
+            _ => Ok(None),
         }
     }
 
@@ -124,6 +141,45 @@ impl HttpArgs {
 
 fn secs(v: f64) -> Option<Duration> {
     (v.is_finite() && v > 0.0 && v <= 86_400.0).then(|| Duration::from_secs_f64(v))
+}
+
+/// A server certificate and key, ready for rustls.
+#[derive(Clone)]
+pub struct Tls(Arc<rustls::ServerConfig>);
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print key material.
+        f.write_str("Tls(..)")
+    }
+}
+
+impl Tls {
+    /// Reads a PEM certificate chain and its private key.
+    pub fn from_pem_files(cert: &Path, key: &Path) -> Result<Tls, HttpError> {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let bad = |path: &Path, what: String| HttpError::Tls {
+            path: path.display().to_string(),
+            what,
+        };
+        let chain = CertificateDer::pem_file_iter(cert)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| bad(cert, format!("not a PEM certificate chain: {e}")))?;
+        if chain.is_empty() {
+            return Err(bad(cert, "holds no certificate".into()));
+        }
+        let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| bad(key, format!("not a PEM private key: {e}")))?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| bad(cert, e.to_string()))?
+            .with_no_client_auth()
+            .with_single_cert(chain, key_der)
+            .map_err(|e| bad(key, format!("does not go with the certificate: {e}")))?;
+        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Tls(Arc::new(cfg)))
+    }
 }
 
 /// What a handler sees of a request.
@@ -170,6 +226,8 @@ pub struct Stats {
     pub body_refused: u64,
     /// HTTP/2 prefaces answered 505.
     pub h2_refused: u64,
+    /// TLS handshakes that failed or took longer than the header timeout.
+    pub tls_failed: u64,
 }
 
 #[derive(Debug, Default)]
@@ -180,6 +238,7 @@ struct Counters {
     idle_closed: AtomicU64,
     body_refused: AtomicU64,
     h2_refused: AtomicU64,
+    tls_failed: AtomicU64,
 }
 
 impl Counters {
@@ -191,6 +250,7 @@ impl Counters {
             idle_closed: self.idle_closed.load(Relaxed),
             body_refused: self.body_refused.load(Relaxed),
             h2_refused: self.h2_refused.load(Relaxed),
+            tls_failed: self.tls_failed.load(Relaxed),
         }
     }
 }
@@ -211,6 +271,8 @@ pub enum HttpError {
     },
     #[error("{0}")]
     Limits(String),
+    #[error("TLS: {path} {what}")]
+    Tls { path: String, what: String },
 }
 
 /// Binds a listening socket for [`HttpServer::start_on`].
@@ -239,10 +301,11 @@ impl HttpServer {
         name: &str,
         listen: SocketAddr,
         limits: Limits,
+        tls: Option<Tls>,
         handler: Handler,
         stop: Arc<AtomicBool>,
     ) -> Result<HttpServer, HttpError> {
-        HttpServer::start_on(name, bind(listen)?, limits, handler, stop)
+        HttpServer::start_on(name, bind(listen)?, limits, tls, handler, stop)
     }
 
     /// [`HttpServer::start`] on a listener bound earlier with [`bind`] (so
@@ -251,6 +314,7 @@ impl HttpServer {
         name: &str,
         listener: std::net::TcpListener,
         limits: Limits,
+        tls: Option<Tls>,
         handler: Handler,
         stop: Arc<AtomicBool>,
     ) -> Result<HttpServer, HttpError> {
@@ -287,6 +351,7 @@ impl HttpServer {
             },
             handler,
             counters: Arc::clone(&counters),
+            tls: tls.map(|t| tokio_rustls::TlsAcceptor::from(t.0)),
         });
         let (h, name2) = (Arc::clone(&halt), name.to_string());
         let thread = std::thread::Builder::new()
@@ -348,6 +413,7 @@ struct Ctx {
     limits: Limits,
     handler: Handler,
     counters: Arc<Counters>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 /// The cap we can honour: lifts the soft open-file limit towards the hard
@@ -450,25 +516,53 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>, halt: &AtomicBool, st
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, permits.acquire_many(all)).await;
 }
 
-async fn serve_connection(stream: TcpStream, peer: SocketAddr, ctx: &Arc<Ctx>, mut closing: watch::Receiver<bool>) {
+async fn serve_connection(stream: TcpStream, peer: SocketAddr, ctx: &Arc<Ctx>, closing: watch::Receiver<bool>) {
     let _ = stream.set_nodelay(true);
     let limits = ctx.limits;
-    match first_bytes(&stream, limits.header_read_timeout).await {
-        First::Http1 => {}
-        First::H2Preface => {
-            ctx.counters.h2_refused.fetch_add(1, Relaxed);
-            refuse_h2(stream).await;
-            return;
-        }
-        // Nothing within the header timeout, or gone: the same as a header
-        // timeout, without an answer (there is no request to answer).
-        First::Nothing => return,
-    }
     let activity = Arc::new(Activity::new());
-    let io = TokioIo::new(Tracked {
+    let tracked = Tracked {
         inner: stream,
         activity: Arc::clone(&activity),
-    });
+    };
+    match &ctx.tls {
+        Some(acceptor) => {
+            // The handshake counts as reading the headers: same deadline.
+            let accepted = tokio::time::timeout(limits.header_read_timeout, acceptor.accept(tracked)).await;
+            match accepted {
+                Ok(Ok(tls)) => serve_http(TokioIo::new(tls), &activity, peer, ctx, closing).await,
+                Ok(Err(e)) => {
+                    ctx.counters.tls_failed.fetch_add(1, Relaxed);
+                    tracing::debug!("TLS handshake with {peer} failed: {e}");
+                }
+                Err(_) => {
+                    ctx.counters.tls_failed.fetch_add(1, Relaxed);
+                }
+            }
+        }
+        None => match first_bytes(&tracked.inner, limits.header_read_timeout).await {
+            First::Http1 => serve_http(TokioIo::new(tracked), &activity, peer, ctx, closing).await,
+            First::H2Preface => {
+                ctx.counters.h2_refused.fetch_add(1, Relaxed);
+                refuse_h2(tracked.inner).await;
+            }
+            // Nothing within the header timeout, or gone: the same as a
+            // header timeout, without an answer (there is no request).
+            First::Nothing => {}
+        },
+    }
+}
+
+/// HTTP/1.1 on one connection until it ends, idles out or the server stops.
+async fn serve_http<I>(
+    io: TokioIo<I>,
+    activity: &Activity,
+    peer: SocketAddr,
+    ctx: &Arc<Ctx>,
+    mut closing: watch::Receiver<bool>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let limits = ctx.limits;
     let c = Arc::clone(ctx);
     let service = service_fn(move |req: hyper::Request<Incoming>| {
         let c = Arc::clone(&c);
@@ -489,8 +583,7 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, ctx: &Arc<Ctx>, m
     tokio::pin!(conn);
     let mut shutting_down = false;
     loop {
-        let idle_for = activity.idle_for();
-        let check_in = limits.idle_timeout.saturating_sub(idle_for);
+        let check_in = limits.idle_timeout.saturating_sub(activity.idle_for());
         tokio::select! {
             _ = conn.as_mut() => return,
             _ = tokio::time::sleep(check_in) => {

@@ -54,7 +54,7 @@ pub struct ServeArgs {
     /// Maximum members per group.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(2..=65535))]
     pub max_members: u64,
-    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100).
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100); https with --tls-cert.
     #[arg(long)]
     pub metrics: Option<SocketAddr>,
     /// Socket receive buffer per group, bytes.
@@ -406,6 +406,7 @@ pub fn bind_metrics(addr: SocketAddr) -> Result<std::net::TcpListener, CliError>
 pub fn serve_metrics(
     listener: std::net::TcpListener,
     limits: crate::http::Limits,
+    tls: Option<crate::http::Tls>,
     registry: Registry,
     stop: Arc<AtomicBool>,
 ) -> Result<crate::http::HttpServer, CliError> {
@@ -423,7 +424,7 @@ pub fn serve_metrics(
             },
         );
     Ok(crate::http::HttpServer::start_on(
-        "metrics", listener, limits, handler, stop,
+        "metrics", listener, limits, tls, handler, stop,
     )?)
 }
 
@@ -469,6 +470,9 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         sndbuf: args.sndbuf,
     };
     args.http.validate()?;
+    // Certificate problems are reported before anything starts.
+    let tls = args.http.tls()?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let http = args.metrics.map(bind_metrics).transpose()?;
     let server = Server::start(cfg, Arc::clone(&stop))?;
     let ports = server.ports();
@@ -485,11 +489,12 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
     let metrics = match http {
         Some(listener) => {
             if let Some(addr) = args.metrics {
-                tracing::info!("metrics at http://{addr}/metrics");
+                tracing::info!("metrics at {scheme}://{addr}/metrics");
             }
             Some(serve_metrics(
                 listener,
                 args.http.limits(),
+                tls,
                 server.registry().clone(),
                 Arc::clone(&stop),
             )?)
