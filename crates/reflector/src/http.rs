@@ -726,3 +726,109 @@ impl AsyncWrite for Tracked {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    fn server(limits: Limits) -> HttpServer {
+        let big = "x".repeat(1 << 20);
+        let handler: Handler = Arc::new(move |req: &Request<'_>| match req.target {
+            "/big" => Response::text(200, big.clone()),
+            _ => Response::text(200, "ok\n"),
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        HttpServer::start("test-http", "127.0.0.1:0".parse().unwrap(), limits, None, handler, stop).unwrap()
+    }
+
+    fn wait_until(what: &str, cond: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !cond() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn a_client_that_stops_reading_is_closed_after_the_idle_timeout() {
+        let s = server(Limits {
+            idle_timeout: Duration::from_millis(500),
+            ..Limits::default()
+        });
+        let mut c = std::net::TcpStream::connect(s.addr()).unwrap();
+        c.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+        // Megabyte answers that are never read: the server's writes stall.
+        for _ in 0..64 {
+            if c.write_all(b"GET /big HTTP/1.1\r\nHost: t\r\n\r\n").is_err() {
+                break;
+            }
+        }
+        wait_until("the idle close", || s.stats().idle_closed == 1);
+        let st = s.stop();
+        assert!(st.requests >= 1, "{st:?}");
+        assert_eq!(st.connections, 1);
+    }
+
+    #[test]
+    fn refusals_are_counted_by_reason() {
+        let s = server(Limits {
+            max_connections: 2,
+            header_read_timeout: Duration::from_secs(2),
+            ..Limits::default()
+        });
+        let ask = |bytes: &[u8]| {
+            let mut c = std::net::TcpStream::connect(s.addr()).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            c.write_all(bytes).unwrap();
+            let mut out = String::new();
+            let _ = c.read_to_string(&mut out);
+            out
+        };
+        assert!(ask(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").starts_with("HTTP/1.1 505"));
+        assert!(ask(b"GET / HTTP/1.1\r\nContent-Length: 2000\r\n\r\n").starts_with("HTTP/1.1 413"));
+        assert!(ask(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n").starts_with("HTTP/1.1 200"));
+        let held: Vec<_> = (0..2)
+            .map(|_| std::net::TcpStream::connect(s.addr()).unwrap())
+            .collect();
+        wait_until("the cap to be reached", || {
+            let mut c = std::net::TcpStream::connect(s.addr()).unwrap();
+            c.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+            matches!(c.read(&mut [0u8; 1]), Ok(0))
+        });
+        drop(held);
+        let st = s.stop();
+        assert_eq!((st.h2_refused, st.body_refused, st.requests), (1, 1, 1), "{st:?}");
+        assert!(st.over_cap >= 1, "{st:?}");
+    }
+
+    #[test]
+    fn limits_are_checked_and_http_args_validated() {
+        let handler: Handler = Arc::new(|_: &Request<'_>| Response::text(200, ""));
+        let stop = Arc::new(AtomicBool::new(false));
+        let small = Limits {
+            max_header_bytes: 100,
+            ..Limits::default()
+        };
+        let e = HttpServer::start("t", "127.0.0.1:0".parse().unwrap(), small, None, handler, stop)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("8192"), "{e}");
+        let args = HttpArgs {
+            http_max_connections: 10,
+            http_header_timeout: 0.0,
+            http_idle_timeout: 1.0,
+            http_max_header_bytes: 8192,
+            tls_cert: None,
+            tls_key: None,
+        };
+        assert!(args.validate().unwrap_err().contains("--http-header-timeout"));
+        let ok = HttpArgs {
+            http_header_timeout: 2.5,
+            ..args
+        };
+        assert!(ok.validate().is_ok());
+        assert_eq!(ok.limits().header_read_timeout, Duration::from_millis(2500));
+        assert_eq!(ok.limits().max_connections, 10);
+    }
+}
