@@ -463,7 +463,18 @@ impl ControlServer {
     ) -> Result<ControlServer, ControlError> {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let listen = cfg.listen;
+        // The world never changes while serving: serialise it once rather
+        // than per request (64x64 cells make 350 KB of JSON), so asking for
+        // it over and over costs the server a copy-free send, not CPU.
+        let world = crate::http::Bytes::from(format!("{}\n", cfg.world.to_json()));
         let handler: crate::http::Handler = Arc::new(move |req: &crate::http::Request<'_>| {
+            if req.method == "GET" && req.target.split('?').next() == Some("/world") {
+                return crate::http::Response {
+                    status: 200,
+                    content_type: "application/json",
+                    body: world.clone(),
+                };
+            }
             let now_s = crate::unix_now_ms() / 1000;
             let reply = handle(&cfg, req.method, req.target, now_s);
             if reply.status != 200 {
@@ -479,7 +490,7 @@ impl ControlServer {
             crate::http::Response {
                 status: reply.status,
                 content_type: "application/json",
-                body: format!("{}\n", reply.body),
+                body: format!("{}\n", reply.body).into(),
             }
         });
         let http = crate::http::HttpServer::start("control", listen, limits, tls, handler, stop)?;

@@ -23,7 +23,8 @@
 //!   by ALPN); the handshake must finish within `header_read_timeout`.
 
 use http_body_util::Full;
-use hyper::body::{Bytes, Incoming};
+pub use hyper::body::Bytes;
+use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -196,7 +197,8 @@ pub struct Request<'a> {
 pub struct Response {
     pub status: u16,
     pub content_type: &'static str,
-    pub body: String,
+    /// Shared bytes, so a handler can answer from a cache without copying.
+    pub body: Bytes,
 }
 
 impl Response {
@@ -204,7 +206,7 @@ impl Response {
         Response {
             status,
             content_type: "text/plain; charset=utf-8",
-            body: body.into(),
+            body: Bytes::from(body.into()),
         }
     }
 }
@@ -627,7 +629,7 @@ fn answer(ctx: &Ctx, req: &hyper::Request<Incoming>, peer: SocketAddr) -> hyper:
         })
     };
     let status = hyper::StatusCode::from_u16(r.status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
-    let mut resp = hyper::Response::new(Full::new(Bytes::from(r.body)));
+    let mut resp = hyper::Response::new(Full::new(r.body));
     *resp.status_mut() = status;
     resp.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(r.content_type));

@@ -417,7 +417,7 @@ pub fn serve_metrics(
                 ("GET", Some("/metrics")) => crate::http::Response {
                     status: 200,
                     content_type: crate::metrics::EXPOSITION_CONTENT_TYPE,
-                    body: exposition.encode(),
+                    body: exposition.encode().into(),
                 },
                 ("GET", _) => crate::http::Response::text(404, "not found: try /metrics\n"),
                 (m, _) => crate::http::Response::text(405, format!("method {m} not allowed: use GET /metrics\n")),
