@@ -63,8 +63,26 @@ pub struct ControlArgs {
     /// Lifetime of issued join tokens, seconds.
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub token_ttl: u64,
+    /// Serve plain HTTP on a non-loopback --listen address. The control server hands out
+    /// join tokens, so anywhere but loopback it wants --tls-cert/--tls-key; say this only
+    /// where the network is yours (a lab's private links, a test).
+    #[arg(long)]
+    pub insecure_http: bool,
     #[command(flatten)]
     pub http: crate::http::HttpArgs,
+}
+
+/// Refuses plain HTTP on an address others can reach unless told
+/// `--insecure-http`: tokens (and, with protocol v2, session keys) would
+/// cross the network in the clear.
+pub fn check_transport(listen: SocketAddr, tls: bool, insecure_http: bool) -> Result<(), String> {
+    if tls || insecure_http || listen.ip().is_loopback() {
+        return Ok(());
+    }
+    Err(format!(
+        "refusing to serve join tokens over plain HTTP on {listen}, which is not a loopback address: \
+         give --tls-cert and --tls-key, listen on 127.0.0.1, or say --insecure-http if the network is yours"
+    ))
 }
 
 /// One reflector as clients reach it, and its group ports.
@@ -521,6 +539,9 @@ impl ControlServer {
 
 /// `reflector control`.
 pub fn run(args: ControlArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
+    args.http.validate()?;
+    let tls = args.http.tls()?;
+    check_transport(args.listen, tls.is_some(), args.insecure_http)?;
     let secret = Secret::from_file(&args.secret_file)?;
     let world = World::new(args.grid.0, args.grid.1, args.cell_size, args.assign, &args.reflectors)
         .map_err(|e| format!("bad world: {e}"))?;
@@ -531,8 +552,7 @@ pub fn run(args: ControlArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         token_ttl_s: args.token_ttl,
     };
     let (cols, rows, ntargets) = (cfg.world.cols, cfg.world.rows, cfg.world.targets.len());
-    args.http.validate()?;
-    let server = ControlServer::start_with(cfg, args.http.limits(), args.http.tls()?, Arc::clone(&stop))?;
+    let server = ControlServer::start_with(cfg, args.http.limits(), tls, Arc::clone(&stop))?;
     tracing::info!(
         "control server at {}: {cols}x{rows} cells of {} units onto {ntargets} group(s) ({}); try {}/join?player=1&x=0&y=0",
         server.addr(),
@@ -664,6 +684,18 @@ mod tests {
         // Encoded values are accepted.
         assert_eq!(handle(&c, "GET", "/join?player=%31&x=1%2E5&y=1", 0).status, 200);
         assert_eq!(handle(&c, "GET", "/join?player=1&x=1&y=%", 0).status, 400);
+    }
+
+    #[test]
+    fn plain_http_only_on_loopback_unless_told() {
+        let at = |a: &str| a.parse::<SocketAddr>().unwrap();
+        assert!(check_transport(at("127.0.0.1:8700"), false, false).is_ok());
+        assert!(check_transport(at("[::1]:8700"), false, false).is_ok());
+        let e = check_transport(at("0.0.0.0:8700"), false, false).unwrap_err();
+        assert!(e.contains("--tls-cert") && e.contains("--insecure-http"), "{e}");
+        assert!(check_transport(at("10.0.0.1:8700"), false, false).is_err());
+        assert!(check_transport(at("10.0.0.1:8700"), true, false).is_ok());
+        assert!(check_transport(at("10.0.0.1:8700"), false, true).is_ok());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The control server over TLS (rustls), as the real binary on 127.0.0.1,
 //! with the test certificate in `tests/data` (signed by a test CA): a TLS client gets
 //! its answers; plain HTTP, a stalled handshake and garbage are closed
-//! without disturbing it; a bad certificate path is a clear error.
+//! without disturbing it; a bad certificate path is a clear error; plain
+//! HTTP on a non-loopback address is refused unless asked for.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -163,4 +164,20 @@ fn a_missing_or_mismatched_certificate_is_a_clear_error() {
         .unwrap();
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--tls-key"));
+}
+
+#[test]
+fn plain_http_on_a_non_loopback_address_is_refused_before_listening() {
+    let o = Command::new(env!("CARGO_BIN_EXE_reflector"))
+        .args(["control", "--listen", "0.0.0.0:0", "--reflector", "127.0.0.1:4000"])
+        .args(["--secret-file", "/nonexistent/secret"])
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("refusing") && err.contains("--insecure-http") && err.contains("--tls-cert"),
+        "{err}"
+    );
 }
