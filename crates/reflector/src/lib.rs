@@ -22,7 +22,6 @@ pub mod http;
 pub mod membership;
 pub mod metrics;
 pub mod server;
-mod sys;
 
 /// Milliseconds since the Unix epoch from the system clock: the only place
 /// the real clock is read; everything below takes `now_ms` as an argument.

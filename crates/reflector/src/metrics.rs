@@ -61,12 +61,14 @@ counters! {
     rejoins: "counter", "JOINs from existing members, answered again.";
     leaves: "counter", "Members that left with LEAVE.";
     expired: "counter", "Members removed after going silent.";
+    unreachable_removed: "counter", "Members removed because ICMP errors were reported about them and they had sent nothing since, for two keepalive intervals (an ICMP error alone removes nobody).";
     control_bytes_in: "counter", "Bytes of datagrams that were not member traffic (joins, strays, floods).";
     reply_bytes_out: "counter", "Bytes of replies (challenge, ack, error); never more than control_bytes_in.";
     replies_suppressed: "counter", "Replies to non-members not sent because the group's reply budget was spent.";
     enobufs_waits: "counter", "Sends that hit ENOBUFS (device queue full) and were retried after a wait.";
     eagain_waits: "counter", "Sends that hit EAGAIN (socket buffer full) and waited for POLLOUT.";
     icmp_errors: "counter", "ICMP errors reported on the socket (e.g. a departed member's port unreachable).";
+    pending_fanouts: "counter", "Fan-outs that had to wait for the socket buffer or the device queue; the loop served its other groups meanwhile.";
     send_errors: "counter", "Copies not sent because the destination kept failing (unroutable), or abandoned at shutdown.";
     members: "gauge", "Current members.";
 }
