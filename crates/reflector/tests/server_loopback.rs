@@ -2,6 +2,8 @@
 //! counts per backend, hostile traffic interleaved with real traffic, the
 //! amplification bound, leave and expiry.
 
+mod common;
+use reflector::backend::BackendKind;
 use reflector::membership::{Keys, Policy};
 use reflector::metrics::Snapshot;
 use reflector::server::{Server, ServerConfig};
@@ -16,7 +18,7 @@ use std::time::{Duration, Instant};
 
 const SECRET: [u8; 32] = [0x5a; 32];
 
-fn start(backend: &str, groups: usize, policy: Policy) -> Server {
+fn start(backend: BackendKind, groups: usize, policy: Policy) -> Server {
     let cfg = ServerConfig {
         bind: "127.0.0.1".parse().unwrap(),
         ports: vec![0; groups],
@@ -26,7 +28,7 @@ fn start(backend: &str, groups: usize, policy: Policy) -> Server {
             cookie_key: Secret::random(),
         },
         policy,
-        backend: backend.parse().expect("a known backend"),
+        backend,
         threads: 2,
         rcvbuf: 4 << 20,
         sndbuf: 4 << 20,
@@ -163,7 +165,7 @@ fn wait_for(server: &Server, what: impl Fn(&Snapshot) -> bool) -> Snapshot {
 
 /// N members, M datagrams each, sent in rounds; every member gets exactly
 /// (N-1)*M, each datagram once and intact; a second group is untouched.
-fn exact_delivery(backend: &str) {
+fn exact_delivery(backend: BackendKind) {
     const N: usize = 6;
     const M: u32 = 150;
     let server = start(backend, 2, Policy::default());
@@ -204,20 +206,10 @@ fn exact_delivery(backend: &str) {
     assert_eq!(reg.total().forwarded, t.forwarded);
 }
 
-#[test]
-fn exact_delivery_sendto() {
-    exact_delivery("sendto");
-}
-
-#[test]
-fn exact_delivery_sendmmsg() {
-    exact_delivery("sendmmsg");
-}
-
 /// Bad input of every kind, interleaved with real traffic: each is dropped
 /// and counted, members lose nothing, and the attacker never gets back
 /// more bytes than it sent.
-fn hostile_traffic(backend: &str) {
+fn hostile_traffic(backend: BackendKind) {
     const N: usize = 4;
     const M: u32 = 60;
     let server = start(backend, 1, Policy::default());
@@ -352,18 +344,8 @@ fn hostile_traffic(backend: &str) {
 }
 
 #[test]
-fn hostile_traffic_sendto() {
-    hostile_traffic("sendto");
-}
-
-#[test]
-fn hostile_traffic_sendmmsg() {
-    hostile_traffic("sendmmsg");
-}
-
-#[test]
 fn error_replies_tell_clients_what_to_do() {
-    let server = start("sendto", 1, Policy::default());
+    let server = start(BackendKind::Sendto, 1, Policy::default());
     let g = server.ports()[0];
     let mut c = Client::new(g, 5);
     c.send(SmallDatagram::join(g, 5, &token(5, g, -1), None).as_bytes());
@@ -385,7 +367,7 @@ fn leave_and_expiry_stop_delivery() {
         member_timeout_ms: 1500,
         ..Policy::default()
     };
-    let server = start("sendmmsg", 1, policy);
+    let server = start(BackendKind::Sendmmsg, 1, policy);
     let g = server.ports()[0];
     let a = Client::join(g, 1);
     let mut b = Client::join(g, 2);
@@ -417,7 +399,7 @@ fn leave_and_expiry_stop_delivery() {
 /// unreachable) until it expires: the queued ICMP errors fail later sends
 /// on the group socket; they must be drained, counted and the sends retried,
 /// so the remaining members lose nothing.
-fn departed_member_costs_nothing_to_the_others(backend: &str) {
+fn departed_member_costs_nothing_to_the_others(backend: BackendKind) {
     const M: u32 = 100;
     let server = start(backend, 1, Policy::default());
     let g = server.ports()[0];
@@ -442,12 +424,8 @@ fn departed_member_costs_nothing_to_the_others(backend: &str) {
     );
 }
 
-#[test]
-fn departed_member_sendto() {
-    departed_member_costs_nothing_to_the_others("sendto");
-}
+backend_matrix!(exact_delivery);
 
-#[test]
-fn departed_member_sendmmsg() {
-    departed_member_costs_nothing_to_the_others("sendmmsg");
-}
+backend_matrix!(hostile_traffic);
+
+backend_matrix!(departed_member_costs_nothing_to_the_others);

@@ -6,7 +6,9 @@
 //! member still receives every datagram. Needs root; creates and removes its
 //! own namespaces.
 
+mod common;
 use oskit::testing::{root_or_skip, sh, NetNsGuard};
+use reflector::backend::BackendKind;
 use reflector::membership::{Keys, Policy};
 use reflector::server::{Server, ServerConfig};
 use reflector_proto::auth::{Secret, TokenClaims};
@@ -98,7 +100,7 @@ fn join(sock: &UdpSocket, server: SocketAddr, group: u16, id: u32) {
     blocking::join(sock, req, cfg).expect("the reflector admits us");
 }
 
-fn no_loss_on_a_full_device_queue(backend: &'static str) {
+fn no_loss_on_a_full_device_queue(backend: BackendKind) {
     if !root_or_skip(&format!("no_loss_on_a_full_device_queue_{backend}")) {
         return;
     }
@@ -117,7 +119,7 @@ fn no_loss_on_a_full_device_queue(backend: &'static str) {
                 cookie_key: Secret::random(),
             },
             policy: Policy::default(),
-            backend: backend.parse().expect("a known backend"),
+            backend,
             threads: 1,
             rcvbuf: 1 << 20,
             sndbuf: 1 << 20,
@@ -198,12 +200,4 @@ fn no_loss_on_a_full_device_queue(backend: &'static str) {
     drop(lab);
 }
 
-#[test]
-fn no_loss_on_a_full_device_queue_sendto() {
-    no_loss_on_a_full_device_queue("sendto");
-}
-
-#[test]
-fn no_loss_on_a_full_device_queue_sendmmsg() {
-    no_loss_on_a_full_device_queue("sendmmsg");
-}
+backend_matrix!(no_loss_on_a_full_device_queue);
