@@ -9,6 +9,7 @@
 
 pub mod place;
 pub mod scenario;
+pub mod wire;
 
 use netlab::scenario::LinkSpec;
 use place::{LabShape, Placement};
@@ -101,6 +102,10 @@ pub struct DemoArgs {
     /// The netlab binary, for its delay lines (default: `netlab` next to this program).
     #[arg(long)]
     pub netlab_bin: Option<PathBuf>,
+    /// The capture binary that counts DATA on the reflector's link in the lab (default:
+    /// `capture` next to this program).
+    #[arg(long)]
+    pub capture_bin: Option<PathBuf>,
 }
 
 /// A binary next to this program, or the one given; it must exist.
@@ -148,6 +153,11 @@ pub fn run(args: DemoArgs, stop: &AtomicBool) -> Result<i32, DemoError> {
         Where::Auto => true,
         Where::Loopback => false,
     };
+    let capture_bin = if in_lab {
+        Some(sibling(&args.capture_bin, "capture", "--capture-bin")?)
+    } else {
+        None
+    };
     let place = if in_lab {
         let spec = LinkSpec {
             bw: Some(if args.gigabit { "1gbit" } else { "100mbit" }.into()),
@@ -173,6 +183,7 @@ pub fn run(args: DemoArgs, stop: &AtomicBool) -> Result<i32, DemoError> {
         args: &args,
         place: &place,
         reflector_bin,
+        capture_bin,
         dir: &dir.0,
         secret,
     };

@@ -96,18 +96,37 @@ impl Placement {
     /// lab through the launcher, the reflector and control server on the
     /// reflector host, the bots process on the first client host.
     pub fn command(&self, role: Role, reflector_bin: &Path, sub: &str) -> Result<Command, DemoError> {
-        let mut c = match self {
-            Placement::Loopback => Command::new(reflector_bin),
+        let mut c = self.program(role, reflector_bin)?;
+        c.arg(sub).env("RUST_LOG", "warn").stdin(Stdio::null());
+        Ok(c)
+    }
+
+    /// `program` placed where `role` runs (see [`Placement::command`]).
+    pub fn program(&self, role: Role, program: &Path) -> Result<Command, DemoError> {
+        Ok(match self {
+            Placement::Loopback => Command::new(program),
             Placement::Lab { lab, clients, .. } => {
                 let host = match role {
                     Role::Reflector => REFLECTOR_HOST,
                     Role::Bots => clients.first().ok_or("the lab has no client host")?.as_str(),
                 };
-                lab.launcher().command(host, &[reflector_bin.as_os_str()])?
+                lab.launcher().command(host, &[program.as_os_str()])?
             }
-        };
-        c.arg(sub).env("RUST_LOG", "warn").stdin(Stdio::null());
-        Ok(c)
+        })
+    }
+
+    /// The reflector host's interface towards the switch (lab only).
+    pub fn reflector_iface(&self) -> Option<String> {
+        match self {
+            Placement::Loopback => None,
+            Placement::Lab { lab, .. } => lab
+                .plan
+                .addressing
+                .ifaces
+                .iter()
+                .find(|f| f.node == REFLECTOR_HOST)
+                .map(|f| f.ifname.clone()),
+        }
     }
 
     /// Describes the placement for the table's heading.

@@ -45,6 +45,8 @@ pub struct DemoRow {
     pub max_us: f64,
     /// Everything the reflector fanned out reached a bot socket.
     pub counters_match: bool,
+    /// DATA datagrams seen leaving the reflector on its link (lab only).
+    pub wire_data: Option<u64>,
 }
 
 /// Child processes, each stopped (SIGTERM, then SIGKILL) when this goes
@@ -177,6 +179,8 @@ pub struct Scenario<'a> {
     pub args: &'a DemoArgs,
     pub place: &'a Placement,
     pub reflector_bin: PathBuf,
+    /// `capture`, to count on the reflector's link (lab only).
+    pub capture_bin: Option<PathBuf>,
     pub dir: &'a Path,
     pub secret: PathBuf,
 }
@@ -255,6 +259,32 @@ impl Scenario<'_> {
             tcp_listening(ctl_pid, control_port)
         })?;
 
+        // The wire count starts before the first datagram can flow.
+        let pcap = self.dir.join(format!("wire-{backend}.pcap"));
+        let tap = match (&self.capture_bin, self.place.reflector_iface(), host) {
+            (Some(bin), Some(iface), std::net::IpAddr::V4(ip)) => {
+                let log = self.dir.join(format!("capture-{backend}.log"));
+                let mut c = self.place.program(Role::Reflector, bin)?;
+                c.args(["-i", &iface, "-q", "-w"])
+                    .arg(&pcap)
+                    .arg(crate::wire::filter(ip, &ports))
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?);
+                children.add(
+                    "capture",
+                    c.spawn()
+                        .map_err(|e| format!("cannot start capture on the reflector's link: {e}"))?,
+                );
+                let pid = children.get("capture").map_or(0, |c| c.id());
+                wait_until("the wire capture", stop, &mut children, || {
+                    crate::wire::capture_started(pid)
+                })?;
+                Some((ip, log))
+            }
+            _ => None,
+        };
+
         let mut bots = self.place.command(Role::Bots, &self.reflector_bin, "bots")?;
         let bots_netns = self.place.bots_netns();
         if !bots_netns.is_empty() {
@@ -315,6 +345,20 @@ impl Scenario<'_> {
         let report: BotsReport = serde_json::from_str(&text)
             .map_err(|e| format!("cannot read the bots' JSON report ({e}); see their messages above"))?;
 
+        // The capture drains what is queued and completes its file on SIGTERM.
+        let wire_data = match tap {
+            Some((ip, log)) => {
+                let mut cap = children.take("capture").ok_or("capture child vanished")?;
+                let st = oskit::child::stop(cap.child(), Duration::from_secs(10));
+                if !st.is_some_and(|s| s.success()) {
+                    let text = std::fs::read_to_string(&log).unwrap_or_default();
+                    return Err(format!("the wire capture exited with {st:?}: {}", text.trim()).into());
+                }
+                Some(crate::wire::count_data(&pcap, ip, &ports)?)
+            }
+            None => None,
+        };
+
         // Only the reflector is reaped between these two readings.
         let before = cpu_children();
         let mut refl = children.take("reflector").ok_or("reflector child vanished")?;
@@ -347,7 +391,10 @@ impl Scenario<'_> {
             p50_us: report.latency.p50_us,
             p99_us: report.latency.p99_us,
             max_us: report.latency.max_us,
-            counters_match: fanned_out == arrived && num("forwarded") == t.sent,
+            counters_match: fanned_out == arrived
+                && num("forwarded") == t.sent
+                && wire_data.is_none_or(|w| w == fanned_out),
+            wire_data,
         })
     }
 }
@@ -357,10 +404,11 @@ pub fn table(rows: &[DemoRow]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>9} {:>8} {:>10} {:>9} {:>9} {:>6} {:>7} {:>14} {:>9} {:>9} {:>8}",
+        "{:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>6} {:>7} {:>14} {:>9} {:>9} {:>8}",
         "backend",
         "sent",
         "fanned out",
+        "on wire",
         "expected",
         "received",
         "lost",
@@ -373,10 +421,11 @@ pub fn table(rows: &[DemoRow]) -> String {
     for r in rows {
         let _ = writeln!(
             out,
-            "{:>9} {:>8} {:>10} {:>9} {:>9} {:>6} {:>7} {:>11.0} ns {:>6.0} us {:>6.0} us {:>8}",
+            "{:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>6} {:>7} {:>11.0} ns {:>6.0} us {:>6.0} us {:>8}",
             r.backend,
             r.sent,
             r.fanned_out,
+            r.wire_data.map_or_else(|| "-".to_string(), |w| w.to_string()),
             r.expected,
             r.received,
             r.lost,
@@ -432,6 +481,7 @@ mod tests {
             p99_us: 99.0,
             max_us: 120.0,
             counters_match: true,
+            wire_data: Some(90),
         };
         let t = table(&[row]);
         assert_eq!(t.lines().count(), 2);

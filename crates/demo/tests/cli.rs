@@ -32,7 +32,9 @@ fn bad_arguments_name_the_problem() {
 /// backends report no loss, and the table says where it ran.
 #[test]
 fn short_loopback_demo_has_no_loss() {
-    let all = short_run_without_loss(&["--where", "loopback", "--bots", "8"], 2);
+    let (all, rows) = short_run_without_loss(&["--where", "loopback", "--bots", "8"], 2);
+    // No lab, no link to count on.
+    assert!(rows.iter().all(|r| r["wire_data"].is_null()), "{rows:?}");
     assert!(
         all.contains("on loopback") && all.contains("sendmmsg") && all.contains("sendto"),
         "{all}"

@@ -11,7 +11,7 @@ fn lab_demo_loses_nothing_and_leaves_nothing() {
     if !oskit::testing::root_or_skip("lab_demo_loses_nothing_and_leaves_nothing") {
         return;
     }
-    let all = short_run_without_loss(
+    let (all, rows) = short_run_without_loss(
         &[
             "--where",
             "lab",
@@ -28,6 +28,10 @@ fn lab_demo_loses_nothing_and_leaves_nothing() {
         all.contains("in the lab (reflector on h1, bots over 2 client hosts)"),
         "{all}"
     );
+    // Counted on the reflector's link too, and (checked in
+    // short_run_without_loss) equal to what the reflector fanned out.
+    assert!(all.contains("on wire"), "{all}");
+    assert!(rows[0]["wire_data"].as_u64().is_some_and(|w| w > 0), "{rows:?}");
     // The run's id, as netlab printed it: "netlab: run ID up: ...".
     let run = all
         .split("netlab: run ")

@@ -24,6 +24,8 @@ pub fn demo(args: &[&str]) -> Output {
         .arg(sibling("reflector"))
         .arg("--netlab-bin")
         .arg(sibling("netlab"))
+        .arg("--capture-bin")
+        .arg(sibling("capture"))
         .env("RUST_LOG", "warn")
         .output()
         .expect("the demo binary runs")
@@ -39,7 +41,7 @@ pub fn text(o: &Output) -> String {
 
 /// Runs a short demo with a JSON report and returns its rows, checking
 /// that the run succeeded with no loss and matching counters.
-pub fn short_run_without_loss(extra: &[&str], backends: usize) -> String {
+pub fn short_run_without_loss(extra: &[&str], backends: usize) -> (String, Vec<serde_json::Value>) {
     let json = std::env::temp_dir().join(format!("reflector-demo-test-{}-{backends}.json", std::process::id()));
     let mut args = vec![
         "--duration",
@@ -67,6 +69,7 @@ pub fn short_run_without_loss(extra: &[&str], backends: usize) -> String {
         assert_eq!(r["counters_match"], true, "{r}");
         assert!(r["received"].as_u64().unwrap() > 0, "{r}");
         assert_eq!(r["received"], r["expected"], "{r}");
+        assert!(r["wire_data"].is_null() || r["wire_data"] == r["fanned_out"], "{r}");
     }
-    all
+    (all, rows.clone())
 }
