@@ -1,0 +1,161 @@
+/*
+ * Test program for the vtime shim: performs one timed wait of a given
+ * virtual duration through one interface and reports what it saw.
+ *
+ *   waits MODE SECONDS
+ *
+ * Prints "ready" before the wait and "done OUTCOME VIRT_NS CPU_US" after it,
+ * where OUTCOME is "timeout" when the call reported its timeout as it should,
+ * VIRT_NS the elapsed CLOCK_MONOTONIC (as the program sees it) and CPU_US the
+ * process CPU time (user + system) spent in the wait. The test measures the
+ * real time between the two lines.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/select.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+static int64_t now(clockid_t c) {
+    struct timespec t;
+    clock_gettime(c, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static struct timespec ts_of(int64_t ns) {
+    struct timespec t = {ns / 1000000000, ns % 1000000000};
+    return t;
+}
+
+static int64_t cpu_us(void) {
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (int64_t)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1000000 + u.ru_utime.tv_usec + u.ru_stime.tv_usec;
+}
+
+static pthread_mutex_t held = PTHREAD_MUTEX_INITIALIZER;
+static void *hold_forever(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&held);
+    pause();
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: waits MODE SECONDS\n");
+        return 2;
+    }
+    const char *m = argv[1];
+    int64_t d = (int64_t)(atof(argv[2]) * 1e9);
+    int ok = 0;
+
+    /* Set-up that must not count in the measured wait. */
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &usr1, NULL);
+    int pfd[2];
+    if (pipe(pfd) != 0)
+        return 3;
+    int ep = epoll_create1(0);
+    struct epoll_event ev = {.events = EPOLLIN};
+    epoll_ctl(ep, EPOLL_CTL_ADD, pfd[0], &ev);
+    int tfd = timerfd_create(CLOCK_MONOTONIC, 0);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_t cond_rt, cond_mono;
+    pthread_cond_init(&cond_rt, NULL);
+    pthread_cond_init(&cond_mono, &ca);
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    sem_t sem;
+    sem_init(&sem, 0, 0);
+    pthread_t holder;
+    if (strcmp(m, "mutex") == 0) {
+        pthread_create(&holder, NULL, hold_forever, NULL);
+        while (pthread_mutex_trylock(&held) == 0) /* wait until the holder has it */
+            pthread_mutex_unlock(&held), usleep(1000);
+    }
+    uint32_t futex_word = 0;
+
+    printf("ready\n");
+    fflush(stdout);
+    int64_t c0 = cpu_us(), v0 = now(CLOCK_MONOTONIC);
+
+    if (strcmp(m, "nanosleep") == 0) {
+        struct timespec t = ts_of(d);
+        ok = nanosleep(&t, NULL) == 0;
+    } else if (strcmp(m, "clock_nanosleep_abs") == 0) {
+        struct timespec t = ts_of(now(CLOCK_MONOTONIC) + d);
+        ok = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL) == 0;
+    } else if (strcmp(m, "usleep") == 0) {
+        ok = usleep((useconds_t)(d / 1000)) == 0;
+    } else if (strcmp(m, "poll") == 0) {
+        struct pollfd p = {.fd = pfd[0], .events = POLLIN};
+        ok = poll(&p, 1, (int)(d / 1000000)) == 0;
+    } else if (strcmp(m, "ppoll") == 0) {
+        struct pollfd p = {.fd = pfd[0], .events = POLLIN};
+        struct timespec t = ts_of(d);
+        ok = ppoll(&p, 1, &t, NULL) == 0;
+    } else if (strcmp(m, "select") == 0) {
+        fd_set r;
+        FD_ZERO(&r);
+        FD_SET(pfd[0], &r);
+        struct timeval tv = {d / 1000000000, (d % 1000000000) / 1000};
+        ok = select(pfd[0] + 1, &r, NULL, NULL, &tv) == 0 && !FD_ISSET(pfd[0], &r);
+    } else if (strcmp(m, "epoll") == 0) {
+        struct epoll_event out;
+        ok = epoll_wait(ep, &out, 1, (int)(d / 1000000)) == 0;
+    } else if (strcmp(m, "timerfd") == 0) {
+        struct itimerspec its = {.it_value = ts_of(d)};
+        uint64_t n = 0;
+        ok = timerfd_settime(tfd, 0, &its, NULL) == 0 && read(tfd, &n, sizeof n) == sizeof n && n == 1;
+    } else if (strcmp(m, "cond_realtime") == 0) {
+        struct timespec t = ts_of(now(CLOCK_REALTIME) + d);
+        pthread_mutex_lock(&mu);
+        ok = pthread_cond_timedwait(&cond_rt, &mu, &t) == ETIMEDOUT;
+        pthread_mutex_unlock(&mu);
+    } else if (strcmp(m, "cond_monotonic") == 0) {
+        struct timespec t = ts_of(now(CLOCK_MONOTONIC) + d);
+        pthread_mutex_lock(&mu);
+        ok = pthread_cond_timedwait(&cond_mono, &mu, &t) == ETIMEDOUT;
+        pthread_mutex_unlock(&mu);
+    } else if (strcmp(m, "sem") == 0) {
+        struct timespec t = ts_of(now(CLOCK_REALTIME) + d);
+        ok = sem_timedwait(&sem, &t) == -1 && errno == ETIMEDOUT;
+    } else if (strcmp(m, "mutex") == 0) {
+        struct timespec t = ts_of(now(CLOCK_REALTIME) + d);
+        ok = pthread_mutex_timedlock(&held, &t) == ETIMEDOUT;
+    } else if (strcmp(m, "sigtimedwait") == 0) {
+        struct timespec t = ts_of(d);
+        ok = sigtimedwait(&usr1, NULL, &t) == -1 && errno == EAGAIN;
+    } else if (strcmp(m, "futex") == 0) {
+        struct timespec t = ts_of(now(CLOCK_MONOTONIC) + d);
+        ok = syscall(SYS_futex, &futex_word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, 0, &t, NULL,
+                     FUTEX_BITSET_MATCH_ANY) == -1 &&
+             errno == ETIMEDOUT;
+    } else {
+        fprintf(stderr, "waits: unknown mode %s\n", m);
+        return 2;
+    }
+
+    int64_t v = now(CLOCK_MONOTONIC) - v0, c = cpu_us() - c0;
+    printf("done %s %lld %lld\n", ok ? "timeout" : "wrong-result", (long long)v, (long long)c);
+    fflush(stdout);
+    return 0;
+}
