@@ -49,7 +49,12 @@ struct vtime_record {
     uint32_t creator_pid; /* the process that created the domain */
     uint32_t flags;       /* reserved, 0 */
     uint64_t changes;     /* number of TDF changes since creation */
-    uint64_t reserved[2];
+    /* Division by tdf_num as a multiply and shifts (Granlund-Montgomery, round-up
+       variant), so a clock read costs no divide instruction:
+       q = (t + ((n - t) >> 1)) >> div_shift with t = (div_magic * n) >> 64,
+       exact for every 64-bit n when tdf_num >= 2; tdf_num == 1 divides by nothing. */
+    uint64_t div_magic;
+    uint64_t div_shift;
 };
 
 _Static_assert(offsetof(struct vtime_record, magic) == 0, "layout");
@@ -64,6 +69,8 @@ _Static_assert(offsetof(struct vtime_record, epoch) == 56, "layout");
 _Static_assert(offsetof(struct vtime_record, creator_pid) == 96, "layout");
 _Static_assert(offsetof(struct vtime_record, flags) == 100, "layout");
 _Static_assert(offsetof(struct vtime_record, changes) == 104, "layout");
+_Static_assert(offsetof(struct vtime_record, div_magic) == 112, "layout");
+_Static_assert(offsetof(struct vtime_record, div_shift) == 120, "layout");
 _Static_assert(sizeof(struct vtime_record) == 128, "layout");
 
 #endif

@@ -228,7 +228,7 @@ static void warn_once(int *flag, const char *msg) {
 /* ---------------------------------------------------------------- clock model */
 
 struct seg {
-    uint64_t num, den;
+    uint64_t num, den, magic, shift;
     int64_t r0, v0, epoch;
 };
 
@@ -240,10 +240,18 @@ static inline int64_t clamp128(__int128 v) {
     return (int64_t)v;
 }
 
-/* floor(a * m / d), d > 0; the common integer-TDF case stays in 64 bits. */
-static inline int64_t mul_div_floor(int64_t a, uint64_t m, uint64_t d) {
-    if (m == 1 && a >= 0)
-        return (int64_t)((uint64_t)a / d);
+/* n / d with the record's precomputed multiplier (see vtime_record.h). */
+static inline uint64_t div_magic(uint64_t n, const struct seg *s) {
+    if (s->num <= 1)
+        return n;
+    uint64_t t = (uint64_t)(((unsigned __int128)s->magic * n) >> 64);
+    return (t + ((n - t) >> 1)) >> s->shift;
+}
+
+/* floor(a * m / d); a zero d (a damaged record) divides by 1. */
+static int64_t mul_div_floor(int64_t a, uint64_t m, uint64_t d) {
+    if (d == 0)
+        d = 1;
     __int128 p = (__int128)a * (__int128)m;
     __int128 q = p / (__int128)d;
     if (p % (__int128)d != 0 && p < 0)
@@ -307,34 +315,47 @@ static inline int base_of(clockid_t id) {
  * read after a rebase is never combined with the segment before it (which
  * could make the clock step back by the width of the window).
  */
-static int read_clock(clockid_t id, int base, struct seg *s, int64_t *real) {
+static inline __attribute__((always_inline)) int read_clock(clockid_t id, int base, struct seg *s,
+                                                            int64_t *real) {
     for (;;) {
         uint64_t s1 = __atomic_load_n(&rec->seq, __ATOMIC_ACQUIRE);
         if (s1 & 1) {
             cpu_relax();
             continue;
         }
+        /* The clock first: the vDSO orders its TSC read after every earlier
+           load, so loading the record before it would add their latency. */
+        struct timespec t;
+        int rc = r_clock_gettime(id, &t);
         s->num = __atomic_load_n(&rec->tdf_num, __ATOMIC_RELAXED);
         s->den = __atomic_load_n(&rec->tdf_den, __ATOMIC_RELAXED);
+        s->magic = __atomic_load_n(&rec->div_magic, __ATOMIC_RELAXED);
+        s->shift = __atomic_load_n(&rec->div_shift, __ATOMIC_RELAXED);
         s->r0 = __atomic_load_n(&rec->r0, __ATOMIC_RELAXED);
         s->v0 = __atomic_load_n(&rec->v0, __ATOMIC_RELAXED);
         s->epoch = __atomic_load_n(&rec->epoch[base], __ATOMIC_RELAXED);
-        struct timespec t;
-        int rc = r_clock_gettime(id, &t);
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
         if (__atomic_load_n(&rec->seq, __ATOMIC_RELAXED) != s1)
             continue;
         if (rc != 0)
             return rc;
-        if (s->num == 0 || s->den == 0) /* never written by our writer; be safe */
-            s->num = s->den = 1;
         *real = ts2ns(&t);
         return 0;
     }
 }
 
 static inline int64_t virt_of(const struct seg *s, int64_t real) {
-    return s->epoch + s->v0 + mul_div_floor(real - s->epoch - s->r0, s->den, s->num);
+    int64_t x = real - s->epoch - s->r0;
+    if (__builtin_expect(x >= 0, 1)) {
+        /* The hot path of every clock read: x * den / num without a divide
+           instruction while the product fits in 63 bits. */
+        if (s->den == 1)
+            return s->epoch + s->v0 + (int64_t)div_magic((uint64_t)x, s);
+        unsigned __int128 p = (unsigned __int128)(uint64_t)x * s->den;
+        if ((uint64_t)(p >> 63) == 0)
+            return s->epoch + s->v0 + (int64_t)div_magic((uint64_t)p, s);
+    }
+    return s->epoch + s->v0 + mul_div_floor(x, s->den, s->num);
 }
 
 /* The earliest real time at which the virtual clock reaches `virt`. */

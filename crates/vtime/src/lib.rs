@@ -31,7 +31,7 @@ pub mod target;
 
 pub use domain::{default_dir, list_domains, validate_name, Domain, Listed, DIR_ENV, RECORD_ENV};
 pub use error::Error;
-pub use model::{ClockBase, Segment, Tdf, TdfError, Timeline};
+pub use model::{ClockBase, Divider, Segment, Tdf, TdfError, Timeline};
 pub use record::Snapshot;
 
 /// Real value of a clock base now (ns): what a controller compares virtual

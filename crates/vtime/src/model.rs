@@ -202,6 +202,48 @@ pub fn mul_div_ceil(a: i64, m: u64, d: u64) -> i64 {
     -mul_div_floor(-a, m, d)
 }
 
+/// Division by a fixed divisor as a multiply and two shifts (Granlund and
+/// Montgomery, "Division by invariant integers using multiplication", the
+/// round-up method for 64-bit words). The writer computes it once per TDF
+/// change and stores it in the record; the shim divides with it on every
+/// clock read, since a 64-bit divide instruction alone costs several ns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Divider {
+    pub divisor: u64,
+    pub magic: u64,
+    pub shift: u64,
+}
+
+impl Divider {
+    pub fn new(divisor: u64) -> Divider {
+        if divisor <= 1 {
+            return Divider {
+                divisor,
+                magic: 0,
+                shift: 0,
+            };
+        }
+        // l = ceil(log2 d); magic = floor(2^64 * (2^l - d) / d) + 1, < 2^64.
+        let l = 64 - (divisor - 1).leading_zeros();
+        let d = u128::from(divisor);
+        let magic = ((1u128 << 64) * ((1u128 << l) - d)) / d + 1;
+        Divider {
+            divisor,
+            magic: magic as u64,
+            shift: u64::from(l - 1),
+        }
+    }
+
+    /// `n / divisor`, exactly, for every `n` (what the C shim computes).
+    pub fn div(&self, n: u64) -> u64 {
+        if self.divisor <= 1 {
+            return n;
+        }
+        let t = ((u128::from(self.magic) * u128::from(n)) >> 64) as u64;
+        (t + ((n - t) >> 1)) >> self.shift
+    }
+}
+
 /// One linear piece of the virtual clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Segment {
@@ -361,6 +403,16 @@ mod tests {
     }
 
     #[test]
+    fn divider_edge_cases() {
+        for d in [1u64, 2, 3, 4, 5, 7, 10, 1_000_000, u64::MAX / 3, u64::MAX] {
+            let div = Divider::new(d);
+            for n in [0u64, 1, d - 1, d, d.saturating_add(1), u64::MAX - 1, u64::MAX] {
+                assert_eq!(div.div(n), n / d, "{n} / {d}");
+            }
+        }
+    }
+
+    #[test]
     fn cpu_clocks_are_not_dilated() {
         assert_eq!(ClockBase::of_clock_id(libc::CLOCK_PROCESS_CPUTIME_ID), None);
         assert_eq!(ClockBase::of_clock_id(libc::CLOCK_THREAD_CPUTIME_ID), None);
@@ -397,6 +449,18 @@ mod tests {
     }
 
     proptest! {
+        /// The shim's multiply-and-shift division equals true division.
+        #[test]
+        fn divider_is_exact(d in 1u64..=2 * TDF_LIMIT * 1_000_000_000, n in any::<u64>(), small in 0u64..1_000_000) {
+            let div = Divider::new(d);
+            prop_assert_eq!(div.div(n), n / d);
+            prop_assert_eq!(div.div(small), small / d);
+            prop_assert_eq!(div.div(u64::MAX), u64::MAX / d);
+            let near = (n / d).saturating_mul(d);
+            prop_assert_eq!(div.div(near), near / d);
+            prop_assert_eq!(div.div(near.saturating_sub(1)), near.saturating_sub(1) / d);
+        }
+
         /// Across any sequence of TDF changes at increasing real times, the
         /// virtual clock never goes back and never jumps at a change.
         #[test]

@@ -8,7 +8,7 @@
 use std::mem::{offset_of, size_of};
 use std::sync::atomic::{fence, AtomicI64, AtomicU32, AtomicU64, Ordering};
 
-use crate::model::{Segment, Tdf, Timeline, NBASES};
+use crate::model::{Divider, Segment, Tdf, Timeline, NBASES};
 
 pub const MAGIC: u64 = 0x4452_4345_524d_5456; // "VTMRECRD" little-endian, as VTIME_MAGIC
 pub const VERSION: u32 = 1;
@@ -28,7 +28,8 @@ pub struct RawRecord {
     pub creator_pid: AtomicU32,
     pub flags: AtomicU32,
     pub changes: AtomicU64,
-    pub reserved: [AtomicU64; 2],
+    pub div_magic: AtomicU64,
+    pub div_shift: AtomicU64,
 }
 
 // The same offsets the C header pins with _Static_assert.
@@ -45,6 +46,8 @@ const _: () = {
     assert!(offset_of!(RawRecord, creator_pid) == 96);
     assert!(offset_of!(RawRecord, flags) == 100);
     assert!(offset_of!(RawRecord, changes) == 104);
+    assert!(offset_of!(RawRecord, div_magic) == 112);
+    assert!(offset_of!(RawRecord, div_shift) == 120);
     assert!(size_of::<RawRecord>() == 128);
 };
 
@@ -79,8 +82,7 @@ impl RawRecord {
     /// last so a reader never accepts a half-made one.
     pub fn init(&self, epochs: [i64; NBASES], tdf: Tdf, creator_pid: u32) {
         self.seq.store(0, Ordering::Relaxed);
-        self.tdf_num.store(tdf.num(), Ordering::Relaxed);
-        self.tdf_den.store(tdf.den(), Ordering::Relaxed);
+        self.store_tdf(tdf);
         self.r0.store(0, Ordering::Relaxed);
         self.v0.store(0, Ordering::Relaxed);
         for (slot, e) in self.epoch.iter().zip(epochs) {
@@ -92,6 +94,14 @@ impl RawRecord {
         self.version.store(VERSION, Ordering::Relaxed);
         self.size.store(RECORD_SIZE as u32, Ordering::Relaxed);
         self.magic.store(MAGIC, Ordering::Release);
+    }
+
+    fn store_tdf(&self, tdf: Tdf) {
+        let d = Divider::new(tdf.num());
+        self.tdf_num.store(tdf.num(), Ordering::Relaxed);
+        self.tdf_den.store(tdf.den(), Ordering::Relaxed);
+        self.div_magic.store(d.magic, Ordering::Relaxed);
+        self.div_shift.store(d.shift, Ordering::Relaxed);
     }
 
     /// Seqlock read: retries while a writer is active or was active meanwhile.
@@ -149,8 +159,7 @@ impl RawRecord {
         fence(Ordering::Release);
         let x = now_monotonic() - cur.timeline.epochs[crate::model::ClockBase::Monotonic as usize];
         let seg = cur.timeline.seg.rebase(x, tdf);
-        self.tdf_num.store(tdf.num(), Ordering::Relaxed);
-        self.tdf_den.store(tdf.den(), Ordering::Relaxed);
+        self.store_tdf(tdf);
         self.r0.store(seg.r0, Ordering::Relaxed);
         self.v0.store(seg.v0, Ordering::Relaxed);
         self.changes.fetch_add(1, Ordering::Relaxed);
@@ -185,7 +194,8 @@ mod tests {
             creator_pid: AtomicU32::new(0),
             flags: AtomicU32::new(0),
             changes: AtomicU64::new(0),
-            reserved: Default::default(),
+            div_magic: AtomicU64::new(0),
+            div_shift: AtomicU64::new(0),
         }
     }
 
