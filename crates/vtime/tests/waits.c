@@ -21,7 +21,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/syscall.h>
@@ -92,6 +95,12 @@ int main(int argc, char **argv) {
             pthread_mutex_unlock(&held), usleep(1000);
     }
     uint32_t futex_word = 0;
+    /* A UDP socket on loopback that nobody else sends to. */
+    int us = socket(AF_INET, SOCK_DGRAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    bind(us, (struct sockaddr *)&sa, sizeof sa);
+    getsockname(us, (struct sockaddr *)&sa, &sl);
 
     printf("ready\n");
     fflush(stdout);
@@ -149,6 +158,35 @@ int main(int argc, char **argv) {
         ok = syscall(SYS_futex, &futex_word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, 0, &t, NULL,
                      FUTEX_BITSET_MATCH_ANY) == -1 &&
              errno == ETIMEDOUT;
+    } else if (strcmp(m, "rcvtimeo") == 0) {
+        struct timeval tv = {d / 1000000000, (d % 1000000000) / 1000}, back;
+        socklen_t bl = sizeof back;
+        char b[8];
+        setsockopt(us, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        getsockopt(us, SOL_SOCKET, SO_RCVTIMEO, &back, &bl);
+        ok = recv(us, b, sizeof b, 0) == -1 && (errno == EAGAIN || errno == EWOULDBLOCK) &&
+             back.tv_sec == tv.tv_sec && labs(back.tv_usec - tv.tv_usec) <= 1;
+    } else if (strcmp(m, "rx_timestamp") == 0) {
+        /* Sleep first so virtual and real wall clocks are far apart, then
+           check that the kernel's receive timestamp reads as virtual time. */
+        struct timespec t = ts_of(d);
+        nanosleep(&t, NULL);
+        int on = 1;
+        setsockopt(us, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on);
+        sendto(us, "x", 1, 0, (struct sockaddr *)&sa, sizeof sa);
+        char b[8], ctl[256];
+        struct iovec iov = {b, sizeof b};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl};
+        int64_t stamp = -1;
+        if (recvmsg(us, &mh, 0) == 1)
+            for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+                    struct timespec ts;
+                    memcpy(&ts, CMSG_DATA(c), sizeof ts);
+                    stamp = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+                }
+        int64_t diff = now(CLOCK_REALTIME) - stamp;
+        ok = diff >= 0 && diff < 50000000; /* within 50 ms of the virtual wall clock */
     } else {
         fprintf(stderr, "waits: unknown mode %s\n", m);
         return 2;
