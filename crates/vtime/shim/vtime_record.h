@@ -11,10 +11,10 @@
  * VTIME_BASE_*), with x = real_c - epoch[c] the real nanoseconds elapsed since
  * the domain was created:
  *
- *     virtual_c = epoch[c] + v0 + floor((x - r0) * tdf_den / tdf_num)
+ *     virtual_c = epoch[c] + v0[c] + floor((x - r0[c]) * tdf_den / tdf_num)
  *
- * and a TDF change rebases (r0, v0) to the moment of the change, so every
- * virtual clock stays continuous and monotonic across changes.
+ * and a TDF change rebases each base's (r0, v0) to the moment of the change,
+ * so every virtual clock stays continuous and monotonic across changes.
  *
  * The layout is mirrored by `RawRecord` in the Rust crate; both sides pin
  * every offset at compile time, so a change on one side alone fails the build.
@@ -37,24 +37,26 @@
 #define VTIME_NBASES 5
 
 struct vtime_record {
-    uint64_t magic;    /* VTIME_MAGIC once the record is initialised */
-    uint32_t version;  /* VTIME_VERSION */
-    uint32_t size;     /* sizeof(struct vtime_record) */
-    uint64_t seq;      /* seqlock sequence: odd while the writer updates */
-    uint64_t tdf_num;  /* TDF = tdf_num / tdf_den, both > 0 */
+    uint64_t magic;     /* VTIME_MAGIC once the record is initialised */
+    uint32_t version;   /* VTIME_VERSION */
+    uint32_t size;      /* sizeof(struct vtime_record) */
+    uint64_t seq;       /* seqlock sequence: odd while the writer updates */
+    uint64_t tdf_num;   /* TDF = tdf_num / tdf_den, both > 0 */
     uint64_t tdf_den;
-    int64_t r0;        /* real ns since creation (monotonic) at the last rebase */
-    int64_t v0;        /* virtual ns since creation at the last rebase */
-    int64_t epoch[VTIME_NBASES]; /* each base's real value at creation, ns */
-    uint32_t creator_pid; /* the process that created the domain */
-    uint32_t flags;       /* reserved, 0 */
-    uint64_t changes;     /* number of TDF changes since creation */
     /* Division by tdf_num as a multiply and shifts (Granlund-Montgomery, round-up
        variant), so a clock read costs no divide instruction:
        q = (t + ((n - t) >> 1)) >> div_shift with t = (div_magic * n) >> 64,
        exact for every 64-bit n when tdf_num >= 2; tdf_num == 1 divides by nothing. */
     uint64_t div_magic;
     uint64_t div_shift;
+    uint64_t changes;     /* number of TDF changes since creation */
+    uint32_t creator_pid; /* the process that created the domain */
+    uint32_t flags;       /* reserved, 0 */
+    int64_t epoch[VTIME_NBASES]; /* each base's real value at creation, ns */
+    /* Each base's current piece: real and virtual ns since creation at its
+       start. One piece per base, because the bases do not tick together. */
+    int64_t r0[VTIME_NBASES];
+    int64_t v0[VTIME_NBASES];
 };
 
 _Static_assert(offsetof(struct vtime_record, magic) == 0, "layout");
@@ -63,14 +65,14 @@ _Static_assert(offsetof(struct vtime_record, size) == 12, "layout");
 _Static_assert(offsetof(struct vtime_record, seq) == 16, "layout");
 _Static_assert(offsetof(struct vtime_record, tdf_num) == 24, "layout");
 _Static_assert(offsetof(struct vtime_record, tdf_den) == 32, "layout");
-_Static_assert(offsetof(struct vtime_record, r0) == 40, "layout");
-_Static_assert(offsetof(struct vtime_record, v0) == 48, "layout");
-_Static_assert(offsetof(struct vtime_record, epoch) == 56, "layout");
-_Static_assert(offsetof(struct vtime_record, creator_pid) == 96, "layout");
-_Static_assert(offsetof(struct vtime_record, flags) == 100, "layout");
-_Static_assert(offsetof(struct vtime_record, changes) == 104, "layout");
-_Static_assert(offsetof(struct vtime_record, div_magic) == 112, "layout");
-_Static_assert(offsetof(struct vtime_record, div_shift) == 120, "layout");
-_Static_assert(sizeof(struct vtime_record) == 128, "layout");
+_Static_assert(offsetof(struct vtime_record, div_magic) == 40, "layout");
+_Static_assert(offsetof(struct vtime_record, div_shift) == 48, "layout");
+_Static_assert(offsetof(struct vtime_record, changes) == 56, "layout");
+_Static_assert(offsetof(struct vtime_record, creator_pid) == 64, "layout");
+_Static_assert(offsetof(struct vtime_record, flags) == 68, "layout");
+_Static_assert(offsetof(struct vtime_record, epoch) == 72, "layout");
+_Static_assert(offsetof(struct vtime_record, r0) == 112, "layout");
+_Static_assert(offsetof(struct vtime_record, v0) == 152, "layout");
+_Static_assert(sizeof(struct vtime_record) == 192, "layout");
 
 #endif

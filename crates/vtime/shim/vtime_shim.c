@@ -331,8 +331,8 @@ static inline __attribute__((always_inline)) int read_clock(clockid_t id, int ba
         s->den = __atomic_load_n(&rec->tdf_den, __ATOMIC_RELAXED);
         s->magic = __atomic_load_n(&rec->div_magic, __ATOMIC_RELAXED);
         s->shift = __atomic_load_n(&rec->div_shift, __ATOMIC_RELAXED);
-        s->r0 = __atomic_load_n(&rec->r0, __ATOMIC_RELAXED);
-        s->v0 = __atomic_load_n(&rec->v0, __ATOMIC_RELAXED);
+        s->r0 = __atomic_load_n(&rec->r0[base], __ATOMIC_RELAXED);
+        s->v0 = __atomic_load_n(&rec->v0[base], __ATOMIC_RELAXED);
         s->epoch = __atomic_load_n(&rec->epoch[base], __ATOMIC_RELAXED);
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
         if (__atomic_load_n(&rec->seq, __ATOMIC_RELAXED) != s1)

@@ -194,17 +194,24 @@ impl Domain {
             path: self.path.clone(),
             source: e.into(),
         })?;
-        Ok(self.map.record().rebase(tdf, || sys::now_ns(ClockBase::Monotonic)))
+        Ok(self.map.record().rebase(tdf, sys::now_all))
     }
 
     /// The variables a launcher adds to a child's environment so that it,
     /// and every process it starts, runs on this domain's clock: the shim in
     /// `LD_PRELOAD` (ahead of what is already there) and the record path.
     pub fn child_env(&self, shim: &Path) -> Vec<(OsString, OsString)> {
+        // A vtime shim already in LD_PRELOAD (a launcher itself run under
+        // vtime) would stack a second dilation on top of ours: drop it.
         let mut preload = shim.as_os_str().to_os_string();
-        if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
-            preload.push(":");
-            preload.push(old);
+        if let Some(old) = std::env::var_os("LD_PRELOAD") {
+            for entry in std::env::split_paths(&old) {
+                let ours = entry.file_name().is_some_and(|n| n == crate::shim::SHIM_FILE_NAME);
+                if !entry.as_os_str().is_empty() && !ours {
+                    preload.push(":");
+                    preload.push(entry);
+                }
+            }
         }
         vec![
             (OsString::from("LD_PRELOAD"), preload),
@@ -321,7 +328,7 @@ mod tests {
         d.owned = false;
         drop(d);
         let again = Domain::create(&dir, "s", Tdf::new(3, 1).unwrap()).unwrap();
-        assert_eq!(again.snapshot().timeline.seg.tdf, Tdf::new(3, 1).unwrap());
+        assert_eq!(again.snapshot().timeline.tdf(), Tdf::new(3, 1).unwrap());
         drop(again);
         fs::remove_dir_all(&dir).unwrap();
     }

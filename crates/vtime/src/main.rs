@@ -200,7 +200,7 @@ fn run(dir: &Path, args: RunArgs) -> Result<ExitCode, Failure> {
 
 fn set(dir: &Path, name: &str, tdf: Tdf) -> Result<ExitCode, Failure> {
     let domain = Domain::open(dir, name)?;
-    let before = domain.snapshot().timeline.seg.tdf;
+    let before = domain.snapshot().timeline.tdf();
     domain.set_tdf(tdf)?;
     println!("{name}: TDF {before} -> {tdf}");
     Ok(ExitCode::SUCCESS)
@@ -239,7 +239,7 @@ fn status(dir: &Path, only: Option<&str>) -> Result<ExitCode, Failure> {
         let t = s.timeline;
         let mono = ClockBase::Monotonic;
         let real_age = vtime::real_now(mono) - t.epochs[mono as usize];
-        let virt_age = t.seg.virtual_at(real_age);
+        let virt_age = t.segs[mono as usize].virtual_at(real_age);
         let utc = fmt_utc(d.virtual_now(ClockBase::Realtime));
         let alive = if nix::sys::signal::kill(nix::unistd::Pid::from_raw(s.creator_pid as i32), None).is_ok() {
             "running"
@@ -248,7 +248,7 @@ fn status(dir: &Path, only: Option<&str>) -> Result<ExitCode, Failure> {
         };
         println!(
             "{name:<20} {:>8} {utc:<26} {:>12.3} s {:>12.3} s {:>7}  {} ({alive})",
-            t.seg.tdf.to_string(),
+            t.tdf().to_string(),
             virt_age as f64 / 1e9,
             real_age as f64 / 1e9,
             s.changes,

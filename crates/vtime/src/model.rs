@@ -13,6 +13,18 @@ use std::str::FromStr;
 
 pub const NS_PER_SEC: i64 = 1_000_000_000;
 
+/// How far (real ns) a TDF change moves the joint of the two pieces (see
+/// [`Segment::rebase`]): well over a reader's reordering window (tens of
+/// ns), well under anything a program could notice.
+pub const REBASE_GUARD_NS: i64 = 1_000;
+
+/// The largest forward step (virtual ns) a change from `a` to `b` can make.
+pub fn max_rebase_step(a: Tdf, b: Tdf) -> i64 {
+    a.real_to_virtual(REBASE_GUARD_NS)
+        .max(b.real_to_virtual(REBASE_GUARD_NS))
+        + 1
+}
+
 /// Largest accepted TDF (and smallest, as its inverse): keeps every product in
 /// the model far from overflow and every factor meaningful.
 pub const TDF_LIMIT: u64 = 1_000_000;
@@ -98,6 +110,19 @@ impl Tdf {
     /// ends early.
     pub fn virtual_to_real(self, virtual_ns: i64) -> i64 {
         mul_div_ceil(virtual_ns, self.num, self.den)
+    }
+}
+
+impl PartialOrd for Tdf {
+    fn partial_cmp(&self, other: &Tdf) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Tdf {
+    /// By value (a/b against c/d as a*d against c*b).
+    fn cmp(&self, other: &Tdf) -> std::cmp::Ordering {
+        (u128::from(self.num) * u128::from(other.den)).cmp(&(u128::from(other.num) * u128::from(self.den)))
     }
 }
 
@@ -273,13 +298,29 @@ impl Segment {
             .saturating_add(self.tdf.virtual_to_real(v.saturating_sub(self.v0)))
     }
 
-    /// The piece that starts at elapsed real time `x` with factor `tdf`,
-    /// continuing this one: `virtual_at(x)` is the same on both.
+    /// The piece with factor `tdf` that continues this one from a change
+    /// made at elapsed real time `x`.
+    ///
+    /// The joint is not placed exactly at `x` but `REBASE_GUARD_NS` later
+    /// when the clock slows down and that much earlier when it speeds up.
+    /// Then on the whole interval `x ± REBASE_GUARD_NS` the new piece is at or
+    /// above the old one, so a reader whose clock reading and record reading
+    /// straddle the change by less than the guard (the CPU may reorder them by
+    /// a few ns) never sees the clock go back. The new piece starts 1 ns
+    /// above the old one, because both round down: without it a value of the
+    /// new piece could fall 1 ns below one of the old. The price is a forward
+    /// step at the change of at most 1 ns plus the guard times
+    /// |1/old - 1/new|. The same factor again changes nothing.
     pub fn rebase(&self, x: i64, tdf: Tdf) -> Segment {
+        let r0 = match tdf.cmp(&self.tdf) {
+            std::cmp::Ordering::Greater => x.saturating_add(REBASE_GUARD_NS),
+            std::cmp::Ordering::Less => x.saturating_sub(REBASE_GUARD_NS),
+            std::cmp::Ordering::Equal => return *self,
+        };
         Segment {
             tdf,
-            r0: x,
-            v0: self.virtual_at(x),
+            r0,
+            v0: self.virtual_at(r0).saturating_add(1),
         }
     }
 }
@@ -323,26 +364,57 @@ impl ClockBase {
     }
 }
 
-/// A domain's whole clock state: each base's real value at creation and the
+/// A domain's whole clock state: each base's real value at creation and its
 /// current piece. Absolute clock values in, absolute clock values out.
+///
+/// Each base has its own piece because the bases do not tick together
+/// exactly (NTP slews REALTIME, BOOTTIME includes suspend, RAW is not
+/// adjusted) and are read one after the other: a change placed at one
+/// instant measured on MONOTONIC would land a little off on the others and
+/// could step them back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timeline {
     pub epochs: [i64; NBASES],
-    pub seg: Segment,
+    pub segs: [Segment; NBASES],
 }
 
 impl Timeline {
+    /// A new domain's clocks: virtual equals real at `epochs`.
+    pub fn start(epochs: [i64; NBASES], tdf: Tdf) -> Timeline {
+        Timeline {
+            epochs,
+            segs: [Segment::start(tdf); NBASES],
+        }
+    }
+
+    /// The current factor.
+    pub fn tdf(&self) -> Tdf {
+        self.segs[ClockBase::Monotonic as usize].tdf
+    }
+
+    /// The clocks after a change to `tdf` made when the bases read `now`.
+    pub fn rebase(&self, now: [i64; NBASES], tdf: Tdf) -> Timeline {
+        let mut segs = self.segs;
+        for (i, seg) in segs.iter_mut().enumerate() {
+            *seg = seg.rebase(now[i].saturating_sub(self.epochs[i]), tdf);
+        }
+        Timeline {
+            epochs: self.epochs,
+            segs,
+        }
+    }
+
     /// Virtual value of clock `base` when its real value is `real`.
     pub fn virtual_now(&self, base: ClockBase, real: i64) -> i64 {
         let e = self.epochs[base as usize];
-        e.saturating_add(self.seg.virtual_at(real.saturating_sub(e)))
+        e.saturating_add(self.segs[base as usize].virtual_at(real.saturating_sub(e)))
     }
 
     /// The real value clock `base` must reach for its virtual value to reach
     /// the absolute virtual deadline `deadline` (valid until the next TDF change).
     pub fn real_deadline(&self, base: ClockBase, deadline: i64) -> i64 {
         let e = self.epochs[base as usize];
-        e.saturating_add(self.seg.real_at(deadline.saturating_sub(e)))
+        e.saturating_add(self.segs[base as usize].real_at(deadline.saturating_sub(e)))
     }
 }
 
@@ -428,10 +500,7 @@ mod tests {
         let mut epochs = [0; NBASES];
         epochs[ClockBase::Realtime as usize] = 1_700_000_000 * NS_PER_SEC;
         epochs[ClockBase::Monotonic as usize] = 5 * NS_PER_SEC;
-        let t = Timeline {
-            epochs,
-            seg: Segment::start(tdf("4")),
-        };
+        let t = Timeline::start(epochs, tdf("4"));
         // 8 s of real time after creation: 2 s of virtual time on every base.
         assert_eq!(t.virtual_now(ClockBase::Monotonic, 13 * NS_PER_SEC), 7 * NS_PER_SEC);
         assert_eq!(
@@ -484,10 +553,39 @@ mod tests {
                 }
                 x += dx;
                 seg = seg.rebase(x, tdf);
-                prop_assert_eq!(seg.virtual_at(x), before.virtual_at(x), "jump at a change");
+                // Continuous up to the guard's forward step, and never below
+                // the old piece anywhere near the change (stale readers).
+                let step = seg.virtual_at(x) - before.virtual_at(x);
+                prop_assert!((0..=max_rebase_step(before.tdf, tdf)).contains(&step), "step {step} at a change");
+                for y in [x - REBASE_GUARD_NS, x - 1, x, x + 1, x + REBASE_GUARD_NS] {
+                    prop_assert!(seg.virtual_at(y) >= before.virtual_at(y), "new piece below old at {y}");
+                }
                 prop_assert!(seg.virtual_at(x) >= last_v);
                 last_v = seg.virtual_at(x);
             }
+        }
+
+        /// Per-base rebasing keeps every base continuous even when the bases
+        /// were read at different instants.
+        #[test]
+        fn timeline_rebase_per_base(
+            skew in prop::collection::vec(-1_000_000i64..1_000_000, NBASES),
+            x in 0i64..100 * NS_PER_SEC,
+            a in arb_tdf(),
+            b in arb_tdf(),
+        ) {
+            let t0 = Timeline::start([0; NBASES], a);
+            let now: [i64; NBASES] = std::array::from_fn(|i| x + skew[i]);
+            let t1 = t0.rebase(now, b);
+            for base in ClockBase::ALL {
+                let r = now[base as usize];
+                let step = t1.virtual_now(base, r) - t0.virtual_now(base, r);
+                prop_assert!((0..=max_rebase_step(a, b)).contains(&step), "{base:?}: step {step}");
+                let (lo, hi) = (r - REBASE_GUARD_NS, r + REBASE_GUARD_NS);
+                prop_assert!(t1.virtual_now(base, lo) >= t0.virtual_now(base, lo));
+                prop_assert!(t1.virtual_now(base, hi) >= t0.virtual_now(base, hi));
+            }
+            prop_assert_eq!(t1.tdf(), b);
         }
 
         /// Exact scaling: k*d of real time is exactly d of virtual time at

@@ -22,14 +22,14 @@ pub struct RawRecord {
     pub seq: AtomicU64,
     pub tdf_num: AtomicU64,
     pub tdf_den: AtomicU64,
-    pub r0: AtomicI64,
-    pub v0: AtomicI64,
-    pub epoch: [AtomicI64; NBASES],
-    pub creator_pid: AtomicU32,
-    pub flags: AtomicU32,
-    pub changes: AtomicU64,
     pub div_magic: AtomicU64,
     pub div_shift: AtomicU64,
+    pub changes: AtomicU64,
+    pub creator_pid: AtomicU32,
+    pub flags: AtomicU32,
+    pub epoch: [AtomicI64; NBASES],
+    pub r0: [AtomicI64; NBASES],
+    pub v0: [AtomicI64; NBASES],
 }
 
 // The same offsets the C header pins with _Static_assert.
@@ -40,15 +40,15 @@ const _: () = {
     assert!(offset_of!(RawRecord, seq) == 16);
     assert!(offset_of!(RawRecord, tdf_num) == 24);
     assert!(offset_of!(RawRecord, tdf_den) == 32);
-    assert!(offset_of!(RawRecord, r0) == 40);
-    assert!(offset_of!(RawRecord, v0) == 48);
-    assert!(offset_of!(RawRecord, epoch) == 56);
-    assert!(offset_of!(RawRecord, creator_pid) == 96);
-    assert!(offset_of!(RawRecord, flags) == 100);
-    assert!(offset_of!(RawRecord, changes) == 104);
-    assert!(offset_of!(RawRecord, div_magic) == 112);
-    assert!(offset_of!(RawRecord, div_shift) == 120);
-    assert!(size_of::<RawRecord>() == 128);
+    assert!(offset_of!(RawRecord, div_magic) == 40);
+    assert!(offset_of!(RawRecord, div_shift) == 48);
+    assert!(offset_of!(RawRecord, changes) == 56);
+    assert!(offset_of!(RawRecord, creator_pid) == 64);
+    assert!(offset_of!(RawRecord, flags) == 68);
+    assert!(offset_of!(RawRecord, epoch) == 72);
+    assert!(offset_of!(RawRecord, r0) == 112);
+    assert!(offset_of!(RawRecord, v0) == 152);
+    assert!(size_of::<RawRecord>() == 192);
 };
 
 pub const RECORD_SIZE: usize = size_of::<RawRecord>();
@@ -82,9 +82,7 @@ impl RawRecord {
     /// last so a reader never accepts a half-made one.
     pub fn init(&self, epochs: [i64; NBASES], tdf: Tdf, creator_pid: u32) {
         self.seq.store(0, Ordering::Relaxed);
-        self.store_tdf(tdf);
-        self.r0.store(0, Ordering::Relaxed);
-        self.v0.store(0, Ordering::Relaxed);
+        self.store_timeline(&Timeline::start(epochs, tdf));
         for (slot, e) in self.epoch.iter().zip(epochs) {
             slot.store(e, Ordering::Relaxed);
         }
@@ -96,12 +94,18 @@ impl RawRecord {
         self.magic.store(MAGIC, Ordering::Release);
     }
 
-    fn store_tdf(&self, tdf: Tdf) {
+    /// Stores the factor and every base's piece (not the epochs, which never change).
+    fn store_timeline(&self, t: &Timeline) {
+        let tdf = t.tdf();
         let d = Divider::new(tdf.num());
         self.tdf_num.store(tdf.num(), Ordering::Relaxed);
         self.tdf_den.store(tdf.den(), Ordering::Relaxed);
         self.div_magic.store(d.magic, Ordering::Relaxed);
         self.div_shift.store(d.shift, Ordering::Relaxed);
+        for (i, seg) in t.segs.iter().enumerate() {
+            self.r0[i].store(seg.r0, Ordering::Relaxed);
+            self.v0[i].store(seg.v0, Ordering::Relaxed);
+        }
     }
 
     /// Seqlock read: retries while a writer is active or was active meanwhile.
@@ -121,10 +125,6 @@ impl RawRecord {
     }
 
     fn load_fields(&self) -> Snapshot {
-        let mut epochs = [0; NBASES];
-        for (e, slot) in epochs.iter_mut().zip(&self.epoch) {
-            *e = slot.load(Ordering::Relaxed);
-        }
         // A record is only ever written with a valid factor; fall back to 1
         // rather than divide by zero if the file was damaged.
         let tdf = Tdf::new(
@@ -132,40 +132,39 @@ impl RawRecord {
             self.tdf_den.load(Ordering::Relaxed),
         )
         .unwrap_or(Tdf::ONE);
+        let epochs = std::array::from_fn(|i| self.epoch[i].load(Ordering::Relaxed));
+        let segs = std::array::from_fn(|i| Segment {
+            tdf,
+            r0: self.r0[i].load(Ordering::Relaxed),
+            v0: self.v0[i].load(Ordering::Relaxed),
+        });
         Snapshot {
-            timeline: Timeline {
-                epochs,
-                seg: Segment {
-                    tdf,
-                    r0: self.r0.load(Ordering::Relaxed),
-                    v0: self.v0.load(Ordering::Relaxed),
-                },
-            },
+            timeline: Timeline { epochs, segs },
             creator_pid: self.creator_pid.load(Ordering::Relaxed),
             changes: self.changes.load(Ordering::Relaxed),
         }
     }
 
     /// Seqlock write of a TDF change. The caller holds the writers' lock.
-    /// `now_monotonic` is read *inside* the odd window: a reader that read
-    /// the clock after the rebase moment then sees the new piece or retries,
-    /// so no reader ever sees the clock step back. Returns the new state.
-    pub fn rebase(&self, tdf: Tdf, now_monotonic: impl FnOnce() -> i64) -> Snapshot {
+    ///
+    /// The clocks are read (`now`) only after the odd sequence is globally
+    /// visible (a full fence drains the store buffer), so a reader whose
+    /// clock reading is later than the writer's sees the odd or new sequence
+    /// and retries; the guard of [`Segment::rebase`] covers what the CPU
+    /// reorders on the reader's side. Returns the new state.
+    pub fn rebase(&self, tdf: Tdf, now: impl FnOnce() -> [i64; NBASES]) -> Snapshot {
         let cur = self.load_fields();
         let s = self.seq.load(Ordering::Relaxed);
         // An odd value means a writer died mid-update; continue from it.
         let odd = s | 1;
         self.seq.store(odd, Ordering::Relaxed);
-        fence(Ordering::Release);
-        let x = now_monotonic() - cur.timeline.epochs[crate::model::ClockBase::Monotonic as usize];
-        let seg = cur.timeline.seg.rebase(x, tdf);
-        self.store_tdf(tdf);
-        self.r0.store(seg.r0, Ordering::Relaxed);
-        self.v0.store(seg.v0, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        let timeline = cur.timeline.rebase(now(), tdf);
+        self.store_timeline(&timeline);
         self.changes.fetch_add(1, Ordering::Relaxed);
         self.seq.store(odd.wrapping_add(1), Ordering::Release);
         Snapshot {
-            timeline: Timeline { seg, ..cur.timeline },
+            timeline,
             creator_pid: cur.creator_pid,
             changes: cur.changes + 1,
         }
@@ -175,12 +174,11 @@ impl RawRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ClockBase, NS_PER_SEC};
+    use crate::model::{ClockBase, NS_PER_SEC, REBASE_GUARD_NS};
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
 
     fn blank() -> RawRecord {
-        // SAFETY-free zero record: every field is an atomic with a const constructor.
         RawRecord {
             magic: AtomicU64::new(0),
             version: AtomicU32::new(0),
@@ -188,14 +186,14 @@ mod tests {
             seq: AtomicU64::new(0),
             tdf_num: AtomicU64::new(0),
             tdf_den: AtomicU64::new(0),
-            r0: AtomicI64::new(0),
-            v0: AtomicI64::new(0),
-            epoch: Default::default(),
-            creator_pid: AtomicU32::new(0),
-            flags: AtomicU32::new(0),
-            changes: AtomicU64::new(0),
             div_magic: AtomicU64::new(0),
             div_shift: AtomicU64::new(0),
+            changes: AtomicU64::new(0),
+            creator_pid: AtomicU32::new(0),
+            flags: AtomicU32::new(0),
+            epoch: Default::default(),
+            r0: Default::default(),
+            v0: Default::default(),
         }
     }
 
@@ -205,22 +203,30 @@ mod tests {
         assert!(r.check().is_err(), "a zeroed record must be refused");
         let mut epochs = [0; NBASES];
         epochs[ClockBase::Monotonic as usize] = 100 * NS_PER_SEC;
-        r.init(epochs, Tdf::new(4, 1).unwrap(), 7);
+        let four = Tdf::new(4, 1).unwrap();
+        r.init(epochs, four, 7);
         r.check().unwrap();
         let s = r.snapshot();
-        assert_eq!(s.timeline.seg, Segment::start(Tdf::new(4, 1).unwrap()));
+        assert_eq!(s.timeline, Timeline::start(epochs, four));
         assert_eq!(s.creator_pid, 7);
-        // 8 s real later: 2 s virtual; change to TDF 2 there.
-        let after = r.rebase(Tdf::new(2, 1).unwrap(), || 108 * NS_PER_SEC);
-        assert_eq!(after.timeline.seg.r0, 8 * NS_PER_SEC);
-        assert_eq!(after.timeline.seg.v0, 2 * NS_PER_SEC);
+        // 8 s real later: 2 s virtual; change to TDF 2 (faster), so the
+        // joint is placed one guard earlier.
+        let mut now = epochs;
+        for e in now.iter_mut() {
+            *e += 8 * NS_PER_SEC;
+        }
+        let after = r.rebase(Tdf::new(2, 1).unwrap(), || now);
+        let m = after.timeline.segs[ClockBase::Monotonic as usize];
+        assert_eq!(m.r0, 8 * NS_PER_SEC - REBASE_GUARD_NS);
+        assert_eq!(m.v0, 2 * NS_PER_SEC - REBASE_GUARD_NS / 4 + 1);
         assert_eq!(r.snapshot(), after);
         assert_eq!(r.seq.load(Ordering::Relaxed) % 2, 0);
         assert_eq!(after.changes, 1);
+        assert_eq!(after.timeline.tdf(), Tdf::new(2, 1).unwrap());
     }
 
     /// Readers racing a writer always see one of the states the writer
-    /// published, never a mix (tdf and r0 are written as a pair here).
+    /// published, never a mix.
     #[test]
     fn seqlock_readers_never_see_torn_state() {
         let r = Arc::new(blank());
@@ -232,16 +238,19 @@ mod tests {
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) || n < 1000 {
                     let s = r.snapshot();
-                    // The writer below keeps r0 == tdf * 1000.
-                    let t = s.timeline.seg.tdf.num() as i64;
-                    assert!(s.timeline.seg.r0 == 0 || s.timeline.seg.r0 == t * 1000, "torn: {s:?}");
+                    // The writer below rebases at "now" = tdf * 1_000_000 on
+                    // every base, so r0 is that plus or minus the guard.
+                    let t = s.timeline.tdf().num() as i64 * 1_000_000;
+                    for seg in s.timeline.segs {
+                        assert!(seg.r0 == 0 || (seg.r0 - t).abs() <= REBASE_GUARD_NS, "torn: {s:?}");
+                    }
                     n += 1;
                 }
             })
         };
         for i in 0..20_000u64 {
             let tdf = Tdf::new(1 + i % 50, 1).unwrap();
-            r.rebase(tdf, || tdf.num() as i64 * 1000);
+            r.rebase(tdf, || [tdf.num() as i64 * 1_000_000; NBASES]);
         }
         stop.store(true, Ordering::Relaxed);
         reader.join().unwrap();

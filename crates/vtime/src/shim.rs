@@ -11,6 +11,9 @@ use crate::sys;
 /// The shim shared object, built from `shim/vtime_shim.c` by build.rs.
 pub static SHIM_SO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libvtime_shim.so"));
 
+/// File name of an installed shim (how a vtime shim is recognised in `LD_PRELOAD`).
+pub const SHIM_FILE_NAME: &str = "libvtime.so";
+
 /// The C header describing the shared record (for other programs).
 pub static RECORD_HEADER: &str = include_str!("../shim/vtime_record.h");
 
@@ -41,7 +44,7 @@ impl InstalledShim {
             .map_err(Error::io("mkdir", &dir))?;
         // From here on the directory is ours: drop removes it on every error.
         let shim = InstalledShim {
-            path: dir.join("libvtime.so"),
+            path: dir.join(SHIM_FILE_NAME),
             private_dir: Some(dir),
         };
         let mut f = OpenOptions::new()

@@ -375,6 +375,77 @@ fn bad_input_is_refused_clearly() {
     s.assert_empty();
 }
 
+/// Clocks read in a tight loop never go back while the TDF changes under
+/// them hundreds of times (the seqlock and the rebase, seen from C).
+#[test]
+fn clocks_stay_monotonic_across_rapid_changes() {
+    let s = Scratch::new("mono");
+    // "monotonic 10" reads each clock 10 million times.
+    let child = s
+        .vtime()
+        .args(["run", "--tdf", "4", "--clock", "mono", "--"])
+        .arg(waits_bin())
+        .args(["monotonic", "10"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let dir = s.0.clone();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let changer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let d = loop {
+                match Domain::open(&dir, "mono") {
+                    Ok(d) => break d,
+                    Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(2)),
+                    Err(e) => panic!("domain never appeared: {e}"),
+                }
+            };
+            let factors = ["1", "4", "2.5", "1/3", "7", "0.5"];
+            let mut n = 0usize;
+            // Bounded in count and time.
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 5000 && Instant::now() < deadline {
+                d.set_tdf(factors[n % factors.len()].parse().unwrap()).unwrap();
+                n += 1;
+                std::thread::sleep(Duration::from_micros(500));
+            }
+            n
+        })
+    };
+    let (r, mut child) = measure(child, "", Duration::from_secs(60));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let changes = changer.join().unwrap();
+    assert!(child.wait().unwrap().success());
+    eprintln!("{changes} TDF changes during {:?}", r.real);
+    assert!(changes >= 50, "only {changes} TDF changes happened during the loop");
+    assert_eq!(r.outcome, "timeout", "a clock went back ({changes} changes): {r:?}");
+    s.assert_empty();
+}
+
+/// A SIGINT sent to `vtime run` (as `kill -INT` does) reaches the program.
+#[test]
+fn sigint_is_forwarded() {
+    let s = Scratch::new("sigint");
+    let mut child = s
+        .vtime()
+        .args(["run", "--clock", "int", "--"])
+        .arg(waits_bin())
+        .args(["nanosleep", "30"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(128 + 2));
+    s.assert_empty();
+}
+
 /// Exit statuses pass through, including death by a signal (128 + N).
 #[test]
 fn exit_status_propagates() {

@@ -158,6 +158,19 @@ int main(int argc, char **argv) {
         ok = syscall(SYS_futex, &futex_word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, 0, &t, NULL,
                      FUTEX_BITSET_MATCH_ANY) == -1 &&
              errno == ETIMEDOUT;
+    } else if (strcmp(m, "monotonic") == 0) {
+        /* Read the clocks in a tight loop while the test changes the TDF
+           under us: no reading may be lower than the one before. */
+        int64_t last_m = now(CLOCK_MONOTONIC), last_r = now(CLOCK_REALTIME), back = 0;
+        for (long i = 0; i < (long)(d / 1000); i++) {
+            int64_t a = now(CLOCK_MONOTONIC), b = now(CLOCK_REALTIME);
+            back += (a < last_m) + (b < last_r);
+            last_m = a;
+            last_r = b;
+        }
+        if (back != 0)
+            fprintf(stderr, "waits: clock went back %lld times\n", (long long)back);
+        ok = back == 0;
     } else if (strcmp(m, "rcvtimeo") == 0) {
         struct timeval tv = {d / 1000000000, (d % 1000000000) / 1000}, back;
         socklen_t bl = sizeof back;
