@@ -201,23 +201,29 @@ impl Domain {
     /// and every process it starts, runs on this domain's clock: the shim in
     /// `LD_PRELOAD` (ahead of what is already there) and the record path.
     pub fn child_env(&self, shim: &Path) -> Vec<(OsString, OsString)> {
-        // A vtime shim already in LD_PRELOAD (a launcher itself run under
-        // vtime) would stack a second dilation on top of ours: drop it.
-        let mut preload = shim.as_os_str().to_os_string();
-        if let Some(old) = std::env::var_os("LD_PRELOAD") {
-            for entry in std::env::split_paths(&old) {
-                let ours = entry.file_name().is_some_and(|n| n == crate::shim::SHIM_FILE_NAME);
-                if !entry.as_os_str().is_empty() && !ours {
-                    preload.push(":");
-                    preload.push(entry);
-                }
-            }
-        }
+        let preload = preload_value(shim, std::env::var_os("LD_PRELOAD"));
         vec![
             (OsString::from("LD_PRELOAD"), preload),
             (OsString::from(RECORD_ENV), self.path.as_os_str().to_os_string()),
         ]
     }
+}
+
+/// `LD_PRELOAD` for a child: our shim first, then what was there, minus any
+/// vtime shim already present (a launcher itself run under vtime), which
+/// would stack a second dilation on top of ours.
+fn preload_value(shim: &Path, old: Option<OsString>) -> OsString {
+    let mut preload = shim.as_os_str().to_os_string();
+    if let Some(old) = old {
+        for entry in std::env::split_paths(&old) {
+            let ours = entry.file_name().is_some_and(|n| n == crate::shim::SHIM_FILE_NAME);
+            if !entry.as_os_str().is_empty() && !ours {
+                preload.push(":");
+                preload.push(entry);
+            }
+        }
+    }
+    preload
 }
 
 impl Drop for Domain {
@@ -266,6 +272,16 @@ mod tests {
         let _ = fs::remove_dir_all(&d);
         fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    #[test]
+    fn preload_keeps_others_and_drops_an_outer_vtime_shim() {
+        let shim = Path::new("/run/a/libvtime.so");
+        assert_eq!(preload_value(shim, None), "/run/a/libvtime.so");
+        assert_eq!(
+            preload_value(shim, Some("/x/libother.so:/tmp/vtime-1/libvtime.so::/y/l.so".into())),
+            "/run/a/libvtime.so:/x/libother.so:/y/l.so"
+        );
     }
 
     #[test]
