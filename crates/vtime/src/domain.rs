@@ -234,6 +234,22 @@ impl Drop for Domain {
     }
 }
 
+/// Removes the records in `dir` whose creator is gone (a `vtime run` or a
+/// launcher killed before it could clean up), and returns their names. A
+/// record whose creator's pid was reused by another process is kept: safe,
+/// and `vtime status` shows it.
+pub fn remove_stale(dir: &Path) -> Result<Vec<String>, Error> {
+    let mut removed = Vec::new();
+    for (name, d) in list_domains(dir)? {
+        let Ok(d) = d else { continue };
+        if !sys::pid_alive(d.snapshot().creator_pid) {
+            fs::remove_file(d.path()).map_err(Error::io("remove", d.path()))?;
+            removed.push(name);
+        }
+    }
+    Ok(removed)
+}
+
 /// A domain found in a directory: its name, and the domain or why it could not be opened.
 pub type Listed = (String, Result<Domain, Error>);
 
@@ -328,6 +344,24 @@ mod tests {
         // Just created: virtual realtime is within a second of real.
         assert!(v.abs() < NS_PER_SEC, "{v}");
         drop(d);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn stale_records_are_removed() {
+        let dir = tmpdir("rmstale");
+        let live = Domain::create(&dir, "live", Tdf::ONE).unwrap();
+        let mut dead = Domain::create(&dir, "dead", Tdf::ONE).unwrap();
+        dead.map
+            .record()
+            .creator_pid
+            .store(u32::MAX, std::sync::atomic::Ordering::Relaxed);
+        dead.owned = false;
+        drop(dead);
+        assert_eq!(remove_stale(&dir).unwrap(), vec!["dead".to_string()]);
+        let names: Vec<String> = list_domains(&dir).unwrap().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, vec!["live".to_string()]);
+        drop(live);
         fs::remove_dir_all(&dir).unwrap();
     }
 

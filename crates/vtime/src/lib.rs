@@ -29,7 +29,7 @@ pub mod shim;
 mod sys;
 pub mod target;
 
-pub use domain::{default_dir, list_domains, validate_name, Domain, Listed, DIR_ENV, RECORD_ENV};
+pub use domain::{default_dir, list_domains, remove_stale, validate_name, Domain, Listed, DIR_ENV, RECORD_ENV};
 pub use error::Error;
 pub use model::{ClockBase, Divider, Segment, Tdf, TdfError, Timeline};
 pub use record::Snapshot;

@@ -148,6 +148,11 @@ fn run(dir: &Path, args: RunArgs) -> Result<ExitCode, Failure> {
         }
         eprintln!("vtime: warning: {shown} is not dilated ({reason}): it runs in REAL time");
     }
+    // What a killed earlier run left behind (its creator is gone).
+    for name in vtime::remove_stale(dir)? {
+        eprintln!("vtime: removed clock domain {name} left behind by a process that is gone");
+    }
+    vtime::shim::remove_stale_in(&std::env::temp_dir());
     let shim = match &args.shim {
         Some(p) => InstalledShim::from_path(p)?,
         None => InstalledShim::install()?,

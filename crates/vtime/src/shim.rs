@@ -86,6 +86,31 @@ impl InstalledShim {
     }
 }
 
+/// Removes private shim directories under `parent` left by processes that
+/// are gone (killed before they could clean up); returns how many.
+pub fn remove_stale_in(parent: &Path) -> usize {
+    let Ok(rd) = fs::read_dir(parent) else { return 0 };
+    let mut n = 0;
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(stale_pid) else {
+            continue;
+        };
+        if !sys::pid_alive(pid) && fs::remove_dir_all(e.path()).is_ok() {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// The pid in a private shim directory name `vtime-PID-NNNNNNNNN`, and only
+/// in such a name.
+fn stale_pid(name: &str) -> Option<u32> {
+    let (pid, nanos) = name.strip_prefix("vtime-")?.split_once('-')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(pid) && nanos.len() == 9 && digits(nanos)).then(|| pid.parse().ok())?
+}
+
 impl Drop for InstalledShim {
     fn drop(&mut self) {
         if let Some(d) = &self.private_dir {
@@ -105,6 +130,20 @@ mod tests {
         assert_eq!(fs::read(s.path()).unwrap(), SHIM_SO);
         drop(s);
         assert!(!dir.exists(), "private directory removed");
+    }
+
+    #[test]
+    fn only_private_shim_directories_match() {
+        assert_eq!(stale_pid("vtime-123-000000042"), Some(123));
+        for other in [
+            "vtime-123",
+            "vtime-waits-123",
+            "vtime-123-42",
+            "vtime-x-000000042",
+            "other-1-000000001",
+        ] {
+            assert_eq!(stale_pid(other), None, "{other}");
+        }
     }
 
     #[test]
