@@ -4,10 +4,10 @@
 //! their sum. Timing assertions are the (within 2%); the programs
 //! sleep, so they are robust to CPU load from elsewhere.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Arc, Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
 use vtime::{Domain, Tdf};
@@ -67,21 +67,29 @@ impl Drop for Scratch {
     }
 }
 
-/// What a probe reported: real time between its lines, its own view.
+/// What a probe reported: real time from our "go" to its `done` line, and
+/// its own view.
 #[derive(Debug)]
 struct Measured {
     real: Duration,
+    go: Instant,
     outcome: String,
     virt_ns: i64,
     cpu_us: i64,
 }
 
-/// Reads a probe's stdout for the `ready` and `done` lines (with an optional
-/// prefix), timestamping them here; bounded by `limit`.
-fn measure(mut child: Child, prefix: &str, limit: Duration) -> (Measured, Child) {
+/// Drives a probe: waits for its `ready` line (with an optional prefix),
+/// runs `gate` (e.g. a barrier, so that many probes starting together have
+/// all finished starting), writes `go` to its stdin and timestamps it, then
+/// timestamps its `done` line. Stamping here, after start-up, keeps process
+/// start-up under load out of the figure; a late wake-up of the probe after
+/// `go` can only make the figure longer, never shorter. Bounded by `limit`.
+fn measure(mut child: Child, prefix: &str, limit: Duration, gate: impl FnOnce()) -> (Measured, Child) {
     let out = child.stdout.take().unwrap();
+    let mut stdin = child.stdin.take().expect("probe stdin must be piped");
     let start = Instant::now();
-    let mut ready = None;
+    let mut gate = Some(gate);
+    let mut go = None;
     let mut lines = BufReader::new(out).lines();
     while let Some(Ok(line)) = lines.next() {
         assert!(start.elapsed() < limit, "probe ran past {limit:?}");
@@ -89,12 +97,15 @@ fn measure(mut child: Child, prefix: &str, limit: Duration) -> (Measured, Child)
         let Some(at) = line.find(prefix) else { continue };
         let l = &line[at + prefix.len()..];
         if l == "ready" {
-            ready = Some(Instant::now());
+            (gate.take().expect("two ready lines"))();
+            go = Some(Instant::now());
+            writeln!(stdin, "go").and_then(|_| stdin.flush()).expect("write go");
         } else if let Some(rest) = l.strip_prefix("done ") {
-            let real = ready.expect("done before ready").elapsed();
+            let go = go.expect("done before ready");
             let f: Vec<&str> = rest.split_whitespace().collect();
             let m = Measured {
-                real,
+                real: go.elapsed(),
+                go,
                 outcome: f[0].to_string(),
                 virt_ns: f[1].parse().unwrap(),
                 cpu_us: f[2].parse().unwrap(),
@@ -122,6 +133,10 @@ const MODES: &[&str] = &[
     "select",
     "epoll",
     "timerfd",
+    "timerfd_abs",
+    "posix_timer",
+    "alarm",
+    "setitimer",
     "cond_realtime",
     "cond_monotonic",
     "sem",
@@ -149,15 +164,27 @@ fn every_wait_takes_tdf_times_longer() {
                 .args(["run", "--tdf", "4", "--"])
                 .arg(bin)
                 .args([m, "1"])
+                .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()
                 .unwrap();
             (*m, c)
         })
         .collect();
+    let all_started = Arc::new(Barrier::new(children.len()));
     let handles: Vec<_> = children
         .into_iter()
-        .map(|(m, c)| std::thread::spawn(move || (m, measure(c, "", Duration::from_secs(30)))))
+        .map(|(m, c)| {
+            let b = all_started.clone();
+            std::thread::spawn(move || {
+                (
+                    m,
+                    measure(c, "", Duration::from_secs(60), move || {
+                        b.wait();
+                    }),
+                )
+            })
+        })
         .collect();
     let mut failures = Vec::new();
     for h in handles {
@@ -197,38 +224,27 @@ fn tdf_change_during_a_sleep() {
         .args(["run", "--tdf", "4", "--clock", "change", "--"])
         .arg(waits_bin())
         .args(["nanosleep", "2"])
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let changer = {
-        let dir = s.0.clone();
-        std::thread::spawn(move || {
-            // Wait until the domain exists (bounded), then 1 s more, then change.
-            let deadline = Instant::now() + Duration::from_secs(10);
-            let d = loop {
-                match Domain::open(&dir, "change") {
-                    Ok(d) => break d,
-                    Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
-                    Err(e) => panic!("domain never appeared: {e}"),
-                }
-            };
+    let dir = s.0.clone();
+    let mut changer = None;
+    let (r, mut child) = measure(child, "", Duration::from_secs(30), || {
+        // The probe is running, so its domain exists.
+        let d = Domain::open(&dir, "change").unwrap();
+        changer = Some(std::thread::spawn(move || {
             std::thread::sleep(Duration::from_secs(1));
             let at = Instant::now();
             d.set_tdf(Tdf::new(2, 1).unwrap()).unwrap();
             at
-        })
-    };
-    let started = Instant::now();
-    let (r, mut child) = measure(child, "", Duration::from_secs(30));
-    let ended = Instant::now();
-    let changed_at = changer.join().unwrap();
+        }));
+    });
+    let changed_at = changer.unwrap().join().unwrap();
     assert!(child.wait().unwrap().success());
     assert_eq!(r.outcome, "timeout");
-    // The sleep started at `ready`, about `started`; before the change it ran
-    // at TDF 4, after it at TDF 2.
-    let ready_at = ended - r.real;
-    assert!(ready_at >= started);
-    let before = changed_at.duration_since(ready_at).as_secs_f64();
+    // Before the change the sleep ran at TDF 4, after it at TDF 2.
+    let before = changed_at.duration_since(r.go).as_secs_f64();
     let expected = before + (2.0 - before / 4.0) * 2.0;
     assert!(
         within(r.real, Duration::from_secs_f64(expected), 0.02),
@@ -248,10 +264,11 @@ fn children_inherit() {
     let child = s
         .vtime()
         .args(["run", "--tdf", "4", "--", "sh", "-c", &script])
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let (r, mut child) = measure(child, "", Duration::from_secs(30));
+    let (r, mut child) = measure(child, "", Duration::from_secs(30), || ());
     assert!(child.wait().unwrap().success());
     assert_eq!(r.outcome, "timeout");
     assert!(within(r.real, Duration::from_secs(2), 0.02), "{r:?}");
@@ -272,6 +289,8 @@ fn rust_probe_child() {
     };
     let wait = Duration::from_secs(1);
     println!("probe: ready");
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go).unwrap();
     let (c0, v0) = (cpu(), Instant::now());
     let timed_out = match mode.as_str() {
         "condvar" => {
@@ -306,7 +325,9 @@ fn rust_probe_child() {
 fn rust_std_timeouts_are_dilated_without_spinning() {
     let s = Scratch::new("rust");
     let me = std::env::current_exe().unwrap();
-    let handles: Vec<_> = ["condvar", "park", "channel"]
+    let modes = ["condvar", "park", "channel"];
+    let all_started = Arc::new(Barrier::new(modes.len()));
+    let handles: Vec<_> = modes
         .into_iter()
         .map(|mode| {
             let c = s
@@ -315,10 +336,19 @@ fn rust_std_timeouts_are_dilated_without_spinning() {
                 .arg(&me)
                 .args(["rust_probe_child", "--exact", "--nocapture", "--test-threads", "1"])
                 .env("VTIME_TEST_PROBE", mode)
+                .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()
                 .unwrap();
-            std::thread::spawn(move || (mode, measure(c, "probe: ", Duration::from_secs(30))))
+            let b = all_started.clone();
+            std::thread::spawn(move || {
+                (
+                    mode,
+                    measure(c, "probe: ", Duration::from_secs(60), move || {
+                        b.wait();
+                    }),
+                )
+            })
         })
         .collect();
     for h in handles {
@@ -386,23 +416,20 @@ fn clocks_stay_monotonic_across_rapid_changes() {
         .args(["run", "--tdf", "4", "--clock", "mono", "--"])
         .arg(waits_bin())
         .args(["monotonic", "10"])
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let dir = s.0.clone();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let changer = {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut changer = None;
+    let (r, mut child) = measure(child, "", Duration::from_secs(60), || {
+        // The probe is running, so its domain exists.
+        let d = Domain::open(&dir, "mono").unwrap();
         let stop = stop.clone();
-        std::thread::spawn(move || {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            let d = loop {
-                match Domain::open(&dir, "mono") {
-                    Ok(d) => break d,
-                    Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(2)),
-                    Err(e) => panic!("domain never appeared: {e}"),
-                }
-            };
+        changer = Some(std::thread::spawn(move || {
             let factors = ["1", "4", "2.5", "1/3", "7", "0.5"];
+            let deadline = Instant::now() + Duration::from_secs(10);
             let mut n = 0usize;
             // Bounded in count and time.
             while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 5000 && Instant::now() < deadline {
@@ -411,11 +438,10 @@ fn clocks_stay_monotonic_across_rapid_changes() {
                 std::thread::sleep(Duration::from_micros(500));
             }
             n
-        })
-    };
-    let (r, mut child) = measure(child, "", Duration::from_secs(60));
+        }));
+    });
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let changes = changer.join().unwrap();
+    let changes = changer.unwrap().join().unwrap();
     assert!(child.wait().unwrap().success());
     eprintln!("{changes} TDF changes during {:?}", r.real);
     assert!(changes >= 50, "only {changes} TDF changes happened during the loop");
@@ -432,6 +458,7 @@ fn sigint_is_forwarded() {
         .args(["run", "--clock", "int", "--"])
         .arg(waits_bin())
         .args(["nanosleep", "30"])
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -503,6 +530,7 @@ fn set_and_status_on_a_running_domain() {
         .args(["run", "--tdf", "3", "--clock", "shown", "--"])
         .arg(waits_bin())
         .args(["nanosleep", "30"])
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();

@@ -4,7 +4,8 @@
  *
  *   waits MODE SECONDS
  *
- * Prints "ready" before the wait and "done OUTCOME VIRT_NS CPU_US" after it,
+ * Prints "ready" when set up, waits for a line on stdin ("go"), then does the
+ * wait and prints "done OUTCOME VIRT_NS CPU_US",
  * where OUTCOME is "timeout" when the call reported its timeout as it should,
  * VIRT_NS the elapsed CLOCK_MONOTONIC (as the program sees it) and CPU_US the
  * process CPU time (user + system) spent in the wait. The test measures the
@@ -72,6 +73,15 @@ int main(int argc, char **argv) {
     sigemptyset(&usr1);
     sigaddset(&usr1, SIGUSR1);
     sigprocmask(SIG_BLOCK, &usr1, NULL);
+    /* Timer signals are blocked and taken with sigwaitinfo. */
+    sigset_t timer_sigs;
+    sigemptyset(&timer_sigs);
+    sigaddset(&timer_sigs, SIGALRM);
+    sigaddset(&timer_sigs, SIGUSR2);
+    sigprocmask(SIG_BLOCK, &timer_sigs, NULL);
+    timer_t ptimer;
+    struct sigevent sev = {.sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGUSR2};
+    timer_create(CLOCK_MONOTONIC, &sev, &ptimer);
     int pfd[2];
     if (pipe(pfd) != 0)
         return 3;
@@ -104,6 +114,9 @@ int main(int argc, char **argv) {
 
     printf("ready\n");
     fflush(stdout);
+    /* Start when the test says go (a line on stdin; end of input also counts). */
+    for (int ch = getchar(); ch != EOF && ch != '\n'; ch = getchar())
+        ;
     int64_t c0 = cpu_us(), v0 = now(CLOCK_MONOTONIC);
 
     if (strcmp(m, "nanosleep") == 0) {
@@ -134,6 +147,22 @@ int main(int argc, char **argv) {
         struct itimerspec its = {.it_value = ts_of(d)};
         uint64_t n = 0;
         ok = timerfd_settime(tfd, 0, &its, NULL) == 0 && read(tfd, &n, sizeof n) == sizeof n && n == 1;
+    } else if (strcmp(m, "timerfd_abs") == 0) {
+        struct itimerspec its = {.it_value = ts_of(now(CLOCK_MONOTONIC) + d)};
+        uint64_t n = 0;
+        ok = timerfd_settime(tfd, TFD_TIMER_ABSTIME, &its, NULL) == 0 && read(tfd, &n, sizeof n) == sizeof n && n == 1;
+    } else if (strcmp(m, "posix_timer") == 0) {
+        struct itimerspec its = {.it_value = ts_of(d)}, left;
+        ok = timer_settime(ptimer, 0, &its, NULL) == 0 && timer_gettime(ptimer, &left) == 0 &&
+             left.it_value.tv_sec <= its.it_value.tv_sec && (left.it_value.tv_sec > 0 || left.it_value.tv_nsec > 900000000) &&
+             sigwaitinfo(&timer_sigs, NULL) == SIGUSR2;
+    } else if (strcmp(m, "alarm") == 0) {
+        alarm((unsigned)(d / 1000000000));
+        ok = sigwaitinfo(&timer_sigs, NULL) == SIGALRM;
+    } else if (strcmp(m, "setitimer") == 0) {
+        struct itimerval itv = {.it_value = {d / 1000000000, (d % 1000000000) / 1000}}, left;
+        ok = setitimer(ITIMER_REAL, &itv, NULL) == 0 && getitimer(ITIMER_REAL, &left) == 0 &&
+             left.it_value.tv_sec <= itv.it_value.tv_sec && sigwaitinfo(&timer_sigs, NULL) == SIGALRM;
     } else if (strcmp(m, "cond_realtime") == 0) {
         struct timespec t = ts_of(now(CLOCK_REALTIME) + d);
         pthread_mutex_lock(&mu);
