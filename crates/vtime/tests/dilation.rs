@@ -473,6 +473,25 @@ fn sigint_is_forwarded() {
     s.assert_empty();
 }
 
+/// A program that sets up io_uring is told, once, that its timeouts are not
+/// dilated.
+#[test]
+fn io_uring_is_reported() {
+    let s = Scratch::new("uring");
+    let o = s
+        .vtime()
+        .args(["run", "--tdf", "4", "--"])
+        .arg(waits_bin())
+        .args(["io_uring", "0"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let err = stderr_of(&o);
+    assert_eq!(err.matches("uses io_uring").count(), 1, "{err}");
+    s.assert_empty();
+}
+
 /// Exit statuses pass through, including death by a signal (128 + N).
 #[test]
 fn exit_status_propagates() {
