@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The main scenario, run by `make demo` after the release build.
 #
-# As root: `netlab demo`: a star of client hosts around a reflector host, every
-# link shaped to Fast Ethernet (100 Mb/s), control server and reflector on the
-# reflector host, bots spread over the client hosts; both fan-out backends in
-# turn; one table; non-zero exit on any loss. Not root: the same scenario on
-# loopback (`reflector demo`), with a note.
+# `reflector-demo`: as root, a netlab star of client hosts around a reflector
+# host, every link shaped to Fast Ethernet (100 Mb/s), control server and
+# reflector on the reflector host, bots spread over the client hosts, all
+# started through the lab's launcher; both fan-out backends in turn; one
+# table; non-zero exit on any loss. Not root: the same scenario on loopback,
+# with a note.
 #
-# Extra arguments go to `netlab demo` (or `reflector demo` when not root):
+# Extra arguments go to `reflector-demo` (see `reflector-demo --help`):
 #   make demo                          # defaults
 #   bash scripts/demo.sh --gigabit --clients 16
 # The results are also written to target/demo/demo.json and plotted to
@@ -15,7 +16,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="${CARGO_TARGET_DIR:-$root/target}/release"
-for b in reflector netlab; do
+for b in reflector netlab reflector-demo; do
     if [[ ! -x "$bin/$b" ]]; then
         echo "demo.sh: $bin/$b not found: run 'cargo build --release --workspace --bins' (or 'make demo')" >&2
         exit 2
@@ -24,12 +25,7 @@ done
 out="$root/target/demo"
 mkdir -p "$out"
 status=0
-if [[ "$(id -u)" -eq 0 ]]; then
-    "$bin/netlab" demo --json "$out/demo.json" "$@" || status=$?
-else
-    echo "demo.sh: not root, so no lab (namespaces need root): running the same scenario on loopback" >&2
-    "$bin/reflector" demo --json "$out/demo.json" "$@" || status=$?
-fi
+"$bin/reflector-demo" --json "$out/demo.json" "$@" || status=$?
 if [[ -s "$out/demo.json" ]]; then
     if py="$(bash "$root/scripts/plot-env.sh")"; then
         "$py" "$root/scripts/demo_plot.py" "$out/demo.json" "$out/demo.png" && echo "plot: $out/demo.png"

@@ -1,5 +1,5 @@
 """Plots the demo's per-backend results: reflector CPU per delivered datagram
-and one-way latency (p50/p99), from the JSON `reflector demo --json` writes."""
+and one-way latency (p50/p99), from the JSON `reflector-demo --json` writes."""
 import json
 import sys
 

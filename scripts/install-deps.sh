@@ -34,7 +34,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
-  echo "install-deps: cargo not found; install a Rust toolchain (1.82 or newer)" >&2
+  echo "install-deps: cargo not found; install a Rust toolchain (1.85 or newer)" >&2
   exit 1
 fi
 for c in rustfmt clippy; do

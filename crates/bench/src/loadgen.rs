@@ -22,8 +22,10 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use nix::sys::socket::{recvmmsg, MsgFlags, MultiHeaders, SockaddrIn};
 use oskit::child::ChildGuard;
 use oskit::procfs::{self, ProcessTicks, SystemTicks};
-use reflector::auth::{Secret, TokenClaims};
-use reflector::protocol::{self, Header, Kind, Packet, SmallDatagram, HEADER_LEN};
+use reflector_proto::auth::{Secret, TokenClaims};
+use reflector_proto::blocking::{JoinError, Joiner};
+use reflector_proto::client::{self, JoinRequest};
+use reflector_proto::protocol::{self, Header, Kind, HEADER_LEN};
 use std::io::IoSliceMut;
 use std::io::{self, BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
@@ -263,7 +265,7 @@ impl Harness {
 
     fn join_all(&self, running: &mut Running, clients: &Clients, port: u16) -> Result<(), BenchError> {
         let deadline = Instant::now() + SETUP_DEADLINE;
-        let expires = reflector::unix_now_ms() / 1000 + 3600;
+        let expires = reflector_proto::unix_now_ms() / 1000 + 3600;
         let all = std::iter::once(&clients.sender).chain(&clients.receivers);
         for (i, sock) in all.enumerate() {
             let player = SENDER_ID + i as u32;
@@ -370,7 +372,8 @@ impl Clients {
 }
 
 /// The two-step JOIN of one member, retried until `deadline` (the first
-/// tries also cover the reflector's start-up).
+/// tries also cover the reflector's start-up), checking between tries that
+/// the reflector is still running.
 fn join(
     sock: &UdpSocket,
     running: &mut Running,
@@ -379,49 +382,31 @@ fn join(
     token: &[u8; protocol::TOKEN_LEN],
     deadline: Instant,
 ) -> Result<(), BenchError> {
-    let sys = |call, source| BenchError::Sys { call, source };
-    sock.set_read_timeout(Some(Duration::from_millis(50)))
-        .map_err(|e| sys("setsockopt(SO_RCVTIMEO)", e))?;
-    let mut cookie = None;
-    let mut buf = [0u8; 256];
-    while Instant::now() < deadline {
+    let req = JoinRequest {
+        reflector: running.target,
+        group,
+        player,
+        token: *token,
+    };
+    let cfg = client::Config {
+        retry: Duration::from_millis(50),
+        give_up: Some(deadline.saturating_duration_since(Instant::now())),
+    };
+    let mut joiner = Joiner::new(sock, req, cfg);
+    loop {
         running.check_alive()?;
-        let req = SmallDatagram::join(group, player, token, cookie.as_ref());
-        sock.send_to(req.as_bytes(), running.target)
-            .map_err(|e| sys("sendto(JOIN)", e))?;
-        let n = match sock.recv(&mut buf) {
-            Ok(n) => n,
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => continue,
-            // ECONNREFUSED: the reflector is not listening yet.
-            Err(_) => {
-                std::thread::sleep(Duration::from_millis(20));
-                continue;
-            }
-        };
-        let Ok(p) = Packet::parse(&buf[..n]) else { continue };
-        match p.kind() {
-            Kind::JoinChallenge => cookie = p.challenge_cookie().copied(),
-            Kind::JoinAck => {
-                sock.set_read_timeout(None)
-                    .map_err(|e| sys("setsockopt(SO_RCVTIMEO)", e))?;
-                return Ok(());
-            }
-            Kind::Error => {
+        match joiner.step() {
+            Ok(Some(_)) => return Ok(()),
+            Ok(None) => {}
+            Err(JoinError::Io { call, source }) => return Err(BenchError::Sys { call, source }),
+            Err(e) => {
                 return Err(BenchError::Child {
                     program: "reflector".into(),
-                    detail: format!("refused the JOIN of player {player}: {:?}", p.error_code()),
+                    detail: format!("{e}{}", running.log_tail()),
                 })
             }
-            _ => {}
         }
     }
-    Err(BenchError::Child {
-        program: "reflector".into(),
-        detail: format!(
-            "player {player} could not join group {group} within {SETUP_DEADLINE:?}{}",
-            running.log_tail()
-        ),
-    })
 }
 
 /// Releases an ephemeral port for the reflector to bind.

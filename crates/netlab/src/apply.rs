@@ -82,7 +82,7 @@ pub fn apply(plan: &Plan, ctx: &mut ApplyCtx) -> Result<Vec<Child>, LabError> {
                     j += 1;
                 }
                 let t = std::time::Instant::now();
-                run_batch(ns, tool, &lines, &ops[i..j])?;
+                run_batch(ns, tool, &lines, &ops[i..j]).map_err(|e| interrupted_or(e, ctx.stop))?;
                 trace(|| {
                     format!(
                         "{:>8.2}ms  {} batch of {} ops, first: {}",
@@ -100,13 +100,23 @@ pub fn apply(plan: &Plan, ctx: &mut ApplyCtx) -> Result<Vec<Child>, LabError> {
         let t = std::time::Instant::now();
         match &ops[i] {
             Op::DelayLine { .. } => children.push(start_delay_line(&ops[i], ctx)?),
-            op => run_one(op)?,
+            op => run_one(op).map_err(|e| interrupted_or(e, ctx.stop))?,
         }
         trace(|| format!("{:>8.2}ms  {}", t.elapsed().as_secs_f64() * 1e3, ops[i]));
         i += 1;
         (ctx.progress)(i, ops.len());
     }
     Ok(children)
+}
+
+/// A failure while the user is stopping us is the stop, not the failure
+/// (a process of ours may have been signalled with the whole group).
+fn interrupted_or(e: LabError, stop: &AtomicBool) -> LabError {
+    if stop.load(Ordering::Relaxed) {
+        LabError::Interrupted
+    } else {
+        e
+    }
 }
 
 /// With NETLAB_TRACE=1 in the environment, every op (or batch) and the time
@@ -136,7 +146,10 @@ fn run_one(op: &Op) -> Result<(), LabError> {
         }
         Op::DelayLine { .. } => unreachable!("delay lines are started by apply()"),
     };
-    let out = cmd.output().map_err(|e| LabError::Spawn {
+    // Its own process group: a Ctrl-C at the terminal reaches netlab only,
+    // which stops between operations and removes the lab in order, instead
+    // of the operation dying half-done with "killed by signal".
+    let out = cmd.process_group(0).output().map_err(|e| LabError::Spawn {
         cmd: op.to_string(),
         source: e,
     })?;
@@ -156,6 +169,8 @@ fn run_batch(ns: Option<&str>, tool: Tool, lines: &[String], ops: &[Op]) -> Resu
         c.args(["-n", ns]);
     }
     c.args(["-batch", "-"])
+        // Its own process group: see run_one.
+        .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());

@@ -23,6 +23,8 @@ pub enum ModelError {
     DuplicateNode(String),
     #[error("bad node name '{0}': use 1-24 letters, digits or '_', starting with a letter")]
     BadName(String),
+    #[error("bad switch name '{name}': {rule}")]
+    BadSwitchName { name: String, rule: &'static str },
     #[error("link {index} ({a} - {b}) names unknown node '{missing}'")]
     UnknownNode {
         index: usize,
@@ -76,6 +78,8 @@ pub enum LabError {
     DelayLine { link: String, msg: String },
     #[error("interrupted: lab removed")]
     Interrupted,
+    #[error("run {run} is in use by live process {pid} (a `netlab run`, a test or the demo, which removes it when done); stop that process, or use --force")]
+    InUse { run: String, pid: i32 },
     #[error("link backend '{name}' is unsupported here: {reason}")]
     Unsupported { name: String, reason: String },
 }

@@ -17,6 +17,7 @@ pub mod model;
 pub mod netns;
 pub mod plan;
 pub mod probe;
+pub mod runner;
 pub mod scenario;
 mod sys;
 pub mod topo;

@@ -10,11 +10,11 @@ use netlab::lab::{self, Lab, LabOptions, Launcher, SweepMode};
 use netlab::model::LinkParams;
 use netlab::plan::{build_plan, Dilation, Naming, PlanOptions};
 use netlab::probe;
-use netlab::scenario::{parse_delay_backend, HostCommand, LinkSpec, Scenario};
+use netlab::scenario::{parse_delay_backend, LinkSpec, Scenario};
 use netlab::topo::Builtin;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -53,6 +53,9 @@ enum Cmd {
         run: Option<String>,
         #[arg(long)]
         all: bool,
+        /// Also remove a lab that a live process (a `netlab run`, a test, the demo) is using.
+        #[arg(long)]
+        force: bool,
     },
     /// Build a lab, run the scenario's commands, print their output, remove the lab.
     Run {
@@ -97,10 +100,6 @@ enum Cmd {
         #[command(subcommand)]
         what: ProbeCmd,
     },
-    /// The reflector demo inside the lab: a star of client hosts around a
-    /// reflector host (Fast Ethernet by default), control server and
-    /// reflector on the reflector host, bots on every client host.
-    Demo(DemoArgs),
     /// (internal) The delay line process of one link.
     #[command(hide = true)]
     DelayLine(DelayLineArgs),
@@ -156,37 +155,13 @@ struct BuildArgs {
     /// Fixed ECMP hash seed for all routers (reproducible paths).
     #[arg(long)]
     ecmp_seed: Option<u32>,
+    /// Raise net.core.netdev_max_backlog (machine-wide) to at least this many packets while
+    /// the lab is up, e.g. for in-kernel fan-out to large groups; restored with the last lab.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
+    netdev_backlog: Option<u64>,
     /// No progress output.
     #[arg(long, short)]
     quiet: bool,
-}
-
-#[derive(Args)]
-struct DemoArgs {
-    /// Number of client hosts.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=200))]
-    clients: u32,
-    /// Bots (players) per client host.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    bots_per_client: u32,
-    /// Gigabit links instead of Fast Ethernet (100 Mb/s).
-    #[arg(long)]
-    gigabit: bool,
-    /// One-way delay of every link, e.g. 1ms (default none).
-    #[arg(long)]
-    delay: Option<String>,
-    /// Seconds the bots send.
-    #[arg(long, default_value_t = 10.0)]
-    duration: f64,
-    /// Reflector fan-out backends to run in turn, comma separated.
-    #[arg(long, default_value = "sendmmsg,sendto")]
-    backends: String,
-    /// The reflector binary (default: `reflector` next to this netlab binary).
-    #[arg(long)]
-    reflector_bin: Option<PathBuf>,
-    /// Also write the results as JSON to this file.
-    #[arg(long)]
-    json: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -302,6 +277,7 @@ fn lab_options(s: &Scenario, b: &BuildArgs) -> Result<LabOptions, LabError> {
     };
     o.ecmp_seed = s.ecmp_seed;
     o.verbose = !b.quiet;
+    o.netdev_backlog = b.netdev_backlog;
     if o.dilation.tdf > 1 && o.verbose {
         eprintln!(
             "netlab: tdf {}: link rates divided and delays multiplied by {0}; processes are started \
@@ -323,37 +299,6 @@ fn sweep_quietly() {
             eprintln!("netlab: removed leftovers of dead runs: {}", r.removed.join(", "));
         }
     }
-}
-
-fn summary(lab: &Lab) -> String {
-    let s = &lab.state;
-    let mut out = format!(
-        "netlab: run {} up: {} ({} namespaces, {} ops, built in {:.2}s)\n",
-        s.run_id,
-        s.topology,
-        s.namespaces.len(),
-        lab.plan.ops.len(),
-        lab.build_time.as_secs_f64()
-    );
-    for h in s
-        .hosts
-        .iter()
-        .filter(|h| h.kind == netlab::model::NodeKind::Host)
-        .take(20)
-    {
-        out.push_str(&format!(
-            "  {:<8} {}\n",
-            h.name,
-            h.addr.map(|a| a.to_string()).unwrap_or_default()
-        ));
-    }
-    if s.hosts.len() > 20 {
-        out.push_str(&format!(
-            "  ... ({} hosts and routers in all; `netlab list` shows them)\n",
-            s.hosts.len()
-        ));
-    }
-    out
 }
 
 fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
@@ -379,7 +324,6 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::DelayLine(a) => run_delay_line(a),
-        Cmd::Demo(a) => run_demo(a, stop),
         Cmd::Up { scenario, build } => {
             let s = load_scenario(&scenario, &build)?;
             lab::require_root()?;
@@ -387,7 +331,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             if stop.load(Ordering::Relaxed) {
                 return Err(LabError::Interrupted);
             }
-            let mut text = summary(&lab);
+            let mut text = lab.summary();
             if !s.commands.is_empty() {
                 text.push_str(&format!(
                     "  note: the scenario's {} command(s) run only with `netlab run`\n",
@@ -403,7 +347,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Down { run, all } => {
+        Cmd::Down { run, all, force } => {
             lab::require_root()?;
             sweep_quietly();
             let runs: Vec<lab::RunState> = if all {
@@ -417,6 +361,14 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             if runs.is_empty() {
                 println!("netlab: no lab is up");
             }
+            for r in &runs {
+                if r.phase != lab::Phase::Detached && r.owner_alive() && !force {
+                    return Err(LabError::InUse {
+                        run: r.run_id.clone(),
+                        pid: r.owner_pid,
+                    });
+                }
+            }
             for r in runs {
                 let t0 = Instant::now();
                 lab::remove_run(&state_dir().join(&r.run_id), &r.run_id, &r.namespaces)?;
@@ -428,11 +380,11 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             let s = load_scenario(&scenario, &build)?;
             lab::require_root()?;
             let lab = Lab::up(&s.topology, &lab_options(&s, &build)?, stop)?;
-            eprint!("{}", summary(&lab));
+            eprint!("{}", lab.summary());
             let out_dir = out.unwrap_or_else(|| lab.dir.join("out"));
             std::fs::create_dir_all(&out_dir).map_err(|e| LabError::io(format!("create {}", out_dir.display()), e))?;
             // On error the lab is dropped, which removes it.
-            run_commands(&lab, &s.commands, &Launcher::default(), stop, &out_dir)?;
+            netlab::runner::run_commands(&lab, &s.commands, stop, &out_dir)?;
             let t = lab.down()?;
             eprintln!("netlab: lab removed in {:.2}s", t.as_secs_f64());
             Ok(ExitCode::SUCCESS)
@@ -441,9 +393,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             lab::require_root()?;
             sweep_quietly();
             let st = lab::find_run(&state_dir(), run.as_deref())?;
-            let h = st.host(&host)?.clone();
-            let mut c = Launcher::default().command(&h, &cmd);
-            c.envs(Launcher::env(&st, &h));
+            let mut c = Launcher::for_run(&st).command(&host, &cmd)?;
             let status = c.status().map_err(|e| LabError::Spawn {
                 cmd: cmd.join(" "),
                 source: e,
@@ -510,8 +460,18 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
                 eprintln!("netlab: note: {w}");
             }
             let t0 = Instant::now();
-            let failed = probe::all_pairs(&eps, Duration::from_millis(300), 5)?;
             let pairs = eps.len() * eps.len().saturating_sub(1);
+            let show = |p: probe::CheckProgress| {
+                eprint!(
+                    "\rnetlab: checking: {}/{} pairs, {} unreachable so far",
+                    p.done, p.total, p.failed
+                );
+                let _ = std::io::stderr().flush();
+            };
+            let result = probe::all_pairs(&eps, probe::CheckOptions::default(), stop, show);
+            // Ends the progress line.
+            eprintln!();
+            let failed = result?;
             if failed.is_empty() {
                 println!(
                     "netlab: all {pairs} host pairs reach each other (UDP, {:.2}s)",
@@ -519,18 +479,18 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
                 );
                 Ok(ExitCode::SUCCESS)
             } else {
-                for (a, b) in failed.iter().take(
-                    std::env::var("NETLAB_CHECK_SHOW")
-                        .ok()
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(20),
-                ) {
+                const SHOWN: usize = 20;
+                for (a, b) in failed.iter().take(SHOWN) {
                     println!("unreachable: {a} -> {b}");
                 }
-                if failed.len() > 20 {
-                    println!("... and {} more", failed.len() - 20);
+                if failed.len() > SHOWN {
+                    println!("... and {} more", failed.len() - SHOWN);
                 }
-                println!("netlab: {} of {pairs} host pairs unreachable", failed.len());
+                println!(
+                    "netlab: {} of {pairs} host pairs unreachable ({:.2}s)",
+                    failed.len(),
+                    t0.elapsed().as_secs_f64()
+                );
                 Ok(ExitCode::FAILURE)
             }
         }
@@ -611,133 +571,6 @@ fn run_flag(id: &str) -> String {
     format!(" --run {id}")
 }
 
-/// Starts each command at its time, waits for the foreground ones, prints
-/// their output, and fails on the first that fails or times out.
-fn run_commands(
-    lab: &Lab,
-    cmds: &[HostCommand],
-    launcher: &Launcher,
-    stop: &AtomicBool,
-    out_dir: &Path,
-) -> Result<(), LabError> {
-    struct Running {
-        idx: usize,
-        cmd: HostCommand,
-        child: std::process::Child,
-        started: Instant,
-        out: PathBuf,
-        err: PathBuf,
-    }
-    let t0 = Instant::now();
-    let mut running: Vec<Running> = vec![];
-    let mut background = vec![];
-    let mut next = 0;
-    loop {
-        if stop.load(Ordering::Relaxed) {
-            for r in running.iter_mut().chain(background.iter_mut()) {
-                let _ = r.child.kill();
-                let _ = r.child.wait();
-            }
-            return Err(LabError::Interrupted);
-        }
-        while next < cmds.len() && t0.elapsed() >= cmds[next].at {
-            let c = &cmds[next];
-            let host = lab.state.host(&c.host)?.clone();
-            let base = format!("{next:02}-{}", c.host);
-            let (out, err) = (out_dir.join(format!("{base}.out")), out_dir.join(format!("{base}.err")));
-            let f = |p: &Path| std::fs::File::create(p).map_err(|e| LabError::io(format!("create {}", p.display()), e));
-            let mut cmd = launcher.command(&host, &["sh".into(), "-c".into(), c.cmd.clone()]);
-            cmd.envs(Launcher::env(&lab.state, &host))
-                .stdin(Stdio::null())
-                .stdout(f(&out)?)
-                .stderr(f(&err)?);
-            let child = cmd.spawn().map_err(|e| LabError::Spawn {
-                cmd: c.cmd.clone(),
-                source: e,
-            })?;
-            eprintln!(
-                "netlab: [{:>6.2}s] {}: {}{}",
-                t0.elapsed().as_secs_f64(),
-                c.host,
-                c.cmd,
-                if c.background { " (background)" } else { "" }
-            );
-            let r = Running {
-                idx: next,
-                cmd: c.clone(),
-                child,
-                started: Instant::now(),
-                out,
-                err,
-            };
-            if c.background {
-                background.push(r);
-            } else {
-                running.push(r);
-            }
-            next += 1;
-        }
-        let mut i = 0;
-        while i < running.len() {
-            let r = &mut running[i];
-            let status = r.child.try_wait().map_err(|e| LabError::io("wait for command", e))?;
-            let timed_out = status.is_none() && r.started.elapsed() > r.cmd.timeout;
-            if status.is_none() && !timed_out {
-                i += 1;
-                continue;
-            }
-            if timed_out {
-                let _ = r.child.kill();
-                let _ = r.child.wait();
-            }
-            let r = running.remove(i);
-            let out = std::fs::read_to_string(&r.out).unwrap_or_default();
-            let err = std::fs::read_to_string(&r.err).unwrap_or_default();
-            let mut so = std::io::stdout().lock();
-            for l in out.lines() {
-                let _ = writeln!(so, "[{}] {l}", r.cmd.host);
-            }
-            for l in err.lines() {
-                let _ = writeln!(so, "[{} stderr] {l}", r.cmd.host);
-            }
-            drop(so);
-            let ok = matches!(status, Some(s) if s.success());
-            if !ok {
-                let tail: Vec<&str> = err.lines().rev().take(5).collect();
-                let tail = if tail.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        "\n  stderr: {}",
-                        tail.into_iter().rev().collect::<Vec<_>>().join("\n          ")
-                    )
-                };
-                return Err(LabError::HostCommand {
-                    host: r.cmd.host.clone(),
-                    cmd: format!("command {}: {}", r.idx, r.cmd.cmd),
-                    code: match status {
-                        None => format!("timed out after {:?}", r.cmd.timeout),
-                        Some(s) => s
-                            .code()
-                            .map(|c| c.to_string())
-                            .unwrap_or_else(|| "killed by signal".into()),
-                    },
-                    tail,
-                });
-            }
-        }
-        if next >= cmds.len() && running.is_empty() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    for mut r in background {
-        let _ = r.child.kill();
-        let _ = r.child.wait();
-    }
-    Ok(())
-}
-
 fn run_delay_line(a: DelayLineArgs) -> Result<ExitCode, LabError> {
     // The delay line runs until netlab ends it (SIGTERM); a terminal
     // hang-up must not take a link down under a lab left up.
@@ -764,119 +597,4 @@ fn run_delay_line(a: DelayLineArgs) -> Result<ExitCode, LabError> {
     })?;
     eprintln!("delay line {}: a->b {:?}; b->a {:?}", a.link, stats[0], stats[1]);
     Ok(ExitCode::SUCCESS)
-}
-
-/// The topology and commands of the demo, built from its options.
-fn run_demo(a: DemoArgs, stop: &AtomicBool) -> Result<ExitCode, LabError> {
-    use netlab::model::{Link, Node, NodeKind, Topology};
-    if !(1.0..=3600.0).contains(&a.duration) {
-        return Err(ModelError::OutOfRange {
-            item: "--duration".into(),
-            value: a.duration.to_string(),
-            range: "between 1 and 3600 seconds".into(),
-        }
-        .into());
-    }
-    let exe = std::env::current_exe().map_err(|e| LabError::io("find the netlab binary", e))?;
-    let refl = match a.reflector_bin.clone() {
-        Some(p) => p,
-        None => exe.with_file_name("reflector"),
-    };
-    if !refl.is_file() {
-        return Err(LabError::io(
-            format!(
-                "reflector binary {} (build it with `cargo build --release -p reflector`, or pass --reflector-bin)",
-                refl.display()
-            ),
-            std::io::Error::from(std::io::ErrorKind::NotFound),
-        ));
-    }
-    lab::require_root()?;
-    let spec = LinkSpec {
-        bw: Some(if a.gigabit { "1gbit" } else { "100mbit" }.into()),
-        delay: a.delay.clone(),
-        ..Default::default()
-    };
-    let params = spec.apply_to("link", &LinkParams::default())?;
-    let mut nodes = vec![
-        Node {
-            name: "refl".into(),
-            kind: NodeKind::Host,
-            cpus: None,
-        },
-        Node {
-            name: "s1".into(),
-            kind: NodeKind::Switch,
-            cpus: None,
-        },
-    ];
-    let mut links = vec![Link {
-        a: "refl".into(),
-        b: "s1".into(),
-        params: params.clone(),
-    }];
-    for i in 1..=a.clients {
-        nodes.push(Node {
-            name: format!("c{i}"),
-            kind: NodeKind::Host,
-            cpus: None,
-        });
-        links.push(Link {
-            a: format!("c{i}"),
-            b: "s1".into(),
-            params: params.clone(),
-        });
-    }
-    let topo = Topology {
-        name: format!(
-            "demo star({} clients, {})",
-            a.clients,
-            if a.gigabit { "1 Gb/s" } else { "100 Mb/s" }
-        ),
-        nodes,
-        links,
-    };
-    let mut o = LabOptions::new(exe);
-    o.scenario = "demo".into();
-    o.verbose = true;
-    let lab = Lab::up(&topo, &o, stop)?;
-    eprint!("{}", summary(&lab));
-    // The scenario itself is the reflector's own demo (control server,
-    // reflector, bots; both backends; one table), placed in the lab: the
-    // reflector and control server in host `refl`, the bots' sockets spread
-    // over the client hosts, so every datagram crosses the shaped links,
-    // while one bots process still knows every expected delivery.
-    let refl_host = lab.state.host("refl")?;
-    let raddr = refl_host.addr.map(|a| a.to_string()).unwrap_or_default();
-    let clients: Vec<String> = (1..=a.clients)
-        .map(|i| lab.state.host(&format!("c{i}")).map(|h| h.ns.clone()))
-        .collect::<Result<_, _>>()?;
-    let mut cmd = std::process::Command::new(&refl);
-    cmd.arg("demo")
-        .args(["--reflector-netns", &refl_host.ns, "--reflector-addr", &raddr])
-        .args(["--bots-netns", &clients.join(",")])
-        .args(["--bots", &(a.clients * a.bots_per_client).to_string()])
-        .args(["--duration", &a.duration.to_string()])
-        .args(["--backends", &a.backends]);
-    if let Some(j) = &a.json {
-        cmd.arg("--json").arg(j);
-    }
-    eprintln!(
-        "netlab: running the reflector demo in the lab: reflector on refl ({raddr}), {} bots over {} client hosts",
-        a.clients * a.bots_per_client,
-        a.clients
-    );
-    let status = cmd
-        .status()
-        .map_err(|e| LabError::io(format!("run {}", refl.display()), e))?;
-    let t = lab.down()?;
-    eprintln!("netlab: lab removed in {:.2}s", t.as_secs_f64());
-    if stop.load(std::sync::atomic::Ordering::Relaxed) {
-        return Ok(ExitCode::from(130));
-    }
-    Ok(match status.code() {
-        Some(0) => ExitCode::SUCCESS,
-        Some(c) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
-        None => ExitCode::from(1),
-    })
 }

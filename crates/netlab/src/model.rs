@@ -117,6 +117,27 @@ pub struct Topology {
     pub links: Vec<Link>,
 }
 
+/// Why the kernel would refuse `n` as a switch (a bridge device in the
+/// lab's fabric namespace, beside the generated port devices), if it would.
+pub fn switch_name_problem(n: &str) -> Option<&'static str> {
+    // IFNAMSIZ is 16 bytes with the terminating NUL.
+    if n.len() > 15 {
+        return Some("a switch is a network device, and device names are at most 15 bytes");
+    }
+    if n == "lo" {
+        return Some("'lo' is the loopback device every namespace already has");
+    }
+    let generated = |prefix: char| {
+        n.strip_prefix(prefix)
+            .and_then(|r| r.strip_suffix(['a', 'b']))
+            .is_some_and(|d| !d.is_empty() && d.chars().all(|c| c.is_ascii_digit()))
+    };
+    if generated('p') || generated('d') {
+        return Some("names like p3a or d0b are the link ports netlab generates beside the switches");
+    }
+    None
+}
+
 pub fn valid_name(n: &str) -> bool {
     let mut chars = n.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic())
@@ -143,6 +164,14 @@ impl Topology {
         for n in &self.nodes {
             if !valid_name(&n.name) {
                 return Err(ModelError::BadName(n.name.clone()));
+            }
+            if n.kind == NodeKind::Switch {
+                if let Some(rule) = switch_name_problem(&n.name) {
+                    return Err(ModelError::BadSwitchName {
+                        name: n.name.clone(),
+                        rule,
+                    });
+                }
             }
             if !seen.insert(n.name.as_str()) {
                 return Err(ModelError::DuplicateNode(n.name.clone()));
@@ -256,6 +285,35 @@ mod tests {
         assert!(matches!(t.validate(), Err(ModelError::SwitchLoop(_))));
         t.links = vec![l("s1", "s2"), l("h1", "s1")];
         t.validate().unwrap();
+    }
+
+    #[test]
+    fn switch_names_the_kernel_would_refuse_are_rejected_at_read_time() {
+        for (name, ok) in [
+            ("s1", true),
+            ("core_switch_15b", true),
+            ("core_switch_16by", false),
+            ("lo", false),
+            ("p1a", false),
+            ("d12b", false),
+            ("p1c", true),
+            ("pa", true),
+            ("lo2", true),
+        ] {
+            let t = Topology {
+                name: "t".into(),
+                nodes: vec![n("h1", NodeKind::Host), n(name, NodeKind::Switch)],
+                links: vec![l("h1", name)],
+            };
+            let r = t.validate();
+            assert_eq!(r.is_ok(), ok, "{name}: {r:?}");
+            if !ok {
+                let msg = r.unwrap_err().to_string();
+                assert!(msg.contains(name) && msg.contains(':'), "{msg}");
+            }
+        }
+        // Hosts are namespaces, not devices: a long host name is fine.
+        assert!(switch_name_problem("p1a").is_some() && valid_name("p1a"));
     }
 
     #[test]

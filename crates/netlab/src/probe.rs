@@ -76,89 +76,174 @@ fn start_responders(
 /// are lost in the storm; a few at a time is fast and reliable.
 const PARALLEL_SOURCES: usize = 8;
 
-type Failures = Vec<(String, String)>;
+/// How a pair check is run.
+#[derive(Clone, Copy, Debug)]
+pub struct CheckOptions {
+    /// How long one round of probes waits for its answers.
+    pub per_try: Duration,
+    /// Rounds: each resends only to the destinations that have not answered.
+    pub tries: u32,
+}
 
-fn drain(
-    clients: &mut Vec<std::thread::JoinHandle<Result<Result<Failures, LabError>, LabError>>>,
-    failed: &mut Failures,
-    err: &mut Option<LabError>,
-) {
-    for c in clients.drain(..) {
-        match c.join() {
-            Ok(Ok(Ok(f))) => failed.extend(f),
-            Ok(Ok(Err(e))) | Ok(Err(e)) => *err = Some(e),
-            Err(_) => *err = Some(LabError::io("probe", std::io::Error::other("probe thread panicked"))),
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions {
+            per_try: Duration::from_millis(300),
+            tries: 5,
         }
     }
 }
 
-/// Checks that every host reaches every other with UDP. Returns the pairs
-/// (from, to) that did not answer within `tries` attempts of `per_try` each.
-pub fn all_pairs(eps: &[Endpoint], per_try: Duration, tries: u32) -> Result<Vec<(String, String)>, LabError> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let responders = start_responders(eps, &stop)?;
-    let mut clients = vec![];
-    let (mut failed, mut err) = (vec![], None);
-    for (i, src) in eps.iter().enumerate() {
-        if clients.len() >= PARALLEL_SOURCES {
-            drain(&mut clients, &mut failed, &mut err);
+/// Where a running check stands, for a progress line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CheckProgress {
+    pub done: usize,
+    pub total: usize,
+    pub failed: usize,
+}
+
+type Failures = Vec<(String, String)>;
+
+/// Probes every destination from one source: each round sends one probe to
+/// every destination that has not answered yet, then collects answers until
+/// the round's deadline, so a source costs a few round trips, not one per
+/// destination, and an unreachable destination costs `tries` rounds at most.
+fn probe_from(name: &str, dsts: &[Endpoint], o: CheckOptions, stop: &AtomicBool) -> Result<Failures, LabError> {
+    let sock = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).map_err(io("bind UDP probe"))?;
+    let mut answered = vec![false; dsts.len()];
+    let mut buf = [0u8; 256];
+    for attempt in 0..o.tries {
+        for (k, d) in dsts.iter().enumerate().filter(|(k, _)| !answered[*k]) {
+            let msg = format!("netlab-probe {name} {k} {attempt}");
+            // Sending can fail transiently (neighbour resolution); that is
+            // just a lost try.
+            let _ = sock.send_to(msg.as_bytes(), (d.addr, PROBE_PORT));
         }
-        let dsts: Vec<Endpoint> = eps
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| *j != i)
-            .map(|(_, e)| e.clone())
-            .collect();
-        let name = src.name.clone();
-        clients.push(spawn_in(
-            &src.ns,
-            move || -> Result<Vec<(String, String)>, LabError> {
-                let sock = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).map_err(io("bind UDP probe"))?;
-                let mut failed = vec![];
-                let mut buf = [0u8; 256];
-                for (k, d) in dsts.iter().enumerate() {
-                    let mut ok = false;
-                    for attempt in 0..tries {
-                        let msg = format!("netlab-probe {name} {} {k} {attempt}", d.name);
-                        // Sending can fail transiently (neighbour resolution);
-                        // that is just a lost try.
-                        let _ = sock.send_to(msg.as_bytes(), (d.addr, PROBE_PORT));
-                        let deadline = Instant::now() + per_try;
-                        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-                            let _ = sock.set_read_timeout(Some(left.max(Duration::from_millis(1))));
-                            match sock.recv_from(&mut buf) {
-                                Ok((n, from))
-                                    if from == SocketAddr::from((d.addr, PROBE_PORT))
-                                        && &buf[..n] == msg.as_bytes() =>
-                                {
-                                    ok = true;
-                                    break;
-                                }
-                                Ok(_) => continue,
-                                Err(_) => break,
-                            }
-                        }
-                        if ok {
-                            break;
-                        }
-                    }
-                    if !ok {
-                        failed.push((name.clone(), d.name.clone()));
-                    }
+        let deadline = Instant::now() + o.per_try;
+        while answered.iter().any(|a| !a) {
+            if stop.load(Ordering::Relaxed) {
+                return Err(LabError::Interrupted);
+            }
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                break;
+            };
+            // Short reads so that a stop request is seen within 50 ms.
+            let _ = sock.set_read_timeout(Some(left.clamp(Duration::from_millis(1), Duration::from_millis(50))));
+            let Ok((n, from)) = sock.recv_from(&mut buf) else {
+                continue;
+            };
+            // An answer names its destination index; it must come from
+            // that destination's address and port.
+            let text = std::str::from_utf8(&buf[..n]).unwrap_or("");
+            let mut f = text.split(' ');
+            if f.next() != Some("netlab-probe") || f.next() != Some(name) {
+                continue;
+            }
+            if let Some(k) = f.next().and_then(|k| k.parse::<usize>().ok()) {
+                if dsts
+                    .get(k)
+                    .is_some_and(|d| from == SocketAddr::from((d.addr, PROBE_PORT)))
+                {
+                    answered[k] = true;
                 }
-                Ok(failed)
-            },
-        )?);
+            }
+        }
+        if answered.iter().all(|a| *a) {
+            break;
+        }
     }
-    drain(&mut clients, &mut failed, &mut err);
-    stop.store(true, Ordering::Relaxed);
+    Ok(dsts
+        .iter()
+        .zip(&answered)
+        .filter(|(_, a)| !**a)
+        .map(|(d, _)| (name.to_string(), d.name.clone()))
+        .collect())
+}
+
+/// Checks that every host reaches every other with UDP. Returns the pairs
+/// (from, to) that did not answer within `o.tries` rounds. `progress` is
+/// called about twice a second; `stop` ends the check within about 50 ms
+/// with [`LabError::Interrupted`].
+pub fn all_pairs(
+    eps: &[Endpoint],
+    o: CheckOptions,
+    stop: &AtomicBool,
+    mut progress: impl FnMut(CheckProgress),
+) -> Result<Failures, LabError> {
+    let quit = Arc::new(AtomicBool::new(false));
+    let responders = start_responders(eps, &quit)?;
+    let total = eps.len() * eps.len().saturating_sub(1);
+    let mut state = CheckProgress {
+        total,
+        ..Default::default()
+    };
+    let (mut failed, mut err) = (vec![], None);
+    type Source = std::thread::JoinHandle<Result<Result<Failures, LabError>, LabError>>;
+    let mut running: Vec<(usize, Source)> = vec![];
+    let mut next = 0;
+    let mut last = Instant::now();
+    while (next < eps.len() || !running.is_empty()) && err.is_none() {
+        if stop.load(Ordering::Relaxed) {
+            err = Some(LabError::Interrupted);
+            break;
+        }
+        while running.len() < PARALLEL_SOURCES && next < eps.len() {
+            let i = next;
+            next += 1;
+            let dsts: Vec<Endpoint> = eps
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, e)| e.clone())
+                .collect();
+            let (name, q) = (eps[i].name.clone(), quit.clone());
+            match spawn_in(&eps[i].ns, move || probe_from(&name, &dsts, o, &q)) {
+                Ok(h) => running.push((dsts_len(eps.len()), h)),
+                Err(e) => err = Some(e),
+            }
+        }
+        let mut k = 0;
+        while k < running.len() {
+            if !running[k].1.is_finished() {
+                k += 1;
+                continue;
+            }
+            let (pairs, h) = running.swap_remove(k);
+            match h.join() {
+                Ok(Ok(Ok(f))) => {
+                    state.failed += f.len();
+                    failed.extend(f);
+                }
+                Ok(Ok(Err(e))) | Ok(Err(e)) => err = Some(e),
+                Err(_) => err = Some(LabError::io("probe", std::io::Error::other("probe thread panicked"))),
+            }
+            state.done += pairs;
+        }
+        if last.elapsed() >= Duration::from_millis(500) {
+            last = Instant::now();
+            progress(state);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Stops the sources still probing (after an error or a stop) and the
+    // responders.
+    quit.store(true, Ordering::Relaxed);
+    for (_, h) in running {
+        let _ = h.join();
+    }
     for r in responders {
         let _ = r.join();
     }
+    progress(state);
     match err {
         Some(e) => Err(e),
         None => Ok(failed),
     }
+}
+
+/// Pairs one source checks in a lab of `hosts` hosts.
+fn dsts_len(hosts: usize) -> usize {
+    hosts.saturating_sub(1)
 }
 
 #[derive(Clone, Debug)]

@@ -4,7 +4,10 @@
 //! properly sized, initialised local values (`sockaddr_ll`, `c_int`) or to
 //! a caller's buffer together with that buffer's exact length; the file
 //! descriptor is owned by an `OwnedFd` and so is valid for the call.
-#![allow(unsafe_code)]
+#![expect(
+    unsafe_code,
+    reason = "the fenced syscall layer: each unsafe block states its contract"
+)]
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};

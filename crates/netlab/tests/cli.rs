@@ -68,14 +68,6 @@ fn bad_input_is_named_and_exits_non_zero() {
         "{}",
         text(&o)
     );
-    let o = netlab(&["demo", "--reflector-bin", "/nonexistent/reflector"]);
-    assert!(
-        !o.status.success() && text(&o).contains("reflector binary /nonexistent/reflector"),
-        "{}",
-        text(&o)
-    );
-    let o = netlab(&["demo", "--clients", "0"]);
-    assert!(!o.status.success() && text(&o).contains("--clients"), "{}", text(&o));
     let o = netlab(&["plan", "star:3"]);
     assert!(o.status.success());
     assert!(text(&o).contains("ip -n netlab-RUN--fabric link add s1 type bridge"));
@@ -275,4 +267,147 @@ fn up_exec_check_down() {
     let o = netlab(&["down", "--run", &run]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(namespaces_of(&run).is_empty());
+}
+
+/// SIGINT to a process group, as a terminal's Ctrl-C sends it.
+fn ctrl_c(group_leader: u32) {
+    nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(group_leader as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+}
+
+#[test]
+fn ctrl_c_to_the_process_group_during_up_exits_130_with_nothing_left() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !need_root("ctrl_c_to_the_process_group_during_up_exits_130_with_nothing_left") {
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let child = Command::new(env!("CARGO_BIN_EXE_netlab"))
+        .args(["up", "linear:50", "--apply", "per-op"])
+        .process_group(0)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let run = wait_for("namespaces being created", Duration::from_secs(20), || {
+        runs_of(pid).into_iter().next().filter(|r| namespaces_of(r).len() >= 5)
+    });
+    ctrl_c(pid);
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("interrupted; lab removed") && !err.contains("killed by signal"),
+        "{err}"
+    );
+    assert!(namespaces_of(&run).is_empty(), "namespaces left after Ctrl-C");
+}
+
+#[test]
+fn down_refuses_a_lab_a_live_run_is_using() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !need_root("down_refuses_a_lab_a_live_run_is_using") {
+        return;
+    }
+    let s = scenario(
+        "inuse",
+        "[topology]\nkind = \"pair\"\n[[command]]\nhost = \"h1\"\ncmd = \"sleep 30\"\n",
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_netlab"))
+        .args(["run", s.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let run = wait_for("lab up", Duration::from_secs(20), || runs_of(pid).into_iter().next());
+    wait_for("sleep in h1", Duration::from_secs(20), || {
+        let ns = netlab::plan::Naming::new(&run).ns("h1");
+        (!netlab::netns::pids_in(&ns).is_empty()).then_some(())
+    });
+    let o = netlab(&["down", "--run", &run]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("in use by live process") && text(&o).contains("--force"),
+        "{}",
+        text(&o)
+    );
+    assert!(!namespaces_of(&run).is_empty(), "down removed a live run's lab");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(130));
+    assert!(namespaces_of(&run).is_empty());
+    let _ = std::fs::remove_file(s);
+}
+
+#[test]
+fn check_on_star_100_passes_and_stops_on_ctrl_c() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !need_root("check_on_star_100_passes_and_stops_on_ctrl_c") {
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let thresh3 = || -> u64 {
+        std::fs::read_to_string("/proc/sys/net/ipv4/neigh/default/gc_thresh3")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let before = thresh3();
+    let o = netlab(&["up", "star:100", "-q"]);
+    assert!(o.status.success(), "{}", text(&o));
+    // 9,900 neighbour entries for all pairs: the shared table was raised.
+    assert!(thresh3() >= 9900, "gc_thresh3 is {}", thresh3());
+    let run = text(&o)
+        .split("--run ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .map(String::from)
+        .unwrap_or_else(|| panic!("no run id in {}", text(&o)));
+    let o = netlab(&["check", "--run", &run]);
+    let t = text(&o);
+    assert!(
+        o.status.success() && t.contains("all 9900 host pairs reach each other"),
+        "{t}"
+    );
+    assert!(t.contains("9900/9900 pairs, 0 unreachable so far"), "{t}");
+    // Again with h1 cut off, so that every source waits out its rounds for
+    // h1 (tens of seconds in all), interrupted once it has started probing.
+    let o = netlab(&[
+        "exec",
+        "--run",
+        &run,
+        "h1",
+        "--",
+        "sh",
+        "-c",
+        "for d in /sys/class/net/*; do n=${d##*/}; [ \"$n\" = lo ] || ip link set \"$n\" down; done",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let child = Command::new(env!("CARGO_BIN_EXE_netlab"))
+        .args(["check", "--run", &run])
+        .process_group(0)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let sent = std::time::Instant::now();
+    ctrl_c(child.id());
+    let o = child.wait_with_output().unwrap();
+    let took = sent.elapsed();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(err.contains("checking: ") && err.contains("interrupted"), "{err}");
+    assert!(took < Duration::from_secs(2), "check took {took:?} to stop");
+    let o = netlab(&["down", "--run", &run]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(namespaces_of(&run).is_empty());
+    if netlab::lab::list_runs(std::path::Path::new(netlab::lab::STATE_DIR)).is_empty() {
+        assert_eq!(thresh3(), before, "the last lab's removal restores the limit");
+    }
 }

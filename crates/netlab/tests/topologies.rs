@@ -6,7 +6,8 @@ use common::*;
 use netlab::model::LinkParams;
 use netlab::probe;
 use netlab::topo::Builtin;
-use std::time::Duration;
+
+static NEVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 fn roundtrip(b: Builtin, params: LinkParams) {
     let name = format!("topology {}", b.label());
@@ -17,7 +18,7 @@ fn roundtrip(b: Builtin, params: LinkParams) {
     let run = lab.state.run_id.clone();
     assert_eq!(namespaces_of(&run).len(), lab.state.namespaces.len());
     let eps = probe::endpoints(&lab.state);
-    let failed = probe::all_pairs(&eps, Duration::from_millis(300), 5).unwrap();
+    let failed = probe::all_pairs(&eps, Default::default(), &NEVER, |_| {}).unwrap();
     assert!(failed.is_empty(), "{name}: unreachable pairs {failed:?}");
     let pids: Vec<i32> = lab
         .state
@@ -87,7 +88,7 @@ fn fattree_applied_one_process_per_op() {
     let mut o = opts();
     o.apply_mode = netlab::apply::ApplyMode::PerOp;
     let lab = up(&Builtin::FatTree { k: 4 }.build(&LinkParams::default()), &o);
-    let failed = probe::all_pairs(&probe::endpoints(&lab.state), Duration::from_millis(300), 5).unwrap();
+    let failed = probe::all_pairs(&probe::endpoints(&lab.state), Default::default(), &NEVER, |_| {}).unwrap();
     assert!(failed.is_empty(), "per-op fattree: unreachable pairs {failed:?}");
     let run = lab.state.run_id.clone();
     lab.down().unwrap();

@@ -1,21 +1,34 @@
 //! Fan-out backends: how one datagram reaches every other member.
 //!
-//! One contract, several backends chosen at run time (`--backend`):
-//! - `sendto`: the paper's user-space loop, one `sendto` per member (§4.1);
-//! - `sendmmsg`: the same copies, one syscall per batch of members.
+//! One contract ([`Fanout`]), several backends chosen at run time
+//! (`--backend`): `sendto`, the paper's user-space loop (§4.1), and
+//! `sendmmsg`, the same copies with one syscall per batch of members. An
+//! in-kernel backend plugs in at the same seam: it gets every group's socket
+//! ([`Fanout::attach`]), every membership change ([`Fanout::member_added`],
+//! [`Fanout::member_removed`]), the error-queue entries of its sockets, and
+//! reports its counters at every sweep ([`Fanout::sync_counters`]).
 //!
-//! Contract: [`Fanout::send_all`] returns only when every destination has
-//! the datagram, or has been given up for a reason that is counted
-//! (`send_errors`: unroutable, or shutdown while the queue stayed full). A
-//! full device queue is never a reason to drop: with `IP_RECVERR` the
-//! kernel reports it as ENOBUFS, and we wait and resend (paper §4.1).
+//! Contract: a fan-out either completes ([`Progress::Done`]: every other
+//! member has the datagram, or was given up for a counted reason) or is
+//! [`Progress::Pending`]: the socket buffer or the device queue is full, and
+//! the event loop resumes it ([`Fanout::resume`]) when the socket is
+//! writable or the back-off timer fires, serving its other groups meanwhile.
+//! A full queue is never a reason to drop: with `IP_RECVERR` the kernel
+//! reports it as ENOBUFS, and we wait and resend (paper §4.1). A pending
+//! fan-out keeps a snapshot of the destinations it still owes and its own
+//! copy of the datagram, so members joining or leaving (or the receive
+//! buffer being reused) before it resumes change nothing for it.
 
 use crate::metrics::GroupCounters;
-use crate::sys;
-pub use crate::sys::Dest;
+pub use oskit::Support;
+use sendpath::errqueue::ErrEntry;
+use sendpath::DestSet;
 use std::io;
+use std::net::SocketAddr;
+use std::ops::Range;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
 
 /// The fan-out backends, best first.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,9 +38,6 @@ pub enum BackendKind {
     /// One `sendto` per member (the paper's user-space loop).
     Sendto,
 }
-
-/// Whether a backend can run here, and if not why.
-pub use oskit::Support;
 
 impl BackendKind {
     pub const ALL: [BackendKind; 2] = [BackendKind::Sendmmsg, BackendKind::Sendto];
@@ -43,7 +53,7 @@ impl BackendKind {
     pub fn probe(self) -> Support {
         match self {
             BackendKind::Sendto => Support::Supported,
-            BackendKind::Sendmmsg => match sys::probe_sendmmsg() {
+            BackendKind::Sendmmsg => match sendpath::probe_sendmmsg() {
                 Ok(()) => Support::Supported,
                 Err(e) => Support::Unsupported(format!("sendmmsg is not available: {e}")),
             },
@@ -59,10 +69,10 @@ impl BackendKind {
     }
 
     pub fn build(self) -> Box<dyn Fanout> {
-        match self {
-            BackendKind::Sendto => Box::new(SendtoLoop),
-            BackendKind::Sendmmsg => Box::new(Sendmmsg::new(256)),
-        }
+        Box::new(UserFanout::new(match self {
+            BackendKind::Sendto => Mode::Sendto,
+            BackendKind::Sendmmsg => Mode::Sendmmsg,
+        }))
     }
 }
 
@@ -83,102 +93,112 @@ impl std::fmt::Display for BackendKind {
     }
 }
 
-/// Shortest and longest pause after ENOBUFS. The socket usually stays
-/// writable when the *device* queue overflows, so POLLOUT alone would return
-/// at once and we would spin; a short timer sleep (hrtimers make 20 µs
-/// real, unlike the 10 ms ticks the paper had) lets the queue drain.
-const BACKOFF_MIN_US: u64 = 20;
-const BACKOFF_MAX_US: u64 = 2_000;
-/// A destination that fails this many times in a row with a non-queue error
-/// is skipped (counted in `send_errors`); pending ICMP errors fail a send
-/// once, so a real destination succeeds on the next try.
-const MAX_HARD_FAILURES: u32 = 4;
-
-/// Outcome of one fan-out.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct FanoutResult {
-    pub sent: u64,
-    pub skipped: u64,
+/// When a pending fan-out wants to be resumed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// When the socket is writable again (its buffer was full: EAGAIN).
+    Writable,
+    /// At this time (the device queue was full: ENOBUFS; the socket usually
+    /// stays writable then, so waiting for POLLOUT would spin).
+    At(Instant),
 }
 
-pub trait Fanout {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    Done,
+    Pending(Wake),
+}
+
+/// A fan-out backend, for every group of one event loop. Groups are the
+/// loop's indices; the backend keeps per group whatever it sends with.
+pub trait Fanout: Send {
     fn name(&self) -> &'static str;
 
-    /// Sends `datagram` to every entry of `dests` except index `skip` (the
-    /// sender). Counts waits and errors in `counters`.
-    fn send_all(
+    /// Group `g` is served from socket `fd` from now on.
+    fn attach(&mut self, g: usize, fd: BorrowedFd<'_>) -> io::Result<()>;
+
+    fn member_added(&mut self, g: usize, addr: SocketAddr);
+
+    fn member_removed(&mut self, g: usize, addr: SocketAddr);
+
+    /// Sends `datagram` to every member of `g` but `from`, counting copies,
+    /// waits and give-ups in `c`. Must not be called while `g` is pending.
+    fn fanout(
         &mut self,
+        g: usize,
         fd: BorrowedFd<'_>,
         datagram: &[u8],
-        dests: &[Dest],
-        skip: Option<usize>,
-        counters: &GroupCounters,
-        stop: &AtomicBool,
-    ) -> FanoutResult;
+        from: SocketAddr,
+        c: &GroupCounters,
+    ) -> Progress;
+
+    /// Continues a pending fan-out of `g`.
+    fn resume(&mut self, g: usize, fd: BorrowedFd<'_>, c: &GroupCounters) -> Progress;
+
+    /// Gives up a pending fan-out of `g` (shutdown); the copies it still owed
+    /// are counted in `send_errors`.
+    fn abandon(&mut self, g: usize, c: &GroupCounters);
+
+    /// An entry read from the error queue of `g`'s socket.
+    fn error_entry(&mut self, _g: usize, _e: &ErrEntry) {}
+
+    /// Copies counters kept outside `c` (an in-kernel backend's maps) into
+    /// it; called at every expiry sweep.
+    fn sync_counters(&mut self, _g: usize, _c: &GroupCounters) {}
 }
+
+/// Shortest and longest pause after ENOBUFS (hrtimers make 20 µs real,
+/// unlike the 10 ms ticks the paper had).
+const BACKOFF_MIN: Duration = Duration::from_micros(20);
+const BACKOFF_MAX: Duration = Duration::from_millis(2);
+/// A destination that fails this many times in a row with an error that is
+/// not a full queue is skipped (counted in `send_errors`): a queued ICMP
+/// error fails one send (any send: it is the socket's pending error), so a
+/// real destination succeeds on the next try.
+const MAX_HARD_FAILURES: u32 = 4;
 
 /// What to do after a failed send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Next {
     Retry,
     Skip,
-    GiveUp,
+    Wait(Wake),
 }
 
-/// Shared no-loss policy: waits as the error requires and says whether to
-/// resend. `hard_failures` counts consecutive non-queue errors for the
-/// current destination; `backoff_us` is the current ENOBUFS pause.
+/// The no-loss policy: what a send error means and how long to wait.
+#[derive(Debug, Clone, Copy)]
 struct Waiter {
     hard_failures: u32,
-    backoff_us: u64,
+    backoff: Duration,
 }
 
 impl Waiter {
     fn new() -> Waiter {
         Waiter {
             hard_failures: 0,
-            backoff_us: BACKOFF_MIN_US,
+            backoff: BACKOFF_MIN,
         }
     }
 
     fn success(&mut self) {
         self.hard_failures = 0;
-        self.backoff_us = BACKOFF_MIN_US;
+        self.backoff = BACKOFF_MIN;
     }
 
-    fn after_error(&mut self, fd: BorrowedFd<'_>, e: &io::Error, c: &GroupCounters, stop: &AtomicBool) -> Next {
+    fn after_error(&mut self, e: &io::Error, c: &GroupCounters) -> Next {
         match e.raw_os_error() {
             Some(libc::EAGAIN) => {
                 c.eagain_waits.fetch_add(1, Relaxed);
-                // Socket buffer full: POLLOUT is exactly the right wake-up.
-                // Bounded waits so a stop request is seen.
-                while !stop.load(Relaxed) {
-                    match sys::wait_writable(fd, 100) {
-                        Ok(true) => return Next::Retry,
-                        Ok(false) => continue,
-                        Err(_) => return Next::Skip,
-                    }
-                }
-                Next::GiveUp
+                Next::Wait(Wake::Writable)
             }
             Some(libc::ENOBUFS) => {
                 c.enobufs_waits.fetch_add(1, Relaxed);
-                if stop.load(Relaxed) && self.backoff_us >= BACKOFF_MAX_US {
-                    return Next::GiveUp;
-                }
-                let _ = sys::wait_writable(fd, 100);
-                sys::sleep_micros(self.backoff_us);
-                self.backoff_us = (self.backoff_us * 2).min(BACKOFF_MAX_US);
-                Next::Retry
+                let at = Instant::now() + self.backoff;
+                self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+                Next::Wait(Wake::At(at))
             }
             Some(libc::EINTR) => Next::Retry,
             _ => {
-                // ECONNREFUSED & co. are usually a queued ICMP error from an
-                // earlier datagram, surfacing on this send (which it failed):
-                // that error, and any others queued, are counted and drained,
-                // then the send is retried.
-                let queued = sys::drain_error_queue(fd);
-                c.icmp_errors.fetch_add(queued.max(1) as u64, Relaxed);
                 self.hard_failures += 1;
                 if self.hard_failures >= MAX_HARD_FAILURES {
                     self.hard_failures = 0;
@@ -191,135 +211,188 @@ impl Waiter {
     }
 }
 
-/// Maps position `i` among "all destinations but `skip`" to an index.
-fn nth_except(i: usize, skip: Option<usize>) -> usize {
-    match skip {
-        Some(s) if i >= s => i + 1,
-        _ => i,
-    }
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Sendto,
+    Sendmmsg,
 }
 
-/// The paper's user-space implementation: one `sendto` per member.
+/// A fan-out that had to wait: its own copy of the datagram and the
+/// destinations it still owes.
+struct Pending {
+    datagram: Vec<u8>,
+    rest: DestSet,
+    pos: usize,
+    waiter: Waiter,
+}
+
 #[derive(Default)]
-pub struct SendtoLoop;
-
-impl Fanout for SendtoLoop {
-    fn name(&self) -> &'static str {
-        "sendto"
-    }
-
-    fn send_all(
-        &mut self,
-        fd: BorrowedFd<'_>,
-        datagram: &[u8],
-        dests: &[Dest],
-        skip: Option<usize>,
-        c: &GroupCounters,
-        stop: &AtomicBool,
-    ) -> FanoutResult {
-        let mut r = FanoutResult::default();
-        let mut w = Waiter::new();
-        for (i, d) in dests.iter().enumerate() {
-            if Some(i) == skip {
-                continue;
-            }
-            loop {
-                match sys::send_to(fd, datagram, d) {
-                    Ok(_) => {
-                        w.success();
-                        r.sent += 1;
-                        break;
-                    }
-                    Err(e) => match w.after_error(fd, &e, c, stop) {
-                        Next::Retry => continue,
-                        Next::Skip | Next::GiveUp => {
-                            r.skipped += 1;
-                            break;
-                        }
-                    },
-                }
-            }
-        }
-        r
-    }
+struct GroupState {
+    members: DestSet,
+    pending: Option<Pending>,
 }
 
-/// One `sendmmsg` per batch of members; the payload is referenced by every
-/// header, never copied in user space.
-pub struct Sendmmsg {
-    batch: sys::MmsgBatch,
-    scratch: Vec<usize>,
+/// The user-space backends: members kept as a prebuilt [`DestSet`] per
+/// group (rebuilt on membership change, never per datagram).
+struct UserFanout {
+    mode: Mode,
+    groups: Vec<GroupState>,
 }
 
-impl Sendmmsg {
-    pub fn new(batch: usize) -> Sendmmsg {
-        Sendmmsg {
-            batch: sys::MmsgBatch::new(batch),
-            scratch: Vec::with_capacity(batch),
+impl UserFanout {
+    fn new(mode: Mode) -> UserFanout {
+        UserFanout {
+            mode,
+            groups: Vec::new(),
         }
     }
+
+    fn group(&mut self, g: usize) -> &mut GroupState {
+        if g >= self.groups.len() {
+            self.groups.resize_with(g + 1, GroupState::default);
+        }
+        &mut self.groups[g]
+    }
 }
 
-impl Fanout for Sendmmsg {
-    fn name(&self) -> &'static str {
-        "sendmmsg"
-    }
+/// One datagram on its way out of one socket.
+struct Sender<'a> {
+    mode: Mode,
+    fd: BorrowedFd<'a>,
+    buf: &'a [u8],
+    c: &'a GroupCounters,
+}
 
-    fn send_all(
-        &mut self,
-        fd: BorrowedFd<'_>,
-        datagram: &[u8],
-        dests: &[Dest],
-        skip: Option<usize>,
-        c: &GroupCounters,
-        stop: &AtomicBool,
-    ) -> FanoutResult {
-        let mut r = FanoutResult::default();
-        let total = dests.len() - usize::from(skip.is_some_and(|s| s < dests.len()));
-        let mut w = Waiter::new();
-        let mut pos = 0;
-        let cap = self.batch.capacity();
-        // Reused across calls: holds at most `cap` indices, no allocation
-        // after the first fan-out.
-        let idx = &mut self.scratch;
-        while pos < total {
-            let n = (total - pos).min(cap);
-            idx.clear();
-            idx.extend((pos..pos + n).map(|i| nth_except(i, skip)));
-            match self.batch.send(fd, datagram, dests, idx) {
+impl Sender<'_> {
+    /// Sends to `set[range]` from `*pos` on; `Ok(())` when the range is
+    /// done, `Err(wake)` with `*pos` at the first destination still owed.
+    fn range(&self, set: &mut DestSet, range: Range<usize>, pos: &mut usize, w: &mut Waiter) -> Result<(), Wake> {
+        while *pos < range.end {
+            let r = match self.mode {
+                Mode::Sendto => set.send_one(self.fd, self.buf, *pos).map(|_| 1),
+                Mode::Sendmmsg => set.send_mmsg(self.fd, self.buf, *pos..range.end),
+            };
+            match r {
                 Ok(k) => {
                     w.success();
-                    r.sent += k as u64;
-                    pos += k;
+                    *pos += k;
+                    self.c.fanned_out.fetch_add(k as u64, Relaxed);
+                    self.c.bytes_out.fetch_add((k * self.buf.len()) as u64, Relaxed);
                 }
-                Err(e) => match w.after_error(fd, &e, c, stop) {
+                Err(e) => match w.after_error(&e, self.c) {
                     Next::Retry => {}
                     Next::Skip => {
-                        r.skipped += 1;
-                        pos += 1;
+                        self.c.send_errors.fetch_add(1, Relaxed);
+                        *pos += 1;
                     }
-                    Next::GiveUp => {
-                        r.skipped += (total - pos) as u64;
-                        break;
-                    }
+                    Next::Wait(wake) => return Err(wake),
                 },
             }
         }
-        r
+        Ok(())
+    }
+}
+
+impl Fanout for UserFanout {
+    fn name(&self) -> &'static str {
+        match self.mode {
+            Mode::Sendto => "sendto",
+            Mode::Sendmmsg => "sendmmsg",
+        }
+    }
+
+    fn attach(&mut self, g: usize, _fd: BorrowedFd<'_>) -> io::Result<()> {
+        self.group(g);
+        Ok(())
+    }
+
+    fn member_added(&mut self, g: usize, addr: SocketAddr) {
+        self.group(g).members.insert(addr);
+    }
+
+    fn member_removed(&mut self, g: usize, addr: SocketAddr) {
+        self.group(g).members.remove(&addr);
+    }
+
+    fn fanout(
+        &mut self,
+        g: usize,
+        fd: BorrowedFd<'_>,
+        datagram: &[u8],
+        from: SocketAddr,
+        c: &GroupCounters,
+    ) -> Progress {
+        let mode = self.mode;
+        let st = self.group(g);
+        debug_assert!(st.pending.is_none(), "fan-out started while one is pending");
+        let n = st.members.len();
+        // Everyone but the sender: the ranges on either side of it.
+        let (first, second) = match st.members.position(&from) {
+            Some(s) => (0..s, s + 1..n),
+            None => (0..n, n..n),
+        };
+        let mut w = Waiter::new();
+        let tx = Sender {
+            mode,
+            fd,
+            buf: datagram,
+            c,
+        };
+        for (k, range) in [first.clone(), second.clone()].into_iter().enumerate() {
+            let mut pos = range.start;
+            if let Err(wake) = tx.range(&mut st.members, range.clone(), &mut pos, &mut w) {
+                let mut owed = Vec::with_capacity(2);
+                owed.push(pos..range.end);
+                if k == 0 {
+                    owed.push(second);
+                }
+                st.pending = Some(Pending {
+                    datagram: datagram.to_vec(),
+                    rest: st.members.snapshot(&owed),
+                    pos: 0,
+                    waiter: w,
+                });
+                c.pending_fanouts.fetch_add(1, Relaxed);
+                return Progress::Pending(wake);
+            }
+        }
+        Progress::Done
+    }
+
+    fn resume(&mut self, g: usize, fd: BorrowedFd<'_>, c: &GroupCounters) -> Progress {
+        let mode = self.mode;
+        let st = self.group(g);
+        let Some(p) = st.pending.as_mut() else {
+            return Progress::Done;
+        };
+        let end = p.rest.len();
+        let tx = Sender {
+            mode,
+            fd,
+            buf: &p.datagram,
+            c,
+        };
+        match tx.range(&mut p.rest, 0..end, &mut p.pos, &mut p.waiter) {
+            Ok(()) => {
+                st.pending = None;
+                Progress::Done
+            }
+            Err(wake) => Progress::Pending(wake),
+        }
+    }
+
+    fn abandon(&mut self, g: usize, c: &GroupCounters) {
+        if let Some(p) = self.group(g).pending.take() {
+            c.send_errors.fetch_add((p.rest.len() - p.pos) as u64, Relaxed);
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn nth_except_skips_the_sender() {
-        let v: Vec<usize> = (0..4).map(|i| nth_except(i, Some(2))).collect();
-        assert_eq!(v, vec![0, 1, 3, 4]);
-        let v: Vec<usize> = (0..3).map(|i| nth_except(i, None)).collect();
-        assert_eq!(v, vec![0, 1, 2]);
-    }
+    use std::net::UdpSocket;
+    use std::os::fd::AsFd;
 
     #[test]
     fn backends_by_name_and_probe() {
@@ -332,5 +405,76 @@ mod tests {
         // Linux has had sendmmsg since 3.0.
         assert_eq!(BackendKind::Sendmmsg.probe(), Support::Supported);
         assert_eq!(BackendKind::best(), BackendKind::Sendmmsg);
+    }
+
+    #[test]
+    fn the_waiter_turns_errors_into_waits_retries_and_skips() {
+        let c = GroupCounters::default();
+        let mut w = Waiter::new();
+        assert_eq!(
+            w.after_error(&io::Error::from_raw_os_error(libc::EAGAIN), &c),
+            Next::Wait(Wake::Writable)
+        );
+        let t0 = Instant::now();
+        let Next::Wait(Wake::At(a)) = w.after_error(&io::Error::from_raw_os_error(libc::ENOBUFS), &c) else {
+            panic!("ENOBUFS must wait on the timer");
+        };
+        let Next::Wait(Wake::At(b)) = w.after_error(&io::Error::from_raw_os_error(libc::ENOBUFS), &c) else {
+            panic!("ENOBUFS must wait on the timer");
+        };
+        // The back-off doubles.
+        assert!(a >= t0 + BACKOFF_MIN && b >= t0 + 2 * BACKOFF_MIN);
+        let refused = io::Error::from_raw_os_error(libc::ECONNREFUSED);
+        for _ in 1..MAX_HARD_FAILURES {
+            assert_eq!(w.after_error(&refused, &c), Next::Retry);
+        }
+        assert_eq!(w.after_error(&refused, &c), Next::Skip);
+        let s = c.snapshot();
+        assert_eq!((s.eagain_waits, s.enobufs_waits), (1, 2));
+    }
+
+    fn rx() -> UdpSocket {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.set_nonblocking(true).unwrap();
+        s
+    }
+
+    fn drain(s: &UdpSocket) -> usize {
+        let mut b = [0u8; 64];
+        let mut n = 0;
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < deadline {
+            if s.recv(&mut b).is_ok() {
+                n += 1;
+            } else if n > 0 {
+                std::thread::sleep(Duration::from_millis(5));
+                if s.recv(&mut b).is_err() {
+                    break;
+                }
+                n += 1;
+            }
+        }
+        n
+    }
+
+    #[test]
+    fn every_member_but_the_sender_gets_one_copy_through_membership_changes() {
+        for kind in BackendKind::ALL {
+            let tx = rx();
+            let members: Vec<UdpSocket> = (0..6).map(|_| rx()).collect();
+            let mut f = kind.build();
+            f.attach(0, tx.as_fd()).unwrap();
+            for m in &members {
+                f.member_added(0, m.local_addr().unwrap());
+            }
+            f.member_removed(0, members[5].local_addr().unwrap());
+            let c = GroupCounters::default();
+            let from = members[2].local_addr().unwrap();
+            assert_eq!(f.fanout(0, tx.as_fd(), b"hello", from, &c), Progress::Done);
+            let got: Vec<usize> = members.iter().map(drain).collect();
+            assert_eq!(got, vec![1, 1, 0, 1, 1, 0], "{kind}");
+            assert_eq!(c.snapshot().fanned_out, 4);
+            assert_eq!(c.snapshot().bytes_out, 20);
+        }
     }
 }

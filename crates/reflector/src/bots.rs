@@ -25,11 +25,10 @@ pub use hist::Histogram;
 pub use ledger::{Ledger, MemId, Receipt, Tally};
 
 use crate::control::{Ticket, WorldInfo};
-use crate::protocol::{
-    write_header, ErrorCode, Header, Kind, Packet, SmallDatagram, COOKIE_LEN, HEADER_LEN, MAX_DATAGRAM, TOKEN_LEN,
-};
 use crate::CliError;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use reflector_proto::client::{self, Event, Failure, JoinRequest, Session, Transmit};
+use reflector_proto::protocol::{write_header, Header, Kind, Packet, HEADER_LEN, MAX_DATAGRAM, TOKEN_LEN};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::io;
@@ -551,45 +550,40 @@ fn http_worker(control: String, jobs: Arc<Mutex<mpsc::Receiver<Job>>>, results: 
 // The bots and their event loop.
 
 /// A ticket made usable: where to send and the token bytes.
-#[derive(Debug, Clone, Copy)]
-struct Target {
-    dest: SocketAddr,
-    group: u16,
-    token: [u8; TOKEN_LEN],
-}
-
-impl Target {
-    fn from_ticket(t: &Ticket) -> Result<Target, String> {
-        let dest: SocketAddr = t
-            .reflector
-            .parse()
-            .map_err(|_| format!("control server gave reflector '{}', not ip:port", t.reflector))?;
-        let token: [u8; TOKEN_LEN] = hex::decode(&t.token)
-            .ok()
-            .and_then(|v| v.try_into().ok())
-            .ok_or_else(|| format!("control server gave a token that is not {TOKEN_LEN} hex bytes"))?;
-        Ok(Target {
-            dest,
-            group: t.group,
-            token,
-        })
-    }
+fn join_request(t: &Ticket, player: u32) -> Result<JoinRequest, String> {
+    let reflector: SocketAddr = t
+        .reflector
+        .parse()
+        .map_err(|_| format!("control server gave reflector '{}', not ip:port", t.reflector))?;
+    let token: [u8; TOKEN_LEN] = hex::decode(&t.token)
+        .ok()
+        .and_then(|v| v.try_into().ok())
+        .ok_or_else(|| format!("control server gave a token that is not {TOKEN_LEN} hex bytes"))?;
+    Ok(JoinRequest {
+        reflector,
+        group: t.group,
+        player,
+        token,
+    })
 }
 
 #[derive(Debug, Clone, Copy)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a bot is in a group nearly all the time, so the size is paid anyway; a box would cost an allocation per join"
+)]
 enum State {
     /// Waiting for a ticket (or for the time to ask again).
     Idle,
-    Joining {
-        mem: MemId,
-        target: Target,
-        cookie: Option<[u8; COOKIE_LEN]>,
-        last_tx: Instant,
-    },
-    Member {
-        mem: MemId,
-        target: Target,
-    },
+    /// Joining or a member, as `session` says; `mem` is the ledger's
+    /// record of this membership.
+    InGroup { mem: MemId, session: Session },
+}
+
+impl State {
+    fn is_member(&self) -> bool {
+        matches!(self, State::InGroup { session, .. } if session.is_member())
+    }
 }
 
 #[derive(Debug, Default)]
@@ -660,34 +654,51 @@ impl Ctx<'_> {
         });
     }
 
-    fn send_small(&mut self, bot: &mut Bot, d: &SmallDatagram, to: SocketAddr) {
-        match bot.sock.send_to(d.as_bytes(), to) {
+    fn send_small(&mut self, bot: &mut Bot, tx: &Transmit) {
+        match bot.sock.send_to(tx.datagram.as_bytes(), tx.to) {
             Ok(_) => {}
             // Control datagrams are retried by their own timers.
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => self.error(bot, format!("sendto {to}: {e}")),
+            Err(e) => self.error(bot, format!("sendto {}: {e}", tx.to)),
         }
     }
 
-    fn start_join(&mut self, idx: usize, bot: &mut Bot, target: Target, now: Instant) {
-        let mem = self.ledger.new_membership(idx, target.dest);
-        let d = SmallDatagram::join(target.group, bot.player, &target.token, None);
-        self.send_small(bot, &d, target.dest);
-        bot.state = State::Joining {
-            mem,
-            target,
-            cookie: None,
-            last_tx: now,
+    fn start_join(&mut self, idx: usize, bot: &mut Bot, req: JoinRequest, now: Instant) {
+        let mem = self.ledger.new_membership(idx, req.reflector);
+        let cfg = client::Config {
+            retry: JOIN_RETRY,
+            give_up: None,
         };
+        bot.state = State::InGroup {
+            mem,
+            session: Session::new(req, cfg, now),
+        };
+        self.flush(bot);
+    }
+
+    /// Sends the JOIN step the bot's session has queued, if any (a session
+    /// holds at most one).
+    fn flush(&mut self, bot: &mut Bot) {
+        let State::InGroup { mem, session } = &mut bot.state else {
+            return;
+        };
+        let mem = *mem;
+        if let Some(tx) = session.poll_transmit() {
+            self.send_small(bot, &tx);
+            if tx.echoes_cookie {
+                self.ledger.join_sent(mem);
+            }
+        }
     }
 
     /// Leaves the current group. `settle`: the LEAVE may overtake other
     /// bots' recent datagrams on the way (a move during the run); false at
     /// the end of the run, when the grace period has let everything arrive.
     fn leave(&mut self, bot: &mut Bot, settle: bool) {
-        if let State::Member { mem, target } | State::Joining { mem, target, .. } = bot.state {
-            let d = SmallDatagram::simple(Kind::Leave, target.group, bot.player, 0);
-            self.send_small(bot, &d, target.dest);
+        if let State::InGroup { mem, mut session } = bot.state {
+            if let Some(tx) = session.leave() {
+                self.send_small(bot, &tx);
+            }
             // After the LEAVE is sent: its order against other bots' sends
             // is what the reflector sees, up to the settle time.
             if settle {
@@ -714,7 +725,7 @@ impl Ctx<'_> {
                 return;
             }
         };
-        let target = match Target::from_ticket(&ticket) {
+        let target = match join_request(&ticket, bot.player) {
             Ok(t) => t,
             Err(e) => {
                 self.error(bot, e);
@@ -726,15 +737,16 @@ impl Ctx<'_> {
             return;
         }
         match bot.state {
-            State::Member { target: cur, .. } if cur.dest == target.dest => {}
-            State::Member { .. } => {
-                self.leave(bot, true);
-                bot.stats.group_changes += 1;
-                self.start_join(idx, bot, target, now);
+            State::InGroup { session, .. } if session.is_member() => {
+                if session.request().reflector != target.reflector {
+                    self.leave(bot, true);
+                    bot.stats.group_changes += 1;
+                    self.start_join(idx, bot, target, now);
+                }
             }
             State::Idle => self.start_join(idx, bot, target, now),
-            // Tickets are asked for only when Idle or Member.
-            State::Joining { .. } => {}
+            // Tickets are asked for only when Idle or a member.
+            State::InGroup { .. } => {}
         }
     }
 
@@ -769,103 +781,52 @@ impl Ctx<'_> {
                     s.lat_n += 1;
                 }
             }
-            Kind::JoinChallenge => {
-                let State::Joining {
-                    mem,
-                    target,
-                    cookie: None,
-                    ..
-                } = bot.state
-                else {
+            Kind::JoinChallenge | Kind::JoinAck | Kind::Error => {
+                let State::InGroup { mem, session } = &mut bot.state else {
                     return;
                 };
-                if src != target.dest {
-                    return;
-                }
-                let Some(c) = pkt.challenge_cookie().copied() else {
-                    return;
-                };
-                let d = SmallDatagram::join(target.group, bot.player, &target.token, Some(&c));
-                self.send_small(bot, &d, target.dest);
-                self.ledger.join_sent(mem);
-                bot.state = State::Joining {
-                    mem,
-                    target,
-                    cookie: Some(c),
-                    last_tx: now,
-                };
-            }
-            Kind::JoinAck => {
-                let State::Joining {
-                    mem,
-                    target,
-                    cookie: Some(_),
-                    ..
-                } = bot.state
-                else {
-                    return;
-                };
-                if src != target.dest {
-                    return;
-                }
-                self.ledger.joined(mem);
-                bot.stats.joins += 1;
-                let ka = pkt.join_ack().map_or(2_000, |a| u64::from(a.keepalive_ms.max(50)));
-                bot.keepalive = Duration::from_millis(ka);
-                bot.last_send = now;
-                bot.next_send = now;
-                bot.state = State::Member { mem, target };
-            }
-            Kind::Error => {
-                let (mem, target) = match bot.state {
-                    State::Member { mem, target } | State::Joining { mem, target, .. } => (mem, target),
-                    State::Idle => return,
-                };
-                if src != target.dest {
-                    return; // about a group we already left
-                }
-                let code = pkt.error_code();
-                match (bot.state, code) {
-                    (State::Member { .. }, Some(Ok(ErrorCode::NotMember))) => {
-                        self.ledger.ended(mem);
-                        bot.state = State::Idle;
-                        self.error(bot, format!("group {} forgot this member; joining again", target.group));
-                        if !bot.http_busy {
-                            self.ask_ticket(idx, bot);
-                        }
+                let (mem, group) = (*mem, session.request().group);
+                let event = session.handle(now, src, &pkt);
+                self.flush(bot);
+                match event {
+                    Some(Event::Joined(ack)) => {
+                        self.ledger.joined(mem);
+                        bot.stats.joins += 1;
+                        bot.keepalive = Duration::from_millis(u64::from(ack.keepalive_ms.max(50)));
+                        bot.last_send = now;
+                        bot.next_send = now;
                     }
-                    (State::Joining { .. }, Some(Ok(ErrorCode::BadCookie))) => {
-                        // Stale cookie (a slow round trip): start over.
+                    Some(Event::Restarted) => {
+                        // Stale cookie (a slow round trip): the session
+                        // starts over, as a new membership for the ledger.
                         self.ledger.join_failed(mem);
                         bot.stats.join_retries += 1;
-                        self.start_join(idx, bot, target, now);
+                        if let State::InGroup { mem, session } = &mut bot.state {
+                            *mem = self.ledger.new_membership(idx, session.request().reflector);
+                        }
                     }
-                    (State::Joining { .. }, Some(Ok(ErrorCode::ExpiredToken))) => {
+                    Some(Event::MembershipLost) => {
+                        self.ledger.ended(mem);
+                        bot.state = State::Idle;
+                        self.error(bot, format!("group {group} forgot this member; joining again"));
+                        if !bot.http_busy {
+                            self.ask_ticket(idx, bot);
+                        }
+                    }
+                    Some(Event::Failed(Failure::ExpiredToken)) => {
                         self.ledger.join_failed(mem);
                         bot.state = State::Idle;
                         if !bot.http_busy {
                             self.ask_ticket(idx, bot);
                         }
                     }
-                    (State::Joining { .. }, c) => {
+                    Some(Event::Failed(f)) => {
                         self.ledger.join_failed(mem);
                         bot.state = State::Idle;
                         bot.ask_at = Some(now + TICKET_RETRY);
-                        self.error(
-                            bot,
-                            format!(
-                                "group {} refused the join: {c:?} (same secret on control server and reflector?)",
-                                target.group
-                            ),
-                        );
+                        self.error(bot, format!("group {group}: {f}"));
                     }
-                    // A member can only get these for a late copy of its
-                    // own retried JOIN: the join already succeeded.
-                    (_, c) => tracing::debug!(
-                        "bot {}: group {} sent ERROR {c:?} to a member",
-                        bot.player,
-                        target.group
-                    ),
+                    Some(Event::Retransmitted) | None => {}
                 }
             }
             _ => self.malformed += 1,
@@ -888,31 +849,21 @@ impl Ctx<'_> {
                 }
                 far
             }
-            State::Joining {
-                mem,
-                target,
-                cookie,
-                last_tx,
-            } => {
-                let due = last_tx + JOIN_RETRY;
+            State::InGroup { mem, mut session } if !session.is_member() => {
+                let Some(due) = session.poll_timeout() else {
+                    return far;
+                };
                 if now < due {
                     return due;
                 }
-                let d = SmallDatagram::join(target.group, bot.player, &target.token, cookie.as_ref());
-                self.send_small(bot, &d, target.dest);
-                if cookie.is_some() {
-                    self.ledger.join_sent(mem);
+                if session.handle_timeout(now) == Some(Event::Retransmitted) {
+                    bot.stats.join_retries += 1;
                 }
-                bot.stats.join_retries += 1;
-                bot.state = State::Joining {
-                    mem,
-                    target,
-                    cookie,
-                    last_tx: now,
-                };
-                now + JOIN_RETRY
+                bot.state = State::InGroup { mem, session };
+                self.flush(bot);
+                session.poll_timeout().unwrap_or(far)
             }
-            State::Member { mem, target } => {
+            State::InGroup { mem, session } => {
                 if let Some(t) = bot.next_move {
                     if now >= t && !bot.http_busy {
                         let every = self.cfg.move_every.unwrap_or(Duration::from_secs(3600));
@@ -927,10 +878,11 @@ impl Ctx<'_> {
                 }
                 let quota_left = self.cfg.max_datagrams.is_none_or(|m| bot.stats.sent < m);
                 if self.released && quota_left && now >= bot.next_send {
-                    self.send_data(bot, mem, target, now);
+                    self.send_data(bot, mem, session.request(), now);
                 } else if now >= bot.last_send + bot.keepalive {
-                    let d = SmallDatagram::simple(Kind::Keepalive, target.group, bot.player, 0);
-                    self.send_small(bot, &d, target.dest);
+                    if let Some(tx) = session.keepalive() {
+                        self.send_small(bot, &tx);
+                    }
                     bot.last_send = now;
                 }
                 let mut next = bot.last_send + bot.keepalive;
@@ -945,7 +897,7 @@ impl Ctx<'_> {
         }
     }
 
-    fn send_data(&mut self, bot: &mut Bot, mem: MemId, target: Target, now: Instant) {
+    fn send_data(&mut self, bot: &mut Bot, mem: MemId, target: &JoinRequest, now: Instant) {
         let seq = self.ledger.sent(mem);
         let size = self.cfg.size;
         let h = Header {
@@ -960,7 +912,7 @@ impl Ctx<'_> {
         }
         self.buf[HEADER_LEN..HEADER_LEN + 8].copy_from_slice(&realtime_ns().to_be_bytes());
         self.buf[HEADER_LEN + 8..HEADER_LEN + 12].copy_from_slice(&mem.to_be_bytes());
-        match bot.sock.send_to(&self.buf[..size], target.dest) {
+        match bot.sock.send_to(&self.buf[..size], target.reflector) {
             Ok(_) => {
                 // Count it only once it is really sent.
                 self.ledger.next_seq_at(mem, crate::mono_now_ns());
@@ -977,7 +929,7 @@ impl Ctx<'_> {
                 // Socket buffer full: try again on the next pass, same seq.
             }
             Err(e) => {
-                self.error(bot, format!("sendto {}: {e}", target.dest));
+                self.error(bot, format!("sendto {}: {e}", target.reflector));
                 bot.next_send += Duration::from_secs_f64(1.0 / self.cfg.rate_hz);
             }
         }
@@ -987,23 +939,17 @@ impl Ctx<'_> {
 /// One socket per bot: lift the soft open-file limit towards the hard one
 /// if the default (often 1024) is too small.
 fn raise_fd_limit(need: u64) -> Result<(), BotsError> {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
-        return Ok(());
-    };
-    if soft >= need {
-        return Ok(());
-    }
-    if hard < need {
-        return Err(BotsError::Config(format!(
-            "{need} open files needed (one socket per bot) but the hard limit is {hard}: \
+    match crate::http::raise_nofile_limit(need) {
+        Ok(soft) if soft >= need => Ok(()),
+        Ok(soft) => Err(BotsError::Config(format!(
+            "{need} open files needed (one socket per bot) but the hard limit is {soft}: \
              use fewer bots or raise it (ulimit -Hn, as root)"
-        )));
+        ))),
+        Err(source) => Err(BotsError::Socket {
+            call: "setrlimit(RLIMIT_NOFILE)",
+            source,
+        }),
     }
-    setrlimit(Resource::RLIMIT_NOFILE, need, hard).map_err(|e| BotsError::Socket {
-        call: "setrlimit(RLIMIT_NOFILE)",
-        source: e.into(),
-    })
 }
 
 /// Runs the bots: join, send and move for `cfg.duration`, then wait for
@@ -1145,7 +1091,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
             ctx.sending = false;
             drain_start = Some(now);
         }
-        if !ctx.released && bots.iter().all(|b| matches!(b.state, State::Member { .. })) {
+        if !ctx.released && bots.iter().all(|b| b.state.is_member()) {
             ctx.released = true;
             for b in bots.iter_mut() {
                 b.next_send = now;
@@ -1161,7 +1107,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
         }
         if cfg.progress && now >= next_progress {
             next_progress += Duration::from_secs(5);
-            let members = bots.iter().filter(|b| matches!(b.state, State::Member { .. })).count();
+            let members = bots.iter().filter(|b| b.state.is_member()).count();
             eprintln!(
                 "bots: {:>5.1} s, {members}/{} members, {} datagrams received",
                 now.duration_since(start).as_secs_f64(),

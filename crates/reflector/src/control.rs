@@ -20,16 +20,15 @@
 //! The mapping and the request handling are pure functions, unit-tested
 //! without a socket; [`ControlServer`] is the thin HTTP layer.
 
-use crate::auth::{Secret, TokenClaims};
 use crate::server::parse_ports;
 use crate::CliError;
+use reflector_proto::auth::{Secret, TokenClaims};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -64,6 +63,26 @@ pub struct ControlArgs {
     /// Lifetime of issued join tokens, seconds.
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub token_ttl: u64,
+    /// Serve plain HTTP on a non-loopback --listen address. The control server hands out
+    /// join tokens, so anywhere but loopback it wants --tls-cert/--tls-key; say this only
+    /// where the network is yours (a lab's private links, a test).
+    #[arg(long)]
+    pub insecure_http: bool,
+    #[command(flatten)]
+    pub http: crate::http::HttpArgs,
+}
+
+/// Refuses plain HTTP on an address others can reach unless told
+/// `--insecure-http`: tokens (and, with protocol v2, session keys) would
+/// cross the network in the clear.
+pub fn check_transport(listen: SocketAddr, tls: bool, insecure_http: bool) -> Result<(), String> {
+    if tls || insecure_http || listen.ip().is_loopback() {
+        return Ok(());
+    }
+    Err(format!(
+        "refusing to serve join tokens over plain HTTP on {listen}, which is not a loopback address: \
+         give --tls-cert and --tls-key, listen on 127.0.0.1, or say --insecure-http if the network is yours"
+    ))
 }
 
 /// One reflector as clients reach it, and its group ports.
@@ -435,103 +454,94 @@ fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64) -> Reply {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
-    #[error("cannot listen on {addr}: {msg} (is another control server running there?)")]
-    Listen { addr: SocketAddr, msg: String },
-    #[error("cannot start the control server thread: {0}")]
-    Thread(#[source] std::io::Error),
+    #[error("control server: {0}")]
+    Http(#[from] crate::http::HttpError),
 }
 
 /// A running control server.
 pub struct ControlServer {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<u64>>,
+    http: crate::http::HttpServer,
+    scheme: &'static str,
 }
 
 impl ControlServer {
     /// Binds (so a busy port is reported here) and serves until stopped.
     /// Port 0 in `cfg.listen` picks a free port; see [`ControlServer::addr`].
     pub fn start(cfg: ControlConfig, stop: Arc<AtomicBool>) -> Result<ControlServer, ControlError> {
-        let http = tiny_http::Server::http(cfg.listen).map_err(|e| ControlError::Listen {
-            addr: cfg.listen,
-            msg: e.to_string(),
-        })?;
-        let addr = http.server_addr().to_ip().unwrap_or(cfg.listen);
-        let flag = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
-            .name("control".into())
-            .spawn(move || serve(http, cfg, &flag))
-            .map_err(ControlError::Thread)?;
-        Ok(ControlServer {
-            addr,
-            stop,
-            thread: Some(thread),
-        })
+        ControlServer::start_with(cfg, crate::http::Limits::default(), None, stop)
+    }
+
+    /// [`ControlServer::start`] with explicit HTTP limits, and over TLS
+    /// when given a certificate.
+    pub fn start_with(
+        cfg: ControlConfig,
+        limits: crate::http::Limits,
+        tls: Option<crate::http::Tls>,
+        stop: Arc<AtomicBool>,
+    ) -> Result<ControlServer, ControlError> {
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let listen = cfg.listen;
+        // The world never changes while serving: serialise it once rather
+        // than per request (64x64 cells make 350 KB of JSON), so asking for
+        // it over and over costs the server a copy-free send, not CPU.
+        let world = crate::http::Bytes::from(format!("{}\n", cfg.world.to_json()));
+        let handler: crate::http::Handler = Arc::new(move |req: &crate::http::Request<'_>| {
+            if req.method == "GET" && req.target.split('?').next() == Some("/world") {
+                return crate::http::Response {
+                    status: 200,
+                    content_type: "application/json",
+                    body: world.clone(),
+                };
+            }
+            let now_s = crate::unix_now_ms() / 1000;
+            let reply = handle(&cfg, req.method, req.target, now_s);
+            if reply.status != 200 {
+                tracing::debug!(
+                    "control: {} {} from {} -> {} {}",
+                    req.method,
+                    req.target,
+                    req.peer,
+                    reply.status,
+                    reply.body
+                );
+            }
+            crate::http::Response {
+                status: reply.status,
+                content_type: "application/json",
+                body: format!("{}\n", reply.body).into(),
+            }
+        });
+        let http = crate::http::HttpServer::start("control", listen, limits, tls, handler, stop)?;
+        Ok(ControlServer { http, scheme })
     }
 
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.http.addr()
     }
 
-    /// `http://ip:port`, what bots take as `--control`.
+    /// `http://ip:port` (or `https://`), what bots take as `--control`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", self.scheme, self.addr())
     }
 
-    /// Stops serving (within 100 ms) and waits; returns requests served.
-    pub fn stop(mut self) -> u64 {
-        self.stop.store(true, Relaxed);
-        self.thread.take().and_then(|t| t.join().ok()).unwrap_or(0)
+    /// What the HTTP layer has done so far (requests, refusals, ...).
+    pub fn stats(&self) -> crate::http::Stats {
+        self.http.stats()
     }
-}
 
-impl Drop for ControlServer {
-    fn drop(&mut self) {
-        if let Some(t) = self.thread.take() {
-            self.stop.store(true, Relaxed);
-            let _ = t.join();
-        }
+    /// Stops serving (within [`crate::http::SHUTDOWN_GRACE`] of the last
+    /// poll of the stop flag) and waits; returns requests served.
+    pub fn stop(self) -> u64 {
+        self.http.stop().requests
     }
-}
-
-fn serve(http: tiny_http::Server, cfg: ControlConfig, stop: &AtomicBool) -> u64 {
-    let mut served = 0u64;
-    // Both strings are constant ASCII, which from_bytes always accepts.
-    let json_header =
-        tiny_http::Header::from_bytes("Content-Type", "application/json").expect("static header is valid");
-    while !stop.load(Relaxed) {
-        let req = match http.recv_timeout(Duration::from_millis(100)) {
-            Ok(Some(r)) => r,
-            Ok(None) => continue,
-            Err(e) => {
-                tracing::warn!("control server: accept failed: {e}");
-                std::thread::sleep(Duration::from_millis(10));
-                continue;
-            }
-        };
-        let now_s = crate::unix_now_ms() / 1000;
-        let reply = handle(&cfg, req.method().as_str(), req.url(), now_s);
-        if reply.status != 200 {
-            tracing::debug!(
-                "control: {} {} -> {} {}",
-                req.method(),
-                req.url(),
-                reply.status,
-                reply.body
-            );
-        }
-        let resp = tiny_http::Response::from_string(format!("{}\n", reply.body))
-            .with_status_code(reply.status)
-            .with_header(json_header.clone());
-        let _ = req.respond(resp);
-        served += 1;
-    }
-    served
 }
 
 /// `reflector control`.
 pub fn run(args: ControlArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
+    args.http.validate()?;
+    let tls = args.http.tls()?;
+    check_transport(args.listen, tls.is_some(), args.insecure_http)?;
     let secret = Secret::from_file(&args.secret_file)?;
     let world = World::new(args.grid.0, args.grid.1, args.cell_size, args.assign, &args.reflectors)
         .map_err(|e| format!("bad world: {e}"))?;
@@ -542,7 +552,7 @@ pub fn run(args: ControlArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         token_ttl_s: args.token_ttl,
     };
     let (cols, rows, ntargets) = (cfg.world.cols, cfg.world.rows, cfg.world.targets.len());
-    let server = ControlServer::start(cfg, Arc::clone(&stop))?;
+    let server = ControlServer::start_with(cfg, args.http.limits(), tls, Arc::clone(&stop))?;
     tracing::info!(
         "control server at {}: {cols}x{rows} cells of {} units onto {ntargets} group(s) ({}); try {}/join?player=1&x=0&y=0",
         server.addr(),
@@ -647,8 +657,8 @@ mod tests {
         assert_eq!(t.reflector, "10.0.0.1:4001");
         assert_eq!(t.group, 4001);
         assert_eq!(t.expires_unix_s, 1_060);
-        let token: [u8; crate::protocol::TOKEN_LEN] = hex::decode(&t.token).unwrap().try_into().unwrap();
-        let claims = crate::auth::verify_token(&c.secret, &token, 0, 4001, 42, 1_000_000).unwrap();
+        let token: [u8; reflector_proto::protocol::TOKEN_LEN] = hex::decode(&t.token).unwrap().try_into().unwrap();
+        let claims = reflector_proto::auth::verify_token(&c.secret, &token, 0, 4001, 42, 1_000_000).unwrap();
         assert_eq!(claims.expires_unix_s, 1_060);
     }
 
@@ -674,6 +684,18 @@ mod tests {
         // Encoded values are accepted.
         assert_eq!(handle(&c, "GET", "/join?player=%31&x=1%2E5&y=1", 0).status, 200);
         assert_eq!(handle(&c, "GET", "/join?player=1&x=1&y=%", 0).status, 400);
+    }
+
+    #[test]
+    fn plain_http_only_on_loopback_unless_told() {
+        let at = |a: &str| a.parse::<SocketAddr>().unwrap();
+        assert!(check_transport(at("127.0.0.1:8700"), false, false).is_ok());
+        assert!(check_transport(at("[::1]:8700"), false, false).is_ok());
+        let e = check_transport(at("0.0.0.0:8700"), false, false).unwrap_err();
+        assert!(e.contains("--tls-cert") && e.contains("--insecure-http"), "{e}");
+        assert!(check_transport(at("10.0.0.1:8700"), false, false).is_err());
+        assert!(check_transport(at("10.0.0.1:8700"), true, false).is_ok());
+        assert!(check_transport(at("10.0.0.1:8700"), false, true).is_ok());
     }
 
     #[test]

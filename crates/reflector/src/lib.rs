@@ -3,35 +3,30 @@
 //! Multi-Player Online Games").
 //!
 //! Clients send unicast UDP to a group's port; the reflector forwards each
-//! datagram to every other member of that group. The crate holds:
-//! - [`protocol`]: the datagram header and its checked parser;
-//! - [`auth`]: join tokens (control server) and stateless join cookies;
+//! datagram to every other member of that group. The datagram format, join
+//! tokens and cookies and the client side of the JOIN handshake are in the
+//! `reflector-proto` crate, shared with every client; this crate holds:
 //! - [`membership`]: groups and members, a pure state machine with an injected clock;
 //! - [`backend`]: fan-out backends (`sendto` loop, `sendmmsg`) behind one trait;
 //! - [`server`]: the event loops that tie sockets, membership and backends together;
 //! - [`metrics`]: counters, Prometheus exposition and the final summary;
 //! - [`control`]: the control server mapping virtual locations to groups;
+//! - [`http`]: the bounded HTTP server under `control` and `/metrics`;
 //! - [`bots`]: simulated players that measure delivery, loss and latency.
 #![deny(unsafe_code)]
 
-pub mod auth;
 pub mod backend;
 pub mod bots;
 pub mod control;
-pub mod demo;
+pub mod http;
 pub mod membership;
 pub mod metrics;
-pub mod protocol;
 pub mod server;
-mod sys;
 
 /// Milliseconds since the Unix epoch from the system clock: the only place
 /// the real clock is read; everything below takes `now_ms` as an argument.
 pub fn unix_now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    reflector_proto::unix_now_ms()
 }
 
 /// Milliseconds on the monotonic clock since the first call in this

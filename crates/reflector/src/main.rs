@@ -1,9 +1,9 @@
-//! `reflector`: the multicast reflector server, its control server, bot
-//! clients and a self-contained demo, as subcommands of one binary.
+//! `reflector`: the multicast reflector server, its control server and bot
+//! clients, as subcommands of one binary.
 #![deny(unsafe_code)]
 
 use clap::{Parser, Subcommand};
-use reflector::{bots, control, demo, server};
+use reflector::{bots, control, server};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -20,15 +20,13 @@ use std::process::ExitCode;
         reflector serve --ports 4000-4015 --secret-file secret\n  \
         reflector control --secret-file secret --reflector 127.0.0.1:4000-4015\n  \
         reflector bots --control http://127.0.0.1:8700 --count 20 --duration 10\n\n\
-        Or just: reflector demo"
+        All three together, in an emulated network: reflector-demo"
 )]
 struct Cli {
     #[command(subcommand)]
     command: Command,
 }
 
-// Parsed once at start-up, so the size difference between variants is irrelevant.
-#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run the reflector: one UDP port per group, fan-out to members.
@@ -37,8 +35,6 @@ enum Command {
     Control(control::ControlArgs),
     /// Run simulated players that join, move, send and measure loss and latency.
     Bots(bots::BotsArgs),
-    /// Run control server, reflector and bots together on loopback and report.
-    Demo(demo::DemoArgs),
 }
 
 fn main() -> ExitCode {
@@ -62,7 +58,6 @@ fn main() -> ExitCode {
         Command::Serve(a) => server::run(a, stop).map(|()| 0),
         Command::Control(a) => control::run(a, stop).map(|()| 0),
         Command::Bots(a) => bots::run(a, stop),
-        Command::Demo(a) => demo::run(a, stop),
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),

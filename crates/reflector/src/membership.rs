@@ -14,11 +14,18 @@
 //!   not even reflected one for one;
 //! - a player is a member of a group at most once;
 //! - DATA from a member goes to every other member; anything else is
-//!   dropped and counted by reason.
+//!   dropped and counted by reason;
+//! - an ICMP error about a member is evidence, not proof (anyone who knows
+//!   its address and the group port can forge one): it removes the member
+//!   only if the member has also gone silent since the first error, for at
+//!   least two keepalive intervals.
+//!
+//! The group holds plain `SocketAddr`s; every change of membership is also
+//! recorded as a [`Change`], which the server hands to the fan-out backend
+//! (which keeps the destinations in whatever form it sends to).
 
-use crate::auth::{check_cookie, make_cookie, verify_token, Secret, TokenError};
-use crate::backend::Dest;
-use crate::protocol::{ErrorCode, JoinAck, Kind, Packet, ParseError, SmallDatagram};
+use reflector_proto::auth::{check_cookie, make_cookie, verify_token, Secret, TokenError};
+use reflector_proto::protocol::{ErrorCode, JoinAck, Kind, Packet, ParseError, SmallDatagram};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
@@ -89,9 +96,9 @@ pub enum DropReason {
 /// What happened to one datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
-    /// Fan the datagram out to every member except the one at this index.
+    /// Fan the datagram out to every member except its sender.
     Forward {
-        from: usize,
+        from: SocketAddr,
     },
     Challenged,
     /// Admitted; `rejoin` if the address or the player was a member already.
@@ -160,20 +167,40 @@ pub struct Member {
     pub sender: u32,
     /// Monotonic milliseconds ([`Now::mono_ms`]) of the last DATA, KEEPALIVE or JOIN.
     pub last_seen_ms: u64,
+    /// When the first ICMP error about this address arrived since it was
+    /// last heard from (monotonic ms).
+    pub unreachable_since_ms: Option<u64>,
 }
 
-/// One group: its members, and their destinations in kernel format kept in
-/// a parallel dense array so a fan-out walks one contiguous slice. A player
-/// is a member at most once: a JOIN from a new address moves it (NAT
-/// rebinding), so one token cannot fill a group from many source ports.
+/// A change of membership, for the fan-out backend's destination set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    Added(SocketAddr),
+    Removed(SocketAddr),
+}
+
+/// Members removed by one sweep, by rule.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Expired {
+    /// Silent for longer than the member timeout.
+    pub silent: usize,
+    /// Silent since an ICMP error about them, for two keepalive intervals.
+    pub unreachable: usize,
+}
+
+/// One group: its members. A player is a member at most once: a JOIN from a
+/// new address moves it (NAT rebinding), so one token cannot fill a group
+/// from many source ports.
 #[derive(Debug)]
 pub struct Group {
     port: u16,
     members: Vec<Member>,
-    dests: Vec<Dest>,
     by_addr: HashMap<SocketAddr, usize>,
     by_player: HashMap<u32, usize>,
     budget: Option<ReplyBudget>,
+    /// Changes not yet taken by [`Group::take_changes`]; reused, so the
+    /// DATA path allocates nothing.
+    changes: Vec<Change>,
 }
 
 impl Group {
@@ -181,10 +208,10 @@ impl Group {
         Group {
             port,
             members: Vec::new(),
-            dests: Vec::new(),
             by_addr: HashMap::new(),
             by_player: HashMap::new(),
             budget: None,
+            changes: Vec::new(),
         }
     }
 
@@ -204,9 +231,22 @@ impl Group {
         &self.members
     }
 
-    /// Destinations of all members, index-aligned with [`Group::members`].
-    pub fn dests(&self) -> &[Dest] {
-        &self.dests
+    /// Hands every change since the last call to `f`, oldest first.
+    pub fn take_changes(&mut self, mut f: impl FnMut(Change)) {
+        for c in self.changes.drain(..) {
+            f(c);
+        }
+    }
+
+    /// Notes an ICMP error about `addr` (the destination of a datagram we
+    /// sent); returns true if `addr` is a member. It removes nobody by
+    /// itself: see [`Group::expire`].
+    pub fn note_unreachable(&mut self, addr: SocketAddr, now_ms: u64) -> bool {
+        let Some(&idx) = self.by_addr.get(&addr) else {
+            return false;
+        };
+        self.members[idx].unreachable_since_ms.get_or_insert(now_ms);
+        true
     }
 
     /// Decides what to do with one datagram received on this group's port.
@@ -247,10 +287,12 @@ impl Group {
                 match pkt.kind() {
                     Kind::Data => {
                         self.members[idx].last_seen_ms = now.mono_ms;
-                        Outcome::silent(Event::Forward { from: idx })
+                        self.members[idx].unreachable_since_ms = None;
+                        Outcome::silent(Event::Forward { from: src })
                     }
                     Kind::Keepalive => {
                         self.members[idx].last_seen_ms = now.mono_ms;
+                        self.members[idx].unreachable_since_ms = None;
                         Outcome::silent(Event::Refreshed)
                     }
                     _ => {
@@ -320,6 +362,7 @@ impl Group {
             addr: src,
             sender,
             last_seen_ms: now.mono_ms,
+            unreachable_since_ms: None,
         };
         match self.by_addr.get(&src).or_else(|| self.by_player.get(&sender)).copied() {
             Some(idx) => {
@@ -327,7 +370,10 @@ impl Group {
                 self.by_addr.remove(&old.addr);
                 self.by_player.remove(&old.sender);
                 self.members[idx] = member;
-                self.dests[idx] = Dest::from(src);
+                if old.addr != src {
+                    self.changes.push(Change::Removed(old.addr));
+                    self.changes.push(Change::Added(src));
+                }
                 self.by_addr.insert(src, idx);
                 self.by_player.insert(sender, idx);
             }
@@ -339,7 +385,7 @@ impl Group {
                 self.by_addr.insert(src, self.members.len());
                 self.by_player.insert(sender, self.members.len());
                 self.members.push(member);
-                self.dests.push(Dest::from(src));
+                self.changes.push(Change::Added(src));
             }
         }
         let members = u16::try_from(self.members.len()).unwrap_or(u16::MAX);
@@ -356,7 +402,7 @@ impl Group {
 
     fn remove(&mut self, idx: usize) {
         let gone = self.members.swap_remove(idx);
-        self.dests.swap_remove(idx);
+        self.changes.push(Change::Removed(gone.addr));
         self.by_addr.remove(&gone.addr);
         self.by_player.remove(&gone.sender);
         if let Some(moved) = self.members.get(idx) {
@@ -365,28 +411,39 @@ impl Group {
         }
     }
 
-    /// Removes members silent for longer than the policy allows; returns how
-    /// many. `now_ms` is the monotonic clock ([`Now::mono_ms`]).
-    pub fn expire(&mut self, policy: &Policy, now_ms: u64) -> usize {
-        let mut removed = 0;
+    /// Removes members silent for longer than the policy allows, and members
+    /// an ICMP error was about that have not been heard from since, for two
+    /// keepalive intervals. `now_ms` is the monotonic clock ([`Now::mono_ms`]).
+    pub fn expire(&mut self, policy: &Policy, now_ms: u64) -> Expired {
+        let mut out = Expired::default();
+        let grace = 2 * u64::from(policy.keepalive_ms);
         let mut i = 0;
         while i < self.members.len() {
-            if now_ms.saturating_sub(self.members[i].last_seen_ms) > policy.member_timeout_ms {
+            let m = &self.members[i];
+            let unreachable = m
+                .unreachable_since_ms
+                .is_some_and(|t| m.last_seen_ms <= t && now_ms.saturating_sub(t) >= grace);
+            if now_ms.saturating_sub(m.last_seen_ms) > policy.member_timeout_ms {
                 self.remove(i);
-                removed += 1;
+                out.silent += 1;
+            } else if unreachable {
+                self.remove(i);
+                out.unreachable += 1;
             } else {
                 i += 1;
             }
         }
-        removed
+        out
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::TokenClaims;
-    use crate::protocol::{emit, Header, HEADER_LEN, TOKEN_LEN};
+    use reflector_proto::auth::TokenClaims;
+    use reflector_proto::client::{Config as ClientConfig, JoinRequest, Session};
+    use reflector_proto::protocol::{emit, Header, HEADER_LEN, TOKEN_LEN};
+    use std::collections::HashSet;
 
     const PORT: u16 = 4000;
     const T0: u64 = 1_700_000_000_000;
@@ -436,16 +493,29 @@ mod tests {
         b
     }
 
-    /// Runs the two-step join and returns the final outcome.
+    /// Runs the client's handshake ([`Session`]) against the group and
+    /// returns the outcome of its last datagram; checks the first step is
+    /// answered with a challenge.
     fn join(g: &mut Group, k: &Keys, p: &Policy, now: u64, src: SocketAddr, player: u32) -> Outcome {
-        let t = token(k, player, PORT, 60);
-        let first = SmallDatagram::join(PORT, player, &t, None);
-        let o = g.handle(k, p, at(now), src, first.as_bytes());
-        assert_eq!(o.event, Event::Challenged);
-        let ch = o.reply.expect("challenge sent");
-        let cookie = *Packet::parse(ch.as_bytes()).unwrap().challenge_cookie().unwrap();
-        let second = SmallDatagram::join(PORT, player, &t, Some(&cookie));
-        g.handle(k, p, at(now), src, second.as_bytes())
+        let req = JoinRequest {
+            reflector: SocketAddr::from(([10, 0, 0, 254], PORT)),
+            group: PORT,
+            player,
+            token: token(k, player, PORT, 60),
+        };
+        // The client's clock only times its retries, which never fire here.
+        let t = std::time::Instant::now();
+        let mut s = Session::new(req, ClientConfig::default(), t);
+        let mut outcomes = Vec::new();
+        while let Some(tx) = s.poll_transmit() {
+            let o = g.handle(k, p, at(now), src, tx.datagram.as_bytes());
+            if let Some(r) = o.reply {
+                s.handle(t, req.reflector, &Packet::parse(r.as_bytes()).unwrap());
+            }
+            outcomes.push(o);
+        }
+        assert_eq!(outcomes[0].event, Event::Challenged);
+        *outcomes.last().unwrap()
     }
 
     #[test]
@@ -463,9 +533,9 @@ mod tests {
         }
         assert_eq!(g.len(), 3);
         let o = g.handle(&k, &p, at(T0), addr(1), &data(101, b"pos"));
-        assert_eq!(o.event, Event::Forward { from: 1 });
+        assert_eq!(o.event, Event::Forward { from: addr(1) });
         assert!(o.reply.is_none());
-        assert_eq!(g.dests().len(), 3);
+        assert_eq!(mirror(&mut g, &mut HashSet::new()).len(), 3);
     }
 
     #[test]
@@ -485,7 +555,7 @@ mod tests {
         assert_eq!(o.event, Event::Dropped(DropReason::BadCookie));
         // A stale cookie, two slots later.
         let old = make_cookie(&k.cookie_key, &addr(1), PORT, 7, T0);
-        let later = T0 + 2 * crate::auth::COOKIE_SLOT_MS + 1;
+        let later = T0 + 2 * reflector_proto::auth::COOKIE_SLOT_MS + 1;
         let o = g.handle(
             &k,
             &p,
@@ -608,21 +678,21 @@ mod tests {
             let o = g.handle(&k, &p, at(T0 + 500), addr(i), &data(u32::from(i), b"x"));
             assert!(matches!(o.event, Event::Forward { .. }), "member {i}");
         }
-        for (m, d) in g.members().iter().zip(g.dests()) {
-            assert_eq!(Dest::from(m.addr), *d);
-        }
+        let mut seen = HashSet::new();
+        mirror(&mut g, &mut seen);
         // Member 3 keeps talking, the rest fall silent.
         let ka = SmallDatagram::simple(Kind::Keepalive, PORT, 3, 0);
         assert_eq!(
             g.handle(&k, &p, at(T0 + 1400), addr(3), ka.as_bytes()).event,
             Event::Refreshed
         );
-        assert_eq!(g.expire(&p, T0 + 1600), 3);
+        assert_eq!(g.expire(&p, T0 + 1600).silent, 3);
         assert_eq!(g.len(), 1);
         assert_eq!(g.members()[0].sender, 3);
+        assert_eq!(mirror(&mut g, &mut seen), [addr(3)].into_iter().collect());
         assert!(matches!(
             g.handle(&k, &p, at(T0 + 1600), addr(3), &data(3, b"")).event,
-            Event::Forward { from: 0 }
+            Event::Forward { from } if from == addr(3)
         ));
     }
 
@@ -675,9 +745,8 @@ mod tests {
             g.handle(&k, &p, at(T0), addr(7), &data(1, b"x")).event,
             Event::Forward { .. }
         ));
-        for (m, d) in g.members().iter().zip(g.dests()) {
-            assert_eq!(Dest::from(m.addr), *d);
-        }
+        let mut seen = HashSet::new();
+        assert_eq!(mirror(&mut g, &mut seen), [addr(1), addr(7)].into_iter().collect());
         // Player 2 takes over player 1's address: player 1's entry goes.
         assert_eq!(
             join(&mut g, &k, &p, T0, addr(7), 2).event,
@@ -686,6 +755,56 @@ mod tests {
         assert_eq!(g.len(), 1);
         assert_eq!(g.members()[0].sender, 2);
         assert_eq!(g.members()[0].addr, addr(7));
+        assert_eq!(mirror(&mut g, &mut seen), [addr(7)].into_iter().collect());
+    }
+
+    /// Applies the group's changes to `seen` (what a backend does with its
+    /// destination set) and checks it then holds exactly the members.
+    fn mirror(g: &mut Group, seen: &mut HashSet<SocketAddr>) -> HashSet<SocketAddr> {
+        g.take_changes(|c| match c {
+            Change::Added(a) => assert!(seen.insert(a), "{a} added twice"),
+            Change::Removed(a) => assert!(seen.remove(&a), "{a} removed but absent"),
+        });
+        let members: HashSet<SocketAddr> = g.members().iter().map(|m| m.addr).collect();
+        assert_eq!(*seen, members);
+        seen.clone()
+    }
+
+    #[test]
+    fn an_icmp_error_alone_never_removes_a_member() {
+        let (k, p) = (
+            keys(),
+            Policy {
+                keepalive_ms: 1000,
+                ..Policy::default()
+            },
+        );
+        let mut g = Group::new(PORT);
+        join(&mut g, &k, &p, T0, addr(0), 1);
+        join(&mut g, &k, &p, T0, addr(1), 2);
+        assert!(!g.note_unreachable(addr(9), T0 + 100));
+        // A (possibly forged) error about member 0, which keeps talking.
+        assert!(g.note_unreachable(addr(0), T0 + 100));
+        let ka = SmallDatagram::simple(Kind::Keepalive, PORT, 1, 0);
+        g.handle(&k, &p, at(T0 + 1500), addr(0), ka.as_bytes());
+        assert_eq!(g.expire(&p, T0 + 5000), Expired::default());
+        // An error about member 1, silent since: it stays for two keepalive
+        // intervals, then stops costing a send per datagram.
+        assert!(g.note_unreachable(addr(1), T0 + 6000));
+        assert!(
+            g.note_unreachable(addr(1), T0 + 7000),
+            "a later error keeps the first time"
+        );
+        assert_eq!(g.expire(&p, T0 + 7999), Expired::default());
+        assert_eq!(
+            g.expire(&p, T0 + 8000),
+            Expired {
+                silent: 0,
+                unreachable: 1
+            }
+        );
+        assert_eq!(g.len(), 1);
+        assert_eq!(g.members()[0].addr, addr(0));
     }
 
     #[test]
@@ -733,8 +852,8 @@ mod tests {
             g.handle(&k, &p, jumped, addr(0), &data(1, b"x")).event,
             Event::Forward { .. }
         ));
-        assert_eq!(g.expire(&p, T0 + 10), 0);
-        assert_eq!(g.expire(&p, T0 + 1011), 1);
+        assert_eq!(g.expire(&p, T0 + 10).silent, 0);
+        assert_eq!(g.expire(&p, T0 + 1011).silent, 1);
     }
 
     #[test]

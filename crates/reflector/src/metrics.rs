@@ -61,14 +61,83 @@ counters! {
     rejoins: "counter", "JOINs from existing members, answered again.";
     leaves: "counter", "Members that left with LEAVE.";
     expired: "counter", "Members removed after going silent.";
+    unreachable_removed: "counter", "Members removed because ICMP errors were reported about them and they had sent nothing since, for two keepalive intervals (an ICMP error alone removes nobody).";
     control_bytes_in: "counter", "Bytes of datagrams that were not member traffic (joins, strays, floods).";
     reply_bytes_out: "counter", "Bytes of replies (challenge, ack, error); never more than control_bytes_in.";
     replies_suppressed: "counter", "Replies to non-members not sent because the group's reply budget was spent.";
     enobufs_waits: "counter", "Sends that hit ENOBUFS (device queue full) and were retried after a wait.";
     eagain_waits: "counter", "Sends that hit EAGAIN (socket buffer full) and waited for POLLOUT.";
     icmp_errors: "counter", "ICMP errors reported on the socket (e.g. a departed member's port unreachable).";
+    pending_fanouts: "counter", "Fan-outs that had to wait for the socket buffer or the device queue; the loop served its other groups meanwhile.";
     send_errors: "counter", "Copies not sent because the destination kept failing (unroutable), or abandoned at shutdown.";
     members: "gauge", "Current members.";
+}
+
+/// The content type of [`Registry::prometheus`].
+pub const EXPOSITION_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The counters as a `prometheus-client` registry. They stay the event
+/// loops' own atomics (no lock, no second copy on the data path); a
+/// collector reads them at scrape time.
+#[derive(Debug)]
+pub struct Exposition {
+    prom: prometheus_client::registry::Registry,
+}
+
+impl Exposition {
+    pub fn new(registry: Registry) -> Exposition {
+        let mut prom = prometheus_client::registry::Registry::with_prefix("reflector");
+        prom.register_collector(Box::new(GroupCollector(registry)));
+        Exposition { prom }
+    }
+
+    /// One scrape.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail; an error would be a bug in the
+        // encoder, and a truncated scrape is the most useful answer then.
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.prom) {
+            tracing::warn!("metrics exposition failed: {e}");
+        }
+        out
+    }
+}
+
+#[derive(Debug)]
+struct GroupCollector(Registry);
+
+impl prometheus_client::collector::Collector for GroupCollector {
+    fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::counter::ConstCounter;
+        use prometheus_client::metrics::gauge::ConstGauge;
+        use prometheus_client::metrics::MetricType;
+        // One snapshot and one field list per group per scrape.
+        let snaps: Vec<(String, Vec<Field>)> = self
+            .0
+            .groups
+            .iter()
+            .map(|(p, g)| (p.to_string(), g.snapshot().fields()))
+            .collect();
+        for (i, (name, kind, help, _)) in Snapshot::default().fields().iter().enumerate() {
+            let metric_type = if *kind == "gauge" {
+                MetricType::Gauge
+            } else {
+                MetricType::Counter
+            };
+            let mut family = encoder.encode_descriptor(name, help, None, metric_type)?;
+            for (port, fields) in &snaps {
+                let labels = [("group", port.as_str()), ("backend", self.0.backend)];
+                let metric = family.encode_family(&labels)?;
+                let v = fields[i].3;
+                match metric_type {
+                    MetricType::Gauge => ConstGauge::new(v).encode(metric)?,
+                    _ => ConstCounter::new(v).encode(metric)?,
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// One counter: (name, prometheus type, help, value).
@@ -97,25 +166,11 @@ impl Registry {
         t
     }
 
-    /// Prometheus text exposition format, one series per group.
+    /// The exposition (OpenMetrics text, [`EXPOSITION_CONTENT_TYPE`]) of
+    /// every counter, one series per group, through the `prometheus-client`
+    /// crate. Counters get the `_total` suffix the format requires.
     pub fn prometheus(&self) -> String {
-        // One snapshot and one field list per group per scrape.
-        let snaps: Vec<(u16, Vec<Field>)> = self.groups.iter().map(|(p, g)| (*p, g.snapshot().fields())).collect();
-        let mut out = String::new();
-        let names = Snapshot::default().fields();
-        for (i, (name, kind, help, _)) in names.iter().enumerate() {
-            let _ = writeln!(out, "# HELP reflector_{name} {help}");
-            let _ = writeln!(out, "# TYPE reflector_{name} {kind}");
-            for (port, fields) in &snaps {
-                let v = fields[i].3;
-                let _ = writeln!(
-                    out,
-                    "reflector_{name}{{group=\"{port}\",backend=\"{}\"}} {v}",
-                    self.backend
-                );
-            }
-        }
-        out
+        Exposition::new(self.clone()).encode()
     }
 
     /// A human summary: totals, then the groups that saw traffic.
@@ -195,10 +250,18 @@ mod tests {
         let r = Registry::new("sendto", &[4000, 4001]);
         r.groups[0].1.received.fetch_add(5, Relaxed);
         r.groups[1].1.received.fetch_add(2, Relaxed);
+        r.groups[1].1.members.fetch_add(3, Relaxed);
         let text = r.prometheus();
-        assert!(text.contains("reflector_received{group=\"4000\",backend=\"sendto\"} 5"));
-        assert!(text.contains("reflector_received{group=\"4001\",backend=\"sendto\"} 2"));
+        assert!(
+            text.contains("reflector_received_total{group=\"4000\",backend=\"sendto\"} 5"),
+            "{text}"
+        );
+        assert!(text.contains("reflector_received_total{group=\"4001\",backend=\"sendto\"} 2"));
+        assert!(text.contains("reflector_members{group=\"4001\",backend=\"sendto\"} 3"));
         assert!(text.contains("# TYPE reflector_members gauge"));
+        assert!(text.contains("# TYPE reflector_received counter"));
+        assert!(text.contains("# HELP reflector_received Datagrams received on the group's port."));
+        assert!(text.trim_end().ends_with("# EOF"));
         let n = Snapshot::default().fields().len();
         assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE")).count(), n);
         assert_eq!(r.total().received, 7);

@@ -2,17 +2,26 @@
 //! one event loop per core (each loop owns its groups outright, so there is
 //! no shared mutable state and no lock on the data path).
 //!
-//! Per datagram the hot path does one `recvfrom` into a reused buffer, one
-//! membership decision (no allocation for DATA), and the backend's sends of
-//! that same buffer: nothing is copied or allocated in user space.
+//! Per batch of datagrams the hot path does one `recvmmsg` into reused
+//! buffers; per datagram one membership decision (no allocation for DATA)
+//! and the backend's sends of that same buffer: nothing is copied or
+//! allocated in user space. A fan-out that has to wait (full socket buffer
+//! or device queue) parks its group — the group's socket is not read until
+//! it completes, so its datagrams stay in order — while the loop goes on
+//! serving its other groups; it resumes on `EPOLLOUT` or a timer.
 
-use crate::auth::Secret;
-use crate::backend::{BackendKind, Dest, Fanout, Support};
-use crate::membership::{DropReason, Event, Group, Keys, Now, Policy};
+use crate::backend::{BackendKind, Fanout, Progress, Support, Wake};
+use crate::membership::{Change, DropReason, Event, Group, Keys, Now, Policy};
 use crate::metrics::{GroupCounters, Registry};
-use crate::protocol::MAX_DATAGRAM;
-use crate::{mono_now_ms, sys, CliError};
+use crate::{mono_now_ms, CliError};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::time::TimeSpec;
+use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
+use reflector_proto::auth::Secret;
+use reflector_proto::protocol::MAX_DATAGRAM;
+use sendpath::errqueue::{ErrEntry, ErrKind};
+use sendpath::{RecvBatch, SendOne};
+use std::collections::VecDeque;
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
@@ -54,7 +63,7 @@ pub struct ServeArgs {
     /// Maximum members per group.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(2..=65535))]
     pub max_members: u64,
-    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100).
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100); https with --tls-cert.
     #[arg(long)]
     pub metrics: Option<SocketAddr>,
     /// Socket receive buffer per group, bytes.
@@ -69,6 +78,8 @@ pub struct ServeArgs {
     /// Write the final counters as JSON to this file.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
+    #[command(flatten)]
+    pub http: crate::http::HttpArgs,
 }
 
 /// Ports parsed from `--ports`.
@@ -158,6 +169,12 @@ struct Slot {
     sock: UdpSocket,
     group: Group,
     counters: Arc<GroupCounters>,
+    /// Set while a fan-out of this group waits; its socket is not read then.
+    waiting: Option<Wake>,
+    /// Datagrams received after the one whose fan-out is waiting, in order
+    /// (copied: the receive buffers are reused). Empty unless a wait
+    /// happened in the middle of a batch.
+    backlog: VecDeque<(SocketAddr, Vec<u8>)>,
 }
 
 impl Server {
@@ -185,7 +202,7 @@ impl Server {
                 call: "fcntl(O_NONBLOCK)",
                 source,
             })?;
-            sys::set_recverr(sock.as_fd(), cfg.bind).map_err(|source| ServeError::Setup {
+            sendpath::set_recverr(sock.as_fd(), cfg.bind).map_err(|source| ServeError::Setup {
                 port,
                 call: "setsockopt(IP_RECVERR)",
                 source,
@@ -207,6 +224,8 @@ impl Server {
                 sock,
                 group: Group::new(port),
                 counters,
+                waiting: None,
+                backlog: VecDeque::new(),
             });
         }
         let mut threads = Vec::new();
@@ -267,96 +286,242 @@ impl Server {
     }
 }
 
-/// How many datagrams one socket may drain before the loop serves the others.
-const RECV_BUDGET: usize = 64;
+/// Batches one socket may receive before the loop serves the others.
+const RECV_BATCHES: usize = 4;
+/// Datagrams per `recvmmsg`.
+const RECV_BATCH: usize = 32;
 /// Expiry sweep interval.
 const SWEEP_EVERY: Duration = Duration::from_millis(500);
+/// The epoll token of the loop's back-off timer.
+const TIMER_TOKEN: u64 = u64::MAX;
+
+/// One event loop: its groups, the backend that fans out for them, and the
+/// timer that wakes fan-outs waiting out a full device queue.
+struct Loop<'a> {
+    slots: Vec<Slot>,
+    keys: &'a Keys,
+    policy: &'a Policy,
+    fanout: Box<dyn Fanout>,
+    epoll: Epoll,
+    timer: TimerFd,
+}
+
+fn loop_err(e: impl Into<io::Error>) -> ServeError {
+    ServeError::Loop(e.into())
+}
 
 fn event_loop(
-    mut slots: Vec<Slot>,
+    slots: Vec<Slot>,
     keys: &Keys,
     policy: &Policy,
     backend: BackendKind,
     stop: &AtomicBool,
 ) -> Result<(), ServeError> {
-    let mut fanout: Box<dyn Fanout> = backend.build();
-    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| ServeError::Loop(e.into()))?;
+    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(loop_err)?;
+    let timer = TimerFd::new(
+        ClockId::CLOCK_MONOTONIC,
+        TimerFlags::TFD_CLOEXEC | TimerFlags::TFD_NONBLOCK,
+    )
+    .map_err(loop_err)?;
+    epoll
+        .add(timer.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, TIMER_TOKEN))
+        .map_err(loop_err)?;
+    let mut fanout = backend.build();
     for (i, s) in slots.iter().enumerate() {
         epoll
             .add(s.sock.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64))
-            .map_err(|e| ServeError::Loop(e.into()))?;
+            .map_err(loop_err)?;
+        fanout.attach(i, s.sock.as_fd()).map_err(ServeError::Loop)?;
     }
-    let mut buf = vec![0u8; MAX_DATAGRAM + 1];
-    let mut events = vec![EpollEvent::empty(); slots.len().clamp(1, 256)];
-    let mut next_sweep = Instant::now() + SWEEP_EVERY;
-    while !stop.load(Relaxed) {
-        let n = match epoll.wait(&mut events, EpollTimeout::from(100u16)) {
-            Ok(n) => n,
-            Err(nix::errno::Errno::EINTR) => 0,
-            Err(e) => return Err(ServeError::Loop(e.into())),
-        };
-        let now = crate::now();
-        for ev in &events[..n] {
-            let Some(slot) = slots.get_mut(ev.data() as usize) else {
-                continue;
-            };
-            if ev.events().contains(EpollFlags::EPOLLERR) {
-                let k = sys::drain_error_queue(slot.sock.as_fd());
-                slot.counters.icmp_errors.fetch_add(k as u64, Relaxed);
-            }
-            serve_socket(slot, keys, policy, now, &mut buf, fanout.as_mut(), stop);
-        }
-        if Instant::now() >= next_sweep {
-            let now_ms = mono_now_ms();
-            for s in &mut slots {
-                let gone = s.group.expire(policy, now_ms);
-                if gone > 0 {
-                    s.counters.expired.fetch_add(gone as u64, Relaxed);
-                    s.counters.members.store(s.group.len() as u64, Relaxed);
-                }
-            }
-            next_sweep = Instant::now() + SWEEP_EVERY;
-        }
-    }
-    Ok(())
+    let mut lp = Loop {
+        slots,
+        keys,
+        policy,
+        fanout,
+        epoll,
+        timer,
+    };
+    lp.run(stop)
 }
 
-fn serve_socket(
-    slot: &mut Slot,
-    keys: &Keys,
-    policy: &Policy,
-    now: Now,
-    buf: &mut [u8],
-    fanout: &mut dyn Fanout,
-    stop: &AtomicBool,
-) {
-    let c = &slot.counters;
-    for _ in 0..RECV_BUDGET {
-        let (len, src) = match sys::recv_from(slot.sock.as_fd(), buf) {
-            Ok(r) => r,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => {
-                // A queued ICMP error surfaces here as ECONNREFUSED & co.
-                let queued = sys::drain_error_queue(slot.sock.as_fd());
-                c.icmp_errors.fetch_add(queued.max(1) as u64, Relaxed);
-                continue;
+impl Loop<'_> {
+    fn run(&mut self, stop: &AtomicBool) -> Result<(), ServeError> {
+        let mut batch = RecvBatch::new(RECV_BATCH, MAX_DATAGRAM + 1);
+        let mut events = vec![EpollEvent::empty(); (self.slots.len() + 1).clamp(2, 256)];
+        let mut next_sweep = Instant::now() + SWEEP_EVERY;
+        while !stop.load(Relaxed) {
+            let n = match self.epoll.wait(&mut events, EpollTimeout::from(100u16)) {
+                Ok(n) => n,
+                Err(nix::errno::Errno::EINTR) => 0,
+                Err(e) => return Err(loop_err(e)),
+            };
+            for ev in &events[..n] {
+                if ev.data() == TIMER_TOKEN {
+                    // Reading resets the timer's readiness; waiting fan-outs
+                    // due now are resumed below.
+                    let _ = self.timer.wait();
+                    continue;
+                }
+                let i = ev.data() as usize;
+                if i >= self.slots.len() {
+                    continue;
+                }
+                let flags = ev.events();
+                if flags.contains(EpollFlags::EPOLLERR) {
+                    self.read_error_queue(i);
+                }
+                if self.slots[i].waiting == Some(Wake::Writable)
+                    && flags.intersects(EpollFlags::EPOLLOUT | EpollFlags::EPOLLERR)
+                {
+                    self.resume(i)?;
+                }
+                if self.slots[i].waiting.is_none() && flags.contains(EpollFlags::EPOLLIN) {
+                    self.serve_socket(i, &mut batch)?;
+                }
             }
+            self.resume_due()?;
+            if Instant::now() >= next_sweep {
+                self.sweep();
+                next_sweep = Instant::now() + SWEEP_EVERY;
+            }
+        }
+        // Shutdown: one last try for fan-outs still waiting, then they are
+        // given up and counted.
+        for i in 0..self.slots.len() {
+            if self.slots[i].waiting.is_some() {
+                let c = Arc::clone(&self.slots[i].counters);
+                if self.fanout.resume(i, self.slots[i].sock.as_fd(), &c) != Progress::Done {
+                    self.fanout.abandon(i, &c);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Resumes the fan-outs whose back-off time has come, and re-arms the
+    /// timer for the next one.
+    fn resume_due(&mut self) -> Result<(), ServeError> {
+        let now = Instant::now();
+        for i in 0..self.slots.len() {
+            if matches!(self.slots[i].waiting, Some(Wake::At(t)) if t <= now) {
+                self.resume(i)?;
+            }
+        }
+        let next = self
+            .slots
+            .iter()
+            .filter_map(|s| match s.waiting {
+                Some(Wake::At(t)) => Some(t),
+                _ => None,
+            })
+            .min();
+        let r = match next {
+            Some(t) => {
+                // A zero expiry would disarm the timer: at least 1 ns.
+                let d = t.saturating_duration_since(Instant::now()).max(Duration::from_nanos(1));
+                self.timer.set(
+                    Expiration::OneShot(TimeSpec::from_duration(d)),
+                    TimerSetTimeFlags::empty(),
+                )
+            }
+            None => self.timer.unset(),
         };
+        r.map_err(loop_err)
+    }
+
+    /// Sets what the loop waits for on slot `i`'s socket: datagrams when it
+    /// is ready, writability when its fan-out waits for the socket buffer,
+    /// nothing (errors only) when it waits on the timer.
+    fn set_waiting(&mut self, i: usize, waiting: Option<Wake>) -> Result<(), ServeError> {
+        if self.slots[i].waiting == waiting {
+            return Ok(());
+        }
+        let flags = match waiting {
+            None => EpollFlags::EPOLLIN,
+            Some(Wake::Writable) => EpollFlags::EPOLLOUT,
+            Some(Wake::At(_)) => EpollFlags::empty(),
+        };
+        let s = &mut self.slots[i];
+        s.waiting = waiting;
+        let mut ev = EpollEvent::new(flags, i as u64);
+        self.epoll.modify(s.sock.as_fd(), &mut ev).map_err(loop_err)
+    }
+
+    /// Continues slot `i`'s waiting fan-out; once it is done, the datagrams
+    /// that queued behind it are handled, in order.
+    fn resume(&mut self, i: usize) -> Result<(), ServeError> {
+        let c = Arc::clone(&self.slots[i].counters);
+        match self.fanout.resume(i, self.slots[i].sock.as_fd(), &c) {
+            Progress::Pending(w) => return self.set_waiting(i, Some(w)),
+            Progress::Done => self.set_waiting(i, None)?,
+        }
+        let now = crate::now();
+        while let Some((src, d)) = self.slots[i].backlog.pop_front() {
+            if let Progress::Pending(w) = self.handle(i, now, src, &d) {
+                return self.set_waiting(i, Some(w));
+            }
+        }
+        Ok(())
+    }
+
+    /// Receives and handles datagrams on slot `i` until its socket is empty,
+    /// its budget is spent, or a fan-out has to wait.
+    fn serve_socket(&mut self, i: usize, batch: &mut RecvBatch) -> Result<(), ServeError> {
+        for _ in 0..RECV_BATCHES {
+            let n = match batch.recv(self.slots[i].sock.as_fd()) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    // A queued ICMP error surfaces here as ECONNREFUSED & co.
+                    self.read_error_queue(i);
+                    continue;
+                }
+            };
+            // Both clocks read once per batch, not per datagram.
+            let now = crate::now();
+            for k in 0..n {
+                let Some((d, Some(src), _)) = batch.get(k) else {
+                    continue;
+                };
+                if let Progress::Pending(w) = self.handle(i, now, src, d) {
+                    // The rest of this batch waits its turn, in order.
+                    for k2 in k + 1..n {
+                        if let Some((d, Some(src), _)) = batch.get(k2) {
+                            self.slots[i].backlog.push_back((src, d.to_vec()));
+                        }
+                    }
+                    return self.set_waiting(i, Some(w));
+                }
+            }
+            if n < batch.capacity() {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// One datagram: the membership decision, the changes it made handed to
+    /// the backend, then the fan-out or the reply.
+    fn handle(&mut self, i: usize, now: Now, src: SocketAddr, datagram: &[u8]) -> Progress {
+        let (keys, policy) = (self.keys, self.policy);
+        let slot = &mut self.slots[i];
+        let c = &slot.counters;
+        let len = datagram.len();
         c.received.fetch_add(1, Relaxed);
         c.bytes_in.fetch_add(len as u64, Relaxed);
-        let datagram = &buf[..len];
         let outcome = slot.group.handle(keys, policy, now, src, datagram);
+        let fanout = &mut self.fanout;
+        slot.group.take_changes(|ch| match ch {
+            Change::Added(a) => fanout.member_added(i, a),
+            Change::Removed(a) => fanout.member_removed(i, a),
+        });
         match outcome.event {
             Event::Forward { from } => {
                 c.forwarded.fetch_add(1, Relaxed);
-                let r = fanout.send_all(slot.sock.as_fd(), datagram, slot.group.dests(), Some(from), c, stop);
-                c.fanned_out.fetch_add(r.sent, Relaxed);
-                c.bytes_out.fetch_add(r.sent * len as u64, Relaxed);
-                c.send_errors.fetch_add(r.skipped, Relaxed);
-                continue;
+                return fanout.fanout(i, slot.sock.as_fd(), datagram, from, c);
             }
-            Event::Refreshed => continue,
+            Event::Refreshed => return Progress::Done,
             Event::Challenged => c.challenges.fetch_add(1, Relaxed),
             Event::Joined { rejoin: false } => c.joins.fetch_add(1, Relaxed),
             Event::Joined { rejoin: true } => c.rejoins.fetch_add(1, Relaxed),
@@ -371,15 +536,56 @@ fn serve_socket(
         if let Some(reply) = outcome.reply {
             // Replies are best effort: a lost one is recovered by the
             // client's retry, and we never wait on a possibly spoofed peer.
-            if sys::send_to(slot.sock.as_fd(), reply.as_bytes(), &Dest::from(src)).is_ok() {
+            if SendOne::send(slot.sock.as_fd(), reply.as_bytes(), src).is_ok() {
                 c.reply_bytes_out.fetch_add(reply.len() as u64, Relaxed);
             }
+        }
+        Progress::Done
+    }
+
+    /// Reads slot `i`'s error queue: ICMP errors are counted and noted
+    /// against the member they are about (which removes nobody by itself),
+    /// every entry goes to the backend.
+    fn read_error_queue(&mut self, i: usize) {
+        let now_ms = mono_now_ms();
+        let slot = &mut self.slots[i];
+        let (group, c, fanout) = (&mut slot.group, &slot.counters, &mut self.fanout);
+        sendpath::errqueue::read(slot.sock.as_fd(), |e: ErrEntry| {
+            if let ErrKind::Icmp { .. } = e.kind {
+                c.icmp_errors.fetch_add(1, Relaxed);
+                if let Some(dest) = e.dest {
+                    group.note_unreachable(dest, now_ms);
+                }
+            }
+            fanout.error_entry(i, &e);
+        });
+    }
+
+    /// Expiry: silent members, and members an ICMP error was about that have
+    /// been silent since; the backend reports its counters.
+    fn sweep(&mut self) {
+        let now_ms = mono_now_ms();
+        for (i, s) in self.slots.iter_mut().enumerate() {
+            let gone = s.group.expire(self.policy, now_ms);
+            let fanout = &mut self.fanout;
+            s.group.take_changes(|ch| match ch {
+                Change::Added(a) => fanout.member_added(i, a),
+                Change::Removed(a) => fanout.member_removed(i, a),
+            });
+            if gone.silent + gone.unreachable > 0 {
+                s.counters.expired.fetch_add(gone.silent as u64, Relaxed);
+                s.counters
+                    .unreachable_removed
+                    .fetch_add(gone.unreachable as u64, Relaxed);
+                s.counters.members.store(s.group.len() as u64, Relaxed);
+            }
+            fanout.sync_counters(i, &s.counters);
         }
     }
 }
 
 fn count_drop(c: &GroupCounters, reason: DropReason) -> u64 {
-    use crate::auth::TokenError;
+    use reflector_proto::auth::TokenError;
     let counter = match reason {
         DropReason::Malformed(_) => &c.malformed,
         DropReason::WrongGroup => &c.wrong_group,
@@ -396,27 +602,34 @@ fn count_drop(c: &GroupCounters, reason: DropReason) -> u64 {
 
 /// Binds the metrics listener (before the server starts, so a taken
 /// address fails early and leaves nothing running).
-pub fn bind_metrics(addr: SocketAddr) -> Result<tiny_http::Server, CliError> {
-    tiny_http::Server::http(addr).map_err(|e| format!("cannot serve metrics on {addr}: {e}").into())
+pub fn bind_metrics(addr: SocketAddr) -> Result<std::net::TcpListener, CliError> {
+    crate::http::bind(addr).map_err(|e| format!("cannot serve metrics: {e}").into())
 }
 
-/// Serves `/metrics` until `stop` is set.
-pub fn serve_metrics(http: tiny_http::Server, registry: Registry, stop: Arc<AtomicBool>) -> JoinHandle<()> {
-    std::thread::spawn(move || {
-        while !stop.load(Relaxed) {
-            let Ok(Some(req)) = http.recv_timeout(Duration::from_millis(100)) else {
-                continue;
-            };
-            let resp = if req.url() == "/metrics" {
-                let header = tiny_http::Header::from_bytes("Content-Type", "text/plain; version=0.0.4")
-                    .expect("static header is valid");
-                tiny_http::Response::from_string(registry.prometheus()).with_header(header)
-            } else {
-                tiny_http::Response::from_string("not found: try /metrics\n").with_status_code(404)
-            };
-            let _ = req.respond(resp);
-        }
-    })
+/// Serves `/metrics` (OpenMetrics text) until stopped or until `stop` is set.
+pub fn serve_metrics(
+    listener: std::net::TcpListener,
+    limits: crate::http::Limits,
+    tls: Option<crate::http::Tls>,
+    registry: Registry,
+    stop: Arc<AtomicBool>,
+) -> Result<crate::http::HttpServer, CliError> {
+    let exposition = crate::metrics::Exposition::new(registry);
+    let handler: crate::http::Handler =
+        Arc::new(
+            move |req: &crate::http::Request<'_>| match (req.method, req.target.split('?').next()) {
+                ("GET", Some("/metrics")) => crate::http::Response {
+                    status: 200,
+                    content_type: crate::metrics::EXPOSITION_CONTENT_TYPE,
+                    body: exposition.encode().into(),
+                },
+                ("GET", _) => crate::http::Response::text(404, "not found: try /metrics\n"),
+                (m, _) => crate::http::Response::text(405, format!("method {m} not allowed: use GET /metrics\n")),
+            },
+        );
+    Ok(crate::http::HttpServer::start_on(
+        "metrics", listener, limits, tls, handler, stop,
+    )?)
 }
 
 /// `reflector serve`.
@@ -460,6 +673,10 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         rcvbuf: args.rcvbuf,
         sndbuf: args.sndbuf,
     };
+    args.http.validate()?;
+    // Certificate problems are reported before anything starts.
+    let tls = args.http.tls()?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let http = args.metrics.map(bind_metrics).transpose()?;
     let server = Server::start(cfg, Arc::clone(&stop))?;
     let ports = server.ports();
@@ -473,12 +690,21 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         server.registry().backend,
         threads.min(ports.len())
     );
-    let metrics = http.map(|h| {
-        if let Some(addr) = args.metrics {
-            tracing::info!("metrics at http://{addr}/metrics");
+    let metrics = match http {
+        Some(listener) => {
+            if let Some(addr) = args.metrics {
+                tracing::info!("metrics at {scheme}://{addr}/metrics");
+            }
+            Some(serve_metrics(
+                listener,
+                args.http.limits(),
+                tls,
+                server.registry().clone(),
+                Arc::clone(&stop),
+            )?)
         }
-        serve_metrics(h, server.registry().clone(), Arc::clone(&stop))
-    });
+        None => None,
+    };
     let deadline = args.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
     while !stop.load(Relaxed) {
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -488,8 +714,8 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
     }
     server.stop();
     let registry = server.join()?;
-    if let Some(h) = metrics {
-        let _ = h.join();
+    if let Some(m) = metrics {
+        m.stop();
     }
     print!("{}", registry.summary_table());
     if let Some(path) = &args.summary_json {

@@ -2,11 +2,13 @@
 //! (library calls, not the CLI), on 127.0.0.1 only, with free ports.
 //! Every run is bounded by the bots' duration and grace period.
 
-use reflector::auth::Secret;
+mod common;
+use reflector::backend::BackendKind;
 use reflector::bots::{run_bots, BotsConfig};
 use reflector::control::{Assign, ControlConfig, ControlServer, ReflectorSpec, World};
 use reflector::membership::{Keys, Policy};
 use reflector::server::{Server, ServerConfig};
+use reflector_proto::auth::Secret;
 use std::net::IpAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -21,11 +23,11 @@ struct Setup {
 
 /// A reflector with `groups` free ports and a control server mapping a
 /// `grid` world onto them, sharing one secret.
-fn setup(backend: &str, groups: usize, grid: (u32, u32)) -> Setup {
+fn setup(backend: BackendKind, groups: usize, grid: (u32, u32)) -> Setup {
     setup_with_stop(backend, groups, grid, Arc::new(AtomicBool::new(false)))
 }
 
-fn setup_with_stop(backend: &str, groups: usize, grid: (u32, u32), stop: Arc<AtomicBool>) -> Setup {
+fn setup_with_stop(backend: BackendKind, groups: usize, grid: (u32, u32), stop: Arc<AtomicBool>) -> Setup {
     let secret = Secret::new(&[0x5a; 32]).unwrap();
     let server = Server::start(
         ServerConfig {
@@ -37,7 +39,7 @@ fn setup_with_stop(backend: &str, groups: usize, grid: (u32, u32), stop: Arc<Ato
                 cookie_key: Secret::random(),
             },
             policy: Policy::default(),
-            backend: backend.parse().expect("a known backend"),
+            backend,
             threads: 2,
             rcvbuf: 4 << 20,
             sndbuf: 4 << 20,
@@ -78,7 +80,7 @@ fn bots(control: &ControlServer, n: usize) -> BotsConfig {
 
 /// N bots in one group, M datagrams each, no moves: every bot receives
 /// exactly (N-1)*M and the reflector's counters agree.
-fn fixed_count(backend: &str) {
+fn fixed_count(backend: BackendKind) {
     const N: usize = 8;
     const M: u64 = 40;
     let s = setup(backend, 1, (1, 1));
@@ -115,21 +117,11 @@ fn fixed_count(backend: &str) {
     assert!(report.latency.count == t.fanned_out && report.latency.p99_us > 0.0);
 }
 
-#[test]
-fn fixed_count_sendto() {
-    fixed_count("sendto");
-}
-
-#[test]
-fn fixed_count_sendmmsg() {
-    fixed_count("sendmmsg");
-}
-
 /// Bots that keep moving across cells and groups lose nothing, and what the
 /// reflector fanned out is exactly what the bots received.
 #[test]
 fn moving_bots_lose_nothing() {
-    let s = setup("sendmmsg", 4, (4, 4));
+    let s = setup(BackendKind::Sendmmsg, 4, (4, 4));
     let mut cfg = bots(&s.control, 16);
     cfg.duration = Duration::from_secs(3);
     cfg.rate_hz = 20.0;
@@ -170,7 +162,7 @@ fn unreachable_control_server_is_an_error() {
 /// the bad parameter.
 #[test]
 fn control_server_over_http() {
-    let s = setup("sendto", 2, (2, 1));
+    let s = setup(BackendKind::Sendto, 2, (2, 1));
     let base = s.control.url();
     let get = |path: &str| -> (u16, serde_json::Value) {
         match ureq::get(&format!("{base}{path}")).call() {
@@ -210,7 +202,7 @@ fn control_server_over_http() {
 fn reflector_gone_midway_is_counted_as_tail_loss() {
     const N: usize = 4;
     let stop = Arc::new(AtomicBool::new(false));
-    let s = setup_with_stop("sendto", 1, (1, 1), Arc::clone(&stop));
+    let s = setup_with_stop(BackendKind::Sendto, 1, (1, 1), Arc::clone(&stop));
     let mut cfg = bots(&s.control, N);
     cfg.move_every = None;
     cfg.sync_start = true;
@@ -238,3 +230,5 @@ fn reflector_gone_midway_is_counted_as_tail_loss() {
     assert_eq!(report.exit_code(), 1);
     assert!(report.table(false).contains("LOSS"));
 }
+
+backend_matrix!(fixed_count);

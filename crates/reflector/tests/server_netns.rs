@@ -6,11 +6,15 @@
 //! member still receives every datagram. Needs root; creates and removes its
 //! own namespaces.
 
+mod common;
 use oskit::testing::{root_or_skip, sh, NetNsGuard};
-use reflector::auth::{Secret, TokenClaims};
+use reflector::backend::BackendKind;
 use reflector::membership::{Keys, Policy};
-use reflector::protocol::{emit, Header, Kind, Packet, SmallDatagram, HEADER_LEN};
 use reflector::server::{Server, ServerConfig};
+use reflector_proto::auth::{Secret, TokenClaims};
+use reflector_proto::blocking;
+use reflector_proto::client::{Config as ClientConfig, JoinRequest};
+use reflector_proto::protocol::{emit, Header, Kind, Packet, HEADER_LEN};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -83,18 +87,20 @@ fn join(sock: &UdpSocket, server: SocketAddr, group: u16, id: u32) {
         expires_unix_s: reflector::unix_now_ms() / 1000 + 60,
     }
     .sign(&secret);
-    let mut buf = [0u8; 256];
-    sock.send_to(SmallDatagram::join(group, id, &t, None).as_bytes(), server)
-        .unwrap();
-    let (n, _) = sock.recv_from(&mut buf).expect("challenge");
-    let cookie = *Packet::parse(&buf[..n]).unwrap().challenge_cookie().unwrap();
-    sock.send_to(SmallDatagram::join(group, id, &t, Some(&cookie)).as_bytes(), server)
-        .unwrap();
-    let (n, _) = sock.recv_from(&mut buf).expect("ack");
-    assert_eq!(Packet::parse(&buf[..n]).unwrap().kind(), Kind::JoinAck);
+    let req = JoinRequest {
+        reflector: server,
+        group,
+        player: id,
+        token: t,
+    };
+    let cfg = ClientConfig {
+        give_up: Some(Duration::from_secs(5)),
+        ..ClientConfig::default()
+    };
+    blocking::join(sock, req, cfg).expect("the reflector admits us");
 }
 
-fn no_loss_on_a_full_device_queue(backend: &'static str) {
+fn no_loss_on_a_full_device_queue(backend: BackendKind) {
     if !root_or_skip(&format!("no_loss_on_a_full_device_queue_{backend}")) {
         return;
     }
@@ -113,7 +119,7 @@ fn no_loss_on_a_full_device_queue(backend: &'static str) {
                 cookie_key: Secret::random(),
             },
             policy: Policy::default(),
-            backend: backend.parse().expect("a known backend"),
+            backend,
             threads: 1,
             rcvbuf: 1 << 20,
             sndbuf: 1 << 20,
@@ -194,12 +200,4 @@ fn no_loss_on_a_full_device_queue(backend: &'static str) {
     drop(lab);
 }
 
-#[test]
-fn no_loss_on_a_full_device_queue_sendto() {
-    no_loss_on_a_full_device_queue("sendto");
-}
-
-#[test]
-fn no_loss_on_a_full_device_queue_sendmmsg() {
-    no_loss_on_a_full_device_queue("sendmmsg");
-}
+backend_matrix!(no_loss_on_a_full_device_queue);

@@ -8,8 +8,14 @@ use capture::filter::LinkType;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&sel, frame)) = data.split_first() else { return };
-    let link = if sel & 1 == 0 { LinkType::Ethernet } else { LinkType::RawIp };
+    let Some((&sel, frame)) = data.split_first() else {
+        return;
+    };
+    let link = if sel & 1 == 0 {
+        LinkType::Ethernet
+    } else {
+        LinkType::RawIp
+    };
     // The wire length may exceed what was kept (snaplen), never be smaller.
     let wire_len = frame.len() as u32 + u32::from(sel >> 1);
     let mut out = String::new();

@@ -1,5 +1,5 @@
 //! Shared helpers of the root-only integration tests.
-#![allow(dead_code)]
+#![expect(dead_code, reason = "each test file uses a part of the helpers")]
 
 use netlab::lab::{Lab, LabOptions};
 use netlab::model::Topology;

@@ -1,88 +1,30 @@
-//! The loopback demo (`reflector demo`, run by `make demo`): a reflector,
-//! a control server and the bots, each a CHILD PROCESS of this same binary
-//! on 127.0.0.1, through a bounded scenario once per backend; then one
-//! table and a non-zero exit on any loss.
+//! One run of the scenario per backend: a reflector, a control server and
+//! one bots process, placed on loopback or in lab hosts, and the table.
 //!
 //! Children are held by an RAII guard that stops them (SIGTERM, then
 //! SIGKILL) on every way out: success, error, Ctrl-C or panic. The
 //! reflector's CPU time is its user+sys from `getrusage(RUSAGE_CHILDREN)`
 //! taken just before and after reaping it (only it is reaped in between),
-//! divided by the datagrams the bots received.
+//! divided by the datagrams the bots received; `ip netns exec` execs the
+//! program, so the reflector is our direct child in the lab too.
 
-use crate::bots::BotsReport;
-use crate::CliError;
+use crate::place::{Placement, Role};
+use crate::DemoArgs;
 use nix::sys::resource::{getrusage, UsageWho};
 use oskit::child::ChildGuard;
+use reflector::backend::BackendKind;
+use reflector::bots::BotsReport;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[derive(clap::Args, Debug, Clone)]
-#[command(
-    after_help = "For each backend in --backends: starts `reflector serve` (temporary secret, \
-free ports on 127.0.0.1), `reflector control` and `reflector bots` as child processes, runs the \
-scenario, and prints one table: datagrams sent, fanned out by the reflector, expected and received \
-by the bots, lost, reflector CPU (user+sys) per delivered datagram, and latency p50/p99. Children \
-are stopped on exit, error or Ctrl-C.\n\nExit status: 0 no loss, 1 loss, 2 errors."
-)]
-pub struct DemoArgs {
-    /// Bots (players), all in one child process.
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(2..=5000))]
-    pub bots: u64,
-    /// Seconds of traffic per backend.
-    #[arg(long, default_value_t = 15.0)]
-    pub duration: f64,
-    /// DATA per second per bot.
-    #[arg(long, default_value_t = 10.0)]
-    pub rate: f64,
-    /// Datagram size in bytes, header included.
-    #[arg(long, default_value_t = 100)]
-    pub size: usize,
-    /// Seconds between bot moves (0 = never).
-    #[arg(long, default_value_t = 4.0)]
-    pub move_every: f64,
-    /// Backends to run in turn, comma separated.
-    #[arg(long, default_value = "sendmmsg,sendto", value_delimiter = ',')]
-    pub backends: Vec<String>,
-    /// Groups (reflector ports).
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1024))]
-    pub groups: u64,
-    /// World grid COLSxROWS mapped onto the groups.
-    #[arg(long, default_value = "8x8")]
-    pub grid: String,
-    /// First group port (the groups use consecutive ports); default: free ports from the kernel.
-    #[arg(long)]
-    pub base_port: Option<u16>,
-    /// Control server port; default: a free port.
-    #[arg(long)]
-    pub control_port: Option<u16>,
-    /// Reflector event-loop threads (default: one per core).
-    #[arg(long)]
-    pub threads: Option<usize>,
-    /// Seed for the bots.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Also write the results as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Run the reflector and the control server in this network namespace (a lab host,
-    /// e.g. from `netlab demo`), bound to --reflector-addr. Needs root.
-    #[arg(long, requires = "reflector_addr")]
-    pub reflector_netns: Option<String>,
-    /// The reflector host's address in its namespace (with --reflector-netns).
-    #[arg(long)]
-    pub reflector_addr: Option<std::net::IpAddr>,
-    /// Put the bots' sockets in these network namespaces, round-robin (the lab's client
-    /// hosts); the bots process itself runs in the first one. Needs root.
-    #[arg(long, value_delimiter = ',')]
-    pub bots_netns: Vec<String>,
-}
+/// Errors of the demo: a message for the user.
+pub type DemoError = Box<dyn std::error::Error + Send + Sync>;
 
 /// One line of the demo table.
 #[derive(Debug, Clone, Serialize)]
@@ -138,10 +80,10 @@ impl Drop for Children {
 }
 
 /// A temporary directory removed on drop.
-struct TempDir(PathBuf);
+pub struct TempDir(pub PathBuf);
 
 impl TempDir {
-    fn new() -> Result<TempDir, CliError> {
+    pub fn new() -> Result<TempDir, DemoError> {
         let mut rnd = [0u8; 6];
         getrandom::getrandom(&mut rnd).map_err(|e| format!("no random source: {e}"))?;
         let p = std::env::temp_dir().join(format!("reflector-demo-{}-{}", std::process::id(), hex::encode(rnd)));
@@ -164,7 +106,7 @@ fn cpu_children() -> f64 {
 }
 
 /// `n` UDP ports on 127.0.0.1 that are free now (held together so they differ).
-fn free_udp_ports(n: usize) -> Result<Vec<u16>, CliError> {
+fn free_udp_ports(n: usize) -> Result<Vec<u16>, DemoError> {
     let socks: Vec<UdpSocket> = (0..n)
         .map(|_| UdpSocket::bind("127.0.0.1:0"))
         .collect::<Result<_, _>>()
@@ -178,7 +120,7 @@ fn free_udp_ports(n: usize) -> Result<Vec<u16>, CliError> {
     Ok(ports)
 }
 
-fn free_tcp_port() -> Result<u16, CliError> {
+fn free_tcp_port() -> Result<u16, DemoError> {
     Ok(TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| format!("cannot find a free TCP port on 127.0.0.1: {e}"))?
@@ -202,7 +144,7 @@ fn wait_until(
     stop: &AtomicBool,
     children: &mut Children,
     mut ok: impl FnMut() -> bool,
-) -> Result<(), CliError> {
+) -> Result<(), DemoError> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if ok() {
@@ -230,32 +172,20 @@ fn ports_arg(ports: &[u16]) -> String {
     ports.iter().map(u16::to_string).collect::<Vec<_>>().join(",")
 }
 
-struct Scenario<'a> {
-    args: &'a DemoArgs,
-    exe: PathBuf,
-    dir: &'a Path,
-    secret: PathBuf,
+/// One backend's run, everything it needs.
+pub struct Scenario<'a> {
+    pub args: &'a DemoArgs,
+    pub place: &'a Placement,
+    pub reflector_bin: PathBuf,
+    pub dir: &'a Path,
+    pub secret: PathBuf,
 }
 
 impl Scenario<'_> {
-    /// This binary's subcommand `sub`, inside network namespace `netns` if given.
-    fn cmd(&self, sub: &str, netns: Option<&str>) -> Command {
-        let mut c = match netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns]).arg(&self.exe);
-                c
-            }
-            None => Command::new(&self.exe),
-        };
-        c.arg(sub).env("RUST_LOG", "warn").stdin(Stdio::null());
-        c
-    }
-
-    fn run(&self, backend: &str, stop: &AtomicBool) -> Result<DemoRow, CliError> {
+    pub fn run(&self, backend: BackendKind, stop: &AtomicBool) -> Result<DemoRow, DemoError> {
         let a = self.args;
         let groups = a.groups as usize;
-        let in_lab = a.reflector_netns.is_some();
+        let in_lab = self.place.in_lab();
         // A lab host is a fresh namespace: the usual ports are free there.
         let base_port = a.base_port.or(in_lab.then_some(4000));
         let ports = match base_port {
@@ -273,13 +203,12 @@ impl Scenario<'_> {
             (None, true) => 8700,
             (None, false) => free_tcp_port()?,
         };
-        let host = a.reflector_addr.unwrap_or(std::net::IpAddr::from([127, 0, 0, 1]));
+        let host = self.place.reflector_addr();
         let control = SocketAddr::new(host, control_port);
-        let refl_ns = a.reflector_netns.as_deref();
         let summary = self.dir.join(format!("summary-{backend}.json"));
         let mut children = Children::new();
 
-        let mut serve = self.cmd("serve", refl_ns);
+        let mut serve = self.place.command(Role::Reflector, &self.reflector_bin, "serve")?;
         serve
             .args([
                 "--bind",
@@ -287,7 +216,7 @@ impl Scenario<'_> {
                 "--ports",
                 &ports_arg(&ports),
                 "--backend",
-                backend,
+                backend.name(),
             ])
             .arg("--secret-file")
             .arg(&self.secret)
@@ -302,8 +231,10 @@ impl Scenario<'_> {
             serve.spawn().map_err(|e| format!("cannot start the reflector: {e}"))?,
         );
 
-        let mut ctl = self.cmd("control", refl_ns);
+        let mut ctl = self.place.command(Role::Reflector, &self.reflector_bin, "control")?;
         ctl.args(["--listen", &control.to_string(), "--grid", &a.grid])
+            // The lab's links are ours: plain HTTP is fine on its addresses.
+            .arg("--insecure-http")
             .arg("--reflector")
             .arg(format!("{host}:{}", ports_arg(&ports)))
             .arg("--secret-file")
@@ -324,9 +255,10 @@ impl Scenario<'_> {
             tcp_listening(ctl_pid, control_port)
         })?;
 
-        let mut bots = self.cmd("bots", a.bots_netns.first().map(String::as_str));
-        if !a.bots_netns.is_empty() {
-            bots.arg("--netns").arg(a.bots_netns.join(","));
+        let mut bots = self.place.command(Role::Bots, &self.reflector_bin, "bots")?;
+        let bots_netns = self.place.bots_netns();
+        if !bots_netns.is_empty() {
+            bots.arg("--netns").arg(bots_netns.join(","));
         }
         bots.args([
             "--control",
@@ -342,11 +274,7 @@ impl Scenario<'_> {
             "--move-every",
             &a.move_every.to_string(),
             "--bind",
-            if a.bots_netns.is_empty() {
-                "127.0.0.1"
-            } else {
-                "0.0.0.0"
-            },
+            if in_lab { "0.0.0.0" } else { "127.0.0.1" },
             "--seed",
             &a.seed.to_string(),
             "--json",
@@ -462,79 +390,10 @@ pub fn table(rows: &[DemoRow]) -> String {
     out
 }
 
-/// `reflector demo`.
-pub fn run(args: DemoArgs, stop: Arc<AtomicBool>) -> Result<i32, CliError> {
-    if args.backends.is_empty() {
-        return Err("--backends is empty: give e.g. sendmmsg,sendto".into());
-    }
-    for b in &args.backends {
-        b.parse::<crate::backend::BackendKind>()
-            .map_err(|e| format!("--backends: {e}"))?;
-    }
-    if !(args.duration.is_finite() && args.duration > 0.0) {
-        return Err(format!("--duration must be a positive number of seconds, got {}", args.duration).into());
-    }
-    crate::control::parse_grid(&args.grid).map_err(|e| format!("--grid: {e}"))?;
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
-    let dir = TempDir::new()?;
-    let secret = dir.0.join("secret");
-    let mut key = [0u8; 32];
-    getrandom::getrandom(&mut key).map_err(|e| format!("no random source: {e}"))?;
-    std::fs::write(&secret, hex::encode(key)).map_err(|e| format!("cannot write {}: {e}", secret.display()))?;
-    let sc = Scenario {
-        args: &args,
-        exe,
-        dir: &dir.0,
-        secret,
-    };
-    let mut rows = Vec::new();
-    for b in &args.backends {
-        let row = sc.run(b, &stop)?;
-        eprintln!(
-            "demo [{b}]: sent {}, received {}/{} expected, lost {}",
-            row.sent, row.received, row.expected, row.lost
-        );
-        rows.push(row);
-    }
-    let place = match (&args.reflector_netns, args.bots_netns.len()) {
-        (Some(ns), n) if n > 0 => format!("in the lab (reflector in {ns}, bots over {n} client hosts)"),
-        (Some(ns), _) => format!("in the lab (reflector in {ns})"),
-        (None, _) => "on loopback".to_string(),
-    };
-    println!(
-        "\nreflector demo {place}: {} bots, {} s per backend, {} Hz x {} B, moves every {} s, {} groups\n",
-        args.bots, args.duration, args.rate, args.size, args.move_every, args.groups
-    );
-    print!("{}", table(&rows));
-    if let Some(p) = &args.json {
-        std::fs::write(p, serde_json::to_string_pretty(&rows)?)
-            .map_err(|e| format!("cannot write {}: {e}", p.display()))?;
-    }
-    let lost: u64 = rows.iter().map(|r| r.lost).sum();
-    let errors: u64 = rows.iter().map(|r| r.errors).sum();
-    let mismatch = rows.iter().any(|r| !r.counters_match);
-    Ok(if errors > 0 || mismatch {
-        println!(
-            "\nFAIL: {errors} error(s){}",
-            if mismatch {
-                ", reflector and bot counters differ"
-            } else {
-                ""
-            }
-        );
-        2
-    } else if lost > 0 {
-        println!("\nFAIL: {lost} datagram(s) lost");
-        1
-    } else {
-        println!("\nOK: no loss; every fanned-out datagram reached its bot");
-        0
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::TcpListener;
 
     #[test]
     fn bound_ports_are_seen_in_proc() {

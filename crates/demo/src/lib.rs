@@ -1,0 +1,224 @@
+//! The main scenario (`make demo`): a reflector, its control server and
+//! bots, placed in an emulated network built with netlab's library (or on
+//! loopback when there is no root for namespaces), once per fan-out
+//! backend, ending with one table and a non-zero exit on any loss.
+//!
+//! This crate sits above `netlab` and `reflector`: it knows the reflector's
+//! command line and netlab's library API; neither of them knows it.
+#![deny(unsafe_code)]
+
+pub mod place;
+pub mod scenario;
+
+use netlab::scenario::LinkSpec;
+use place::{LabShape, Placement};
+use reflector::backend::BackendKind;
+use scenario::{table, DemoError, Scenario, TempDir};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+
+/// Where to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Where {
+    /// In a lab when root, else on loopback (with a note).
+    Auto,
+    /// In a netlab star (needs root).
+    Lab,
+    /// On 127.0.0.1, no lab.
+    Loopback,
+}
+
+#[derive(clap::Parser, Debug, Clone)]
+#[command(
+    name = "reflector-demo",
+    version,
+    about = "The reflector's main scenario: control server, reflector and bots in an emulated network, one table",
+    after_help = "As root (default --where auto): builds a netlab star of --clients client hosts h2.. around a \
+reflector host h1, every link shaped to Fast Ethernet (100 Mb/s; --gigabit for 1 Gb/s), starts the control \
+server and the reflector on h1 and one bots process whose sockets are spread over the client hosts, all through \
+the lab's launcher; runs the scenario once per backend in --backends; prints one table (datagrams sent, fanned \
+out by the reflector, expected and received by the bots, lost, reflector CPU per delivered datagram, latency) and \
+removes the lab. Without root the same scenario runs on 127.0.0.1.\n\n\
+Exit status: 0 no loss, 1 loss, 2 errors, 130 interrupted.\n\n\
+Examples:\n  sudo reflector-demo\n  sudo reflector-demo --clients 16 --gigabit --delay 1ms\n  \
+reflector-demo --where loopback --bots 32 --duration 5"
+)]
+pub struct DemoArgs {
+    /// Where to run the scenario.
+    #[arg(long = "where", value_enum, default_value_t = Where::Auto)]
+    pub place: Where,
+    /// Client hosts of the lab star.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=200))]
+    pub clients: u64,
+    /// Bots (players) in all, in one process (in the lab spread evenly over the client hosts).
+    #[arg(long, default_value_t = 80, value_parser = clap::value_parser!(u64).range(2..=5000))]
+    pub bots: u64,
+    /// Gigabit lab links instead of Fast Ethernet (100 Mb/s).
+    #[arg(long)]
+    pub gigabit: bool,
+    /// One-way delay of every lab link, e.g. 1ms (default none).
+    #[arg(long)]
+    pub delay: Option<String>,
+    /// Seconds of traffic per backend.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+    /// DATA per second per bot.
+    #[arg(long, default_value_t = 10.0)]
+    pub rate: f64,
+    /// Datagram size in bytes, header included.
+    #[arg(long, default_value_t = 100)]
+    pub size: usize,
+    /// Seconds between bot moves (0 = never).
+    #[arg(long, default_value_t = 4.0)]
+    pub move_every: f64,
+    /// Backends to run in turn, comma separated.
+    #[arg(long, default_value = "sendmmsg,sendto", value_delimiter = ',')]
+    pub backends: Vec<BackendKind>,
+    /// Groups (reflector ports).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub groups: u64,
+    /// World grid COLSxROWS mapped onto the groups.
+    #[arg(long, default_value = "8x8")]
+    pub grid: String,
+    /// First group port (consecutive ports); default 4000 in the lab, free ports on loopback.
+    #[arg(long)]
+    pub base_port: Option<u16>,
+    /// Control server port; default 8700 in the lab, a free port on loopback.
+    #[arg(long)]
+    pub control_port: Option<u16>,
+    /// Reflector event-loop threads (default: one per core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Seed for the bots.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// The reflector binary (default: `reflector` next to this program).
+    #[arg(long)]
+    pub reflector_bin: Option<PathBuf>,
+    /// The netlab binary, for its delay lines (default: `netlab` next to this program).
+    #[arg(long)]
+    pub netlab_bin: Option<PathBuf>,
+}
+
+/// A binary next to this program, or the one given; it must exist.
+fn sibling(given: &Option<PathBuf>, name: &str, flag: &str) -> Result<PathBuf, DemoError> {
+    let p = match given {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()
+            .map_err(|e| format!("cannot find this program's path: {e}"))?
+            .with_file_name(name),
+    };
+    if !p.is_file() {
+        return Err(format!(
+            "{name} binary {} not found (build it with `cargo build --release --workspace --bins`, or pass {flag})",
+            p.display()
+        )
+        .into());
+    }
+    Ok(p)
+}
+
+/// Checks everything that can be checked before anything starts.
+fn validate(args: &DemoArgs) -> Result<(), DemoError> {
+    if args.backends.is_empty() {
+        return Err("--backends is empty: give e.g. sendmmsg,sendto".into());
+    }
+    if !(args.duration.is_finite() && (0.5..=3600.0).contains(&args.duration)) {
+        return Err(format!("--duration must be between 0.5 and 3600 seconds, got {}", args.duration).into());
+    }
+    reflector::control::parse_grid(&args.grid).map_err(|e| format!("--grid: {e}"))?;
+    Ok(())
+}
+
+/// Runs the demo; returns the exit status.
+pub fn run(args: DemoArgs, stop: &AtomicBool) -> Result<i32, DemoError> {
+    validate(&args)?;
+    let reflector_bin = sibling(&args.reflector_bin, "reflector", "--reflector-bin")?;
+    let root = nix::unistd::geteuid().is_root();
+    let in_lab = match args.place {
+        Where::Lab if !root => return Err("--where lab needs root (network namespaces): run with sudo".into()),
+        Where::Lab => true,
+        Where::Auto if !root => {
+            eprintln!("demo: not root, so no lab (namespaces need root): running the same scenario on loopback");
+            false
+        }
+        Where::Auto => true,
+        Where::Loopback => false,
+    };
+    let place = if in_lab {
+        let spec = LinkSpec {
+            bw: Some(if args.gigabit { "1gbit" } else { "100mbit" }.into()),
+            delay: args.delay.clone(),
+            ..Default::default()
+        };
+        let shape = LabShape {
+            clients: args.clients as usize,
+            link: spec.apply_to("link", &Default::default())?,
+            netlab_bin: sibling(&args.netlab_bin, "netlab", "--netlab-bin")?,
+        };
+        Placement::lab(&shape, stop)?
+    } else {
+        Placement::Loopback
+    };
+    // On error `place` is dropped, and with it the lab.
+    let dir = TempDir::new()?;
+    let secret = dir.0.join("secret");
+    let mut key = [0u8; 32];
+    getrandom::getrandom(&mut key).map_err(|e| format!("no random source: {e}"))?;
+    std::fs::write(&secret, hex::encode(key)).map_err(|e| format!("cannot write {}: {e}", secret.display()))?;
+    let sc = Scenario {
+        args: &args,
+        place: &place,
+        reflector_bin,
+        dir: &dir.0,
+        secret,
+    };
+    let mut rows = Vec::new();
+    for &b in &args.backends {
+        let row = sc.run(b, stop)?;
+        eprintln!(
+            "demo [{b}]: sent {}, received {}/{} expected, lost {}",
+            row.sent, row.received, row.expected, row.lost
+        );
+        rows.push(row);
+    }
+    println!(
+        "\nreflector demo {}: {} bots, {} s per backend, {} Hz x {} B, moves every {} s, {} groups\n",
+        place.describe(),
+        args.bots,
+        args.duration,
+        args.rate,
+        args.size,
+        args.move_every,
+        args.groups
+    );
+    place.finish()?;
+    print!("{}", table(&rows));
+    if let Some(p) = &args.json {
+        std::fs::write(p, serde_json::to_string_pretty(&rows)?)
+            .map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+    }
+    let lost: u64 = rows.iter().map(|r| r.lost).sum();
+    let errors: u64 = rows.iter().map(|r| r.errors).sum();
+    let mismatch = rows.iter().any(|r| !r.counters_match);
+    Ok(if errors > 0 || mismatch {
+        println!(
+            "\nFAIL: {errors} error(s){}",
+            if mismatch {
+                ", reflector and bot counters differ"
+            } else {
+                ""
+            }
+        );
+        2
+    } else if lost > 0 {
+        println!("\nFAIL: {lost} datagram(s) lost");
+        1
+    } else {
+        println!("\nOK: no loss; every fanned-out datagram reached its bot");
+        0
+    })
+}

@@ -1,0 +1,43 @@
+//! The demo in a lab, as `make demo` runs it as root: a netlab star built
+//! through netlab's library, the reflector and control server on the
+//! reflector host and the bots' sockets spread over the client hosts, all
+//! started through the lab's launcher; nothing is left behind.
+
+mod common;
+use common::*;
+
+#[test]
+fn lab_demo_loses_nothing_and_leaves_nothing() {
+    if !oskit::testing::root_or_skip("lab_demo_loses_nothing_and_leaves_nothing") {
+        return;
+    }
+    let all = short_run_without_loss(
+        &[
+            "--where",
+            "lab",
+            "--clients",
+            "2",
+            "--bots",
+            "6",
+            "--backends",
+            "sendmmsg",
+        ],
+        1,
+    );
+    assert!(
+        all.contains("in the lab (reflector on h1, bots over 2 client hosts)"),
+        "{all}"
+    );
+    // The run's id, as netlab printed it: "netlab: run ID up: ...".
+    let run = all
+        .split("netlab: run ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no run id in the output: {all}"));
+    let prefix = netlab::plan::Naming::new(run).prefix();
+    let left: Vec<String> = netlab::netns::our_namespaces()
+        .into_iter()
+        .filter(|n| n.starts_with(&prefix))
+        .collect();
+    assert!(left.is_empty(), "namespaces left behind: {left:?}");
+}

@@ -1,0 +1,346 @@
+//! A lab's life: build it from a plan, record it, run things in it, and
+//! remove it on every path out (normal exit, error, panic, Ctrl-C), with a
+//! sweep that removes what a killed run left behind.
+
+mod cleanup;
+mod launch;
+pub mod limits;
+mod state;
+
+pub use cleanup::{delete_namespaces, remove_run, sweep, SweepMode, SweepReport};
+pub use launch::Launcher;
+use state::{alloc_run, write_state};
+pub use state::{find_run, list_runs, read_state, HostInfo, Phase, RunState, STATE_DIR};
+
+use crate::apply::{apply, ApplyCtx, ApplyMode};
+use crate::error::LabError;
+use crate::model::{NodeKind, Topology};
+use crate::plan::{build_plan, DelayBackend, Dilation, Naming, Plan, PlanOptions, NS_PREFIX};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Whether a link backend can be used here, and why not.
+pub use oskit::Support;
+
+/// Probes netem by adding it to the loopback of a throw-away namespace.
+/// The answer cannot change while we run, so it is probed once per process.
+pub fn probe_netem() -> Support {
+    static CACHED: std::sync::OnceLock<Support> = std::sync::OnceLock::new();
+    CACHED.get_or_init(probe_netem_now).clone()
+}
+
+fn probe_netem_now() -> Support {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let ns = format!(
+        "{NS_PREFIX}probe{}x{}-",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    );
+    let ok = Command::new("ip")
+        .args(["netns", "add", &ns])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        return Support::Unsupported("cannot create a namespace to probe".into());
+    }
+    let out = Command::new("tc")
+        .args(["-n", &ns, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"])
+        .output();
+    let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+    match out {
+        Ok(o) if o.status.success() => Support::Supported,
+        Ok(o) => Support::Unsupported(format!(
+            "netem is not in this kernel ({})",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Err(e) => Support::Unsupported(format!("tc: {e}")),
+    }
+}
+
+/// Picks the delay backend: the one asked for if it works, else the best
+/// the probe allows. Returns the choice and a line saying why.
+pub fn choose_delay_backend(want: Option<DelayBackend>) -> Result<(DelayBackend, String), LabError> {
+    let netem = probe_netem();
+    match (want, netem) {
+        (Some(DelayBackend::Netem), Support::Unsupported(r)) => Err(LabError::Unsupported {
+            name: "netem".into(),
+            reason: format!("{r}; use --delay-backend delay-line"),
+        }),
+        (Some(b), _) => Ok((b, format!("link delay: {b} (as requested)"))),
+        (None, Support::Supported) => Ok((DelayBackend::Netem, "link delay: netem (probe: supported)".into())),
+        (None, Support::Unsupported(r)) => Ok((
+            DelayBackend::DelayLine,
+            format!("link delay: built-in delay line ({r})"),
+        )),
+    }
+}
+
+/// The kernel's neighbour table is one table for all namespaces, and it
+/// refuses new entries beyond `gc_thresh3` (sends then fail with ENOBUFS,
+/// "neighbor table overflow" in the kernel log). Returns a warning when a
+/// lab whose hosts all talk to each other would need more than it holds
+/// now (`up` raises it; this is for labs built before that).
+pub fn neighbour_warning(addressing: &crate::addr::Addressing) -> Option<String> {
+    let need = addressing.neighbour_entries_all_pairs();
+    let have: u64 = std::fs::read_to_string("/proc/sys/net/ipv4/neigh/default/gc_thresh3")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    (need > have).then(|| {
+        format!(
+            "all-pairs traffic in this lab needs up to {need} neighbour (ARP) entries, but the kernel's \
+             neighbour table, shared by every namespace, holds {have} (net.ipv4.neigh.default.gc_thresh3); \
+             beyond that sends fail"
+        )
+    })
+}
+
+pub fn require_root() -> Result<(), LabError> {
+    if nix::unistd::geteuid().is_root() {
+        Ok(())
+    } else {
+        Err(LabError::NotRoot)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct LabOptions {
+    pub scenario: String,
+    /// `None`: probe and take the best.
+    pub delay_backend: Option<DelayBackend>,
+    pub apply_mode: ApplyMode,
+    pub dilation: Dilation,
+    pub ecmp_seed: Option<u32>,
+    /// The netlab binary, for delay-line processes.
+    pub exe: PathBuf,
+    /// Print progress and choices on stderr.
+    pub verbose: bool,
+    pub state_dir: PathBuf,
+    /// Raise `net.core.netdev_max_backlog` to at least this (in-kernel
+    /// fan-out queues one clone per member on the per-CPU backlog).
+    pub netdev_backlog: Option<u64>,
+}
+
+impl LabOptions {
+    pub fn new(exe: impl Into<PathBuf>) -> Self {
+        LabOptions {
+            scenario: "(none)".into(),
+            delay_backend: None,
+            apply_mode: ApplyMode::Batch,
+            dilation: Dilation::default(),
+            ecmp_seed: None,
+            exe: exe.into(),
+            verbose: false,
+            state_dir: PathBuf::from(STATE_DIR),
+            netdev_backlog: None,
+        }
+    }
+}
+
+/// A lab that is up. Dropping it removes it, unless it was detached.
+pub struct Lab {
+    pub state: RunState,
+    pub plan: Plan,
+    pub dir: PathBuf,
+    children: Vec<Child>,
+    done: bool,
+    pub build_time: Duration,
+}
+
+impl Lab {
+    /// Builds the lab. On any error everything already created is removed
+    /// before the error is returned.
+    pub fn up(topo: &Topology, opts: &LabOptions, stop: &AtomicBool) -> Result<Lab, LabError> {
+        require_root()?;
+        topo.validate()?;
+        let swept = sweep(&opts.state_dir, SweepMode::DeadOnly)?;
+        if opts.verbose && !swept.removed.is_empty() {
+            eprintln!("netlab: removed leftovers of dead runs: {}", swept.removed.join(", "));
+        }
+        let (backend, why) = choose_delay_backend(opts.delay_backend)?;
+        let needs_delay = topo.links.iter().any(|l| l.params.needs_delay_stage());
+        if opts.verbose && needs_delay {
+            eprintln!("netlab: {why}");
+        }
+        let (run_id, dir) = alloc_run(&opts.state_dir)?;
+        let naming = Naming::new(&run_id);
+        let plan_opts = PlanOptions {
+            delay_backend: backend,
+            dilation: opts.dilation,
+            ecmp_seed: opts.ecmp_seed,
+        };
+        let plan = match build_plan(topo, &naming, &plan_opts) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e.into());
+            }
+        };
+        let me = std::process::id() as i32;
+        let hosts = topo
+            .nodes
+            .iter()
+            .filter(|n| n.kind != NodeKind::Switch)
+            .map(|n| HostInfo {
+                name: n.name.clone(),
+                kind: n.kind,
+                ns: naming.ns(&n.name),
+                addr: plan.addressing.addr_of(&n.name),
+                cpus: n.cpus.clone(),
+            })
+            .collect();
+        let state = RunState {
+            run_id: run_id.clone(),
+            scenario: opts.scenario.clone(),
+            topology: topo.name.clone(),
+            owner_pid: me,
+            owner_start: oskit::procfs::start_time(me),
+            phase: Phase::Building,
+            delay_backend: backend,
+            tdf: opts.dilation.tdf,
+            namespaces: plan.namespaces.clone(),
+            hosts,
+        };
+        // Kept for `check`, which warns about neighbour table limits.
+        if let Ok(json) = serde_json::to_vec(&plan.addressing) {
+            let _ = std::fs::write(dir.join("addressing.json"), json);
+        }
+        if let Err(e) = write_state(&dir, &state) {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+        let mut lab = Lab {
+            state,
+            plan,
+            dir,
+            children: vec![],
+            done: false,
+            build_time: Duration::ZERO,
+        };
+        let needs = limits::Needs {
+            neighbour_entries: lab.plan.addressing.neighbour_entries_all_pairs(),
+            netdev_backlog: opts.netdev_backlog,
+        };
+        // On error `lab` is dropped here, which removes it (and restores
+        // what was raised once no lab is left).
+        for change in limits::raise(&opts.state_dir, &needs)? {
+            if opts.verbose {
+                eprintln!("netlab: raised a machine-wide limit this lab needs (restored when the last lab is removed): {change}");
+            }
+        }
+        let t0 = Instant::now();
+        let mut last = Instant::now();
+        let verbose = opts.verbose;
+        let mut progress = |done: usize, total: usize| {
+            if verbose && (last.elapsed() > Duration::from_millis(500) || done == total) {
+                last = Instant::now();
+                eprint!("\rnetlab: building {}: {done}/{total} operations", lab_label(&run_id));
+                if done == total {
+                    eprintln!();
+                }
+                let _ = std::io::stderr().flush();
+            }
+        };
+        let mut ctx = ApplyCtx {
+            mode: opts.apply_mode,
+            exe: &opts.exe,
+            log_dir: &lab.dir,
+            stop,
+            progress: &mut progress,
+        };
+        // On error `lab` is dropped here, which removes what was built.
+        lab.children = apply(&lab.plan, &mut ctx)?;
+        lab.build_time = t0.elapsed();
+        lab.state.phase = Phase::Running;
+        write_state(&lab.dir, &lab.state)?;
+        Ok(lab)
+    }
+
+    /// Leaves the lab up after this process exits (`netlab up`).
+    pub fn detach(mut self) -> Result<RunState, LabError> {
+        self.state.phase = Phase::Detached;
+        write_state(&self.dir, &self.state)?;
+        self.done = true;
+        // The delay lines keep running on their own.
+        self.children.clear();
+        Ok(self.state.clone())
+    }
+
+    /// Removes the lab now, reporting any failure (dropping also removes it,
+    /// but can only print failures).
+    pub fn down(mut self) -> Result<Duration, LabError> {
+        let t0 = Instant::now();
+        self.teardown()?;
+        Ok(t0.elapsed())
+    }
+
+    fn teardown(&mut self) -> Result<(), LabError> {
+        if self.done {
+            return Ok(());
+        }
+        self.done = true;
+        let r = remove_run(&self.dir, &self.state.run_id, &self.state.namespaces);
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        r
+    }
+
+    /// The door into this lab's hosts.
+    pub fn launcher(&self) -> Launcher {
+        Launcher::for_run(&self.state)
+    }
+
+    /// What was built, for the user: run id, size, build time, hosts.
+    pub fn summary(&self) -> String {
+        let lab = self;
+        let s = &lab.state;
+        let mut out = format!(
+            "netlab: run {} up: {} ({} namespaces, {} ops, built in {:.2}s)\n",
+            s.run_id,
+            s.topology,
+            s.namespaces.len(),
+            lab.plan.ops.len(),
+            lab.build_time.as_secs_f64()
+        );
+        for h in s.hosts.iter().filter(|h| h.kind == NodeKind::Host).take(20) {
+            out.push_str(&format!(
+                "  {:<8} {}\n",
+                h.name,
+                h.addr.map(|a| a.to_string()).unwrap_or_default()
+            ));
+        }
+        if s.hosts.len() > 20 {
+            out.push_str(&format!(
+                "  ... ({} hosts and routers in all; `netlab list` shows them)\n",
+                s.hosts.len()
+            ));
+        }
+        out
+    }
+
+    pub fn ns_of(&self, node: &str) -> Result<&str, LabError> {
+        self.state.host(node).map(|h| h.ns.as_str())
+    }
+}
+
+fn lab_label(run: &str) -> String {
+    format!("run {run}")
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if let Err(e) = self.teardown() {
+            eprintln!(
+                "netlab: removing run {} failed: {e}; run `netlab clean`",
+                self.state.run_id
+            );
+        }
+    }
+}

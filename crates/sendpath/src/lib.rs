@@ -1,0 +1,24 @@
+//! How datagrams leave and enter a UDP socket without copies or allocation
+//! per datagram (paper 001's send path; MSG_ZEROCOPY builds on this):
+//!
+//! - [`DestSet`]: a set of destinations kept in the kernel's own address
+//!   format, with the `sendmmsg` headers prebuilt when the set changes, so a
+//!   fan-out converts nothing and rebuilds nothing per datagram; sends to a
+//!   range of it with one `sendmmsg` (or one `sendto` per destination);
+//! - [`RecvBatch`]: `recvmmsg` into reused buffers, one syscall per batch;
+//! - [`wait_writable`], [`set_recverr`]: the no-loss wait and the option that
+//!   makes a full device queue visible (ENOBUFS) instead of a silent drop;
+//! - [`errqueue`]: the socket error queue read and decoded — ICMP errors with
+//!   the destination they were about, local errors, and zero-copy completion
+//!   ranges with their COPIED flag — not just drained.
+//!
+//! All `unsafe` is in the private `sys` module.
+#![deny(unsafe_code)]
+
+pub mod errqueue;
+mod sys;
+
+pub use sys::{probe_sendmmsg, set_recverr, wait_writable, DestSet, RecvBatch, SendOne};
+
+/// Most headers one `sendmmsg` takes (the kernel's UIO_MAXIOV).
+pub const MAX_BATCH: usize = 1024;
