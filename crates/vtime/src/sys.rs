@@ -1,6 +1,14 @@
 //! Everything that touches raw memory or makes a call nix does not wrap
 //! safely: the shared mapping of a record, and loading the shim to check it.
-#![allow(unsafe_code)]
+//!
+//! Safety contract: the mapping is created, handed out as `&RawRecord` (all
+//! atomics, so concurrent writers in other processes are defined behaviour)
+//! for no longer than it lives, and unmapped once; `dlopen`'s handle is
+//! closed before returning and nothing from the library is used.
+#![expect(
+    unsafe_code,
+    reason = "the fenced unsafe layer: each unsafe block states its contract"
+)]
 
 use std::ffi::{CStr, CString};
 use std::fs::File;
