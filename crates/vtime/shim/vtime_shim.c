@@ -602,18 +602,24 @@ EXPORT int pselect(int n, fd_set *r, fd_set *w, fd_set *e, const struct timespec
     return pselect_v(n, r, w, e, vdeadline_rel(ts2ns(ts)), mask, NULL);
 }
 
+static int no_epoll_pwait2; /* the kernel said ENOSYS once */
+
 static int epoll_v(int ep, struct epoll_event *ev, int max, int64_t vdl, const sigset_t *mask) {
     for (;;) {
         int64_t sl = next_slice(CLOCK_MONOTONIC, vdl);
         if (sl == 0)
             return 0;
-        int rc;
-        if (r_epoll_pwait2 != NULL) {
+        int rc = -1;
+        /* epoll_pwait2 (ns timeouts) needs Linux 5.11; older kernels get
+           epoll_pwait with the slice rounded up to whole ms. */
+        if (r_epoll_pwait2 != NULL && !__atomic_load_n(&no_epoll_pwait2, __ATOMIC_RELAXED)) {
             struct timespec t = ns2ts(sl);
             rc = r_epoll_pwait2(ep, ev, max, &t, mask);
-        } else {
-            rc = r_epoll_pwait(ep, ev, max, (int)((sl + 999999) / 1000000), mask);
+            if (rc == -1 && errno == ENOSYS)
+                __atomic_store_n(&no_epoll_pwait2, 1, __ATOMIC_RELAXED);
         }
+        if (r_epoll_pwait2 == NULL || __atomic_load_n(&no_epoll_pwait2, __ATOMIC_RELAXED))
+            rc = r_epoll_pwait(ep, ev, max, (int)((sl + 999999) / 1000000), mask);
         if (rc != 0)
             return rc;
     }
