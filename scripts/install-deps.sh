@@ -13,7 +13,8 @@ set -euo pipefail
 #   pkg-config   lets the pcap crate find libpcap
 #   python3      bench plots (matplotlib is installed by pip in bench/)
 #   procps       ps/pgrep used by clean-up checks
-packages=(iproute2 libpcap-dev tcpdump netsniff-ng clang llvm pkg-config python3 procps)
+#   libfaketime  anchor for the vtime clock-overhead benchmark (the LD_PRELOAD clock shim vtime is compared with)
+packages=(iproute2 libpcap-dev tcpdump netsniff-ng clang llvm pkg-config python3 procps libfaketime)
 
 missing=()
 for p in "${packages[@]}"; do
