@@ -60,6 +60,10 @@ pub struct DemoArgs {
     /// One-way delay of every lab link, e.g. 1ms (default none).
     #[arg(long)]
     pub delay: Option<String>,
+    /// Time dilation factor of the lab: every process in it runs under the vtime shim and sees
+    /// time pass TDF times slower, and links run at rate/TDF in real time (lab only).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub tdf: u32,
     /// Seconds of traffic per backend.
     #[arg(long, default_value_t = 10.0)]
     pub duration: f64,
@@ -153,6 +157,12 @@ pub fn run(args: DemoArgs, stop: &AtomicBool) -> Result<i32, DemoError> {
         Where::Auto => true,
         Where::Loopback => false,
     };
+    if args.tdf > 1 && !in_lab {
+        return Err(
+            "--tdf needs the lab (--where lab, as root): on loopback use `vtime run --tdf N -- reflector-demo ...`"
+                .into(),
+        );
+    }
     let capture_bin = if in_lab {
         Some(sibling(&args.capture_bin, "capture", "--capture-bin")?)
     } else {
@@ -168,6 +178,7 @@ pub fn run(args: DemoArgs, stop: &AtomicBool) -> Result<i32, DemoError> {
             clients: args.clients as usize,
             link: spec.apply_to("link", &Default::default())?,
             netlab_bin: sibling(&args.netlab_bin, "netlab", "--netlab-bin")?,
+            tdf: args.tdf,
         };
         Placement::lab(&shape, stop)?
     } else {
@@ -197,8 +208,13 @@ pub fn run(args: DemoArgs, stop: &AtomicBool) -> Result<i32, DemoError> {
         rows.push(row);
     }
     println!(
-        "\nreflector demo {}: {} bots, {} s per backend, {} Hz x {} B, moves every {} s, {} groups\n",
+        "\nreflector demo {}{}: {} bots, {} s per backend, {} Hz x {} B, moves every {} s, {} groups\n",
         place.describe(),
+        if args.tdf > 1 {
+            format!(" at TDF {} (times are virtual)", args.tdf)
+        } else {
+            String::new()
+        },
         args.bots,
         args.duration,
         args.rate,

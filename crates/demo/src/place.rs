@@ -39,6 +39,8 @@ pub struct LabShape {
     pub link: LinkParams,
     /// The netlab binary (its delay-line processes shape link delay).
     pub netlab_bin: std::path::PathBuf,
+    /// Time dilation factor (1: none).
+    pub tdf: u32,
 }
 
 impl Placement {
@@ -53,6 +55,7 @@ impl Placement {
         let mut o = LabOptions::new(&shape.netlab_bin);
         o.scenario = "demo".into();
         o.verbose = true;
+        o.dilation.tdf = shape.tdf;
         let lab = Lab::up(&topo, &o, stop)?;
         eprint!("{}", lab.summary());
         let reflector_addr = lab

@@ -323,7 +323,8 @@ impl Scenario<'_> {
             "demo [{backend}]: {} bots, {} s, {} Hz x {} B, moves every {} s, {groups} groups, control {control}",
             a.bots, a.duration, a.rate, a.size, a.move_every
         );
-        let limit = Instant::now() + Duration::from_secs_f64(a.duration + 60.0);
+        // The bots count virtual seconds; this process counts real ones.
+        let limit = Instant::now() + Duration::from_secs_f64(a.duration * f64::from(a.tdf) + 60.0);
         loop {
             if stop.load(Relaxed) {
                 return Err("interrupted".into());

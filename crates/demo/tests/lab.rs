@@ -45,3 +45,30 @@ fn lab_demo_loses_nothing_and_leaves_nothing() {
         .collect();
     assert!(left.is_empty(), "namespaces left behind: {left:?}");
 }
+
+/// The reflector, the control server and the bots under virtual time (TDF
+/// 4, every process under the vtime shim through the lab's launcher): a
+/// loss-free exchange, counted on the wire too.
+#[test]
+fn lab_demo_under_tdf_4_loses_nothing() {
+    if !oskit::testing::root_or_skip("lab_demo_under_tdf_4_loses_nothing") {
+        return;
+    }
+    let (all, rows) = short_run_without_loss(
+        &[
+            "--where",
+            "lab",
+            "--clients",
+            "2",
+            "--bots",
+            "6",
+            "--backends",
+            "sendmmsg",
+            "--tdf",
+            "4",
+        ],
+        1,
+    );
+    assert!(all.contains("at TDF 4"), "{all}");
+    assert!(rows[0]["wire_data"].as_u64().is_some_and(|w| w > 0), "{rows:?}");
+}

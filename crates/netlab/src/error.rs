@@ -78,6 +78,10 @@ pub enum LabError {
     DelayLine { link: String, msg: String },
     #[error("interrupted: lab removed")]
     Interrupted,
+    #[error("virtual time: {0}")]
+    Clock(#[from] vtime::Error),
+    #[error("virtual time needs the lab's owner alive (its clock record goes with it): use `netlab run` (or a program that holds the lab) for --tdf > 1, not `netlab up`")]
+    DetachedClock,
     #[error("run {run} is in use by live process {pid} (a `netlab run`, a test or the demo, which removes it when done); stop that process, or use --force")]
     InUse { run: String, pid: i32 },
     #[error("link backend '{name}' is unsupported here: {reason}")]

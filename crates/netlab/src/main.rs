@@ -278,13 +278,6 @@ fn lab_options(s: &Scenario, b: &BuildArgs) -> Result<LabOptions, LabError> {
     o.ecmp_seed = s.ecmp_seed;
     o.verbose = !b.quiet;
     o.netdev_backlog = b.netdev_backlog;
-    if o.dilation.tdf > 1 && o.verbose {
-        eprintln!(
-            "netlab: tdf {}: link rates divided and delays multiplied by {0}; processes are started \
-             without a clock shim (none is configured in this build), so they see real time",
-            o.dilation.tdf
-        );
-    }
     Ok(o)
 }
 
@@ -327,6 +320,9 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
         Cmd::Up { scenario, build } => {
             let s = load_scenario(&scenario, &build)?;
             lab::require_root()?;
+            if s.tdf.unwrap_or(1) > 1 {
+                return Err(LabError::DetachedClock);
+            }
             let lab = Lab::up(&s.topology, &lab_options(&s, &build)?, stop)?;
             if stop.load(Ordering::Relaxed) {
                 return Err(LabError::Interrupted);

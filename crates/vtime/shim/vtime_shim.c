@@ -1098,7 +1098,10 @@ static long futex_v(long a[6]) {
     int op = (int)a[1];
     int cmd = op & FUTEX_CMD_MASK;
     const struct timespec *tmo = (const struct timespec *)a[3];
-    if (tmo == NULL || !valid_ts(tmo) || (cmd != FUTEX_WAIT && cmd != FUTEX_WAIT_BITSET))
+    /* Only the wait commands carry a timespec in the fourth argument; for the
+       others (FUTEX_WAKE, FUTEX_REQUEUE, ...) it is a count or garbage, and
+       must not be read. */
+    if ((cmd != FUTEX_WAIT && cmd != FUTEX_WAIT_BITSET) || tmo == NULL || !valid_ts(tmo))
         return r_syscall(SYS_futex, a[0], a[1], a[2], a[3], a[4], a[5]);
     /* FUTEX_WAIT's timeout is relative (on CLOCK_MONOTONIC); FUTEX_WAIT_BITSET's is
        absolute on CLOCK_MONOTONIC, or CLOCK_REALTIME with FUTEX_CLOCK_REALTIME. */

@@ -186,5 +186,9 @@ pub fn sweep(state_dir: &Path, mode: SweepMode) -> Result<SweepReport, LabError>
         delete_namespaces(&orphans)?;
         rep.removed.extend(orphans);
     }
+    // Clock records of dilated runs whose owner died with them.
+    if let Ok(gone) = vtime::remove_stale(&vtime::default_dir()) {
+        rep.removed.extend(gone.into_iter().map(|n| format!("clock {n}")));
+    }
     Ok(rep)
 }

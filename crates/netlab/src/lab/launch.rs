@@ -2,7 +2,9 @@
 //! (scenario commands, `exec`, the demo's servers and bots) is built here,
 //! from the run's recorded state, so what a run decides for its processes
 //! (the CPU set of a host, the time dilation factor, the environment)
-//! reaches every one of them.
+//! reaches every one of them. A dilated run's processes start under the
+//! vtime shim on the run's clock record (`LD_PRELOAD` and `VTIME_RECORD`,
+//! inherited by their children).
 
 use super::state::{HostInfo, RunState};
 use crate::error::LabError;
@@ -54,6 +56,12 @@ impl Launcher {
         }
         c.args(&self.wrapper).arg(program).args(args);
         c.envs(self.env(h));
+        if let Some(clock) = &self.state.clock {
+            // `ip` and `taskset` run under the shim too, harmlessly: they
+            // exec the program, which keeps the environment.
+            let domain = vtime::Domain::open(&clock.dir, &clock.domain)?;
+            c.envs(domain.child_env(&clock.shim));
+        }
         Ok(c)
     }
 
@@ -99,6 +107,7 @@ mod tests {
             tdf: 4,
             namespaces: vec![],
             hosts: vec![host("h1", None), host("h2", Some("1"))],
+            clock: None,
         }
     }
 

@@ -10,7 +10,7 @@ mod state;
 pub use cleanup::{delete_namespaces, remove_run, sweep, SweepMode, SweepReport};
 pub use launch::Launcher;
 use state::{alloc_run, write_state};
-pub use state::{find_run, list_runs, read_state, HostInfo, Phase, RunState, STATE_DIR};
+pub use state::{find_run, list_runs, read_state, ClockInfo, HostInfo, Phase, RunState, STATE_DIR};
 
 use crate::apply::{apply, ApplyCtx, ApplyMode};
 use crate::error::LabError;
@@ -150,6 +150,8 @@ pub struct Lab {
     children: Vec<Child>,
     done: bool,
     pub build_time: Duration,
+    /// The dilated run's clock record and shim, removed with the lab.
+    clock: Option<(vtime::Domain, vtime::shim::InstalledShim)>,
 }
 
 impl Lab {
@@ -205,6 +207,7 @@ impl Lab {
             tdf: opts.dilation.tdf,
             namespaces: plan.namespaces.clone(),
             hosts,
+            clock: None,
         };
         // Kept for `check`, which warns about neighbour table limits.
         if let Ok(json) = serde_json::to_vec(&plan.addressing) {
@@ -221,7 +224,35 @@ impl Lab {
             children: vec![],
             done: false,
             build_time: Duration::ZERO,
+            clock: None,
         };
+        if opts.dilation.tdf > 1 {
+            // One record per lab: every host shares one virtual epoch.
+            // On error `lab` is dropped, which removes what was made.
+            let tdf = vtime::Tdf::new(u64::from(opts.dilation.tdf), 1).map_err(|reason| vtime::Error::BadTdf {
+                input: opts.dilation.tdf.to_string(),
+                reason,
+            })?;
+            let dir = vtime::default_dir();
+            let name = format!("netlab-{run_id}");
+            let domain = vtime::Domain::create(&dir, &name, tdf)?;
+            let shim = vtime::shim::InstalledShim::install_in(&lab.dir)?;
+            lab.state.clock = Some(ClockInfo {
+                domain: name,
+                dir,
+                shim: shim.path().to_path_buf(),
+            });
+            lab.clock = Some((domain, shim));
+            write_state(&lab.dir, &lab.state)?;
+            if opts.verbose {
+                eprintln!(
+                    "netlab: virtual time: every process in the lab runs under the vtime shim at TDF {} \
+                     (clock domain {}; `vtime set` changes it)",
+                    opts.dilation.tdf,
+                    lab.state.clock.as_ref().map_or("", |c| c.domain.as_str())
+                );
+            }
+        }
         let needs = limits::Needs {
             neighbour_entries: lab.plan.addressing.neighbour_entries_all_pairs(),
             netdev_backlog: opts.netdev_backlog,
@@ -263,6 +294,9 @@ impl Lab {
 
     /// Leaves the lab up after this process exits (`netlab up`).
     pub fn detach(mut self) -> Result<RunState, LabError> {
+        if self.clock.is_some() {
+            return Err(LabError::DetachedClock);
+        }
         self.state.phase = Phase::Detached;
         write_state(&self.dir, &self.state)?;
         self.done = true;
@@ -289,6 +323,8 @@ impl Lab {
             let _ = c.kill();
             let _ = c.wait();
         }
+        // The processes that read the record are gone with the namespaces.
+        self.clock = None;
         r
     }
 

@@ -45,6 +45,21 @@ pub struct RunState {
     pub tdf: u32,
     pub namespaces: Vec<String>,
     pub hosts: Vec<HostInfo>,
+    /// The run's clock when it is dilated (TDF > 1): every process started
+    /// in a host runs under the vtime shim on this one record, so all hosts
+    /// share one virtual epoch.
+    #[serde(default)]
+    pub clock: Option<ClockInfo>,
+}
+
+/// Where a dilated run's clock lives.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ClockInfo {
+    /// The vtime clock domain (`vtime status` shows it, `vtime set` changes it).
+    pub domain: String,
+    pub dir: PathBuf,
+    /// The shim every process in the lab preloads.
+    pub shim: PathBuf,
 }
 
 impl RunState {

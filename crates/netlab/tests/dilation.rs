@@ -1,0 +1,143 @@
+//! Virtual time in the lab (paper 003): a link of rate R in a lab at TDF 4
+//! is shaped to R/4 in real time, while every process in the lab runs under
+//! the vtime shim and sees time pass four times slower; the program inside
+//! measures ≈R, the real wire carries R/4.
+
+mod common;
+use common::*;
+use netlab::model::LinkParams;
+use netlab::topo::Builtin;
+use std::io::Read;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+/// Counts UDP bytes on port 9000 until an END datagram; prints
+/// "DATAGRAMS BYTES SECONDS" over its own (virtual) clock, first to last.
+const RECEIVER: &str = r#"
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+s.bind(("0.0.0.0", 9000))
+s.settimeout(20)
+n = b = 0
+first = last = None
+while True:
+    d = s.recv(65536)
+    if d == b"END":
+        break
+    now = time.monotonic()
+    if first is None:
+        first = now
+    else:
+        n += 1
+        b += len(d)
+    last = now
+print(n, b, last - first, flush=True)
+"#;
+
+/// Sends 1400-byte datagrams as fast as it can for SECS of its own clock.
+const SENDER: &str = r#"
+import socket, sys, time
+dst, secs = sys.argv[1], float(sys.argv[2])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+buf = b"x" * 1400
+end = time.monotonic() + secs
+while time.monotonic() < end:
+    try:
+        s.sendto(buf, (dst, 9000))
+    except OSError:
+        pass
+for _ in range(50):
+    s.sendto(b"END", (dst, 9000))
+    time.sleep(0.01)
+"#;
+
+/// Bytes a 1400-byte UDP datagram is charged at the shaper (HTB counts the
+/// Ethernet frame: + 8 UDP + 20 IP + 14 Ethernet).
+const FRAME: f64 = 1442.0;
+
+#[test]
+fn a_program_in_a_dilated_lab_sees_the_configured_rate() {
+    if !need_root("a_program_in_a_dilated_lab_sees_the_configured_rate") {
+        return;
+    }
+    if std::process::Command::new("python3")
+        .arg("-c")
+        .arg("pass")
+        .status()
+        .map(|s| !s.success())
+        .unwrap_or(true)
+    {
+        panic!("python3 is needed for this test (scripts/install-deps.sh installs it)");
+    }
+    const RATE: u64 = 20_000_000;
+    const TDF: u32 = 4;
+    let params = LinkParams {
+        bw_bps: Some(RATE),
+        ..Default::default()
+    };
+    let mut o = opts();
+    o.dilation.tdf = TDF;
+    let lab = up(&Builtin::Pair.build(&params), &o);
+    assert!(lab.state.clock.is_some(), "a dilated lab records its clock");
+    let l = lab.launcher();
+    let h2 = lab.state.host("h2").unwrap().addr.unwrap().to_string();
+    let mut rx = l
+        .command("h2", &["python3", "-c", RECEIVER])
+        .unwrap()
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The receiver binds within a virtual moment; give it real time.
+    std::thread::sleep(Duration::from_millis(500));
+    // 1.5 virtual seconds: 6 real seconds of sending.
+    let mut tx = l
+        .command("h1", &["python3", "-c", SENDER, &h2, "1.5"])
+        .unwrap()
+        .spawn()
+        .unwrap();
+    // The real wire: bytes through h1's shaper over 3 real seconds of the
+    // sending, on this (undilated) process's clock.
+    let ns = lab.ns_of("h1").unwrap().to_string();
+    let dev = lab
+        .plan
+        .addressing
+        .ifaces
+        .iter()
+        .find(|f| f.node == "h1")
+        .map(|f| f.ifname.clone())
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let (b0, t0) = (netlab::netns::root_qdisc_bytes(&ns, &dev).unwrap(), Instant::now());
+    std::thread::sleep(Duration::from_secs(3));
+    let (b1, t1) = (netlab::netns::root_qdisc_bytes(&ns, &dev).unwrap(), Instant::now());
+    let real_bps = (b1 - b0) as f64 * 8.0 / (t1 - t0).as_secs_f64();
+    assert!(tx.wait().unwrap().success());
+    let mut out = String::new();
+    rx.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    assert!(rx.wait().unwrap().success(), "receiver: {out}");
+    let f: Vec<f64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    let (datagrams, seconds) = (f[0], f[2]);
+    let virtual_bps = datagrams * FRAME * 8.0 / seconds;
+    let r = RATE as f64;
+    eprintln!(
+        "configured {r} b/s at TDF {TDF}: inside {virtual_bps:.0} b/s ({:.3}x), real wire {real_bps:.0} b/s ({:.3}x of R/TDF)",
+        virtual_bps / r,
+        real_bps / (r / f64::from(TDF))
+    );
+    assert!(
+        (virtual_bps / r - 1.0).abs() < 0.05,
+        "inside the lab: {virtual_bps:.0} b/s over {seconds:.2} virtual s, configured {r}"
+    );
+    let real_r = r / f64::from(TDF);
+    assert!(
+        (real_bps / real_r - 1.0).abs() < 0.05,
+        "on the real wire: {real_bps:.0} b/s, expected {real_r}"
+    );
+    let clock = lab.state.clock.clone().unwrap();
+    lab.down().unwrap();
+    assert!(
+        vtime::Domain::open(&clock.dir, &clock.domain).is_err(),
+        "the lab's clock record is removed with it"
+    );
+}
