@@ -15,17 +15,12 @@ use std::process::Command;
 #[derive(Clone, Debug)]
 pub struct Launcher {
     state: RunState,
-    /// Put in front of every command: where a clock shim plugs in.
-    wrapper: Vec<String>,
 }
 
 impl Launcher {
     /// The launcher of a run, as its state records it.
     pub fn for_run(state: &RunState) -> Launcher {
-        Launcher {
-            state: state.clone(),
-            wrapper: Vec::new(),
-        }
+        Launcher { state: state.clone() }
     }
 
     /// The run this launcher starts processes in.
@@ -54,7 +49,7 @@ impl Launcher {
         if let Some(cpus) = &h.cpus {
             c.args(["taskset", "-c", cpus]);
         }
-        c.args(&self.wrapper).arg(program).args(args);
+        c.arg(program).args(args);
         c.envs(self.env(h));
         if let Some(clock) = &self.state.clock {
             // `ip` and `taskset` run under the shim too, harmlessly: they
