@@ -229,7 +229,7 @@ fn status(dir: &Path, only: Option<&str>) -> Result<ExitCode, Failure> {
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "{:<20} {:>8} {:<26} {:>14} {:>14} {:>7}  creator",
+        "{:<20} {:>8} {:<26} {:>14} {:>14} {:>7}  CREATOR",
         "NAME", "TDF", "VIRTUAL UTC", "VIRTUAL AGE", "REAL AGE", "CHANGES"
     );
     for (name, d) in rows {
