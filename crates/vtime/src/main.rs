@@ -152,7 +152,7 @@ fn run(dir: &Path, args: RunArgs) -> Result<ExitCode, Failure> {
     for name in vtime::remove_stale(dir)? {
         eprintln!("vtime: removed clock domain {name} left behind by a process that is gone");
     }
-    vtime::shim::remove_stale_in(&std::env::temp_dir());
+    vtime::shim::remove_stale();
     let shim = match &args.shim {
         Some(p) => InstalledShim::from_path(p)?,
         None => InstalledShim::install()?,
