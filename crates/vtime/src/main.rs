@@ -152,7 +152,7 @@ fn run(dir: &Path, args: RunArgs) -> Result<ExitCode, Failure> {
     for name in vtime::remove_stale(dir)? {
         eprintln!("vtime: removed clock domain {name} left behind by a process that is gone");
     }
-    vtime::shim::remove_stale_in(&std::env::temp_dir());
+    vtime::shim::remove_stale();
     let shim = match &args.shim {
         Some(p) => InstalledShim::from_path(p)?,
         None => InstalledShim::install()?,
@@ -229,7 +229,7 @@ fn status(dir: &Path, only: Option<&str>) -> Result<ExitCode, Failure> {
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "{:<20} {:>8} {:<26} {:>14} {:>14} {:>7}  creator",
+        "{:<20} {:>8} {:<26} {:>14} {:>14} {:>7}  CREATOR",
         "NAME", "TDF", "VIRTUAL UTC", "VIRTUAL AGE", "REAL AGE", "CHANGES"
     );
     for (name, d) in rows {

@@ -25,10 +25,22 @@ pub struct InstalledShim {
 }
 
 impl InstalledShim {
-    /// Writes the embedded shim to a fresh private directory (mode 0700) under
-    /// the temporary directory and checks that the dynamic loader accepts it.
+    /// Writes the embedded shim to a fresh private directory (mode 0700) and
+    /// checks that the dynamic loader accepts it. Tries the temporary
+    /// directory, then `$XDG_RUNTIME_DIR`, then `/dev/shm`: a directory on a
+    /// `noexec` mount cannot hold a loadable library.
     pub fn install() -> Result<InstalledShim, Error> {
-        Self::install_in(&std::env::temp_dir())
+        let mut reasons = Vec::new();
+        for parent in shim_parents() {
+            match Self::install_in(&parent) {
+                Ok(s) => return Ok(s),
+                Err(e) => reasons.push(e.to_string()),
+            }
+        }
+        Err(Error::ShimLoad {
+            path: PathBuf::from(SHIM_FILE_NAME),
+            reason: format!("no directory could hold it: {}", reasons.join("; ")),
+        })
     }
 
     /// As [`install`](Self::install), under `parent`.
@@ -84,6 +96,23 @@ impl InstalledShim {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Where private shim directories are made, in order of preference.
+pub fn shim_parents() -> Vec<PathBuf> {
+    let mut v = vec![std::env::temp_dir()];
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").filter(|x| !x.is_empty()) {
+        v.push(PathBuf::from(x));
+    }
+    v.push(PathBuf::from("/dev/shm"));
+    v.dedup();
+    v
+}
+
+/// Removes, in every place [`InstalledShim::install`] uses, private shim
+/// directories left by processes that are gone; returns how many.
+pub fn remove_stale() -> usize {
+    shim_parents().iter().map(|p| remove_stale_in(p)).sum()
 }
 
 /// Removes private shim directories under `parent` left by processes that

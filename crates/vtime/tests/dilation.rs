@@ -275,8 +275,10 @@ fn children_inherit() {
     s.assert_empty();
 }
 
-/// Child role of the Rust probes: runs only when re-executed by the test below.
+/// Child role of the Rust probes, not a test of its own: ignored, and run
+/// (with `--ignored`) only when re-executed by the test below.
 #[test]
+#[ignore = "child role of rust_std_timeouts_are_dilated_without_spinning"]
 fn rust_probe_child() {
     let Ok(mode) = std::env::var("VTIME_TEST_PROBE") else {
         return;
@@ -334,7 +336,14 @@ fn rust_std_timeouts_are_dilated_without_spinning() {
                 .vtime()
                 .args(["run", "--tdf", "4", "--"])
                 .arg(&me)
-                .args(["rust_probe_child", "--exact", "--nocapture", "--test-threads", "1"])
+                .args([
+                    "rust_probe_child",
+                    "--exact",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads",
+                    "1",
+                ])
                 .env("VTIME_TEST_PROBE", mode)
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
