@@ -589,3 +589,31 @@ fn set_and_status_on_a_running_domain() {
     assert_eq!(st.code(), Some(128 + 15));
     s.assert_empty();
 }
+
+/// Futex commands that are not waits pass through untouched: their fourth
+/// argument is a count or garbage, never a timespec to read (reading it
+/// crashed every multi-threaded Rust program at its first FUTEX_WAKE).
+#[test]
+fn futex_wakes_with_any_fourth_argument_pass_through() {
+    let s = Scratch::new("futexwake");
+    let bin = s.0.join("wake");
+    let src = s.0.join("wake.c");
+    std::fs::write(
+        &src,
+        "#include <linux/futex.h>\n#include <sys/syscall.h>\n#include <unistd.h>\n\
+         int main(void) { int w = 0;\n\
+           /* A wild pointer where a wait would have its timeout. */\n\
+           long r = syscall(SYS_futex, &w, FUTEX_WAKE_PRIVATE, 1, (void *)8, 0, 0);\n\
+           r |= syscall(SYS_futex, &w, FUTEX_REQUEUE_PRIVATE, 1, (void *)1, &w, 0);\n\
+           return r < 0; }\n",
+    )
+    .unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let st = Command::new(&cc).arg("-o").arg(&bin).arg(&src).status().unwrap();
+    assert!(st.success());
+    std::fs::remove_file(&src).unwrap();
+    let o = run_output(&s, &["run", "--tdf", "4", "--", bin.to_str().unwrap()]);
+    assert!(o.status.success(), "status {:?}: {}", o.status, stderr_of(&o));
+    std::fs::remove_file(&bin).unwrap();
+    s.assert_empty();
+}
