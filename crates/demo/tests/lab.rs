@@ -6,24 +6,24 @@
 mod common;
 use common::*;
 
+/// Two client hosts, six bots, one backend.
+const SMALL_LAB: &[&str] = &[
+    "--where",
+    "lab",
+    "--clients",
+    "2",
+    "--bots",
+    "6",
+    "--backends",
+    "sendmmsg",
+];
+
 #[test]
 fn lab_demo_loses_nothing_and_leaves_nothing() {
     if !oskit::testing::root_or_skip("lab_demo_loses_nothing_and_leaves_nothing") {
         return;
     }
-    let (all, rows) = short_run_without_loss(
-        &[
-            "--where",
-            "lab",
-            "--clients",
-            "2",
-            "--bots",
-            "6",
-            "--backends",
-            "sendmmsg",
-        ],
-        1,
-    );
+    let (all, rows) = short_run_without_loss(SMALL_LAB, 1);
     assert!(
         all.contains("in the lab (reflector on h1, bots over 2 client hosts)"),
         "{all}"
@@ -54,21 +54,7 @@ fn lab_demo_under_tdf_4_loses_nothing() {
     if !oskit::testing::root_or_skip("lab_demo_under_tdf_4_loses_nothing") {
         return;
     }
-    let (all, rows) = short_run_without_loss(
-        &[
-            "--where",
-            "lab",
-            "--clients",
-            "2",
-            "--bots",
-            "6",
-            "--backends",
-            "sendmmsg",
-            "--tdf",
-            "4",
-        ],
-        1,
-    );
+    let (all, rows) = short_run_without_loss(&[SMALL_LAB, &["--tdf", "4"]].concat(), 1);
     assert!(all.contains("at TDF 4"), "{all}");
     assert!(rows[0]["wire_data"].as_u64().is_some_and(|w| w > 0), "{rows:?}");
 }

@@ -166,29 +166,39 @@ fn failing_command_fails_the_run_and_removes_the_lab() {
     let _ = std::fs::remove_file(s);
 }
 
-#[test]
-fn ctrl_c_during_run_removes_the_lab() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !need_root("ctrl_c_during_run_removes_the_lab") {
-        return;
-    }
+/// Starts `netlab run` on `topology` plus a `sleep 30` in h1, and returns
+/// once the sleep runs there: the child, its run id and the scenario file.
+fn run_sleeping(tag: &str, topology: &str) -> (std::process::Child, String, std::path::PathBuf) {
     let s = scenario(
-        "sigint",
-        "[topology]\nkind = \"star\"\nhosts = 3\n[link]\ndelay = \"1ms\"\n[[command]]\nhost = \"h1\"\ncmd = \"sleep 30\"\n",
+        tag,
+        &format!("{topology}[[command]]\nhost = \"h1\"\ncmd = \"sleep 30\"\n"),
     );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_netlab"))
+    let child = Command::new(env!("CARGO_BIN_EXE_netlab"))
         .args(["run", s.to_str().unwrap()])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let pid = child.id();
-    // Wait until the command runs inside h1.
     let run = wait_for("lab up", Duration::from_secs(20), || runs_of(pid).into_iter().next());
     wait_for("sleep in h1", Duration::from_secs(20), || {
         let ns = netlab::plan::Naming::new(&run).ns("h1");
         (!netlab::netns::pids_in(&ns).is_empty()).then_some(())
     });
+    (child, run, s)
+}
+
+#[test]
+fn ctrl_c_during_run_removes_the_lab() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !need_root("ctrl_c_during_run_removes_the_lab") {
+        return;
+    }
+    let (mut child, run, s) = run_sleeping(
+        "sigint",
+        "[topology]\nkind = \"star\"\nhosts = 3\n[link]\ndelay = \"1ms\"\n",
+    );
+    let pid = child.id();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGINT).unwrap();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
@@ -313,22 +323,8 @@ fn down_refuses_a_lab_a_live_run_is_using() {
     if !need_root("down_refuses_a_lab_a_live_run_is_using") {
         return;
     }
-    let s = scenario(
-        "inuse",
-        "[topology]\nkind = \"pair\"\n[[command]]\nhost = \"h1\"\ncmd = \"sleep 30\"\n",
-    );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_netlab"))
-        .args(["run", s.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (mut child, run, s) = run_sleeping("inuse", "[topology]\nkind = \"pair\"\n");
     let pid = child.id();
-    let run = wait_for("lab up", Duration::from_secs(20), || runs_of(pid).into_iter().next());
-    wait_for("sleep in h1", Duration::from_secs(20), || {
-        let ns = netlab::plan::Naming::new(&run).ns("h1");
-        (!netlab::netns::pids_in(&ns).is_empty()).then_some(())
-    });
     let o = netlab(&["down", "--run", &run]);
     assert!(!o.status.success(), "{}", text(&o));
     assert!(
