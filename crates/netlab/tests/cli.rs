@@ -181,9 +181,11 @@ fn run_sleeping(tag: &str, topology: &str) -> (std::process::Child, String, std:
         .unwrap();
     let pid = child.id();
     let run = wait_for("lab up", Duration::from_secs(20), || runs_of(pid).into_iter().next());
-    wait_for("sleep in h1", Duration::from_secs(20), || {
+    wait_for("sleep in h1 of a running lab", Duration::from_secs(20), || {
         let ns = netlab::plan::Naming::new(&run).ns("h1");
-        (!netlab::netns::pids_in(&ns).is_empty()).then_some(())
+        let state = netlab::lab::read_state(&std::path::Path::new(netlab::lab::STATE_DIR).join(&run));
+        (state.is_some_and(|s| s.phase == netlab::lab::Phase::Running) && !netlab::netns::pids_in(&ns).is_empty())
+            .then_some(())
     });
     (child, run, s)
 }

@@ -127,6 +127,11 @@ pub fn sweep(state_dir: &Path, mode: SweepMode) -> Result<SweepReport, LabError>
         .filter_map(|e| e.ok())
     {
         let dir = e.path();
+        // Runs are directories; the files beside them (the saved kernel
+        // limits and their lock) are not runs.
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
         let Some(id) = e.file_name().to_str().map(String::from) else {
             continue;
         };
