@@ -1,0 +1,250 @@
+//! The bots' command line and configuration, checked before anything runs.
+
+use super::MIN_SIZE;
+use reflector_proto::protocol::MAX_DATAGRAM;
+use std::io;
+use std::net::IpAddr;
+use std::time::Duration;
+
+#[derive(clap::Args, Debug, Clone)]
+#[command(
+    after_help = "Each bot asks the control server for its group and token, joins (JOIN, \
+JOIN_CHALLENGE, JOIN with cookie, JOIN_ACK), sends DATA at --rate and moves every --move-every \
+seconds. When sending stops, the bots wait up to --grace for datagrams in flight, leave, and report \
+per bot and in total: sent, expected (known exactly: all bots are in this process), received, \
+duplicates, loss in gaps and at the tail, and one-way latency from the send timestamp.\n\n\
+Exit status: 0 no loss, 1 loss, 2 errors (join refused, control server unreachable, ...).\n\n\
+Example: reflector bots --control http://127.0.0.1:8700 --count 100 --duration 30 --move-every 5"
+)]
+pub struct BotsArgs {
+    /// Control server URL.
+    #[arg(long, default_value = "http://127.0.0.1:8700")]
+    pub control: String,
+    /// Number of bots (all in this process, on one thread).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=20_000))]
+    pub count: u64,
+    /// Seconds of sending; then a grace period for datagrams in flight.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+    /// DATA per second per bot.
+    #[arg(long, default_value_t = 10.0)]
+    pub rate: f64,
+    /// Size of each DATA datagram in bytes, header included (UDP payload).
+    #[arg(long, default_value_t = 100)]
+    pub size: usize,
+    /// Seconds between moves to a new position (a step of up to one cell
+    /// per axis); on a cell change the bot asks the control server for its
+    /// group and, if it differs, leaves the old group and joins the new. 0 = never.
+    #[arg(long, default_value_t = 3.0)]
+    pub move_every: f64,
+    /// Local address for the bots' sockets.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind: IpAddr,
+    /// Print the report as JSON on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Seed for positions, moves and send phases (runs are repeatable).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Player id of the first bot; the others follow.
+    #[arg(long, default_value_t = 1)]
+    pub first_player: u32,
+    /// Longest wait, in seconds, for datagrams in flight after sending stops.
+    #[arg(long, default_value_t = 2.0)]
+    pub grace: f64,
+    /// Receive buffer per bot socket, bytes (SO_RCVBUFFORCE when root).
+    #[arg(long, default_value_t = 1 << 20)]
+    pub rcvbuf: usize,
+    /// Show one row per bot in the table (always in --json).
+    #[arg(long)]
+    pub per_bot: bool,
+    /// Send at most this many DATA per bot, then stop early (fixed counts).
+    #[arg(long)]
+    pub max_datagrams: Option<u64>,
+    /// Start sending only once every bot has joined (exact counts with no moves).
+    #[arg(long)]
+    pub sync_start: bool,
+    /// No progress lines on stderr.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Create the bots' sockets in these network namespaces, round-robin (names under
+    /// /run/netns, e.g. the client hosts of a lab), so their traffic crosses the lab's links
+    /// while one process still knows every expected delivery. Needs root. The control
+    /// server is still asked from this process's own namespace.
+    #[arg(long, value_delimiter = ',')]
+    pub netns: Vec<String>,
+    /// Milliseconds: DATA sent this close before a receiver's LEAVE counts as uncertain
+    /// (accepted, not required), since over a lab's separate links the LEAVE may overtake
+    /// it on the way to the reflector. 0 where every path keeps order.
+    #[arg(long, default_value_t = 20)]
+    pub settle_ms: u64,
+}
+
+/// Everything a bots run needs, independent of the CLI.
+#[derive(Debug, Clone)]
+pub struct BotsConfig {
+    /// Control server base URL, e.g. `http://127.0.0.1:8700`.
+    pub control: String,
+    pub count: usize,
+    pub first_player: u32,
+    pub duration: Duration,
+    pub rate_hz: f64,
+    pub size: usize,
+    pub move_every: Option<Duration>,
+    pub bind: IpAddr,
+    pub seed: u64,
+    pub grace: Duration,
+    pub rcvbuf: usize,
+    /// Progress lines on stderr.
+    pub progress: bool,
+    /// Stop sending DATA after this many per bot (the run ends early once
+    /// every bot has sent them): fixed counts for exact checks.
+    pub max_datagrams: Option<u64>,
+    /// Hold DATA until every bot has joined once, so that with no moves
+    /// each bot must receive exactly (bots in its group - 1) x sent.
+    pub sync_start: bool,
+    /// Network namespaces (names under /run/netns) for the bots' sockets,
+    /// round-robin; empty: this process's own.
+    pub netns: Vec<String>,
+    /// DATA sent this close before a receiver's LEAVE is uncertain.
+    pub settle: Duration,
+}
+
+impl BotsConfig {
+    /// Defaults of the CLI for `count` bots against `control`.
+    pub fn new(control: &str, count: usize) -> BotsConfig {
+        BotsConfig {
+            control: control.trim_end_matches('/').to_string(),
+            count,
+            first_player: 1,
+            duration: Duration::from_secs(10),
+            rate_hz: 10.0,
+            size: 100,
+            move_every: Some(Duration::from_secs(3)),
+            bind: IpAddr::from([0, 0, 0, 0]),
+            seed: 1,
+            grace: Duration::from_secs(2),
+            rcvbuf: 1 << 20,
+            progress: false,
+            max_datagrams: None,
+            sync_start: false,
+            netns: Vec::new(),
+            settle: Duration::from_millis(20),
+        }
+    }
+
+    pub(super) fn validate(&self) -> Result<(), BotsError> {
+        let bad = |m: String| Err(BotsError::Config(m));
+        if self.count == 0 {
+            return bad("--count must be at least 1".into());
+        }
+        if !(self.rate_hz.is_finite() && self.rate_hz > 0.0 && self.rate_hz <= 10_000.0) {
+            return bad(format!(
+                "--rate must be between 0 and 10000 per second, got {}",
+                self.rate_hz
+            ));
+        }
+        if !(MIN_SIZE..=MAX_DATAGRAM).contains(&self.size) {
+            return bad(format!(
+                "--size must be from {MIN_SIZE} (header + timestamp + epoch) to {MAX_DATAGRAM} bytes, got {}",
+                self.size
+            ));
+        }
+        if self.duration.is_zero() {
+            return bad("--duration must be positive".into());
+        }
+        if !(self.control.starts_with("http://")) {
+            return bad(format!(
+                "--control must be an http:// URL (e.g. http://127.0.0.1:8700), got '{}'",
+                self.control
+            ));
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn secs(name: &str, v: f64, allow_zero: bool) -> Result<Duration, BotsError> {
+    if v.is_finite() && (v > 0.0 || (allow_zero && v == 0.0)) && v < 1e7 {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        Err(BotsError::Config(format!(
+            "--{name} must be a {} number of seconds, got {v}",
+            if allow_zero { "non-negative" } else { "positive" }
+        )))
+    }
+}
+
+impl TryFrom<&BotsArgs> for BotsConfig {
+    type Error = BotsError;
+    fn try_from(a: &BotsArgs) -> Result<BotsConfig, BotsError> {
+        let move_every = secs("move-every", a.move_every, true)?;
+        let cfg = BotsConfig {
+            control: a.control.trim_end_matches('/').to_string(),
+            count: a.count as usize,
+            first_player: a.first_player,
+            duration: secs("duration", a.duration, false)?,
+            rate_hz: a.rate,
+            size: a.size,
+            move_every: (!move_every.is_zero()).then_some(move_every),
+            bind: a.bind,
+            seed: a.seed,
+            grace: secs("grace", a.grace, true)?,
+            rcvbuf: a.rcvbuf,
+            progress: !a.quiet,
+            max_datagrams: a.max_datagrams,
+            sync_start: a.sync_start,
+            netns: a.netns.clone(),
+            settle: Duration::from_millis(a.settle_ms),
+        };
+        if a.first_player.checked_add(a.count as u32 - 1).is_none() {
+            return Err(BotsError::Config(
+                "--first-player + --count overflows player ids".into(),
+            ));
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BotsError {
+    #[error("{0}")]
+    Config(String),
+    #[error("control server {url}: {msg} (is `reflector control` running there?)")]
+    Control { url: String, msg: String },
+    #[error("bot socket setup failed in {call}: {source}")]
+    Socket {
+        call: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("bot event loop failed in {call}: {source}")]
+    Loop {
+        call: &'static str,
+        #[source]
+        source: io::Error,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_is_checked() {
+        let ok = BotsConfig::new("http://127.0.0.1:1", 2);
+        assert!(ok.validate().is_ok());
+        let mut c = ok.clone();
+        c.size = MIN_SIZE - 1;
+        assert!(c.validate().unwrap_err().to_string().contains("--size"));
+        let mut c = ok.clone();
+        c.rate_hz = 0.0;
+        assert!(c.validate().unwrap_err().to_string().contains("--rate"));
+        let mut c = ok.clone();
+        c.control = "127.0.0.1:8700".into();
+        assert!(c.validate().unwrap_err().to_string().contains("http://"));
+        assert!(secs("duration", -1.0, false).is_err());
+        assert!(secs("duration", f64::NAN, false).is_err());
+        assert!(secs("move-every", 0.0, true).is_ok());
+    }
+}

@@ -1,0 +1,570 @@
+//! One bot's life as a state machine: ask for a ticket, join (the
+//! protocol crate's client session), send DATA at the game profile, keep
+//! alive, move and change groups, leave; and what it receives, recorded in
+//! the [`Ledger`]. No sockets and no clock of its own: sends, ticket
+//! requests and time go through [`Edge`], so a test drives it exactly.
+
+use super::config::BotsConfig;
+use super::tickets::{join_request, Job, JobResult};
+use super::world::{cell_of, step, Rng};
+use super::{Histogram, Ledger, MemId, Receipt, JOIN_RETRY, MAX_MESSAGES, PAYLOAD_MIN, TICKET_RETRY};
+use crate::control::WorldInfo;
+use reflector_proto::client::{self, Event, Failure, JoinRequest, Session, Transmit};
+use reflector_proto::protocol::{write_header, Header, Kind, Packet, HEADER_LEN};
+use std::io;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a bot is in a group nearly all the time, so the size is paid anyway; a box would cost an allocation per join"
+)]
+pub(super) enum State {
+    /// Waiting for a ticket (or for the time to ask again).
+    Idle,
+    /// Joining or a member, as `session` says; `mem` is the ledger's
+    /// record of this membership.
+    InGroup { mem: MemId, session: Session },
+}
+
+impl State {
+    pub(super) fn is_member(&self) -> bool {
+        matches!(self, State::InGroup { session, .. } if session.is_member())
+    }
+}
+
+#[derive(Debug, Default)]
+pub(super) struct BotStats {
+    pub(super) sent: u64,
+    pub(super) joins: u64,
+    pub(super) join_retries: u64,
+    pub(super) cell_changes: u64,
+    pub(super) group_changes: u64,
+    pub(super) errors: u64,
+    pub(super) lat_max_ns: u64,
+    pub(super) lat_sum_ns: u128,
+    pub(super) lat_n: u64,
+}
+
+pub(super) struct Bot {
+    pub(super) player: u32,
+    /// Its index: the edge keeps its socket under it.
+    pub(super) idx: usize,
+    pub(super) pos: (f64, f64),
+    pub(super) cell: Option<[u32; 2]>,
+    pub(super) state: State,
+    /// Ticket request generation; answers to older requests are ignored.
+    pub(super) gen: u64,
+    pub(super) http_busy: bool,
+    pub(super) ask_at: Option<Instant>,
+    pub(super) next_move: Option<Instant>,
+    pub(super) next_send: Instant,
+    pub(super) last_send: Instant,
+    pub(super) keepalive: Duration,
+    pub(super) stats: BotStats,
+}
+
+/// What the bots need from the world outside them: sending a datagram from
+/// a bot's socket, asking the control server for a ticket, and the clocks.
+/// The event loop implements it over sockets and HTTP threads; tests
+/// implement it with a record of what was sent and a clock they set.
+pub(super) trait Edge {
+    fn send(&mut self, bot: usize, datagram: &[u8], to: SocketAddr) -> io::Result<usize>;
+    fn ask_ticket(&mut self, job: Job);
+    /// Wall-clock ns since the epoch (DATA send timestamps, latency).
+    fn wall_ns(&self) -> u64;
+    /// Monotonic ns (the ledger's order of sends and leaves).
+    fn mono_ns(&self) -> u64;
+}
+
+/// The bots' state machine: everything the loop mutates besides the bots,
+/// with I/O and clocks behind [`Edge`], so it is deterministic under test.
+pub(super) struct Ctx<'a, E: Edge> {
+    pub(super) cfg: &'a BotsConfig,
+    pub(super) ledger: Ledger,
+    pub(super) edge: E,
+    pub(super) latency: Histogram,
+    pub(super) malformed: u64,
+    pub(super) errors: Vec<String>,
+    pub(super) error_count: u64,
+    pub(super) buf: Vec<u8>,
+    pub(super) sending: bool,
+    /// False while `sync_start` holds DATA back.
+    pub(super) released: bool,
+}
+
+impl<E: Edge> Ctx<'_, E> {
+    pub(super) fn error(&mut self, bot: &mut Bot, msg: String) {
+        bot.stats.errors += 1;
+        self.error_count += 1;
+        if self.errors.len() < MAX_MESSAGES {
+            tracing::warn!("bot {}: {msg}", bot.player);
+            self.errors.push(format!("bot {}: {msg}", bot.player));
+        }
+    }
+
+    pub(super) fn ask_ticket(&mut self, idx: usize, bot: &mut Bot) {
+        bot.gen += 1;
+        bot.http_busy = true;
+        bot.ask_at = None;
+        self.edge.ask_ticket(Job {
+            bot: idx,
+            gen: bot.gen,
+            player: bot.player,
+            pos: bot.pos,
+        });
+    }
+
+    pub(super) fn send_small(&mut self, bot: &mut Bot, tx: &Transmit) {
+        match self.edge.send(bot.idx, tx.datagram.as_bytes(), tx.to) {
+            Ok(_) => {}
+            // Control datagrams are retried by their own timers.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => self.error(bot, format!("sendto {}: {e}", tx.to)),
+        }
+    }
+
+    pub(super) fn start_join(&mut self, idx: usize, bot: &mut Bot, req: JoinRequest, now: Instant) {
+        let mem = self.ledger.new_membership(idx, req.reflector);
+        let cfg = client::Config {
+            retry: JOIN_RETRY,
+            give_up: None,
+        };
+        bot.state = State::InGroup {
+            mem,
+            session: Session::new(req, cfg, now),
+        };
+        self.flush(bot);
+    }
+
+    /// Sends the JOIN step the bot's session has queued, if any (a session
+    /// holds at most one).
+    pub(super) fn flush(&mut self, bot: &mut Bot) {
+        let State::InGroup { mem, session } = &mut bot.state else {
+            return;
+        };
+        let mem = *mem;
+        if let Some(tx) = session.poll_transmit() {
+            self.send_small(bot, &tx);
+            if tx.echoes_cookie {
+                self.ledger.join_sent(mem);
+            }
+        }
+    }
+
+    /// Leaves the current group. `settle`: the LEAVE may overtake other
+    /// bots' recent datagrams on the way (a move during the run); false at
+    /// the end of the run, when the grace period has let everything arrive.
+    pub(super) fn leave(&mut self, bot: &mut Bot, settle: bool) {
+        if let State::InGroup { mem, mut session } = bot.state {
+            if let Some(tx) = session.leave() {
+                self.send_small(bot, &tx);
+            }
+            // After the LEAVE is sent: its order against other bots' sends
+            // is what the reflector sees, up to the settle time.
+            if settle {
+                self.ledger.ended_at(mem, self.edge.mono_ns());
+            } else {
+                self.ledger.ended(mem);
+            }
+            bot.state = State::Idle;
+        }
+    }
+
+    pub(super) fn on_ticket(&mut self, idx: usize, bot: &mut Bot, res: JobResult, now: Instant) {
+        if res.gen != bot.gen {
+            return;
+        }
+        bot.http_busy = false;
+        let ticket = match res.result {
+            Ok(t) => t,
+            Err(e) => {
+                self.error(bot, e);
+                if matches!(bot.state, State::Idle) {
+                    bot.ask_at = Some(now + TICKET_RETRY);
+                }
+                return;
+            }
+        };
+        let target = match join_request(&ticket, bot.player) {
+            Ok(t) => t,
+            Err(e) => {
+                self.error(bot, e);
+                return;
+            }
+        };
+        bot.cell = Some(ticket.cell);
+        if !self.sending {
+            return;
+        }
+        match bot.state {
+            State::InGroup { session, .. } if session.is_member() => {
+                if session.request().reflector != target.reflector {
+                    self.leave(bot, true);
+                    bot.stats.group_changes += 1;
+                    self.start_join(idx, bot, target, now);
+                }
+            }
+            State::Idle => self.start_join(idx, bot, target, now),
+            // Tickets are asked for only when Idle or a member.
+            State::InGroup { .. } => {}
+        }
+    }
+
+    /// Handles one received datagram; true if it was a control reply that
+    /// may have made the bot due (DATA never changes a bot's timers).
+    pub(super) fn on_datagram(
+        &mut self,
+        idx: usize,
+        bot: &mut Bot,
+        data: &[u8],
+        src: SocketAddr,
+        now: Instant,
+    ) -> bool {
+        let control = Packet::parse(data).is_ok_and(|p| p.kind() != Kind::Data);
+        self.handle_datagram(idx, bot, data, src, now);
+        control
+    }
+
+    pub(super) fn handle_datagram(&mut self, idx: usize, bot: &mut Bot, data: &[u8], src: SocketAddr, now: Instant) {
+        let Ok(pkt) = Packet::parse(data) else {
+            self.malformed += 1;
+            return;
+        };
+        match pkt.kind() {
+            Kind::Data => {
+                let p = pkt.payload();
+                if p.len() < PAYLOAD_MIN {
+                    self.malformed += 1;
+                    return;
+                }
+                let ts = u64::from_be_bytes(p[0..8].try_into().unwrap_or_default());
+                let epoch = u32::from_be_bytes(p[8..12].try_into().unwrap_or_default());
+                if self.ledger.received(idx, epoch, pkt.seq()) == Receipt::New {
+                    let lat = self.edge.wall_ns().saturating_sub(ts);
+                    self.latency.record(lat);
+                    let s = &mut bot.stats;
+                    s.lat_max_ns = s.lat_max_ns.max(lat);
+                    s.lat_sum_ns += u128::from(lat);
+                    s.lat_n += 1;
+                }
+            }
+            Kind::JoinChallenge | Kind::JoinAck | Kind::Error => {
+                let State::InGroup { mem, session } = &mut bot.state else {
+                    return;
+                };
+                let (mem, group) = (*mem, session.request().group);
+                let event = session.handle(now, src, &pkt);
+                self.flush(bot);
+                match event {
+                    Some(Event::Joined(ack)) => {
+                        self.ledger.joined(mem);
+                        bot.stats.joins += 1;
+                        bot.keepalive = Duration::from_millis(u64::from(ack.keepalive_ms.max(50)));
+                        bot.last_send = now;
+                        bot.next_send = now;
+                    }
+                    Some(Event::Restarted) => {
+                        // Stale cookie (a slow round trip): the session
+                        // starts over, as a new membership for the ledger.
+                        self.ledger.join_failed(mem);
+                        bot.stats.join_retries += 1;
+                        if let State::InGroup { mem, session } = &mut bot.state {
+                            *mem = self.ledger.new_membership(idx, session.request().reflector);
+                        }
+                    }
+                    Some(Event::MembershipLost) => {
+                        self.ledger.ended(mem);
+                        bot.state = State::Idle;
+                        self.error(bot, format!("group {group} forgot this member; joining again"));
+                        if !bot.http_busy {
+                            self.ask_ticket(idx, bot);
+                        }
+                    }
+                    Some(Event::Failed(Failure::ExpiredToken)) => {
+                        self.ledger.join_failed(mem);
+                        bot.state = State::Idle;
+                        if !bot.http_busy {
+                            self.ask_ticket(idx, bot);
+                        }
+                    }
+                    Some(Event::Failed(f)) => {
+                        self.ledger.join_failed(mem);
+                        bot.state = State::Idle;
+                        bot.ask_at = Some(now + TICKET_RETRY);
+                        self.error(bot, format!("group {group}: {f}"));
+                    }
+                    Some(Event::Retransmitted) | None => {}
+                }
+            }
+            _ => self.malformed += 1,
+        }
+    }
+
+    /// Timers of one bot; returns when it next needs attention.
+    pub(super) fn tick(
+        &mut self,
+        idx: usize,
+        bot: &mut Bot,
+        now: Instant,
+        world: &WorldInfo,
+        rng: &mut Rng,
+    ) -> Instant {
+        let far = now + Duration::from_secs(1);
+        if !self.sending {
+            return far;
+        }
+        match bot.state {
+            State::Idle => {
+                if !bot.http_busy {
+                    match bot.ask_at {
+                        Some(t) if t > now => return t,
+                        _ => self.ask_ticket(idx, bot),
+                    }
+                }
+                far
+            }
+            State::InGroup { mem, mut session } if !session.is_member() => {
+                let Some(due) = session.poll_timeout() else {
+                    return far;
+                };
+                if now < due {
+                    return due;
+                }
+                if session.handle_timeout(now) == Some(Event::Retransmitted) {
+                    bot.stats.join_retries += 1;
+                }
+                bot.state = State::InGroup { mem, session };
+                self.flush(bot);
+                session.poll_timeout().unwrap_or(far)
+            }
+            State::InGroup { mem, session } => {
+                if let Some(t) = bot.next_move {
+                    if now >= t && !bot.http_busy {
+                        let every = self.cfg.move_every.unwrap_or(Duration::from_secs(3600));
+                        bot.next_move = Some(t + every);
+                        bot.pos = step(bot.pos, world, rng.unit(), rng.unit());
+                        let cell = cell_of(bot.pos, world);
+                        if Some(cell) != bot.cell {
+                            bot.stats.cell_changes += 1;
+                            self.ask_ticket(idx, bot);
+                        }
+                    }
+                }
+                let quota_left = self.cfg.max_datagrams.is_none_or(|m| bot.stats.sent < m);
+                if self.released && quota_left && now >= bot.next_send {
+                    self.send_data(bot, mem, session.request(), now);
+                } else if now >= bot.last_send + bot.keepalive {
+                    if let Some(tx) = session.keepalive() {
+                        self.send_small(bot, &tx);
+                    }
+                    bot.last_send = now;
+                }
+                let mut next = bot.last_send + bot.keepalive;
+                if self.released && quota_left {
+                    next = next.min(bot.next_send);
+                }
+                if let Some(t) = bot.next_move {
+                    next = next.min(t);
+                }
+                next
+            }
+        }
+    }
+
+    pub(super) fn send_data(&mut self, bot: &mut Bot, mem: MemId, target: &JoinRequest, now: Instant) {
+        let seq = self.ledger.sent(mem);
+        let size = self.cfg.size;
+        let h = Header {
+            kind: Kind::Data,
+            group: target.group,
+            sender: bot.player,
+            seq,
+        };
+        // size was validated against MAX_DATAGRAM and the buffer has that size.
+        if write_header(&h, size - HEADER_LEN, &mut self.buf).is_err() {
+            return;
+        }
+        self.buf[HEADER_LEN..HEADER_LEN + 8].copy_from_slice(&self.edge.wall_ns().to_be_bytes());
+        self.buf[HEADER_LEN + 8..HEADER_LEN + 12].copy_from_slice(&mem.to_be_bytes());
+        match self.edge.send(bot.idx, &self.buf[..size], target.reflector) {
+            Ok(_) => {
+                // Count it only once it is really sent.
+                self.ledger.next_seq_at(mem, self.edge.mono_ns());
+                bot.stats.sent += 1;
+                bot.last_send = now;
+                let period = Duration::from_secs_f64(1.0 / self.cfg.rate_hz);
+                bot.next_send += period;
+                if bot.next_send + period < now {
+                    // Far behind (a stall): do not burst to catch up.
+                    bot.next_send = now + period;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                // Socket buffer full: try again on the next pass, same seq.
+            }
+            Err(e) => {
+                self.error(bot, format!("sendto {}: {e}", target.reflector));
+                bot.next_send += Duration::from_secs_f64(1.0 / self.cfg.rate_hz);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::Ticket;
+    use crate::membership::{Event as GroupEvent, Group, Keys, Now, Policy};
+    use reflector_proto::auth::{Secret, TokenClaims};
+
+    /// Records what the bots send and ask for; its clocks are set by the test.
+    #[derive(Default)]
+    struct Recorder {
+        sent: Vec<(usize, Vec<u8>, SocketAddr)>,
+        jobs: Vec<(usize, u64, u32)>,
+        wall_ns: u64,
+        mono_ns: u64,
+    }
+
+    impl Edge for Recorder {
+        fn send(&mut self, bot: usize, datagram: &[u8], to: SocketAddr) -> io::Result<usize> {
+            self.sent.push((bot, datagram.to_vec(), to));
+            Ok(datagram.len())
+        }
+        fn ask_ticket(&mut self, job: Job) {
+            self.jobs.push((job.bot, job.gen, job.player));
+        }
+        fn wall_ns(&self) -> u64 {
+            self.wall_ns
+        }
+        fn mono_ns(&self) -> u64 {
+            self.mono_ns
+        }
+    }
+
+    const T0_MS: u64 = 1_700_000_000_000;
+
+    /// One bot against a real group (the reflector's pure membership core):
+    /// it asks for a ticket, joins in two steps, sends DATA at its rate with
+    /// the edge's timestamps, and leaves — all on an injected clock.
+    #[test]
+    fn a_bot_asks_joins_sends_at_its_rate_and_leaves_deterministically() {
+        let mut cfg = BotsConfig::new("http://control.invalid", 1);
+        cfg.move_every = None;
+        let world = WorldInfo {
+            grid: [1, 1],
+            cell_size: 100.0,
+            size: [100.0, 100.0],
+        };
+        let keys = Keys {
+            token_secret: Secret::new(&[7; 32]).unwrap(),
+            reflector_id: 0,
+            cookie_key: Secret::new(&[8; 32]).unwrap(),
+        };
+        let (policy, mut group) = (Policy::default(), Group::new(4000));
+        let reflector: SocketAddr = "10.0.0.1:4000".parse().unwrap();
+        let me: SocketAddr = "10.0.0.2:5555".parse().unwrap();
+        let start = Instant::now();
+        let mut ctx = Ctx {
+            cfg: &cfg,
+            ledger: Ledger::with_settle(1, 0),
+            edge: Recorder {
+                wall_ns: T0_MS * 1_000_000,
+                ..Default::default()
+            },
+            latency: Histogram::default(),
+            malformed: 0,
+            errors: Vec::new(),
+            error_count: 0,
+            buf: vec![0u8; 2048],
+            sending: true,
+            released: true,
+        };
+        let mut bot = Bot {
+            player: 42,
+            idx: 0,
+            pos: (50.0, 50.0),
+            cell: None,
+            state: State::Idle,
+            gen: 0,
+            http_busy: false,
+            ask_at: None,
+            next_move: None,
+            next_send: start,
+            last_send: start,
+            keepalive: Duration::from_secs(2),
+            stats: BotStats::default(),
+        };
+        let mut rng = Rng(1);
+        ctx.tick(0, &mut bot, start, &world, &mut rng);
+        assert_eq!(ctx.edge.jobs, vec![(0, 1, 42)]);
+        let token = TokenClaims {
+            player: 42,
+            reflector: 0,
+            group: 4000,
+            expires_unix_s: T0_MS / 1000 + 60,
+        }
+        .sign(&keys.token_secret);
+        let ticket = Ticket {
+            player: 42,
+            cell: [0, 0],
+            reflector: reflector.to_string(),
+            reflector_id: 0,
+            group: 4000,
+            token: hex::encode(token),
+            expires_unix_s: T0_MS / 1000 + 60,
+        };
+        ctx.on_ticket(
+            0,
+            &mut bot,
+            JobResult {
+                bot: 0,
+                gen: 1,
+                result: Ok(ticket),
+            },
+            start,
+        );
+        // Two round trips with the group: challenge, then ack.
+        let now = Now {
+            unix_ms: T0_MS,
+            mono_ms: 1,
+        };
+        for expect in [GroupEvent::Challenged, GroupEvent::Joined { rejoin: false }] {
+            let (_, join, to) = ctx.edge.sent.pop().expect("a JOIN was sent");
+            assert_eq!(to, reflector);
+            let out = group.handle(&keys, &policy, now, me, &join);
+            assert_eq!(out.event, expect);
+            ctx.on_datagram(0, &mut bot, out.reply.unwrap().as_bytes(), reflector, start);
+        }
+        assert!(bot.state.is_member());
+        assert_eq!(bot.stats.joins, 1);
+        // DATA at 10 Hz: one now, none 50 ms later, the next at 100 ms.
+        for (ms, sends) in [(0, 1), (50, 1), (100, 2)] {
+            ctx.edge.wall_ns = (T0_MS + ms) * 1_000_000;
+            ctx.tick(0, &mut bot, start + Duration::from_millis(ms), &world, &mut rng);
+            assert_eq!(ctx.edge.sent.len(), sends, "at {ms} ms");
+        }
+        for (k, (_, d, to)) in ctx.edge.sent.iter().enumerate() {
+            let p = Packet::parse(&d[..]).unwrap();
+            assert_eq!(
+                (p.kind(), p.seq(), *to, d.len()),
+                (Kind::Data, k as u32, reflector, 100)
+            );
+            let stamp = u64::from_be_bytes(p.payload()[..8].try_into().unwrap());
+            assert_eq!(stamp, (T0_MS + 100 * k as u64) * 1_000_000);
+            // The group forwards it: the bot is a member there.
+            assert!(matches!(
+                group.handle(&keys, &policy, now, me, d).event,
+                GroupEvent::Forward { .. }
+            ));
+        }
+        ctx.edge.sent.clear();
+        ctx.leave(&mut bot, false);
+        let (_, leave, _) = ctx.edge.sent.pop().expect("a LEAVE");
+        assert_eq!(group.handle(&keys, &policy, now, me, &leave).event, GroupEvent::Left);
+        assert!(matches!(bot.state, State::Idle));
+        assert_eq!((bot.stats.sent, ctx.error_count), (2, 0));
+    }
+}

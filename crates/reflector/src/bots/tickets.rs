@@ -1,0 +1,111 @@
+//! Tickets from the control server: HTTP on helper threads, so a slow
+//! answer never stalls the data path; the answers come back on a channel.
+
+use super::BotsError;
+use crate::control::{Ticket, WorldInfo};
+use reflector_proto::client::JoinRequest;
+use reflector_proto::protocol::TOKEN_LEN;
+use std::net::SocketAddr;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub(super) struct Job {
+    pub(super) bot: usize,
+    pub(super) gen: u64,
+    pub(super) player: u32,
+    pub(super) pos: (f64, f64),
+}
+
+pub(super) struct JobResult {
+    pub(super) bot: usize,
+    pub(super) gen: u64,
+    pub(super) result: Result<Ticket, String>,
+}
+
+fn agent() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout_connect(Duration::from_secs(2))
+        .timeout(Duration::from_secs(5))
+        .build()
+}
+
+fn http_error(e: ureq::Error) -> String {
+    match e {
+        ureq::Error::Status(code, resp) => {
+            let body = resp.into_string().unwrap_or_default();
+            format!("answered {code}: {}", body.trim())
+        }
+        ureq::Error::Transport(t) => format!("unreachable: {t}"),
+    }
+}
+
+/// `GET /world`.
+pub fn fetch_world(control: &str) -> Result<WorldInfo, BotsError> {
+    let url = format!("{control}/world");
+    let err = |msg: String| BotsError::Control {
+        url: control.to_string(),
+        msg,
+    };
+    agent()
+        .get(&url)
+        .call()
+        .map_err(|e| err(http_error(e)))?
+        .into_json::<WorldInfo>()
+        .map_err(|e| err(format!("bad /world answer: {e}")))
+}
+
+/// `GET /join?player=..&x=..&y=..`.
+pub fn fetch_ticket(agent: &ureq::Agent, control: &str, player: u32, pos: (f64, f64)) -> Result<Ticket, String> {
+    agent
+        .get(&format!("{control}/join"))
+        .query("player", &player.to_string())
+        .query("x", &pos.0.to_string())
+        .query("y", &pos.1.to_string())
+        .call()
+        .map_err(|e| format!("control server {control}: /join {}", http_error(e)))?
+        .into_json::<Ticket>()
+        .map_err(|e| format!("control server {control}: bad /join answer: {e}"))
+}
+
+pub(super) fn http_worker(control: String, jobs: Arc<Mutex<mpsc::Receiver<Job>>>, results: mpsc::Sender<JobResult>) {
+    let agent = agent();
+    loop {
+        let job = match jobs.lock() {
+            Ok(rx) => match rx.recv() {
+                Ok(j) => j,
+                Err(_) => return, // the event loop is done
+            },
+            Err(_) => return,
+        };
+        let result = fetch_ticket(&agent, &control, job.player, job.pos);
+        if results
+            .send(JobResult {
+                bot: job.bot,
+                gen: job.gen,
+                result,
+            })
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// A ticket made usable: where to send and the token bytes.
+pub(super) fn join_request(t: &Ticket, player: u32) -> Result<JoinRequest, String> {
+    let reflector: SocketAddr = t
+        .reflector
+        .parse()
+        .map_err(|_| format!("control server gave reflector '{}', not ip:port", t.reflector))?;
+    let token: [u8; TOKEN_LEN] = hex::decode(&t.token)
+        .ok()
+        .and_then(|v| v.try_into().ok())
+        .ok_or_else(|| format!("control server gave a token that is not {TOKEN_LEN} hex bytes"))?;
+    Ok(JoinRequest {
+        reflector,
+        group: t.group,
+        player,
+        token,
+    })
+}
