@@ -5,8 +5,7 @@
 use std::net::SocketAddrV4;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use capture::gen::{self, FrameSpec, GenConfig, Via};
@@ -194,10 +193,9 @@ fn run_probe() -> Result<ExitCode, capture::CaptureError> {
 
 fn signals(control: &Control) -> Result<(), capture::CaptureError> {
     let err = |e: std::io::Error| capture::CaptureError::Config(format!("cannot install signal handlers: {e}"));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, control.stop.clone()).map_err(err)?;
-    }
-    signal_hook::flag::register(signal_hook::consts::SIGUSR1, control.report.clone()).map_err(err)?;
+    use oskit::signal::{set_on, SIGINT, SIGTERM, SIGUSR1};
+    set_on(&[SIGINT, SIGTERM], &control.stop).map_err(err)?;
+    set_on(&[SIGUSR1], &control.report).map_err(err)?;
     Ok(())
 }
 
@@ -309,11 +307,9 @@ fn run_gen(a: GenArgs) -> Result<ExitCode, capture::CaptureError> {
         duration,
         batch: a.batch,
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone())
-            .map_err(|e| capture::CaptureError::Config(format!("cannot install signal handlers: {e}")))?;
-    }
+    use oskit::signal::{flag_on, Second, SIGINT, SIGTERM};
+    let stop = flag_on(&[SIGINT, SIGTERM], Second::Ignore)
+        .map_err(|e| capture::CaptureError::Config(format!("cannot install signal handlers: {e}")))?;
     let quiet = a.csv;
     let r = gen::generate(&cfg, &stop, &mut |sent, el| {
         if !quiet {

@@ -596,7 +596,7 @@ fn worker_loop(
     snap: &Mutex<(u64, ThreadReport)>,
 ) -> Result<ThreadReport> {
     if let Some(c) = cpu {
-        sys::pin_current_thread(c).map_err(CaptureError::from_sys)?;
+        oskit::cpu::pin_this_thread(c).map_err(|e| CaptureError::Config(format!("--cpus: {e}")))?;
     }
     let cpu0 = sys::thread_cpu_time();
     let mut rep = ThreadReport {

@@ -60,11 +60,7 @@ impl FromStr for Mode {
 }
 
 /// Result of probing one mode.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Support {
-    Supported,
-    Unsupported(String),
-}
+pub use oskit::Support;
 
 /// Ring geometry. `buffer_bytes` is the total ring size (like tcpdump -B).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

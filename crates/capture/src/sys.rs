@@ -705,19 +705,6 @@ fn sendmmsg_to(fd: RawFd, bufs: &[&[u8]], dst: Option<&libc::sockaddr_in>) -> Sy
     Ok(n as usize)
 }
 
-/// Pins the calling thread to one CPU.
-pub fn pin_current_thread(cpu: usize) -> SysResult<()> {
-    let mut set = nix::sched::CpuSet::new();
-    set.set(cpu).map_err(|e| SysError {
-        call: "sched_setaffinity",
-        source: io::Error::from_raw_os_error(e as i32),
-    })?;
-    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).map_err(|e| SysError {
-        call: "sched_setaffinity",
-        source: io::Error::from_raw_os_error(e as i32),
-    })
-}
-
 /// CPU time (user, system) of the calling thread.
 pub fn thread_cpu_time() -> (Duration, Duration) {
     // SAFETY: rusage is plain old data; getrusage fills it.
@@ -737,20 +724,4 @@ pub fn realtime_ns() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
-}
-
-/// Enters the network namespace at `path` for the calling thread only.
-pub fn enter_netns(path: &str) -> io::Result<()> {
-    let f = std::fs::File::open(path)?;
-    nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| io::Error::from_raw_os_error(e as i32))
-}
-
-/// The current thread's network namespace, to return to after `enter_netns`.
-pub fn current_netns() -> io::Result<std::fs::File> {
-    std::fs::File::open("/proc/thread-self/ns/net")
-}
-
-/// Returns the calling thread to a namespace saved with [`current_netns`].
-pub fn restore_netns(f: &std::fs::File) -> io::Result<()> {
-    nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| io::Error::from_raw_os_error(e as i32))
 }

@@ -205,14 +205,9 @@ fn filter_selects_exactly_the_matching_packets() {
 
 /// Opens a capture inside namespace `ns` (the sockets stay there).
 fn open_in(ns: &str, cfg: &CaptureConfig) -> Capture {
-    let path = Lab::ns_path(ns);
-    let cfg = cfg.clone();
-    std::thread::spawn(move || {
-        capture::sys::enter_netns(&path).expect("setns");
-        Capture::open(&cfg).expect("open capture")
-    })
-    .join()
-    .expect("open thread")
+    oskit::netns::NetNs::open(ns)
+        .and_then(|n| n.run(|| Capture::open(cfg).expect("open capture")))
+        .expect("enter the namespace")
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::io;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-pub use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+pub use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
 
 /// What a second signal does while the first one's clean shutdown runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,6 +30,15 @@ pub fn flag_on(signals: &[i32], second: Second) -> io::Result<Arc<AtomicBool>> {
         signal_hook::flag::register(sig, Arc::clone(&flag))?;
     }
     Ok(flag)
+}
+
+/// Makes any of `signals` set `flag`, a flag the caller already has (a
+/// control block shared with worker threads).
+pub fn set_on(signals: &[i32], flag: &Arc<AtomicBool>) -> io::Result<()> {
+    for &sig in signals {
+        signal_hook::flag::register(sig, Arc::clone(flag))?;
+    }
+    Ok(())
 }
 
 /// The usual flag: SIGINT or SIGTERM set it; a second one exits (status 1).

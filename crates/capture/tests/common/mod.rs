@@ -1,7 +1,8 @@
 //! Test lab: two network namespaces of the test's own joined by a veth
 //! pair, deleted again by `Drop` even when the test panics.
-#![allow(dead_code)]
+#![expect(dead_code, reason = "each test file uses a part of the lab")]
 
+use oskit::testing::NetNsGuard;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -10,18 +11,7 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_capture");
 
-/// True if the test may run. Without root it prints the skip and returns
-/// false, unless REQUIRE_ROOT_TESTS=1, where a skip is a failure.
-pub fn root_or_skip(test: &str) -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    if std::env::var("REQUIRE_ROOT_TESTS").as_deref() == Ok("1") {
-        panic!("{test} needs root, and REQUIRE_ROOT_TESTS=1 forbids skipping it");
-    }
-    eprintln!("skipping {test}: needs root");
-    false
-}
+pub use oskit::testing::root_or_skip;
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
@@ -44,6 +34,8 @@ pub struct Lab {
     pub b_if: String,
     pub a_ip: String,
     pub b_ip: String,
+    /// Remove the namespaces (and end every process inside) on drop.
+    _guards: [NetNsGuard; 2],
 }
 
 impl Lab {
@@ -58,6 +50,10 @@ impl Lab {
             b_if: format!("cb{tag}"),
             a_ip: format!("10.{}.{}.1", 100 + (pid % 100), n % 250),
             b_ip: format!("10.{}.{}.2", 100 + (pid % 100), n % 250),
+            _guards: [
+                NetNsGuard::adopt(format!("captest-{pid}-{n}-a")),
+                NetNsGuard::adopt(format!("captest-{pid}-{n}-b")),
+            ],
         };
         // From here on Drop cleans up whatever was made.
         ip(&["netns", "add", &lab.a]);
@@ -182,15 +178,6 @@ impl Lab {
             ],
         );
         String::from_utf8_lossy(&out.stderr).to_string()
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        // Deleting a namespace deletes the veth end in it, and with it the pair.
-        for ns in [&self.a, &self.b] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-        }
     }
 }
 
