@@ -128,6 +128,11 @@ fn trace(line: impl FnOnce() -> String) {
     }
 }
 
+/// Runs one operation now, checking its exit status.
+pub fn run_op(op: &Op) -> Result<(), LabError> {
+    run_one(op)
+}
+
 fn run_one(op: &Op) -> Result<(), LabError> {
     let mut cmd = match op {
         Op::AddNetns(n) => {

@@ -88,6 +88,15 @@ enum Cmd {
         #[command(flatten)]
         build: BuildArgs,
     },
+    /// Change the time dilation factor of a running dilated lab: every link is re-rated to
+    /// rate/TDF and the lab's clock (every process in it) runs TDF times slower.
+    Tdf {
+        #[arg(long)]
+        run: Option<String>,
+        /// The new factor (a whole number, 1 or more).
+        #[arg(value_parser = clap::value_parser!(u32).range(1..=1000))]
+        tdf: u32,
+    },
     /// Check that every host reaches every other (UDP probes of our own).
     Check {
         #[arg(long)]
@@ -444,6 +453,17 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             } else {
                 println!("netlab: removed {}", r.removed.join(", "));
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Tdf { run, tdf } => {
+            lab::require_root()?;
+            sweep_quietly();
+            let mut st = lab::find_run(&state_dir(), run.as_deref())?;
+            for line in lab::set_tdf(&st, tdf)? {
+                println!("netlab: {line}");
+            }
+            st.tdf = tdf;
+            lab::write_state(&state_dir().join(&st.run_id), &st)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Check { run } => {

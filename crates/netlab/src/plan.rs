@@ -190,6 +190,44 @@ pub struct Plan {
     pub addressing: Addressing,
     pub namespaces: Vec<String>,
     pub ops: Vec<Op>,
+    /// Every device with an HTB rate limit, for re-rating on a TDF change.
+    pub shaped: Vec<Shaped>,
+}
+
+/// A device shaped to a link's configured (undilated) rate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shaped {
+    pub ns: String,
+    pub dev: String,
+    pub bw_bps: u64,
+}
+
+/// The op that sets a shaped device's HTB class to its rate under `d`
+/// (the paper's HTB fix for a TDF change, done from user space).
+pub fn htb_rate_change(s: &Shaped, d: Dilation) -> Op {
+    let rate = d.rate(s.bw_bps);
+    tc(
+        &s.ns,
+        vec![
+            "class".into(),
+            "change".into(),
+            "dev".into(),
+            s.dev.clone(),
+            "parent".into(),
+            "1:".into(),
+            "classid".into(),
+            "1:1".into(),
+            "htb".into(),
+            "rate".into(),
+            format!("{rate}bit"),
+            "burst".into(),
+            format!("{}b", htb_burst(rate)),
+            "cburst".into(),
+            format!("{}b", htb_burst(rate)),
+            "quantum".into(),
+            htb_quantum(rate).to_string(),
+        ],
+    )
 }
 
 fn ip(ns: &str, args: &[&str]) -> Op {
@@ -393,6 +431,7 @@ pub fn build_plan(t: &Topology, naming: &Naming, o: &PlanOptions) -> Result<Plan
     let addressing = plan_addressing(t)?;
     let fab = naming.fabric();
     let mut ops = Buckets::default();
+    let mut shaped = Vec::new();
     let mut namespaces = vec![fab.clone()];
 
     // Namespaces first; IPv6 off before any interface exists so that no
@@ -470,6 +509,13 @@ pub fn build_plan(t: &Topology, naming: &Naming, o: &PlanOptions) -> Result<Plan
             for op in shaping_ops(ns, dev, &l.params, o) {
                 ops.add(op);
             }
+            if let Some(bw_bps) = l.params.bw_bps {
+                shaped.push(Shaped {
+                    ns: ns.clone(),
+                    dev: dev.clone(),
+                    bw_bps,
+                });
+            }
         }
         if delay_line {
             let mut params = l.params.clone();
@@ -515,6 +561,7 @@ pub fn build_plan(t: &Topology, naming: &Naming, o: &PlanOptions) -> Result<Plan
     }
 
     Ok(Plan {
+        shaped,
         naming: naming.clone(),
         options: o.clone(),
         addressing,
@@ -541,6 +588,27 @@ fn veth(ns_a: &str, dev_a: &str, ns_b: &str, dev_b: &str) -> Op {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tdf_change_rerates_every_shaped_device() {
+        let s = Shaped {
+            ns: "netlab-r1-h1".into(),
+            dev: "eth0".into(),
+            bw_bps: 100_000_000,
+        };
+        assert_eq!(
+            htb_rate_change(&s, Dilation { tdf: 4 }).to_string(),
+            "tc -n netlab-r1-h1 class change dev eth0 parent 1: classid 1:1 htb rate 25000000bit burst 12500b cburst 12500b quantum 200000"
+        );
+        let t = crate::topo::Builtin::Star { hosts: 2 }.build(&LinkParams {
+            bw_bps: Some(10_000_000),
+            ..Default::default()
+        });
+        let plan = build_plan(&t, &Naming::new("r1"), &PlanOptions::default()).unwrap();
+        // Both ends of both links.
+        assert_eq!(plan.shaped.len(), 4);
+        assert!(plan.shaped.iter().all(|s| s.bw_bps == 10_000_000));
+    }
     use crate::topo::Builtin;
 
     fn render(p: &Plan) -> Vec<String> {

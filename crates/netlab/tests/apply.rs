@@ -32,6 +32,7 @@ fn failing_op_is_named_in_both_modes() {
             options: PlanOptions::default(),
             addressing: Default::default(),
             namespaces: vec![ns.clone()],
+            shaped: vec![],
             ops: vec![
                 Op::AddNetns(ns.clone()),
                 ip(&ns, "link set lo up"),

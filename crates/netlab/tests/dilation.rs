@@ -56,6 +56,50 @@ for _ in range(50):
 /// Ethernet frame: + 8 UDP + 20 IP + 14 Ethernet).
 const FRAME: f64 = 1442.0;
 
+/// Sends for `virtual_secs` of the lab's clock from h1 to h2; returns the
+/// rate the receiver measured on its (dilated) clock and the rate through
+/// h1's shaper over the middle of the run on this (undilated) process's
+/// clock, both in bits per second.
+fn measure(lab: &netlab::lab::Lab, virtual_secs: f64) -> (f64, f64) {
+    let l = lab.launcher();
+    let h2 = lab.state.host("h2").unwrap().addr.unwrap().to_string();
+    let mut rx = l
+        .command("h2", &["python3", "-c", RECEIVER])
+        .unwrap()
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The receiver binds within a virtual moment; give it real time.
+    std::thread::sleep(Duration::from_millis(500));
+    let mut tx = l
+        .command("h1", &["python3", "-c", SENDER, &h2, &virtual_secs.to_string()])
+        .unwrap()
+        .spawn()
+        .unwrap();
+    let ns = lab.ns_of("h1").unwrap().to_string();
+    let dev = lab
+        .plan
+        .addressing
+        .ifaces
+        .iter()
+        .find(|f| f.node == "h1")
+        .map(|f| f.ifname.clone())
+        .unwrap();
+    let real = Duration::from_secs_f64(virtual_secs * f64::from(lab.state.tdf));
+    std::thread::sleep(real.mul_f64(0.15));
+    let (b0, t0) = (netlab::netns::root_qdisc_bytes(&ns, &dev).unwrap(), Instant::now());
+    std::thread::sleep(real.mul_f64(0.5));
+    let (b1, t1) = (netlab::netns::root_qdisc_bytes(&ns, &dev).unwrap(), Instant::now());
+    let real_bps = (b1 - b0) as f64 * 8.0 / (t1 - t0).as_secs_f64();
+    assert!(tx.wait().unwrap().success());
+    let mut out = String::new();
+    rx.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    assert!(rx.wait().unwrap().success(), "receiver: {out}");
+    let f: Vec<f64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    let (datagrams, seconds) = (f[0], f[2]);
+    (datagrams * FRAME * 8.0 / seconds, real_bps)
+}
+
 #[test]
 fn a_program_in_a_dilated_lab_sees_the_configured_rate() {
     if !need_root("a_program_in_a_dilated_lab_sees_the_configured_rate") {
@@ -71,69 +115,37 @@ fn a_program_in_a_dilated_lab_sees_the_configured_rate() {
         panic!("python3 is needed for this test (scripts/install-deps.sh installs it)");
     }
     const RATE: u64 = 20_000_000;
-    const TDF: u32 = 4;
+    let r = RATE as f64;
     let params = LinkParams {
         bw_bps: Some(RATE),
         ..Default::default()
     };
     let mut o = opts();
-    o.dilation.tdf = TDF;
-    let lab = up(&Builtin::Pair.build(&params), &o);
+    o.dilation.tdf = 4;
+    let mut lab = up(&Builtin::Pair.build(&params), &o);
     assert!(lab.state.clock.is_some(), "a dilated lab records its clock");
-    let l = lab.launcher();
-    let h2 = lab.state.host("h2").unwrap().addr.unwrap().to_string();
-    let mut rx = l
-        .command("h2", &["python3", "-c", RECEIVER])
-        .unwrap()
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The receiver binds within a virtual moment; give it real time.
-    std::thread::sleep(Duration::from_millis(500));
-    // 1.5 virtual seconds: 6 real seconds of sending.
-    let mut tx = l
-        .command("h1", &["python3", "-c", SENDER, &h2, "1.5"])
-        .unwrap()
-        .spawn()
-        .unwrap();
-    // The real wire: bytes through h1's shaper over 3 real seconds of the
-    // sending, on this (undilated) process's clock.
-    let ns = lab.ns_of("h1").unwrap().to_string();
-    let dev = lab
-        .plan
-        .addressing
-        .ifaces
-        .iter()
-        .find(|f| f.node == "h1")
-        .map(|f| f.ifname.clone())
-        .unwrap();
-    std::thread::sleep(Duration::from_secs(1));
-    let (b0, t0) = (netlab::netns::root_qdisc_bytes(&ns, &dev).unwrap(), Instant::now());
-    std::thread::sleep(Duration::from_secs(3));
-    let (b1, t1) = (netlab::netns::root_qdisc_bytes(&ns, &dev).unwrap(), Instant::now());
-    let real_bps = (b1 - b0) as f64 * 8.0 / (t1 - t0).as_secs_f64();
-    assert!(tx.wait().unwrap().success());
-    let mut out = String::new();
-    rx.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-    assert!(rx.wait().unwrap().success(), "receiver: {out}");
-    let f: Vec<f64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
-    let (datagrams, seconds) = (f[0], f[2]);
-    let virtual_bps = datagrams * FRAME * 8.0 / seconds;
-    let r = RATE as f64;
-    eprintln!(
-        "configured {r} b/s at TDF {TDF}: inside {virtual_bps:.0} b/s ({:.3}x), real wire {real_bps:.0} b/s ({:.3}x of R/TDF)",
-        virtual_bps / r,
-        real_bps / (r / f64::from(TDF))
-    );
-    assert!(
-        (virtual_bps / r - 1.0).abs() < 0.05,
-        "inside the lab: {virtual_bps:.0} b/s over {seconds:.2} virtual s, configured {r}"
-    );
-    let real_r = r / f64::from(TDF);
-    assert!(
-        (real_bps / real_r - 1.0).abs() < 0.05,
-        "on the real wire: {real_bps:.0} b/s, expected {real_r}"
-    );
+    // TDF 4, then changed at run time to 2: the links are re-rated to R/TDF
+    // and the clock follows; inside, the program measures ≈R each time.
+    for (tdf, virtual_secs) in [(4u32, 1.5), (2, 1.0)] {
+        if tdf != lab.state.tdf {
+            lab.set_tdf(tdf).unwrap();
+        }
+        let (inside, real) = measure(&lab, virtual_secs);
+        let real_r = r / f64::from(tdf);
+        eprintln!(
+            "configured {r} b/s at TDF {tdf}: inside {inside:.0} b/s ({:.3}x), real wire {real:.0} b/s ({:.3}x of R/TDF)",
+            inside / r,
+            real / real_r
+        );
+        assert!(
+            (inside / r - 1.0).abs() < 0.05,
+            "TDF {tdf}: inside the lab {inside:.0} b/s, configured {r}"
+        );
+        assert!(
+            (real / real_r - 1.0).abs() < 0.05,
+            "TDF {tdf}: real wire {real:.0} b/s, expected {real_r}"
+        );
+    }
     let clock = lab.state.clock.clone().unwrap();
     lab.down().unwrap();
     assert!(

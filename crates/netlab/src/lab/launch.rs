@@ -103,6 +103,7 @@ mod tests {
             namespaces: vec![],
             hosts: vec![host("h1", None), host("h2", Some("1"))],
             clock: None,
+            shaped: vec![],
         }
     }
 

@@ -9,7 +9,8 @@ mod state;
 
 pub use cleanup::{delete_namespaces, remove_run, sweep, SweepMode, SweepReport};
 pub use launch::Launcher;
-use state::{alloc_run, write_state};
+use state::alloc_run;
+pub use state::write_state;
 pub use state::{find_run, list_runs, read_state, ClockInfo, HostInfo, Phase, RunState, STATE_DIR};
 
 use crate::apply::{apply, ApplyCtx, ApplyMode};
@@ -208,6 +209,7 @@ impl Lab {
             namespaces: plan.namespaces.clone(),
             hosts,
             clock: None,
+            shaped: plan.shaped.clone(),
         };
         // Kept for `check`, which warns about neighbour table limits.
         if let Ok(json) = serde_json::to_vec(&plan.addressing) {
@@ -328,6 +330,16 @@ impl Lab {
         r
     }
 
+    /// Changes the lab's time dilation factor while it runs: every link's
+    /// HTB rate becomes rate/TDF, then the lab's clock runs TDF times slower
+    /// (see [`set_tdf`]).
+    pub fn set_tdf(&mut self, tdf: u32) -> Result<Vec<String>, LabError> {
+        let lines = set_tdf(&self.state, tdf)?;
+        self.state.tdf = tdf;
+        write_state(&self.dir, &self.state)?;
+        Ok(lines)
+    }
+
     /// The door into this lab's hosts.
     pub fn launcher(&self) -> Launcher {
         Launcher::for_run(&self.state)
@@ -379,4 +391,42 @@ impl Drop for Lab {
             );
         }
     }
+}
+
+/// Changes a running, dilated lab's TDF (from any process: the state names
+/// the clock and the shaped devices). Links are re-rated first when time
+/// slows down (so no link runs too fast for a moment) and last when it speeds
+/// up. Delay-line and netem delays keep the factor they were built with.
+/// Returns a line per change.
+pub fn set_tdf(state: &RunState, tdf: u32) -> Result<Vec<String>, LabError> {
+    let Some(clock) = &state.clock else {
+        return Err(LabError::io(
+            format!("change the TDF of run {}", state.run_id),
+            std::io::Error::other("the lab was built without a clock (TDF 1): build it with --tdf 2 or more"),
+        ));
+    };
+    let new = vtime::Tdf::new(u64::from(tdf), 1).map_err(|reason| vtime::Error::BadTdf {
+        input: tdf.to_string(),
+        reason,
+    })?;
+    let d = crate::plan::Dilation { tdf };
+    let rerate = |lines: &mut Vec<String>| -> Result<(), LabError> {
+        for s in &state.shaped {
+            let op = crate::plan::htb_rate_change(s, d);
+            crate::apply::run_op(&op)?;
+            lines.push(format!("{}:{} rate {}bit", s.ns, s.dev, d.rate(s.bw_bps)));
+        }
+        Ok(())
+    };
+    let mut lines = vec![];
+    let slower = tdf > state.tdf;
+    if slower {
+        rerate(&mut lines)?;
+    }
+    vtime::Domain::open(&clock.dir, &clock.domain)?.set_tdf(new)?;
+    lines.push(format!("clock {}: TDF {tdf}", clock.domain));
+    if !slower {
+        rerate(&mut lines)?;
+    }
+    Ok(lines)
 }

@@ -50,6 +50,9 @@ pub struct RunState {
     /// share one virtual epoch.
     #[serde(default)]
     pub clock: Option<ClockInfo>,
+    /// The devices with a rate limit, re-rated when the TDF changes.
+    #[serde(default)]
+    pub shaped: Vec<crate::plan::Shaped>,
 }
 
 /// Where a dilated run's clock lives.
@@ -103,7 +106,7 @@ pub(crate) fn alloc_run(state_dir: &Path) -> Result<(String, PathBuf), LabError>
     }
 }
 
-pub(crate) fn write_state(dir: &Path, s: &RunState) -> Result<(), LabError> {
+pub fn write_state(dir: &Path, s: &RunState) -> Result<(), LabError> {
     let tmp = dir.join("state.json.tmp");
     let json = serde_json::to_vec_pretty(s).map_err(|e| LabError::io("encode state", e.into()))?;
     std::fs::write(&tmp, json).map_err(|e| LabError::io(format!("write {}", tmp.display()), e))?;
