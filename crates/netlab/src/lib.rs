@@ -8,6 +8,7 @@
 //! again ([`lab`]).
 #![deny(unsafe_code)]
 
+pub mod adapt;
 pub mod addr;
 pub mod apply;
 pub mod delayline;

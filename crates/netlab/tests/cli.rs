@@ -409,3 +409,52 @@ fn check_on_star_100_passes_and_stops_on_ctrl_c() {
         assert_eq!(thresh3(), before, "the last lab's removal restores the limit");
     }
 }
+
+#[test]
+fn adaptive_tdf_rises_under_load_and_is_traced() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !need_root("adaptive_tdf_rises_under_load_and_is_traced") {
+        return;
+    }
+    // Two CPU-bound loops (a fixed amount of work each, not a duration,
+    // which the dilated clock would stretch) keep both cores busy.
+    let burn = "i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done";
+    let s = scenario(
+        "adapt",
+        &format!("[topology]\nkind = \"pair\"\n[[command]]\nhost = \"h1\"\ncmd = \"({burn}) & ({burn}); wait\"\n"),
+    );
+    let out = std::env::temp_dir().join(format!("netlab-adapt-{}", std::process::id()));
+    let o = netlab(&[
+        "run",
+        s.to_str().unwrap(),
+        "--adaptive-tdf",
+        "1-4",
+        "--adapt-epoch",
+        "0.2",
+        "--out",
+        out.to_str().unwrap(),
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let trace = std::fs::read_to_string(out.join("tdf-trace.csv")).unwrap();
+    let tdfs: Vec<u32> = trace
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.rsplit(',').next()?.parse().ok())
+        .collect();
+    assert!(tdfs.len() >= 3, "{trace}");
+    assert!(tdfs.iter().all(|&t| (1..=4).contains(&t)), "{trace}");
+    assert!(
+        tdfs.iter().any(|&t| t > 1),
+        "both cores busy, yet the TDF never rose:\n{trace}"
+    );
+    assert!(text(&o).contains("adaptive TDF ended at"), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(out);
+    let _ = std::fs::remove_file(s);
+    let bad = netlab(&["run", "pair", "--adaptive-tdf", "4-1"]);
+    assert!(
+        !bad.status.success() && text(&bad).contains("MIN <= MAX"),
+        "{}",
+        text(&bad)
+    );
+}

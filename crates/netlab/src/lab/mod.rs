@@ -125,6 +125,9 @@ pub struct LabOptions {
     /// Raise `net.core.netdev_max_backlog` to at least this (in-kernel
     /// fan-out queues one clone per member on the per-CPU backlog).
     pub netdev_backlog: Option<u64>,
+    /// Give the lab a clock even at TDF 1, so its TDF can change later
+    /// (adaptive dilation starts undilated).
+    pub virtual_time: bool,
 }
 
 impl LabOptions {
@@ -139,6 +142,7 @@ impl LabOptions {
             verbose: false,
             state_dir: PathBuf::from(STATE_DIR),
             netdev_backlog: None,
+            virtual_time: false,
         }
     }
 }
@@ -228,7 +232,7 @@ impl Lab {
             build_time: Duration::ZERO,
             clock: None,
         };
-        if opts.dilation.tdf > 1 {
+        if opts.dilation.tdf > 1 || opts.virtual_time {
             // One record per lab: every host shares one virtual epoch.
             // On error `lab` is dropped, which removes what was made.
             let tdf = vtime::Tdf::new(u64::from(opts.dilation.tdf), 1).map_err(|reason| vtime::Error::BadTdf {
