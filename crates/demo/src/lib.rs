@@ -190,6 +190,16 @@ pub fn run(args: DemoArgs, stop: &AtomicBool) -> Result<i32, DemoError> {
     let mut key = [0u8; 32];
     getrandom::getrandom(&mut key).map_err(|e| format!("no random source: {e}"))?;
     std::fs::write(&secret, hex::encode(key)).map_err(|e| format!("cannot write {}: {e}", secret.display()))?;
+    let ticket_keys = dir.0.join("tickets.toml");
+    getrandom::getrandom(&mut key).map_err(|e| format!("no random source: {e}"))?;
+    std::fs::write(
+        &ticket_keys,
+        format!(
+            "[[key]]\nkid = \"demo\"\nalg = \"HS256\"\nsecret_hex = \"{}\"\n",
+            hex::encode(key)
+        ),
+    )
+    .map_err(|e| format!("cannot write {}: {e}", ticket_keys.display()))?;
     let sc = Scenario {
         args: &args,
         place: &place,
@@ -197,6 +207,7 @@ pub fn run(args: DemoArgs, stop: &AtomicBool) -> Result<i32, DemoError> {
         capture_bin,
         dir: &dir.0,
         secret,
+        ticket_keys,
     };
     let mut rows = Vec::new();
     for &b in &args.backends {

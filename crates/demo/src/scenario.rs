@@ -183,6 +183,8 @@ pub struct Scenario<'a> {
     pub capture_bin: Option<PathBuf>,
     pub dir: &'a Path,
     pub secret: PathBuf,
+    /// The player-ticket key file (control verifies, bots sign).
+    pub ticket_keys: PathBuf,
 }
 
 impl Scenario<'_> {
@@ -243,6 +245,11 @@ impl Scenario<'_> {
             .arg(format!("{host}:{}", ports_arg(&ports)))
             .arg("--secret-file")
             .arg(&self.secret)
+            // Players are authenticated: the bots sign tickets with this key,
+            // as the game's backend would. All bots ask from one host.
+            .arg("--ticket-keys")
+            .arg(&self.ticket_keys)
+            .args(["--ticket-rate-ip", "10000"])
             .stdout(Stdio::null());
         children.add(
             "control",
@@ -290,6 +297,7 @@ impl Scenario<'_> {
         if !bots_netns.is_empty() {
             bots.arg("--netns").arg(bots_netns.join(","));
         }
+        bots.arg("--ticket-key").arg(&self.ticket_keys);
         bots.args([
             "--control",
             &format!("http://{control}"),

@@ -187,11 +187,17 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
     let (res_tx, res_rx) = mpsc::channel::<JobResult>();
     let job_rx = Arc::new(Mutex::new(job_rx));
     let mut workers = Vec::new();
+    let minter = match &cfg.ticket_key {
+        Some(p) => Some(Arc::new(
+            crate::players::TicketMinter::from_file(p).map_err(|e| BotsError::Config(e.to_string()))?,
+        )),
+        None => None,
+    };
     for w in 0..2 {
-        let (c, j, r) = (cfg.control.clone(), Arc::clone(&job_rx), res_tx.clone());
+        let (c, m, j, r) = (cfg.control.clone(), minter.clone(), Arc::clone(&job_rx), res_tx.clone());
         let h = std::thread::Builder::new()
             .name(format!("bots-http-{w}"))
-            .spawn(move || http_worker(c, j, r))
+            .spawn(move || http_worker(c, m, j, r))
             .map_err(|source| BotsError::Loop {
                 call: "spawn HTTP thread",
                 source,

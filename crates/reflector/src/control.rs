@@ -68,6 +68,22 @@ pub struct ControlArgs {
     /// where the network is yours (a lab's private links, a test).
     #[arg(long)]
     pub insecure_http: bool,
+    /// Key file of the game backend's player tickets (TOML, keys by kid: HS256 secrets,
+    /// EdDSA/ES256 public keys; re-read when it changes). /join then needs
+    /// `Authorization: Bearer <ticket>` and issues tokens only for the ticket's player.
+    #[arg(long, required_unless_present = "anonymous_joins")]
+    pub ticket_keys: Option<PathBuf>,
+    /// Issue join tokens to anyone for any player id (no tickets): for a closed test network
+    /// only, since then anybody can take over any player's membership.
+    #[arg(long, conflicts_with = "ticket_keys")]
+    pub anonymous_joins: bool,
+    /// Tickets accepted per second per player (bursts of five times as many).
+    #[arg(long, default_value_t = 2.0)]
+    pub ticket_rate_player: f64,
+    /// Requests accepted per second per source address (bursts of twice as many): enough for a
+    /// household behind one NAT, not for a flood.
+    #[arg(long, default_value_t = 20.0)]
+    pub ticket_rate_ip: f64,
     #[command(flatten)]
     pub http: crate::http::HttpArgs,
 }
@@ -329,6 +345,8 @@ pub struct ControlConfig {
     pub world: World,
     pub secret: Secret,
     pub token_ttl_s: u64,
+    /// Player tickets and rate limits; `None`: anonymous joins (tests, closed networks).
+    pub auth: Option<Arc<crate::players::JoinAuth>>,
 }
 
 /// Splits a query string into (key, value) pairs. Values here are numbers,
@@ -373,13 +391,69 @@ fn query_pairs(query: &str) -> Vec<(String, String)> {
 pub struct Reply {
     pub status: u16,
     pub body: serde_json::Value,
+    /// `Retry-After` seconds (with 429).
+    pub retry_after_s: Option<u32>,
 }
 
 fn bad(status: u16, msg: impl Into<String>) -> Reply {
     Reply {
         status,
         body: serde_json::json!({ "error": msg.into() }),
+        retry_after_s: None,
     }
+}
+
+fn too_many(msg: &str, after_s: u32) -> Reply {
+    Reply {
+        retry_after_s: Some(after_s),
+        ..bad(429, format!("{msg}: retry in {after_s} s"))
+    }
+}
+
+/// Checks a `/join` request against the player tickets and the rate
+/// limits; the player it may have a token for, or the refusal to send.
+/// The per-address limit comes first, so a flood of forged tickets costs
+/// no signature checks beyond its budget.
+pub fn authorize(
+    auth: &crate::players::JoinAuth,
+    authorization: Option<&str>,
+    peer: std::net::IpAddr,
+    query: &str,
+    now_unix_s: u64,
+    now: Instant,
+) -> Result<u32, Reply> {
+    use crate::players::Refusal;
+    if let Err(s) = auth.per_ip.lock().unwrap_or_else(|e| e.into_inner()).take(peer, now) {
+        auth.rate_limited.fetch_add(1, Relaxed);
+        return Err(too_many("too many requests from this address", s));
+    }
+    let refuse = |r: Refusal| {
+        auth.count(r);
+        let status = if r == Refusal::OtherPlayer { 403 } else { 401 };
+        tracing::debug!("control: ticket refused from {peer}: {}", r.name());
+        bad(status, r.message())
+    };
+    let Some(token) = authorization.and_then(|a| a.strip_prefix("Bearer ")).map(str::trim) else {
+        return Err(refuse(Refusal::Missing));
+    };
+    let player = auth.verifier.verify(token, now_unix_s).map_err(refuse)?;
+    let asked = query_pairs(query)
+        .into_iter()
+        .find(|(k, _)| k == "player")
+        .map(|(_, v)| v);
+    if asked.is_some_and(|p| p.trim() != player.to_string()) {
+        return Err(refuse(Refusal::OtherPlayer));
+    }
+    if let Err(s) = auth
+        .per_player
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take(player, now)
+    {
+        auth.rate_limited.fetch_add(1, Relaxed);
+        return Err(too_many("too many token requests for this player", s));
+    }
+    Ok(player)
 }
 
 /// Answers one request. Pure: the clock comes in as `now_unix_s`.
@@ -392,12 +466,14 @@ pub fn handle(cfg: &ControlConfig, method: &str, url: &str, now_unix_s: u64) -> 
         "/healthz" => Reply {
             status: 200,
             body: serde_json::json!({"ok": true}),
+            retry_after_s: None,
         },
         "/world" => Reply {
             status: 200,
             body: cfg.world.to_json(),
+            retry_after_s: None,
         },
-        "/join" => join(cfg, query, now_unix_s),
+        "/join" => join(cfg, query, now_unix_s, None),
         _ => bad(
             404,
             format!("no such endpoint {path}: try /join?player=ID&x=X&y=Y, /world or /healthz"),
@@ -405,14 +481,22 @@ pub fn handle(cfg: &ControlConfig, method: &str, url: &str, now_unix_s: u64) -> 
     }
 }
 
-fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64) -> Reply {
+/// `/join` for `player` (authenticated by its ticket), or for the player
+/// the query names (anonymous joins).
+pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u32>) -> Reply {
     let pairs = query_pairs(query);
     let get = |k: &str| pairs.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
-    let Some(player) = get("player") else {
-        return bad(400, "missing parameter player (a number from 0 to 4294967295)");
-    };
-    let Ok(player) = player.trim().parse::<u32>() else {
-        return bad(400, format!("player={player} is not a number from 0 to 4294967295"));
+    let player = match player {
+        Some(p) => p,
+        None => {
+            let Some(player) = get("player") else {
+                return bad(400, "missing parameter player (a number from 0 to 4294967295)");
+            };
+            let Ok(player) = player.trim().parse::<u32>() else {
+                return bad(400, format!("player={player} is not a number from 0 to 4294967295"));
+            };
+            player
+        }
     };
     let mut pos = [0.0f64; 2];
     for (i, axis) in ["x", "y"].into_iter().enumerate() {
@@ -449,6 +533,7 @@ fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64) -> Reply {
     Reply {
         status: 200,
         body: serde_json::to_value(ticket).unwrap_or_default(),
+        retry_after_s: None,
     }
 }
 
@@ -491,10 +576,20 @@ impl ControlServer {
                     status: 200,
                     content_type: "application/json",
                     body: world.clone(),
+                    retry_after_s: None,
                 };
             }
             let now_s = crate::unix_now_ms() / 1000;
-            let reply = handle(&cfg, req.method, req.target, now_s);
+            let (path, query) = req.target.split_once('?').unwrap_or((req.target, ""));
+            let reply = match (&cfg.auth, req.method, path) {
+                (Some(auth), "GET", "/join") => {
+                    match authorize(auth, req.authorization, req.peer.ip(), query, now_s, Instant::now()) {
+                        Ok(player) => join(&cfg, query, now_s, Some(player)),
+                        Err(refused) => refused,
+                    }
+                }
+                _ => handle(&cfg, req.method, req.target, now_s),
+            };
             if reply.status != 200 {
                 tracing::debug!(
                     "control: {} {} from {} -> {} {}",
@@ -509,6 +604,7 @@ impl ControlServer {
                 status: reply.status,
                 content_type: "application/json",
                 body: format!("{}\n", reply.body).into(),
+                retry_after_s: reply.retry_after_s,
             }
         });
         let http = crate::http::HttpServer::start("control", listen, limits, tls, handler, stop)?;
@@ -545,11 +641,34 @@ pub fn run(args: ControlArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
     let secret = Secret::from_file(&args.secret_file)?;
     let world = World::new(args.grid.0, args.grid.1, args.cell_size, args.assign, &args.reflectors)
         .map_err(|e| format!("bad world: {e}"))?;
+    for (name, v) in [
+        ("--ticket-rate-player", args.ticket_rate_player),
+        ("--ticket-rate-ip", args.ticket_rate_ip),
+    ] {
+        if !(v.is_finite() && v > 0.0) {
+            return Err(format!("{name} must be a positive number of requests per second, got {v}").into());
+        }
+    }
+    let auth = match &args.ticket_keys {
+        Some(path) => {
+            let verifier = crate::players::TicketVerifier::from_file(path)?;
+            Some(Arc::new(crate::players::JoinAuth::new(
+                verifier,
+                args.ticket_rate_player,
+                args.ticket_rate_ip,
+            )))
+        }
+        None => {
+            tracing::warn!("--anonymous-joins: join tokens for any player id, to anyone; never on an open network");
+            None
+        }
+    };
     let cfg = ControlConfig {
         listen: args.listen,
         world,
         secret,
         token_ttl_s: args.token_ttl,
+        auth,
     };
     let (cols, rows, ntargets) = (cfg.world.cols, cfg.world.rows, cfg.world.targets.len());
     let server = ControlServer::start_with(cfg, args.http.limits(), tls, Arc::clone(&stop))?;
@@ -644,7 +763,65 @@ mod tests {
             world: world(Assign::RoundRobin),
             secret: Secret::new(&[5; 32]).unwrap(),
             token_ttl_s: 60,
+            auth: None,
         }
+    }
+
+    #[test]
+    fn tickets_decide_the_player_and_floods_get_429_with_retry_after() {
+        use crate::players::{JoinAuth, TicketMinter, TicketVerifier};
+        let dir = std::env::temp_dir().join(format!("reflector-authorize-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let keys = dir.join("keys.toml");
+        std::fs::write(
+            &keys,
+            "[[key]]\nkid = \"g\"\nalg = \"HS256\"\nsecret_hex = \"0303030303030303030303030303030303030303030303030303030303030303\"\n",
+        )
+        .unwrap();
+        let auth = JoinAuth::new(TicketVerifier::from_file(&keys).unwrap(), 1.0, 3.0);
+        let minter = TicketMinter::from_file(&keys).unwrap();
+        let (now_s, t) = (1_000_000, Instant::now());
+        let peer: std::net::IpAddr = "192.0.2.1".parse().unwrap();
+        let bearer = |p: u32| format!("Bearer {}", minter.mint(p, now_s, 60));
+        // The ticket says who the player is; the query may only agree.
+        let q = "player=42&x=1&y=1";
+        assert_eq!(authorize(&auth, Some(&bearer(42)), peer, q, now_s, t), Ok(42));
+        assert_eq!(authorize(&auth, Some(&bearer(42)), peer, "x=1&y=1", now_s, t), Ok(42));
+        let other = authorize(&auth, Some(&bearer(7)), peer, q, now_s, t).unwrap_err();
+        assert_eq!(other.status, 403);
+        // Three requests per second from one address (burst 6): the rest wait.
+        let peer2: std::net::IpAddr = "192.0.2.2".parse().unwrap();
+        let missing = authorize(&auth, None, peer2, q, now_s, t).unwrap_err();
+        assert_eq!(missing.status, 401);
+        assert!(missing.body["error"]
+            .as_str()
+            .unwrap()
+            .contains("Authorization: Bearer"));
+        let statuses: Vec<u16> = (0..8)
+            .map(|_| authorize(&auth, Some("Bearer x.y.z"), peer2, q, now_s, t).map_or_else(|r| r.status, |_| 200))
+            .collect();
+        assert_eq!(statuses, [401, 401, 401, 401, 401, 429, 429, 429]);
+        let limited = authorize(&auth, None, peer2, q, now_s, t).unwrap_err();
+        assert_eq!((limited.status, limited.retry_after_s), (429, Some(1)));
+        // One ticket per second per player (burst 5), from any address.
+        let peer3: std::net::IpAddr = "192.0.2.3".parse().unwrap();
+        let per_player: Vec<u16> = (0..5)
+            .map(|_| authorize(&auth, Some(&bearer(9)), peer3, "", now_s, t).map_or_else(|r| r.status, |_| 200))
+            .collect();
+        assert_eq!(per_player, [200, 200, 200, 200, 200]);
+        let peer4: std::net::IpAddr = "192.0.2.4".parse().unwrap();
+        assert_eq!(
+            authorize(&auth, Some(&bearer(9)), peer4, "", now_s, t)
+                .unwrap_err()
+                .status,
+            429
+        );
+        let refused: std::collections::HashMap<_, _> = auth.refused().into_iter().collect();
+        assert_eq!(
+            (refused["missing"], refused["malformed"], refused["other_player"]),
+            (1, 5, 1)
+        );
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

@@ -190,6 +190,8 @@ pub struct Request<'a> {
     /// Path and query, e.g. `/join?player=1&x=0&y=0`.
     pub target: &'a str,
     pub peer: SocketAddr,
+    /// The `Authorization` header, if any (and if it is text).
+    pub authorization: Option<&'a str>,
 }
 
 /// A handler's answer.
@@ -199,6 +201,8 @@ pub struct Response {
     pub content_type: &'static str,
     /// Shared bytes, so a handler can answer from a cache without copying.
     pub body: Bytes,
+    /// Sent as `Retry-After` (seconds), with 429 and 503.
+    pub retry_after_s: Option<u32>,
 }
 
 impl Response {
@@ -207,6 +211,7 @@ impl Response {
             status,
             content_type: "text/plain; charset=utf-8",
             body: Bytes::from(body.into()),
+            retry_after_s: None,
         }
     }
 }
@@ -626,6 +631,10 @@ fn answer(ctx: &Ctx, req: &hyper::Request<Incoming>, peer: SocketAddr) -> hyper:
             method: req.method().as_str(),
             target,
             peer,
+            authorization: req
+                .headers()
+                .get(hyper::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok()),
         })
     };
     let status = hyper::StatusCode::from_u16(r.status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
@@ -633,6 +642,10 @@ fn answer(ctx: &Ctx, req: &hyper::Request<Incoming>, peer: SocketAddr) -> hyper:
     *resp.status_mut() = status;
     resp.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(r.content_type));
+    if let Some(s) = r.retry_after_s {
+        resp.headers_mut()
+            .insert(hyper::header::RETRY_AFTER, HeaderValue::from(s));
+    }
     if status == hyper::StatusCode::PAYLOAD_TOO_LARGE {
         // The body was not read: the connection cannot carry another request.
         resp.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));

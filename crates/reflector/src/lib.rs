@@ -21,6 +21,7 @@ pub mod control;
 pub mod http;
 pub mod membership;
 pub mod metrics;
+pub mod players;
 pub mod server;
 
 /// Milliseconds since the Unix epoch from the system clock: the only place

@@ -622,6 +622,7 @@ pub fn serve_metrics(
                     status: 200,
                     content_type: crate::metrics::EXPOSITION_CONTENT_TYPE,
                     body: exposition.encode().into(),
+                    retry_after_s: None,
                 },
                 ("GET", _) => crate::http::Response::text(404, "not found: try /metrics\n"),
                 (m, _) => crate::http::Response::text(405, format!("method {m} not allowed: use GET /metrics\n")),

@@ -31,6 +31,7 @@ fn bad_arguments_name_the_problem() {
 
     let o = reflector(&[
         "control",
+        "--anonymous-joins",
         "--secret-file",
         "/nonexistent/secret",
         "--reflector",
@@ -38,4 +39,23 @@ fn bad_arguments_name_the_problem() {
     ]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("IP:PORTS"), "{}", stderr(&o));
+
+    // Tickets or an explicit opt-out: never anonymous by default.
+    let o = reflector(&["control", "--secret-file", "s", "--reflector", "127.0.0.1:4000"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--ticket-keys"), "{}", stderr(&o));
+    let secret = std::env::temp_dir().join(format!("reflector-cli-secret-{}", std::process::id()));
+    std::fs::write(&secret, "ab".repeat(32)).unwrap();
+    let o = reflector(&[
+        "control",
+        "--secret-file",
+        secret.to_str().unwrap(),
+        "--reflector",
+        "127.0.0.1:4000",
+        "--ticket-keys",
+        "/nonexistent/keys.toml",
+    ]);
+    let _ = std::fs::remove_file(&secret);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("/nonexistent/keys.toml"), "{}", stderr(&o));
 }

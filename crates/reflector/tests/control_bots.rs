@@ -28,6 +28,16 @@ fn setup(backend: BackendKind, groups: usize, grid: (u32, u32)) -> Setup {
 }
 
 fn setup_with_stop(backend: BackendKind, groups: usize, grid: (u32, u32), stop: Arc<AtomicBool>) -> Setup {
+    setup_full(backend, groups, grid, stop, None)
+}
+
+fn setup_full(
+    backend: BackendKind,
+    groups: usize,
+    grid: (u32, u32),
+    stop: Arc<AtomicBool>,
+    auth: Option<Arc<reflector::players::JoinAuth>>,
+) -> Setup {
     let secret = Secret::new(&[0x5a; 32]).unwrap();
     let server = Server::start(
         ServerConfig {
@@ -64,6 +74,7 @@ fn setup_with_stop(backend: BackendKind, groups: usize, grid: (u32, u32), stop: 
             world,
             secret,
             token_ttl_s: 60,
+            auth,
         },
         Arc::new(AtomicBool::new(false)),
     )
@@ -232,3 +243,57 @@ fn reflector_gone_midway_is_counted_as_tail_loss() {
 }
 
 backend_matrix!(fixed_count);
+
+/// Players authenticated by tickets: bots that sign theirs (as the game
+/// backend would) join and lose nothing; bots without a ticket are refused
+/// by the control server and never join.
+#[test]
+fn bots_with_tickets_join_and_bots_without_are_refused() {
+    use reflector::players::{JoinAuth, TicketVerifier};
+    let dir = std::env::temp_dir().join(format!("reflector-bots-tickets-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = dir.join("keys.toml");
+    std::fs::write(
+        &keys,
+        "[[key]]\nkid = \"backend\"\nalg = \"HS256\"\nsecret_hex = \"4444444444444444444444444444444444444444444444444444444444444444\"\n",
+    )
+    .unwrap();
+    let auth = Arc::new(JoinAuth::new(TicketVerifier::from_file(&keys).unwrap(), 10.0, 1000.0));
+    let s = setup_full(
+        BackendKind::Sendmmsg,
+        1,
+        (1, 1),
+        Arc::new(AtomicBool::new(false)),
+        Some(Arc::clone(&auth)),
+    );
+    let mut cfg = bots(&s.control, 4);
+    cfg.rate_hz = 20.0;
+    cfg.max_datagrams = Some(10);
+    cfg.move_every = None;
+    cfg.sync_start = true;
+    cfg.duration = Duration::from_secs(10);
+    cfg.ticket_key = Some(keys.clone());
+    let report = run_bots(&cfg, &AtomicBool::new(false)).unwrap();
+    assert_eq!(report.error_count, 0, "{:?}", report.errors);
+    assert_eq!((report.lost, report.joins), (0, 4));
+    assert_eq!(report.total.received, 4 * 3 * 10);
+    let mut anon = bots(&s.control, 2);
+    anon.duration = Duration::from_secs(1);
+    anon.grace = Duration::from_millis(200);
+    let report = run_bots(&anon, &AtomicBool::new(false)).unwrap();
+    assert_eq!(report.joins, 0);
+    assert!(
+        report
+            .errors
+            .iter()
+            .any(|e| e.contains("401") && e.contains("Authorization: Bearer")),
+        "{:?}",
+        report.errors
+    );
+    let refused: std::collections::HashMap<_, _> = auth.refused().into_iter().collect();
+    assert!(refused["missing"] >= 2, "{refused:?}");
+    s.server.stop();
+    s.server.join().unwrap();
+    s.control.stop();
+    let _ = std::fs::remove_dir_all(dir);
+}

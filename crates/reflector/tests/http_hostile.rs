@@ -70,6 +70,7 @@ fn start_control(port: u16, extra: &[&str]) -> Proc {
     let child = Command::new(env!("CARGO_BIN_EXE_reflector"))
         .args([
             "control",
+            "--anonymous-joins",
             "--listen",
             &format!("127.0.0.1:{port}"),
             "--secret-file",

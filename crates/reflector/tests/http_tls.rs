@@ -28,7 +28,7 @@ fn control(port: u16, cert: &str, key: &str) -> Command {
     let secret = std::env::temp_dir().join(format!("reflector-tls-test-{}-{port}", std::process::id()));
     std::fs::write(&secret, "cd".repeat(32)).unwrap();
     let mut c = Command::new(env!("CARGO_BIN_EXE_reflector"));
-    c.args(["control", "--listen", &format!("127.0.0.1:{port}")])
+    c.args(["control", "--anonymous-joins", "--listen", &format!("127.0.0.1:{port}")])
         .args([
             "--secret-file",
             secret.to_str().unwrap(),
@@ -153,6 +153,7 @@ fn a_missing_or_mismatched_certificate_is_a_clear_error() {
     let o = Command::new(env!("CARGO_BIN_EXE_reflector"))
         .args([
             "control",
+            "--anonymous-joins",
             "--reflector",
             "127.0.0.1:4000",
             "--secret-file",
@@ -169,7 +170,14 @@ fn a_missing_or_mismatched_certificate_is_a_clear_error() {
 #[test]
 fn plain_http_on_a_non_loopback_address_is_refused_before_listening() {
     let o = Command::new(env!("CARGO_BIN_EXE_reflector"))
-        .args(["control", "--listen", "0.0.0.0:0", "--reflector", "127.0.0.1:4000"])
+        .args([
+            "control",
+            "--anonymous-joins",
+            "--listen",
+            "0.0.0.0:0",
+            "--reflector",
+            "127.0.0.1:4000",
+        ])
         .args(["--secret-file", "/nonexistent/secret"])
         .env("RUST_LOG", "warn")
         .output()

@@ -78,6 +78,10 @@ pub struct BotsArgs {
     /// it on the way to the reflector. 0 where every path keeps order.
     #[arg(long, default_value_t = 20)]
     pub settle_ms: u64,
+    /// Key file (the control server's `--ticket-keys` format) whose first HS256 key signs a
+    /// player ticket for every token request, as the game's backend would.
+    #[arg(long)]
+    pub ticket_key: Option<std::path::PathBuf>,
 }
 
 /// Everything a bots run needs, independent of the CLI.
@@ -108,6 +112,8 @@ pub struct BotsConfig {
     pub netns: Vec<String>,
     /// DATA sent this close before a receiver's LEAVE is uncertain.
     pub settle: Duration,
+    /// Key file to sign player tickets with (none: anonymous requests).
+    pub ticket_key: Option<std::path::PathBuf>,
 }
 
 impl BotsConfig {
@@ -130,6 +136,7 @@ impl BotsConfig {
             sync_start: false,
             netns: Vec::new(),
             settle: Duration::from_millis(20),
+            ticket_key: None,
         }
     }
 
@@ -195,6 +202,7 @@ impl TryFrom<&BotsArgs> for BotsConfig {
             sync_start: a.sync_start,
             netns: a.netns.clone(),
             settle: Duration::from_millis(a.settle_ms),
+            ticket_key: a.ticket_key.clone(),
         };
         if a.first_player.checked_add(a.count as u32 - 1).is_none() {
             return Err(BotsError::Config(

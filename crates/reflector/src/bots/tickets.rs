@@ -56,10 +56,18 @@ pub fn fetch_world(control: &str) -> Result<WorldInfo, BotsError> {
 }
 
 /// `GET /join?player=..&x=..&y=..`.
-pub fn fetch_ticket(agent: &ureq::Agent, control: &str, player: u32, pos: (f64, f64)) -> Result<Ticket, String> {
-    agent
-        .get(&format!("{control}/join"))
-        .query("player", &player.to_string())
+pub fn fetch_ticket(
+    agent: &ureq::Agent,
+    control: &str,
+    player: u32,
+    pos: (f64, f64),
+    ticket: Option<&str>,
+) -> Result<Ticket, String> {
+    let mut req = agent.get(&format!("{control}/join"));
+    if let Some(t) = ticket {
+        req = req.set("Authorization", &format!("Bearer {t}"));
+    }
+    req.query("player", &player.to_string())
         .query("x", &pos.0.to_string())
         .query("y", &pos.1.to_string())
         .call()
@@ -68,7 +76,15 @@ pub fn fetch_ticket(agent: &ureq::Agent, control: &str, player: u32, pos: (f64, 
         .map_err(|e| format!("control server {control}: bad /join answer: {e}"))
 }
 
-pub(super) fn http_worker(control: String, jobs: Arc<Mutex<mpsc::Receiver<Job>>>, results: mpsc::Sender<JobResult>) {
+/// Player tickets live this long: a minute, as a game backend would hand out.
+const TICKET_TTL_S: u64 = 60;
+
+pub(super) fn http_worker(
+    control: String,
+    minter: Option<Arc<crate::players::TicketMinter>>,
+    jobs: Arc<Mutex<mpsc::Receiver<Job>>>,
+    results: mpsc::Sender<JobResult>,
+) {
     let agent = agent();
     loop {
         let job = match jobs.lock() {
@@ -78,7 +94,10 @@ pub(super) fn http_worker(control: String, jobs: Arc<Mutex<mpsc::Receiver<Job>>>
             },
             Err(_) => return,
         };
-        let result = fetch_ticket(&agent, &control, job.player, job.pos);
+        let ticket = minter
+            .as_ref()
+            .map(|m| m.mint(job.player, crate::unix_now_ms() / 1000, TICKET_TTL_S));
+        let result = fetch_ticket(&agent, &control, job.player, job.pos, ticket.as_deref());
         if results
             .send(JobResult {
                 bot: job.bot,
