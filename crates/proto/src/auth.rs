@@ -24,6 +24,8 @@ pub enum SecretError {
     Read { path: String, source: std::io::Error },
     #[error("secret is {0} bytes; it must be at least {MIN_SECRET_LEN} (e.g. 32 random bytes as 64 hex digits)")]
     TooShort(usize),
+    #[error("secret file {0}")]
+    Format(String),
 }
 
 /// A MAC key. Debug output never shows the bytes.
@@ -47,15 +49,8 @@ impl Secret {
     /// Reads a secret file: hex if the (trimmed) content is all hex digits,
     /// otherwise the raw trimmed bytes.
     pub fn from_file(path: &Path) -> Result<Secret, SecretError> {
-        let raw = std::fs::read(path).map_err(|source| SecretError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        let text = raw.trim_ascii();
-        match hex::decode(text) {
-            Ok(bytes) if !text.is_empty() => Secret::new(&bytes),
-            _ => Secret::new(text),
-        }
+        // The current secret of a file that may also name a previous one.
+        Ok(SecretRing::from_file(path)?.current)
     }
 
     /// A fresh random secret (the reflector's private cookie key).
@@ -78,6 +73,93 @@ impl Secret {
         let mut out = [0u8; MAC_LEN];
         out.copy_from_slice(&full[..MAC_LEN]);
         out
+    }
+}
+
+/// The reflector/control shared secret with room to roll it over: tokens
+/// are signed with `current`; while `previous` has not passed its end, the
+/// reflector accepts tokens signed with it too, so control servers and
+/// reflectors can change secrets one at a time without refusing joins.
+///
+/// File format: the current secret on the first line (hex, or a passphrase
+/// of at least 16 bytes), then optionally `previous SECRET until UNIX_SECONDS`.
+#[derive(Clone, Debug)]
+pub struct SecretRing {
+    pub current: Secret,
+    pub previous: Option<(Secret, u64)>,
+}
+
+impl From<Secret> for SecretRing {
+    fn from(current: Secret) -> SecretRing {
+        SecretRing {
+            current,
+            previous: None,
+        }
+    }
+}
+
+impl SecretRing {
+    pub fn from_file(path: &Path) -> Result<SecretRing, SecretError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SecretError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        SecretRing::parse(&text).map_err(|e| match e {
+            SecretError::Format(m) => SecretError::Format(format!("{}: {m}", path.display())),
+            other => other,
+        })
+    }
+
+    pub fn parse(text: &str) -> Result<SecretRing, SecretError> {
+        let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+        let current = secret_from_text(lines.next().unwrap_or(""))?;
+        let mut previous = None;
+        for l in lines {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            match f.as_slice() {
+                ["previous", s, "until", t] => {
+                    let until = t
+                        .parse::<u64>()
+                        .map_err(|_| SecretError::Format(format!("'{t}' is not Unix seconds")))?;
+                    previous = Some((secret_from_text(s)?, until));
+                }
+                _ => {
+                    return Err(SecretError::Format(format!(
+                        "unexpected line '{l}': after the secret only 'previous SECRET until UNIX_SECONDS'"
+                    )))
+                }
+            }
+        }
+        Ok(SecretRing { current, previous })
+    }
+
+    /// [`verify_token`] with the current secret, then the previous one
+    /// while it is still accepted.
+    pub fn verify_token(
+        &self,
+        token: &[u8; TOKEN_LEN],
+        reflector: u16,
+        group: u16,
+        sender: u32,
+        now_ms: u64,
+    ) -> Result<TokenClaims, TokenError> {
+        match verify_token(&self.current, token, reflector, group, sender, now_ms) {
+            Err(TokenError::BadMac) => match &self.previous {
+                Some((old, until)) if now_ms < until.saturating_mul(1000) => {
+                    verify_token(old, token, reflector, group, sender, now_ms)
+                }
+                _ => Err(TokenError::BadMac),
+            },
+            other => other,
+        }
+    }
+}
+
+fn secret_from_text(text: &str) -> Result<Secret, SecretError> {
+    let text = text.trim();
+    match hex::decode(text) {
+        Ok(bytes) if !text.is_empty() => Secret::new(&bytes),
+        _ => Secret::new(text.as_bytes()),
     }
 }
 
@@ -232,6 +314,41 @@ pub fn check_cookie(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rolled_over_secret_is_accepted_until_its_end() {
+        let (old, new) = (secret(1), secret(2));
+        let claims = TokenClaims {
+            player: 42,
+            reflector: 3,
+            group: 4000,
+            expires_unix_s: NOW / 1000 + 600,
+        };
+        let by_old = claims.sign(&old);
+        let ring = SecretRing::parse(&format!(
+            "{}\nprevious {} until {}\n",
+            hex::encode([2u8; 32]),
+            hex::encode([1u8; 32]),
+            NOW / 1000 + 60
+        ))
+        .unwrap();
+        assert_eq!(ring.verify_token(&claims.sign(&new), 3, 4000, 42, NOW), Ok(claims));
+        assert_eq!(ring.verify_token(&by_old, 3, 4000, 42, NOW), Ok(claims));
+        assert_eq!(
+            ring.verify_token(&by_old, 3, 4000, 42, NOW + 61_000),
+            Err(TokenError::BadMac),
+            "after its end the old secret is refused"
+        );
+        // A token the old secret signed still passes every other check.
+        assert_eq!(
+            ring.verify_token(&by_old, 3, 4001, 42, NOW),
+            Err(TokenError::WrongGroup)
+        );
+        assert!(SecretRing::parse("short").is_err());
+        assert!(SecretRing::parse(&format!("{}\nnext x", hex::encode([2u8; 32]))).is_err());
+        let plain: SecretRing = new.into();
+        assert_eq!(plain.verify_token(&by_old, 3, 4000, 42, NOW), Err(TokenError::BadMac));
+    }
 
     fn secret(b: u8) -> Secret {
         Secret::new(&[b; 32]).unwrap()

@@ -24,7 +24,7 @@
 //! recorded as a [`Change`], which the server hands to the fan-out backend
 //! (which keeps the destinations in whatever form it sends to).
 
-use reflector_proto::auth::{check_cookie, make_cookie, verify_token, Secret, TokenError};
+use reflector_proto::auth::{check_cookie, make_cookie, Secret, SecretRing, TokenError};
 use reflector_proto::protocol::{ErrorCode, JoinAck, Kind, Packet, ParseError, SmallDatagram};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -61,7 +61,9 @@ impl Default for Policy {
 /// map (tokens name it), and its private cookie key.
 #[derive(Debug, Clone)]
 pub struct Keys {
-    pub token_secret: Secret,
+    /// The secret shared with the control server (and, during a rollover,
+    /// the previous one while it is still accepted).
+    pub token_secret: SecretRing,
     pub reflector_id: u16,
     pub cookie_key: Secret,
 }
@@ -322,14 +324,10 @@ impl Group {
                 Kind::Join,
             ))));
         };
-        if let Err(e) = verify_token(
-            &keys.token_secret,
-            token,
-            keys.reflector_id,
-            self.port,
-            sender,
-            now.unix_ms,
-        ) {
+        if let Err(e) = keys
+            .token_secret
+            .verify_token(token, keys.reflector_id, self.port, sender, now.unix_ms)
+        {
             let code = if e == TokenError::Expired {
                 ErrorCode::ExpiredToken
             } else {
@@ -450,7 +448,7 @@ mod tests {
 
     fn keys() -> Keys {
         Keys {
-            token_secret: Secret::new(&[1; 32]).unwrap(),
+            token_secret: Secret::new(&[1; 32]).unwrap().into(),
             reflector_id: 0,
             cookie_key: Secret::new(&[2; 32]).unwrap(),
         }
@@ -463,7 +461,7 @@ mod tests {
             group,
             expires_unix_s: T0 / 1000 + ttl_s,
         }
-        .sign(&k.token_secret)
+        .sign(&k.token_secret.current)
     }
 
     fn at(ms: u64) -> Now {
@@ -866,7 +864,7 @@ mod tests {
             group: PORT,
             expires_unix_s: T0 / 1000 + 60,
         }
-        .sign(&k.token_secret);
+        .sign(&k.token_secret.current);
         let o = g.handle(
             &k,
             &p,

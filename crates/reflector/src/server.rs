@@ -635,7 +635,7 @@ pub fn serve_metrics(
 
 /// `reflector serve`.
 pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
-    let token_secret = Secret::from_file(&args.secret_file)?;
+    let token_secret = reflector_proto::auth::SecretRing::from_file(&args.secret_file)?;
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));

@@ -44,7 +44,7 @@ fn setup_full(
             bind: IpAddr::from(LOCAL),
             ports: vec![0; groups],
             keys: Keys {
-                token_secret: secret.clone(),
+                token_secret: secret.clone().into(),
                 reflector_id: 0,
                 cookie_key: Secret::random(),
             },

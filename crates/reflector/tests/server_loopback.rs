@@ -23,7 +23,7 @@ fn start(backend: BackendKind, groups: usize, policy: Policy) -> Server {
         bind: "127.0.0.1".parse().unwrap(),
         ports: vec![0; groups],
         keys: Keys {
-            token_secret: Secret::new(&SECRET).unwrap(),
+            token_secret: Secret::new(&SECRET).unwrap().into(),
             reflector_id: 0,
             cookie_key: Secret::random(),
         },

@@ -114,7 +114,7 @@ fn no_loss_on_a_full_device_queue(backend: BackendKind) {
             bind: "10.201.0.1".parse().unwrap(),
             ports: vec![0],
             keys: Keys {
-                token_secret: Secret::new(&SECRET).unwrap(),
+                token_secret: Secret::new(&SECRET).unwrap().into(),
                 reflector_id: 0,
                 cookie_key: Secret::random(),
             },

@@ -21,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
         );
     }
     let keys = Keys {
-        token_secret: Secret::new(&[1; 32]).unwrap(),
+        token_secret: Secret::new(&[1; 32]).unwrap().into(),
         reflector_id: 0,
         cookie_key: Secret::new(&[2; 32]).unwrap(),
     };

@@ -459,7 +459,7 @@ mod tests {
             size: [100.0, 100.0],
         };
         let keys = Keys {
-            token_secret: Secret::new(&[7; 32]).unwrap(),
+            token_secret: Secret::new(&[7; 32]).unwrap().into(),
             reflector_id: 0,
             cookie_key: Secret::new(&[8; 32]).unwrap(),
         };
@@ -506,7 +506,7 @@ mod tests {
             group: 4000,
             expires_unix_s: T0_MS / 1000 + 60,
         }
-        .sign(&keys.token_secret);
+        .sign(&keys.token_secret.current);
         let ticket = Ticket {
             player: 42,
             cell: [0, 0],
