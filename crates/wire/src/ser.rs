@@ -1,0 +1,361 @@
+//! Serializing into an [`Archive`]: small fields are written into the index
+//! buffer; a [`crate::Buffer`] at or above the threshold ends the current
+//! index chunk and becomes a pointer chunk (its `Bytes`, not a copy).
+
+use crate::buffer::HANDOFF;
+use crate::error::Error;
+use bytes::Bytes;
+use serde::ser::{self, Serialize};
+use std::io::IoSlice;
+use std::ops::Range;
+
+/// One piece of an archive's body, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Chunk {
+    /// Bytes of the index buffer.
+    Index(Range<usize>),
+    /// A caller's buffer, referenced.
+    Pointer(Bytes),
+}
+
+/// A serialized value: the index buffer and the chunk list whose
+/// concatenation is the archive's body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Archive {
+    pub threshold: u32,
+    pub index: Vec<u8>,
+    pub chunks: Vec<Chunk>,
+}
+
+impl Archive {
+    /// Bytes of the body (what the chunks add up to).
+    pub fn body_len(&self) -> u64 {
+        self.chunks
+            .iter()
+            .map(|c| match c {
+                Chunk::Index(r) => r.len() as u64,
+                Chunk::Pointer(b) => b.len() as u64,
+            })
+            .sum()
+    }
+
+    /// The pointer chunks' (offset in the body, length), in order.
+    pub fn pointer_table(&self) -> Vec<(u64, u64)> {
+        let mut off = 0u64;
+        let mut t = vec![];
+        for c in &self.chunks {
+            match c {
+                Chunk::Index(r) => off += r.len() as u64,
+                Chunk::Pointer(b) => {
+                    t.push((off, b.len() as u64));
+                    off += b.len() as u64;
+                }
+            }
+        }
+        t
+    }
+
+    /// The header and the chunk table, as sent before the body.
+    pub fn head(&self) -> Vec<u8> {
+        let table = self.pointer_table();
+        let mut h = Vec::with_capacity(crate::HEADER_LEN + 16 * table.len());
+        h.extend_from_slice(&crate::MAGIC);
+        h.push(crate::VERSION);
+        h.extend_from_slice(&[0; 3]);
+        h.extend_from_slice(&self.threshold.to_le_bytes());
+        h.extend_from_slice(&(table.len() as u32).to_le_bytes());
+        h.extend_from_slice(&self.body_len().to_le_bytes());
+        for (off, len) in table {
+            h.extend_from_slice(&off.to_le_bytes());
+            h.extend_from_slice(&len.to_le_bytes());
+        }
+        h
+    }
+
+    /// The body as `IoSlice`s, pointer chunks pointing at the callers'
+    /// memory: what a gathered write sends after [`Archive::head`].
+    pub fn body_slices(&self) -> Vec<IoSlice<'_>> {
+        self.chunks
+            .iter()
+            .map(|c| match c {
+                Chunk::Index(r) => IoSlice::new(&self.index[r.clone()]),
+                Chunk::Pointer(b) => IoSlice::new(b),
+            })
+            .collect()
+    }
+
+    /// The whole message in one contiguous vector (copies everything: for
+    /// tests and for transports that cannot gather).
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = self.head();
+        for s in self.body_slices() {
+            v.extend_from_slice(&s);
+        }
+        v
+    }
+
+    /// Writes the message with gathered writes, resuming after partial
+    /// writes, never concatenating the chunks.
+    pub fn write_to<W: std::io::Write>(&self, w: &mut W) -> Result<(), Error> {
+        let head = self.head();
+        let mut slices = vec![IoSlice::new(&head)];
+        slices.extend(self.body_slices());
+        let mut bufs: &mut [IoSlice<'_>] = &mut slices;
+        while !bufs.is_empty() {
+            match w.write_vectored(bufs) {
+                Ok(0) => return Err(Error::Io(std::io::ErrorKind::WriteZero.into())),
+                Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Serializes `v` with the default threshold.
+pub fn to_archive<T: Serialize + ?Sized>(v: &T) -> Result<Archive, Error> {
+    to_archive_with(v, crate::DEFAULT_THRESHOLD)
+}
+
+/// Serializes `v`; buffers of `threshold` bytes or more become pointer chunks.
+pub fn to_archive_with<T: Serialize + ?Sized>(v: &T, threshold: u32) -> Result<Archive, Error> {
+    let mut s = Writer {
+        threshold,
+        index: Vec::new(),
+        chunks: Vec::new(),
+        chunk_start: 0,
+        buffer_next: false,
+    };
+    v.serialize(&mut s)?;
+    s.close_index();
+    Ok(Archive {
+        threshold,
+        index: s.index,
+        chunks: s.chunks,
+    })
+}
+
+struct Writer {
+    threshold: u32,
+    index: Vec<u8>,
+    chunks: Vec<Chunk>,
+    chunk_start: usize,
+    /// Set by the Buffer newtype: the next bytes are a Buffer's.
+    buffer_next: bool,
+}
+
+impl Writer {
+    fn close_index(&mut self) {
+        if self.index.len() > self.chunk_start {
+            self.chunks.push(Chunk::Index(self.chunk_start..self.index.len()));
+        }
+        self.chunk_start = self.index.len();
+    }
+
+    fn len(&mut self, n: usize) {
+        self.index.extend_from_slice(&(n as u64).to_le_bytes());
+    }
+}
+
+type R = Result<(), Error>;
+
+impl ser::Serializer for &mut Writer {
+    type Ok = ();
+    type Error = Error;
+    type SerializeSeq = Self;
+    type SerializeTuple = Self;
+    type SerializeTupleStruct = Self;
+    type SerializeTupleVariant = Self;
+    type SerializeMap = Self;
+    type SerializeStruct = Self;
+    type SerializeStructVariant = Self;
+
+    fn serialize_bool(self, v: bool) -> R {
+        self.index.push(u8::from(v));
+        Ok(())
+    }
+    fn serialize_i8(self, v: i8) -> R {
+        self.index.extend_from_slice(&v.to_le_bytes());
+        Ok(())
+    }
+    fn serialize_i16(self, v: i16) -> R {
+        self.index.extend_from_slice(&v.to_le_bytes());
+        Ok(())
+    }
+    fn serialize_i32(self, v: i32) -> R {
+        self.index.extend_from_slice(&v.to_le_bytes());
+        Ok(())
+    }
+    fn serialize_i64(self, v: i64) -> R {
+        self.index.extend_from_slice(&v.to_le_bytes());
+        Ok(())
+    }
+    fn serialize_i128(self, v: i128) -> R {
+        self.index.extend_from_slice(&v.to_le_bytes());
+        Ok(())
+    }
+    fn serialize_u8(self, v: u8) -> R {
+        self.index.push(v);
+        Ok(())
+    }
+    fn serialize_u16(self, v: u16) -> R {
+        self.index.extend_from_slice(&v.to_le_bytes());
+        Ok(())
+    }
+    fn serialize_u32(self, v: u32) -> R {
+        self.index.extend_from_slice(&v.to_le_bytes());
+        Ok(())
+    }
+    fn serialize_u64(self, v: u64) -> R {
+        self.index.extend_from_slice(&v.to_le_bytes());
+        Ok(())
+    }
+    fn serialize_u128(self, v: u128) -> R {
+        self.index.extend_from_slice(&v.to_le_bytes());
+        Ok(())
+    }
+    fn serialize_f32(self, v: f32) -> R {
+        self.index.extend_from_slice(&v.to_le_bytes());
+        Ok(())
+    }
+    fn serialize_f64(self, v: f64) -> R {
+        self.index.extend_from_slice(&v.to_le_bytes());
+        Ok(())
+    }
+    fn serialize_char(self, v: char) -> R {
+        self.serialize_u32(u32::from(v))
+    }
+    fn serialize_str(self, v: &str) -> R {
+        self.len(v.len());
+        self.index.extend_from_slice(v.as_bytes());
+        Ok(())
+    }
+    fn serialize_bytes(self, v: &[u8]) -> R {
+        self.len(v.len());
+        let is_buffer = std::mem::take(&mut self.buffer_next);
+        if is_buffer && v.len() as u64 >= u64::from(self.threshold) {
+            // The Buffer left its owner in the slot: reference it.
+            let owned = HANDOFF.with(|h| h.borrow_mut().take());
+            if let Some(b) = owned.filter(|b| b.as_ptr() == v.as_ptr() && b.len() == v.len()) {
+                self.close_index();
+                self.chunks.push(Chunk::Pointer(b));
+                return Ok(());
+            }
+        }
+        // Below the threshold, or plain bytes: copied whole, in one piece.
+        self.index.extend_from_slice(v);
+        Ok(())
+    }
+    fn serialize_none(self) -> R {
+        self.index.push(0);
+        Ok(())
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, v: &T) -> R {
+        self.index.push(1);
+        v.serialize(self)
+    }
+    fn serialize_unit(self) -> R {
+        Ok(())
+    }
+    fn serialize_unit_struct(self, _: &'static str) -> R {
+        Ok(())
+    }
+    fn serialize_unit_variant(self, _: &'static str, i: u32, _: &'static str) -> R {
+        self.serialize_u32(i)
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(self, name: &'static str, v: &T) -> R {
+        if name == crate::BUFFER_TOKEN {
+            self.buffer_next = true;
+        }
+        let r = v.serialize(&mut *self);
+        self.buffer_next = false;
+        r
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(self, _: &'static str, i: u32, _: &'static str, v: &T) -> R {
+        self.serialize_u32(i)?;
+        v.serialize(self)
+    }
+    fn serialize_seq(self, len: Option<usize>) -> Result<Self, Error> {
+        let n = len.ok_or_else(|| Error::Custom("sequences of unknown length are not supported".into()))?;
+        self.len(n);
+        Ok(self)
+    }
+    fn serialize_tuple(self, _: usize) -> Result<Self, Error> {
+        Ok(self)
+    }
+    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Self, Error> {
+        Ok(self)
+    }
+    fn serialize_tuple_variant(self, _: &'static str, i: u32, _: &'static str, _: usize) -> Result<Self, Error> {
+        self.serialize_u32(i)?;
+        Ok(self)
+    }
+    fn serialize_map(self, len: Option<usize>) -> Result<Self, Error> {
+        let n = len.ok_or_else(|| Error::Custom("maps of unknown length are not supported".into()))?;
+        self.len(n);
+        Ok(self)
+    }
+    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self, Error> {
+        Ok(self)
+    }
+    fn serialize_struct_variant(self, _: &'static str, i: u32, _: &'static str, _: usize) -> Result<Self, Error> {
+        self.serialize_u32(i)?;
+        Ok(self)
+    }
+}
+
+macro_rules! compound {
+    ($tr:ident, $m:ident) => {
+        impl ser::$tr for &mut Writer {
+            type Ok = ();
+            type Error = Error;
+            fn $m<T: Serialize + ?Sized>(&mut self, v: &T) -> R {
+                v.serialize(&mut **self)
+            }
+            fn end(self) -> R {
+                Ok(())
+            }
+        }
+    };
+}
+compound!(SerializeSeq, serialize_element);
+compound!(SerializeTuple, serialize_element);
+compound!(SerializeTupleStruct, serialize_field);
+compound!(SerializeTupleVariant, serialize_field);
+
+impl ser::SerializeMap for &mut Writer {
+    type Ok = ();
+    type Error = Error;
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, k: &T) -> R {
+        k.serialize(&mut **self)
+    }
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, v: &T) -> R {
+        v.serialize(&mut **self)
+    }
+    fn end(self) -> R {
+        Ok(())
+    }
+}
+
+impl ser::SerializeStruct for &mut Writer {
+    type Ok = ();
+    type Error = Error;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, _: &'static str, v: &T) -> R {
+        v.serialize(&mut **self)
+    }
+    fn end(self) -> R {
+        Ok(())
+    }
+}
+
+impl ser::SerializeStructVariant for &mut Writer {
+    type Ok = ();
+    type Error = Error;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, _: &'static str, v: &T) -> R {
+        v.serialize(&mut **self)
+    }
+    fn end(self) -> R {
+        Ok(())
+    }
+}
