@@ -122,7 +122,7 @@ pub fn to_archive<T: Serialize + ?Sized>(v: &T) -> Result<Archive, Error> {
 pub fn to_archive_with<T: Serialize + ?Sized>(v: &T, threshold: u32) -> Result<Archive, Error> {
     let mut s = Writer {
         threshold,
-        index: Vec::new(),
+        index: Vec::with_capacity(256),
         chunks: Vec::new(),
         chunk_start: 0,
         buffer_next: false,
@@ -146,6 +146,11 @@ struct Writer {
 }
 
 impl Writer {
+    #[inline]
+    fn put(&mut self, b: &[u8]) {
+        self.index.extend_from_slice(b);
+    }
+
     fn close_index(&mut self) {
         if self.index.len() > self.chunk_start {
             self.chunks.push(Chunk::Index(self.chunk_start..self.index.len()));
@@ -154,7 +159,7 @@ impl Writer {
     }
 
     fn len(&mut self, n: usize) {
-        self.index.extend_from_slice(&(n as u64).to_le_bytes());
+        self.put(&(n as u64).to_le_bytes());
     }
 }
 
@@ -176,51 +181,51 @@ impl ser::Serializer for &mut Writer {
         Ok(())
     }
     fn serialize_i8(self, v: i8) -> R {
-        self.index.extend_from_slice(&v.to_le_bytes());
+        self.put(&v.to_le_bytes());
         Ok(())
     }
     fn serialize_i16(self, v: i16) -> R {
-        self.index.extend_from_slice(&v.to_le_bytes());
+        self.put(&v.to_le_bytes());
         Ok(())
     }
     fn serialize_i32(self, v: i32) -> R {
-        self.index.extend_from_slice(&v.to_le_bytes());
+        self.put(&v.to_le_bytes());
         Ok(())
     }
     fn serialize_i64(self, v: i64) -> R {
-        self.index.extend_from_slice(&v.to_le_bytes());
+        self.put(&v.to_le_bytes());
         Ok(())
     }
     fn serialize_i128(self, v: i128) -> R {
-        self.index.extend_from_slice(&v.to_le_bytes());
+        self.put(&v.to_le_bytes());
         Ok(())
     }
     fn serialize_u8(self, v: u8) -> R {
-        self.index.push(v);
+        self.put(&[v]);
         Ok(())
     }
     fn serialize_u16(self, v: u16) -> R {
-        self.index.extend_from_slice(&v.to_le_bytes());
+        self.put(&v.to_le_bytes());
         Ok(())
     }
     fn serialize_u32(self, v: u32) -> R {
-        self.index.extend_from_slice(&v.to_le_bytes());
+        self.put(&v.to_le_bytes());
         Ok(())
     }
     fn serialize_u64(self, v: u64) -> R {
-        self.index.extend_from_slice(&v.to_le_bytes());
+        self.put(&v.to_le_bytes());
         Ok(())
     }
     fn serialize_u128(self, v: u128) -> R {
-        self.index.extend_from_slice(&v.to_le_bytes());
+        self.put(&v.to_le_bytes());
         Ok(())
     }
     fn serialize_f32(self, v: f32) -> R {
-        self.index.extend_from_slice(&v.to_le_bytes());
+        self.put(&v.to_le_bytes());
         Ok(())
     }
     fn serialize_f64(self, v: f64) -> R {
-        self.index.extend_from_slice(&v.to_le_bytes());
+        self.put(&v.to_le_bytes());
         Ok(())
     }
     fn serialize_char(self, v: char) -> R {
@@ -228,7 +233,7 @@ impl ser::Serializer for &mut Writer {
     }
     fn serialize_str(self, v: &str) -> R {
         self.len(v.len());
-        self.index.extend_from_slice(v.as_bytes());
+        self.put(v.as_bytes());
         Ok(())
     }
     fn serialize_bytes(self, v: &[u8]) -> R {
@@ -244,15 +249,15 @@ impl ser::Serializer for &mut Writer {
             }
         }
         // Below the threshold, or plain bytes: copied whole, in one piece.
-        self.index.extend_from_slice(v);
+        self.put(v);
         Ok(())
     }
     fn serialize_none(self) -> R {
-        self.index.push(0);
+        self.put(&[0]);
         Ok(())
     }
     fn serialize_some<T: Serialize + ?Sized>(self, v: &T) -> R {
-        self.index.push(1);
+        self.put(&[1]);
         v.serialize(self)
     }
     fn serialize_unit(self) -> R {
