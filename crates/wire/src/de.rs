@@ -4,7 +4,7 @@
 //! handed out from the message without a copy.
 
 use crate::buffer::HANDOFF;
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use bytes::Bytes;
 use serde::de::{self, DeserializeSeed, Visitor};
 use serde::Deserialize;
@@ -50,51 +50,53 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 pub(crate) fn parse_head(buf: &[u8], limits: &Limits) -> Result<Head, Error> {
     let have = buf.len() as u64;
     if buf.len() < crate::HEADER_LEN {
-        return Err(Error::Truncated {
+        return Err(ErrorKind::Truncated {
             what: "header",
             need: crate::HEADER_LEN as u64,
             have,
-        });
+        }
+        .into());
     }
     let magic = [buf[0], buf[1], buf[2], buf[3]];
     if magic != crate::MAGIC {
-        return Err(Error::BadMagic(magic));
+        return Err(ErrorKind::BadMagic(magic).into());
     }
     if buf[4] != crate::VERSION {
-        return Err(Error::BadVersion(buf[4]));
+        return Err(ErrorKind::BadVersion(buf[4]).into());
     }
     if buf[5..8] != [0, 0, 0] {
-        return Err(Error::Invalid("reserved header bytes are not zero".into()));
+        return Err(ErrorKind::Invalid("reserved header bytes are not zero".into()).into());
     }
     let threshold = u32_at(buf, 8);
     if threshold == 0 {
-        return Err(Error::Invalid(
-            "threshold 0: every buffer would be a pointer chunk".into(),
-        ));
+        return Err(ErrorKind::Invalid("threshold 0: every buffer would be a pointer chunk".into()).into());
     }
     let count = u32_at(buf, 12) as u64;
     let body_len = u64_at(buf, 16);
     let table_len = count * 16;
     let total = crate::HEADER_LEN as u64 + table_len + body_len;
     if total > limits.max_len {
-        return Err(Error::TooLarge {
+        return Err(ErrorKind::TooLarge {
             len: total,
             limit: limits.max_len,
-        });
+        }
+        .into());
     }
     // Each pointer chunk holds at least `threshold` bytes of the body.
     if count > body_len / u64::from(threshold) {
-        return Err(Error::BadChunkTable(format!(
+        return Err(ErrorKind::BadChunkTable(format!(
             "{count} pointer chunks of at least {threshold} bytes cannot fit in a body of {body_len}"
-        )));
+        ))
+        .into());
     }
     let need = crate::HEADER_LEN as u64 + table_len;
     if have < need {
-        return Err(Error::Truncated {
+        return Err(ErrorKind::Truncated {
             what: "chunk table",
             need,
             have,
-        });
+        }
+        .into());
     }
     let mut table = Vec::with_capacity(count as usize);
     let mut end = 0u64;
@@ -102,19 +104,19 @@ pub(crate) fn parse_head(buf: &[u8], limits: &Limits) -> Result<Head, Error> {
         let at = crate::HEADER_LEN + 16 * i;
         let (off, len) = (u64_at(buf, at), u64_at(buf, at + 8));
         if off < end {
-            return Err(Error::BadChunkTable(format!(
-                "chunk {i} at {off} overlaps or precedes the one before"
-            )));
+            return Err(
+                ErrorKind::BadChunkTable(format!("chunk {i} at {off} overlaps or precedes the one before")).into(),
+            );
         }
         if len < u64::from(threshold) {
-            return Err(Error::BadChunkTable(format!(
+            return Err(ErrorKind::BadChunkTable(format!(
                 "chunk {i} has {len} bytes, under the threshold {threshold}"
-            )));
+            ))
+            .into());
         }
-        end = off
-            .checked_add(len)
-            .filter(|e| *e <= body_len)
-            .ok_or_else(|| Error::BadChunkTable(format!("chunk {i} ({off}+{len}) runs past the body ({body_len})")))?;
+        end = off.checked_add(len).filter(|e| *e <= body_len).ok_or_else(|| {
+            ErrorKind::BadChunkTable(format!("chunk {i} ({off}+{len}) runs past the body ({body_len})"))
+        })?;
         table.push((off, len));
     }
     Ok(Head {
@@ -136,20 +138,20 @@ pub fn from_message<'de, T: Deserialize<'de>>(msg: &'de Bytes, limits: Limits) -
     let have = (msg.len() - head.body_start) as u64;
     if have != head.body_len {
         return Err(if have < head.body_len {
-            Error::Truncated {
+            ErrorKind::Truncated {
                 what: "body",
                 need: head.body_len,
                 have,
             }
         } else {
-            Error::TrailingBytes(have - head.body_len)
-        });
+            ErrorKind::TrailingBytes(have - head.body_len)
+        }
+        .into());
     }
     let mut r = Reader {
         msg,
         body_start: head.body_start,
-        pos: head.body_start,
-        end: msg.len(),
+        rest: &msg[head.body_start..],
         table: head.table,
         next_chunk: 0,
         depth: 0,
@@ -158,15 +160,16 @@ pub fn from_message<'de, T: Deserialize<'de>>(msg: &'de Bytes, limits: Limits) -
         threshold: head.threshold,
     };
     let v = T::deserialize(&mut r)?;
-    if r.pos != r.end {
-        return Err(Error::TrailingBytes((r.end - r.pos) as u64));
+    if !r.rest.is_empty() {
+        return Err(ErrorKind::TrailingBytes(r.rest.len() as u64).into());
     }
     if r.next_chunk != r.table.len() {
-        return Err(Error::BadChunkTable(format!(
+        return Err(ErrorKind::BadChunkTable(format!(
             "{} of {} pointer chunks were never used by the value",
             r.table.len() - r.next_chunk,
             r.table.len()
-        )));
+        ))
+        .into());
     }
     Ok(v)
 }
@@ -174,8 +177,10 @@ pub fn from_message<'de, T: Deserialize<'de>>(msg: &'de Bytes, limits: Limits) -
 struct Reader<'de> {
     msg: &'de Bytes,
     body_start: usize,
-    pos: usize,
-    end: usize,
+    /// What is not read yet: the message's tail (a slice, so reading a
+    /// field is one length check and a split, as fast as a plain slice
+    /// reader).
+    rest: &'de [u8],
     table: Vec<(u64, u64)>,
     next_chunk: usize,
     depth: usize,
@@ -185,35 +190,48 @@ struct Reader<'de> {
 }
 
 impl<'de> Reader<'de> {
+    /// Offset of the next unread byte in the message.
+    fn pos(&self) -> usize {
+        self.msg.len() - self.rest.len()
+    }
+
+    #[inline]
     fn take(&mut self, n: u64, what: &'static str) -> Result<&'de [u8], Error> {
-        let have = (self.end - self.pos) as u64;
-        if n > have {
-            return Err(Error::Truncated { what, need: n, have });
+        let have = self.rest.len();
+        match usize::try_from(n) {
+            Ok(n) if n <= have => {
+                let (s, rest) = self.rest.split_at(n);
+                self.rest = rest;
+                Ok(s)
+            }
+            _ => Err(truncated(what, n, have)),
         }
-        let s = &self.msg[self.pos..self.pos + n as usize];
-        self.pos += n as usize;
-        Ok(s)
     }
 
+    #[inline]
     fn arr<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], Error> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.take(N as u64, what)?);
-        Ok(a)
+        match self.rest.split_first_chunk::<N>() {
+            Some((a, rest)) => {
+                self.rest = rest;
+                Ok(*a)
+            }
+            None => Err(truncated(what, N as u64, self.rest.len())),
+        }
     }
 
+    #[inline]
     fn len(&mut self, what: &'static str) -> Result<u64, Error> {
         Ok(u64::from_le_bytes(self.arr::<8>(what)?))
     }
 
     /// A count of elements: never more than bytes left, so a forged count
     /// cannot make a collection preallocate beyond the input's size.
+    #[inline]
     fn count(&mut self, what: &'static str) -> Result<usize, Error> {
         let n = self.len(what)?;
-        let left = (self.end - self.pos) as u64;
+        let left = self.rest.len() as u64;
         if n > left {
-            return Err(Error::Invalid(format!(
-                "{what} claims {n} elements, with {left} bytes left"
-            )));
+            return Err(ErrorKind::Invalid(format!("{what} claims {n} elements, with {left} bytes left")).into());
         }
         Ok(n as usize)
     }
@@ -221,7 +239,7 @@ impl<'de> Reader<'de> {
     fn enter(&mut self) -> Result<(), Error> {
         self.depth += 1;
         if self.depth > self.limits.max_depth {
-            return Err(Error::TooDeep(self.limits.max_depth));
+            return Err(ErrorKind::TooDeep(self.limits.max_depth).into());
         }
         Ok(())
     }
@@ -229,31 +247,44 @@ impl<'de> Reader<'de> {
     /// The bytes of a bytes field, and whether the chunk table lists them.
     fn bytes_field(&mut self) -> Result<(usize, &'de [u8], bool), Error> {
         let n = self.len("bytes length")?;
-        let off = (self.pos - self.body_start) as u64;
+        let off = (self.pos() - self.body_start) as u64;
         if let Some(&(c_off, c_len)) = self.table.get(self.next_chunk) {
             if c_off < off {
-                return Err(Error::BadChunkTable(format!(
+                return Err(ErrorKind::BadChunkTable(format!(
                     "pointer chunk at {c_off} is not where any field's bytes start"
-                )));
+                ))
+                .into());
             }
             if c_off == off {
                 if c_len != n {
-                    return Err(Error::BadChunkTable(format!(
+                    return Err(ErrorKind::BadChunkTable(format!(
                         "pointer chunk at {c_off} has {c_len} bytes, its field {n}"
-                    )));
+                    ))
+                    .into());
                 }
                 self.next_chunk += 1;
-                let start = self.pos;
+                let start = self.pos();
                 return Ok((start, self.take(n, "bytes")?, true));
             }
         }
-        let start = self.pos;
+        let start = self.pos();
         Ok((start, self.take(n, "bytes")?, false))
     }
 }
 
+#[cold]
+fn truncated(what: &'static str, need: u64, have: usize) -> Error {
+    ErrorKind::Truncated {
+        what,
+        need,
+        have: have as u64,
+    }
+    .into()
+}
+
+#[inline]
 fn utf8(b: &[u8]) -> Result<&str, Error> {
-    std::str::from_utf8(b).map_err(|e| Error::Invalid(format!("string is not UTF-8: {e}")))
+    std::str::from_utf8(b).map_err(|e| ErrorKind::Invalid(format!("string is not UTF-8: {e}")).into())
 }
 
 macro_rules! prim {
@@ -268,15 +299,13 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
     type Error = Error;
 
     fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Error> {
-        Err(Error::Invalid(
-            "the format is not self-describing: a type must say what it expects".into(),
-        ))
+        Err(ErrorKind::Invalid("the format is not self-describing: a type must say what it expects".into()).into())
     }
     fn deserialize_bool<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {
         match self.arr::<1>("bool")?[0] {
             0 => v.visit_bool(false),
             1 => v.visit_bool(true),
-            b => Err(Error::Invalid(format!("bool byte {b}"))),
+            b => Err(ErrorKind::Invalid(format!("bool byte {b}")).into()),
         }
     }
     prim!(deserialize_i8, i8, visit_i8, 1);
@@ -293,7 +322,7 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
     prim!(deserialize_f64, f64, visit_f64, 8);
     fn deserialize_char<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {
         let c = u32::from_le_bytes(self.arr::<4>("char")?);
-        v.visit_char(char::from_u32(c).ok_or_else(|| Error::Invalid(format!("{c:#x} is not a char")))?)
+        v.visit_char(char::from_u32(c).ok_or_else(|| ErrorKind::Invalid(format!("{c:#x} is not a char")))?)
     }
     fn deserialize_str<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {
         let n = self.len("string length")?;
@@ -307,11 +336,12 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
         let (start, b, listed) = self.bytes_field()?;
         if is_buffer && !listed && b.len() as u64 >= u64::from(self.threshold) {
             // A sender of this format makes every such buffer a pointer chunk.
-            return Err(Error::BadChunkTable(format!(
+            return Err(ErrorKind::BadChunkTable(format!(
                 "a buffer of {} bytes (threshold {}) is not in the chunk table",
                 b.len(),
                 self.threshold
-            )));
+            ))
+            .into());
         }
         if is_buffer {
             // The Buffer takes a shared slice of the message: no copy.
@@ -335,7 +365,7 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
                 self.depth -= 1;
                 r
             }
-            t => Err(Error::Invalid(format!("option tag {t}"))),
+            t => Err(ErrorKind::Invalid(format!("option tag {t}")).into()),
         }
     }
     fn deserialize_unit<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {
@@ -399,9 +429,7 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
         self.deserialize_u32(v)
     }
     fn deserialize_ignored_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Error> {
-        Err(Error::Invalid(
-            "cannot skip a value in a format that is not self-describing".into(),
-        ))
+        Err(ErrorKind::Invalid("cannot skip a value in a format that is not self-describing".into()).into())
     }
     fn is_human_readable(&self) -> bool {
         false
@@ -415,6 +443,7 @@ struct Elements<'a, 'de> {
 
 impl<'de> de::SeqAccess<'de> for Elements<'_, 'de> {
     type Error = Error;
+    #[inline]
     fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, s: T) -> Result<Option<T::Value>, Error> {
         if self.left == 0 {
             return Ok(None);

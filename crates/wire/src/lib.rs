@@ -27,8 +27,8 @@ mod ser;
 
 pub use buffer::Buffer;
 pub use de::{from_bytes, from_message, Limits};
-pub use error::Error;
-pub use frame::{read_message, HEADER_LEN};
+pub use error::{Error, ErrorKind};
+pub use frame::{read_message, MessageReader, MessageWriter, HEADER_LEN};
 pub use ser::{to_archive, to_archive_with, Archive, Chunk};
 
 /// Buffers at or above this many bytes become pointer chunks by default.

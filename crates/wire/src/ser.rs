@@ -3,7 +3,7 @@
 //! index chunk and becomes a pointer chunk (its `Bytes`, not a copy).
 
 use crate::buffer::HANDOFF;
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use bytes::Bytes;
 use serde::ser::{self, Serialize};
 use std::io::IoSlice;
@@ -93,24 +93,6 @@ impl Archive {
         }
         v
     }
-
-    /// Writes the message with gathered writes, resuming after partial
-    /// writes, never concatenating the chunks.
-    pub fn write_to<W: std::io::Write>(&self, w: &mut W) -> Result<(), Error> {
-        let head = self.head();
-        let mut slices = vec![IoSlice::new(&head)];
-        slices.extend(self.body_slices());
-        let mut bufs: &mut [IoSlice<'_>] = &mut slices;
-        while !bufs.is_empty() {
-            match w.write_vectored(bufs) {
-                Ok(0) => return Err(Error::Io(std::io::ErrorKind::WriteZero.into())),
-                Ok(n) => IoSlice::advance_slices(&mut bufs, n),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(())
-    }
 }
 
 /// Serializes `v` with the default threshold.
@@ -119,45 +101,104 @@ pub fn to_archive<T: Serialize + ?Sized>(v: &T) -> Result<Archive, Error> {
 }
 
 /// Serializes `v`; buffers of `threshold` bytes or more become pointer chunks.
+///
+/// Two passes, as bincode does: the first only counts the index buffer's
+/// bytes, so the second writes into one allocation of the exact size
+/// instead of growing (and copying) the buffer as it fills.
 pub fn to_archive_with<T: Serialize + ?Sized>(v: &T, threshold: u32) -> Result<Archive, Error> {
+    let mut count = Writer {
+        threshold,
+        out: Counter::default(),
+        buffer_next: false,
+    };
+    v.serialize(&mut count)?;
     let mut s = Writer {
         threshold,
-        index: Vec::with_capacity(256),
-        chunks: Vec::new(),
-        chunk_start: 0,
+        out: Chunks {
+            index: Vec::with_capacity(count.out.index),
+            chunks: Vec::with_capacity(2 * count.out.pointers + 1),
+            chunk_start: 0,
+        },
         buffer_next: false,
     };
     v.serialize(&mut s)?;
-    s.close_index();
+    // A Serialize impl that writes differently each time would break the
+    // exact size (only a reallocation then, never wrong output).
+    debug_assert_eq!(s.out.index.len(), count.out.index, "sizing pass disagrees");
+    s.out.close_index();
     Ok(Archive {
         threshold,
-        index: s.index,
-        chunks: s.chunks,
+        index: s.out.index,
+        chunks: s.out.chunks,
     })
 }
 
-struct Writer {
-    threshold: u32,
+/// Where a [`Writer`] puts what it serializes.
+trait Sink {
+    /// Small bytes, copied into the index buffer.
+    fn put(&mut self, b: &[u8]);
+    /// A buffer referenced as a pointer chunk.
+    fn pointer(&mut self, b: Bytes);
+}
+
+/// The sizing pass: counts index bytes and pointer chunks.
+#[derive(Default)]
+struct Counter {
+    index: usize,
+    pointers: usize,
+}
+
+impl Sink for Counter {
+    #[inline]
+    fn put(&mut self, b: &[u8]) {
+        self.index += b.len();
+    }
+    fn pointer(&mut self, _: Bytes) {
+        self.pointers += 1;
+    }
+}
+
+/// The writing pass: the index buffer and the chunk list.
+struct Chunks {
     index: Vec<u8>,
     chunks: Vec<Chunk>,
     chunk_start: usize,
-    /// Set by the Buffer newtype: the next bytes are a Buffer's.
-    buffer_next: bool,
 }
 
-impl Writer {
-    #[inline]
-    fn put(&mut self, b: &[u8]) {
-        self.index.extend_from_slice(b);
-    }
-
+impl Chunks {
     fn close_index(&mut self) {
         if self.index.len() > self.chunk_start {
             self.chunks.push(Chunk::Index(self.chunk_start..self.index.len()));
         }
         self.chunk_start = self.index.len();
     }
+}
 
+impl Sink for Chunks {
+    #[inline]
+    fn put(&mut self, b: &[u8]) {
+        self.index.extend_from_slice(b);
+    }
+    fn pointer(&mut self, b: Bytes) {
+        self.close_index();
+        self.chunks.push(Chunk::Pointer(b));
+    }
+}
+
+struct Writer<S> {
+    threshold: u32,
+    out: S,
+    /// Set by the Buffer newtype: the next bytes are a Buffer's.
+    buffer_next: bool,
+}
+
+impl<S: Sink> Writer<S> {
+    #[inline]
+    fn put(&mut self, b: &[u8]) {
+        self.out.put(b);
+    }
+
+    #[inline]
     fn len(&mut self, n: usize) {
         self.put(&(n as u64).to_le_bytes());
     }
@@ -165,7 +206,7 @@ impl Writer {
 
 type R = Result<(), Error>;
 
-impl ser::Serializer for &mut Writer {
+impl<S: Sink> ser::Serializer for &mut Writer<S> {
     type Ok = ();
     type Error = Error;
     type SerializeSeq = Self;
@@ -177,7 +218,7 @@ impl ser::Serializer for &mut Writer {
     type SerializeStructVariant = Self;
 
     fn serialize_bool(self, v: bool) -> R {
-        self.index.push(u8::from(v));
+        self.put(&[u8::from(v)]);
         Ok(())
     }
     fn serialize_i8(self, v: i8) -> R {
@@ -243,8 +284,7 @@ impl ser::Serializer for &mut Writer {
             // The Buffer left its owner in the slot: reference it.
             let owned = HANDOFF.with(|h| h.borrow_mut().take());
             if let Some(b) = owned.filter(|b| b.as_ptr() == v.as_ptr() && b.len() == v.len()) {
-                self.close_index();
-                self.chunks.push(Chunk::Pointer(b));
+                self.out.pointer(b);
                 return Ok(());
             }
         }
@@ -282,7 +322,7 @@ impl ser::Serializer for &mut Writer {
         v.serialize(self)
     }
     fn serialize_seq(self, len: Option<usize>) -> Result<Self, Error> {
-        let n = len.ok_or_else(|| Error::Custom("sequences of unknown length are not supported".into()))?;
+        let n = len.ok_or_else(|| ErrorKind::Custom("sequences of unknown length are not supported".into()))?;
         self.len(n);
         Ok(self)
     }
@@ -297,7 +337,7 @@ impl ser::Serializer for &mut Writer {
         Ok(self)
     }
     fn serialize_map(self, len: Option<usize>) -> Result<Self, Error> {
-        let n = len.ok_or_else(|| Error::Custom("maps of unknown length are not supported".into()))?;
+        let n = len.ok_or_else(|| ErrorKind::Custom("maps of unknown length are not supported".into()))?;
         self.len(n);
         Ok(self)
     }
@@ -312,7 +352,7 @@ impl ser::Serializer for &mut Writer {
 
 macro_rules! compound {
     ($tr:ident, $m:ident) => {
-        impl ser::$tr for &mut Writer {
+        impl<S: Sink> ser::$tr for &mut Writer<S> {
             type Ok = ();
             type Error = Error;
             fn $m<T: Serialize + ?Sized>(&mut self, v: &T) -> R {
@@ -329,7 +369,7 @@ compound!(SerializeTuple, serialize_element);
 compound!(SerializeTupleStruct, serialize_field);
 compound!(SerializeTupleVariant, serialize_field);
 
-impl ser::SerializeMap for &mut Writer {
+impl<S: Sink> ser::SerializeMap for &mut Writer<S> {
     type Ok = ();
     type Error = Error;
     fn serialize_key<T: Serialize + ?Sized>(&mut self, k: &T) -> R {
@@ -343,7 +383,7 @@ impl ser::SerializeMap for &mut Writer {
     }
 }
 
-impl ser::SerializeStruct for &mut Writer {
+impl<S: Sink> ser::SerializeStruct for &mut Writer<S> {
     type Ok = ();
     type Error = Error;
     fn serialize_field<T: Serialize + ?Sized>(&mut self, _: &'static str, v: &T) -> R {
@@ -354,7 +394,7 @@ impl ser::SerializeStruct for &mut Writer {
     }
 }
 
-impl ser::SerializeStructVariant for &mut Writer {
+impl<S: Sink> ser::SerializeStructVariant for &mut Writer<S> {
     type Ok = ();
     type Error = Error;
     fn serialize_field<T: Serialize + ?Sized>(&mut self, _: &'static str, v: &T) -> R {

@@ -5,7 +5,7 @@ use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use wire::{from_bytes, to_archive, to_archive_with, Buffer, Chunk, Error, Limits};
+use wire::{from_bytes, to_archive, to_archive_with, Buffer, Chunk, Error, ErrorKind, Limits};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 enum Shape {
@@ -208,9 +208,9 @@ fn message() -> Vec<u8> {
     to_archive(&state(5000, 10)).unwrap().to_vec()
 }
 
-fn decode(b: Vec<u8>) -> Result<State, Error> {
+fn decode(b: Vec<u8>) -> Result<State, ErrorKind> {
     let m = Bytes::from(b);
-    from_bytes::<State>(&m)
+    from_bytes::<State>(&m).map_err(Error::into_kind)
 }
 
 #[test]
@@ -219,36 +219,36 @@ fn every_kind_of_bad_input_gets_its_error() {
     assert!(decode(good.clone()).is_ok());
     assert!(matches!(
         decode(good[..10].to_vec()),
-        Err(Error::Truncated { what: "header", .. })
+        Err(ErrorKind::Truncated { what: "header", .. })
     ));
     assert!(matches!(
         decode(good[..good.len() - 1].to_vec()),
-        Err(Error::Truncated { what: "body", .. })
+        Err(ErrorKind::Truncated { what: "body", .. })
     ));
     let mut m = good.clone();
     m.push(0);
-    assert!(matches!(decode(m), Err(Error::TrailingBytes(1))));
+    assert!(matches!(decode(m), Err(ErrorKind::TrailingBytes(1))));
     let mut m = good.clone();
     m[0] = b'X';
-    assert!(matches!(decode(m), Err(Error::BadMagic(_))));
+    assert!(matches!(decode(m), Err(ErrorKind::BadMagic(_))));
     let mut m = good.clone();
     m[4] = 9;
-    assert!(matches!(decode(m), Err(Error::BadVersion(9))));
+    assert!(matches!(decode(m), Err(ErrorKind::BadVersion(9))));
     // Threshold 0, or a chunk under the threshold.
     let mut m = good.clone();
     m[8..12].copy_from_slice(&0u32.to_le_bytes());
-    assert!(matches!(decode(m), Err(Error::Invalid(_))));
+    assert!(matches!(decode(m), Err(ErrorKind::Invalid(_))));
     let mut m = good.clone();
     m[8..12].copy_from_slice(&6000u32.to_le_bytes());
-    assert!(matches!(decode(m), Err(Error::BadChunkTable(_))));
+    assert!(matches!(decode(m), Err(ErrorKind::BadChunkTable(_))));
     // A chunk running past the body; chunks overlapping.
     let mut m = good.clone();
     m[24 + 8..24 + 16].copy_from_slice(&u64::MAX.to_le_bytes());
-    assert!(matches!(decode(m), Err(Error::BadChunkTable(_))));
+    assert!(matches!(decode(m), Err(ErrorKind::BadChunkTable(_))));
     let mut m = good.clone();
     let first = m[24..32].to_vec();
     m[40..48].copy_from_slice(&first);
-    assert!(matches!(decode(m), Err(Error::BadChunkTable(_))));
+    assert!(matches!(decode(m), Err(ErrorKind::BadChunkTable(_))));
     // A chunk that no field's bytes start at.
     let mut m = good.clone();
     let off = u64::from_le_bytes(m[24..32].try_into().unwrap());
@@ -257,17 +257,20 @@ fn every_kind_of_bad_input_gets_its_error() {
     // An absurd body length: refused by the limit, nothing allocated.
     let mut m = good.clone();
     m[16..24].copy_from_slice(&(1u64 << 62).to_le_bytes());
-    assert!(matches!(decode(m.clone()), Err(Error::TooLarge { .. })));
+    assert!(matches!(decode(m.clone()), Err(ErrorKind::TooLarge { .. })));
     assert!(matches!(
-        wire::read_message(&mut &m[..], Limits::default()),
-        Err(Error::TooLarge { .. })
+        wire::read_message(&mut &m[..], Limits::default()).map_err(Error::into_kind),
+        Err(ErrorKind::TooLarge { .. })
     ));
     // An absurd element count in the body.
     let a = to_archive(&vec![1u8, 2, 3]).unwrap().to_vec();
     let mut m = a.clone();
     m[24..32].copy_from_slice(&u64::MAX.to_le_bytes());
     let b = Bytes::from(m);
-    assert!(matches!(from_bytes::<Vec<u8>>(&b), Err(Error::Invalid(_))));
+    assert!(matches!(
+        from_bytes::<Vec<u8>>(&b).map_err(Error::into_kind),
+        Err(ErrorKind::Invalid(_))
+    ));
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -280,7 +283,10 @@ fn deep_nesting_is_refused() {
         n = Nest(Some(Box::new(n)));
     }
     let m = Bytes::from(to_archive(&n).unwrap().to_vec());
-    assert!(matches!(from_bytes::<Nest>(&m), Err(Error::TooDeep(128))));
+    assert!(matches!(
+        from_bytes::<Nest>(&m).map_err(Error::into_kind),
+        Err(ErrorKind::TooDeep(128))
+    ));
     let ok = wire::from_message::<Nest>(
         &m,
         Limits {
