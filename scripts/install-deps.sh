@@ -13,8 +13,10 @@ set -euo pipefail
 #   pkg-config   lets the pcap crate find libpcap
 #   python3      bench plots (matplotlib is installed by pip in bench/)
 #   procps       ps/pgrep used by clean-up checks
+#   systemd      systemd-analyze: the tests verify the shipped units in deploy/systemd
+#   util-linux   setpriv: the tests run those units' commands with only their capabilities
 #   libfaketime  anchor for the vtime clock-overhead benchmark (the LD_PRELOAD clock shim vtime is compared with)
-packages=(iproute2 libpcap-dev tcpdump netsniff-ng clang llvm pkg-config python3 procps libfaketime)
+packages=(iproute2 libpcap-dev tcpdump netsniff-ng clang llvm pkg-config python3 procps systemd util-linux libfaketime)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -9,6 +9,7 @@
 //! without losing what went wrong.
 #![deny(unsafe_code)]
 
+pub mod caps;
 pub mod child;
 pub mod cpu;
 pub mod netns;

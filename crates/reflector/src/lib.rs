@@ -22,6 +22,7 @@ pub mod http;
 pub mod membership;
 pub mod metrics;
 pub mod players;
+pub mod privileges;
 pub mod server;
 
 /// Milliseconds since the Unix epoch from the system clock: the only place

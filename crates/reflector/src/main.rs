@@ -3,7 +3,7 @@
 #![deny(unsafe_code)]
 
 use clap::{Parser, Subcommand};
-use reflector::{bots, control, server};
+use reflector::{bots, control, privileges, server};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -54,6 +54,18 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // What the configuration needs from the OS is checked before anything
+    // starts, so a missing capability is named instead of an EPERM later.
+    let unprivileged_from = oskit::caps::unprivileged_port_start();
+    let (command, needs) = match &cli.command {
+        Command::Serve(a) => ("serve", privileges::for_serve(&a.ports.0, a.metrics, unprivileged_from)),
+        Command::Control(a) => ("control", privileges::for_control(a.listen, unprivileged_from)),
+        Command::Bots(a) => ("bots", privileges::for_bots(&a.netns)),
+    };
+    if let Err(msg) = privileges::check(command, &needs) {
+        eprintln!("reflector: error: {msg}");
+        return ExitCode::from(1);
+    }
     let result = match cli.command {
         Command::Serve(a) => server::run(a, stop).map(|()| 0),
         Command::Control(a) => control::run(a, stop).map(|()| 0),
