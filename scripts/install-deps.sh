@@ -8,6 +8,7 @@ set -euo pipefail
 #   iproute2     ip/tc: namespaces, veth, bridges, qdiscs (netlab, root tests)
 #   libpcap-dev  libpcap's filter compiler (capture: tcpdump filter expressions)
 #   tcpdump      anchor for capture benchmarks, and reads back our pcap files in tests
+#   tshark       Wireshark's readers (tshark, capinfos): independent checks of capture's pcapng files
 #   netsniff-ng  trafgen/netsniff-ng: independent traffic generator and capture anchor
 #   clang, llvm  compile the eBPF programs
 #   pkg-config   lets the pcap crate find libpcap
@@ -16,7 +17,7 @@ set -euo pipefail
 #   systemd      systemd-analyze: the tests verify the shipped units in deploy/systemd
 #   util-linux   setpriv: the tests run those units' commands with only their capabilities
 #   libfaketime  anchor for the vtime clock-overhead benchmark (the LD_PRELOAD clock shim vtime is compared with)
-packages=(iproute2 libpcap-dev tcpdump netsniff-ng clang llvm pkg-config python3 procps systemd util-linux libfaketime)
+packages=(iproute2 libpcap-dev tcpdump tshark netsniff-ng clang llvm pkg-config python3 procps systemd util-linux libfaketime)
 
 missing=()
 for p in "${packages[@]}"; do

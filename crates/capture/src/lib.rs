@@ -33,4 +33,4 @@ pub use output::{Compression, Format};
 pub use session::{
     count_packets, iface_info, Capture, CaptureConfig, Control, Limits, OwnedPacket, Report, Sink, ThreadReport,
 };
-pub use source::{probe, KernelStats, Mode, RingConfig, Support};
+pub use source::{probe, ring_warning, v3_block_size, KernelStats, Mode, RingConfig, Support, MIN_V3_BLOCKS};

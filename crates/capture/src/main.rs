@@ -78,9 +78,10 @@ struct CapArgs {
     /// Socket buffer / ring size in KiB (like tcpdump -B).
     #[arg(short = 'B', long = "buffer-size", value_name = "KIB", default_value_t = 8192)]
     buffer_kib: u32,
-    /// v3 block size in KiB: the reader is woken once per block (the paper's N).
-    #[arg(long = "block-size", value_name = "KIB", default_value_t = 512)]
-    block_kib: u32,
+    /// v3 block size in KiB: the reader is woken once per block (the paper's N). Default: derived
+    /// from -B so the ring has at least 8 blocks (512 KiB for the default 8 MiB ring).
+    #[arg(long = "block-size", value_name = "KIB", value_parser = clap::value_parser!(u32).range(4..))]
+    block_kib: Option<u32>,
     /// v3 block retire timeout in ms: a partly filled block is handed over after this (the paper's m).
     #[arg(long = "block-timeout", value_name = "MS", default_value_t = 20)]
     block_timeout_ms: u32,
@@ -99,6 +100,10 @@ struct CapArgs {
     /// Direction: inout (default) or in (ignore packets this host sends).
     #[arg(short = 'Q', long, default_value = "inout", value_parser = ["in", "inout"])]
     direction: String,
+    /// Do not put the interface in promiscuous mode (by default it is, while capturing, as with
+    /// tcpdump: frames addressed to other hosts, e.g. unicast crossing a bridge, are seen too).
+    #[arg(short = 'p', long = "no-promiscuous-mode")]
+    no_promiscuous: bool,
     /// Do not print packets; only the statistics at the end.
     #[arg(short = 'q', long)]
     quiet: bool,
@@ -218,12 +223,16 @@ fn run_capture(a: CapArgs) -> Result<ExitCode, capture::CaptureError> {
     cfg.snaplen = a.snaplen;
     cfg.ring = RingConfig {
         buffer_bytes: u64::from(a.buffer_kib) * 1024,
-        block_size: u64::from(a.block_kib) * 1024,
+        block_size: a.block_kib.map(|k| u64::from(k) * 1024),
         block_timeout_ms: a.block_timeout_ms,
     };
+    if let Some(w) = capture::ring_warning(&cfg.ring) {
+        eprintln!("capture: warning: {w}");
+    }
     cfg.threads = a.threads;
     cfg.cpus = a.cpus.clone();
     cfg.inbound_only = a.direction == "in";
+    cfg.promiscuous = !a.no_promiscuous;
     let control = Control::default();
     signals(&control)?;
     let cap = Capture::open(&cfg)?;

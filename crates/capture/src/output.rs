@@ -189,7 +189,11 @@ impl Encoding {
             let units = if self.nano { now_ns } else { now_ns / 1000 };
             let isb = InterfaceStatisticsBlock {
                 interface_id: 0,
-                timestamp: units,
+                // pcapng stores a 64-bit timestamp as two 32-bit words, the
+                // high one first, each in the section's byte order; the crate
+                // writes the field as one little-endian u64 (low word first),
+                // so swap the halves to get the spec's layout.
+                timestamp: units.rotate_left(32),
                 options: vec![
                     InterfaceStatisticsOption::IsbFilterAccept(stats.filter_accept),
                     InterfaceStatisticsOption::IsbOsDrop(stats.os_drop),
@@ -398,6 +402,19 @@ mod tests {
             assert_eq!(p2.data.len(), 20);
             assert!(r.next_packet().is_none());
         }
+    }
+
+    #[test]
+    fn statistics_block_timestamp_is_high_word_first() {
+        // pcapng: Timestamp (High), then Timestamp (Low), 32 bits each.
+        let e = enc(Format::PcapNg, false);
+        let now_ns = 1_764_000_000_123_456_000u64; // late 2025
+        let isb = e.footer(now_ns, &FooterStats::default());
+        // Block type, total length, interface id (32 bits each), then the timestamp.
+        assert_eq!(u32::from_le_bytes(isb[0..4].try_into().unwrap()), 5);
+        let high = u32::from_le_bytes(isb[12..16].try_into().unwrap()) as u64;
+        let low = u32::from_le_bytes(isb[16..20].try_into().unwrap()) as u64;
+        assert_eq!((high << 32) | low, now_ns / 1000);
     }
 
     #[test]

@@ -32,6 +32,10 @@ pub struct CaptureConfig {
     pub cpus: Vec<usize>,
     /// Ignore packets this host sends (PACKET_IGNORE_OUTGOING).
     pub inbound_only: bool,
+    /// Promiscuous mode while capturing (tcpdump's default; `-p` turns it
+    /// off): frames for other hosts, e.g. unicast crossing a bridge, are
+    /// captured too.
+    pub promiscuous: bool,
 }
 
 impl CaptureConfig {
@@ -45,6 +49,7 @@ impl CaptureConfig {
             threads: 1,
             cpus: Vec::new(),
             inbound_only: false,
+            promiscuous: true,
         }
     }
 }
@@ -200,12 +205,17 @@ impl fmt::Display for Report {
     }
 }
 
+const ARPHRD_LOOPBACK: u32 = 772;
+
 /// Interface facts the capture needs.
 #[derive(Debug, Clone, Copy)]
 pub struct IfaceInfo {
     pub index: u32,
     pub link: LinkType,
     pub mtu: u32,
+    /// The loopback device: every packet crosses it twice (sent, then
+    /// received), so the capture keeps only the received copy.
+    pub loopback: bool,
 }
 
 /// Looks an interface up (index, link type, MTU).
@@ -226,6 +236,7 @@ pub fn iface_info(name: &str) -> Result<IfaceInfo> {
         index,
         link,
         mtu: read("mtu").unwrap_or(1500),
+        loopback: arphrd == ARPHRD_LOOPBACK,
     })
 }
 
@@ -308,7 +319,11 @@ impl Capture {
             snaplen: cfg.snaplen,
             filter: prog,
             ring: cfg.ring,
-            inbound_only: cfg.inbound_only,
+            // On lo, as libpcap does, drop the outgoing copy of each packet:
+            // the same packet comes back as the incoming one, so nothing is
+            // lost and each datagram is captured once.
+            inbound_only: cfg.inbound_only || info.loopback,
+            promiscuous: cfg.promiscuous,
             fanout,
         };
         let mut sources = Vec::with_capacity(cfg.threads);

@@ -62,13 +62,51 @@ impl FromStr for Mode {
 /// Result of probing one mode.
 pub use oskit::Support;
 
+/// The fewest v3 blocks a derived geometry gives a ring: with fewer, one
+/// block being read or filled is a large share of the ring, and a burst
+/// that arrives while the reader holds it is dropped (2 blocks of 512 KiB in
+/// a 1 MiB ring lost packets that tcpdump's geometry kept).
+pub const MIN_V3_BLOCKS: u64 = 8;
+/// The largest derived v3 block (reached from a 4 MiB ring up; the default
+/// 8 MiB ring has 16 such blocks).
+pub const DEFAULT_V3_BLOCK: u64 = 512 << 10;
+
+/// The v3 block size for a ring of `buffer` bytes: the one asked for, or
+/// the largest power of two of at most [`DEFAULT_V3_BLOCK`] that gives the
+/// ring at least [`MIN_V3_BLOCKS`] blocks (one page at the least). The ring
+/// then rounds it up to hold one whole frame.
+pub fn v3_block_size(buffer: u64, asked: Option<u64>) -> u64 {
+    if let Some(b) = asked {
+        return b;
+    }
+    let per_block = (buffer / MIN_V3_BLOCKS).clamp(u64::from(PAGE), DEFAULT_V3_BLOCK);
+    1u64 << (63 - per_block.leading_zeros())
+}
+
+/// A warning for a geometry the user chose that leaves the ring fewer than
+/// [`MIN_V3_BLOCKS`] blocks.
+pub fn ring_warning(ring: &RingConfig) -> Option<String> {
+    let block = ring.block_size?;
+    let blocks = ring.buffer_bytes / block.max(1);
+    (blocks < MIN_V3_BLOCKS).then(|| {
+        format!(
+            "a {} KiB ring in blocks of {} KiB has {blocks} block(s): under {MIN_V3_BLOCKS}, a burst that arrives \
+             while the reader holds a block can be dropped; leave out --block-size to get {} KiB blocks",
+            ring.buffer_bytes >> 10,
+            block >> 10,
+            v3_block_size(ring.buffer_bytes, None) >> 10
+        )
+    })
+}
+
 /// Ring geometry. `buffer_bytes` is the total ring size (like tcpdump -B).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingConfig {
     pub buffer_bytes: u64,
     /// TPACKET_V3 block size: the kernel wakes the reader once per block
-    /// (the paper's N, in bytes rather than packets).
-    pub block_size: u64,
+    /// (the paper's N, in bytes rather than packets). `None`: derived from
+    /// the ring size ([`v3_block_size`]), so a ring has at least 8 blocks.
+    pub block_size: Option<u64>,
     /// TPACKET_V3 retire timeout (the paper's m), in milliseconds, which is
     /// the kernel's granularity.
     pub block_timeout_ms: u32,
@@ -78,7 +116,7 @@ impl Default for RingConfig {
     fn default() -> Self {
         RingConfig {
             buffer_bytes: 8 << 20,
-            block_size: 512 << 10,
+            block_size: None,
             block_timeout_ms: 20,
         }
     }
@@ -94,6 +132,8 @@ pub struct SourceConfig {
     pub filter: Vec<BpfInsn>,
     pub ring: RingConfig,
     pub inbound_only: bool,
+    /// Put the interface in promiscuous mode while the socket is open.
+    pub promiscuous: bool,
     /// PACKET_FANOUT group id to join (hash by flow), if any.
     pub fanout: Option<u16>,
 }
@@ -257,8 +297,10 @@ impl Source {
             Mode::V3 => {
                 sock.set_version(TPACKET_V3).map_err(CaptureError::from_sys)?;
                 let frame_size = v2_frame_size(cfg.snaplen, cfg.mtu);
-                let block_size =
-                    cfg.ring.block_size.max(u64::from(frame_size)).div_ceil(u64::from(PAGE)) * u64::from(PAGE);
+                let block_size = v3_block_size(cfg.ring.buffer_bytes, cfg.ring.block_size)
+                    .max(u64::from(frame_size))
+                    .div_ceil(u64::from(PAGE))
+                    * u64::from(PAGE);
                 let block_size = u32::try_from(block_size).map_err(|_| {
                     CaptureError::Config(format!(
                         "block size {block_size} bytes is over the kernel's 4 GiB limit"
@@ -281,6 +323,9 @@ impl Source {
             Mode::Xdp => unreachable!("rejected above"),
         };
         sock.bind(cfg.ifindex, ETH_P_ALL).map_err(CaptureError::from_sys)?;
+        if cfg.promiscuous {
+            sock.promiscuous(cfg.ifindex).map_err(CaptureError::from_sys)?;
+        }
         if let Some(group) = cfg.fanout {
             // Hash by flow, defragmenting first so all fragments of a datagram
             // land on the same socket.
@@ -607,6 +652,32 @@ pub fn best_mode(probed: &[(Mode, Support)]) -> Option<Mode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn derived_v3_blocks_give_every_ring_at_least_eight() {
+        assert_eq!(v3_block_size(8 << 20, None), 512 << 10); // the default: 16 blocks
+        assert_eq!(v3_block_size(2 << 20, None), 256 << 10); // tcpdump's default ring, libpcap's block
+        assert_eq!(v3_block_size(1 << 20, None), 128 << 10); // -B 1024: 8 blocks, not 2
+        assert_eq!(v3_block_size(3 << 20, None), 256 << 10); // 12 blocks
+        assert_eq!(v3_block_size(64 << 20, None), 512 << 10);
+        assert_eq!(v3_block_size(16 << 10, None), 4 << 10); // one page at the least
+        assert_eq!(v3_block_size(1 << 20, Some(512 << 10)), 512 << 10);
+        for kib in 4..20_000u64 {
+            let b = v3_block_size(kib << 10, None);
+            assert!(b.is_power_of_two() && b >= 4096);
+            assert!((kib << 10) / b >= MIN_V3_BLOCKS || b == 4096, "{kib} KiB");
+        }
+        let warn = |buffer, block| {
+            ring_warning(&RingConfig {
+                buffer_bytes: buffer,
+                block_size: block,
+                block_timeout_ms: 20,
+            })
+        };
+        assert!(warn(1 << 20, Some(512 << 10)).unwrap().contains("2 block(s)"));
+        assert!(warn(1 << 20, Some(128 << 10)).is_none());
+        assert!(warn(1 << 20, None).is_none());
+    }
 
     #[test]
     fn mode_names_round_trip() {

@@ -185,6 +185,23 @@ impl PacketSocket {
         )
     }
 
+    /// Puts interface `ifindex` in promiscuous mode for as long as this
+    /// socket is open: a packet-socket membership, counted by the kernel per
+    /// socket and undone when the socket closes (however the process ends),
+    /// unlike setting IFF_PROMISC on the device, which would outlive a crash.
+    pub fn promiscuous(&self, ifindex: u32) -> SysResult<()> {
+        // SAFETY: packet_mreq is plain old data; all-zero is a valid value.
+        let mut mreq: libc::packet_mreq = unsafe { mem::zeroed() };
+        mreq.mr_ifindex = ifindex as libc::c_int;
+        mreq.mr_type = libc::PACKET_MR_PROMISC as libc::c_ushort;
+        self.setsockopt(
+            libc::SOL_PACKET,
+            libc::PACKET_ADD_MEMBERSHIP,
+            &mreq,
+            "setsockopt(PACKET_ADD_MEMBERSHIP, PACKET_MR_PROMISC)",
+        )
+    }
+
     pub fn qdisc_bypass(&self) -> SysResult<()> {
         let on: libc::c_int = 1;
         self.setsockopt(
