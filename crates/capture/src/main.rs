@@ -198,8 +198,10 @@ fn run_probe() -> Result<ExitCode, capture::CaptureError> {
 
 fn signals(control: &Control) -> Result<(), capture::CaptureError> {
     let err = |e: std::io::Error| capture::CaptureError::Config(format!("cannot install signal handlers: {e}"));
-    use oskit::signal::{set_on, SIGINT, SIGTERM, SIGUSR1};
-    set_on(&[SIGINT, SIGTERM], &control.stop).map_err(err)?;
+    use oskit::signal::{set_on, stop_then_abort, SIGINT, SIGTERM, SIGUSR1};
+    // First: finish cleanly (drain the ring, write everything). Second: stop
+    // at once, keeping what is written. Third: exit there and then.
+    stop_then_abort(&[SIGINT, SIGTERM], &control.stop, &control.abort).map_err(err)?;
     set_on(&[SIGUSR1], &control.report).map_err(err)?;
     Ok(())
 }

@@ -93,6 +93,10 @@ pub struct Control {
     pub stop: Arc<AtomicBool>,
     /// Print statistics now (SIGUSR1); cleared when done.
     pub report: Arc<AtomicBool>,
+    /// Stop at once (a second Ctrl-C): nothing more is taken from the
+    /// kernel, packets encoded but not yet written are counted as not
+    /// written and dropped, and the file is closed cleanly with what it has.
+    pub abort: Arc<AtomicBool>,
 }
 
 /// Statistics of one worker.
@@ -110,6 +114,9 @@ pub struct ThreadReport {
     pub malformed: u64,
     /// Packets kept shorter than the snaplen because a ring frame was too small.
     pub truncated: u64,
+    /// Captured, but dropped before reaching the file because a second stop
+    /// signal asked to stop at once.
+    pub not_written: u64,
     pub cpu_user: Duration,
     pub cpu_sys: Duration,
 }
@@ -120,6 +127,8 @@ pub struct Report {
     pub mode: Option<Mode>,
     pub threads: Vec<ThreadReport>,
     pub elapsed: Duration,
+    /// Stopped at once by [`Control::abort`] (a second Ctrl-C).
+    pub aborted: bool,
 }
 
 impl Report {
@@ -184,6 +193,7 @@ impl fmt::Display for Report {
             beyond_limit: self.threads.iter().map(|t| t.beyond_limit).sum(),
             malformed: self.threads.iter().map(|t| t.malformed).sum(),
             truncated: self.threads.iter().map(|t| t.truncated).sum(),
+            not_written: self.threads.iter().map(|t| t.not_written).sum(),
             cpu_user: self.threads.iter().map(|t| t.cpu_user).sum(),
             cpu_sys: self.threads.iter().map(|t| t.cpu_sys).sum(),
             cpu: None,
@@ -192,6 +202,17 @@ impl fmt::Display for Report {
             total.cpu = self.threads[0].cpu;
         }
         line(f, "total", &total)?;
+        if self.aborted {
+            // Accepted by the filter, neither dropped nor taken: still in the ring.
+            let unread = total.kernel.packets.saturating_sub(total.kernel.drops + total.captured);
+            writeln!(
+                f,
+                "stopped at once: {} captured packets not written, {unread} left unread in the kernel; \
+                 the output holds the other {}",
+                total.not_written,
+                total.captured - total.not_written
+            )?;
+        }
         let k = total.kernel.packets.max(1);
         write!(
             f,
@@ -382,6 +403,7 @@ impl Capture {
             limit: limits.count.unwrap_or(u64::MAX),
             deadline,
             stop: control.stop.clone(),
+            abort: control.abort.clone(),
             epoch: AtomicU64::new(0),
             failed: AtomicBool::new(false),
         };
@@ -399,7 +421,7 @@ impl Capture {
                     Sink::Count => Out::Count,
                     Sink::Summary => Out::Summary(String::new()),
                     Sink::File { .. } => match &file {
-                        Some(f) => Out::File(f.clone(), Vec::with_capacity(FLUSH_AT + 4096), Vec::new()),
+                        Some(f) => Out::File(f.clone(), Vec::with_capacity(FLUSH_AT + 4096), 0, Vec::new()),
                         None => Out::Count,
                     },
                     Sink::Collect(v) => Out::Collect(v.clone(), Vec::new()),
@@ -437,6 +459,7 @@ impl Capture {
                             .map(|s| s.lock().map(|g| g.1.clone()).unwrap_or_default())
                             .collect(),
                         elapsed: start.elapsed(),
+                        aborted: false,
                     };
                     on_report(&r);
                 }
@@ -457,6 +480,7 @@ impl Capture {
             mode: Some(mode),
             threads,
             elapsed: start.elapsed(),
+            aborted: control.abort.load(Ordering::Relaxed),
         };
         if let Some(f) = file {
             let f = Arc::try_unwrap(f)
@@ -526,6 +550,7 @@ struct Shared {
     limit: u64,
     deadline: Option<Instant>,
     stop: Arc<AtomicBool>,
+    abort: Arc<AtomicBool>,
     epoch: AtomicU64,
     failed: AtomicBool,
 }
@@ -533,8 +558,9 @@ struct Shared {
 enum Out {
     Count,
     Summary(String),
-    /// Shared file, local encoded records, scratch for VLAN re-insertion.
-    File(Arc<Mutex<FileOutput>>, Vec<u8>, Vec<u8>),
+    /// Shared file, local encoded records (and how many packets they
+    /// hold), scratch for VLAN re-insertion.
+    File(Arc<Mutex<FileOutput>>, Vec<u8>, u64, Vec<u8>),
     Collect(Arc<Mutex<Vec<OwnedPacket>>>, Vec<OwnedPacket>),
 }
 
@@ -556,13 +582,14 @@ impl Out {
                     }
                 }
             }
-            Out::File(f, buf, _) => {
+            Out::File(f, buf, packets, _) => {
                 if !buf.is_empty() {
                     let mut g = f
                         .lock()
                         .map_err(|_| CaptureError::Config("output lock poisoned by a failed thread".into()))?;
                     g.write_chunk(buf)?;
                     buf.clear();
+                    *packets = 0;
                 }
             }
             Out::Collect(all, local) => {
@@ -576,11 +603,23 @@ impl Out {
         Ok(())
     }
 
+    /// Drops what is encoded but not written (stopping at once); returns
+    /// how many packets that was. Other outputs are cheap: flushed.
+    fn discard(&mut self) -> Result<u64> {
+        match self {
+            Out::File(_, buf, packets, _) => {
+                buf.clear();
+                Ok(std::mem::take(packets))
+            }
+            _ => self.flush().map(|()| 0),
+        }
+    }
+
     fn pending(&self) -> usize {
         match self {
             Out::Count => 0,
             Out::Summary(s) => s.len(),
-            Out::File(_, b, _) => b.len(),
+            Out::File(_, b, _, _) => b.len(),
             Out::Collect(_, v) => v.len() * 64,
         }
     }
@@ -620,8 +659,10 @@ fn worker_loop(
     };
     let mut seen_epoch = 0u64;
     let has_limit = shared.limit != u64::MAX;
+    // Ring modes can leave a packet in place; recv has read it already.
+    let in_ring = src.mode() != Mode::Recv;
     let encoding = match out {
-        Out::File(f, _, _) => f.lock().ok().map(|g| g.encoding),
+        Out::File(f, _, _, _) => f.lock().ok().map(|g| g.encoding),
         _ => None,
     };
     loop {
@@ -643,6 +684,12 @@ fn worker_loop(
         let mut beyond = 0u64;
         let mut bytes = 0u64;
         let n = src.next_batch(timeout, &mut |p: &PacketView<'_>| {
+            // One call can hand over a whole ring of blocks: leave the rest
+            // in the ring once a flush is due, so what is encoded but not
+            // written stays bounded (a second Ctrl-C drops at most that).
+            if in_ring && out.pending() >= FLUSH_AT {
+                return Flow::Stop;
+            }
             // Without -c there is nothing to share per packet.
             if has_limit && shared.taken.fetch_add(1, Ordering::Relaxed) >= shared.limit {
                 beyond += 1;
@@ -673,11 +720,15 @@ fn worker_loop(
     if shared.stop.load(Ordering::Relaxed) && !shared.failed.load(Ordering::Relaxed) {
         // Asked to stop: take what is already queued (including a partly
         // filled v3 block, visible after its retire timeout), so a stop after
-        // the traffic leaves nothing uncounted; bounded for endless traffic.
+        // the traffic leaves nothing uncounted; bounded for endless traffic,
+        // written in FLUSH_AT steps, and cut short by a second signal.
         let until = Instant::now() + Duration::from_millis(500);
         let has_limit = shared.limit != u64::MAX;
-        loop {
+        while !shared.abort.load(Ordering::Relaxed) {
             let n = src.next_batch(src.visibility_delay(), &mut |p: &PacketView<'_>| {
+                if in_ring && out.pending() >= FLUSH_AT {
+                    return Flow::Stop;
+                }
                 if has_limit && shared.taken.fetch_add(1, Ordering::Relaxed) >= shared.limit {
                     return Flow::Stop;
                 }
@@ -686,10 +737,16 @@ fn worker_loop(
                 Flow::Continue
             })?;
             rep.captured += n as u64;
+            if out.pending() >= FLUSH_AT && !shared.abort.load(Ordering::Relaxed) {
+                out.flush()?;
+            }
             if n == 0 || Instant::now() >= until {
                 break;
             }
         }
+    }
+    if shared.abort.load(Ordering::Relaxed) {
+        rep.not_written = out.discard()?;
     }
     out.flush()?;
     fill_final(&mut rep, src, cpu0)?;
@@ -701,9 +758,10 @@ fn take(out: &mut Out, link: LinkType, encoding: Option<&Encoding>, p: &PacketVi
     match out {
         Out::Count => {}
         Out::Summary(s) => format_line(s, link, p),
-        Out::File(_, buf, scratch) => {
+        Out::File(_, buf, packets, scratch) => {
             if let Some(e) = encoding {
                 e.record(buf, p, scratch);
+                *packets += 1;
             }
         }
         Out::Collect(_, v) => v.push(OwnedPacket {
@@ -744,7 +802,7 @@ pub fn count_packets(iface: &str, filter: Option<&str>, limits: Limits, stop: Ar
     let cap = Capture::open(&cfg)?;
     let control = Control {
         stop,
-        report: Arc::new(AtomicBool::new(false)),
+        ..Control::default()
     };
     cap.run(limits, Sink::Count, &control, &mut |_| {})
 }
@@ -769,6 +827,7 @@ mod tests {
             mode: Some(Mode::V3),
             threads: vec![t(10, 2), t(5, 0)],
             elapsed: Duration::from_secs(1),
+            aborted: false,
         };
         assert_eq!(r.captured(), 15);
         assert_eq!(r.lost(), 2);
@@ -776,6 +835,21 @@ mod tests {
         assert!(s.contains("thread 1"), "{s}");
         assert!(s.contains("total: captured 15 packets"), "{s}");
         assert!(s.contains("lost: 2 of 17"), "{s}");
+        assert!(!s.contains("stopped at once"), "{s}");
+        // Stopped at once: 4 encoded but not written, 3 still in the ring.
+        let mut first = t(10, 2);
+        first.not_written = 4;
+        first.kernel.packets += 3;
+        let r = Report {
+            threads: vec![first],
+            aborted: true,
+            ..r
+        };
+        let s = r.to_string();
+        assert!(
+            s.contains("stopped at once: 4 captured packets not written, 3 left unread in the kernel; the output holds the other 6"),
+            "{s}"
+        );
     }
 
     #[test]

@@ -679,3 +679,81 @@ fn bridge_traffic_is_seen_promiscuously_and_not_with_p() {
     .expect("hex flags");
     assert_eq!(flags & 0x100, 0, "IFF_PROMISC left on br0");
 }
+
+#[test]
+fn a_second_ctrl_c_stops_a_compressed_backlog_at_once() {
+    if !root_or_skip("a_second_ctrl_c_stops_a_compressed_backlog_at_once") {
+        return;
+    }
+    use nix::sys::signal::Signal;
+    use std::time::Instant;
+    let lab = Lab::new();
+    let file = tmpfile("abort.pcap.zst");
+    let f = file.to_string_lossy().to_string();
+    // A 64 MiB ring filled faster than zstd at level 19 can compress it:
+    // a clean stop would take many seconds to write the backlog.
+    let run = Running::start(lab.cmd(
+        &lab.b,
+        &[
+            BIN,
+            "-i",
+            &lab.b_if,
+            "--mode",
+            "v3",
+            "-B",
+            "65536",
+            "--compress",
+            "zstd:19",
+            "-w",
+            &f,
+            "--duration",
+            "120",
+            "udp",
+        ],
+    ));
+    lab.exec_ok(
+        &lab.a,
+        &[
+            BIN,
+            "gen",
+            "-i",
+            &lab.a_if,
+            "--via",
+            "txring",
+            "--src",
+            &format!("{}:4000", lab.a_ip),
+        ]
+        .into_iter()
+        .chain([
+            "--dst",
+            &format!("{}:5000", lab.b_ip),
+            "--size",
+            "1000",
+            "-c",
+            "60000",
+            "--duration",
+            "20",
+        ])
+        .collect::<Vec<_>>(),
+    );
+    run.signal(Signal::SIGINT);
+    std::thread::sleep(Duration::from_millis(300));
+    let second = Instant::now();
+    run.signal(Signal::SIGINT);
+    let (status, err, _) = run.finish(Duration::from_secs(60));
+    let took = second.elapsed();
+    assert!(status.success(), "{err}");
+    assert!(
+        took < Duration::from_secs(3),
+        "a second Ctrl-C took {took:?} to end the capture: {err}"
+    );
+    // The file is a complete zstd stream and a valid pcap of what was written.
+    let raw = std::fs::read(&file).expect("output file");
+    let plain = zstd::decode_all(&raw[..]).expect("zstd stream finished");
+    let written = read_pcap(&plain).len() as u64;
+    let captured = number_after(&err, "total: captured ");
+    let not_written = number_after(&err, "stopped at once: ");
+    assert_eq!(written + not_written, captured, "{err}");
+    assert_eq!(number_after(&err, "the output holds the other "), written, "{err}");
+    let _ = std::fs::remove_file(&file);
+}

@@ -41,6 +41,29 @@ pub fn set_on(signals: &[i32], flag: &Arc<AtomicBool>) -> io::Result<()> {
     Ok(())
 }
 
+/// Escalating stops: the first of `signals` sets `stop` (finish cleanly),
+/// the second sets `abort` (stop at once, keep what is already done), a
+/// third exits with status 130 there and then (for a shutdown stuck in the
+/// kernel, e.g. a write to a hung disk). A thread of its own counts them.
+pub fn stop_then_abort(signals: &[i32], stop: &Arc<AtomicBool>, abort: &Arc<AtomicBool>) -> io::Result<()> {
+    use std::sync::atomic::Ordering;
+    let mut incoming = signal_hook::iterator::Signals::new(signals)?;
+    let (stop, abort) = (Arc::clone(stop), Arc::clone(abort));
+    std::thread::Builder::new().name("signals".into()).spawn(move || {
+        for (n, _) in incoming.forever().enumerate() {
+            match n {
+                0 => stop.store(true, Ordering::SeqCst),
+                1 => {
+                    stop.store(true, Ordering::SeqCst);
+                    abort.store(true, Ordering::SeqCst);
+                }
+                _ => std::process::exit(130),
+            }
+        }
+    })?;
+    Ok(())
+}
+
 /// The usual flag: SIGINT or SIGTERM set it; a second one exits (status 1).
 pub fn stop_flag() -> io::Result<Arc<AtomicBool>> {
     flag_on(&[SIGINT, SIGTERM], Second::Exit(1))
@@ -60,6 +83,25 @@ pub fn ignore(signals: &[i32]) -> io::Result<()> {
 mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
+
+    #[test]
+    fn a_second_signal_aborts() {
+        // SIGWINCH is used by no other test of this crate, and harmless.
+        let (stop, abort) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        stop_then_abort(&[signal_hook::consts::SIGWINCH], &stop, &abort).unwrap();
+        let wait = |f: &AtomicBool| {
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while !f.load(Ordering::SeqCst) && std::time::Instant::now() < until {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            f.load(Ordering::SeqCst)
+        };
+        signal_hook::low_level::raise(signal_hook::consts::SIGWINCH).unwrap();
+        assert!(wait(&stop));
+        assert!(!abort.load(Ordering::SeqCst));
+        signal_hook::low_level::raise(signal_hook::consts::SIGWINCH).unwrap();
+        assert!(wait(&abort));
+    }
 
     #[test]
     fn a_raised_signal_sets_the_flag() {
