@@ -10,15 +10,23 @@
 //!   makes a full device queue visible (ENOBUFS) instead of a silent drop;
 //! - [`errqueue`]: the socket error queue read and decoded — ICMP errors with
 //!   the destination they were about, local errors, and zero-copy completion
-//!   ranges with their COPIED flag — not just drained.
+//!   ranges with their COPIED flag — not just drained;
+//! - [`zerocopy::ZeroCopySender`]: MSG_ZEROCOPY sends over a size threshold,
+//!   buffers held until their completions ([`completions`], pure), a bound
+//!   on bytes pinned, and a fall-back to copies when the kernel copies anyway.
 //!
 //! All `unsafe` is in the private `sys` module.
 #![deny(unsafe_code)]
 
+pub mod completions;
 pub mod errqueue;
 mod sys;
+pub mod zerocopy;
 
-pub use sys::{probe_sendmmsg, set_recverr, wait_writable, DestSet, RecvBatch, SendOne};
+pub use sys::{
+    probe_sendmmsg, send_flagged, set_recverr, set_udp_segment, wait_error_queue, wait_writable, DestSet, RecvBatch,
+    SendOne,
+};
 
 /// Most headers one `sendmmsg` takes (the kernel's UIO_MAXIOV).
 pub const MAX_BATCH: usize = 1024;

@@ -478,6 +478,55 @@ pub fn read(fd: BorrowedFd<'_>, mut f: impl FnMut(ErrEntry)) -> usize {
     count
 }
 
+/// SO_ZEROCOPY: lets sends with MSG_ZEROCOPY pin the caller's pages instead
+/// of copying them (Linux 4.14+; UDP from 5.0).
+pub fn set_zerocopy(fd: BorrowedFd<'_>) -> io::Result<()> {
+    set_int(fd, libc::SOL_SOCKET, libc::SO_ZEROCOPY, 1)
+}
+
+/// UDP_SEGMENT: each send of up to 64 KiB leaves as datagrams of `size`
+/// payload bytes, segmented late (GSO), so one send is one large buffer.
+pub fn set_udp_segment(fd: BorrowedFd<'_>, size: u16) -> io::Result<()> {
+    set_int(fd, libc::SOL_UDP, libc::UDP_SEGMENT, libc::c_int::from(size))
+}
+
+/// One datagram to `to`, non-blocking; with `zerocopy` the kernel pins
+/// `buf`'s pages (MSG_ZEROCOPY) and reports on the error queue when it is
+/// done with them: the caller must keep `buf` alive and unchanged until then.
+pub fn send_flagged(fd: BorrowedFd<'_>, buf: &[u8], to: SocketAddr, zerocopy: bool) -> io::Result<usize> {
+    let d = Dest::new(to);
+    let (sa, len) = d.as_ptr();
+    let flags = libc::MSG_DONTWAIT | if zerocopy { libc::MSG_ZEROCOPY } else { 0 };
+    // SAFETY: buf and d are borrowed for the call; the lengths are theirs.
+    // With MSG_ZEROCOPY the kernel keeps referencing buf's pages after the
+    // call: the safe wrapper holds buf's owner until the completion arrives.
+    check(unsafe { libc::sendto(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), flags, sa, len) })
+}
+
+/// Waits until the socket's error queue has an entry (a completion) or
+/// `timeout_ms` passes; true if it has one.
+pub fn wait_error_queue(fd: BorrowedFd<'_>, timeout_ms: i32) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        // No event asked for: poll reports POLLERR (a queued error or
+        // completion) regardless, and nothing else wakes it. POLLOUT would
+        // report the usual writable socket at once and spin.
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one pollfd, borrowed for the call.
+    let r = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(false)
+        } else {
+            Err(e)
+        };
+    }
+    Ok(r > 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,167 @@
+//! MSG_ZEROCOPY on real sockets, in namespaces of the test's own: over veth
+//! the kernel copies on delivery and says so, and the sender falls back to
+//! copies; into a sink where packets leave without local delivery (a TC
+//! program that drops them) completions come uncopied and every buffer is
+//! released; behind a slow qdisc the bound on pinned bytes holds.
+
+use oskit::testing::{root_or_skip, sh, NetNsGuard};
+use sendpath::zerocopy::{Sent, ZeroCopySender};
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// TC direct-action classic BPF that returns TC_ACT_SHOT (2) for every
+/// packet: the kernel frees it there, before any local delivery.
+const DROP_ALL: &str = "1,6 0 0 2,";
+
+/// A namespace with veth `za` (10.97.0.1) and its peer `zb` (10.97.0.2).
+fn veth_pair() -> NetNsGuard {
+    let ns = NetNsGuard::new("zc");
+    let n = ns.name();
+    sh(&["ip", "-n", n, "link", "add", "za", "type", "veth", "peer", "name", "zb"]);
+    sh(&["ip", "-n", n, "addr", "add", "10.97.0.1/24", "dev", "za"]);
+    sh(&["ip", "-n", n, "link", "set", "za", "up"]);
+    sh(&["ip", "-n", n, "link", "set", "zb", "up"]);
+    ns
+}
+
+fn buffers(n: usize, len: usize) -> Vec<Arc<[u8]>> {
+    (0..n).map(|i| vec![i as u8; len].into()).collect()
+}
+
+#[test]
+fn over_veth_the_kernel_copies_and_the_sender_falls_back() {
+    if !root_or_skip("over_veth_the_kernel_copies_and_the_sender_falls_back") {
+        return;
+    }
+    let ns = veth_pair();
+    sh(&["ip", "-n", ns.name(), "addr", "add", "10.97.0.2/24", "dev", "zb"]);
+    ns.run(|| {
+        let rx = UdpSocket::bind("10.97.0.2:7000").unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let tx = UdpSocket::bind("10.97.0.1:0").unwrap();
+        let to: SocketAddr = "10.97.0.2:7000".parse().unwrap();
+        let mut zc = ZeroCopySender::new(tx.as_fd(), 1024, 1 << 20);
+        assert!(zc.zero_copy_off().is_none(), "SO_ZEROCOPY refused");
+        let bufs = buffers(40, 1400);
+        let mut kinds = vec![];
+        for b in &bufs {
+            kinds.push(zc.send_to(tx.as_fd(), b, to, |_| {}).unwrap());
+            // Every datagram arrives, whichever way it left.
+            let mut got = [0u8; 2000];
+            let n = rx.recv(&mut got).unwrap();
+            assert_eq!(&got[..n], &b[..]);
+        }
+        assert!(zc.drain(tx.as_fd(), Duration::from_secs(5), |_| {}));
+        assert_eq!(kinds[0], Sent::ZeroCopy);
+        assert!(zc.stats.completed_copied > 0, "{:?}", zc.stats);
+        assert!(zc.zero_copy_off().is_some(), "no fall-back after COPIED completions");
+        assert_eq!(*kinds.last().unwrap(), Sent::Copied, "{:?}", zc.stats);
+        assert_eq!(zc.stats.completed, zc.stats.zerocopy_sends);
+        assert!(bufs.iter().all(|b| Arc::strong_count(b) == 1), "a buffer is still held");
+    });
+}
+
+#[test]
+fn into_a_dropping_sink_completions_are_uncopied_and_release_every_buffer() {
+    if !root_or_skip("into_a_dropping_sink_completions_are_uncopied_and_release_every_buffer") {
+        return;
+    }
+    let ns = veth_pair();
+    let n = ns.name();
+    sh(&[
+        "ip",
+        "-n",
+        n,
+        "neigh",
+        "add",
+        "10.97.0.2",
+        "lladdr",
+        "02:00:00:00:00:02",
+        "dev",
+        "za",
+        "nud",
+        "permanent",
+    ]);
+    sh(&["tc", "-n", n, "qdisc", "add", "dev", "za", "clsact"]);
+    sh(&[
+        "tc", "-n", n, "filter", "add", "dev", "za", "egress", "bpf", "da", "bytecode", DROP_ALL,
+    ]);
+    ns.run(|| {
+        let tx = UdpSocket::bind("10.97.0.1:0").unwrap();
+        // Larger than the MTU: only segmented late (GSO) is it sent from the
+        // pages; fragmented, the kernel copies it (and says COPIED).
+        sendpath::set_udp_segment(tx.as_fd(), 1400).unwrap();
+        let to: SocketAddr = "10.97.0.2:7000".parse().unwrap();
+        let mut zc = ZeroCopySender::new(tx.as_fd(), 4096, 1 << 20);
+        let bufs = buffers(200, 8192);
+        for b in &bufs {
+            assert_eq!(zc.send_to(tx.as_fd(), b, to, |_| {}).unwrap(), Sent::ZeroCopy);
+        }
+        // Small ones are copied, by the threshold.
+        assert_eq!(
+            zc.send_to(tx.as_fd(), &bufs[0][..100].into(), to, |_| {}).unwrap(),
+            Sent::Copied
+        );
+        assert!(zc.drain(tx.as_fd(), Duration::from_secs(5), |_| {}), "{:?}", zc.stats);
+        assert_eq!(zc.stats.zerocopy_sends, 200);
+        assert_eq!(zc.stats.completed, 200);
+        assert_eq!(zc.stats.completed_copied, 0, "{:?}", zc.stats);
+        assert!(zc.zero_copy_off().is_none());
+        assert_eq!(zc.pinned_bytes(), 0);
+        assert!(bufs.iter().all(|b| Arc::strong_count(b) == 1), "a buffer is still held");
+    });
+}
+
+#[test]
+fn behind_a_slow_qdisc_the_pinned_bytes_stay_bounded() {
+    if !root_or_skip("behind_a_slow_qdisc_the_pinned_bytes_stay_bounded") {
+        return;
+    }
+    let ns = veth_pair();
+    let n = ns.name();
+    sh(&[
+        "ip",
+        "-n",
+        n,
+        "neigh",
+        "add",
+        "10.97.0.2",
+        "lladdr",
+        "02:00:00:00:00:02",
+        "dev",
+        "za",
+        "nud",
+        "permanent",
+    ]);
+    // 8 Mbit/s with a deep queue: completions come late (when TBF lets a
+    // datagram's last fragment go), uncopied (the peer drops it on ingress).
+    sh(&[
+        "tc", "-n", n, "qdisc", "add", "dev", "za", "root", "tbf", "rate", "8mbit", "burst", "4kb", "limit", "4mb",
+    ]);
+    sh(&["tc", "-n", n, "qdisc", "add", "dev", "zb", "clsact"]);
+    sh(&[
+        "tc", "-n", n, "filter", "add", "dev", "zb", "ingress", "bpf", "da", "bytecode", DROP_ALL,
+    ]);
+    ns.run(|| {
+        let tx = UdpSocket::bind("10.97.0.1:0").unwrap();
+        sendpath::set_udp_segment(tx.as_fd(), 1400).unwrap();
+        let to: SocketAddr = "10.97.0.2:7000".parse().unwrap();
+        let bound = 96 << 10;
+        let mut zc = ZeroCopySender::new(tx.as_fd(), 4096, bound).with_stall(Duration::from_secs(10));
+        let bufs = buffers(24, 32 << 10);
+        for b in &bufs {
+            assert_eq!(zc.send_to(tx.as_fd(), b, to, |_| {}).unwrap(), Sent::ZeroCopy);
+            assert!(zc.pinned_bytes() <= bound, "{} bytes pinned", zc.pinned_bytes());
+        }
+        assert!(zc.stats.waits > 0, "the bound never made a send wait: {:?}", zc.stats);
+        assert!(zc.stats.peak_pinned <= bound, "{:?}", zc.stats);
+        assert!(zc.drain(tx.as_fd(), Duration::from_secs(20), |_| {}), "{:?}", zc.stats);
+        assert_eq!(
+            (zc.stats.completed, zc.stats.completed_copied, zc.stats.stalled),
+            (24, 0, 0)
+        );
+        assert!(bufs.iter().all(|b| Arc::strong_count(b) == 1));
+    });
+}
