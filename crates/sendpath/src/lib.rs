@@ -21,7 +21,10 @@
 pub mod completions;
 pub mod errqueue;
 mod sys;
+mod sys_uring;
 pub mod zerocopy;
+
+pub use sys_uring::{probe_send_zc, UringZcSender};
 
 pub use sys::{
     probe_sendmmsg, send_flagged, set_recverr, set_udp_segment, wait_error_queue, wait_writable, DestSet, RecvBatch,
