@@ -26,6 +26,32 @@ fn veth_pair() -> NetNsGuard {
     ns
 }
 
+/// [`veth_pair`] where everything sent to 10.97.0.2 is dropped on `za`'s
+/// egress: packets leave the stack without local delivery.
+fn dropping_sink() -> NetNsGuard {
+    let ns = veth_pair();
+    let n = ns.name();
+    sh(&[
+        "ip",
+        "-n",
+        n,
+        "neigh",
+        "add",
+        "10.97.0.2",
+        "lladdr",
+        "02:00:00:00:00:02",
+        "dev",
+        "za",
+        "nud",
+        "permanent",
+    ]);
+    sh(&["tc", "-n", n, "qdisc", "add", "dev", "za", "clsact"]);
+    sh(&[
+        "tc", "-n", n, "filter", "add", "dev", "za", "egress", "bpf", "da", "bytecode", DROP_ALL,
+    ]);
+    ns
+}
+
 fn buffers(n: usize, len: usize) -> Vec<Arc<[u8]>> {
     (0..n).map(|i| vec![i as u8; len].into()).collect()
 }
@@ -68,26 +94,7 @@ fn into_a_dropping_sink_completions_are_uncopied_and_release_every_buffer() {
     if !root_or_skip("into_a_dropping_sink_completions_are_uncopied_and_release_every_buffer") {
         return;
     }
-    let ns = veth_pair();
-    let n = ns.name();
-    sh(&[
-        "ip",
-        "-n",
-        n,
-        "neigh",
-        "add",
-        "10.97.0.2",
-        "lladdr",
-        "02:00:00:00:00:02",
-        "dev",
-        "za",
-        "nud",
-        "permanent",
-    ]);
-    sh(&["tc", "-n", n, "qdisc", "add", "dev", "za", "clsact"]);
-    sh(&[
-        "tc", "-n", n, "filter", "add", "dev", "za", "egress", "bpf", "da", "bytecode", DROP_ALL,
-    ]);
+    let ns = dropping_sink();
     ns.run(|| {
         let tx = UdpSocket::bind("10.97.0.1:0").unwrap();
         // Larger than the MTU: only segmented late (GSO) is it sent from the
@@ -180,26 +187,7 @@ fn uring_send_zc_from_registered_buffers_completes_uncopied_into_a_dropping_sink
     if !root_or_skip("uring_send_zc_from_registered_buffers_completes_uncopied_into_a_dropping_sink") {
         return;
     }
-    let ns = veth_pair();
-    let n = ns.name();
-    sh(&[
-        "ip",
-        "-n",
-        n,
-        "neigh",
-        "add",
-        "10.97.0.2",
-        "lladdr",
-        "02:00:00:00:00:02",
-        "dev",
-        "za",
-        "nud",
-        "permanent",
-    ]);
-    sh(&["tc", "-n", n, "qdisc", "add", "dev", "za", "clsact"]);
-    sh(&[
-        "tc", "-n", n, "filter", "add", "dev", "za", "egress", "bpf", "da", "bytecode", DROP_ALL,
-    ]);
+    let ns = dropping_sink();
     ns.run(|| {
         let tx = UdpSocket::bind("10.97.0.1:0").unwrap();
         tx.connect("10.97.0.2:7000").unwrap();
