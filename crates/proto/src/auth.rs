@@ -53,6 +53,11 @@ impl Secret {
         Ok(SecretRing::from_file(path)?.current)
     }
 
+    /// The key bytes, for deriving keys from it (never for display).
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
     /// A fresh random secret (the reflector's private cookie key).
     pub fn random() -> Secret {
         let mut b = vec![0u8; 32];

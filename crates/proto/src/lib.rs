@@ -11,7 +11,10 @@
 //!   machine (JOIN, JOIN_CHALLENGE, JOIN with cookie, JOIN_ACK, retries on an
 //!   injected clock, refusals and `ERROR(NotMember)` as events, LEAVE);
 //! - [`blocking`]: that state machine driven over a blocking
-//!   [`std::net::UdpSocket`], for simple clients (tests, benchmarks).
+//!   [`std::net::UdpSocket`], for simple clients (tests, benchmarks);
+//! - [`v2`]: protocol version 2 (`docs/protocol-v2.md`): the 24-byte header,
+//!   session keys derived from the token, control MACs, SipHash DATA tags
+//!   and the replay window.
 //!
 //! Everything but [`blocking`] and [`auth::Secret::random`] is pure: time
 //! comes in as an argument, bytes go out as values.
@@ -21,6 +24,7 @@ pub mod auth;
 pub mod blocking;
 pub mod client;
 pub mod protocol;
+pub mod v2;
 
 /// Milliseconds since the Unix epoch from the system clock. Token expiry is
 /// wall-clock time shared between hosts; callers read it here once and pass
