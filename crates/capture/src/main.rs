@@ -94,6 +94,11 @@ struct CapArgs {
     /// Compress the written stream: zlib:LEVEL (0-9, gzip format) or zstd:LEVEL (1-22).
     #[arg(long, value_name = "ALG:LEVEL")]
     compress: Option<Compression>,
+    /// Packet-buffered output: each packet is readable from the file as soon as it is captured
+    /// (a compressed stream ends a frame per packet). Without it, every batch the kernel hands
+    /// over is written and the file is made readable at least once a second.
+    #[arg(short = 'U', long = "packet-buffered")]
+    packet_buffered: bool,
     /// Nanosecond timestamps in the output file (default microseconds).
     #[arg(long)]
     nano: bool,
@@ -264,6 +269,7 @@ fn run_capture(a: CapArgs) -> Result<ExitCode, capture::CaptureError> {
             format: if a.pcapng { Format::PcapNg } else { Format::Pcap },
             compression: a.compress.unwrap_or(Compression::None),
             nano: a.nano,
+            packet_buffered: a.packet_buffered,
         },
         None if a.quiet => Sink::Count,
         None => Sink::Summary,

@@ -1,17 +1,18 @@
 //! Output files: pcap and pcapng record encoding (pure), optional
-//! compression, and a file that is either complete or absent.
+//! compression, and a file that stays readable while it is written.
 //!
-//! A regular file is written under a temporary name in the same directory
-//! and renamed into place only by [`FileOutput::finish`]; if the capture
-//! fails or the value is dropped unfinished, the temporary file is removed.
-//! Special files (`/dev/null`, FIFOs) and `-` (stdout) are written directly.
+//! The named file is written from the start and made readable up to a sync
+//! point after every batch (uncompressed), at least once a second (gzip
+//! members and zstd frames end there) and, packet-buffered, after every
+//! packet: a crash or `kill -9` leaves a file that reads up to its last sync
+//! point. Special files (`/dev/null`, FIFOs) and `-` (stdout) work the same.
 
 use std::borrow::Cow;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use byteorder_slice::LittleEndian;
 use pcap_file::pcap::{PcapHeader, PcapPacket};
@@ -216,123 +217,176 @@ pub struct FooterStats {
 
 enum Stream {
     Plain(BufWriter<File>),
-    Gz(flate2::write::GzEncoder<BufWriter<File>>),
-    Zstd(zstd::stream::write::Encoder<'static, BufWriter<File>>),
+    Gz(flate2::write::GzEncoder<BufWriter<File>>, u32),
+    Zstd(zstd::stream::write::Encoder<'static, BufWriter<File>>, i32),
 }
 
 impl Stream {
     fn writer(&mut self) -> &mut dyn Write {
         match self {
             Stream::Plain(w) => w,
-            Stream::Gz(w) => w,
-            Stream::Zstd(w) => w,
+            Stream::Gz(w, _) => w,
+            Stream::Zstd(w, _) => w,
         }
     }
 
     fn finish(self) -> io::Result<File> {
         let buf = match self {
             Stream::Plain(w) => w,
-            Stream::Gz(w) => w.finish()?,
-            Stream::Zstd(w) => w.finish()?,
+            Stream::Gz(w, _) => w.finish()?,
+            Stream::Zstd(w, _) => w.finish()?,
         };
         buf.into_inner().map_err(|e| e.into_error())
     }
+
+    /// Makes everything written so far readable from the file by anyone:
+    /// a compressed stream ends its member (gzip) or frame (zstd) and starts
+    /// a new one (concatenated members and frames are one valid stream, so
+    /// `gzip -dc` and `zstd -dc` read it whole), and the buffer goes to the
+    /// kernel. After `kill -9` the file reads cleanly up to here.
+    fn sync_point(self) -> io::Result<Stream> {
+        Ok(match self {
+            Stream::Plain(mut w) => {
+                w.flush()?;
+                Stream::Plain(w)
+            }
+            Stream::Gz(w, level) => {
+                let mut buf = w.finish()?;
+                buf.flush()?;
+                Stream::Gz(
+                    flate2::write::GzEncoder::new(buf, flate2::Compression::new(level)),
+                    level,
+                )
+            }
+            Stream::Zstd(w, level) => {
+                let mut buf = w.finish()?;
+                buf.flush()?;
+                Stream::Zstd(zstd::stream::write::Encoder::new(buf, level)?, level)
+            }
+        })
+    }
 }
 
-/// An output file being written.
+/// How often what is written reaches the file at the latest.
+pub const SYNC_EVERY: Duration = Duration::from_secs(1);
+
+/// An output file being written. It is the named file from the start (as
+/// tcpdump's is), made readable up to a sync point after every batch of
+/// packets the kernel hands over (uncompressed), at least once a second
+/// (compressed: each sync point ends a frame), and with `packet_buffered`
+/// after every packet; so after a crash or `kill -9` it reads cleanly up to
+/// its last sync point (after a power cut, up to what the kernel had
+/// written back; the finished file is fsync'ed).
 pub struct FileOutput {
     path: PathBuf,
-    /// Temporary name for regular files; `None` when writing in place.
-    temp: Option<PathBuf>,
+    /// Regular files are fsync'ed when finished.
+    regular: bool,
     stream: Option<Stream>,
+    last_sync: Instant,
+    /// Bytes written since the last sync point.
+    unsynced: usize,
+    /// Sync after every write (tcpdump's `-U`).
+    pub packet_buffered: bool,
     pub encoding: Encoding,
 }
 
 impl std::fmt::Debug for FileOutput {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FileOutput")
-            .field("path", &self.path)
-            .field("temp", &self.temp)
-            .finish()
+        f.debug_struct("FileOutput").field("path", &self.path).finish()
     }
 }
 
 impl FileOutput {
-    /// Creates the file (or its temporary) and writes the header.
+    /// Creates (or truncates) the file and writes the header.
     pub fn create(path: &Path, encoding: Encoding, compression: Compression, ifname: &str) -> Result<FileOutput> {
         let err = |source: io::Error| CaptureError::Output {
             path: path.to_path_buf(),
             source,
         };
         let special = path == Path::new("-") || fs::metadata(path).map(|m| !m.is_file()).unwrap_or(false);
-        let (file, temp) = if path == Path::new("-") {
-            (File::from(io::stdout().lock().try_clone_fd().map_err(err)?), None)
+        let file = if path == Path::new("-") {
+            File::from(io::stdout().lock().try_clone_fd().map_err(err)?)
         } else if special {
-            (OpenOptions::new().write(true).open(path).map_err(err)?, None)
+            OpenOptions::new().write(true).open(path).map_err(err)?
         } else {
-            let dir = path
-                .parent()
-                .filter(|d| !d.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            let name = path
-                .file_name()
-                .ok_or_else(|| err(io::Error::new(io::ErrorKind::InvalidInput, "not a file name")))?;
-            let temp = dir.join(format!(".{}.partial-{}", name.to_string_lossy(), std::process::id()));
-            let f = OpenOptions::new()
+            OpenOptions::new()
                 .write(true)
-                .create_new(true)
-                .open(&temp)
-                .map_err(err)?;
-            (f, Some(temp))
+                .create(true)
+                .truncate(true)
+                .open(path)
+                .map_err(err)?
         };
         let buf = BufWriter::with_capacity(1 << 20, file);
         let stream = match compression {
             Compression::None => Stream::Plain(buf),
-            Compression::Zlib(l) => Stream::Gz(flate2::write::GzEncoder::new(buf, flate2::Compression::new(l))),
-            Compression::Zstd(l) => Stream::Zstd(zstd::stream::write::Encoder::new(buf, l).map_err(err)?),
+            Compression::Zlib(l) => Stream::Gz(flate2::write::GzEncoder::new(buf, flate2::Compression::new(l)), l),
+            Compression::Zstd(l) => Stream::Zstd(zstd::stream::write::Encoder::new(buf, l).map_err(err)?, l),
         };
         let mut out = FileOutput {
             path: path.to_path_buf(),
-            temp,
+            regular: !special,
             stream: Some(stream),
+            last_sync: Instant::now(),
+            unsynced: 0,
+            packet_buffered: false,
             encoding,
         };
         out.write_chunk(&encoding.header(ifname))?;
+        out.sync()?;
         Ok(out)
+    }
+
+    fn err(&self, source: io::Error) -> CaptureError {
+        CaptureError::Output {
+            path: self.path.clone(),
+            source,
+        }
     }
 
     /// Appends already-encoded records.
     pub fn write_chunk(&mut self, bytes: &[u8]) -> Result<()> {
-        let path = &self.path;
-        match self.stream.as_mut() {
-            Some(s) => s.writer().write_all(bytes).map_err(|source| CaptureError::Output {
-                path: path.clone(),
-                source,
-            }),
+        let r = match self.stream.as_mut() {
+            Some(s) => s.writer().write_all(bytes),
             None => Ok(()),
-        }
+        };
+        r.map_err(|e| self.err(e))?;
+        self.unsynced += bytes.len();
+        Ok(())
     }
 
-    /// Writes the footer, ends the compressed stream, syncs and renames the
-    /// file into place.
+    /// A sync point now (see [`FileOutput`]).
+    pub fn sync(&mut self) -> Result<()> {
+        if let Some(s) = self.stream.take() {
+            let s = s.sync_point().map_err(|e| self.err(e))?;
+            self.stream = Some(s);
+        }
+        self.last_sync = Instant::now();
+        self.unsynced = 0;
+        Ok(())
+    }
+
+    /// A sync point if anything is unsynced and one is due: at once with
+    /// `force` or `packet_buffered`, and for an uncompressed file at every
+    /// call (a write of what the last batch added: each block the kernel
+    /// hands over reaches the file); a compressed one, whose sync points end
+    /// a frame, once [`SYNC_EVERY`] has passed.
+    pub fn sync_if_due(&mut self, force: bool) -> Result<()> {
+        let plain = matches!(self.stream, Some(Stream::Plain(_)));
+        if self.unsynced > 0 && (force || plain || self.packet_buffered || self.last_sync.elapsed() >= SYNC_EVERY) {
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the footer, ends the compressed stream and, for a regular
+    /// file, syncs it to disk.
     pub fn finish(mut self, footer: &[u8]) -> Result<()> {
         self.write_chunk(footer)?;
-        let path = self.path.clone();
-        let err = |source: io::Error| CaptureError::Output {
-            path: path.clone(),
-            source,
-        };
         if let Some(s) = self.stream.take() {
-            let f = s.finish().map_err(err)?;
-            if self.temp.is_some() {
-                f.sync_all().map_err(err)?;
+            let f = s.finish().map_err(|e| self.err(e))?;
+            if self.regular {
+                f.sync_all().map_err(|e| self.err(e))?;
             }
-        }
-        if let Some(t) = self.temp.take() {
-            fs::rename(&t, &self.path).map_err(|e| {
-                let _ = fs::remove_file(&t);
-                err(e)
-            })?;
         }
         Ok(())
     }
@@ -340,10 +394,9 @@ impl FileOutput {
 
 impl Drop for FileOutput {
     fn drop(&mut self) {
-        // Unfinished: leave nothing half-written behind.
-        self.stream.take();
-        if let Some(t) = self.temp.take() {
-            let _ = fs::remove_file(t);
+        // Ended early (an error elsewhere): keep what was written, readable.
+        if let Some(s) = self.stream.take() {
+            let _ = s.finish();
         }
     }
 }
@@ -481,26 +534,38 @@ mod tests {
     }
 
     #[test]
-    fn unfinished_file_leaves_nothing_and_finished_file_appears() {
+    fn the_named_file_is_readable_at_every_sync_point_and_when_finished() {
         let dir = std::env::temp_dir().join(format!("capture-out-test-{}", std::process::id()));
         fs::create_dir_all(&dir).expect("tmp dir");
         let path = dir.join("x.pcap");
-        let o = FileOutput::create(&path, enc(Format::Pcap, false), Compression::None, "lo").expect("create");
-        drop(o);
-        assert_eq!(fs::read_dir(&dir).expect("dir").count(), 0, "temp file left behind");
+        let decode = |c: Compression, raw: Vec<u8>| match c {
+            Compression::None => raw,
+            Compression::Zlib(_) => {
+                let mut v = Vec::new();
+                io::Read::read_to_end(&mut flate2::read::MultiGzDecoder::new(&raw[..]), &mut v).expect("gunzip");
+                v
+            }
+            Compression::Zstd(_) => zstd::decode_all(&raw[..]).expect("unzstd"),
+        };
+        for c in [Compression::None, Compression::Zlib(1), Compression::Zstd(1)] {
+            // Never finished (as after kill -9): readable up to the last sync point.
+            let mut o = FileOutput::create(&path, enc(Format::Pcap, false), c, "lo").expect("create");
+            o.write_chunk(&[1; 40]).expect("write");
+            o.sync_if_due(true).expect("sync");
+            o.write_chunk(&[2; 40]).expect("write");
+            let at_crash = fs::read(&path).expect("file");
+            assert_eq!(
+                decode(c, at_crash).len(),
+                24 + 40,
+                "{c:?}: readable up to the sync point"
+            );
+            std::mem::forget(o);
+        }
         for c in [Compression::None, Compression::Zlib(1), Compression::Zstd(1)] {
             let o = FileOutput::create(&path, enc(Format::Pcap, false), c, "lo").expect("create");
             o.finish(&[]).expect("finish");
             let raw = fs::read(&path).expect("file");
-            let plain = match c {
-                Compression::None => raw,
-                Compression::Zlib(_) => {
-                    let mut v = Vec::new();
-                    io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&raw[..]), &mut v).expect("gunzip");
-                    v
-                }
-                Compression::Zstd(_) => zstd::decode_all(&raw[..]).expect("unzstd"),
-            };
+            let plain = decode(c, raw);
             assert_eq!(plain.len(), 24);
             fs::remove_file(&path).expect("rm");
         }

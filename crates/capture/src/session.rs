@@ -81,6 +81,10 @@ pub enum Sink {
         format: Format,
         compression: Compression,
         nano: bool,
+        /// Make every packet readable from the file as soon as it is taken
+        /// (tcpdump's `-U`); otherwise every batch the kernel hands over, at
+        /// the latest once a second.
+        packet_buffered: bool,
     },
     /// Keep the packets in memory (for library users and tests).
     Collect(Arc<Mutex<Vec<OwnedPacket>>>),
@@ -385,17 +389,22 @@ impl Capture {
                 format,
                 compression,
                 nano,
-            } => Some(Arc::new(Mutex::new(FileOutput::create(
-                path,
-                Encoding {
-                    format: *format,
-                    link: self.info.link,
-                    snaplen: self.cfg.snaplen,
-                    nano: *nano,
-                },
-                *compression,
-                &self.cfg.iface,
-            )?))),
+                packet_buffered,
+            } => {
+                let mut f = FileOutput::create(
+                    path,
+                    Encoding {
+                        format: *format,
+                        link: self.info.link,
+                        snaplen: self.cfg.snaplen,
+                        nano: *nano,
+                    },
+                    *compression,
+                    &self.cfg.iface,
+                )?;
+                f.packet_buffered = *packet_buffered;
+                Some(Arc::new(Mutex::new(f)))
+            }
             _ => None,
         };
         let shared = Shared {
@@ -583,14 +592,17 @@ impl Out {
                 }
             }
             Out::File(f, buf, packets, _) => {
+                let mut g = f
+                    .lock()
+                    .map_err(|_| CaptureError::Config("output lock poisoned by a failed thread".into()))?;
                 if !buf.is_empty() {
-                    let mut g = f
-                        .lock()
-                        .map_err(|_| CaptureError::Config("output lock poisoned by a failed thread".into()))?;
                     g.write_chunk(buf)?;
                     buf.clear();
                     *packets = 0;
                 }
+                // Also when idle: what was written less than a second ago
+                // reaches the file within the second.
+                g.sync_if_due(false)?;
             }
             Out::Collect(all, local) => {
                 if !local.is_empty() {
@@ -661,6 +673,9 @@ fn worker_loop(
     let has_limit = shared.limit != u64::MAX;
     // Ring modes can leave a packet in place; recv has read it already.
     let in_ring = src.mode() != Mode::Recv;
+    // -U: one packet per batch, so each is written and synced on its own
+    // (recv takes one per call anyway).
+    let per_packet = matches!(out, Out::File(f, ..) if f.lock().is_ok_and(|g| g.packet_buffered));
     let encoding = match out {
         Out::File(f, _, _, _) => f.lock().ok().map(|g| g.encoding),
         _ => None,
@@ -687,7 +702,7 @@ fn worker_loop(
             // One call can hand over a whole ring of blocks: leave the rest
             // in the ring once a flush is due, so what is encoded but not
             // written stays bounded (a second Ctrl-C drops at most that).
-            if in_ring && out.pending() >= FLUSH_AT {
+            if in_ring && (out.pending() >= FLUSH_AT || (per_packet && out.pending() > 0)) {
                 return Flow::Stop;
             }
             // Without -c there is nothing to share per packet.
@@ -705,9 +720,9 @@ fn worker_loop(
         if src.mode() == Mode::Recv {
             rep.beyond_limit += beyond;
         }
-        if n == 0 || out.pending() >= FLUSH_AT {
-            out.flush()?;
-        }
+        // Every batch the kernel hands over goes to the file (a sync point
+        // follows at the latest within a second; see FileOutput).
+        out.flush()?;
         let e = shared.epoch.load(Ordering::Acquire);
         if e != seen_epoch {
             seen_epoch = e;
