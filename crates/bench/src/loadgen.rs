@@ -24,8 +24,8 @@ use oskit::child::ChildGuard;
 use oskit::procfs::{self, ProcessTicks, SystemTicks};
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::blocking::{JoinError, Joiner};
-use reflector_proto::client::{self, JoinRequest};
-use reflector_proto::protocol::{self, Header, Kind, HEADER_LEN};
+use reflector_proto::client::{self, JoinRequest, Session};
+use reflector_proto::protocol::{self, Header, Kind, SessionKeys, DATA_PAYLOAD};
 use std::io::IoSliceMut;
 use std::io::{self, BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
@@ -159,7 +159,7 @@ impl Harness {
             oskit::cpu::pin_process(child.pid(), cpu)?;
         }
         clients.set_nonblocking()?;
-        let mut gen = Generator::new(&clients, child.target, self.window, &self.stop)?;
+        let mut gen = Generator::new(&clients, child.target, child.sender, self.window, &self.stop)?;
         let r = run.cell.receivers.max(1) as u64;
         let warm_start = Instant::now();
         let warm = gen.pump((WARMUP_COPIES / r).max(100))?;
@@ -253,6 +253,7 @@ impl Harness {
                 child: ChildGuard::with_grace(child, Duration::ZERO),
                 target: SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
                 kind: ChildKind::Reflector { summary, stderr_path },
+                sender: None,
             };
             match self.join_all(&mut running, clients, port) {
                 Ok(()) => return Ok(running),
@@ -279,7 +280,11 @@ impl Harness {
             if self.stop.load(Relaxed) {
                 return Err(BenchError::Interrupted);
             }
-            join(sock, running, port, player, &token, deadline)?;
+            let keys = SessionKeys::derive(&self.secret, &token);
+            let session = join(sock, running, port, player, &token, keys, deadline)?;
+            if i == 0 {
+                running.sender = Some(session);
+            }
         }
         Ok(())
     }
@@ -332,6 +337,7 @@ impl Harness {
             child: guard,
             target,
             kind: ChildKind::RawLoop { stdout: lines },
+            sender: None,
         })
     }
 }
@@ -380,13 +386,16 @@ fn join(
     group: u16,
     player: u32,
     token: &[u8; protocol::TOKEN_LEN],
+    keys: SessionKeys,
     deadline: Instant,
-) -> Result<(), BenchError> {
+) -> Result<Session, BenchError> {
     let req = JoinRequest {
         reflector: running.target,
         group,
         player,
         token: *token,
+        keys,
+        first_seq: 1,
     };
     let cfg = client::Config {
         retry: Duration::from_millis(50),
@@ -396,7 +405,7 @@ fn join(
     loop {
         running.check_alive()?;
         match joiner.step() {
-            Ok(Some(_)) => return Ok(()),
+            Ok(Some(_)) => return Ok(*joiner.session()),
             Ok(None) => {}
             Err(JoinError::Io { call, source }) => return Err(BenchError::Sys { call, source }),
             Err(e) => {
@@ -429,6 +438,9 @@ struct Running {
     child: ChildGuard,
     target: SocketAddr,
     kind: ChildKind,
+    /// The sending member's session (its key, membership id and sequence
+    /// numbers seal each DATA); none for the raw loop, which checks nothing.
+    sender: Option<Session>,
 }
 
 /// What the implementation counted about its own sends.
@@ -498,6 +510,7 @@ impl Running {
             child: mut guard,
             target,
             kind,
+            ..
         } = self;
         match kind {
             ChildKind::Reflector { summary, .. } => {
@@ -578,7 +591,9 @@ struct Generator<'a> {
     window: u64,
     epoll: Epoll,
     datagram: Vec<u8>,
-    seq: u32,
+    /// Seals each DATA (reflector); `None`: plain untagged DATA (raw loop).
+    sender: Option<Session>,
+    seq: u64,
     /// Receive buffers, one datagram each: one byte longer than what is
     /// sent, so a longer datagram shows as a wrong length.
     rxbufs: Vec<Vec<u8>>,
@@ -605,6 +620,7 @@ impl<'a> Generator<'a> {
     fn new(
         clients: &'a Clients,
         target: SocketAddr,
+        sender: Option<Session>,
         window: u64,
         stop: &'a AtomicBool,
     ) -> Result<Generator<'a>, BenchError> {
@@ -618,7 +634,7 @@ impl<'a> Generator<'a> {
         let size = clients.cell.size;
         let mut datagram = vec![0u8; size];
         // Payload: a recognisable pattern; the header is rewritten per datagram.
-        for (i, b) in datagram.iter_mut().enumerate().skip(HEADER_LEN) {
+        for (i, b) in datagram.iter_mut().enumerate().skip(DATA_PAYLOAD) {
             *b = i as u8;
         }
         Ok(Generator {
@@ -628,6 +644,7 @@ impl<'a> Generator<'a> {
             window: window.max(1),
             epoll,
             datagram,
+            sender,
             seq: 0,
             rxbufs: vec![vec![0u8; size + 1]; RECV_BATCH],
             headers: MultiHeaders::preallocate(RECV_BATCH, None),
@@ -647,15 +664,24 @@ impl<'a> Generator<'a> {
             }
             // In flight = datagrams not yet received by every receiver.
             while sent < count && sent * r < received + self.window * r {
-                self.seq = self.seq.wrapping_add(1);
-                let h = Header {
-                    kind: Kind::Data,
-                    group: self.target.port(),
-                    sender: SENDER_ID,
-                    seq: self.seq,
-                };
-                protocol::write_header(&h, size - HEADER_LEN, &mut self.datagram)
-                    .map_err(|e| BenchError::Setup(format!("cannot build a {size}-byte datagram: {e}")))?;
+                self.seq += 1;
+                let sealed =
+                    match self.sender.as_mut() {
+                        Some(s) => s.seal_data(size - DATA_PAYLOAD, &mut self.datagram).unwrap_or(Err(
+                            protocol::EmitError::NoKey("DATA of a session that is not a member"),
+                        )),
+                        None => {
+                            let h = Header {
+                                kind: Kind::Data,
+                                group: self.target.port(),
+                                sender: SENDER_ID,
+                                membership: 0,
+                                seq: self.seq,
+                            };
+                            protocol::seal(&h, size, None, &mut self.datagram)
+                        }
+                    };
+                sealed.map_err(|e| BenchError::Setup(format!("cannot build a {size}-byte datagram: {e}")))?;
                 match self.clients.sender.send_to(&self.datagram, self.target) {
                     Ok(_) => sent += 1,
                     // Wait for copies to come back; then try again.

@@ -110,9 +110,11 @@ mod tests {
                 kind: Kind::Data,
                 group: 4000,
                 sender: 1,
+                membership: 9,
                 seq: 1,
             },
             &[7; 8],
+            None,
             &mut d,
         )
         .unwrap();

@@ -160,6 +160,44 @@ impl SecretRing {
     }
 }
 
+/// An unpredictable value derived from a secret key: HMAC-SHA256(key,
+/// label ‖ input), first 8 bytes. For values a reflector makes from its
+/// private key (membership ids, probe nonces) without a random source in
+/// its pure core: distinct inputs give independent values.
+pub fn keyed_value(key: &Secret, label: &[u8], input: &[u8]) -> u64 {
+    let mut m = HmacSha256::new_from_slice(&key.0).expect("HMAC accepts any key length");
+    m.update(label);
+    m.update(input);
+    let out = m.finalize().into_bytes();
+    u64::from_be_bytes(out[..8].try_into().expect("32 bytes of output"))
+}
+
+impl SecretRing {
+    /// [`SecretRing::verify_token`], and the token's session keys, derived
+    /// under the secret that verified it (`docs/protocol.md`, Keys).
+    pub fn verify_token_keys(
+        &self,
+        token: &[u8; TOKEN_LEN],
+        reflector: u16,
+        group: u16,
+        sender: u32,
+        now_ms: u64,
+    ) -> Result<(TokenClaims, crate::protocol::SessionKeys), TokenError> {
+        use crate::protocol::SessionKeys;
+        match verify_token(&self.current, token, reflector, group, sender, now_ms) {
+            Ok(c) => Ok((c, SessionKeys::derive(&self.current, token))),
+            Err(TokenError::BadMac) => match &self.previous {
+                Some((old, until)) if now_ms < until.saturating_mul(1000) => {
+                    verify_token(old, token, reflector, group, sender, now_ms)
+                        .map(|c| (c, SessionKeys::derive(old, token)))
+                }
+                _ => Err(TokenError::BadMac),
+            },
+            Err(e) => Err(e),
+        }
+    }
+}
+
 fn secret_from_text(text: &str) -> Result<Secret, SecretError> {
     let text = text.trim();
     match hex::decode(text) {

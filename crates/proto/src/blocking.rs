@@ -99,9 +99,14 @@ impl<'a> Joiner<'a> {
         Ok(self.session.ack())
     }
 
-    /// The session, to send KEEPALIVE and LEAVE with later.
+    /// The session.
     pub fn session(&self) -> &Session {
         &self.session
+    }
+
+    /// The session, to send KEEPALIVE, DATA and LEAVE with later.
+    pub fn session_mut(&mut self) -> &mut Session {
+        &mut self.session
     }
 
     fn event(&self, ev: Event) -> Result<(), JoinError> {
@@ -109,7 +114,7 @@ impl<'a> Joiner<'a> {
         match ev {
             Event::Failed(failure) => Err(JoinError::Failed { player, group, failure }),
             Event::MembershipLost => Err(JoinError::MembershipLost { player, group }),
-            Event::Retransmitted | Event::Restarted | Event::Joined(_) => Ok(()),
+            Event::Retransmitted | Event::Restarted | Event::Joined(_) | Event::Probed => Ok(()),
         }
     }
 }
@@ -138,7 +143,21 @@ pub fn join(sock: &UdpSocket, req: JoinRequest, cfg: Config) -> Result<(Session,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{ErrorCode, Kind, SmallDatagram};
+    use crate::protocol::{ErrorCode, Header, Kind, SessionKeys, SmallDatagram};
+
+    fn keys() -> SessionKeys {
+        SessionKeys::from_session([8; 32])
+    }
+
+    fn reply_header(kind: Kind, group: u16, player: u32) -> Header {
+        Header {
+            kind,
+            group,
+            sender: player,
+            membership: 9,
+            seq: 1,
+        }
+    }
 
     /// Player 3 joining the group served at `reflector`.
     fn request(reflector: std::net::SocketAddr) -> JoinRequest {
@@ -147,6 +166,8 @@ mod tests {
             group: reflector.port(),
             player: 3,
             token: [1; TOKEN_LEN],
+            keys: keys(),
+            first_seq: 1,
         }
     }
 
@@ -175,7 +196,9 @@ mod tests {
                 assert_eq!(p.kind(), Kind::Join);
                 match p.join_cookie() {
                     None => {
-                        let c = SmallDatagram::challenge(group, p.sender(), &[5; 16]);
+                        assert!(keys().verify(&p), "the JOIN carries our MAC");
+                        let h = reply_header(Kind::JoinChallenge, group, p.sender());
+                        let c = SmallDatagram::challenge(&h, &[5; 16], &keys());
                         server.send_to(c.as_bytes(), from).unwrap();
                     }
                     Some(c) => {
@@ -185,9 +208,12 @@ mod tests {
                             let a = JoinAck {
                                 members: 1,
                                 keepalive_ms: 1000,
+                                flags: 0,
+                                checkpoint_port: 0,
                             };
+                            let h = reply_header(Kind::JoinAck, group, p.sender());
                             server
-                                .send_to(SmallDatagram::join_ack(group, p.sender(), a).as_bytes(), from)
+                                .send_to(SmallDatagram::join_ack(&h, a, &keys()).as_bytes(), from)
                                 .unwrap();
                             return echoes;
                         }
@@ -228,7 +254,7 @@ mod tests {
             let mut buf = [0u8; 128];
             let (n, from) = server.recv_from(&mut buf).unwrap();
             let p = Packet::parse(&buf[..n]).unwrap();
-            let e = SmallDatagram::error(p.group(), p.sender(), ErrorCode::GroupFull);
+            let e = SmallDatagram::error(p.group(), p.sender(), 0, ErrorCode::GroupFull);
             server.send_to(e.as_bytes(), from).unwrap();
         });
         let err = join(&sock, req, config(20, 10_000)).unwrap_err();

@@ -27,12 +27,15 @@
 //! - other errors to a member are late answers to a JOIN it retried after
 //!   its join had already succeeded, and are ignored.
 
-use crate::protocol::{ErrorCode, JoinAck, Kind, Packet, SmallDatagram, COOKIE_LEN, TOKEN_LEN};
+use crate::protocol::{
+    seal, EmitError, ErrorCode, Header, JoinAck, Kind, Packet, SessionKeys, SmallDatagram, COOKIE_LEN, DATA_PAYLOAD,
+    TOKEN_LEN,
+};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-/// What a client needs to join: where, which group, as whom, and the
-/// control server's token for exactly that.
+/// What a client needs to join: where, which group, as whom, the control
+/// server's token for exactly that, and the session key that came with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JoinRequest {
     /// The reflector's address; its port is the group.
@@ -42,6 +45,12 @@ pub struct JoinRequest {
     /// Our player id, the sender id in every datagram we send.
     pub player: u32,
     pub token: [u8; TOKEN_LEN],
+    /// The session key's derived keys ([`SessionKeys::from_session`]).
+    pub keys: SessionKeys,
+    /// The first sequence number to use (1 for a new key). Sequence numbers
+    /// increase for the key's whole life: a session that follows another one
+    /// with the same key starts at the previous one's [`Session::next_seq`].
+    pub first_seq: u64,
 }
 
 /// Timing of the handshake.
@@ -95,8 +104,10 @@ pub enum Event {
     /// `ERROR(BadCookie)`: the first JOIN is queued again. A membership
     /// count that treated the echoed JOIN as pending should void it.
     Restarted,
-    /// JOIN_ACK: we are a member.
+    /// JOIN_ACK (MAC-checked): we are a member.
     Joined(JoinAck),
+    /// A PROBE (MAC-checked) was answered: the reply is queued.
+    Probed,
     /// The join ended without a membership; the session is finished.
     Failed(Failure),
     /// `ERROR(NotMember)` while a member: the reflector no longer has us
@@ -153,6 +164,10 @@ pub struct Session {
     req: JoinRequest,
     cfg: Config,
     state: State,
+    /// The next sequence number to send.
+    seq: u64,
+    /// The membership id from JOIN_ACK.
+    membership: u32,
     started: Instant,
     /// When the current JOIN step was last queued.
     last_tx: Instant,
@@ -166,6 +181,8 @@ impl Session {
             req,
             cfg,
             state: State::Challenging,
+            seq: req.first_seq.max(1),
+            membership: 0,
             started: now,
             last_tx: now,
             pending: None,
@@ -189,6 +206,17 @@ impl Session {
 
     pub fn is_member(&self) -> bool {
         matches!(self.state, State::Member(_))
+    }
+
+    /// The next sequence number this session would send (hand it to the
+    /// next session with the same key as [`JoinRequest::first_seq`]).
+    pub fn next_seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// The membership id, once a member.
+    pub fn membership(&self) -> Option<u32> {
+        self.is_member().then_some(self.membership)
     }
 
     /// The reflector's JOIN_ACK, once a member.
@@ -241,9 +269,13 @@ impl Session {
 
     /// Handles one datagram that arrived from `src`. DATA is the caller's
     /// business and is ignored here, as is anything not from our reflector
-    /// and group.
+    /// and group, for another player, or (every type but ERROR) whose MAC
+    /// does not verify under our key.
     pub fn handle<T: AsRef<[u8]>>(&mut self, now: Instant, src: SocketAddr, pkt: &Packet<T>) -> Option<Event> {
-        if src != self.req.reflector || pkt.group() != self.req.group {
+        if src != self.req.reflector || pkt.group() != self.req.group || pkt.sender() != self.req.player {
+            return None;
+        }
+        if pkt.kind() != Kind::Error && !self.req.keys.verify(pkt) {
             return None;
         }
         match (pkt.kind(), self.state) {
@@ -256,8 +288,19 @@ impl Session {
             (Kind::JoinAck, State::Echoing(_)) => {
                 let ack = pkt.join_ack()?;
                 self.state = State::Member(ack);
+                self.membership = pkt.membership();
                 self.pending = None;
                 Some(Event::Joined(ack))
+            }
+            (Kind::Probe, State::Member(_)) if pkt.membership() == self.membership => {
+                let nonce = pkt.nonce()?;
+                let h = self.header(Kind::ProbeReply);
+                self.pending = Some(Transmit {
+                    to: self.req.reflector,
+                    datagram: SmallDatagram::nonce(&h, nonce, &self.req.keys),
+                    echoes_cookie: false,
+                });
+                Some(Event::Probed)
             }
             (Kind::Error, State::Challenging | State::Echoing(_)) => {
                 match pkt.error_code()? {
@@ -297,27 +340,56 @@ impl Session {
     }
 
     /// A KEEPALIVE to send, while a member. When to send it is the caller's
-    /// choice: at least every [`JoinAck::keepalive_ms`] without other traffic.
-    pub fn keepalive(&self) -> Option<Transmit> {
+    /// choice: every [`JoinAck::keepalive_ms`] (with DATA tags off, DATA is no
+    /// sign of life, so keepalives go out whatever else is sent).
+    pub fn keepalive(&mut self) -> Option<Transmit> {
         self.is_member().then(|| self.simple(Kind::Keepalive))
     }
 
-    fn simple(&self, kind: Kind) -> Transmit {
+    /// Seals a DATA whose game payload (`payload_len` bytes) the caller
+    /// wrote at `out[DATA_PAYLOAD..]`: header, our next sequence number, and
+    /// the tag if the group wants tags. Returns the datagram's length; only
+    /// while a member.
+    pub fn seal_data(&mut self, payload_len: usize, out: &mut [u8]) -> Option<Result<usize, EmitError>> {
+        let State::Member(ack) = self.state else {
+            return None;
+        };
+        let h = self.header(Kind::Data);
+        let keys = ack.tags().then_some(&self.req.keys);
+        Some(seal(&h, DATA_PAYLOAD + payload_len, keys, out))
+    }
+
+    /// The header of our next datagram of `kind` (takes a sequence number).
+    fn header(&mut self, kind: Kind) -> Header {
+        let seq = self.seq;
+        self.seq += 1;
+        Header {
+            kind,
+            group: self.req.group,
+            sender: self.req.player,
+            membership: if kind == Kind::Join { 0 } else { self.membership },
+            seq,
+        }
+    }
+
+    fn simple(&mut self, kind: Kind) -> Transmit {
+        let h = self.header(kind);
         Transmit {
             to: self.req.reflector,
-            datagram: SmallDatagram::simple(kind, self.req.group, self.req.player, 0),
+            datagram: SmallDatagram::simple(&h, &self.req.keys),
             echoes_cookie: false,
         }
     }
 
     fn queue_join(&mut self, now: Instant) {
         let cookie = match &self.state {
-            State::Echoing(c) => Some(c),
+            State::Echoing(c) => Some(*c),
             _ => None,
         };
+        let h = self.header(Kind::Join);
         self.pending = Some(Transmit {
             to: self.req.reflector,
-            datagram: SmallDatagram::join(self.req.group, self.req.player, &self.req.token, cookie),
+            datagram: SmallDatagram::join(&h, &self.req.token, cookie.as_ref(), &self.req.keys),
             echoes_cookie: cookie.is_some(),
         });
         self.last_tx = now;
@@ -342,14 +414,37 @@ mod tests {
         SocketAddr::from(([10, 0, 0, 1], GROUP))
     }
 
+    fn keys() -> SessionKeys {
+        SessionKeys::from_session([4; 32])
+    }
+
     fn req() -> JoinRequest {
         JoinRequest {
             reflector: reflector(),
             group: GROUP,
             player: PLAYER,
             token: [3; TOKEN_LEN],
+            keys: keys(),
+            first_seq: 1,
         }
     }
+
+    fn hdr(kind: Kind) -> Header {
+        Header {
+            kind,
+            group: GROUP,
+            sender: PLAYER,
+            membership: 0x55,
+            seq: 1,
+        }
+    }
+
+    const ACK: JoinAck = JoinAck {
+        members: 2,
+        keepalive_ms: 500,
+        flags: 0,
+        checkpoint_port: 0,
+    };
 
     fn parse(t: &Transmit) -> Packet<Vec<u8>> {
         Packet::parse(t.datagram.as_bytes().to_vec()).unwrap()
@@ -357,7 +452,7 @@ mod tests {
 
     fn challenge() -> Packet<Vec<u8>> {
         Packet::parse(
-            SmallDatagram::challenge(GROUP, PLAYER, &[9; COOKIE_LEN])
+            SmallDatagram::challenge(&hdr(Kind::JoinChallenge), &[9; COOKIE_LEN], &keys())
                 .as_bytes()
                 .to_vec(),
         )
@@ -365,15 +460,16 @@ mod tests {
     }
 
     fn ack() -> Packet<Vec<u8>> {
-        let a = JoinAck {
-            members: 2,
-            keepalive_ms: 500,
-        };
-        Packet::parse(SmallDatagram::join_ack(GROUP, PLAYER, a).as_bytes().to_vec()).unwrap()
+        Packet::parse(
+            SmallDatagram::join_ack(&hdr(Kind::JoinAck), ACK, &keys())
+                .as_bytes()
+                .to_vec(),
+        )
+        .unwrap()
     }
 
     fn error(code: ErrorCode) -> Packet<Vec<u8>> {
-        Packet::parse(SmallDatagram::error(GROUP, PLAYER, code).as_bytes().to_vec()).unwrap()
+        Packet::parse(SmallDatagram::error(GROUP, PLAYER, 0, code).as_bytes().to_vec()).unwrap()
     }
 
     #[test]
@@ -397,13 +493,7 @@ mod tests {
         assert_eq!(s.handle(t0, reflector(), &challenge()), None);
         assert!(s.poll_transmit().is_none());
         let ev = s.handle(t0, reflector(), &ack());
-        assert_eq!(
-            ev,
-            Some(Event::Joined(JoinAck {
-                members: 2,
-                keepalive_ms: 500
-            }))
-        );
+        assert_eq!(ev, Some(Event::Joined(ACK)));
         assert!(s.is_member());
         assert_eq!(s.poll_timeout(), None);
         assert_eq!(parse(&s.keepalive().unwrap()).kind(), Kind::Keepalive);
@@ -422,9 +512,16 @@ mod tests {
         let elsewhere = SocketAddr::from(([10, 0, 0, 1], GROUP + 1));
         assert_eq!(s.handle(t0, elsewhere, &challenge()), None);
         let other_group = Packet::parse(
-            SmallDatagram::challenge(GROUP + 1, PLAYER, &[9; 16])
-                .as_bytes()
-                .to_vec(),
+            SmallDatagram::challenge(
+                &Header {
+                    group: GROUP + 1,
+                    ..hdr(Kind::JoinChallenge)
+                },
+                &[9; 16],
+                &keys(),
+            )
+            .as_bytes()
+            .to_vec(),
         )
         .unwrap();
         assert_eq!(s.handle(t0, reflector(), &other_group), None);
@@ -506,11 +603,55 @@ mod tests {
     }
 
     #[test]
+    fn forged_replies_are_ignored_and_probes_answered_under_the_key() {
+        let t0 = Instant::now();
+        let mut s = Session::new(req(), Config::default(), t0);
+        s.poll_transmit();
+        // A challenge MAC'd under another key (someone who saw the token).
+        let other = SessionKeys::from_session([5; 32]);
+        let forged = SmallDatagram::challenge(&hdr(Kind::JoinChallenge), &[9; 16], &other);
+        assert_eq!(
+            s.handle(t0, reflector(), &Packet::parse(forged.as_bytes()).unwrap()),
+            None
+        );
+        assert_eq!(s.phase(), Phase::Challenging);
+        s.handle(t0, reflector(), &challenge());
+        let echo = s.poll_transmit().unwrap();
+        s.handle(t0, reflector(), &ack());
+        assert_eq!(s.membership(), Some(0x55));
+        // Sequence numbers only grow: JOIN, JOIN again, then a KEEPALIVE.
+        let ka = s.keepalive().unwrap();
+        assert!(parse(&ka).seq() > parse(&echo).seq());
+        assert_eq!(parse(&ka).membership(), 0x55);
+        assert!(keys().verify(&parse(&ka)));
+        let probe = SmallDatagram::nonce(&hdr(Kind::Probe), 77, &keys());
+        assert_eq!(
+            s.handle(t0, reflector(), &Packet::parse(probe.as_bytes()).unwrap()),
+            Some(Event::Probed)
+        );
+        let reply = parse(&s.poll_transmit().unwrap());
+        assert_eq!(
+            (reply.kind(), reply.nonce(), reply.membership()),
+            (Kind::ProbeReply, Some(77), 0x55)
+        );
+        assert!(keys().verify(&reply));
+        // DATA sealed in place, untagged in a group without tags.
+        let mut out = [0u8; 64];
+        out[crate::protocol::DATA_PAYLOAD..][..3].copy_from_slice(b"pos");
+        let n = s.seal_data(3, &mut out).unwrap().unwrap();
+        let d = Packet::parse(&out[..n]).unwrap();
+        assert_eq!((d.kind(), d.payload(), d.tag()), (Kind::Data, &b"pos"[..], Some(0)));
+        assert!(d.seq() > reply.seq());
+        let next = s.next_seq();
+        assert!(next > d.seq());
+    }
+
+    #[test]
     fn unknown_error_codes_are_refusals_that_say_so() {
-        let mut b = SmallDatagram::error(GROUP, PLAYER, ErrorCode::BadToken)
+        let mut b = SmallDatagram::error(GROUP, PLAYER, 0, ErrorCode::BadToken)
             .as_bytes()
             .to_vec();
-        b[16..18].copy_from_slice(&99u16.to_be_bytes());
+        b[24..26].copy_from_slice(&99u16.to_be_bytes());
         let t0 = Instant::now();
         let mut s = Session::new(req(), Config::default(), t0);
         let ev = s.handle(t0, reflector(), &Packet::parse(&b[..]).unwrap());
@@ -526,7 +667,7 @@ mod tests {
         fn any_input_in_any_phase_is_safe(
             phase in 0usize..3,
             inputs in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 0..8),
-            kinds in proptest::collection::vec(1u8..8, 0..8),
+            kinds in proptest::collection::vec(1u8..11, 0..8),
             steps_ms in proptest::collection::vec(0u64..400, 0..8),
         ) {
             let t0 = Instant::now();
@@ -541,7 +682,7 @@ mod tests {
                 d.extend_from_slice(&GROUP.to_be_bytes());
                 d.extend_from_slice(&(bytes.len() as u16).to_be_bytes());
                 d.extend_from_slice(&PLAYER.to_be_bytes());
-                d.extend_from_slice(&[0; 4]);
+                d.extend_from_slice(&[0; 12]);
                 d.extend_from_slice(bytes);
                 for b in [&d[..], &bytes[..]] {
                     if let Ok(p) = Packet::parse(b) {

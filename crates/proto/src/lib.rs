@@ -3,18 +3,17 @@
 //! JOIN handshake. The reflector server, its bots, the benchmarks and any
 //! game client use this one crate, so the handshake is written once.
 //!
-//! - [`protocol`]: the 16-byte header, a checked borrowed parser that never
-//!   panics, builders for the small control datagrams;
+//! - [`protocol`]: version 2 (`docs/protocol.md`): the 24-byte header, a
+//!   checked borrowed parser that never panics, session keys derived from
+//!   the token, control MACs, SipHash DATA tags, the replay window, builders
+//!   for the small control datagrams;
 //! - [`auth`]: join tokens (signed by the control server, checked by the
 //!   reflector) and stateless join cookies (the reflector's address check);
 //! - [`client`]: one player's membership of one group as a sans-I/O state
 //!   machine (JOIN, JOIN_CHALLENGE, JOIN with cookie, JOIN_ACK, retries on an
 //!   injected clock, refusals and `ERROR(NotMember)` as events, LEAVE);
 //! - [`blocking`]: that state machine driven over a blocking
-//!   [`std::net::UdpSocket`], for simple clients (tests, benchmarks);
-//! - [`v2`]: protocol version 2 (`docs/protocol-v2.md`): the 24-byte header,
-//!   session keys derived from the token, control MACs, SipHash DATA tags
-//!   and the replay window.
+//!   [`std::net::UdpSocket`], for simple clients (tests, benchmarks).
 //!
 //! Everything but [`blocking`] and [`auth::Secret::random`] is pure: time
 //! comes in as an argument, bytes go out as values.
@@ -24,7 +23,6 @@ pub mod auth;
 pub mod blocking;
 pub mod client;
 pub mod protocol;
-pub mod v2;
 
 /// Milliseconds since the Unix epoch from the system clock. Token expiry is
 /// wall-clock time shared between hosts; callers read it here once and pass

@@ -1,30 +1,49 @@
-//! The reflector's datagram format: a 16-byte versioned header on every
-//! datagram, followed by a type-specific payload. Layouts are documented in
-//! `docs/protocol.md`; this module is the one place that knows the offsets.
+//! The reflector's datagram format, version 2 (`docs/protocol.md`): a
+//! 24-byte header on every datagram, a type-specific body, and the MAC or
+//! DATA tag that proves the sender holds the player's session key. This
+//! module is the one place that knows the offsets, the keys' derivation, the
+//! MACs, the tags and the replay window.
 //!
 //! Parsing is a checked borrowed view ([`Packet::parse`]): once it returns
 //! `Ok`, no accessor can panic, whatever bytes came off the network. Errors
 //! are a small `Copy` enum so the hot path never allocates on bad input.
 
+use crate::auth::Secret;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
 use std::fmt;
+use std::hash::Hasher;
+use std::ops::Range;
+
+type HmacSha256 = Hmac<Sha256>;
 
 /// `"RF"`: lets us drop stray traffic (scanners, other protocols) cheaply.
 pub const MAGIC: u16 = 0x5246;
-/// Bumped on any incompatible layout change; other versions are dropped.
-pub const VERSION: u8 = 1;
+/// Bumped on any incompatible layout change.
+pub const VERSION: u8 = 2;
 /// Size of the fixed header that starts every datagram.
-pub const HEADER_LEN: usize = 16;
+pub const HEADER_LEN: usize = 24;
 /// Largest UDP payload over IPv4 (65535 - 20 IP - 8 UDP).
 pub const MAX_DATAGRAM: usize = 65_507;
-/// Largest payload after our header.
-pub const MAX_PAYLOAD: usize = MAX_DATAGRAM - HEADER_LEN;
+/// Where a DATA's tag sits: right after the header, at a fixed even offset.
+pub const TAG: Range<usize> = 24..32;
+pub const TAG_LEN: usize = 8;
+/// Where a DATA's game payload starts.
+pub const DATA_PAYLOAD: usize = 32;
+/// Largest game payload of one DATA.
+pub const MAX_PAYLOAD: usize = MAX_DATAGRAM - DATA_PAYLOAD;
 
 /// Length of a join token issued by the control server.
 pub const TOKEN_LEN: usize = 32;
 /// Length of the stateless join cookie.
 pub const COOKIE_LEN: usize = 16;
-/// Truncated MAC length used by tokens and cookies (128 bits).
+/// MAC length of control datagrams (and of tokens and cookies).
 pub const MAC_LEN: usize = 16;
+/// MAC length of the 40-byte PROBE, PROBE_REPLY and CHECKPOINT_REQUEST.
+pub const SHORT_MAC_LEN: usize = 8;
+pub const NONCE_LEN: usize = 8;
+/// Length of a session key.
+pub const SESSION_KEY_LEN: usize = 32;
 
 mod field {
     use std::ops::Range;
@@ -34,18 +53,37 @@ mod field {
     pub const GROUP: Range<usize> = 4..6;
     pub const LENGTH: Range<usize> = 6..8;
     pub const SENDER: Range<usize> = 8..12;
-    pub const SEQ: Range<usize> = 12..16;
+    pub const MEMBERSHIP: Range<usize> = 12..16;
+    pub const SEQ: Range<usize> = 16..24;
 }
+
+/// Datagram sizes (header included), per type.
+pub mod size {
+    pub const JOIN: usize = 72;
+    pub const JOIN_WITH_COOKIE: usize = 88;
+    pub const JOIN_CHALLENGE: usize = 56;
+    pub const JOIN_ACK: usize = 48;
+    pub const LEAVE: usize = 40;
+    pub const KEEPALIVE: usize = 40;
+    pub const DATA_MIN: usize = 32;
+    pub const ERROR: usize = 28;
+    pub const PROBE: usize = 40;
+    /// The largest control datagram.
+    pub const MAX_CONTROL: usize = JOIN_WITH_COOKIE;
+}
+
+/// JOIN_ACK flag: DATA tags are on in this group.
+pub const FLAG_TAGS: u8 = 1;
 
 /// Datagram types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Kind {
-    /// Client asks to join; carries a token, and on the second step the cookie.
+    /// Client asks to join: token, MAC; on the second step the cookie too.
     Join = 1,
     /// Reflector's stateless address check: echo this cookie in a new JOIN.
     JoinChallenge = 2,
-    /// The sender is now a member.
+    /// The sender is now a member: its membership id, the group's settings.
     JoinAck = 3,
     /// Member leaves at once.
     Leave = 4,
@@ -53,12 +91,18 @@ pub enum Kind {
     Keepalive = 5,
     /// Game data, fanned out to every other member.
     Data = 6,
-    /// Something was refused; payload is a 2-byte [`ErrorCode`].
+    /// Something was refused; a 2-byte [`ErrorCode`] and 2 reserved bytes.
     Error = 7,
+    /// The reflector checks a member's address (rebinding) or its RTT.
+    Probe = 8,
+    /// A member's answer to a PROBE, from the probed address.
+    ProbeReply = 9,
+    /// The reflector asks a member for the group's game state.
+    CheckpointRequest = 10,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Join,
         Kind::JoinChallenge,
         Kind::JoinAck,
@@ -66,6 +110,9 @@ impl Kind {
         Kind::Keepalive,
         Kind::Data,
         Kind::Error,
+        Kind::Probe,
+        Kind::ProbeReply,
+        Kind::CheckpointRequest,
     ];
 
     pub fn from_u8(v: u8) -> Option<Kind> {
@@ -81,8 +128,55 @@ impl Kind {
             Kind::Keepalive => "KEEPALIVE",
             Kind::Data => "DATA",
             Kind::Error => "ERROR",
+            Kind::Probe => "PROBE",
+            Kind::ProbeReply => "PROBE_REPLY",
+            Kind::CheckpointRequest => "CHECKPOINT_REQUEST",
         }
     }
+
+    /// How a datagram of this type is authenticated.
+    pub fn auth(self) -> Auth {
+        match self {
+            Kind::Join | Kind::JoinChallenge | Kind::JoinAck | Kind::Leave | Kind::Keepalive => Auth::Mac,
+            Kind::Probe | Kind::ProbeReply | Kind::CheckpointRequest => Auth::ShortMac,
+            Kind::Data => Auth::Tag,
+            Kind::Error => Auth::None,
+        }
+    }
+
+    /// Whether `len` (the whole datagram) is a valid size for this type.
+    pub fn size_ok(self, len: usize) -> bool {
+        match self {
+            Kind::Join => len == size::JOIN || len == size::JOIN_WITH_COOKIE,
+            Kind::JoinChallenge => len == size::JOIN_CHALLENGE,
+            Kind::JoinAck => len == size::JOIN_ACK,
+            Kind::Leave => len == size::LEAVE,
+            Kind::Keepalive => len == size::KEEPALIVE,
+            Kind::Data => (size::DATA_MIN..=MAX_DATAGRAM).contains(&len),
+            Kind::Error => len == size::ERROR,
+            Kind::Probe | Kind::ProbeReply | Kind::CheckpointRequest => len == size::PROBE,
+        }
+    }
+
+    fn trailer(self) -> usize {
+        match self.auth() {
+            Auth::Mac => MAC_LEN,
+            Auth::ShortMac => SHORT_MAC_LEN,
+            Auth::Tag | Auth::None => 0,
+        }
+    }
+}
+
+/// How a type is authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Auth {
+    /// HMAC-SHA256 under the MAC key, 16 bytes at the end.
+    Mac,
+    /// HMAC-SHA256 under the MAC key, 8 bytes at the end.
+    ShortMac,
+    /// SipHash-2-4 under the tag key at bytes 24..32 (when tags are on).
+    Tag,
+    None,
 }
 
 /// Reasons carried by an ERROR datagram.
@@ -95,10 +189,17 @@ pub enum ErrorCode {
     ExpiredToken = 2,
     /// The echoed cookie is wrong or too old: start the join again.
     BadCookie = 3,
-    /// DATA/KEEPALIVE from an address that is not a member: join first.
+    /// DATA/KEEPALIVE from an address that is not a member: join again
+    /// (with the token and key held: this error cannot be authenticated).
     NotMember = 4,
     /// The group is full.
     GroupFull = 5,
+    /// The datagram's protocol version is not served here.
+    Version = 6,
+    /// The JOIN's MAC does not verify under the token's session key.
+    BadMac = 7,
+    /// Too many members from this address in this group.
+    AddressLimit = 8,
 }
 
 impl ErrorCode {
@@ -109,6 +210,9 @@ impl ErrorCode {
             3 => ErrorCode::BadCookie,
             4 => ErrorCode::NotMember,
             5 => ErrorCode::GroupFull,
+            6 => ErrorCode::Version,
+            7 => ErrorCode::BadMac,
+            8 => ErrorCode::AddressLimit,
             _ => return None,
         })
     }
@@ -127,7 +231,7 @@ pub enum ParseError {
     UnknownKind(u8),
     /// The header's length field does not match the bytes received.
     LengthMismatch { declared: u16, actual: usize },
-    /// The payload does not have the size its type requires.
+    /// The datagram does not have the size its type requires.
     BadPayload(Kind),
 }
 
@@ -141,15 +245,29 @@ impl fmt::Display for ParseError {
             ParseError::LengthMismatch { declared, actual } => {
                 write!(
                     f,
-                    "length field says {declared} bytes of payload, datagram has {actual}"
+                    "length field says {declared} bytes after the header, datagram has {actual}"
                 )
             }
-            ParseError::BadPayload(k) => write!(f, "{} payload has the wrong size", k.name()),
+            ParseError::BadPayload(k) => write!(f, "{} has the wrong size", k.name()),
         }
     }
 }
 
 impl std::error::Error for ParseError {}
+
+fn be16(b: &[u8]) -> u16 {
+    u16::from_be_bytes([b[0], b[1]])
+}
+
+fn be32(b: &[u8]) -> u32 {
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+
+fn be64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_be_bytes(a)
+}
 
 /// A checked, borrowed view of one datagram.
 #[derive(Clone, Copy)]
@@ -159,34 +277,27 @@ pub struct Packet<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// Validates header and payload size for the type; after `Ok`, every
-    /// accessor is in bounds.
+    /// Validates header and size for the type; after `Ok`, every accessor is
+    /// in bounds. The MAC or tag is checked separately, with the sender's
+    /// keys ([`SessionKeys::verify`], [`SessionKeys::verify_tag`]).
     pub fn parse(buf: T) -> Result<Packet<T>, ParseError> {
         let b = buf.as_ref();
         if b.len() < HEADER_LEN {
             return Err(ParseError::Truncated);
         }
-        if u16::from_be_bytes([b[0], b[1]]) != MAGIC {
+        if be16(&b[field::MAGIC]) != MAGIC {
             return Err(ParseError::BadMagic);
         }
         if b[field::VERSION] != VERSION {
             return Err(ParseError::BadVersion(b[field::VERSION]));
         }
         let kind = Kind::from_u8(b[field::KIND]).ok_or(ParseError::UnknownKind(b[field::KIND]))?;
-        let declared = u16::from_be_bytes([b[field::LENGTH.start], b[field::LENGTH.start + 1]]);
+        let declared = be16(&b[field::LENGTH]);
         let actual = b.len() - HEADER_LEN;
         if usize::from(declared) != actual {
             return Err(ParseError::LengthMismatch { declared, actual });
         }
-        let ok = match kind {
-            Kind::Join => actual == TOKEN_LEN || actual == TOKEN_LEN + COOKIE_LEN,
-            Kind::JoinChallenge => actual == COOKIE_LEN,
-            Kind::JoinAck => actual == JOIN_ACK_PAYLOAD,
-            Kind::Leave | Kind::Keepalive => actual == 0,
-            Kind::Data => true,
-            Kind::Error => actual == 2,
-        };
-        if !ok {
+        if !kind.size_ok(b.len()) {
             return Err(ParseError::BadPayload(kind));
         }
         Ok(Packet { buf, kind })
@@ -204,24 +315,42 @@ impl<T: AsRef<[u8]>> Packet<T> {
         be16(&self.bytes()[field::GROUP])
     }
 
+    /// The player id (the token's).
     pub fn sender(&self) -> u32 {
         be32(&self.bytes()[field::SENDER])
     }
 
-    pub fn seq(&self) -> u32 {
-        be32(&self.bytes()[field::SEQ])
+    /// The membership id from JOIN_ACK (0 in JOIN).
+    pub fn membership(&self) -> u32 {
+        be32(&self.bytes()[field::MEMBERSHIP])
     }
 
+    pub fn seq(&self) -> u64 {
+        be64(&self.bytes()[field::SEQ])
+    }
+
+    /// DATA: the game payload; other types: what lies between the header
+    /// and the MAC.
     pub fn payload(&self) -> &[u8] {
-        &self.bytes()[HEADER_LEN..]
+        let b = self.bytes();
+        match self.kind {
+            Kind::Data => &b[DATA_PAYLOAD..],
+            k => &b[HEADER_LEN..b.len() - k.trailer()],
+        }
     }
 
-    /// The whole datagram, header included (what the reflector forwards).
+    /// The whole datagram, header included.
     pub fn as_bytes(&self) -> &[u8] {
         self.bytes()
     }
 
-    /// JOIN: the token bytes (first [`TOKEN_LEN`] bytes of the payload).
+    /// The bytes a MAC covers and the MAC, for MAC'd types.
+    pub fn signed(&self) -> Option<(&[u8], &[u8])> {
+        let n = self.kind.trailer();
+        (n > 0).then(|| self.bytes().split_at(self.bytes().len() - n))
+    }
+
+    /// JOIN: the token.
     pub fn join_token(&self) -> Option<&[u8; TOKEN_LEN]> {
         if self.kind != Kind::Join {
             return None;
@@ -245,7 +374,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
         self.payload().try_into().ok()
     }
 
-    /// JOIN_ACK: (members after the join, keepalive interval in ms).
+    /// JOIN_ACK: the membership's settings.
     pub fn join_ack(&self) -> Option<JoinAck> {
         if self.kind != Kind::JoinAck {
             return None;
@@ -254,6 +383,8 @@ impl<T: AsRef<[u8]>> Packet<T> {
         Some(JoinAck {
             members: be16(&p[0..2]),
             keepalive_ms: be16(&p[2..4]),
+            flags: p[4],
+            checkpoint_port: be16(&p[6..8]),
         })
     }
 
@@ -265,23 +396,140 @@ impl<T: AsRef<[u8]>> Packet<T> {
         let raw = be16(self.payload());
         Some(ErrorCode::from_u16(raw).ok_or(raw))
     }
+
+    /// PROBE, PROBE_REPLY, CHECKPOINT_REQUEST: the nonce.
+    pub fn nonce(&self) -> Option<u64> {
+        (self.kind.auth() == Auth::ShortMac).then(|| be64(self.payload()))
+    }
+
+    /// DATA: the tag field (0 when tags are off).
+    pub fn tag(&self) -> Option<u64> {
+        (self.kind == Kind::Data).then(|| be64(&self.bytes()[TAG]))
+    }
 }
 
-/// Payload of JOIN_ACK.
+/// What JOIN_ACK tells a new member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JoinAck {
+    /// Members after the join.
     pub members: u16,
+    /// Send a KEEPALIVE at least this often (ms).
     pub keepalive_ms: u16,
+    /// [`FLAG_TAGS`]: DATA must carry a tag.
+    pub flags: u8,
+    /// TCP port of the reflector's checkpoint channel, 0 if none.
+    pub checkpoint_port: u16,
 }
 
-const JOIN_ACK_PAYLOAD: usize = 4;
+impl JoinAck {
+    pub fn tags(&self) -> bool {
+        self.flags & FLAG_TAGS != 0
+    }
 
-fn be16(b: &[u8]) -> u16 {
-    u16::from_be_bytes([b[0], b[1]])
+    fn body(&self) -> [u8; 8] {
+        let mut b = [0u8; 8];
+        b[0..2].copy_from_slice(&self.members.to_be_bytes());
+        b[2..4].copy_from_slice(&self.keepalive_ms.to_be_bytes());
+        b[4] = self.flags;
+        b[6..8].copy_from_slice(&self.checkpoint_port.to_be_bytes());
+        b
+    }
 }
 
-fn be32(b: &[u8]) -> u32 {
-    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+/// The keys of one token's session (see the document's table).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct SessionKeys {
+    /// What the player gets from the control server.
+    pub session: [u8; SESSION_KEY_LEN],
+    mac: [u8; 32],
+    tag: [u8; 16],
+}
+
+impl fmt::Debug for SessionKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SessionKeys(..)")
+    }
+}
+
+fn hmac(key: &[u8], parts: &[&[u8]]) -> HmacSha256 {
+    // HMAC-SHA256 takes keys of any length: new_from_slice cannot fail.
+    let mut m = HmacSha256::new_from_slice(key).expect("HMAC accepts any key length");
+    for p in parts {
+        m.update(p);
+    }
+    m
+}
+
+impl SessionKeys {
+    /// The control server's and the reflector's side: the session key of a
+    /// token, under the shared secret that signed it.
+    pub fn derive(secret: &Secret, token: &[u8; TOKEN_LEN]) -> SessionKeys {
+        let k = hmac(secret.as_bytes(), &[b"reflector-session-v2", token])
+            .finalize()
+            .into_bytes();
+        SessionKeys::from_session(k.into())
+    }
+
+    /// The player's side: the MAC and tag keys of the session key it got.
+    pub fn from_session(session: [u8; SESSION_KEY_LEN]) -> SessionKeys {
+        let mac = hmac(&session, &[b"reflector-mac-v2"]).finalize().into_bytes().into();
+        let t = hmac(&session, &[b"reflector-tag-v2"]).finalize().into_bytes();
+        let mut tag = [0u8; 16];
+        tag.copy_from_slice(&t[..16]);
+        SessionKeys { session, mac, tag }
+    }
+
+    /// Checks the MAC of a MAC'd datagram (constant time); false for types
+    /// that carry none.
+    pub fn verify<T: AsRef<[u8]>>(&self, p: &Packet<T>) -> bool {
+        match p.signed() {
+            Some((bytes, mac)) => hmac(&self.mac, &[bytes]).verify_truncated_left(mac).is_ok(),
+            None => false,
+        }
+    }
+
+    /// The DATA tag of `datagram` (the tag field itself read as zero):
+    /// standard SipHash-2-4, which a BPF program computes the same.
+    pub fn tag(&self, datagram: &[u8]) -> u64 {
+        let mut h = siphasher::sip::SipHasher24::new_with_key(&self.tag);
+        h.write(&datagram[..TAG.start]);
+        h.write(&[0u8; TAG_LEN]);
+        h.write(&datagram[TAG.end..]);
+        h.finish()
+    }
+
+    /// Checks a DATA's tag (constant time).
+    pub fn verify_tag<T: AsRef<[u8]>>(&self, p: &Packet<T>) -> bool {
+        match p.tag() {
+            Some(tag) => {
+                let want = self.tag(p.as_bytes()).to_be_bytes();
+                // No early exit on the first differing byte.
+                want.iter()
+                    .zip(tag.to_be_bytes())
+                    .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                    == 0
+            }
+            None => false,
+        }
+    }
+
+    /// The checkpoint upload's MAC (the checkpoint channel, over TCP).
+    pub fn checkpoint_mac(&self, nonce: u64, group: u16, content: &[u8]) -> [u8; MAC_LEN] {
+        let m = hmac(
+            &self.mac,
+            &[
+                b"reflector-checkpoint-v2",
+                &nonce.to_be_bytes(),
+                &group.to_be_bytes(),
+                content,
+            ],
+        )
+        .finalize()
+        .into_bytes();
+        let mut out = [0u8; MAC_LEN];
+        out.copy_from_slice(&m[..MAC_LEN]);
+        out
+    }
 }
 
 /// Header fields of a datagram to build.
@@ -289,8 +537,11 @@ fn be32(b: &[u8]) -> u32 {
 pub struct Header {
     pub kind: Kind,
     pub group: u16,
+    /// The player id.
     pub sender: u32,
-    pub seq: u32,
+    /// The membership id (0 in JOIN).
+    pub membership: u32,
+    pub seq: u64,
 }
 
 /// Why a datagram could not be built.
@@ -298,126 +549,212 @@ pub struct Header {
 pub enum EmitError {
     #[error("buffer of {have} bytes is too small for a {need}-byte datagram")]
     BufferTooSmall { need: usize, have: usize },
-    #[error("payload of {0} bytes exceeds the {MAX_PAYLOAD}-byte maximum")]
-    PayloadTooLarge(usize),
+    #[error("a {kind} of {len} bytes is not a valid size for its type")]
+    BadSize { kind: &'static str, len: usize },
+    #[error("a {0} needs a MAC and no key was given")]
+    NoKey(&'static str),
 }
 
-/// Writes header + payload into `out`; returns the datagram length.
-pub fn emit(h: &Header, payload: &[u8], out: &mut [u8]) -> Result<usize, EmitError> {
-    let len = write_header(h, payload.len(), out)?;
-    out[HEADER_LEN..len].copy_from_slice(payload);
-    Ok(len)
+fn put_header(h: &Header, len: usize, out: &mut [u8]) {
+    out[field::MAGIC].copy_from_slice(&MAGIC.to_be_bytes());
+    out[field::VERSION] = VERSION;
+    out[field::KIND] = h.kind as u8;
+    out[field::GROUP].copy_from_slice(&h.group.to_be_bytes());
+    // len <= MAX_DATAGRAM, checked by the callers, so this fits a u16.
+    out[field::LENGTH].copy_from_slice(&((len - HEADER_LEN) as u16).to_be_bytes());
+    out[field::SENDER].copy_from_slice(&h.sender.to_be_bytes());
+    out[field::MEMBERSHIP].copy_from_slice(&h.membership.to_be_bytes());
+    out[field::SEQ].copy_from_slice(&h.seq.to_be_bytes());
 }
 
-/// Writes only the header for a payload of `payload_len` bytes that the
-/// caller places (or already placed) at `out[HEADER_LEN..]`. Lets bots write
-/// their payload in place without an intermediate buffer.
-pub fn write_header(h: &Header, payload_len: usize, out: &mut [u8]) -> Result<usize, EmitError> {
-    if payload_len > MAX_PAYLOAD {
-        return Err(EmitError::PayloadTooLarge(payload_len));
+/// Writes a datagram into `out`: header, `body`, then the MAC or the tag
+/// its type needs (under `keys`; `None` for ERROR, and for DATA with tags
+/// off). `body` is the game payload for DATA, else what comes between the
+/// header and the MAC. Returns the datagram's length.
+pub fn emit(h: &Header, body: &[u8], keys: Option<&SessionKeys>, out: &mut [u8]) -> Result<usize, EmitError> {
+    let start = if h.kind == Kind::Data { DATA_PAYLOAD } else { HEADER_LEN };
+    let len = start + body.len() + h.kind.trailer();
+    if !h.kind.size_ok(len) {
+        return Err(EmitError::BadSize {
+            kind: h.kind.name(),
+            len,
+        });
     }
-    let len = HEADER_LEN + payload_len;
     if out.len() < len {
         return Err(EmitError::BufferTooSmall {
             need: len,
             have: out.len(),
         });
     }
-    out[field::MAGIC].copy_from_slice(&MAGIC.to_be_bytes());
-    out[field::VERSION] = VERSION;
-    out[field::KIND] = h.kind as u8;
-    out[field::GROUP].copy_from_slice(&h.group.to_be_bytes());
-    // Cast is checked above: payload_len <= MAX_PAYLOAD < u16::MAX.
-    out[field::LENGTH].copy_from_slice(&(payload_len as u16).to_be_bytes());
-    out[field::SENDER].copy_from_slice(&h.sender.to_be_bytes());
-    out[field::SEQ].copy_from_slice(&h.seq.to_be_bytes());
+    out[start..start + body.len()].copy_from_slice(body);
+    seal(h, len, keys, out)
+}
+
+/// Writes the header and the MAC or tag of a datagram whose body the
+/// caller already placed in `out` (a DATA's payload at [`DATA_PAYLOAD`]),
+/// `len` bytes in all: lets a sender write its payload in place.
+pub fn seal(h: &Header, len: usize, keys: Option<&SessionKeys>, out: &mut [u8]) -> Result<usize, EmitError> {
+    if !h.kind.size_ok(len) {
+        return Err(EmitError::BadSize {
+            kind: h.kind.name(),
+            len,
+        });
+    }
+    if out.len() < len {
+        return Err(EmitError::BufferTooSmall {
+            need: len,
+            have: out.len(),
+        });
+    }
+    put_header(h, len, out);
+    match h.kind.auth() {
+        Auth::Tag => {
+            out[TAG].fill(0);
+            if let Some(k) = keys {
+                let t = k.tag(&out[..len]);
+                out[TAG].copy_from_slice(&t.to_be_bytes());
+            }
+        }
+        Auth::Mac | Auth::ShortMac => {
+            let k = keys.ok_or(EmitError::NoKey(h.kind.name()))?;
+            let n = h.kind.trailer();
+            let mac = hmac(&k.mac, &[&out[..len - n]]).finalize().into_bytes();
+            out[len - n..len].copy_from_slice(&mac[..n]);
+        }
+        Auth::None => {}
+    }
     Ok(len)
 }
 
-/// A small fixed-capacity datagram for control replies (challenge, ack,
-/// error): built on the stack, no allocation.
+/// Zeroes a DATA's tag field: what every member receives.
+pub fn strip_tag(datagram: &mut [u8]) {
+    if datagram.len() >= TAG.end {
+        datagram[TAG].fill(0);
+    }
+}
+
+/// Sequence numbers seen in one direction of one membership: the highest
+/// accepted and a bitmap of the 64 up to it (bit i: highest − i).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplayWindow {
+    pub highest: u64,
+    pub bitmap: u64,
+}
+
+impl ReplayWindow {
+    /// Whether `seq` would be accepted (new, or inside the window and unseen).
+    pub fn fresh(&self, seq: u64) -> bool {
+        if seq == 0 {
+            return false;
+        }
+        if seq > self.highest {
+            return true;
+        }
+        let back = self.highest - seq;
+        back < 64 && self.bitmap & (1u64 << back) == 0
+    }
+
+    /// Accepts `seq` if fresh (call only once the datagram's MAC or tag
+    /// verified, from the member's validated address); false for a replay.
+    pub fn accept(&mut self, seq: u64) -> bool {
+        if !self.fresh(seq) {
+            return false;
+        }
+        if seq > self.highest {
+            let shift = seq - self.highest;
+            self.bitmap = if shift >= 64 { 0 } else { self.bitmap << shift };
+            self.bitmap |= 1;
+            self.highest = seq;
+        } else {
+            self.bitmap |= 1u64 << (self.highest - seq);
+        }
+        true
+    }
+}
+
+/// A control datagram built on the stack (no allocation): the largest is a
+/// JOIN with its cookie.
 #[derive(Clone, Copy)]
 pub struct SmallDatagram {
-    buf: [u8; HEADER_LEN + TOKEN_LEN + COOKIE_LEN],
+    buf: [u8; size::MAX_CONTROL],
     len: usize,
 }
 
 impl SmallDatagram {
-    fn new(h: &Header, payload: &[u8]) -> SmallDatagram {
-        let mut buf = [0u8; HEADER_LEN + TOKEN_LEN + COOKIE_LEN];
-        // Every caller passes a payload of at most TOKEN_LEN + COOKIE_LEN
-        // bytes (the largest control payload), so emit cannot fail.
-        let len = emit(h, payload, &mut buf).expect("control payload fits the small buffer");
-        SmallDatagram { buf, len }
+    /// Builds a control datagram; `keys` for every MAC'd type.
+    pub fn build(h: &Header, body: &[u8], keys: Option<&SessionKeys>) -> Result<SmallDatagram, EmitError> {
+        let mut buf = [0u8; size::MAX_CONTROL];
+        let len = emit(h, body, keys, &mut buf)?;
+        Ok(SmallDatagram { buf, len })
     }
 
-    pub fn join(group: u16, sender: u32, token: &[u8; TOKEN_LEN], cookie: Option<&[u8; COOKIE_LEN]>) -> Self {
-        let h = Header {
-            kind: Kind::Join,
-            group,
-            sender,
-            seq: 0,
-        };
+    fn control(h: &Header, body: &[u8], keys: &SessionKeys) -> SmallDatagram {
+        // Every caller passes the fixed body of a MAC'd control type.
+        SmallDatagram::build(h, body, Some(keys)).expect("fixed-size control body")
+    }
+
+    pub fn join(
+        h: &Header,
+        token: &[u8; TOKEN_LEN],
+        cookie: Option<&[u8; COOKIE_LEN]>,
+        keys: &SessionKeys,
+    ) -> SmallDatagram {
         let mut p = [0u8; TOKEN_LEN + COOKIE_LEN];
         p[..TOKEN_LEN].copy_from_slice(token);
-        match cookie {
+        let body = match cookie {
             Some(c) => {
                 p[TOKEN_LEN..].copy_from_slice(c);
-                SmallDatagram::new(&h, &p)
+                &p[..]
             }
-            None => SmallDatagram::new(&h, &p[..TOKEN_LEN]),
-        }
+            None => &p[..TOKEN_LEN],
+        };
+        SmallDatagram::control(&Header { kind: Kind::Join, ..*h }, body, keys)
     }
 
-    pub fn challenge(group: u16, sender: u32, cookie: &[u8; COOKIE_LEN]) -> Self {
-        SmallDatagram::new(
+    pub fn challenge(h: &Header, cookie: &[u8; COOKIE_LEN], keys: &SessionKeys) -> SmallDatagram {
+        SmallDatagram::control(
             &Header {
                 kind: Kind::JoinChallenge,
-                group,
-                sender,
-                seq: 0,
+                ..*h
             },
             cookie,
+            keys,
         )
     }
 
-    pub fn join_ack(group: u16, sender: u32, ack: JoinAck) -> Self {
-        let mut p = [0u8; JOIN_ACK_PAYLOAD];
-        p[0..2].copy_from_slice(&ack.members.to_be_bytes());
-        p[2..4].copy_from_slice(&ack.keepalive_ms.to_be_bytes());
-        SmallDatagram::new(
+    pub fn join_ack(h: &Header, ack: JoinAck, keys: &SessionKeys) -> SmallDatagram {
+        SmallDatagram::control(
             &Header {
                 kind: Kind::JoinAck,
-                group,
-                sender,
-                seq: 0,
+                ..*h
             },
-            &p,
+            &ack.body(),
+            keys,
         )
     }
 
-    pub fn error(group: u16, sender: u32, code: ErrorCode) -> Self {
-        SmallDatagram::new(
-            &Header {
-                kind: Kind::Error,
-                group,
-                sender,
-                seq: 0,
-            },
-            &(code as u16).to_be_bytes(),
-        )
+    /// LEAVE or KEEPALIVE.
+    pub fn simple(h: &Header, keys: &SessionKeys) -> SmallDatagram {
+        SmallDatagram::control(h, &[], keys)
     }
 
-    pub fn simple(kind: Kind, group: u16, sender: u32, seq: u32) -> Self {
-        SmallDatagram::new(
-            &Header {
-                kind,
-                group,
-                sender,
-                seq,
-            },
-            &[],
-        )
+    /// PROBE, PROBE_REPLY or CHECKPOINT_REQUEST.
+    pub fn nonce(h: &Header, nonce: u64, keys: &SessionKeys) -> SmallDatagram {
+        SmallDatagram::control(h, &nonce.to_be_bytes(), keys)
+    }
+
+    /// ERROR (not MAC'd: the reflector may hold no key for its addressee).
+    pub fn error(group: u16, sender: u32, membership: u32, code: ErrorCode) -> SmallDatagram {
+        let mut body = [0u8; 4];
+        body[..2].copy_from_slice(&(code as u16).to_be_bytes());
+        let h = Header {
+            kind: Kind::Error,
+            group,
+            sender,
+            membership,
+            seq: 0,
+        };
+        SmallDatagram::build(&h, &body, None).expect("fixed-size error body")
     }
 
     pub fn as_bytes(&self) -> &[u8] {
@@ -433,206 +770,305 @@ impl SmallDatagram {
     }
 }
 
+/// The answer to a datagram of protocol version 1: a version-1 ERROR
+/// (18 bytes, code [`ErrorCode::Version`]) with the request's group and
+/// sender, if the request is a version-1 datagram of at least that size (a
+/// reply is never larger than its request).
+pub fn version1_error(request: &[u8]) -> Option<[u8; 18]> {
+    if request.len() < 18 || be16(&request[field::MAGIC]) != MAGIC || request[field::VERSION] != 1 {
+        return None;
+    }
+    let mut out = [0u8; 18];
+    out[0..2].copy_from_slice(&MAGIC.to_be_bytes());
+    out[2] = 1;
+    out[3] = Kind::Error as u8;
+    out[4..6].copy_from_slice(&request[4..6]);
+    out[6..8].copy_from_slice(&2u16.to_be_bytes());
+    out[8..12].copy_from_slice(&request[8..12]);
+    out[16..18].copy_from_slice(&(ErrorCode::Version as u16).to_be_bytes());
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    #[test]
-    fn data_round_trip() {
-        let mut buf = [0u8; 200];
-        let h = Header {
-            kind: Kind::Data,
-            group: 4001,
+    fn keys() -> SessionKeys {
+        SessionKeys::derive(&Secret::new(&[7u8; 32]).unwrap(), &[9u8; TOKEN_LEN])
+    }
+
+    fn hdr(kind: Kind) -> Header {
+        Header {
+            kind,
+            group: 4000,
             sender: 77,
-            seq: 123_456,
-        };
-        let n = emit(&h, b"hello game", &mut buf).unwrap();
-        assert_eq!(n, HEADER_LEN + 10);
-        let p = Packet::parse(&buf[..n]).unwrap();
-        assert_eq!(p.kind(), Kind::Data);
-        assert_eq!(p.group(), 4001);
-        assert_eq!(p.sender(), 77);
-        assert_eq!(p.seq(), 123_456);
-        assert_eq!(p.payload(), b"hello game");
+            membership: 0xdead_beef,
+            seq: 5,
+        }
     }
 
     #[test]
-    fn control_round_trips() {
-        let token = [7u8; TOKEN_LEN];
-        let cookie = [9u8; COOKIE_LEN];
-        let j1 = SmallDatagram::join(5, 6, &token, None);
-        let p = Packet::parse(j1.as_bytes()).unwrap();
-        assert_eq!(p.join_token(), Some(&token));
-        assert_eq!(p.join_cookie(), None);
-        let j2 = SmallDatagram::join(5, 6, &token, Some(&cookie));
-        let p = Packet::parse(j2.as_bytes()).unwrap();
-        assert_eq!(p.join_cookie(), Some(&cookie));
-        let c = SmallDatagram::challenge(5, 6, &cookie);
-        assert_eq!(Packet::parse(c.as_bytes()).unwrap().challenge_cookie(), Some(&cookie));
+    fn siphash_is_the_reference_siphash_2_4() {
+        // The paper's test vector (Aumasson & Bernstein, appendix A): key
+        // 00..0f, message 00..0e. A BPF program computing standard SipHash
+        // must agree with these tags.
+        let key: [u8; 16] = core::array::from_fn(|i| i as u8);
+        let msg: [u8; 15] = core::array::from_fn(|i| i as u8);
+        let mut h = siphasher::sip::SipHasher24::new_with_key(&key);
+        h.write(&msg);
+        assert_eq!(h.finish(), 0xa129_ca61_49be_45e5);
+    }
+
+    #[test]
+    fn every_type_round_trips_at_its_size() {
+        let k = keys();
+        let mut out = [0u8; 200];
         let ack = JoinAck {
             members: 3,
-            keepalive_ms: 1000,
+            keepalive_ms: 2500,
+            flags: FLAG_TAGS,
+            checkpoint_port: 4100,
         };
-        let a = SmallDatagram::join_ack(5, 6, ack);
-        assert_eq!(Packet::parse(a.as_bytes()).unwrap().join_ack(), Some(ack));
-        let e = SmallDatagram::error(5, 6, ErrorCode::NotMember);
-        assert_eq!(
-            Packet::parse(e.as_bytes()).unwrap().error_code(),
-            Some(Ok(ErrorCode::NotMember))
-        );
-        for k in [Kind::Leave, Kind::Keepalive] {
-            let d = SmallDatagram::simple(k, 1, 2, 3);
-            assert_eq!(d.len(), HEADER_LEN);
-            assert_eq!(Packet::parse(d.as_bytes()).unwrap().kind(), k);
+        let cases: Vec<(Kind, Vec<u8>, usize)> = vec![
+            (Kind::Join, vec![1; 32], size::JOIN),
+            (Kind::Join, vec![1; 48], size::JOIN_WITH_COOKIE),
+            (Kind::JoinChallenge, vec![2; 16], size::JOIN_CHALLENGE),
+            (Kind::JoinAck, ack.body().to_vec(), size::JOIN_ACK),
+            (Kind::Leave, vec![], size::LEAVE),
+            (Kind::Keepalive, vec![], size::KEEPALIVE),
+            (Kind::Data, b"hello".to_vec(), size::DATA_MIN + 5),
+            (Kind::Error, vec![0, 4, 0, 0], size::ERROR),
+            (Kind::Probe, 42u64.to_be_bytes().to_vec(), size::PROBE),
+            (Kind::ProbeReply, 42u64.to_be_bytes().to_vec(), size::PROBE),
+            (Kind::CheckpointRequest, 42u64.to_be_bytes().to_vec(), size::PROBE),
+        ];
+        for (kind, body, want) in cases {
+            let n = emit(&hdr(kind), &body, Some(&k), &mut out).unwrap();
+            assert_eq!(n, want, "{kind:?}");
+            let p = Packet::parse(&out[..n]).unwrap();
+            assert_eq!(
+                (p.kind(), p.group(), p.sender(), p.membership(), p.seq()),
+                (kind, 4000, 77, 0xdead_beef, 5)
+            );
+            assert_eq!(p.payload(), &body[..], "{kind:?}");
+            match kind.auth() {
+                Auth::Mac | Auth::ShortMac => assert!(k.verify(&p), "{kind:?}"),
+                Auth::Tag => assert!(k.verify_tag(&p)),
+                Auth::None => {}
+            }
         }
+        let n = emit(&hdr(Kind::JoinAck), &ack.body(), Some(&k), &mut out).unwrap();
+        assert_eq!(Packet::parse(&out[..n]).unwrap().join_ack(), Some(ack));
+        let n = emit(&hdr(Kind::Probe), &42u64.to_be_bytes(), Some(&k), &mut out).unwrap();
+        assert_eq!(Packet::parse(&out[..n]).unwrap().nonce(), Some(42));
+    }
+
+    #[test]
+    fn a_changed_byte_or_another_key_fails_the_mac_and_the_tag() {
+        let (k, other) = (keys(), SessionKeys::from_session([1u8; 32]));
+        let mut out = [0u8; 100];
+        for (kind, body) in [(Kind::Keepalive, vec![]), (Kind::Data, b"state".to_vec())] {
+            let n = emit(&hdr(kind), &body, Some(&k), &mut out).unwrap();
+            let ok = |b: &[u8], key: &SessionKeys| {
+                let p = Packet::parse(b).unwrap();
+                if kind == Kind::Data {
+                    key.verify_tag(&p)
+                } else {
+                    key.verify(&p)
+                }
+            };
+            assert!(ok(&out[..n], &k));
+            assert!(!ok(&out[..n], &other), "{kind:?} under another key");
+            // Every byte the parser does not itself check is covered.
+            for i in (field::GROUP.start..n).filter(|i| !field::LENGTH.contains(i)) {
+                let mut b = out[..n].to_vec();
+                b[i] ^= 0x40;
+                assert!(!ok(&b, &k), "{kind:?}: byte {i} flipped still verifies");
+            }
+        }
+    }
+
+    #[test]
+    fn stripping_zeroes_the_tag_and_nothing_else() {
+        let k = keys();
+        let mut out = [0u8; 64];
+        let n = emit(&hdr(Kind::Data), b"abc", Some(&k), &mut out).unwrap();
+        let before = out[..n].to_vec();
+        strip_tag(&mut out[..n]);
+        assert_eq!(&out[TAG], &[0; 8]);
+        assert_eq!(&out[..TAG.start], &before[..TAG.start]);
+        assert_eq!(&out[TAG.end..n], b"abc");
+        // Untagged DATA (tags off) is the same bytes with a zero tag.
+        let mut plain = [0u8; 64];
+        let m = emit(&hdr(Kind::Data), b"abc", None, &mut plain).unwrap();
+        assert_eq!(&plain[..m], &out[..n]);
+    }
+
+    #[test]
+    fn the_parser_refuses_each_kind_of_bad_datagram() {
+        let k = keys();
+        let mut out = [0u8; 100];
+        let n = emit(&hdr(Kind::Keepalive), &[], Some(&k), &mut out).unwrap();
+        let good = out[..n].to_vec();
+        let bad = |f: &dyn Fn(&mut Vec<u8>)| {
+            let mut b = good.clone();
+            f(&mut b);
+            Packet::parse(&b[..]).map(|_| ())
+        };
+        assert_eq!(bad(&|b| b.truncate(10)), Err(ParseError::Truncated));
+        assert_eq!(bad(&|b| b[0] = 0), Err(ParseError::BadMagic));
+        assert_eq!(bad(&|b| b[2] = 1), Err(ParseError::BadVersion(1)));
+        assert_eq!(bad(&|b| b[3] = 99), Err(ParseError::UnknownKind(99)));
+        assert_eq!(
+            bad(&|b| b.push(0)),
+            Err(ParseError::LengthMismatch {
+                declared: 16,
+                actual: 17
+            })
+        );
+        assert_eq!(
+            bad(&|b| {
+                b.push(0);
+                b[6..8].copy_from_slice(&17u16.to_be_bytes());
+            }),
+            Err(ParseError::BadPayload(Kind::Keepalive))
+        );
+        assert_eq!(
+            emit(&hdr(Kind::Keepalive), &[], None, &mut out),
+            Err(EmitError::NoKey("KEEPALIVE"))
+        );
+        assert!(emit(&hdr(Kind::Keepalive), &[1], Some(&k), &mut out).is_err());
+        assert!(emit(&hdr(Kind::Data), &[0; 100], None, &mut out[..50]).is_err());
+    }
+
+    #[test]
+    fn both_sides_derive_the_same_keys() {
+        let secret = Secret::new(&[3u8; 32]).unwrap();
+        let server = SessionKeys::derive(&secret, &[5u8; TOKEN_LEN]);
+        let player = SessionKeys::from_session(server.session);
+        let leave = SmallDatagram::simple(&hdr(Kind::Leave), &player);
+        assert!(server.verify(&Packet::parse(leave.as_bytes()).unwrap()));
+        let other_token = SessionKeys::derive(&secret, &[6u8; TOKEN_LEN]);
+        assert!(!other_token.verify(&Packet::parse(leave.as_bytes()).unwrap()));
     }
 
     #[test]
     fn replies_are_never_larger_than_what_triggers_them() {
-        let token = [0u8; TOKEN_LEN];
-        let first_join = SmallDatagram::join(1, 1, &token, None).len();
-        let second_join = SmallDatagram::join(1, 1, &token, Some(&[0; COOKIE_LEN])).len();
-        assert!(SmallDatagram::challenge(1, 1, &[0; COOKIE_LEN]).len() <= first_join);
-        assert!(SmallDatagram::error(1, 1, ErrorCode::BadToken).len() <= first_join);
-        assert!(
-            SmallDatagram::join_ack(
-                1,
-                1,
-                JoinAck {
-                    members: 1,
-                    keepalive_ms: 1
-                }
-            )
-            .len()
-                <= second_join
-        );
-    }
-
-    #[test]
-    fn rejects_bad_headers() {
-        let mut buf = [0u8; 64];
-        let n = emit(
-            &Header {
-                kind: Kind::Data,
-                group: 1,
-                sender: 2,
-                seq: 3,
+        let k = keys();
+        let h = hdr(Kind::Join);
+        let join = SmallDatagram::join(&h, &[1; TOKEN_LEN], None, &k);
+        let echo = SmallDatagram::join(&h, &[1; TOKEN_LEN], Some(&[2; COOKIE_LEN]), &k);
+        let ch = SmallDatagram::challenge(&h, &[2; COOKIE_LEN], &k);
+        let ack = SmallDatagram::join_ack(
+            &h,
+            JoinAck {
+                members: 1,
+                keepalive_ms: 1,
+                flags: 0,
+                checkpoint_port: 0,
             },
-            b"abc",
-            &mut buf,
-        )
-        .unwrap();
-        assert_eq!(Packet::parse(&buf[..HEADER_LEN - 1]).err(), Some(ParseError::Truncated));
-        let mut b = buf;
-        b[0] = 0;
-        assert_eq!(Packet::parse(&b[..n]).err(), Some(ParseError::BadMagic));
-        let mut b = buf;
-        b[2] = 9;
-        assert_eq!(Packet::parse(&b[..n]).err(), Some(ParseError::BadVersion(9)));
-        let mut b = buf;
-        b[3] = 99;
-        assert_eq!(Packet::parse(&b[..n]).err(), Some(ParseError::UnknownKind(99)));
-        assert_eq!(
-            Packet::parse(&buf[..n - 1]).err(),
-            Some(ParseError::LengthMismatch { declared: 3, actual: 2 })
+            &k,
         );
-        let mut b = buf;
-        b[3] = Kind::Keepalive as u8;
+        let err = SmallDatagram::error(4000, 1, 0, ErrorCode::NotMember);
+        let probe = SmallDatagram::nonce(&hdr(Kind::Probe), 1, &k);
+        let keepalive = SmallDatagram::simple(&hdr(Kind::Keepalive), &k);
+        assert!(ch.len() <= join.len());
+        assert!(ack.len() <= echo.len());
+        // ERROR to a non-member: never larger than the smallest DATA.
+        assert!(err.len() <= size::DATA_MIN);
+        assert!(probe.len() <= keepalive.len());
         assert_eq!(
-            Packet::parse(&b[..n]).err(),
-            Some(ParseError::BadPayload(Kind::Keepalive))
+            (join.len(), echo.len(), ch.len(), ack.len(), err.len()),
+            (72, 88, 56, 48, 28)
         );
     }
 
     #[test]
-    fn emit_checks_sizes() {
-        let mut small = [0u8; 10];
-        let h = Header {
-            kind: Kind::Data,
-            group: 1,
-            sender: 2,
-            seq: 3,
-        };
-        assert!(matches!(
-            emit(&h, b"", &mut small),
-            Err(EmitError::BufferTooSmall { .. })
-        ));
-        let big = vec![0u8; MAX_PAYLOAD + 1];
-        let mut out = vec![0u8; MAX_DATAGRAM + 10];
+    fn a_version_1_client_gets_a_version_1_error_no_larger_than_its_request() {
+        let mut v1 = [0u8; 48];
+        v1[0..2].copy_from_slice(&MAGIC.to_be_bytes());
+        v1[2] = 1;
+        v1[3] = 1;
+        v1[4..6].copy_from_slice(&4000u16.to_be_bytes());
+        v1[8..12].copy_from_slice(&7u32.to_be_bytes());
+        let e = version1_error(&v1).unwrap();
         assert_eq!(
-            emit(&h, &big, &mut out),
-            Err(EmitError::PayloadTooLarge(MAX_PAYLOAD + 1))
+            (e[2], e[3], be16(&e[4..6]), be32(&e[8..12]), be16(&e[16..18])),
+            (1, 7, 4000, 7, 6)
         );
+        assert_eq!(
+            version1_error(&v1[..16]),
+            None,
+            "a 16-byte request gets no 18-byte reply"
+        );
+        let mut v2 = v1;
+        v2[2] = 2;
+        assert_eq!(version1_error(&v2), None);
+    }
+
+    #[test]
+    fn the_replay_window_accepts_each_sequence_once() {
+        let mut w = ReplayWindow::default();
+        assert!(!w.accept(0), "0 is never valid");
+        assert!(w.accept(1));
+        assert!(!w.accept(1));
+        assert!(w.accept(10));
+        assert!(w.accept(5), "late but inside the window");
+        assert!(!w.accept(5));
+        assert!(w.accept(100));
+        assert!(!w.accept(36), "older than the window: refused");
+        assert!(w.accept(37));
+        assert!(w.accept(100 + 64));
+        assert!(!w.accept(100), "now outside the window");
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(4096))]
         #[test]
-        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
-            if let Ok(p) = Packet::parse(&bytes[..]) {
-                // Every accessor must be safe on anything parse accepted.
-                let _ = (p.group(), p.sender(), p.seq(), p.payload().len());
-                let _ = (p.join_token(), p.join_cookie(), p.challenge_cookie(), p.join_ack(), p.error_code());
+        fn random_bytes_never_panic_the_parser(b in proptest::collection::vec(any::<u8>(), 0..200)) {
+            if let Ok(p) = Packet::parse(&b[..]) {
+                let k = keys();
+                let _ = (p.join_token(), p.join_cookie(), p.challenge_cookie(), p.nonce(), p.join_ack());
+                let _ = (p.error_code(), p.tag(), p.signed(), p.payload(), p.seq(), p.membership());
+                let _ = (k.verify(&p), k.verify_tag(&p));
             }
         }
 
         #[test]
-        fn header_like_bytes_never_panic(kind in 0u8..10, len in 0u16..80, tail in proptest::collection::vec(any::<u8>(), 0..80)) {
-            let mut b = vec![0x52, 0x46, VERSION, kind, 0, 1];
+        fn header_like_bytes_never_panic(kind in 0u8..12, len in 0u16..100, tail in proptest::collection::vec(any::<u8>(), 0..100)) {
+            let mut b = vec![0x52, 0x46, 2, kind, 0x0f, 0xa0];
             b.extend_from_slice(&len.to_be_bytes());
-            b.extend_from_slice(&[0; 8]);
+            b.extend_from_slice(&[0; 16]);
             b.extend_from_slice(&tail);
             if let Ok(p) = Packet::parse(&b[..]) {
-                let _ = (p.join_token(), p.join_cookie(), p.challenge_cookie(), p.join_ack(), p.error_code());
-                prop_assert_eq!(p.payload().len(), usize::from(len));
+                let _ = (p.payload(), p.signed(), p.join_ack(), p.nonce());
             }
         }
 
-        /// Random bytes rarely get past the magic number; mutating valid
-        /// datagrams of every type (flipped bytes, truncation, extension)
-        /// reaches the type and length checks and the accessors.
         #[test]
-        fn mutated_valid_datagrams_never_panic(
-            kind in 0usize..7,
-            flips in proptest::collection::vec((0usize..80, any::<u8>()), 0..4),
-            cut in 0usize..80,
-            extra in proptest::collection::vec(any::<u8>(), 0..4),
-        ) {
-            let token = [3u8; TOKEN_LEN];
-            let cookie = [4u8; COOKIE_LEN];
-            let base = match kind {
-                0 => SmallDatagram::join(1, 2, &token, None),
-                1 => SmallDatagram::join(1, 2, &token, Some(&cookie)),
-                2 => SmallDatagram::challenge(1, 2, &cookie),
-                3 => SmallDatagram::join_ack(1, 2, JoinAck { members: 1, keepalive_ms: 5 }),
-                4 => SmallDatagram::error(1, 2, ErrorCode::BadCookie),
-                5 => SmallDatagram::simple(Kind::Keepalive, 1, 2, 3),
-                _ => SmallDatagram::simple(Kind::Leave, 1, 2, 3),
-            };
-            let mut b = base.as_bytes().to_vec();
-            for (i, v) in flips {
-                if let Some(x) = b.get_mut(i) {
-                    *x = v;
+        fn data_round_trips(group: u16, sender: u32, membership: u32, seq: u64, payload in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let k = keys();
+            let mut buf = vec![0u8; DATA_PAYLOAD + payload.len()];
+            let h = Header { kind: Kind::Data, group, sender, membership, seq };
+            let n = emit(&h, &payload, Some(&k), &mut buf).unwrap();
+            let p = Packet::parse(&buf[..n]).unwrap();
+            prop_assert_eq!((p.group(), p.sender(), p.membership(), p.seq()), (group, sender, membership, seq));
+            prop_assert_eq!(p.payload(), &payload[..]);
+            prop_assert!(k.verify_tag(&p));
+        }
+
+        #[test]
+        fn the_window_matches_a_set_of_seen_numbers(seqs in proptest::collection::vec(1u64..300, 0..200)) {
+            let mut w = ReplayWindow::default();
+            let mut seen = std::collections::BTreeSet::new();
+            for s in seqs {
+                let highest = seen.iter().next_back().copied().unwrap_or(0);
+                let model = !seen.contains(&s) && (s > highest || highest - s < 64);
+                prop_assert_eq!(w.accept(s), model, "seq {}", s);
+                if model {
+                    seen.insert(s);
                 }
             }
-            b.truncate(cut.max(1));
-            b.extend_from_slice(&extra);
-            if let Ok(p) = Packet::parse(&b[..]) {
-                let _ = (p.group(), p.sender(), p.seq(), p.payload().len());
-                let _ = (p.join_token(), p.join_cookie(), p.challenge_cookie(), p.join_ack(), p.error_code());
-                prop_assert_eq!(p.payload().len() + HEADER_LEN, b.len());
-            }
-        }
-
-        #[test]
-        fn data_round_trips(group: u16, sender: u32, seq: u32, payload in proptest::collection::vec(any::<u8>(), 0..300)) {
-            let mut buf = vec![0u8; HEADER_LEN + payload.len()];
-            let h = Header { kind: Kind::Data, group, sender, seq };
-            let n = emit(&h, &payload, &mut buf).unwrap();
-            let p = Packet::parse(&buf[..n]).unwrap();
-            prop_assert_eq!((p.group(), p.sender(), p.seq()), (group, sender, seq));
-            prop_assert_eq!(p.payload(), &payload[..]);
         }
     }
 }

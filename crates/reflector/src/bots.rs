@@ -35,7 +35,7 @@ pub use tickets::{fetch_ticket, fetch_world};
 use crate::CliError;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use player::{Bot, BotStats, Ctx, Edge, State};
-use reflector_proto::protocol::{HEADER_LEN, MAX_DATAGRAM};
+use reflector_proto::protocol::{DATA_PAYLOAD, MAX_DATAGRAM};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
@@ -46,10 +46,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tickets::{http_worker, Job, JobResult};
 use world::Rng;
 
-/// Payload bytes the bots need: timestamp and epoch.
-const PAYLOAD_MIN: usize = 12;
+/// Payload bytes the bots need: timestamp, epoch (membership) and DATA number.
+const PAYLOAD_MIN: usize = 16;
 /// Smallest `--size`.
-pub const MIN_SIZE: usize = HEADER_LEN + PAYLOAD_MIN;
+pub const MIN_SIZE: usize = DATA_PAYLOAD + PAYLOAD_MIN;
 /// A JOIN step unanswered for this long is sent again.
 const JOIN_RETRY: Duration = Duration::from_millis(250);
 /// Pause before asking the control server again after a failure.
@@ -179,6 +179,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
             next_move,
             next_send: start,
             last_send: start,
+            last_keepalive: start,
             keepalive: Duration::from_secs(2),
             stats: BotStats::default(),
         });

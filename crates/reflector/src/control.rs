@@ -23,6 +23,7 @@
 use crate::server::parse_ports;
 use crate::CliError;
 use reflector_proto::auth::{Secret, TokenClaims};
+use reflector_proto::protocol::SessionKeys;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -327,6 +328,9 @@ pub struct Ticket {
     pub group: u16,
     /// The join token, hex.
     pub token: String,
+    /// The session key for this token, hex (32 bytes): it MACs the player's
+    /// datagrams, so it travels only here, over the control channel.
+    pub session_key: String,
     pub expires_unix_s: u64,
 }
 
@@ -528,6 +532,7 @@ pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u3
         reflector_id: target.reflector_id,
         group: target.port(),
         token: hex::encode(token),
+        session_key: hex::encode(SessionKeys::derive(&cfg.secret, &token).session),
         expires_unix_s,
     };
     Reply {

@@ -3,46 +3,58 @@
 //! to do (forward, reply, drop and why); it never touches a socket, so every
 //! rule is unit-tested deterministically with an injected clock.
 //!
-//! Rules (paper 000 §3, plus address validation):
+//! Rules (paper 000 §3, plus address validation and the player's key,
+//! `docs/protocol.md`):
 //! - a group is addressed by the UDP port it is served on;
-//! - JOIN needs a valid token from the control server *and* a second round
-//!   trip echoing a stateless cookie, so a spoofed source never becomes a
-//!   member and never receives fan-out traffic;
-//! - no reply is ever larger than the datagram that caused it, so an
-//!   unauthenticated sender cannot use the reflector as an amplifier, and
-//!   replies to non-members are rate-limited per group, so a spoofed flood is
-//!   not even reflected one for one;
-//! - a player is a member of a group at most once;
-//! - DATA from a member goes to every other member; anything else is
-//!   dropped and counted by reason;
-//! - an ICMP error about a member is evidence, not proof (anyone who knows
-//!   its address and the group port can forge one): it removes the member
-//!   only if the member has also gone silent since the first error, for at
-//!   least two keepalive intervals.
+//! - JOIN needs a valid token from the control server, a MAC under the
+//!   session key derived from it, *and* a second round trip echoing a
+//!   stateless cookie, so a spoofed source never becomes a member and a token
+//!   seen on the path is useless without the key;
+//! - a membership belongs to the player: every later datagram carries its
+//!   random membership id and a MAC (DATA: a tag, when the group has tags)
+//!   under the player's key, with a sequence number that must be fresh in
+//!   the membership's replay window; anything else is dropped and counted;
+//! - an authenticated datagram from a new address does not move the member:
+//!   the reflector sends that address a PROBE, and only a PROBE_REPLY from it
+//!   under the key moves the member (NAT rebinding); the window does not move
+//!   before that, so a replay from a spoofed source changes nothing;
+//! - no reply is ever larger than the datagram that caused it, and replies
+//!   to senders that are not members are rate-limited per group;
+//! - only MAC'd KEEPALIVEs and PROBE_REPLYs and tag-checked DATA are signs
+//!   of life; an ICMP error about a member removes it only if it has also
+//!   gone silent since, for at least two keepalive intervals;
+//! - the reflector probes every member about once per keepalive interval
+//!   and keeps its round-trip time.
 //!
 //! The group holds plain `SocketAddr`s; every change of membership is also
-//! recorded as a [`Change`], which the server hands to the fan-out backend
-//! (which keeps the destinations in whatever form it sends to).
+//! recorded as a [`Change`], which the server hands to the fan-out backend.
 
-use reflector_proto::auth::{check_cookie, make_cookie, Secret, SecretRing, TokenError};
-use reflector_proto::protocol::{ErrorCode, JoinAck, Kind, Packet, ParseError, SmallDatagram};
+use reflector_proto::auth::{check_cookie, keyed_value, make_cookie, Secret, SecretRing, TokenError};
+use reflector_proto::protocol::{
+    ErrorCode, Header, JoinAck, Kind, Packet, ParseError, ReplayWindow, SessionKeys, SmallDatagram, FLAG_TAGS,
+};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
 /// Membership policy.
 #[derive(Debug, Clone, Copy)]
 pub struct Policy {
-    /// A member that sends neither DATA nor KEEPALIVE for this long is removed.
+    /// A member that gives no sign of life for this long is removed.
     pub member_timeout_ms: u64,
     /// Members per group; further joins get ERROR(GroupFull).
     pub max_members: usize,
-    /// Keepalive interval announced in JOIN_ACK.
+    /// Keepalive interval announced in JOIN_ACK; members are probed about
+    /// as often.
     pub keepalive_ms: u16,
-    /// Replies (challenges, errors) per second per group to senders that are
-    /// not members yet, with a burst of as many. Replies are never larger
-    /// than their request, but a spoofed flood would still be reflected one
-    /// for one onto its victim; this caps that. JOIN_ACKs are not limited.
+    /// Replies (challenges, errors, probes to new addresses) per second per
+    /// group to senders that are not (validated) members, with a burst of as
+    /// many. Replies are never larger than their request, but a spoofed flood
+    /// would still be reflected one for one onto its victim; this caps that.
     pub replies_per_s: u32,
+    /// DATA tags for groups that do not say otherwise ([`Group::set_tags`]).
+    pub data_tags: bool,
+    /// TCP port of the checkpoint channel announced in JOIN_ACK (0: none).
+    pub checkpoint_port: u16,
 }
 
 impl Default for Policy {
@@ -52,13 +64,16 @@ impl Default for Policy {
             max_members: 1024,
             keepalive_ms: 2_000,
             replies_per_s: 500,
+            data_tags: true,
+            checkpoint_port: 0,
         }
     }
 }
 
 /// What a reflector needs to check joins: the secret shared with the
-/// control server (to verify tokens), its own id in the control server's
-/// map (tokens name it), and its private cookie key.
+/// control server (to verify tokens and derive session keys), its own id in
+/// the control server's map (tokens name it), and its private key for
+/// cookies, membership ids and probe nonces.
 #[derive(Debug, Clone)]
 pub struct Keys {
     /// The secret shared with the control server (and, during a rollover,
@@ -84,31 +99,49 @@ pub enum DropReason {
     Malformed(ParseError),
     /// Header names another group than the port it arrived on.
     WrongGroup,
-    /// DATA, KEEPALIVE or LEAVE from an address that is not a member.
+    /// From a player that is not a member.
     NotMember,
-    /// A member's address sent with another sender id than it joined with.
-    SenderMismatch,
+    /// A member's player id with another membership id (an old membership).
+    StaleMembership,
+    /// The MAC does not verify under the member's (or the token's) key.
+    BadMac,
+    /// DATA whose tag does not verify.
+    BadTag,
+    /// A sequence number seen before, or older than the window.
+    Replay,
+    /// Authenticated, but from an address the member has not validated yet
+    /// (a PROBE went there, or the datagram could not be authenticated).
+    Unvalidated,
     Token(TokenError),
     BadCookie,
     GroupFull,
-    /// A type only the reflector sends (JOIN_CHALLENGE, JOIN_ACK, ERROR).
+    /// A type only the reflector sends.
     Unexpected(Kind),
 }
 
 /// What happened to one datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
-    /// Fan the datagram out to every member except its sender.
+    /// Fan the datagram out (tag field zeroed) to every member but its sender.
     Forward {
         from: SocketAddr,
     },
     Challenged,
-    /// Admitted; `rejoin` if the address or the player was a member already.
+    /// Admitted; `rejoin` if the player was a member already.
     Joined {
         rejoin: bool,
     },
     Left,
     Refreshed,
+    /// A PROBE_REPLY from the member's address: its RTT was measured.
+    Probed {
+        rtt_ms: u64,
+    },
+    /// A PROBE_REPLY from a new address under the key: the member moved.
+    Rebound {
+        from: SocketAddr,
+        to: SocketAddr,
+    },
     Dropped(DropReason),
 }
 
@@ -128,6 +161,10 @@ impl Outcome {
             reply: None,
             reply_suppressed: false,
         }
+    }
+
+    fn drop(reason: DropReason) -> Outcome {
+        Outcome::silent(Event::Dropped(reason))
     }
 
     /// The one place replies are allowed out: never larger than the request.
@@ -163,15 +200,53 @@ impl ReplyBudget {
     }
 }
 
+/// A PROBE on its way: to which address, with which nonce, when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingProbe {
+    pub addr: SocketAddr,
+    pub nonce: u64,
+    pub sent_ms: u64,
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct Member {
     pub addr: SocketAddr,
     pub sender: u32,
-    /// Monotonic milliseconds ([`Now::mono_ms`]) of the last DATA, KEEPALIVE or JOIN.
+    /// The random id of this membership (in JOIN_ACK and every later MAC).
+    pub membership: u32,
+    pub keys: SessionKeys,
+    /// The player's sequence numbers seen.
+    pub window: ReplayWindow,
+    /// The reflector's own sequence number for this membership.
+    pub tx_seq: u64,
+    /// DATA must carry a valid tag.
+    pub tags: bool,
+    /// Monotonic milliseconds ([`Now::mono_ms`]) of the last sign of life.
     pub last_seen_ms: u64,
     /// When the first ICMP error about this address arrived since it was
     /// last heard from (monotonic ms).
     pub unreachable_since_ms: Option<u64>,
+    /// The last PROBE to the member's address (RTT), if unanswered.
+    pub probe: Option<PendingProbe>,
+    /// The last PROBE to a new address (rebinding), if unanswered.
+    pub rebind: Option<PendingProbe>,
+    /// Smoothed round-trip time (ms, 1/8 gain), once measured.
+    pub rtt_ms: Option<f64>,
+    /// When the member was last probed (monotonic ms).
+    pub probed_ms: u64,
+}
+
+impl Member {
+    fn next_header(&mut self, kind: Kind, port: u16) -> Header {
+        self.tx_seq += 1;
+        Header {
+            kind,
+            group: port,
+            sender: self.sender,
+            membership: self.membership,
+            seq: self.tx_seq,
+        }
+    }
 }
 
 /// A change of membership, for the fan-out backend's destination set.
@@ -190,9 +265,7 @@ pub struct Expired {
     pub unreachable: usize,
 }
 
-/// One group: its members. A player is a member at most once: a JOIN from a
-/// new address moves it (NAT rebinding), so one token cannot fill a group
-/// from many source ports.
+/// One group: its members, one membership per player.
 #[derive(Debug)]
 pub struct Group {
     port: u16,
@@ -200,6 +273,10 @@ pub struct Group {
     by_addr: HashMap<SocketAddr, usize>,
     by_player: HashMap<u32, usize>,
     budget: Option<ReplyBudget>,
+    /// DATA tags here, if not the policy's default.
+    tags: Option<bool>,
+    /// Counts the membership ids and nonces made, so each is new.
+    made: u64,
     /// Changes not yet taken by [`Group::take_changes`]; reused, so the
     /// DATA path allocates nothing.
     changes: Vec<Change>,
@@ -213,6 +290,8 @@ impl Group {
             by_addr: HashMap::new(),
             by_player: HashMap::new(),
             budget: None,
+            tags: None,
+            made: 0,
             changes: Vec::new(),
         }
     }
@@ -233,6 +312,12 @@ impl Group {
         &self.members
     }
 
+    /// DATA tags in this group whatever the policy's default (new members
+    /// learn it in JOIN_ACK).
+    pub fn set_tags(&mut self, on: bool) {
+        self.tags = Some(on);
+    }
+
     /// Hands every change since the last call to `f`, oldest first.
     pub fn take_changes(&mut self, mut f: impl FnMut(Change)) {
         for c in self.changes.drain(..) {
@@ -249,6 +334,17 @@ impl Group {
         };
         self.members[idx].unreachable_since_ms.get_or_insert(now_ms);
         true
+    }
+
+    /// A value no one outside can predict (the cookie key is secret), new
+    /// for each call: membership ids and probe nonces.
+    fn fresh(&mut self, keys: &Keys, what: &[u8], now_ms: u64) -> u64 {
+        self.made += 1;
+        let mut input = [0u8; 18];
+        input[..2].copy_from_slice(&self.port.to_be_bytes());
+        input[2..10].copy_from_slice(&self.made.to_be_bytes());
+        input[10..].copy_from_slice(&now_ms.to_be_bytes());
+        keyed_value(&keys.cookie_key, what, &input)
     }
 
     /// Decides what to do with one datagram received on this group's port.
@@ -270,132 +366,266 @@ impl Group {
     fn decide(&mut self, keys: &Keys, policy: &Policy, now: Now, src: SocketAddr, datagram: &[u8]) -> Outcome {
         let pkt = match Packet::parse(datagram) {
             Ok(p) => p,
-            Err(e) => return Outcome::silent(Event::Dropped(DropReason::Malformed(e))),
+            Err(e) => return Outcome::drop(DropReason::Malformed(e)),
         };
         if pkt.group() != self.port {
-            return Outcome::silent(Event::Dropped(DropReason::WrongGroup));
+            return Outcome::drop(DropReason::WrongGroup);
         }
-        let len = datagram.len();
-        let sender = pkt.sender();
         match pkt.kind() {
-            Kind::Data | Kind::Keepalive | Kind::Leave => {
-                let Some(&idx) = self.by_addr.get(&src) else {
-                    let err = SmallDatagram::error(self.port, sender, ErrorCode::NotMember);
-                    return Outcome::with_reply(Event::Dropped(DropReason::NotMember), err, len);
-                };
-                if self.members[idx].sender != sender {
-                    return Outcome::silent(Event::Dropped(DropReason::SenderMismatch));
-                }
-                match pkt.kind() {
-                    Kind::Data => {
-                        self.members[idx].last_seen_ms = now.mono_ms;
-                        self.members[idx].unreachable_since_ms = None;
-                        Outcome::silent(Event::Forward { from: src })
-                    }
-                    Kind::Keepalive => {
-                        self.members[idx].last_seen_ms = now.mono_ms;
-                        self.members[idx].unreachable_since_ms = None;
-                        Outcome::silent(Event::Refreshed)
-                    }
-                    _ => {
-                        self.remove(idx);
-                        Outcome::silent(Event::Left)
-                    }
-                }
-            }
-            Kind::Join => self.join(keys, policy, now, src, &pkt, len),
-            other => Outcome::silent(Event::Dropped(DropReason::Unexpected(other))),
+            Kind::Data | Kind::Keepalive | Kind::Leave | Kind::ProbeReply => self.member_datagram(keys, now, src, &pkt),
+            Kind::Join => self.join(keys, policy, now, src, &pkt),
+            other => Outcome::drop(DropReason::Unexpected(other)),
         }
     }
 
-    fn join(
+    fn member_datagram(&mut self, keys: &Keys, now: Now, src: SocketAddr, pkt: &Packet<&[u8]>) -> Outcome {
+        let len = pkt.as_bytes().len();
+        let sender = pkt.sender();
+        let Some(&idx) = self.by_player.get(&sender) else {
+            // Unauthenticated (there is no key to check it with), so the
+            // error is too: the client answers it by joining again.
+            let err = SmallDatagram::error(self.port, sender, pkt.membership(), ErrorCode::NotMember);
+            return Outcome::with_reply(Event::Dropped(DropReason::NotMember), err, len);
+        };
+        let m = self.members[idx];
+        if pkt.membership() != m.membership {
+            return Outcome::drop(DropReason::StaleMembership);
+        }
+        let authenticated = match pkt.kind() {
+            Kind::Data if m.tags => {
+                if !m.keys.verify_tag(pkt) {
+                    return Outcome::drop(DropReason::BadTag);
+                }
+                true
+            }
+            // Untagged DATA: the group chose not to pay for tags; it counts
+            // only from the member's own address and proves nothing.
+            Kind::Data => false,
+            _ => {
+                if !m.keys.verify(pkt) {
+                    return Outcome::drop(DropReason::BadMac);
+                }
+                true
+            }
+        };
+        if src != m.addr {
+            return self.elsewhere(keys, now, src, pkt, idx, authenticated);
+        }
+        if authenticated && !self.members[idx].window.accept(pkt.seq()) {
+            return Outcome::drop(DropReason::Replay);
+        }
+        let m = &mut self.members[idx];
+        if authenticated {
+            m.last_seen_ms = now.mono_ms;
+            m.unreachable_since_ms = None;
+        }
+        match pkt.kind() {
+            Kind::Data => Outcome::silent(Event::Forward { from: src }),
+            Kind::Keepalive => Outcome::silent(Event::Refreshed),
+            Kind::ProbeReply => match m.probe {
+                Some(p) if Some(p.nonce) == pkt.nonce() => {
+                    let rtt = now.mono_ms.saturating_sub(p.sent_ms);
+                    m.rtt_ms = Some(match m.rtt_ms {
+                        Some(s) => s + (rtt as f64 - s) / 8.0,
+                        None => rtt as f64,
+                    });
+                    m.probe = None;
+                    Outcome::silent(Event::Probed { rtt_ms: rtt })
+                }
+                _ => Outcome::silent(Event::Refreshed),
+            },
+            _ => {
+                self.remove(idx);
+                Outcome::silent(Event::Left)
+            }
+        }
+    }
+
+    /// An authenticated datagram of a member from another address: only a
+    /// PROBE_REPLY to a PROBE sent there moves the member; anything else
+    /// sends (at most once a second) such a PROBE and changes nothing.
+    fn elsewhere(
         &mut self,
         keys: &Keys,
-        policy: &Policy,
         now: Now,
         src: SocketAddr,
         pkt: &Packet<&[u8]>,
-        len: usize,
+        idx: usize,
+        authenticated: bool,
     ) -> Outcome {
+        if !authenticated {
+            return Outcome::drop(DropReason::Unvalidated);
+        }
+        let m = self.members[idx];
+        if pkt.kind() == Kind::ProbeReply && m.rebind.is_some_and(|r| r.addr == src && Some(r.nonce) == pkt.nonce()) {
+            // The new address answered under the key: move there.
+            if !self.members[idx].window.accept(pkt.seq()) {
+                return Outcome::drop(DropReason::Replay);
+            }
+            if let Some(&other) = self.by_addr.get(&src) {
+                // Someone else's stale membership at that address.
+                if other != idx {
+                    self.remove(other);
+                }
+            }
+            let idx = self.by_player[&m.sender];
+            let old = self.members[idx].addr;
+            self.by_addr.remove(&old);
+            self.by_addr.insert(src, idx);
+            let mm = &mut self.members[idx];
+            mm.addr = src;
+            mm.rebind = None;
+            mm.probe = None;
+            mm.last_seen_ms = now.mono_ms;
+            mm.unreachable_since_ms = None;
+            self.changes.push(Change::Removed(old));
+            self.changes.push(Change::Added(src));
+            return Outcome::silent(Event::Rebound { from: old, to: src });
+        }
+        let due = match m.rebind {
+            Some(r) => r.addr != src || now.mono_ms.saturating_sub(r.sent_ms) >= 1000,
+            None => true,
+        };
+        if !due {
+            return Outcome::drop(DropReason::Unvalidated);
+        }
+        let nonce = self.fresh(keys, b"rbnd", now.mono_ms);
+        let mm = &mut self.members[idx];
+        mm.rebind = Some(PendingProbe {
+            addr: src,
+            nonce,
+            sent_ms: now.mono_ms,
+        });
+        let h = mm.next_header(Kind::Probe, self.port);
+        let probe = SmallDatagram::nonce(&h, nonce, &mm.keys);
+        Outcome::with_reply(Event::Dropped(DropReason::Unvalidated), probe, pkt.as_bytes().len())
+    }
+
+    fn join(&mut self, keys: &Keys, policy: &Policy, now: Now, src: SocketAddr, pkt: &Packet<&[u8]>) -> Outcome {
+        let len = pkt.as_bytes().len();
         let sender = pkt.sender();
         // parse() guarantees a JOIN carries a token.
         let Some(token) = pkt.join_token() else {
-            return Outcome::silent(Event::Dropped(DropReason::Malformed(ParseError::BadPayload(
-                Kind::Join,
-            ))));
+            return Outcome::drop(DropReason::Malformed(ParseError::BadPayload(Kind::Join)));
         };
-        if let Err(e) = keys
-            .token_secret
-            .verify_token(token, keys.reflector_id, self.port, sender, now.unix_ms)
-        {
-            let code = if e == TokenError::Expired {
-                ErrorCode::ExpiredToken
-            } else {
-                ErrorCode::BadToken
+        let session =
+            match keys
+                .token_secret
+                .verify_token_keys(token, keys.reflector_id, self.port, sender, now.unix_ms)
+            {
+                Ok((_, k)) => k,
+                Err(e) => {
+                    let code = if e == TokenError::Expired {
+                        ErrorCode::ExpiredToken
+                    } else {
+                        ErrorCode::BadToken
+                    };
+                    let err = SmallDatagram::error(self.port, sender, 0, code);
+                    return Outcome::with_reply(Event::Dropped(DropReason::Token(e)), err, len);
+                }
             };
-            let err = SmallDatagram::error(self.port, sender, code);
-            return Outcome::with_reply(Event::Dropped(DropReason::Token(e)), err, len);
+        if !session.verify(pkt) {
+            let err = SmallDatagram::error(self.port, sender, 0, ErrorCode::BadMac);
+            return Outcome::with_reply(Event::Dropped(DropReason::BadMac), err, len);
         }
+        let existing = self.by_player.get(&sender).copied();
         let Some(cookie) = pkt.join_cookie() else {
             let cookie = make_cookie(&keys.cookie_key, &src, self.port, sender, now.unix_ms);
-            let ch = SmallDatagram::challenge(self.port, sender, &cookie);
+            let h = Header {
+                kind: Kind::JoinChallenge,
+                group: self.port,
+                sender,
+                membership: 0,
+                seq: 1,
+            };
+            let ch = SmallDatagram::challenge(&h, &cookie, &session);
             return Outcome::with_reply(Event::Challenged, ch, len);
         };
         if !check_cookie(&keys.cookie_key, cookie, &src, self.port, sender, now.unix_ms) {
-            let err = SmallDatagram::error(self.port, sender, ErrorCode::BadCookie);
+            let err = SmallDatagram::error(self.port, sender, 0, ErrorCode::BadCookie);
             return Outcome::with_reply(Event::Dropped(DropReason::BadCookie), err, len);
         }
-        // Whoever held this address, and this player's entry elsewhere, are
-        // replaced: the same address again is a lost JOIN_ACK or a reused
-        // port; the same player elsewhere is a NAT rebinding or a restart.
-        let at_addr = self.by_addr.get(&src).copied();
-        let as_player = self.by_player.get(&sender).copied();
-        let rejoin = at_addr.is_some() || as_player.is_some();
-        if let (Some(a), Some(p)) = (at_addr, as_player) {
-            if a != p {
-                self.remove(p);
-            }
-        }
-        let member = Member {
-            addr: src,
-            sender,
-            last_seen_ms: now.mono_ms,
-            unreachable_since_ms: None,
-        };
-        match self.by_addr.get(&src).or_else(|| self.by_player.get(&sender)).copied() {
+        let tags = self.tags.unwrap_or(policy.data_tags);
+        let idx = match existing {
             Some(idx) => {
-                let old = self.members[idx];
-                self.by_addr.remove(&old.addr);
-                self.by_player.remove(&old.sender);
-                self.members[idx] = member;
-                if old.addr != src {
-                    self.changes.push(Change::Removed(old.addr));
+                // The player again. The cookie proves the address and the MAC
+                // the key; the sequence number must be new for this
+                // membership, so a captured JOIN replayed later moves nothing.
+                if !self.members[idx].window.accept(pkt.seq()) {
+                    return Outcome::drop(DropReason::Replay);
+                }
+                let old = self.members[idx].addr;
+                if old != src {
+                    if let Some(&other) = self.by_addr.get(&src) {
+                        self.remove(other);
+                    }
+                    let idx = self.by_player[&sender];
+                    self.by_addr.remove(&old);
+                    self.by_addr.insert(src, idx);
+                    self.members[idx].addr = src;
+                    self.changes.push(Change::Removed(old));
                     self.changes.push(Change::Added(src));
                 }
-                self.by_addr.insert(src, idx);
-                self.by_player.insert(sender, idx);
+                let idx = self.by_player[&sender];
+                let m = &mut self.members[idx];
+                m.last_seen_ms = now.mono_ms;
+                m.unreachable_since_ms = None;
+                m.rebind = None;
+                idx
             }
             None => {
                 if self.members.len() >= policy.max_members {
-                    let err = SmallDatagram::error(self.port, sender, ErrorCode::GroupFull);
+                    let err = SmallDatagram::error(self.port, sender, 0, ErrorCode::GroupFull);
                     return Outcome::with_reply(Event::Dropped(DropReason::GroupFull), err, len);
                 }
-                self.by_addr.insert(src, self.members.len());
-                self.by_player.insert(sender, self.members.len());
-                self.members.push(member);
+                // Another player's membership at this address is stale: the
+                // address is this client's now (the cookie proved it).
+                if let Some(&other) = self.by_addr.get(&src) {
+                    self.remove(other);
+                }
+                let membership = (self.fresh(keys, b"mbid", now.mono_ms) as u32).max(1);
+                let mut window = ReplayWindow::default();
+                window.accept(pkt.seq());
+                let idx = self.members.len();
+                self.members.push(Member {
+                    addr: src,
+                    sender,
+                    membership,
+                    keys: session,
+                    window,
+                    tx_seq: 1,
+                    tags,
+                    last_seen_ms: now.mono_ms,
+                    unreachable_since_ms: None,
+                    probe: None,
+                    rebind: None,
+                    rtt_ms: None,
+                    probed_ms: now.mono_ms,
+                });
+                self.by_addr.insert(src, idx);
+                self.by_player.insert(sender, idx);
                 self.changes.push(Change::Added(src));
+                idx
             }
-        }
+        };
         let members = u16::try_from(self.members.len()).unwrap_or(u16::MAX);
-        let ack = SmallDatagram::join_ack(
-            self.port,
-            sender,
-            JoinAck {
-                members,
-                keepalive_ms: policy.keepalive_ms,
+        let port = self.port;
+        let m = &mut self.members[idx];
+        let h = m.next_header(Kind::JoinAck, port);
+        let ack = JoinAck {
+            members,
+            keepalive_ms: policy.keepalive_ms,
+            flags: if m.tags { FLAG_TAGS } else { 0 },
+            checkpoint_port: policy.checkpoint_port,
+        };
+        let reply = SmallDatagram::join_ack(&h, ack, &m.keys);
+        Outcome::with_reply(
+            Event::Joined {
+                rejoin: existing.is_some(),
             },
-        );
-        Outcome::with_reply(Event::Joined { rejoin }, ack, len)
+            reply,
+            len,
+        )
     }
 
     fn remove(&mut self, idx: usize) {
@@ -406,6 +636,29 @@ impl Group {
         if let Some(moved) = self.members.get(idx) {
             self.by_addr.insert(moved.addr, idx);
             self.by_player.insert(moved.sender, idx);
+        }
+    }
+
+    /// PROBEs due (one per member per keepalive interval), for the caller to
+    /// send from the group's socket: each member's RTT, measured by the
+    /// reflector itself. `now_ms` is monotonic.
+    pub fn probes(&mut self, keys: &Keys, policy: &Policy, now_ms: u64, out: &mut Vec<(SocketAddr, SmallDatagram)>) {
+        let every = u64::from(policy.keepalive_ms).max(1);
+        for i in 0..self.members.len() {
+            if now_ms.saturating_sub(self.members[i].probed_ms) < every {
+                continue;
+            }
+            let nonce = self.fresh(keys, b"prob", now_ms);
+            let port = self.port;
+            let m = &mut self.members[i];
+            m.probed_ms = now_ms;
+            m.probe = Some(PendingProbe {
+                addr: m.addr,
+                nonce,
+                sent_ms: now_ms,
+            });
+            let h = m.next_header(Kind::Probe, port);
+            out.push((m.addr, SmallDatagram::nonce(&h, nonce, &m.keys)));
         }
     }
 
@@ -440,7 +693,7 @@ mod tests {
     use super::*;
     use reflector_proto::auth::TokenClaims;
     use reflector_proto::client::{Config as ClientConfig, JoinRequest, Session};
-    use reflector_proto::protocol::{emit, Header, HEADER_LEN, TOKEN_LEN};
+    use reflector_proto::protocol::{emit, DATA_PAYLOAD, TOKEN_LEN};
     use std::collections::HashSet;
 
     const PORT: u16 = 4000;
@@ -464,6 +717,10 @@ mod tests {
         .sign(&k.token_secret.current)
     }
 
+    fn session_keys(k: &Keys, t: &[u8; TOKEN_LEN]) -> SessionKeys {
+        SessionKeys::derive(&k.token_secret.current, t)
+    }
+
     fn at(ms: u64) -> Now {
         Now {
             unix_ms: ms,
@@ -475,285 +732,89 @@ mod tests {
         SocketAddr::from(([10, 0, 0, 1], 5000 + i))
     }
 
-    fn data(sender: u32, payload: &[u8]) -> Vec<u8> {
-        let mut b = vec![0u8; HEADER_LEN + payload.len()];
-        emit(
-            &Header {
-                kind: Kind::Data,
-                group: PORT,
-                sender,
-                seq: 1,
-            },
-            payload,
-            &mut b,
-        )
-        .unwrap();
-        b
+    fn hdr(kind: Kind, sender: u32, membership: u32, seq: u64) -> Header {
+        Header {
+            kind,
+            group: PORT,
+            sender,
+            membership,
+            seq,
+        }
     }
 
-    /// Runs the client's handshake ([`Session`]) against the group and
-    /// returns the outcome of its last datagram; checks the first step is
-    /// answered with a challenge.
-    fn join(g: &mut Group, k: &Keys, p: &Policy, now: u64, src: SocketAddr, player: u32) -> Outcome {
+    fn reflector_addr() -> SocketAddr {
+        SocketAddr::from(([10, 0, 0, 254], PORT))
+    }
+
+    /// A player as a real client is: the protocol crate's session.
+    struct Player {
+        session: Session,
+    }
+
+    impl Player {
+        fn data(&mut self, payload: &[u8]) -> Vec<u8> {
+            let mut b = vec![0u8; DATA_PAYLOAD + payload.len()];
+            b[DATA_PAYLOAD..].copy_from_slice(payload);
+            let n = self.session.seal_data(payload.len(), &mut b).unwrap().unwrap();
+            b.truncate(n);
+            b
+        }
+
+        fn keepalive(&mut self) -> Vec<u8> {
+            self.session.keepalive().unwrap().datagram.as_bytes().to_vec()
+        }
+
+        fn leave(&mut self) -> Vec<u8> {
+            self.session.leave().unwrap().datagram.as_bytes().to_vec()
+        }
+
+        /// Feeds a datagram from the reflector; returns what the player sends back.
+        fn answer(&mut self, reply: &SmallDatagram) -> Option<Vec<u8>> {
+            let t = std::time::Instant::now();
+            self.session
+                .handle(t, reflector_addr(), &Packet::parse(reply.as_bytes()).unwrap());
+            self.session.poll_transmit().map(|t| t.datagram.as_bytes().to_vec())
+        }
+    }
+
+    /// Runs the client's handshake against the group from `src`, starting at
+    /// sequence number `first_seq`; returns the player and the outcome of its
+    /// last datagram; checks the first step is answered with a challenge.
+    fn join_from(
+        g: &mut Group,
+        k: &Keys,
+        p: &Policy,
+        now: u64,
+        src: SocketAddr,
+        player: u32,
+        first_seq: u64,
+    ) -> (Player, Outcome) {
+        let t = token(k, player, PORT, 60);
         let req = JoinRequest {
-            reflector: SocketAddr::from(([10, 0, 0, 254], PORT)),
+            reflector: reflector_addr(),
             group: PORT,
             player,
-            token: token(k, player, PORT, 60),
+            token: t,
+            keys: session_keys(k, &t),
+            first_seq,
         };
         // The client's clock only times its retries, which never fire here.
-        let t = std::time::Instant::now();
-        let mut s = Session::new(req, ClientConfig::default(), t);
+        let clock = std::time::Instant::now();
+        let mut s = Session::new(req, ClientConfig::default(), clock);
         let mut outcomes = Vec::new();
         while let Some(tx) = s.poll_transmit() {
             let o = g.handle(k, p, at(now), src, tx.datagram.as_bytes());
             if let Some(r) = o.reply {
-                s.handle(t, req.reflector, &Packet::parse(r.as_bytes()).unwrap());
+                s.handle(clock, req.reflector, &Packet::parse(r.as_bytes()).unwrap());
             }
             outcomes.push(o);
         }
         assert_eq!(outcomes[0].event, Event::Challenged);
-        *outcomes.last().unwrap()
+        (Player { session: s }, *outcomes.last().unwrap())
     }
 
-    #[test]
-    fn two_step_join_then_forward() {
-        let (k, p) = (keys(), Policy::default());
-        let mut g = Group::new(PORT);
-        for i in 0..3 {
-            let o = join(&mut g, &k, &p, T0, addr(i), 100 + u32::from(i));
-            assert_eq!(o.event, Event::Joined { rejoin: false });
-            let ack = Packet::parse(o.reply.unwrap().as_bytes().to_vec())
-                .unwrap()
-                .join_ack()
-                .unwrap();
-            assert_eq!(ack.members, i + 1);
-        }
-        assert_eq!(g.len(), 3);
-        let o = g.handle(&k, &p, at(T0), addr(1), &data(101, b"pos"));
-        assert_eq!(o.event, Event::Forward { from: addr(1) });
-        assert!(o.reply.is_none());
-        assert_eq!(mirror(&mut g, &mut HashSet::new()).len(), 3);
-    }
-
-    #[test]
-    fn join_without_valid_cookie_never_makes_a_member() {
-        let (k, p) = (keys(), Policy::default());
-        let mut g = Group::new(PORT);
-        let t = token(&k, 7, PORT, 60);
-        // Cookie made for another address (what a spoofer would have to guess).
-        let wrong = make_cookie(&k.cookie_key, &addr(9), PORT, 7, T0);
-        let o = g.handle(
-            &k,
-            &p,
-            at(T0),
-            addr(1),
-            SmallDatagram::join(PORT, 7, &t, Some(&wrong)).as_bytes(),
-        );
-        assert_eq!(o.event, Event::Dropped(DropReason::BadCookie));
-        // A stale cookie, two slots later.
-        let old = make_cookie(&k.cookie_key, &addr(1), PORT, 7, T0);
-        let later = T0 + 2 * reflector_proto::auth::COOKIE_SLOT_MS + 1;
-        let o = g.handle(
-            &k,
-            &p,
-            at(later),
-            addr(1),
-            SmallDatagram::join(PORT, 7, &t, Some(&old)).as_bytes(),
-        );
-        assert_eq!(o.event, Event::Dropped(DropReason::BadCookie));
-        assert!(g.is_empty());
-    }
-
-    #[test]
-    fn bad_tokens_are_refused_with_small_errors() {
-        let (k, p) = (keys(), Policy::default());
-        let mut g = Group::new(PORT);
-        let cases = [
-            (
-                token(&k, 7, PORT + 1, 60),
-                DropReason::Token(TokenError::WrongGroup),
-                ErrorCode::BadToken,
-            ),
-            (
-                token(&k, 8, PORT, 60),
-                DropReason::Token(TokenError::WrongPlayer),
-                ErrorCode::BadToken,
-            ),
-            (
-                [0u8; TOKEN_LEN],
-                DropReason::Token(TokenError::BadMac),
-                ErrorCode::BadToken,
-            ),
-        ];
-        for (t, reason, code) in cases {
-            let req = SmallDatagram::join(PORT, 7, &t, None);
-            let o = g.handle(&k, &p, at(T0), addr(1), req.as_bytes());
-            assert_eq!(o.event, Event::Dropped(reason));
-            let r = o.reply.unwrap();
-            assert!(r.len() <= req.len());
-            assert_eq!(
-                Packet::parse(r.as_bytes().to_vec()).unwrap().error_code(),
-                Some(Ok(code))
-            );
-        }
-        let t = token(&k, 7, PORT, 1);
-        let o = g.handle(
-            &k,
-            &p,
-            at(T0 + 1000),
-            addr(1),
-            SmallDatagram::join(PORT, 7, &t, None).as_bytes(),
-        );
-        assert_eq!(o.event, Event::Dropped(DropReason::Token(TokenError::Expired)));
-        assert!(g.is_empty());
-    }
-
-    #[test]
-    fn non_members_and_strays_are_dropped_without_amplification() {
-        let (k, p) = (keys(), Policy::default());
-        let mut g = Group::new(PORT);
-        join(&mut g, &k, &p, T0, addr(0), 1);
-        let cases: Vec<(Vec<u8>, DropReason)> = vec![
-            (data(2, b"xx"), DropReason::NotMember),
-            (
-                SmallDatagram::simple(Kind::Keepalive, PORT, 2, 0).as_bytes().to_vec(),
-                DropReason::NotMember,
-            ),
-            (
-                SmallDatagram::simple(Kind::Leave, PORT, 2, 0).as_bytes().to_vec(),
-                DropReason::NotMember,
-            ),
-            (
-                b"GET / HTTP/1.1\r\n\r\n".to_vec(),
-                DropReason::Malformed(ParseError::BadMagic),
-            ),
-            (vec![0x52], DropReason::Malformed(ParseError::Truncated)),
-            (
-                SmallDatagram::challenge(PORT, 2, &[0; 16]).as_bytes().to_vec(),
-                DropReason::Unexpected(Kind::JoinChallenge),
-            ),
-        ];
-        for (bytes, reason) in cases {
-            let o = g.handle(&k, &p, at(T0), addr(5), &bytes);
-            assert_eq!(o.event, Event::Dropped(reason));
-            if let Some(r) = o.reply {
-                assert!(r.len() <= bytes.len(), "reply {} > request {}", r.len(), bytes.len());
-            }
-        }
-        let mut other = data(1, b"");
-        other[4..6].copy_from_slice(&(PORT + 1).to_be_bytes());
-        assert_eq!(
-            g.handle(&k, &p, at(T0), addr(0), &other).event,
-            Event::Dropped(DropReason::WrongGroup)
-        );
-        // A member's address with another sender id.
-        assert_eq!(
-            g.handle(&k, &p, at(T0), addr(0), &data(9, b"")).event,
-            Event::Dropped(DropReason::SenderMismatch)
-        );
-        assert_eq!(g.len(), 1);
-    }
-
-    #[test]
-    fn leave_and_expiry_keep_index_consistent() {
-        let (k, p) = (
-            keys(),
-            Policy {
-                member_timeout_ms: 1000,
-                ..Policy::default()
-            },
-        );
-        let mut g = Group::new(PORT);
-        for i in 0..5 {
-            join(&mut g, &k, &p, T0, addr(i), u32::from(i));
-        }
-        let leave = SmallDatagram::simple(Kind::Leave, PORT, 1, 0);
-        assert_eq!(g.handle(&k, &p, at(T0), addr(1), leave.as_bytes()).event, Event::Left);
-        assert_eq!(g.len(), 4);
-        // The member swapped into slot 1 must still be found by its address.
-        for i in [0u16, 2, 3, 4] {
-            let o = g.handle(&k, &p, at(T0 + 500), addr(i), &data(u32::from(i), b"x"));
-            assert!(matches!(o.event, Event::Forward { .. }), "member {i}");
-        }
-        let mut seen = HashSet::new();
-        mirror(&mut g, &mut seen);
-        // Member 3 keeps talking, the rest fall silent.
-        let ka = SmallDatagram::simple(Kind::Keepalive, PORT, 3, 0);
-        assert_eq!(
-            g.handle(&k, &p, at(T0 + 1400), addr(3), ka.as_bytes()).event,
-            Event::Refreshed
-        );
-        assert_eq!(g.expire(&p, T0 + 1600).silent, 3);
-        assert_eq!(g.len(), 1);
-        assert_eq!(g.members()[0].sender, 3);
-        assert_eq!(mirror(&mut g, &mut seen), [addr(3)].into_iter().collect());
-        assert!(matches!(
-            g.handle(&k, &p, at(T0 + 1600), addr(3), &data(3, b"")).event,
-            Event::Forward { from } if from == addr(3)
-        ));
-    }
-
-    #[test]
-    fn rejoin_is_idempotent_and_groups_have_a_cap() {
-        let (k, p) = (
-            keys(),
-            Policy {
-                max_members: 2,
-                ..Policy::default()
-            },
-        );
-        let mut g = Group::new(PORT);
-        assert_eq!(
-            join(&mut g, &k, &p, T0, addr(0), 1).event,
-            Event::Joined { rejoin: false }
-        );
-        assert_eq!(
-            join(&mut g, &k, &p, T0, addr(0), 1).event,
-            Event::Joined { rejoin: true }
-        );
-        assert_eq!(
-            join(&mut g, &k, &p, T0, addr(1), 2).event,
-            Event::Joined { rejoin: false }
-        );
-        assert_eq!(
-            join(&mut g, &k, &p, T0, addr(2), 3).event,
-            Event::Dropped(DropReason::GroupFull)
-        );
-        assert_eq!(g.len(), 2);
-    }
-    #[test]
-    fn a_player_is_a_member_once_and_moves_with_its_address() {
-        let (k, p) = (keys(), Policy::default());
-        let mut g = Group::new(PORT);
-        join(&mut g, &k, &p, T0, addr(0), 1);
-        join(&mut g, &k, &p, T0, addr(1), 2);
-        // Player 1 again from a new port (NAT rebinding, or one token tried
-        // from many ports): still one entry, now at the new address.
-        assert_eq!(
-            join(&mut g, &k, &p, T0, addr(7), 1).event,
-            Event::Joined { rejoin: true }
-        );
-        assert_eq!(g.len(), 2);
-        assert!(matches!(
-            g.handle(&k, &p, at(T0), addr(0), &data(1, b"x")).event,
-            Event::Dropped(DropReason::NotMember)
-        ));
-        assert!(matches!(
-            g.handle(&k, &p, at(T0), addr(7), &data(1, b"x")).event,
-            Event::Forward { .. }
-        ));
-        let mut seen = HashSet::new();
-        assert_eq!(mirror(&mut g, &mut seen), [addr(1), addr(7)].into_iter().collect());
-        // Player 2 takes over player 1's address: player 1's entry goes.
-        assert_eq!(
-            join(&mut g, &k, &p, T0, addr(7), 2).event,
-            Event::Joined { rejoin: true }
-        );
-        assert_eq!(g.len(), 1);
-        assert_eq!(g.members()[0].sender, 2);
-        assert_eq!(g.members()[0].addr, addr(7));
-        assert_eq!(mirror(&mut g, &mut seen), [addr(7)].into_iter().collect());
+    fn join(g: &mut Group, k: &Keys, p: &Policy, now: u64, src: SocketAddr, player: u32) -> (Player, Outcome) {
+        join_from(g, k, p, now, src, player, 1)
     }
 
     /// Applies the group's changes to `seen` (what a backend does with its
@@ -769,6 +830,386 @@ mod tests {
     }
 
     #[test]
+    fn two_step_join_then_tagged_data_forwarded() {
+        let (k, p) = (keys(), Policy::default());
+        let mut g = Group::new(PORT);
+        let mut players = Vec::new();
+        for i in 0..3 {
+            let (pl, o) = join(&mut g, &k, &p, T0, addr(i), 100 + u32::from(i));
+            assert_eq!(o.event, Event::Joined { rejoin: false });
+            let ack = Packet::parse(o.reply.unwrap().as_bytes().to_vec()).unwrap();
+            let a = ack.join_ack().unwrap();
+            assert_eq!((a.members, a.tags()), (i + 1, true));
+            assert_ne!(ack.membership(), 0);
+            players.push(pl);
+        }
+        assert_eq!(g.len(), 3);
+        let d = players[1].data(b"pos");
+        assert_ne!(Packet::parse(&d[..]).unwrap().tag(), Some(0), "tagged");
+        let o = g.handle(&k, &p, at(T0), addr(1), &d);
+        assert_eq!(o.event, Event::Forward { from: addr(1) });
+        assert!(o.reply.is_none());
+        assert_eq!(mirror(&mut g, &mut HashSet::new()).len(), 3);
+    }
+
+    #[test]
+    fn join_without_valid_cookie_or_key_never_makes_a_member() {
+        let (k, p) = (keys(), Policy::default());
+        let mut g = Group::new(PORT);
+        let t = token(&k, 7, PORT, 60);
+        let sk = session_keys(&k, &t);
+        // Cookie made for another address (what a spoofer would have to guess).
+        let wrong = make_cookie(&k.cookie_key, &addr(9), PORT, 7, T0);
+        let j = SmallDatagram::join(&hdr(Kind::Join, 7, 0, 1), &t, Some(&wrong), &sk);
+        let o = g.handle(&k, &p, at(T0), addr(1), j.as_bytes());
+        assert_eq!(o.event, Event::Dropped(DropReason::BadCookie));
+        // A stale cookie, two slots later.
+        let old = make_cookie(&k.cookie_key, &addr(1), PORT, 7, T0);
+        let later = T0 + 2 * reflector_proto::auth::COOKIE_SLOT_MS + 1;
+        let j = SmallDatagram::join(&hdr(Kind::Join, 7, 0, 2), &t, Some(&old), &sk);
+        let o = g.handle(&k, &p, at(later), addr(1), j.as_bytes());
+        assert_eq!(o.event, Event::Dropped(DropReason::BadCookie));
+        // The token without its key (seen on the path): not even a challenge.
+        let guess = SessionKeys::from_session([9; 32]);
+        let j = SmallDatagram::join(&hdr(Kind::Join, 7, 0, 3), &t, None, &guess);
+        let o = g.handle(&k, &p, at(T0), addr(1), j.as_bytes());
+        assert_eq!(o.event, Event::Dropped(DropReason::BadMac));
+        let err = Packet::parse(o.reply.unwrap().as_bytes().to_vec()).unwrap();
+        assert_eq!(err.error_code(), Some(Ok(ErrorCode::BadMac)));
+        assert!(g.is_empty());
+    }
+
+    #[test]
+    fn bad_tokens_are_refused_with_small_errors() {
+        let (k, p) = (keys(), Policy::default());
+        let mut g = Group::new(PORT);
+        let cases = [
+            (token(&k, 7, PORT + 1, 60), DropReason::Token(TokenError::WrongGroup)),
+            (token(&k, 8, PORT, 60), DropReason::Token(TokenError::WrongPlayer)),
+            ([0u8; TOKEN_LEN], DropReason::Token(TokenError::BadMac)),
+        ];
+        for (t, reason) in cases {
+            let req = SmallDatagram::join(&hdr(Kind::Join, 7, 0, 1), &t, None, &session_keys(&k, &t));
+            let o = g.handle(&k, &p, at(T0), addr(1), req.as_bytes());
+            assert_eq!(o.event, Event::Dropped(reason));
+            let r = o.reply.unwrap();
+            assert!(r.len() <= req.len());
+            assert_eq!(
+                Packet::parse(r.as_bytes().to_vec()).unwrap().error_code(),
+                Some(Ok(ErrorCode::BadToken))
+            );
+        }
+        let t = token(&k, 7, PORT, 1);
+        let req = SmallDatagram::join(&hdr(Kind::Join, 7, 0, 1), &t, None, &session_keys(&k, &t));
+        let o = g.handle(&k, &p, at(T0 + 1000), addr(1), req.as_bytes());
+        assert_eq!(o.event, Event::Dropped(DropReason::Token(TokenError::Expired)));
+        assert!(g.is_empty());
+    }
+
+    #[test]
+    fn non_members_and_strays_are_dropped_without_amplification() {
+        let (k, p) = (keys(), Policy::default());
+        let mut g = Group::new(PORT);
+        let (mut one, _) = join(&mut g, &k, &p, T0, addr(0), 1);
+        let other = SessionKeys::from_session([3; 32]);
+        let mut stray_data = vec![0u8; 64];
+        let n = emit(&hdr(Kind::Data, 2, 0, 1), b"xx", Some(&other), &mut stray_data).unwrap();
+        stray_data.truncate(n);
+        let cases: Vec<(Vec<u8>, DropReason)> = vec![
+            (stray_data, DropReason::NotMember),
+            (
+                SmallDatagram::simple(&hdr(Kind::Keepalive, 2, 0, 1), &other)
+                    .as_bytes()
+                    .to_vec(),
+                DropReason::NotMember,
+            ),
+            (
+                SmallDatagram::simple(&hdr(Kind::Leave, 2, 0, 1), &other)
+                    .as_bytes()
+                    .to_vec(),
+                DropReason::NotMember,
+            ),
+            // Player 1's id with a membership id of an earlier membership.
+            (
+                SmallDatagram::simple(&hdr(Kind::Keepalive, 1, 12345, 1), &other)
+                    .as_bytes()
+                    .to_vec(),
+                DropReason::StaleMembership,
+            ),
+            (
+                b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+                DropReason::Malformed(ParseError::BadMagic),
+            ),
+            (vec![0x52], DropReason::Malformed(ParseError::Truncated)),
+            (
+                SmallDatagram::challenge(&hdr(Kind::JoinChallenge, 2, 0, 1), &[0; 16], &other)
+                    .as_bytes()
+                    .to_vec(),
+                DropReason::Unexpected(Kind::JoinChallenge),
+            ),
+        ];
+        for (bytes, reason) in cases {
+            let o = g.handle(&k, &p, at(T0), addr(5), &bytes);
+            assert_eq!(o.event, Event::Dropped(reason));
+            if let Some(r) = o.reply {
+                assert!(r.len() <= bytes.len(), "reply {} > request {}", r.len(), bytes.len());
+            }
+        }
+        let mut wrong_group = one.data(b"");
+        wrong_group[4..6].copy_from_slice(&(PORT + 1).to_be_bytes());
+        assert_eq!(
+            g.handle(&k, &p, at(T0), addr(0), &wrong_group).event,
+            Event::Dropped(DropReason::WrongGroup)
+        );
+        assert_eq!(g.len(), 1);
+    }
+
+    #[test]
+    fn forged_replayed_and_spoofed_datagrams_move_nothing() {
+        let (k, p) = (keys(), Policy::default());
+        let mut g = Group::new(PORT);
+        let (mut one, _) = join(&mut g, &k, &p, T0, addr(0), 1);
+        join(&mut g, &k, &p, T0, addr(1), 2);
+        let mut seen = HashSet::new();
+        mirror(&mut g, &mut seen);
+        let membership = g.members()[0].membership;
+        let guess = SessionKeys::from_session([9; 32]);
+        // Without the key: MACs and tags fail, whoever sends them.
+        let ka = SmallDatagram::simple(&hdr(Kind::Keepalive, 1, membership, 1 << 40), &guess);
+        assert_eq!(
+            g.handle(&k, &p, at(T0), addr(0), ka.as_bytes()).event,
+            Event::Dropped(DropReason::BadMac)
+        );
+        let mut forged = vec![0u8; 64];
+        let n = emit(
+            &hdr(Kind::Data, 1, membership, 1 << 40),
+            b"boo",
+            Some(&guess),
+            &mut forged,
+        )
+        .unwrap();
+        let o = g.handle(&k, &p, at(T0), addr(0), &forged[..n]);
+        assert_eq!(o.event, Event::Dropped(DropReason::BadTag));
+        let leave = SmallDatagram::simple(&hdr(Kind::Leave, 1, membership, 1 << 40), &guess);
+        assert_eq!(
+            g.handle(&k, &p, at(T0), addr(0), leave.as_bytes()).event,
+            Event::Dropped(DropReason::BadMac)
+        );
+        // The member's own datagram replayed: from its address, a replay...
+        let d = one.data(b"move");
+        assert_eq!(
+            g.handle(&k, &p, at(T0), addr(0), &d).event,
+            Event::Forward { from: addr(0) }
+        );
+        assert_eq!(
+            g.handle(&k, &p, at(T0), addr(0), &d).event,
+            Event::Dropped(DropReason::Replay)
+        );
+        // ...from another address (a spoofed source, or a NAT rebinding): a
+        // PROBE there, and no move, and the window does not advance.
+        let ka = one.keepalive();
+        let o = g.handle(&k, &p, at(T0), addr(9), &ka);
+        assert_eq!(o.event, Event::Dropped(DropReason::Unvalidated));
+        let probe = o.reply.expect("a PROBE to the new address");
+        assert_eq!(Packet::parse(probe.as_bytes()).unwrap().kind(), Kind::Probe);
+        assert_eq!(g.members()[0].addr, addr(0));
+        assert_eq!(
+            g.handle(&k, &p, at(T0), addr(0), &ka).event,
+            Event::Refreshed,
+            "still fresh at home"
+        );
+        // A second datagram from there within the second: no second PROBE.
+        let ka2 = one.keepalive();
+        let o = g.handle(&k, &p, at(T0 + 10), addr(9), &ka2);
+        assert!(o.reply.is_none());
+        // The PROBE's answer from the new address under the key moves it.
+        let reply = one.answer(&probe).expect("a PROBE_REPLY");
+        let o = g.handle(&k, &p, at(T0 + 20), addr(9), &reply);
+        assert_eq!(
+            o.event,
+            Event::Rebound {
+                from: addr(0),
+                to: addr(9)
+            }
+        );
+        assert_eq!(g.members()[0].addr, addr(9));
+        assert_eq!(mirror(&mut g, &mut seen), [addr(1), addr(9)].into_iter().collect());
+        // The same answer replayed, from anywhere, does nothing more.
+        assert_eq!(
+            g.handle(&k, &p, at(T0 + 30), addr(9), &reply).event,
+            Event::Dropped(DropReason::Replay)
+        );
+        let o = g.handle(&k, &p, at(T0 + 30), addr(0), &reply);
+        assert_eq!(o.event, Event::Dropped(DropReason::Unvalidated));
+        assert_eq!(g.members()[0].addr, addr(9));
+    }
+
+    #[test]
+    fn leave_and_expiry_keep_index_consistent() {
+        let (k, p) = (
+            keys(),
+            Policy {
+                member_timeout_ms: 1000,
+                ..Policy::default()
+            },
+        );
+        let mut g = Group::new(PORT);
+        let mut players: Vec<Player> = (0..5)
+            .map(|i| join(&mut g, &k, &p, T0, addr(i), u32::from(i)).0)
+            .collect();
+        let leave = players[1].leave();
+        assert_eq!(g.handle(&k, &p, at(T0), addr(1), &leave).event, Event::Left);
+        assert_eq!(g.len(), 4);
+        // The member swapped into slot 1 must still be found.
+        for i in [0usize, 2, 3, 4] {
+            let d = players[i].data(b"x");
+            let o = g.handle(&k, &p, at(T0 + 500), addr(i as u16), &d);
+            assert!(matches!(o.event, Event::Forward { .. }), "member {i}");
+        }
+        let mut seen = HashSet::new();
+        mirror(&mut g, &mut seen);
+        // Member 3 keeps talking, the rest fall silent.
+        let ka = players[3].keepalive();
+        assert_eq!(g.handle(&k, &p, at(T0 + 1400), addr(3), &ka).event, Event::Refreshed);
+        assert_eq!(g.expire(&p, T0 + 1600).silent, 3);
+        assert_eq!(g.len(), 1);
+        assert_eq!(g.members()[0].sender, 3);
+        assert_eq!(mirror(&mut g, &mut seen), [addr(3)].into_iter().collect());
+        let d = players[3].data(b"");
+        assert!(matches!(
+            g.handle(&k, &p, at(T0 + 1600), addr(3), &d).event,
+            Event::Forward { from } if from == addr(3)
+        ));
+    }
+
+    #[test]
+    fn rejoin_is_idempotent_and_groups_have_a_cap() {
+        let (k, p) = (
+            keys(),
+            Policy {
+                max_members: 2,
+                ..Policy::default()
+            },
+        );
+        let mut g = Group::new(PORT);
+        let (first, o) = join(&mut g, &k, &p, T0, addr(0), 1);
+        assert_eq!(o.event, Event::Joined { rejoin: false });
+        let id = g.members()[0].membership;
+        // The same key again (JOIN_ACK lost): numbers go on, same membership.
+        let next = first.session.next_seq();
+        let (_, o) = join_from(&mut g, &k, &p, T0, addr(0), 1, next);
+        assert_eq!(o.event, Event::Joined { rejoin: true });
+        assert_eq!(g.members()[0].membership, id);
+        // A captured JOIN replayed (its sequence numbers seen): refused.
+        let (_, o) = join_from(&mut g, &k, &p, T0, addr(0), 1, 1);
+        assert_eq!(o.event, Event::Dropped(DropReason::Replay));
+        assert_eq!(
+            join(&mut g, &k, &p, T0, addr(1), 2).1.event,
+            Event::Joined { rejoin: false }
+        );
+        assert_eq!(
+            join(&mut g, &k, &p, T0, addr(2), 3).1.event,
+            Event::Dropped(DropReason::GroupFull)
+        );
+        assert_eq!(g.len(), 2);
+    }
+
+    #[test]
+    fn a_player_is_a_member_once_and_a_validated_join_moves_it() {
+        let (k, p) = (keys(), Policy::default());
+        let mut g = Group::new(PORT);
+        let (first, _) = join(&mut g, &k, &p, T0, addr(0), 1);
+        join(&mut g, &k, &p, T0, addr(1), 2);
+        // Player 1 again from a new port with its key, fresh numbers and a
+        // cookie that proves the new address: one entry, moved there.
+        let (mut moved, o) = join_from(&mut g, &k, &p, T0, addr(7), 1, first.session.next_seq());
+        assert_eq!(o.event, Event::Joined { rejoin: true });
+        assert_eq!(g.len(), 2);
+        let d = moved.data(b"x");
+        assert!(matches!(
+            g.handle(&k, &p, at(T0), addr(7), &d).event,
+            Event::Forward { .. }
+        ));
+        let mut seen = HashSet::new();
+        assert_eq!(mirror(&mut g, &mut seen), [addr(1), addr(7)].into_iter().collect());
+        // Player 2 joins from player 1's address: player 1's entry goes.
+        let (_, o) = join_from(&mut g, &k, &p, T0, addr(7), 2, 100);
+        assert_eq!(o.event, Event::Joined { rejoin: true });
+        assert_eq!(g.len(), 1);
+        assert_eq!(g.members()[0].sender, 2);
+        assert_eq!(g.members()[0].addr, addr(7));
+        assert_eq!(mirror(&mut g, &mut seen), [addr(7)].into_iter().collect());
+    }
+
+    #[test]
+    fn untagged_data_forwards_but_is_no_sign_of_life() {
+        let (k, p) = (
+            keys(),
+            Policy {
+                member_timeout_ms: 1000,
+                data_tags: false,
+                ..Policy::default()
+            },
+        );
+        let mut g = Group::new(PORT);
+        let (mut one, o) = join(&mut g, &k, &p, T0, addr(0), 1);
+        let ack = Packet::parse(o.reply.unwrap().as_bytes().to_vec())
+            .unwrap()
+            .join_ack()
+            .unwrap();
+        assert!(!ack.tags());
+        let d = one.data(b"x");
+        assert_eq!(Packet::parse(&d[..]).unwrap().tag(), Some(0));
+        assert_eq!(
+            g.handle(&k, &p, at(T0 + 900), addr(0), &d).event,
+            Event::Forward { from: addr(0) }
+        );
+        // Untagged DATA from elsewhere proves nothing: dropped, no PROBE.
+        let o = g.handle(&k, &p, at(T0 + 900), addr(5), &d);
+        assert_eq!(o.event, Event::Dropped(DropReason::Unvalidated));
+        assert!(o.reply.is_none());
+        assert_eq!(g.expire(&p, T0 + 1001).silent, 1, "DATA alone did not keep it");
+        // A group may override the server's default.
+        let mut tagged = Group::new(PORT);
+        tagged.set_tags(true);
+        let (_, o) = join(&mut tagged, &k, &p, T0, addr(0), 1);
+        assert!(Packet::parse(o.reply.unwrap().as_bytes().to_vec())
+            .unwrap()
+            .join_ack()
+            .unwrap()
+            .tags());
+    }
+
+    #[test]
+    fn probes_measure_each_members_round_trip() {
+        let (k, p) = (
+            keys(),
+            Policy {
+                keepalive_ms: 1000,
+                ..Policy::default()
+            },
+        );
+        let mut g = Group::new(PORT);
+        let (mut one, _) = join(&mut g, &k, &p, T0, addr(0), 1);
+        let mut out = Vec::new();
+        g.probes(&k, &p, T0 + 500, &mut out);
+        assert!(out.is_empty(), "not due yet");
+        g.probes(&k, &p, T0 + 1000, &mut out);
+        assert_eq!(out.len(), 1);
+        let (to, probe) = out.pop().unwrap();
+        assert_eq!(to, addr(0));
+        let reply = one.answer(&probe).expect("answered at once");
+        let o = g.handle(&k, &p, at(T0 + 1042), addr(0), &reply);
+        assert_eq!(o.event, Event::Probed { rtt_ms: 42 });
+        assert_eq!(g.members()[0].rtt_ms, Some(42.0));
+        // Answered again (a replay): nothing measured twice.
+        assert_eq!(
+            g.handle(&k, &p, at(T0 + 1100), addr(0), &reply).event,
+            Event::Dropped(DropReason::Replay)
+        );
+    }
+
+    #[test]
     fn an_icmp_error_alone_never_removes_a_member() {
         let (k, p) = (
             keys(),
@@ -778,13 +1219,13 @@ mod tests {
             },
         );
         let mut g = Group::new(PORT);
-        join(&mut g, &k, &p, T0, addr(0), 1);
+        let (mut zero, _) = join(&mut g, &k, &p, T0, addr(0), 1);
         join(&mut g, &k, &p, T0, addr(1), 2);
         assert!(!g.note_unreachable(addr(9), T0 + 100));
         // A (possibly forged) error about member 0, which keeps talking.
         assert!(g.note_unreachable(addr(0), T0 + 100));
-        let ka = SmallDatagram::simple(Kind::Keepalive, PORT, 1, 0);
-        g.handle(&k, &p, at(T0 + 1500), addr(0), ka.as_bytes());
+        let ka = zero.keepalive();
+        g.handle(&k, &p, at(T0 + 1500), addr(0), &ka);
         assert_eq!(g.expire(&p, T0 + 5000), Expired::default());
         // An error about member 1, silent since: it stays for two keepalive
         // intervals, then stops costing a send per datagram.
@@ -813,8 +1254,10 @@ mod tests {
             ..Policy::default()
         };
         let mut g = Group::new(PORT);
-        let probe = data(9, b"spoofed data");
-        let sent = |g: &mut Group, now: u64| g.handle(&k, &p, at(now), addr(3), &probe);
+        let mut spoofed = vec![0u8; 64];
+        let n = emit(&hdr(Kind::Data, 9, 0, 1), b"spoofed data", None, &mut spoofed).unwrap();
+        spoofed.truncate(n);
+        let sent = |g: &mut Group, now: u64| g.handle(&k, &p, at(now), addr(3), &spoofed);
         let first: Vec<bool> = (0..15).map(|_| sent(&mut g, T0).reply.is_some()).collect();
         assert_eq!(first.iter().filter(|r| **r).count(), 10, "burst of replies_per_s");
         let o = sent(&mut g, T0);
@@ -825,7 +1268,9 @@ mod tests {
         assert_eq!(later.iter().filter(|r| **r).count(), 2);
         // Members' JOIN_ACKs are never suppressed.
         assert_eq!(
-            join(&mut g, &k, &Policy { replies_per_s: 10, ..p }, T0 + 2000, addr(0), 1).event,
+            join(&mut g, &k, &Policy { replies_per_s: 10, ..p }, T0 + 2000, addr(0), 1)
+                .1
+                .event,
             Event::Joined { rejoin: false }
         );
     }
@@ -840,14 +1285,15 @@ mod tests {
             },
         );
         let mut g = Group::new(PORT);
-        join(&mut g, &k, &p, T0, addr(0), 1);
+        let (mut one, _) = join(&mut g, &k, &p, T0, addr(0), 1);
         // The wall clock jumps a day ahead; the monotonic clock moves 10 ms.
         let jumped = Now {
             unix_ms: T0 + 86_400_000,
             mono_ms: T0 + 10,
         };
+        let d = one.data(b"x");
         assert!(matches!(
-            g.handle(&k, &p, jumped, addr(0), &data(1, b"x")).event,
+            g.handle(&k, &p, jumped, addr(0), &d).event,
             Event::Forward { .. }
         ));
         assert_eq!(g.expire(&p, T0 + 10).silent, 0);
@@ -865,13 +1311,8 @@ mod tests {
             expires_unix_s: T0 / 1000 + 60,
         }
         .sign(&k.token_secret.current);
-        let o = g.handle(
-            &k,
-            &p,
-            at(T0),
-            addr(0),
-            SmallDatagram::join(PORT, 5, &t, None).as_bytes(),
-        );
+        let j = SmallDatagram::join(&hdr(Kind::Join, 5, 0, 1), &t, None, &session_keys(&k, &t));
+        let o = g.handle(&k, &p, at(T0), addr(0), j.as_bytes());
         assert_eq!(o.event, Event::Dropped(DropReason::Token(TokenError::WrongReflector)));
     }
 }

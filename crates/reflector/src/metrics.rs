@@ -47,10 +47,19 @@ counters! {
     forwarded: "counter", "DATA datagrams from members accepted for fan-out.";
     fanned_out: "counter", "Copies sent to members (one per receiver).";
     bytes_out: "counter", "Bytes of fan-out copies sent.";
-    dropped_non_member: "counter", "DATA, KEEPALIVE or LEAVE from addresses that are not members.";
+    dropped_non_member: "counter", "DATA, KEEPALIVE, LEAVE or PROBE_REPLY from players that are not members.";
     malformed: "counter", "Datagrams that failed to parse (truncated, bad magic/version/type/length).";
     wrong_group: "counter", "Datagrams whose header names another group than their port.";
-    sender_mismatch: "counter", "Datagrams from a member address with another sender id.";
+    stale_membership: "counter", "Datagrams of a member's player with an earlier membership id.";
+    bad_mac: "counter", "JOINs, KEEPALIVEs, LEAVEs and PROBE_REPLYs whose MAC failed under the player's key (spoofed or forged).";
+    bad_tag: "counter", "DATA whose tag failed under the member's key (spoofed source), dropped before fan-out.";
+    replays: "counter", "Authenticated datagrams with a sequence number seen before (replays), dropped.";
+    unvalidated: "counter", "Datagrams of a member from an address it has not validated (a PROBE went there first), dropped.";
+    rebinds: "counter", "Members moved to a new address after it answered a PROBE under the key (NAT rebinding).";
+    probes_sent: "counter", "PROBEs sent to members (RTT) and to new addresses (rebinding).";
+    probe_replies: "counter", "PROBE_REPLYs with a measured round-trip time.";
+    rtt_us_sum: "counter", "Sum of measured member round-trip times, microseconds (divide by probe_replies).";
+    version_errors: "counter", "Datagrams of another protocol version, answered with ERROR(Version) when no larger.";
     bad_token: "counter", "JOINs whose token failed to verify.";
     expired_token: "counter", "JOINs with an expired token.";
     bad_cookie: "counter", "JOINs echoing a wrong or stale cookie.";
@@ -216,7 +225,11 @@ impl Registry {
         }
         row(&mut out, "total", &t);
         let other = t.wrong_group
-            + t.sender_mismatch
+            + t.stale_membership
+            + t.bad_mac
+            + t.bad_tag
+            + t.replays
+            + t.unvalidated
             + t.bad_token
             + t.expired_token
             + t.bad_cookie

@@ -18,7 +18,7 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use reflector_proto::auth::Secret;
-use reflector_proto::protocol::MAX_DATAGRAM;
+use reflector_proto::protocol::{strip_tag, version1_error, ParseError, MAX_DATAGRAM};
 use sendpath::errqueue::{ErrEntry, ErrKind};
 use sendpath::{RecvBatch, SendOne};
 use std::collections::VecDeque;
@@ -54,6 +54,11 @@ pub struct ServeArgs {
     /// so a spoofed flood is not reflected onto its victim; JOIN_ACKs are not limited.
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
     pub replies_per_s: u32,
+    /// DATA tags: every DATA carries a SipHash tag under the sender's session key, checked before
+    /// fan-out, so a datagram with a spoofed member source is dropped (on), or not (off: cheaper;
+    /// then only KEEPALIVEs count as signs of life, and clients send them every interval).
+    #[arg(long, value_enum, default_value_t = Toggle::On)]
+    pub data_tags: Toggle,
     /// Event-loop threads; groups are spread over them. Default: one per core.
     #[arg(long)]
     pub threads: Option<usize>,
@@ -85,6 +90,13 @@ pub struct ServeArgs {
 /// Ports parsed from `--ports`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PortList(pub Vec<u16>);
+
+/// An option that is on or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Toggle {
+    On,
+    Off,
+}
 
 /// Parses `4000-4015,5000` into a sorted list of distinct ports.
 pub fn parse_ports(s: &str) -> Result<PortList, String> {
@@ -457,7 +469,8 @@ impl Loop<'_> {
         }
         let now = crate::now();
         while let Some((src, d)) = self.slots[i].backlog.pop_front() {
-            if let Progress::Pending(w) = self.handle(i, now, src, &d) {
+            let mut d = d;
+            if let Progress::Pending(w) = self.handle(i, now, src, &mut d) {
                 return self.set_waiting(i, Some(w));
             }
         }
@@ -481,7 +494,7 @@ impl Loop<'_> {
             // Both clocks read once per batch, not per datagram.
             let now = crate::now();
             for k in 0..n {
-                let Some((d, Some(src), _)) = batch.get(k) else {
+                let Some((d, Some(src), _)) = batch.get_mut(k) else {
                     continue;
                 };
                 if let Progress::Pending(w) = self.handle(i, now, src, d) {
@@ -502,8 +515,9 @@ impl Loop<'_> {
     }
 
     /// One datagram: the membership decision, the changes it made handed to
-    /// the backend, then the fan-out or the reply.
-    fn handle(&mut self, i: usize, now: Now, src: SocketAddr, datagram: &[u8]) -> Progress {
+    /// the backend, then the fan-out (tag field zeroed, so every member gets
+    /// the same bytes whatever the backend) or the reply.
+    fn handle(&mut self, i: usize, now: Now, src: SocketAddr, datagram: &mut [u8]) -> Progress {
         let (keys, policy) = (self.keys, self.policy);
         let slot = &mut self.slots[i];
         let c = &slot.counters;
@@ -511,6 +525,14 @@ impl Loop<'_> {
         c.received.fetch_add(1, Relaxed);
         c.bytes_in.fetch_add(len as u64, Relaxed);
         let outcome = slot.group.handle(keys, policy, now, src, datagram);
+        if let Event::Dropped(DropReason::Malformed(ParseError::BadVersion(_))) = outcome.event {
+            c.version_errors.fetch_add(1, Relaxed);
+            if let Some(e) = version1_error(datagram) {
+                if SendOne::send(slot.sock.as_fd(), &e, src).is_ok() {
+                    c.reply_bytes_out.fetch_add(e.len() as u64, Relaxed);
+                }
+            }
+        }
         let fanout = &mut self.fanout;
         slot.group.take_changes(|ch| match ch {
             Change::Added(a) => fanout.member_added(i, a),
@@ -519,9 +541,16 @@ impl Loop<'_> {
         match outcome.event {
             Event::Forward { from } => {
                 c.forwarded.fetch_add(1, Relaxed);
+                strip_tag(datagram);
                 return fanout.fanout(i, slot.sock.as_fd(), datagram, from, c);
             }
             Event::Refreshed => return Progress::Done,
+            Event::Probed { rtt_ms } => {
+                c.probe_replies.fetch_add(1, Relaxed);
+                c.rtt_us_sum.fetch_add(rtt_ms * 1000, Relaxed);
+                return Progress::Done;
+            }
+            Event::Rebound { .. } => c.rebinds.fetch_add(1, Relaxed),
             Event::Challenged => c.challenges.fetch_add(1, Relaxed),
             Event::Joined { rejoin: false } => c.joins.fetch_add(1, Relaxed),
             Event::Joined { rejoin: true } => c.rejoins.fetch_add(1, Relaxed),
@@ -565,8 +594,17 @@ impl Loop<'_> {
     /// been silent since; the backend reports its counters.
     fn sweep(&mut self) {
         let now_ms = mono_now_ms();
+        let mut probes = Vec::new();
         for (i, s) in self.slots.iter_mut().enumerate() {
             let gone = s.group.expire(self.policy, now_ms);
+            // Each member's RTT, measured by the reflector itself.
+            probes.clear();
+            s.group.probes(self.keys, self.policy, now_ms, &mut probes);
+            for (to, p) in &probes {
+                if SendOne::send(s.sock.as_fd(), p.as_bytes(), *to).is_ok() {
+                    s.counters.probes_sent.fetch_add(1, Relaxed);
+                }
+            }
             let fanout = &mut self.fanout;
             s.group.take_changes(|ch| match ch {
                 Change::Added(a) => fanout.member_added(i, a),
@@ -590,7 +628,11 @@ fn count_drop(c: &GroupCounters, reason: DropReason) -> u64 {
         DropReason::Malformed(_) => &c.malformed,
         DropReason::WrongGroup => &c.wrong_group,
         DropReason::NotMember => &c.dropped_non_member,
-        DropReason::SenderMismatch => &c.sender_mismatch,
+        DropReason::StaleMembership => &c.stale_membership,
+        DropReason::BadMac => &c.bad_mac,
+        DropReason::BadTag => &c.bad_tag,
+        DropReason::Replay => &c.replays,
+        DropReason::Unvalidated => &c.unvalidated,
         DropReason::Token(TokenError::Expired) => &c.expired_token,
         DropReason::Token(_) => &c.bad_token,
         DropReason::BadCookie => &c.bad_cookie,
@@ -668,6 +710,8 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
             max_members: args.max_members as usize,
             keepalive_ms: u16::try_from((args.member_timeout_ms / 4).clamp(50, 60_000)).unwrap_or(u16::MAX),
             replies_per_s: args.replies_per_s,
+            data_tags: args.data_tags == Toggle::On,
+            checkpoint_port: 0,
         },
         backend,
         threads,

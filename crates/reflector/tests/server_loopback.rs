@@ -9,8 +9,10 @@ use reflector::metrics::Snapshot;
 use reflector::server::{Server, ServerConfig};
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::blocking;
-use reflector_proto::client::{Config as ClientConfig, JoinRequest};
-use reflector_proto::protocol::{emit, ErrorCode, Header, Kind, Packet, SmallDatagram, HEADER_LEN, TOKEN_LEN};
+use reflector_proto::client::{Config as ClientConfig, JoinRequest, Session};
+use reflector_proto::protocol::{
+    emit, ErrorCode, Header, Kind, Packet, SessionKeys, SmallDatagram, DATA_PAYLOAD, TOKEN_LEN,
+};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -36,6 +38,22 @@ fn start(backend: BackendKind, groups: usize, policy: Policy) -> Server {
     Server::start(cfg, Arc::new(AtomicBool::new(false))).expect("server starts")
 }
 
+/// The session keys the control server would hand out with `token`.
+fn keys_of(token: &[u8; TOKEN_LEN]) -> SessionKeys {
+    SessionKeys::derive(&Secret::new(&SECRET).unwrap(), token)
+}
+
+/// A header for hand-made datagrams.
+fn hdr(kind: Kind, group: u16, sender: u32, membership: u32, seq: u64) -> Header {
+    Header {
+        kind,
+        group,
+        sender,
+        membership,
+        seq,
+    }
+}
+
 fn token(player: u32, group: u16, ttl_s: i64) -> [u8; TOKEN_LEN] {
     let now = (reflector::unix_now_ms() / 1000) as i64;
     TokenClaims {
@@ -58,9 +76,10 @@ fn join_config() -> ClientConfig {
 struct Client {
     sock: UdpSocket,
     id: u32,
-    group: u16,
     server: SocketAddr,
     buf: Vec<u8>,
+    /// Once joined: the membership (key, id, sequence numbers).
+    session: Option<Session>,
 }
 
 impl Client {
@@ -70,9 +89,9 @@ impl Client {
         Client {
             sock,
             id,
-            group,
             server: SocketAddr::from(([127, 0, 0, 1], group)),
             buf: vec![0; 70_000],
+            session: None,
         }
     }
 
@@ -92,57 +111,100 @@ impl Client {
 
     /// Two-step join; panics if the reflector does not admit us.
     fn join(group: u16, id: u32) -> Client {
-        let c = Client::new(group, id);
+        let mut c = Client::new(group, id);
+        let token = token(id, group, 60);
         let req = JoinRequest {
             reflector: c.server,
             group,
             player: id,
-            token: token(id, group, 60),
+            token,
+            keys: keys_of(&token),
+            first_seq: 1,
         };
-        blocking::join(&c.sock, req, join_config()).expect("the reflector admits us");
+        let (session, _) = blocking::join(&c.sock, req, join_config()).expect("the reflector admits us");
+        c.session = Some(session);
         c
     }
 
-    fn data(&self, seq: u32, payload: &[u8]) {
-        let mut b = vec![0u8; HEADER_LEN + payload.len()];
-        emit(
-            &Header {
-                kind: Kind::Data,
-                group: self.group,
-                sender: self.id,
-                seq,
-            },
-            payload,
-            &mut b,
-        )
-        .unwrap();
-        self.send(&b);
+    fn session(&mut self) -> &mut Session {
+        self.session.as_mut().expect("joined")
+    }
+
+    /// DATA number `seq` of ours: the number, then `payload`, sealed by the
+    /// session (tagged if the group wants tags). Returns the datagram.
+    fn data(&mut self, seq: u32, payload: &[u8]) -> Vec<u8> {
+        let mut b = vec![0u8; DATA_PAYLOAD + 4 + payload.len()];
+        b[DATA_PAYLOAD..DATA_PAYLOAD + 4].copy_from_slice(&seq.to_be_bytes());
+        b[DATA_PAYLOAD + 4..].copy_from_slice(payload);
+        let n = self
+            .session()
+            .seal_data(4 + payload.len(), &mut b)
+            .expect("a member")
+            .unwrap();
+        self.send(&b[..n]);
+        b
+    }
+
+    /// A KEEPALIVE or LEAVE of the session.
+    fn control(&mut self, kind: Kind) -> Vec<u8> {
+        let t = match kind {
+            Kind::Leave => self.session().leave(),
+            _ => self.session().keepalive(),
+        }
+        .expect("a member");
+        self.send(t.datagram.as_bytes());
+        t.datagram.as_bytes().to_vec()
     }
 
     /// Receives DATA until `want` arrived or 3 s pass; checks each datagram
     /// is intact and not from ourselves. Returns how many arrived.
+    /// PROBEs from the reflector are answered on the way, as any client does.
     fn drain_data(&mut self, want: usize, seen: &mut Vec<(u32, u32)>) -> usize {
         let deadline = Instant::now() + Duration::from_secs(3);
         let mut got = 0;
         let me = self.id;
         while got < want && Instant::now() < deadline {
             let Some(d) = self.recv() else { break };
-            let p = Packet::parse(d).expect("forwarded datagrams are intact");
+            let p = Packet::parse(d.to_vec()).expect("datagrams from the reflector parse");
+            if p.kind() == Kind::Probe {
+                let server = self.server;
+                if let Some(s) = self.session.as_mut() {
+                    s.handle(Instant::now(), server, &p);
+                    if let Some(t) = s.poll_transmit() {
+                        self.send(t.datagram.as_bytes());
+                    }
+                }
+                continue;
+            }
             assert_eq!(p.kind(), Kind::Data);
             assert_ne!(p.sender(), me, "a member never gets its own datagram back");
-            assert_eq!(p.payload(), payload_for(p.sender(), p.seq()).as_slice());
-            seen.push((p.sender(), p.seq()));
+            assert_eq!(p.tag(), Some(0), "tags are stripped before fan-out");
+            let (num, rest) = p.payload().split_at(4);
+            let num = u32::from_be_bytes(num.try_into().unwrap());
+            assert_eq!(rest, payload_for(p.sender(), num).as_slice());
+            seen.push((p.sender(), num));
             got += 1;
         }
         got
     }
 
-    /// True if nothing more arrives within a short grace period.
+    /// True if no DATA arrives within a short grace period (the
+    /// reflector's PROBEs may, and are answered).
     fn quiet(&mut self) -> bool {
         self.sock.set_read_timeout(Some(Duration::from_millis(150))).unwrap();
-        let r = self.recv().is_none();
+        let mut quiet = true;
+        while let Some(d) = self.recv() {
+            let Ok(p) = Packet::parse(d.to_vec()) else {
+                quiet = false;
+                break;
+            };
+            if p.kind() != Kind::Probe {
+                quiet = false;
+                break;
+            }
+        }
         self.sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        r
+        quiet
     }
 }
 
@@ -175,7 +237,7 @@ fn exact_delivery(backend: BackendKind) {
     let mut seen: Vec<Vec<(u32, u32)>> = vec![Vec::new(); N];
     let mut counts = [0usize; N];
     for seq in 0..M {
-        for m in &members {
+        for m in &mut members {
             m.data(seq, &payload_for(m.id, seq));
         }
         if seq % 10 == 9 || seq == M - 1 {
@@ -217,58 +279,79 @@ fn hostile_traffic(backend: BackendKind) {
     let mut members: Vec<Client> = (0..N as u32).map(|i| Client::join(g, i + 1)).collect();
     let mut attacker = Client::new(g, 66);
     attacker.sock.set_nonblocking(true).unwrap();
-    let good_join = SmallDatagram::join(g, 66, &token(66, g, 60), None);
+    // The attacker holds a ticket of its own (player 66), and has seen
+    // member 1's token, membership id and datagrams on the path, but not its
+    // session key.
+    let own = token(66, g, 60);
+    let own_keys = keys_of(&own);
+    let guessed = SessionKeys::from_session([0xee; 32]);
+    let member1 = members[0].session().membership().unwrap();
+    let seen_keepalive = members[0].control(Kind::Keepalive);
+    let j = |player, t: &[u8; TOKEN_LEN], cookie: Option<&[u8; 16]>, k: &SessionKeys| {
+        SmallDatagram::join(&hdr(Kind::Join, g, player, 0, 1), t, cookie, k)
+            .as_bytes()
+            .to_vec()
+    };
     let mut bad: Vec<(&str, Vec<u8>)> = vec![
-        ("truncated", vec![0x52, 0x46, 1]),
+        ("truncated", vec![0x52, 0x46, 2]),
         ("bad magic", b"GET / HTTP/1.0\r\n\r\n".to_vec()),
         ("oversized length", {
-            let mut d = SmallDatagram::simple(Kind::Keepalive, g, 66, 0).as_bytes().to_vec();
+            let mut d = SmallDatagram::simple(&hdr(Kind::Keepalive, g, 66, 0, 1), &own_keys)
+                .as_bytes()
+                .to_vec();
             d[6..8].copy_from_slice(&1000u16.to_be_bytes());
             d
         }),
         ("data from non-member", {
             let mut b = vec![0u8; 100];
-            emit(
-                &Header {
-                    kind: Kind::Data,
-                    group: g,
-                    sender: 66,
-                    seq: 1,
-                },
-                &[7; 84],
-                &mut b,
-            )
-            .unwrap();
+            let n = emit(&hdr(Kind::Data, g, 66, 0, 1), &[7; 68], Some(&own_keys), &mut b).unwrap();
+            b.truncate(n);
             b
         }),
+        ("forged token", j(66, &[0xee; TOKEN_LEN], None, &own_keys)),
+        ("expired token", {
+            let t = token(66, g, -5);
+            j(66, &t, None, &keys_of(&t))
+        }),
+        ("wrong cookie", j(66, &own, Some(&[1; 16]), &own_keys)),
         (
-            "forged token",
-            SmallDatagram::join(g, 66, &[0xee; TOKEN_LEN], None).as_bytes().to_vec(),
+            "member's token replayed without its key",
+            j(1, &token(1, g, 60), None, &guessed),
         ),
         (
-            "expired token",
-            SmallDatagram::join(g, 66, &token(66, g, -5), None).as_bytes().to_vec(),
-        ),
-        (
-            "wrong cookie",
-            SmallDatagram::join(g, 66, &token(66, g, 60), Some(&[1; 16]))
+            "keepalive from non-member",
+            SmallDatagram::simple(&hdr(Kind::Keepalive, g, 66, 0, 1), &own_keys)
                 .as_bytes()
                 .to_vec(),
         ),
         (
-            "member's token replayed from elsewhere",
-            SmallDatagram::join(g, 1, &token(1, g, 60), None).as_bytes().to_vec(),
+            "member's keepalive forged without its key",
+            SmallDatagram::simple(&hdr(Kind::Keepalive, g, 1, member1, 1 << 40), &guessed)
+                .as_bytes()
+                .to_vec(),
         ),
-        (
-            "keepalive from non-member",
-            SmallDatagram::simple(Kind::Keepalive, g, 66, 0).as_bytes().to_vec(),
-        ),
-        ("join without echo", good_join.as_bytes().to_vec()),
+        ("member's data forged without its key", {
+            let mut b = vec![0u8; 100];
+            let n = emit(
+                &hdr(Kind::Data, g, 1, member1, 1 << 40),
+                &[7; 68],
+                Some(&guessed),
+                &mut b,
+            )
+            .unwrap();
+            b.truncate(n);
+            b
+        }),
+        ("member's keepalive replayed from elsewhere", seen_keepalive),
+        ("join without echo", j(66, &own, None, &own_keys)),
     ];
-    let mut bad_version = SmallDatagram::simple(Kind::Leave, g, 66, 0).as_bytes().to_vec();
-    bad_version[2] = 2;
+    // A version-1 LEAVE: 16 bytes, so no 18-byte ERROR(Version) back.
+    let mut bad_version = vec![0x52, 0x46, 1, 4, 0, 0, 0, 0, 0, 0, 0, 66, 0, 0, 0, 0];
+    bad_version[4..6].copy_from_slice(&g.to_be_bytes());
     bad.push(("bad version", bad_version));
-    let mut unknown = SmallDatagram::simple(Kind::Leave, g, 66, 0).as_bytes().to_vec();
+    let mut unknown = SmallDatagram::simple(&hdr(Kind::Leave, g, 66, 0, 1), &own_keys)
+        .as_bytes()
+        .to_vec();
     unknown[3] = 0x7f;
     bad.push(("unknown type", unknown));
 
@@ -277,7 +360,7 @@ fn hostile_traffic(backend: BackendKind) {
     let mut counts = [0usize; N];
     let mut seen = vec![Vec::new(); N];
     for seq in 0..M {
-        for m in &members {
+        for m in &mut members {
             m.data(seq, &payload_for(m.id, seq));
             for (_, b) in &bad {
                 attacker.send(b);
@@ -297,7 +380,7 @@ fn hostile_traffic(backend: BackendKind) {
     }
     let per_kind = (N as u64) * u64::from(M);
     let t = wait_for(&server, |t| {
-        t.received >= per_kind * (bad.len() as u64 + 1) + 2 * N as u64
+        t.received > per_kind * (bad.len() as u64 + 1) + 2 * N as u64
     });
     assert_eq!(
         t.malformed,
@@ -312,12 +395,17 @@ fn hostile_traffic(backend: BackendKind) {
     assert_eq!(t.bad_token, per_kind, "forged token");
     assert_eq!(t.expired_token, per_kind);
     assert_eq!(t.bad_cookie, per_kind);
-    // A replayed token is valid, so it earns a challenge, but the challenge
-    // goes to the replayer's address and membership needs the echo.
+    // A seen token is useless without its key: not even a challenge.
+    assert_eq!(t.bad_mac, 2 * per_kind, "replayed token, forged keepalive");
+    assert_eq!(t.bad_tag, per_kind, "forged data never reaches the members");
+    // The member's own keepalive from another address moves nothing: the
+    // reflector probes that address (which cannot answer under the key).
+    assert_eq!(t.unvalidated, per_kind);
+    assert_eq!(t.rebinds, 0);
     assert_eq!(
         t.challenges,
-        2 * per_kind + N as u64,
-        "joins without echo and replays, plus the members' own"
+        per_kind + N as u64,
+        "joins without echo, plus the members' own"
     );
     assert_eq!(t.members, N as u64, "no attacker became a member");
     assert_eq!(t.forwarded, per_kind);
@@ -348,15 +436,28 @@ fn error_replies_tell_clients_what_to_do() {
     let server = start(BackendKind::Sendto, 1, Policy::default());
     let g = server.ports()[0];
     let mut c = Client::new(g, 5);
-    c.send(SmallDatagram::join(g, 5, &token(5, g, -1), None).as_bytes());
+    let expired = token(5, g, -1);
+    c.send(SmallDatagram::join(&hdr(Kind::Join, g, 5, 0, 1), &expired, None, &keys_of(&expired)).as_bytes());
     let r = c.recv().expect("error reply");
     assert_eq!(
         Packet::parse(r).unwrap().error_code(),
         Some(Ok(ErrorCode::ExpiredToken))
     );
-    c.data(1, b"hello");
+    let mut d = vec![0u8; 64];
+    let n = emit(&hdr(Kind::Data, g, 5, 0, 2), b"hello", None, &mut d).unwrap();
+    c.send(&d[..n]);
     let r = c.recv().expect("error reply");
     assert_eq!(Packet::parse(r).unwrap().error_code(), Some(Ok(ErrorCode::NotMember)));
+    // A client of protocol version 1 is told so, in version 1's layout.
+    let mut v1 = vec![0x52, 0x46, 1, 1, 0, 0, 0, 32, 0, 0, 0, 5, 0, 0, 0, 0];
+    v1[4..6].copy_from_slice(&g.to_be_bytes());
+    v1.extend_from_slice(&[0; 32]);
+    c.send(&v1);
+    let r = c.recv().expect("version error").to_vec();
+    assert_eq!(
+        (r.len(), r[2], r[3], u16::from_be_bytes([r[16], r[17]])),
+        (18, 1, 7, ErrorCode::Version as u16)
+    );
 }
 
 #[test]
@@ -369,7 +470,7 @@ fn leave_and_expiry_stop_delivery() {
     };
     let server = start(BackendKind::Sendmmsg, 1, policy);
     let g = server.ports()[0];
-    let a = Client::join(g, 1);
+    let mut a = Client::join(g, 1);
     let mut b = Client::join(g, 2);
     let mut c = Client::join(g, 3);
     let mut seen = Vec::new();
@@ -377,12 +478,12 @@ fn leave_and_expiry_stop_delivery() {
     assert_eq!(b.drain_data(1, &mut seen), 1);
     assert_eq!(c.drain_data(1, &mut seen), 1);
     // c leaves at once; b falls silent and expires, a keeps talking.
-    c.send(SmallDatagram::simple(Kind::Leave, g, 3, 0).as_bytes());
+    c.control(Kind::Leave);
     let t = wait_for(&server, |t| t.leaves == 1);
     assert_eq!(t.members, 2);
     let deadline = Instant::now() + Duration::from_secs(8);
     while server.registry().total().expired == 0 && Instant::now() < deadline {
-        a.send(SmallDatagram::simple(Kind::Keepalive, g, 1, 0).as_bytes());
+        a.control(Kind::Keepalive);
         std::thread::sleep(Duration::from_millis(100));
     }
     let t = server.registry().total();
@@ -403,7 +504,7 @@ fn departed_member_costs_nothing_to_the_others(backend: BackendKind) {
     const M: u32 = 100;
     let server = start(backend, 1, Policy::default());
     let g = server.ports()[0];
-    let a = Client::join(g, 1);
+    let mut a = Client::join(g, 1);
     let mut b = Client::join(g, 2);
     let c = Client::join(g, 3);
     drop(c);

@@ -13,8 +13,8 @@ use reflector::membership::{Keys, Policy};
 use reflector::server::{Server, ServerConfig};
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::blocking;
-use reflector_proto::client::{Config as ClientConfig, JoinRequest};
-use reflector_proto::protocol::{emit, Header, Kind, Packet, HEADER_LEN};
+use reflector_proto::client::{Config as ClientConfig, JoinRequest, Session};
+use reflector_proto::protocol::{Kind, Packet, SessionKeys, DATA_PAYLOAD};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -78,7 +78,7 @@ impl Lab {
     }
 }
 
-fn join(sock: &UdpSocket, server: SocketAddr, group: u16, id: u32) {
+fn join(sock: &UdpSocket, server: SocketAddr, group: u16, id: u32) -> Session {
     let secret = Secret::new(&SECRET).unwrap();
     let t = TokenClaims {
         player: id,
@@ -92,12 +92,14 @@ fn join(sock: &UdpSocket, server: SocketAddr, group: u16, id: u32) {
         group,
         player: id,
         token: t,
+        keys: SessionKeys::derive(&secret, &t),
+        first_seq: 1,
     };
     let cfg = ClientConfig {
         give_up: Some(Duration::from_secs(5)),
         ..ClientConfig::default()
     };
-    blocking::join(sock, req, cfg).expect("the reflector admits us");
+    blocking::join(sock, req, cfg).expect("the reflector admits us").0
 }
 
 fn no_loss_on_a_full_device_queue(backend: BackendKind) {
@@ -138,9 +140,12 @@ fn no_loss_on_a_full_device_queue(backend: BackendKind) {
             })
             .collect()
     });
-    for (i, s) in socks.iter().enumerate() {
-        join(s, addr, group, i as u32);
-    }
+    let sessions: Vec<Session> = socks
+        .iter()
+        .enumerate()
+        .map(|(i, s)| join(s, addr, group, i as u32))
+        .collect();
+    let mut sending = sessions[0];
     // Member 0 sends; the others count. Drain in threads so receivers never
     // overflow: any loss would then be the sender's.
     let (sender, receivers) = socks.split_first().unwrap();
@@ -163,19 +168,9 @@ fn no_loss_on_a_full_device_queue(backend: BackendKind) {
             })
         })
         .collect();
-    let mut b = [0u8; 100];
+    let mut b = [0xabu8; 100];
     for seq in 0..SENT {
-        emit(
-            &Header {
-                kind: Kind::Data,
-                group,
-                sender: 0,
-                seq,
-            },
-            &[0xab; 100 - HEADER_LEN],
-            &mut b,
-        )
-        .unwrap();
+        sending.seal_data(100 - DATA_PAYLOAD, &mut b).unwrap().unwrap();
         sender.send_to(&b, addr).unwrap();
         if seq % 20 == 19 {
             // Keep the reflector's receive queue from overflowing; the

@@ -330,6 +330,18 @@ impl RecvBatch {
     /// Datagram `i` of the last batch: its bytes (at most the slot size),
     /// its source, and whether it was truncated to fit the slot.
     pub fn get(&self, i: usize) -> Option<(&[u8], Option<SocketAddr>, bool)> {
+        let (range, src, truncated) = self.slot(i)?;
+        Some((&self.buf[range], src, truncated))
+    }
+
+    /// [`RecvBatch::get`], writable: a receiver may rewrite a datagram in
+    /// place before passing it on (the reflector zeroes a DATA's tag).
+    pub fn get_mut(&mut self, i: usize) -> Option<(&mut [u8], Option<SocketAddr>, bool)> {
+        let (range, src, truncated) = self.slot(i)?;
+        Some((&mut self.buf[range], src, truncated))
+    }
+
+    fn slot(&self, i: usize) -> Option<(Range<usize>, Option<SocketAddr>, bool)> {
         if i >= self.count {
             return None;
         }
@@ -342,7 +354,7 @@ impl RecvBatch {
             std::slice::from_raw_parts((&self.names[i] as *const libc::sockaddr_storage).cast::<u8>(), name_len)
         };
         Some((
-            &self.buf[start..start + len],
+            start..start + len,
             decode_sockaddr(name),
             h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
         ))

@@ -7,7 +7,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use reflector_proto::client::{Config, JoinRequest, Session};
-use reflector_proto::protocol::{JoinAck, Kind, Packet, SmallDatagram};
+use reflector_proto::protocol::{Header, JoinAck, Kind, Packet, SessionKeys, SmallDatagram};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,15 @@ fuzz_target!(|data: &[u8]| {
         group: 4000,
         player: 7,
         token: [1; 32],
+        keys: SessionKeys::from_session([3; 32]),
+        first_seq: 1,
+    };
+    let h = |kind| Header {
+        kind,
+        group: 4000,
+        sender: 7,
+        membership: 5,
+        seq: 1,
     };
     let cfg = Config {
         retry: Duration::from_millis(100),
@@ -29,17 +38,19 @@ fuzz_target!(|data: &[u8]| {
     let mut now = Instant::now();
     let mut s = Session::new(req, cfg, now);
     if head & 1 == 1 {
-        let c = SmallDatagram::challenge(4000, 7, &[2; 16]);
+        let c = SmallDatagram::challenge(&h(Kind::JoinChallenge), &[2; 16], &req.keys);
         s.handle(now, reflector, &Packet::parse(c.as_bytes()).unwrap());
     }
     if head & 2 == 2 {
         let a = SmallDatagram::join_ack(
-            4000,
-            7,
+            &h(Kind::JoinAck),
             JoinAck {
                 members: 1,
                 keepalive_ms: 100,
+                flags: 1,
+                checkpoint_port: 0,
             },
+            &req.keys,
         );
         s.handle(now, reflector, &Packet::parse(a.as_bytes()).unwrap());
     }
@@ -55,7 +66,11 @@ fuzz_target!(|data: &[u8]| {
         while let Some(t) = s.poll_transmit() {
             assert_eq!(t.to, reflector);
             let p = Packet::parse(t.datagram.as_bytes()).expect("the session builds valid datagrams");
-            assert!(matches!(p.kind(), Kind::Join | Kind::Leave | Kind::Keepalive));
+            assert!(matches!(
+                p.kind(),
+                Kind::Join | Kind::Leave | Kind::Keepalive | Kind::ProbeReply
+            ));
+            assert!(req.keys.verify(&p), "everything the session sends is MAC'd");
         }
     }
 });

@@ -10,7 +10,7 @@ use super::world::{cell_of, step, Rng};
 use super::{Histogram, Ledger, MemId, Receipt, JOIN_RETRY, MAX_MESSAGES, PAYLOAD_MIN, TICKET_RETRY};
 use crate::control::WorldInfo;
 use reflector_proto::client::{self, Event, Failure, JoinRequest, Session, Transmit};
-use reflector_proto::protocol::{write_header, Header, Kind, Packet, HEADER_LEN};
+use reflector_proto::protocol::{Kind, Packet, DATA_PAYLOAD};
 use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -61,6 +61,8 @@ pub(super) struct Bot {
     pub(super) next_move: Option<Instant>,
     pub(super) next_send: Instant,
     pub(super) last_send: Instant,
+    /// When the last KEEPALIVE went out.
+    pub(super) last_keepalive: Instant,
     pub(super) keepalive: Duration,
     pub(super) stats: BotStats,
 }
@@ -241,7 +243,10 @@ impl<E: Edge> Ctx<'_, E> {
                 }
                 let ts = u64::from_be_bytes(p[0..8].try_into().unwrap_or_default());
                 let epoch = u32::from_be_bytes(p[8..12].try_into().unwrap_or_default());
-                if self.ledger.received(idx, epoch, pkt.seq()) == Receipt::New {
+                // The ledger's own DATA counter: the header's sequence number
+                // also counts the sender's KEEPALIVEs and PROBE_REPLYs.
+                let seq = u32::from_be_bytes(p[12..16].try_into().unwrap_or_default());
+                if self.ledger.received(idx, epoch, seq) == Receipt::New {
                     let lat = self.edge.wall_ns().saturating_sub(ts);
                     self.latency.record(lat);
                     let s = &mut bot.stats;
@@ -250,7 +255,7 @@ impl<E: Edge> Ctx<'_, E> {
                     s.lat_n += 1;
                 }
             }
-            Kind::JoinChallenge | Kind::JoinAck | Kind::Error => {
+            Kind::JoinChallenge | Kind::JoinAck | Kind::Error | Kind::Probe => {
                 let State::InGroup { mem, session } = &mut bot.state else {
                     return;
                 };
@@ -263,6 +268,7 @@ impl<E: Edge> Ctx<'_, E> {
                         bot.stats.joins += 1;
                         bot.keepalive = Duration::from_millis(u64::from(ack.keepalive_ms.max(50)));
                         bot.last_send = now;
+                        bot.last_keepalive = now;
                         bot.next_send = now;
                     }
                     Some(Event::Restarted) => {
@@ -295,7 +301,7 @@ impl<E: Edge> Ctx<'_, E> {
                         bot.ask_at = Some(now + TICKET_RETRY);
                         self.error(bot, format!("group {group}: {f}"));
                     }
-                    Some(Event::Retransmitted) | None => {}
+                    Some(Event::Retransmitted) | Some(Event::Probed) | None => {}
                 }
             }
             _ => self.malformed += 1,
@@ -339,7 +345,7 @@ impl<E: Edge> Ctx<'_, E> {
                 self.flush(bot);
                 session.poll_timeout().unwrap_or(far)
             }
-            State::InGroup { mem, session } => {
+            State::InGroup { mem, mut session } => {
                 if let Some(t) = bot.next_move {
                     if now >= t && !bot.http_busy {
                         let every = self.cfg.move_every.unwrap_or(Duration::from_secs(3600));
@@ -354,14 +360,19 @@ impl<E: Edge> Ctx<'_, E> {
                 }
                 let quota_left = self.cfg.max_datagrams.is_none_or(|m| bot.stats.sent < m);
                 if self.released && quota_left && now >= bot.next_send {
-                    self.send_data(bot, mem, session.request(), now);
-                } else if now >= bot.last_send + bot.keepalive {
+                    self.send_data(bot, mem, &mut session, now);
+                }
+                // Every interval, whatever else is sent: with DATA tags off,
+                // DATA is no sign of life.
+                if now >= bot.last_keepalive + bot.keepalive {
                     if let Some(tx) = session.keepalive() {
                         self.send_small(bot, &tx);
                     }
-                    bot.last_send = now;
+                    bot.last_keepalive = now;
                 }
-                let mut next = bot.last_send + bot.keepalive;
+                // The session's sequence number moved on.
+                bot.state = State::InGroup { mem, session };
+                let mut next = bot.last_keepalive + bot.keepalive;
                 if self.released && quota_left {
                     next = next.min(bot.next_send);
                 }
@@ -373,21 +384,19 @@ impl<E: Edge> Ctx<'_, E> {
         }
     }
 
-    pub(super) fn send_data(&mut self, bot: &mut Bot, mem: MemId, target: &JoinRequest, now: Instant) {
+    pub(super) fn send_data(&mut self, bot: &mut Bot, mem: MemId, session: &mut Session, now: Instant) {
         let seq = self.ledger.sent(mem);
         let size = self.cfg.size;
-        let h = Header {
-            kind: Kind::Data,
-            group: target.group,
-            sender: bot.player,
-            seq,
-        };
+        let target = *session.request();
+        let p = DATA_PAYLOAD;
+        self.buf[p..p + 8].copy_from_slice(&self.edge.wall_ns().to_be_bytes());
+        self.buf[p + 8..p + 12].copy_from_slice(&mem.to_be_bytes());
+        self.buf[p + 12..p + 16].copy_from_slice(&seq.to_be_bytes());
         // size was validated against MAX_DATAGRAM and the buffer has that size.
-        if write_header(&h, size - HEADER_LEN, &mut self.buf).is_err() {
-            return;
+        match session.seal_data(size - DATA_PAYLOAD, &mut self.buf) {
+            Some(Ok(n)) if n == size => {}
+            _ => return,
         }
-        self.buf[HEADER_LEN..HEADER_LEN + 8].copy_from_slice(&self.edge.wall_ns().to_be_bytes());
-        self.buf[HEADER_LEN + 8..HEADER_LEN + 12].copy_from_slice(&mem.to_be_bytes());
         match self.edge.send(bot.idx, &self.buf[..size], target.reflector) {
             Ok(_) => {
                 // Count it only once it is really sent.
@@ -494,6 +503,7 @@ mod tests {
             next_move: None,
             next_send: start,
             last_send: start,
+            last_keepalive: start,
             keepalive: Duration::from_secs(2),
             stats: BotStats::default(),
         };
@@ -514,6 +524,9 @@ mod tests {
             reflector_id: 0,
             group: 4000,
             token: hex::encode(token),
+            session_key: hex::encode(
+                reflector_proto::protocol::SessionKeys::derive(&keys.token_secret.current, &token).session,
+            ),
             expires_unix_s: T0_MS / 1000 + 60,
         };
         ctx.on_ticket(
@@ -548,10 +561,8 @@ mod tests {
         }
         for (k, (_, d, to)) in ctx.edge.sent.iter().enumerate() {
             let p = Packet::parse(&d[..]).unwrap();
-            assert_eq!(
-                (p.kind(), p.seq(), *to, d.len()),
-                (Kind::Data, k as u32, reflector, 100)
-            );
+            let number = u32::from_be_bytes(p.payload()[12..16].try_into().unwrap());
+            assert_eq!((p.kind(), number, *to, d.len()), (Kind::Data, k as u32, reflector, 100));
             let stamp = u64::from_be_bytes(p.payload()[..8].try_into().unwrap());
             assert_eq!(stamp, (T0_MS + 100 * k as u64) * 1_000_000);
             // The group forwards it: the bot is a member there.

@@ -4,7 +4,7 @@
 use super::BotsError;
 use crate::control::{Ticket, WorldInfo};
 use reflector_proto::client::JoinRequest;
-use reflector_proto::protocol::TOKEN_LEN;
+use reflector_proto::protocol::{SessionKeys, SESSION_KEY_LEN, TOKEN_LEN};
 use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -121,10 +121,17 @@ pub(super) fn join_request(t: &Ticket, player: u32) -> Result<JoinRequest, Strin
         .ok()
         .and_then(|v| v.try_into().ok())
         .ok_or_else(|| format!("control server gave a token that is not {TOKEN_LEN} hex bytes"))?;
+    let session: [u8; SESSION_KEY_LEN] = hex::decode(&t.session_key)
+        .ok()
+        .and_then(|v| v.try_into().ok())
+        .ok_or_else(|| format!("control server gave a session key that is not {SESSION_KEY_LEN} hex bytes"))?;
     Ok(JoinRequest {
         reflector,
         group: t.group,
         player,
         token,
+        keys: SessionKeys::from_session(session),
+        // A new ticket is a new key: its sequence numbers start afresh.
+        first_seq: 1,
     })
 }

@@ -1,22 +1,24 @@
-//! Every version-2 parser and check on arbitrary bytes: parse, every
+//! Every parser and check of the datagram format on arbitrary bytes: parse, every
 //! accessor, MAC and tag verification, and the replay window fed the
 //! sequence numbers the input carries. None may panic.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use reflector_proto::v2::{Packet, ReplayWindow, SessionKeys};
+use reflector_proto::protocol::{Packet, ReplayWindow, SessionKeys};
 
 fuzz_target!(|data: &[u8]| {
     let keys = SessionKeys::from_session([0x5a; 32]);
     if let Ok(p) = Packet::parse(data) {
         let _ = (
-            p.token(),
-            p.cookie(),
+            p.join_token(),
+            p.join_cookie(),
+            p.challenge_cookie(),
             p.nonce(),
             p.join_ack(),
             p.error_code(),
-            p.data(),
+            p.tag(),
             p.signed(),
+            p.payload(),
         );
         let _ = (keys.verify(&p), keys.verify_tag(&p));
     }
