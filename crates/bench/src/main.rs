@@ -130,7 +130,7 @@ fn bench(a: BenchArgs) -> Result<ExitCode, BenchError> {
         (&grid::PAPER_SIZES[..], &grid::PAPER_RECEIVERS[..], 0.8, 5)
     };
     let sizes = match &a.sizes {
-        Some(s) => grid::parse_list(s, "--sizes", reflector_proto::protocol::HEADER_LEN, 65_507).map_err(cfg)?,
+        Some(s) => grid::parse_list(s, "--sizes", reflector_proto::protocol::DATA_PAYLOAD, 65_507).map_err(cfg)?,
         None => def_sizes.to_vec(),
     };
     let receivers = match &a.receivers {
