@@ -19,7 +19,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 STYLE = {
     "raw-loop": dict(color="black", marker="o", label="raw sendto loop (anchor)"),
     "sendto": dict(color="tab:blue", marker="s", label="reflector sendto"),
-    "sendmmsg": dict(color="tab:orange", marker="^", label="reflector sendmmsg"),
+    "sendmmsg": dict(color="tab:orange", marker="^", label="reflector sendmmsg (DATA tags on)"),
+    "sendmmsg-untagged": dict(color="tab:green", marker="v", label="reflector sendmmsg, tags off"),
 }
 ROWS = [
     ("proc_cpu_ns_per_copy", "process CPU per copy (ns)"),

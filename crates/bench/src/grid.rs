@@ -21,18 +21,21 @@ pub enum Impl {
     RawLoop,
     /// `reflector serve --backend sendto`.
     Sendto,
-    /// `reflector serve --backend sendmmsg`.
+    /// `reflector serve --backend sendmmsg` (DATA tags on, the default).
     Sendmmsg,
+    /// `reflector serve --backend sendmmsg --data-tags off`: what the tags cost.
+    SendmmsgUntagged,
 }
 
 impl Impl {
-    pub const ALL: [Impl; 3] = [Impl::RawLoop, Impl::Sendto, Impl::Sendmmsg];
+    pub const ALL: [Impl; 4] = [Impl::RawLoop, Impl::Sendto, Impl::Sendmmsg, Impl::SendmmsgUntagged];
 
     pub fn name(self) -> &'static str {
         match self {
             Impl::RawLoop => "raw-loop",
             Impl::Sendto => "sendto",
             Impl::Sendmmsg => "sendmmsg",
+            Impl::SendmmsgUntagged => "sendmmsg-untagged",
         }
     }
 
@@ -45,7 +48,15 @@ impl Impl {
         match self {
             Impl::RawLoop => None,
             Impl::Sendto => Some("sendto"),
-            Impl::Sendmmsg => Some("sendmmsg"),
+            Impl::Sendmmsg | Impl::SendmmsgUntagged => Some("sendmmsg"),
+        }
+    }
+
+    /// The reflector's `--data-tags` setting.
+    pub fn data_tags(self) -> &'static str {
+        match self {
+            Impl::SendmmsgUntagged => "off",
+            _ => "on",
         }
     }
 }
@@ -59,7 +70,7 @@ impl fmt::Display for Impl {
 /// One point of the grid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Cell {
-    /// Bytes of UDP payload per datagram (our 16-byte header included, so
+    /// Bytes of UDP payload per datagram (our 32-byte DATA header included, so
     /// every implementation moves exactly the same bytes).
     pub size: usize,
     pub receivers: usize,
@@ -167,7 +178,7 @@ mod tests {
     #[test]
     fn full_grid_has_every_cell_and_implementation() {
         let runs = plan(&PAPER_SIZES, &PAPER_RECEIVERS, &Impl::ALL, 2);
-        assert_eq!(runs.len(), 4 * 4 * 3 * 2);
+        assert_eq!(runs.len(), 4 * 4 * Impl::ALL.len() * 2);
         for s in PAPER_SIZES {
             for r in PAPER_RECEIVERS {
                 for i in Impl::ALL {
@@ -181,14 +192,16 @@ mod tests {
         }
         // Implementations alternate inside a cell.
         assert_eq!(
-            runs[..6].iter().map(|r| (r.imp, r.rep)).collect::<Vec<_>>(),
+            runs[..8].iter().map(|r| (r.imp, r.rep)).collect::<Vec<_>>(),
             vec![
                 (Impl::RawLoop, 0),
                 (Impl::Sendto, 0),
                 (Impl::Sendmmsg, 0),
+                (Impl::SendmmsgUntagged, 0),
                 (Impl::RawLoop, 1),
                 (Impl::Sendto, 1),
-                (Impl::Sendmmsg, 1)
+                (Impl::Sendmmsg, 1),
+                (Impl::SendmmsgUntagged, 1)
             ]
         );
     }

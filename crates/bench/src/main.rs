@@ -70,15 +70,16 @@ struct BenchArgs {
     /// Summary CSV to write (medians and ratios); every run goes to <stem>_runs.csv beside it.
     #[arg(long, default_value = "bench/results/reflector.csv")]
     out: PathBuf,
-    /// Datagram sizes, comma-separated bytes of UDP payload, our 16-byte header included
+    /// Datagram sizes, comma-separated bytes of UDP payload, our 32-byte DATA header included
     /// (default 50,100,500,1000; --quick 50,1000).
     #[arg(long)]
     sizes: Option<String>,
     /// Receiver counts, comma-separated (default 3,30,60,90; --quick 3,90).
     #[arg(long)]
     receivers: Option<String>,
-    /// Implementations to measure besides the raw loop, which is always measured.
-    #[arg(long, default_value = "sendto,sendmmsg")]
+    /// Implementations to measure besides the raw loop, which is always measured:
+    /// sendto, sendmmsg (DATA tags on) and sendmmsg-untagged (--data-tags off: what tags cost).
+    #[arg(long, default_value = "sendto,sendmmsg,sendmmsg-untagged")]
     impls: String,
     /// Length of each measured phase, seconds (default 0.8; --quick 0.5); the datagram count is
     /// set from the rate the warm-up reached.

@@ -388,6 +388,37 @@ pub fn verdict(summaries: &[Summary], target: f64) -> String {
             rows.len()
         );
     }
+    // What DATA tags cost: sendmmsg (tags on) over sendmmsg-untagged, per cell.
+    let tagged: Vec<(&Summary, &Summary)> = summaries
+        .iter()
+        .filter(|r| r.imp == Impl::Sendmmsg)
+        .filter_map(|on| {
+            summaries
+                .iter()
+                .find(|off| off.imp == Impl::SendmmsgUntagged && off.cell == on.cell)
+                .map(|off| (on, off))
+        })
+        .collect();
+    if !tagged.is_empty() {
+        let cells: Vec<String> = tagged
+            .iter()
+            .map(|(on, off)| {
+                format!(
+                    "{} B x {}: {}",
+                    on.cell.size,
+                    on.cell.receivers,
+                    f(on.proc_ns / off.proc_ns, 3)
+                )
+            })
+            .collect();
+        let ratios: Vec<f64> = tagged.iter().map(|(on, off)| on.proc_ns / off.proc_ns).collect();
+        let _ = writeln!(
+            s,
+            "DATA tags: CPU per delivered copy with tags on / off (sendmmsg): geomean {}; {}",
+            f(geomean(&ratios), 3),
+            cells.join(", ")
+        );
+    }
     let lost: u64 = summaries.iter().map(Summary::loss).sum();
     let bad: u64 = summaries.iter().map(|r| r.bad_copies + r.send_errors).sum();
     let mismatch: u64 = summaries.iter().map(|r| r.counter_mismatch).sum();
