@@ -417,8 +417,9 @@ fn adaptive_tdf_rises_under_load_and_is_traced() {
         return;
     }
     // Two CPU-bound loops (a fixed amount of work each, not a duration,
-    // which the dilated clock would stretch) keep both cores busy.
-    let burn = "i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done";
+    // which the dilated clock would stretch) keep both cores busy, for about
+    // 3 s on a fast core (dash): many 0.2 s epochs.
+    let burn = "i=0; while [ $i -lt 4000000 ]; do i=$((i+1)); done";
     let s = scenario(
         "adapt",
         &format!("[topology]\nkind = \"pair\"\n[[command]]\nhost = \"h1\"\ncmd = \"({burn}) & ({burn}); wait\"\n"),
