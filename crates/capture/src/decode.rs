@@ -185,6 +185,7 @@ mod tests {
 
     fn spec() -> FrameSpec {
         FrameSpec {
+            vlan: None,
             src_mac: [2, 0, 0, 0, 0, 1],
             dst_mac: [2, 0, 0, 0, 0, 2],
             src: "10.1.0.1:4000".parse().expect("addr"),

@@ -34,28 +34,47 @@ impl LinkType {
 
 const BPF_RET_K: u16 = 0x06;
 
-/// Compiles `expr` with libpcap's compiler (optimised) for `link`, and caps
-/// every non-zero accept value at `snaplen` so the kernel copies no more
-/// than that into the socket.
-pub fn compile(expr: &str, link: LinkType, snaplen: u32) -> Result<Vec<BpfInsn>> {
-    // pcap_open_dead takes a DLT_ value, which differs from the file's
-    // LINKTYPE_ number for raw IP (DLT_RAW is 12 on Linux, LINKTYPE_RAW 101).
-    let dlt = match link {
-        LinkType::Ethernet => 1,
-        LinkType::RawIp => 12,
+/// Whether `expr` tests VLAN tags (the `vlan` primitive).
+fn uses_vlan(expr: &str) -> bool {
+    expr.split(|c: char| !c.is_ascii_alphanumeric()).any(|w| w == "vlan")
+}
+
+/// Compiles `expr` with libpcap's compiler (optimised) for `link` on
+/// interface `iface`, and caps every non-zero accept value at `snaplen` so
+/// the kernel copies no more than that into the socket.
+///
+/// On Linux the kernel takes a received frame's 802.1Q tag out of the
+/// frame into its metadata before a packet socket's filter runs, so `vlan`
+/// must test the metadata (the kernel's `SKF_AD_VLAN_TAG*` loads), not
+/// bytes 12-13. libpcap compiles it that way only for a live capture
+/// handle, so an expression with `vlan` is compiled on a live handle of
+/// the interface (opened for that and closed again); every other one on a
+/// dead handle, which compiles it exactly the same.
+pub fn compile(iface: &str, expr: &str, link: LinkType, snaplen: u32) -> Result<Vec<BpfInsn>> {
+    let err = |message: String| CaptureError::Filter {
+        expr: expr.to_string(),
+        message,
     };
-    let lt = pcap::Linktype(dlt);
-    let dead = pcap::Capture::dead(lt).map_err(|e| CaptureError::Filter {
-        expr: expr.to_string(),
-        message: format!("libpcap could not open a compiler handle: {e}"),
-    })?;
-    let prog = dead.compile(expr, true).map_err(|e| CaptureError::Filter {
-        expr: expr.to_string(),
-        message: match e {
-            pcap::Error::PcapError(m) => m,
-            other => other.to_string(),
-        },
-    })?;
+    let pcap_message = |e: pcap::Error| match e {
+        pcap::Error::PcapError(m) => m,
+        other => other.to_string(),
+    };
+    let prog = if uses_vlan(expr) && link == LinkType::Ethernet {
+        let live = pcap::Capture::from_device(iface)
+            .and_then(|c| c.snaplen(snaplen as i32).buffer_size(64 << 10).open())
+            .map_err(|e| err(format!("libpcap could not open {iface} to compile a VLAN filter: {e}")))?;
+        live.compile(expr, true).map_err(|e| err(pcap_message(e)))?
+    } else {
+        // pcap_open_dead takes a DLT_ value, which differs from the file's
+        // LINKTYPE_ number for raw IP (DLT_RAW is 12 on Linux, LINKTYPE_RAW 101).
+        let dlt = match link {
+            LinkType::Ethernet => 1,
+            LinkType::RawIp => 12,
+        };
+        let dead = pcap::Capture::dead(pcap::Linktype(dlt))
+            .map_err(|e| err(format!("libpcap could not open a compiler handle: {e}")))?;
+        dead.compile(expr, true).map_err(|e| err(pcap_message(e)))?
+    };
     let mut out = Vec::with_capacity(prog.get_instructions().len());
     for ins in prog.get_instructions() {
         // The pcap crate exposes instructions only through Display ("code jt jf k"),
@@ -105,6 +124,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn vlan_is_found_as_a_word_only() {
+        assert!(uses_vlan("vlan"));
+        assert!(uses_vlan("vlan 100 and udp"));
+        assert!(uses_vlan("(vlan)"));
+        assert!(!uses_vlan("udp port 9"));
+        assert!(!uses_vlan("host vlanhost"));
+    }
+
+    #[test]
     fn parses_display_form() {
         assert_eq!(
             parse_insn("6 0 0 262144"),
@@ -122,7 +150,7 @@ mod tests {
 
     #[test]
     fn compiles_udp_and_caps_snaplen() {
-        let p = compile("udp port 9", LinkType::Ethernet, 96).expect("valid filter");
+        let p = compile("lo", "udp port 9", LinkType::Ethernet, 96).expect("valid filter");
         assert!(p.len() > 2);
         let rets: Vec<u32> = p.iter().filter(|i| i.code == BPF_RET_K).map(|i| i.k).collect();
         assert!(rets.contains(&96) && rets.contains(&0), "{rets:?}");
@@ -130,13 +158,13 @@ mod tests {
 
     #[test]
     fn compiles_for_raw_ip_links() {
-        let p = compile("icmp", LinkType::RawIp, 65535).expect("raw-IP filter");
+        let p = compile("lo", "icmp", LinkType::RawIp, 65535).expect("raw-IP filter");
         assert!(p.len() > 1);
     }
 
     #[test]
     fn bad_filter_carries_libpcap_message() {
-        let e = compile("udp prot 9", LinkType::Ethernet, 65535).unwrap_err();
+        let e = compile("lo", "udp prot 9", LinkType::Ethernet, 65535).unwrap_err();
         let s = e.to_string();
         assert!(s.contains("udp prot 9") && s.contains("syntax error"), "{s}");
     }

@@ -59,8 +59,10 @@ pub struct FrameSpec {
     pub dst_mac: [u8; 6],
     pub src: SocketAddrV4,
     pub dst: SocketAddrV4,
-    /// Frame length without FCS (Ethernet header included).
+    /// Frame length without FCS (Ethernet header included), before a VLAN tag.
     pub frame_len: usize,
+    /// An 802.1Q tag (VLAN id) to put after the MAC addresses, for raw frames.
+    pub vlan: Option<u16>,
 }
 
 impl FrameSpec {
@@ -149,6 +151,11 @@ pub fn build_udp_frame(spec: &FrameSpec, seq: u64) -> Vec<u8> {
         c = 0xffff;
     }
     f[40..42].copy_from_slice(&c.to_be_bytes());
+    if let Some(id) = spec.vlan {
+        // TPID 0x8100, then PCP 0, DEI 0 and the 12-bit VLAN id.
+        let tag = [0x81, 0x00, ((id >> 8) & 0x0f) as u8, id as u8];
+        f.splice(12..12, tag);
+    }
     f
 }
 
@@ -449,6 +456,7 @@ mod tests {
 
     fn spec(len: usize) -> FrameSpec {
         FrameSpec {
+            vlan: None,
             src_mac: [2, 0, 0, 0, 0, 1],
             dst_mac: [0xff; 6],
             src: "192.0.2.1:1000".parse().expect("addr"),

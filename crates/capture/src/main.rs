@@ -140,6 +140,9 @@ struct GenArgs {
     /// Destination MAC for raw frames (default broadcast).
     #[arg(long, value_name = "MAC", default_value = "ff:ff:ff:ff:ff:ff")]
     dst_mac: String,
+    /// Put an 802.1Q tag with this VLAN id (1-4094) in each raw frame (mmsg, txring).
+    #[arg(long, value_name = "ID", value_parser = clap::value_parser!(u16).range(1..=4094))]
+    vlan: Option<u16>,
     /// Frame size in bytes, Ethernet header included, FCS excluded (min 50).
     #[arg(long, default_value_t = 64)]
     size: usize,
@@ -301,6 +304,11 @@ fn run_capture(a: CapArgs) -> Result<ExitCode, capture::CaptureError> {
 
 fn run_gen(a: GenArgs) -> Result<ExitCode, capture::CaptureError> {
     let duration = secs(a.duration, "--duration")?;
+    if a.vlan.is_some() && a.via == gen::Via::Udp {
+        return Err(capture::CaptureError::Config(
+            "--vlan tags raw frames: use it with --via mmsg or --via txring (a UDP socket's frames are built by the kernel)".into(),
+        ));
+    }
     let dst_mac = gen::parse_mac(&a.dst_mac).ok_or_else(|| {
         capture::CaptureError::Config(format!("bad --dst-mac '{}': use aa:bb:cc:dd:ee:ff", a.dst_mac))
     })?;
@@ -318,6 +326,7 @@ fn run_gen(a: GenArgs) -> Result<ExitCode, capture::CaptureError> {
             src: a.src,
             dst: a.dst,
             frame_len: a.size,
+            vlan: a.vlan,
         },
         rate: a.rate,
         count: a.count,

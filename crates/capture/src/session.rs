@@ -301,7 +301,7 @@ impl Capture {
         }
         let info = iface_info(&cfg.iface)?;
         let prog = match &cfg.filter {
-            Some(expr) if !expr.trim().is_empty() => filter::compile(expr, info.link, cfg.snaplen)?,
+            Some(expr) if !expr.trim().is_empty() => filter::compile(&cfg.iface, expr, info.link, cfg.snaplen)?,
             _ => filter::accept_all(cfg.snaplen),
         };
         let probe = source::probe();
@@ -804,6 +804,10 @@ fn format_line(s: &mut String, link: LinkType, p: &PacketView<'_>) {
     let us = (p.ts_ns % 1_000_000_000) / 1000;
     let day = secs % 86_400;
     let _ = write!(s, "{:02}:{:02}:{:02}.{:06} ", day / 3600, (day / 60) % 60, day % 60, us);
+    // A tag the kernel moved into the metadata is printed as if in the frame.
+    if let Some((_, tci)) = p.vlan {
+        let _ = write!(s, "vlan {}, ", tci & 0x0fff);
+    }
     decode::summarize(s, link, p.data, p.wire_len);
     s.push('\n');
 }
@@ -879,6 +883,14 @@ mod tests {
         format_line(&mut s, LinkType::Ethernet, &p);
         assert!(s.starts_with("01:02:03.000004 "), "{s}");
         assert!(s.ends_with('\n'));
+        // A tag from the metadata is printed where it stood in the frame.
+        let mut s = String::new();
+        let tagged = PacketView {
+            vlan: Some((0x8100, 0x2064)),
+            ..p
+        };
+        format_line(&mut s, LinkType::Ethernet, &tagged);
+        assert!(s.starts_with("01:02:03.000004 vlan 100, "), "{s}");
     }
 
     #[test]

@@ -266,6 +266,7 @@ impl Source {
                     .map_err(CaptureError::from_sys)?;
                 sock.set_rcvtimeo(timeout).map_err(CaptureError::from_sys)?;
                 sock.enable_timestamp_ns().map_err(CaptureError::from_sys)?;
+                sock.enable_auxdata().map_err(CaptureError::from_sys)?;
                 Inner::Recv {
                     buf: vec![0u8; cfg.snaplen.max(64) as usize],
                     timeout,
@@ -387,13 +388,13 @@ impl Source {
                 }
                 match self.sock.recv_one(buf).map_err(CaptureError::from_sys)? {
                     None => Ok(0),
-                    Some((n, wire, ts)) => {
+                    Some((n, wire, ts, vlan)) => {
                         let ts = if ts == 0 { sys::realtime_ns() } else { ts };
                         let p = PacketView {
                             ts_ns: ts,
                             wire_len: wire as u32,
                             data: &buf[..n],
-                            vlan: None,
+                            vlan,
                         };
                         Ok(usize::from(sink(&p) == Flow::Continue))
                     }
@@ -574,7 +575,8 @@ fn block_count(buffer: u64, block_size: u64) -> u32 {
     (buffer / block_size.max(1)).clamp(1, u64::from(u32::MAX)) as u32
 }
 
-fn vlan_of(status: u32, tci: u16, tpid: u16) -> Option<(u16, u16)> {
+/// The VLAN tag the kernel reports in a ring frame's or auxdata's status.
+pub(crate) fn vlan_of(status: u32, tci: u16, tpid: u16) -> Option<(u16, u16)> {
     if status & TP_STATUS_VLAN_VALID == 0 {
         return None;
     }

@@ -365,13 +365,30 @@ impl PacketSocket {
     /// One `recvmsg` for one packet (blocking up to SO_RCVTIMEO). Returns
     /// `None` on timeout/EINTR, else (bytes copied, length on the wire,
     /// kernel timestamp in ns since the epoch).
-    pub fn recv_one(&self, buf: &mut [u8]) -> SysResult<Option<(usize, usize, u64)>> {
+    /// PACKET_AUXDATA: each `recvmsg` also reports the VLAN tag the kernel
+    /// took out of the frame (into its metadata), so it can be put back.
+    pub fn enable_auxdata(&self) -> SysResult<()> {
+        let on: libc::c_int = 1;
+        self.setsockopt(
+            libc::SOL_PACKET,
+            libc::PACKET_AUXDATA,
+            &on,
+            "setsockopt(PACKET_AUXDATA)",
+        )
+    }
+
+    /// Receives one frame: (bytes kept, length on the wire, kernel
+    /// timestamp in ns or 0, VLAN tag as (TPID, TCI) if the kernel had
+    /// moved one into the metadata).
+    #[expect(clippy::type_complexity, reason = "one tuple per received frame, named in the doc")]
+    pub fn recv_one(&self, buf: &mut [u8]) -> SysResult<Option<(usize, usize, u64, Option<(u16, u16)>)>> {
         let mut iov = libc::iovec {
             iov_base: buf.as_mut_ptr().cast(),
             iov_len: buf.len(),
         };
-        // Room for one SCM_TIMESTAMPNS (a timespec) with its cmsg header.
-        let mut cbuf = [0u64; 8];
+        // Room for one SCM_TIMESTAMPNS (a timespec) and one PACKET_AUXDATA
+        // (a tpacket_auxdata), each with its cmsg header.
+        let mut cbuf = [0u64; 16];
         // SAFETY: msghdr is plain old data; zero is valid.
         let mut msg: libc::msghdr = unsafe { mem::zeroed() };
         msg.msg_iov = &mut iov;
@@ -392,6 +409,7 @@ impl PacketSocket {
         }
         let wire = n as usize;
         let mut ts = 0u64;
+        let mut vlan = None;
         // SAFETY: walking the control buffer the kernel filled, with the libc
         // CMSG macros that stay within msg_controllen.
         unsafe {
@@ -401,10 +419,14 @@ impl PacketSocket {
                     let t: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
                     ts = (t.tv_sec as u64) * 1_000_000_000 + t.tv_nsec as u64;
                 }
+                if (*c).cmsg_level == libc::SOL_PACKET && (*c).cmsg_type == libc::PACKET_AUXDATA {
+                    let a: libc::tpacket_auxdata = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                    vlan = crate::source::vlan_of(a.tp_status, a.tp_vlan_tci, a.tp_vlan_tpid);
+                }
                 c = libc::CMSG_NXTHDR(&msg, c);
             }
         }
-        Ok(Some((wire.min(buf.len()), wire, ts)))
+        Ok(Some((wire.min(buf.len()), wire, ts, vlan)))
     }
 
     /// Sends one frame (raw socket bound to an interface).

@@ -843,3 +843,87 @@ fn after_kill_9_the_named_file_holds_every_flushed_packet() {
         let _ = std::fs::remove_file(&file);
     }
 }
+
+#[test]
+fn vlan_tags_are_restored_and_vlan_filters_match_as_tcpdumps_do() {
+    if !root_or_skip("vlan_tags_are_restored_and_vlan_filters_match_as_tcpdumps_do") {
+        return;
+    }
+    use nix::sys::signal::Signal;
+    let lab = Lab::new();
+    // The receiving veth's kernel takes each tag out of the frame into the
+    // metadata, as a NIC with VLAN offload does.
+    let send = |count: u64, vlan: Option<&str>| {
+        let (c, src, dst) = (
+            count.to_string(),
+            format!("{}:4000", lab.a_ip),
+            format!("{}:5000", lab.b_ip),
+        );
+        let mut args = vec![
+            BIN, "gen", "-i", &lab.a_if, "--via", "mmsg", "--src", &src, "--dst", &dst, "-c", &c, "--rate", "5000",
+        ];
+        if let Some(v) = vlan {
+            args.extend(["--vlan", v]);
+        }
+        lab.exec_ok(&lab.a, &args);
+    };
+    let filters = [
+        ("vlan", 70u64),
+        ("vlan 100", 40),
+        ("vlan and udp", 70),
+        ("vlan 200 and udp dst port 5000", 30),
+        ("udp", 90),
+    ];
+    let mut ours = vec![];
+    let mut theirs = vec![];
+    for (i, (expr, _)) in filters.iter().enumerate() {
+        let mode = ["recv", "v2", "v3"][i % 3];
+        let file = tmpfile(&format!("vlan-{i}.pcap")).to_string_lossy().to_string();
+        let mut args = vec![BIN, "-i", &lab.b_if, "--mode", mode, "--duration", "3", "-w", &file];
+        args.extend(expr.split(' '));
+        let run = Running::start(lab.cmd(&lab.b, &args));
+        ours.push((mode, file, run));
+        let tfile = tmpfile(&format!("vlan-{i}-tcpdump.pcap")).to_string_lossy().to_string();
+        let mut args = vec!["tcpdump", "-i", &lab.b_if, "-n", "-w", &tfile];
+        args.extend(expr.split(' '));
+        let run = Running::start(lab.cmd(&lab.b, &args));
+        theirs.push((tfile, run));
+    }
+    send(40, Some("100"));
+    send(30, Some("200"));
+    send(20, None);
+    for (((expr, want), (mode, file, run)), (tfile, tcpdump)) in filters.iter().zip(ours).zip(theirs) {
+        let (status, err, _) = run.finish(Duration::from_secs(20));
+        assert!(status.success(), "{expr}: {err}");
+        tcpdump.signal(Signal::SIGTERM);
+        let _ = tcpdump.finish(Duration::from_secs(10));
+        let got = number_after(&err, "total: captured ");
+        let tcpdump_count = tcpdump_lines(&tfile, None).len() as u64;
+        assert_eq!(tcpdump_count, *want, "tcpdump with '{expr}'");
+        assert_eq!(
+            got, tcpdump_count,
+            "'{expr}' ({mode}): ours {got}, tcpdump {tcpdump_count}"
+        );
+        // Every frame is written with its tag back in place, as tcpdump writes it.
+        let frames = read_pcap(&std::fs::read(&file).expect("our file"));
+        let tagged = frames
+            .iter()
+            .filter(|f| f.len() > 16 && f[12..14] == [0x81, 0x00])
+            .count() as u64;
+        let want_tagged = if *expr == "udp" { 70 } else { *want };
+        assert_eq!(tagged, want_tagged, "'{expr}' ({mode}): tagged frames in our file");
+        let ours_text = tcpdump_lines(&file, None);
+        let theirs_text = tcpdump_lines(&tfile, None);
+        let strip = |l: &String| l.split_once(' ').map(|(_, rest)| rest.to_string()).unwrap_or_default();
+        let mut a: Vec<String> = ours_text.iter().map(strip).collect();
+        let mut b: Vec<String> = theirs_text.iter().map(strip).collect();
+        a.sort();
+        b.sort();
+        assert_eq!(
+            a, b,
+            "'{expr}' ({mode}): tcpdump's reading of both files (timestamps aside)"
+        );
+        let _ = std::fs::remove_file(&file);
+        let _ = std::fs::remove_file(&tfile);
+    }
+}
