@@ -233,6 +233,16 @@ impl Harness {
                 .args(["--backend", backend, "--threads", "1", "--data-tags", data_tags])
                 // Receivers never send, and must not expire during a run.
                 .args(["--member-timeout-ms", "3600000"])
+                // Every member on one address, one sender at full speed:
+                // the caps that stop a real host from taking a group.
+                .args([
+                    "--max-per-ip",
+                    "65535",
+                    "--member-rate-pps",
+                    "0",
+                    "--member-rate-bytes",
+                    "0",
+                ])
                 .args([
                     "--rcvbuf",
                     &self.bufsize.to_string(),

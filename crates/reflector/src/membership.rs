@@ -34,7 +34,7 @@ use reflector_proto::protocol::{
     ErrorCode, Header, JoinAck, Kind, Packet, ParseError, ReplayWindow, SessionKeys, SmallDatagram, FLAG_TAGS,
 };
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 /// Membership policy.
 #[derive(Debug, Clone, Copy)]
@@ -55,6 +55,15 @@ pub struct Policy {
     pub data_tags: bool,
     /// TCP port of the checkpoint channel announced in JOIN_ACK (0: none).
     pub checkpoint_port: u16,
+    /// Members per source IP address in one group: one host cannot fill a
+    /// group (and turn each of its datagrams into a thousand copies), while
+    /// a household behind one NAT still fits.
+    pub max_per_ip: usize,
+    /// DATA per second one member may have fanned out (a token bucket with a
+    /// second's burst); 0: no cap.
+    pub member_pps: u32,
+    /// DATA bytes per second one member may have fanned out; 0: no cap.
+    pub member_bytes_per_s: u64,
 }
 
 impl Default for Policy {
@@ -66,6 +75,9 @@ impl Default for Policy {
             replies_per_s: 500,
             data_tags: true,
             checkpoint_port: 0,
+            max_per_ip: 32,
+            member_pps: 500,
+            member_bytes_per_s: 1_000_000,
         }
     }
 }
@@ -115,6 +127,11 @@ pub enum DropReason {
     Token(TokenError),
     BadCookie,
     GroupFull,
+    /// The source address has [`Policy::max_per_ip`] members in the group.
+    AddressLimit,
+    /// DATA beyond the member's rate cap ([`Policy::member_pps`],
+    /// [`Policy::member_bytes_per_s`]).
+    RateLimited,
     /// A type only the reflector sends.
     Unexpected(Kind),
 }
@@ -234,6 +251,44 @@ pub struct Member {
     pub rtt_ms: Option<f64>,
     /// When the member was last probed (monotonic ms).
     pub probed_ms: u64,
+    /// Its DATA rate cap: packets and bytes.
+    pub rate: RateBucket,
+}
+
+/// A member's DATA allowance: packet and byte tokens, refilled at the
+/// policy's rates up to a second's worth.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RateBucket {
+    packets: f64,
+    bytes: f64,
+    last_ms: u64,
+}
+
+impl RateBucket {
+    fn full(policy: &Policy, now_ms: u64) -> RateBucket {
+        RateBucket {
+            packets: f64::from(policy.member_pps),
+            bytes: policy.member_bytes_per_s as f64,
+            last_ms: now_ms,
+        }
+    }
+
+    /// Takes one datagram of `len` bytes if both caps allow it.
+    fn take(&mut self, policy: &Policy, len: usize, now_ms: u64) -> bool {
+        let dt = now_ms.saturating_sub(self.last_ms) as f64 / 1000.0;
+        self.last_ms = now_ms;
+        let (pps, bps) = (f64::from(policy.member_pps), policy.member_bytes_per_s as f64);
+        self.packets = (self.packets + dt * pps).min(pps);
+        self.bytes = (self.bytes + dt * bps).min(bps);
+        let pk_ok = policy.member_pps == 0 || self.packets >= 1.0;
+        let by_ok = policy.member_bytes_per_s == 0 || self.bytes >= len as f64;
+        if !(pk_ok && by_ok) {
+            return false;
+        }
+        self.packets -= 1.0;
+        self.bytes -= len as f64;
+        true
+    }
 }
 
 impl Member {
@@ -272,6 +327,8 @@ pub struct Group {
     members: Vec<Member>,
     by_addr: HashMap<SocketAddr, usize>,
     by_player: HashMap<u32, usize>,
+    /// Members per source IP address.
+    per_ip: HashMap<IpAddr, usize>,
     budget: Option<ReplyBudget>,
     /// DATA tags here, if not the policy's default.
     tags: Option<bool>,
@@ -289,6 +346,7 @@ impl Group {
             members: Vec::new(),
             by_addr: HashMap::new(),
             by_player: HashMap::new(),
+            per_ip: HashMap::new(),
             budget: None,
             tags: None,
             made: 0,
@@ -372,13 +430,22 @@ impl Group {
             return Outcome::drop(DropReason::WrongGroup);
         }
         match pkt.kind() {
-            Kind::Data | Kind::Keepalive | Kind::Leave | Kind::ProbeReply => self.member_datagram(keys, now, src, &pkt),
+            Kind::Data | Kind::Keepalive | Kind::Leave | Kind::ProbeReply => {
+                self.member_datagram(keys, policy, now, src, &pkt)
+            }
             Kind::Join => self.join(keys, policy, now, src, &pkt),
             other => Outcome::drop(DropReason::Unexpected(other)),
         }
     }
 
-    fn member_datagram(&mut self, keys: &Keys, now: Now, src: SocketAddr, pkt: &Packet<&[u8]>) -> Outcome {
+    fn member_datagram(
+        &mut self,
+        keys: &Keys,
+        policy: &Policy,
+        now: Now,
+        src: SocketAddr,
+        pkt: &Packet<&[u8]>,
+    ) -> Outcome {
         let len = pkt.as_bytes().len();
         let sender = pkt.sender();
         let Some(&idx) = self.by_player.get(&sender) else {
@@ -420,7 +487,14 @@ impl Group {
             m.unreachable_since_ms = None;
         }
         match pkt.kind() {
-            Kind::Data => Outcome::silent(Event::Forward { from: src }),
+            Kind::Data => {
+                // The member's rate cap: beyond it, its own datagrams are
+                // dropped (and counted), nobody else's.
+                if !m.rate.take(policy, pkt.as_bytes().len(), now.mono_ms) {
+                    return Outcome::drop(DropReason::RateLimited);
+                }
+                Outcome::silent(Event::Forward { from: src })
+            }
             Kind::Keepalive => Outcome::silent(Event::Refreshed),
             Kind::ProbeReply => match m.probe {
                 Some(p) if Some(p.nonce) == pkt.nonce() => {
@@ -472,6 +546,8 @@ impl Group {
             let old = self.members[idx].addr;
             self.by_addr.remove(&old);
             self.by_addr.insert(src, idx);
+            self.address_removed(old);
+            self.address_added(src);
             let mm = &mut self.members[idx];
             mm.addr = src;
             mm.rebind = None;
@@ -562,6 +638,8 @@ impl Group {
                     let idx = self.by_player[&sender];
                     self.by_addr.remove(&old);
                     self.by_addr.insert(src, idx);
+                    self.address_removed(old);
+                    self.address_added(src);
                     self.members[idx].addr = src;
                     self.changes.push(Change::Removed(old));
                     self.changes.push(Change::Added(src));
@@ -583,6 +661,10 @@ impl Group {
                 if let Some(&other) = self.by_addr.get(&src) {
                     self.remove(other);
                 }
+                if self.per_ip.get(&src.ip()).copied().unwrap_or(0) >= policy.max_per_ip {
+                    let err = SmallDatagram::error(self.port, sender, 0, ErrorCode::AddressLimit);
+                    return Outcome::with_reply(Event::Dropped(DropReason::AddressLimit), err, len);
+                }
                 let membership = (self.fresh(keys, b"mbid", now.mono_ms) as u32).max(1);
                 let mut window = ReplayWindow::default();
                 window.accept(pkt.seq());
@@ -601,7 +683,9 @@ impl Group {
                     rebind: None,
                     rtt_ms: None,
                     probed_ms: now.mono_ms,
+                    rate: RateBucket::full(policy, now.mono_ms),
                 });
+                self.address_added(src);
                 self.by_addr.insert(src, idx);
                 self.by_player.insert(sender, idx);
                 self.changes.push(Change::Added(src));
@@ -628,9 +712,25 @@ impl Group {
         )
     }
 
+    /// Counts a member address in its IP's tally.
+    fn address_added(&mut self, a: SocketAddr) {
+        *self.per_ip.entry(a.ip()).or_insert(0) += 1;
+    }
+
+    /// Takes a member address out of its IP's tally.
+    fn address_removed(&mut self, a: SocketAddr) {
+        if let Some(n) = self.per_ip.get_mut(&a.ip()) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_ip.remove(&a.ip());
+            }
+        }
+    }
+
     fn remove(&mut self, idx: usize) {
         let gone = self.members.swap_remove(idx);
         self.changes.push(Change::Removed(gone.addr));
+        self.address_removed(gone.addr);
         self.by_addr.remove(&gone.addr);
         self.by_player.remove(&gone.sender);
         if let Some(moved) = self.members.get(idx) {
@@ -1206,6 +1306,100 @@ mod tests {
         assert_eq!(
             g.handle(&k, &p, at(T0 + 1100), addr(0), &reply).event,
             Event::Dropped(DropReason::Replay)
+        );
+    }
+
+    #[test]
+    fn one_address_holds_at_most_max_per_ip_members() {
+        let (k, p) = (
+            keys(),
+            Policy {
+                max_per_ip: 3,
+                ..Policy::default()
+            },
+        );
+        let mut g = Group::new(PORT);
+        // addr(i) are ports of one IP address.
+        let mut players: Vec<Player> = (0..3)
+            .map(|i| join(&mut g, &k, &p, T0, addr(i), u32::from(i)).0)
+            .collect();
+        let (_, o) = join(&mut g, &k, &p, T0, addr(3), 3);
+        assert_eq!(o.event, Event::Dropped(DropReason::AddressLimit));
+        let err = Packet::parse(o.reply.unwrap().as_bytes().to_vec()).unwrap();
+        assert_eq!(err.error_code(), Some(Ok(ErrorCode::AddressLimit)));
+        assert_eq!(g.len(), 3);
+        // Another host is not affected.
+        let elsewhere = SocketAddr::from(([10, 0, 0, 2], 5000));
+        assert_eq!(
+            join(&mut g, &k, &p, T0, elsewhere, 9).1.event,
+            Event::Joined { rejoin: false }
+        );
+        // A member of the full address leaves: there is room again.
+        let leave = players[0].leave();
+        assert_eq!(g.handle(&k, &p, at(T0), addr(0), &leave).event, Event::Left);
+        assert_eq!(
+            join(&mut g, &k, &p, T0, addr(3), 3).1.event,
+            Event::Joined { rejoin: false }
+        );
+        let _ = players.pop();
+    }
+
+    #[test]
+    fn a_member_over_its_rate_cap_loses_only_its_own_excess() {
+        let (k, p) = (
+            keys(),
+            Policy {
+                member_pps: 5,
+                member_bytes_per_s: 0,
+                ..Policy::default()
+            },
+        );
+        let mut g = Group::new(PORT);
+        let (mut noisy, _) = join(&mut g, &k, &p, T0, addr(0), 1);
+        let (mut quiet, _) = join(&mut g, &k, &p, T0, addr(1), 2);
+        let verdicts: Vec<Event> = (0..8)
+            .map(|_| g.handle(&k, &p, at(T0), addr(0), &noisy.data(b"x")).event)
+            .collect();
+        assert_eq!(
+            verdicts.iter().filter(|e| matches!(e, Event::Forward { .. })).count(),
+            5,
+            "a second's burst"
+        );
+        assert_eq!(
+            verdicts
+                .iter()
+                .filter(|e| **e == Event::Dropped(DropReason::RateLimited))
+                .count(),
+            3
+        );
+        let d = quiet.data(b"y");
+        assert_eq!(
+            g.handle(&k, &p, at(T0), addr(1), &d).event,
+            Event::Forward { from: addr(1) }
+        );
+        // 400 ms later two more are allowed.
+        let later: Vec<Event> = (0..3)
+            .map(|_| g.handle(&k, &p, at(T0 + 400), addr(0), &noisy.data(b"x")).event)
+            .collect();
+        assert_eq!(later.iter().filter(|e| matches!(e, Event::Forward { .. })).count(), 2);
+        // The byte cap the same way: 200 bytes a second, datagrams of 132.
+        let p = Policy {
+            member_pps: 0,
+            member_bytes_per_s: 200,
+            ..Policy::default()
+        };
+        let mut g = Group::new(PORT);
+        let (mut big, _) = join(&mut g, &k, &p, T0, addr(0), 1);
+        let d = big.data(&[0; 100]);
+        assert_eq!(d.len(), 132);
+        assert!(matches!(
+            g.handle(&k, &p, at(T0), addr(0), &d).event,
+            Event::Forward { .. }
+        ));
+        let d = big.data(&[0; 100]);
+        assert_eq!(
+            g.handle(&k, &p, at(T0), addr(0), &d).event,
+            Event::Dropped(DropReason::RateLimited)
         );
     }
 

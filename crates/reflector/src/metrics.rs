@@ -64,6 +64,8 @@ counters! {
     expired_token: "counter", "JOINs with an expired token.";
     bad_cookie: "counter", "JOINs echoing a wrong or stale cookie.";
     group_full: "counter", "JOINs refused because the group is full.";
+    address_limit: "counter", "JOINs refused because their address already has --max-per-ip members in the group.";
+    rate_limited: "counter", "DATA dropped beyond its member's rate cap (--member-rate-pps, --member-rate-bytes).";
     unexpected: "counter", "Datagrams of a type only the reflector sends.";
     challenges: "counter", "JOIN_CHALLENGE replies sent.";
     joins: "counter", "Members admitted.";
@@ -234,6 +236,8 @@ impl Registry {
             + t.expired_token
             + t.bad_cookie
             + t.group_full
+            + t.address_limit
+            + t.rate_limited
             + t.unexpected;
         let _ = writeln!(
             out,

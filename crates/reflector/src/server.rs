@@ -59,6 +59,18 @@ pub struct ServeArgs {
     /// then only KEEPALIVEs count as signs of life, and clients send them every interval).
     #[arg(long, value_enum, default_value_t = Toggle::On)]
     pub data_tags: Toggle,
+    /// Members per source IP address in one group (further JOINs get ERROR(AddressLimit)): one
+    /// host cannot fill a group and multiply its datagrams by the group's size, a household
+    /// behind one NAT still fits. Raise it for load tests from one address.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=65535))]
+    pub max_per_ip: u64,
+    /// DATA datagrams per second one member may have fanned out (a second's burst); beyond it
+    /// its own datagrams are dropped and counted. A game sends tens; 0 lifts the cap.
+    #[arg(long, default_value_t = 500)]
+    pub member_rate_pps: u32,
+    /// DATA bytes per second one member may have fanned out (a second's burst); 0 lifts the cap.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub member_rate_bytes: u64,
     /// Event-loop threads; groups are spread over them. Default: one per core.
     #[arg(long)]
     pub threads: Option<usize>,
@@ -637,6 +649,8 @@ fn count_drop(c: &GroupCounters, reason: DropReason) -> u64 {
         DropReason::Token(_) => &c.bad_token,
         DropReason::BadCookie => &c.bad_cookie,
         DropReason::GroupFull => &c.group_full,
+        DropReason::AddressLimit => &c.address_limit,
+        DropReason::RateLimited => &c.rate_limited,
         DropReason::Unexpected(_) => &c.unexpected,
     };
     counter.fetch_add(1, Relaxed)
@@ -712,6 +726,9 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
             replies_per_s: args.replies_per_s,
             data_tags: args.data_tags == Toggle::On,
             checkpoint_port: 0,
+            max_per_ip: args.max_per_ip as usize,
+            member_pps: args.member_rate_pps,
+            member_bytes_per_s: args.member_rate_bytes,
         },
         backend,
         threads,

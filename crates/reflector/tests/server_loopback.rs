@@ -530,3 +530,38 @@ backend_matrix!(exact_delivery);
 backend_matrix!(hostile_traffic);
 
 backend_matrix!(departed_member_costs_nothing_to_the_others);
+
+/// One member floods far beyond its rate cap: its excess is dropped and
+/// counted, every other member's datagrams still arrive, and what it did
+/// get through reaches everyone.
+#[test]
+fn a_flooding_member_is_capped_and_the_others_unaffected() {
+    let policy = Policy {
+        member_pps: 50,
+        ..Policy::default()
+    };
+    let server = start(BackendKind::Sendmmsg, 1, policy);
+    let g = server.ports()[0];
+    let mut flood = Client::join(g, 1);
+    let mut polite = Client::join(g, 2);
+    let mut listener = Client::join(g, 3);
+    const FLOOD: u32 = 400;
+    for seq in 0..FLOOD {
+        flood.data(seq, &payload_for(1, seq));
+    }
+    for seq in 0..10 {
+        polite.data(seq, &payload_for(2, seq));
+    }
+    let t = wait_for(&server, |t| t.forwarded + t.rate_limited == u64::from(FLOOD) + 10);
+    assert_eq!(t.forwarded + t.rate_limited, u64::from(FLOOD) + 10);
+    assert!(t.rate_limited >= u64::from(FLOOD) - 100, "the flood was capped: {t:?}");
+    let mut seen = Vec::new();
+    let got = listener.drain_data(t.forwarded as usize, &mut seen);
+    assert_eq!(got as u64, t.forwarded, "everything let through arrives");
+    assert_eq!(
+        seen.iter().filter(|(p, _)| *p == 2).count(),
+        10,
+        "the polite member lost nothing"
+    );
+    drop((flood, polite));
+}
