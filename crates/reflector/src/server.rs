@@ -59,6 +59,9 @@ pub struct ServeArgs {
     /// then only KEEPALIVEs count as signs of life, and clients send them every interval).
     #[arg(long, value_enum, default_value_t = Toggle::On)]
     pub data_tags: Toggle,
+    /// DATA tags of one group, unlike --data-tags: PORT=on or PORT=off (repeatable).
+    #[arg(long = "group-data-tags", value_name = "PORT=on|off", value_parser = parse_group_tags)]
+    pub group_data_tags: Vec<(u16, bool)>,
     /// Members per source IP address in one group (further JOINs get ERROR(AddressLimit)): one
     /// host cannot fill a group and multiply its datagrams by the group's size, a household
     /// behind one NAT still fits. Raise it for load tests from one address.
@@ -102,6 +105,22 @@ pub struct ServeArgs {
 /// Ports parsed from `--ports`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PortList(pub Vec<u16>);
+
+/// `PORT=on|off`.
+pub fn parse_group_tags(s: &str) -> Result<(u16, bool), String> {
+    let (port, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("'{s}' is not PORT=on or PORT=off"))?;
+    let port = port
+        .trim()
+        .parse::<u16>()
+        .map_err(|_| format!("'{port}' in '{s}' is not a port"))?;
+    match v.trim() {
+        "on" => Ok((port, true)),
+        "off" => Ok((port, false)),
+        other => Err(format!("'{other}' in '{s}' is neither on nor off")),
+    }
+}
 
 /// An option that is on or off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -179,6 +198,8 @@ pub struct ServerConfig {
     pub threads: usize,
     pub rcvbuf: usize,
     pub sndbuf: usize,
+    /// Groups whose DATA tags differ from [`Policy::data_tags`]: (port, on).
+    pub group_tags: Vec<(u16, bool)>,
 }
 
 /// A running reflector.
@@ -244,9 +265,13 @@ impl Server {
         let mut per_thread: Vec<Vec<Slot>> = (0..nthreads).map(|_| Vec::new()).collect();
         for (i, sock) in socks.into_iter().enumerate() {
             let (port, counters) = (registry.groups[i].0, Arc::clone(&registry.groups[i].1));
+            let mut group = Group::new(port);
+            if let Some(&(_, on)) = cfg.group_tags.iter().find(|(p, _)| *p == port) {
+                group.set_tags(on);
+            }
             per_thread[i % nthreads].push(Slot {
                 sock,
-                group: Group::new(port),
+                group,
                 counters,
                 waiting: None,
                 backlog: VecDeque::new(),
@@ -734,6 +759,7 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         threads,
         rcvbuf: args.rcvbuf,
         sndbuf: args.sndbuf,
+        group_tags: args.group_data_tags.clone(),
     };
     args.http.validate()?;
     // Certificate problems are reported before anything starts.
@@ -801,5 +827,10 @@ mod tests {
         assert!(parse_ports("70000").is_err());
         assert!(parse_ports("").is_err());
         assert!(parse_ports("1-65535").unwrap_err().contains("4096"));
+        assert_eq!(parse_group_tags("4001=off"), Ok((4001, false)));
+        assert_eq!(parse_group_tags(" 4002 = on "), Ok((4002, true)));
+        assert!(parse_group_tags("4001").unwrap_err().contains("PORT=on"));
+        assert!(parse_group_tags("4001=maybe").unwrap_err().contains("maybe"));
+        assert!(parse_group_tags("x=on").unwrap_err().contains("not a port"));
     }
 }

@@ -53,6 +53,7 @@ fn setup_full(
             threads: 2,
             rcvbuf: 4 << 20,
             sndbuf: 4 << 20,
+            group_tags: Vec::new(),
         },
         stop,
     )

@@ -34,6 +34,7 @@ fn start(backend: BackendKind, groups: usize, policy: Policy) -> Server {
         threads: 2,
         rcvbuf: 4 << 20,
         sndbuf: 4 << 20,
+        group_tags: Vec::new(),
     };
     Server::start(cfg, Arc::new(AtomicBool::new(false))).expect("server starts")
 }

@@ -261,6 +261,8 @@ impl<E: Edge> Ctx<'_, E> {
                 };
                 let (mem, group) = (*mem, session.request().group);
                 let event = session.handle(now, src, &pkt);
+                // Kept for a rejoin: the request and where its numbers got to.
+                let (mut again, next_seq) = (*session.request(), session.next_seq());
                 self.flush(bot);
                 match event {
                     Some(Event::Joined(ack)) => {
@@ -281,12 +283,14 @@ impl<E: Edge> Ctx<'_, E> {
                         }
                     }
                     Some(Event::MembershipLost) => {
+                        // ERROR(NotMember) cannot be authenticated: join again
+                        // with the token and key held (sequence numbers going
+                        // on), not with a new ticket, which a forged error
+                        // would otherwise turn into a lockout by the rate limit.
                         self.ledger.ended(mem);
-                        bot.state = State::Idle;
+                        again.first_seq = next_seq;
                         self.error(bot, format!("group {group} forgot this member; joining again"));
-                        if !bot.http_busy {
-                            self.ask_ticket(idx, bot);
-                        }
+                        self.start_join(idx, bot, again, now);
                     }
                     Some(Event::Failed(Failure::ExpiredToken)) => {
                         self.ledger.join_failed(mem);
@@ -571,11 +575,43 @@ mod tests {
                 GroupEvent::Forward { .. }
             ));
         }
+        let last_seq = Packet::parse(&ctx.edge.sent.last().expect("DATA sent").1[..])
+            .unwrap()
+            .seq();
+        ctx.edge.sent.clear();
+        // An ERROR(NotMember) (forgeable: it carries no MAC) makes the bot
+        // join again with the token and key it holds, numbers going on; it
+        // does not ask the control server for a new ticket.
+        let jobs_before = ctx.edge.jobs.len();
+        let forged = reflector_proto::protocol::SmallDatagram::error(
+            4000,
+            42,
+            0,
+            reflector_proto::protocol::ErrorCode::NotMember,
+        );
+        ctx.on_datagram(0, &mut bot, forged.as_bytes(), reflector, start);
+        assert_eq!(ctx.edge.jobs.len(), jobs_before, "no new ticket asked for");
+        let (_, join, _) = ctx.edge.sent.pop().expect("a JOIN again");
+        let join = Packet::parse(&join[..]).unwrap();
+        assert_eq!(join.kind(), Kind::Join);
+        assert_eq!(join.join_token(), Some(&token));
+        assert!(join.seq() > last_seq);
+        // The group still has it (the error was forged): the JOIN is fresh
+        // in its window, so the same membership is confirmed.
+        let out = group.handle(&keys, &policy, now, me, join.as_bytes());
+        assert_eq!(out.event, GroupEvent::Challenged);
+        ctx.on_datagram(0, &mut bot, out.reply.unwrap().as_bytes(), reflector, start);
+        let (_, echo, _) = ctx.edge.sent.pop().expect("the echo");
+        let out = group.handle(&keys, &policy, now, me, &echo);
+        assert_eq!(out.event, GroupEvent::Joined { rejoin: true });
+        ctx.on_datagram(0, &mut bot, out.reply.unwrap().as_bytes(), reflector, start);
+        assert!(bot.state.is_member());
         ctx.edge.sent.clear();
         ctx.leave(&mut bot, false);
         let (_, leave, _) = ctx.edge.sent.pop().expect("a LEAVE");
         assert_eq!(group.handle(&keys, &policy, now, me, &leave).event, GroupEvent::Left);
         assert!(matches!(bot.state, State::Idle));
-        assert_eq!((bot.stats.sent, ctx.error_count), (2, 0));
+        // One error reported: the group forgot it (and it joined again).
+        assert_eq!((bot.stats.sent, ctx.error_count), (2, 1));
     }
 }
