@@ -23,6 +23,7 @@ pub mod error;
 pub mod filter;
 pub mod gen;
 pub mod output;
+pub mod print;
 pub mod session;
 pub mod source;
 pub mod sys;
@@ -30,6 +31,7 @@ pub mod sys;
 pub use error::{CaptureError, Result};
 pub use filter::LinkType;
 pub use output::{Compression, Format};
+pub use print::{Dump, PrintOptions, TsFormat};
 pub use session::{
     count_packets, iface_info, Capture, CaptureConfig, Control, Limits, OwnedPacket, Report, Sink, ThreadReport,
 };

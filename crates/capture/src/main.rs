@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use capture::gen::{self, FrameSpec, GenConfig, Via};
 use capture::{Capture, CaptureConfig, Compression, Control, Format, Limits, Mode, RingConfig, Sink, Support};
-use clap::{Args, Parser, Subcommand};
+use capture::{Dump, PrintOptions, TsFormat};
+use clap::{ArgAction, Args, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -112,6 +113,58 @@ struct CapArgs {
     /// Do not print packets; only the statistics at the end.
     #[arg(short = 'q', long)]
     quiet: bool,
+    /// No name resolution (accepted, as -nn: capture never resolves addresses or ports).
+    #[arg(short = 'n', action = ArgAction::Count)]
+    no_resolve: u8,
+    /// Verbose (accepted, as -vv and -vvv: the one-line summary is the same at every level).
+    #[arg(short = 'v', action = ArgAction::Count)]
+    verbose: u8,
+    /// Print the link-level header on each line: MAC addresses, EtherType, frame length.
+    #[arg(short = 'e')]
+    link_header: bool,
+    /// Hex dump of each packet after its line, from the network header (-xx: from the link header).
+    #[arg(short = 'x', action = ArgAction::Count)]
+    hex: u8,
+    /// Hex and ASCII dump of each packet (-XX: from the link header).
+    #[arg(short = 'X', action = ArgAction::Count)]
+    hex_ascii: u8,
+    /// ASCII dump of each packet, from the network header.
+    #[arg(short = 'A')]
+    ascii: bool,
+    /// Timestamps: -t none, -tt Unix seconds, -ttt since the previous packet, -tttt date and time,
+    /// -ttttt since the first packet (default: time of day, UTC).
+    #[arg(short = 't', action = ArgAction::Count)]
+    timestamps: u8,
+    /// Number the printed packets.
+    #[arg(short = '#', long = "number")]
+    number: bool,
+    /// Line-buffered stdout (accepted: printed lines are written and flushed after every batch).
+    #[arg(short = 'l')]
+    line_buffered: bool,
+    /// Absolute TCP sequence numbers (accepted: the summary prints no sequence numbers).
+    #[arg(short = 'S', long = "absolute-tcp-sequence-numbers")]
+    absolute_seq: bool,
+    /// Do not verify checksums (accepted: capture never verifies them).
+    #[arg(short = 'K', long = "dont-verify-checksums")]
+    dont_verify: bool,
+    /// List the interfaces (index, name, state) and exit.
+    #[arg(short = 'D', long = "list-interfaces")]
+    list_interfaces: bool,
+    /// List the interface's data link types and exit.
+    #[arg(short = 'L', long = "list-data-link-types")]
+    list_link_types: bool,
+    /// Data link type: the interface's own only (EN10MB for Ethernet-framed ones, RAW for tun).
+    #[arg(short = 'y', long = "linktype", value_name = "TYPE")]
+    link_type: Option<String>,
+    /// A wake-up per packet: the TPACKET_V2 ring (tcpdump's immediate mode, the paper's baseline).
+    #[arg(long)]
+    immediate_mode: bool,
+    /// Timestamp precision of the file and the printed lines: micro (default) or nano.
+    #[arg(long, value_name = "micro|nano", value_parser = ["micro", "nano"])]
+    time_stamp_precision: Option<String>,
+    /// Read the filter expression from FILE (lines starting with # are comments).
+    #[arg(short = 'F', value_name = "FILE")]
+    filter_file: Option<PathBuf>,
     /// Exit with status 3 if any packet was lost (kernel drops or our own), for scripts that verify.
     #[arg(long)]
     fail_on_loss: bool,
@@ -214,7 +267,57 @@ fn signals(control: &Control) -> Result<(), capture::CaptureError> {
     Ok(())
 }
 
+/// `-D`: the interfaces, as the kernel numbers them.
+fn list_interfaces() -> Result<ExitCode, capture::CaptureError> {
+    let mut ifaces: Vec<(u32, String, String)> = std::fs::read_dir("/sys/class/net")
+        .map_err(|e| capture::CaptureError::Config(format!("cannot list /sys/class/net: {e}")))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let read = |f: &str| std::fs::read_to_string(e.path().join(f)).unwrap_or_default();
+            let index = read("ifindex").trim().parse().ok()?;
+            Some((index, name, read("operstate").trim().to_string()))
+        })
+        .collect();
+    ifaces.sort();
+    for (index, name, state) in ifaces {
+        println!("{index}.{name} [{state}]");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn link_type_name(link: capture::LinkType) -> (&'static str, &'static str) {
+    match link {
+        capture::LinkType::Ethernet => ("EN10MB", "Ethernet"),
+        capture::LinkType::RawIp => ("RAW", "Raw IP"),
+    }
+}
+
+/// The filter: from `-F FILE` or from the command line, not both.
+fn filter_expression(a: &CapArgs) -> Result<String, capture::CaptureError> {
+    let inline = a.filter.join(" ");
+    let Some(path) = &a.filter_file else {
+        return Ok(inline);
+    };
+    if !inline.trim().is_empty() {
+        return Err(capture::CaptureError::Config(format!(
+            "-F {} and a filter expression on the command line: give one of them",
+            path.display()
+        )));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| capture::CaptureError::Config(format!("-F {}: {e}", path.display())))?;
+    Ok(text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .collect::<Vec<_>>()
+        .join(" "))
+}
+
 fn run_capture(a: CapArgs) -> Result<ExitCode, capture::CaptureError> {
+    if a.list_interfaces {
+        return list_interfaces();
+    }
     let Some(iface) = a.iface.clone() else {
         return Err(capture::CaptureError::Config(
             "no interface: give one with -i IFACE (see `ip link`), or see --help".into(),
@@ -226,11 +329,35 @@ fn run_capture(a: CapArgs) -> Result<ExitCode, capture::CaptureError> {
             "--compress and --pcapng need an output file (-w FILE)".into(),
         ));
     }
+    if a.list_link_types || a.link_type.is_some() {
+        let (name, description) = link_type_name(capture::iface_info(&iface)?.link);
+        if a.list_link_types {
+            println!("Data link types for {iface} (use option -y to set):\n  {name} ({description})");
+            return Ok(ExitCode::SUCCESS);
+        }
+        if let Some(y) = &a.link_type {
+            if !y.eq_ignore_ascii_case(name) {
+                return Err(capture::CaptureError::Config(format!(
+                    "-y {y}: {iface} offers only {name} ({description}); see -L"
+                )));
+            }
+        }
+    }
+    let nano = a.nano || a.time_stamp_precision.as_deref() == Some("nano");
     let mut cfg = CaptureConfig::new(&iface);
-    let expr = a.filter.join(" ");
+    let expr = filter_expression(&a)?;
     cfg.filter = (!expr.trim().is_empty()).then_some(expr);
-    cfg.mode = a.mode;
-    cfg.snaplen = a.snaplen;
+    cfg.mode = match (a.immediate_mode, a.mode) {
+        (false, m) => m,
+        (true, None | Some(Mode::V2)) => Some(Mode::V2),
+        (true, Some(m)) => {
+            return Err(capture::CaptureError::Config(format!(
+                "--immediate-mode is the v2 ring (a wake-up per packet); it cannot be combined with --mode {m}"
+            )))
+        }
+    };
+    // tcpdump's -s 0: the default, the largest snapshot.
+    cfg.snaplen = if a.snaplen == 0 { 262_144 } else { a.snaplen };
     cfg.ring = RingConfig {
         buffer_bytes: u64::from(a.buffer_kib) * 1024,
         block_size: a.block_kib.map(|k| u64::from(k) * 1024),
@@ -259,11 +386,8 @@ fn run_capture(a: CapArgs) -> Result<ExitCode, capture::CaptureError> {
         "capture: listening on {iface}, mode {} ({how}; {}), link-type {}, snapshot length {} bytes, {} thread(s)",
         cap.mode(),
         others.join(", "),
-        match cap.link() {
-            capture::LinkType::Ethernet => "EN10MB",
-            capture::LinkType::RawIp => "RAW",
-        },
-        a.snaplen,
+        link_type_name(cap.link()).0,
+        cfg.snaplen,
         a.threads
     );
     let sink = match &a.write {
@@ -271,11 +395,17 @@ fn run_capture(a: CapArgs) -> Result<ExitCode, capture::CaptureError> {
             path: path.clone(),
             format: if a.pcapng { Format::PcapNg } else { Format::Pcap },
             compression: a.compress.unwrap_or(Compression::None),
-            nano: a.nano,
+            nano,
             packet_buffered: a.packet_buffered,
         },
         None if a.quiet => Sink::Count,
-        None => Sink::Summary,
+        None => Sink::Summary(PrintOptions {
+            ts: TsFormat::from_count(a.timestamps),
+            nano,
+            number: a.number,
+            link_header: a.link_header,
+            dump: Dump::from_flags(a.hex, a.hex_ascii, a.ascii),
+        }),
     };
     let limits = Limits {
         count: a.count,

@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::decode;
 use crate::error::{CaptureError, Result};
 use crate::filter::{self, LinkType};
 use crate::output::{Compression, Encoding, FileOutput, FooterStats, Format};
+use crate::print::{PrintOptions, Printer};
 use crate::source::{self, Flow, KernelStats, Mode, PacketView, RingConfig, Source, SourceConfig, Support};
 use crate::sys;
 
@@ -73,8 +73,8 @@ pub struct OwnedPacket {
 pub enum Sink {
     /// Count only.
     Count,
-    /// One `tcpdump -n`-style line per packet on stdout.
-    Summary,
+    /// One `tcpdump -n`-style line per packet on stdout, printed as asked.
+    Summary(PrintOptions),
     /// A pcap/pcapng file (possibly compressed).
     File {
         path: PathBuf,
@@ -428,7 +428,7 @@ impl Capture {
                 let cpu = (!cpus.is_empty()).then(|| cpus[i % cpus.len()]);
                 let out = match &sink {
                     Sink::Count => Out::Count,
-                    Sink::Summary => Out::Summary(String::new()),
+                    Sink::Summary(opts) => Out::Summary(String::new(), Printer::new(*opts)),
                     Sink::File { .. } => match &file {
                         Some(f) => Out::File(f.clone(), Vec::with_capacity(FLUSH_AT + 4096), 0, Vec::new()),
                         None => Out::Count,
@@ -566,7 +566,7 @@ struct Shared {
 
 enum Out {
     Count,
-    Summary(String),
+    Summary(String, Printer),
     /// Shared file, local encoded records (and how many packets they
     /// hold), scratch for VLAN re-insertion.
     File(Arc<Mutex<FileOutput>>, Vec<u8>, u64, Vec<u8>),
@@ -577,7 +577,7 @@ impl Out {
     fn flush(&mut self) -> Result<()> {
         match self {
             Out::Count => {}
-            Out::Summary(s) => {
+            Out::Summary(s, _) => {
                 if !s.is_empty() {
                     let mut o = std::io::stdout().lock();
                     // A closed stdout (e.g. `| head`) ends the capture quietly.
@@ -630,7 +630,7 @@ impl Out {
     fn pending(&self) -> usize {
         match self {
             Out::Count => 0,
-            Out::Summary(s) => s.len(),
+            Out::Summary(s, _) => s.len(),
             Out::File(_, b, _, _) => b.len(),
             Out::Collect(_, v) => v.len() * 64,
         }
@@ -772,7 +772,7 @@ fn worker_loop(
 fn take(out: &mut Out, link: LinkType, encoding: Option<&Encoding>, p: &PacketView<'_>) {
     match out {
         Out::Count => {}
-        Out::Summary(s) => format_line(s, link, p),
+        Out::Summary(s, printer) => printer.line(s, link, p),
         Out::File(_, buf, packets, scratch) => {
             if let Some(e) = encoding {
                 e.record(buf, p, scratch);
@@ -795,21 +795,6 @@ fn fill_final(rep: &mut ThreadReport, src: &mut Source, cpu0: (Duration, Duratio
     rep.cpu_user = u.saturating_sub(cpu0.0);
     rep.cpu_sys = s.saturating_sub(cpu0.1);
     Ok(())
-}
-
-/// "HH:MM:SS.uuuuuu " (UTC) + summary + newline.
-fn format_line(s: &mut String, link: LinkType, p: &PacketView<'_>) {
-    use std::fmt::Write as _;
-    let secs = p.ts_ns / 1_000_000_000;
-    let us = (p.ts_ns % 1_000_000_000) / 1000;
-    let day = secs % 86_400;
-    let _ = write!(s, "{:02}:{:02}:{:02}.{:06} ", day / 3600, (day / 60) % 60, day % 60, us);
-    // A tag the kernel moved into the metadata is printed as if in the frame.
-    if let Some((_, tci)) = p.vlan {
-        let _ = write!(s, "vlan {}, ", tci & 0x0fff);
-    }
-    decode::summarize(s, link, p.data, p.wire_len);
-    s.push('\n');
 }
 
 /// Convenience for other crates: capture on `iface` with `filter` for
@@ -869,28 +854,6 @@ mod tests {
             s.contains("stopped at once: 4 captured packets not written, 3 left unread in the kernel; the output holds the other 6"),
             "{s}"
         );
-    }
-
-    #[test]
-    fn summary_line_has_utc_time() {
-        let mut s = String::new();
-        let p = PacketView {
-            ts_ns: 3_723_000_004_000,
-            wire_len: 5,
-            data: &[1, 2, 3, 4, 5],
-            vlan: None,
-        };
-        format_line(&mut s, LinkType::Ethernet, &p);
-        assert!(s.starts_with("01:02:03.000004 "), "{s}");
-        assert!(s.ends_with('\n'));
-        // A tag from the metadata is printed where it stood in the frame.
-        let mut s = String::new();
-        let tagged = PacketView {
-            vlan: Some((0x8100, 0x2064)),
-            ..p
-        };
-        format_line(&mut s, LinkType::Ethernet, &tagged);
-        assert!(s.starts_with("01:02:03.000004 vlan 100, "), "{s}");
     }
 
     #[test]

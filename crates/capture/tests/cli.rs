@@ -133,3 +133,59 @@ fn unwritable_output_and_refused_ring_leave_nothing() {
     assert_eq!(std::fs::read_dir(&dir).expect("dir").count(), 0, "nothing half-written");
     std::fs::remove_dir(&dir).expect("rmdir");
 }
+
+#[test]
+fn tcpdump_options_list_refuse_and_explain() {
+    // -D lists the interfaces, lo among them; -L the link types of one.
+    let out = Command::new(BIN).arg("-D").output().expect("spawn capture");
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stdout).lines().any(|l| l.contains(".lo ")),
+        "-D"
+    );
+    let out = Command::new(BIN)
+        .args(["-i", "lo", "-L"])
+        .output()
+        .expect("spawn capture");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("EN10MB (Ethernet)"));
+    // What cannot be honoured is refused with the reason.
+    let (code, err) = run(&["-i", "lo", "-y", "RAW", "-c", "1"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("-y RAW") && err.contains("EN10MB"), "{err}");
+    let (code, err) = run(&["-i", "lo", "--immediate-mode", "--mode", "v3", "-c", "1"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("--immediate-mode"), "{err}");
+    let file = std::env::temp_dir().join(format!("capture-filter-{}", std::process::id()));
+    std::fs::write(&file, "# DNS only\nudp port 53\n").unwrap();
+    let f = file.to_string_lossy().to_string();
+    let (code, err) = run(&["-i", "lo", "-F", &f, "-c", "1", "tcp"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("-F") && err.contains("give one of them"), "{err}");
+    let (code, err) = run(&["-i", "lo", "-F", "/nonexistent/filter", "-c", "1"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("/nonexistent/filter"), "{err}");
+    let _ = std::fs::remove_file(&file);
+    // Everyday options tcpdump users type are accepted.
+    let (code, err) = run(&[
+        "-i",
+        "nosuchif9",
+        "-nn",
+        "-vv",
+        "-e",
+        "-XX",
+        "-tttt",
+        "-#",
+        "-l",
+        "-S",
+        "-K",
+        "-s",
+        "0",
+        "-c",
+        "1",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("no interface named"),
+        "parsed every option, then looked for the interface: {err}"
+    );
+}
