@@ -11,13 +11,15 @@ set -euo pipefail
 #   tshark       Wireshark's readers (tshark, capinfos): independent checks of capture's pcapng files
 #   netsniff-ng  trafgen/netsniff-ng: independent traffic generator and capture anchor
 #   clang, llvm  compile the eBPF programs
+#   libbpf-dev   bpf_helpers.h & co., included by the eBPF programs
+#   ethtool      tests turn checksum offload off on veths, so received checksums are really verified
 #   pkg-config   lets the pcap crate find libpcap
 #   python3      bench plots (matplotlib is installed by pip in bench/)
 #   procps       ps/pgrep used by clean-up checks
 #   systemd      systemd-analyze: the tests verify the shipped units in deploy/systemd
 #   util-linux   setpriv: the tests run those units' commands with only their capabilities
 #   libfaketime  anchor for the vtime clock-overhead benchmark (the LD_PRELOAD clock shim vtime is compared with)
-packages=(iproute2 libpcap-dev tcpdump tshark netsniff-ng clang llvm pkg-config python3 procps systemd util-linux libfaketime)
+packages=(iproute2 libpcap-dev tcpdump tshark netsniff-ng clang llvm libbpf-dev ethtool pkg-config python3 procps systemd util-linux libfaketime)
 
 missing=()
 for p in "${packages[@]}"; do

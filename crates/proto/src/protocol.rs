@@ -498,6 +498,12 @@ impl SessionKeys {
         h.finish()
     }
 
+    /// The DATA tag key, for an in-kernel checker that computes the same
+    /// SipHash (the reflector's eBPF fan-out).
+    pub fn tag_key(&self) -> &[u8; 16] {
+        &self.tag
+    }
+
     /// Checks a DATA's tag (constant time).
     pub fn verify_tag<T: AsRef<[u8]>>(&self, p: &Packet<T>) -> bool {
         match p.tag() {

@@ -19,6 +19,7 @@
 //! copy of the datagram, so members joining or leaving (or the receive
 //! buffer being reused) before it resumes change nothing for it.
 
+use crate::membership::Member;
 use crate::metrics::GroupCounters;
 pub use oskit::Support;
 use sendpath::errqueue::ErrEntry;
@@ -30,26 +31,36 @@ use std::os::fd::BorrowedFd;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-/// The fan-out backends, best first.
+/// The fan-out backends.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendKind {
     /// One `sendmmsg` per batch of members.
     Sendmmsg,
     /// One `sendto` per member (the paper's user-space loop).
     Sendto,
+    /// Replication inside the kernel: a TC program clones each member's
+    /// DATA to every other member (paper 000 §4.2 on a stock kernel); what
+    /// it leaves to user space goes through `sendmmsg`.
+    Ebpf,
 }
 
 impl BackendKind {
+    /// The user-space backends, best first: what the default picks from
+    /// and what the loopback test matrix runs.
     pub const ALL: [BackendKind; 2] = [BackendKind::Sendmmsg, BackendKind::Sendto];
+    /// Every backend, for names.
+    pub const NAMED: [BackendKind; 3] = [BackendKind::Ebpf, BackendKind::Sendmmsg, BackendKind::Sendto];
 
     pub fn name(self) -> &'static str {
         match self {
             BackendKind::Sendmmsg => "sendmmsg",
             BackendKind::Sendto => "sendto",
+            BackendKind::Ebpf => "ebpf",
         }
     }
 
-    /// Asks the kernel, without sending anything.
+    /// Asks the kernel, without sending anything. For `ebpf` this loads the
+    /// program (the verifier's verdict and the privileges) and unloads it.
     pub fn probe(self) -> Support {
         match self {
             BackendKind::Sendto => Support::Supported,
@@ -57,10 +68,11 @@ impl BackendKind {
                 Ok(()) => Support::Supported,
                 Err(e) => Support::Unsupported(format!("sendmmsg is not available: {e}")),
             },
+            BackendKind::Ebpf => crate::kfanout::probe(),
         }
     }
 
-    /// The best backend the probe allows.
+    /// The best user-space backend the probe allows.
     pub fn best() -> BackendKind {
         BackendKind::ALL
             .into_iter()
@@ -68,10 +80,13 @@ impl BackendKind {
             .unwrap_or(BackendKind::Sendto)
     }
 
+    /// A user-space backend; `ebpf` is built by [`crate::kfanout`] around
+    /// the program the server loaded, and asks for `sendmmsg` here for what
+    /// it passes up.
     pub fn build(self) -> Box<dyn Fanout> {
         Box::new(UserFanout::new(match self {
             BackendKind::Sendto => Mode::Sendto,
-            BackendKind::Sendmmsg => Mode::Sendmmsg,
+            BackendKind::Sendmmsg | BackendKind::Ebpf => Mode::Sendmmsg,
         }))
     }
 }
@@ -80,8 +95,8 @@ impl std::str::FromStr for BackendKind {
     type Err = String;
 
     fn from_str(s: &str) -> Result<BackendKind, String> {
-        BackendKind::ALL.into_iter().find(|b| b.name() == s).ok_or_else(|| {
-            let names: Vec<&str> = BackendKind::ALL.iter().map(|b| b.name()).collect();
+        BackendKind::NAMED.into_iter().find(|b| b.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = BackendKind::NAMED.iter().map(|b| b.name()).collect();
             format!("unknown backend '{s}'; choose one of: {}", names.join(", "))
         })
     }
@@ -114,10 +129,13 @@ pub enum Progress {
 pub trait Fanout: Send {
     fn name(&self) -> &'static str;
 
-    /// Group `g` is served from socket `fd` from now on.
-    fn attach(&mut self, g: usize, fd: BorrowedFd<'_>) -> io::Result<()>;
+    /// Group `g` (port `port`, DATA tags on or off) is served from socket
+    /// `fd` from now on.
+    fn attach(&mut self, g: usize, fd: BorrowedFd<'_>, port: u16, tags: bool) -> io::Result<()>;
 
-    fn member_added(&mut self, g: usize, addr: SocketAddr);
+    /// A member at `addr`; `m` is its state in the membership core (absent
+    /// if it left again within the same batch of changes).
+    fn member_added(&mut self, g: usize, addr: SocketAddr, m: Option<&Member>);
 
     fn member_removed(&mut self, g: usize, addr: SocketAddr);
 
@@ -143,8 +161,17 @@ pub trait Fanout: Send {
     fn error_entry(&mut self, _g: usize, _e: &ErrEntry) {}
 
     /// Copies counters kept outside `c` (an in-kernel backend's maps) into
-    /// it; called at every expiry sweep.
-    fn sync_counters(&mut self, _g: usize, _c: &GroupCounters) {}
+    /// it, and names the members whose DATA it forwarded since the last call
+    /// (signs of life the membership core did not see); called at every
+    /// expiry sweep, before the expiry.
+    fn sync(&mut self, _g: usize, _c: &GroupCounters, _heard: &mut dyn FnMut(SocketAddr)) {}
+
+    /// A member's DATA that reached user space (the membership core
+    /// accepted it): false if its sequence number was already seen by a
+    /// path the core does not watch (the kernel's), so it is a replay.
+    fn accept_data(&mut self, _g: usize, _from: SocketAddr, _datagram: &[u8]) -> bool {
+        true
+    }
 }
 
 /// Shortest and longest pause after ENOBUFS (hrtimers make 20 µs real,
@@ -234,12 +261,16 @@ struct GroupState {
 
 /// The user-space backends: members kept as a prebuilt [`DestSet`] per
 /// group (rebuilt on membership change, never per datagram).
-struct UserFanout {
+pub(crate) struct UserFanout {
     mode: Mode,
     groups: Vec<GroupState>,
 }
 
 impl UserFanout {
+    pub(crate) fn sendmmsg() -> UserFanout {
+        UserFanout::new(Mode::Sendmmsg)
+    }
+
     fn new(mode: Mode) -> UserFanout {
         UserFanout {
             mode,
@@ -301,12 +332,12 @@ impl Fanout for UserFanout {
         }
     }
 
-    fn attach(&mut self, g: usize, _fd: BorrowedFd<'_>) -> io::Result<()> {
+    fn attach(&mut self, g: usize, _fd: BorrowedFd<'_>, _port: u16, _tags: bool) -> io::Result<()> {
         self.group(g);
         Ok(())
     }
 
-    fn member_added(&mut self, g: usize, addr: SocketAddr) {
+    fn member_added(&mut self, g: usize, addr: SocketAddr, _m: Option<&Member>) {
         self.group(g).members.insert(addr);
     }
 
@@ -397,11 +428,15 @@ mod tests {
     #[test]
     fn backends_by_name_and_probe() {
         let e = "dpdk".parse::<BackendKind>().unwrap_err();
-        assert!(e.contains("sendmmsg") && e.contains("sendto"), "{e}");
+        assert!(
+            e.contains("sendmmsg") && e.contains("sendto") && e.contains("ebpf"),
+            "{e}"
+        );
         for b in BackendKind::ALL {
             assert_eq!(b.name().parse::<BackendKind>(), Ok(b));
             assert_eq!(b.build().name(), b.name());
         }
+        assert_eq!("ebpf".parse::<BackendKind>(), Ok(BackendKind::Ebpf));
         // Linux has had sendmmsg since 3.0.
         assert_eq!(BackendKind::Sendmmsg.probe(), Support::Supported);
         assert_eq!(BackendKind::best(), BackendKind::Sendmmsg);
@@ -463,9 +498,9 @@ mod tests {
             let tx = rx();
             let members: Vec<UdpSocket> = (0..6).map(|_| rx()).collect();
             let mut f = kind.build();
-            f.attach(0, tx.as_fd()).unwrap();
+            f.attach(0, tx.as_fd(), 0, false).unwrap();
             for m in &members {
-                f.member_added(0, m.local_addr().unwrap());
+                f.member_added(0, m.local_addr().unwrap(), None);
             }
             f.member_removed(0, members[5].local_addr().unwrap());
             let c = GroupCounters::default();

@@ -19,6 +19,7 @@ pub mod backend;
 pub mod bots;
 pub mod control;
 pub mod http;
+pub mod kfanout;
 pub mod membership;
 pub mod metrics;
 pub mod players;

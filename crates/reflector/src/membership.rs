@@ -376,11 +376,34 @@ impl Group {
         self.tags = Some(on);
     }
 
-    /// Hands every change since the last call to `f`, oldest first.
-    pub fn take_changes(&mut self, mut f: impl FnMut(Change)) {
+    /// Whether DATA here must carry tags (the group's setting, else the
+    /// policy's default).
+    pub fn tags_on(&self, policy: &Policy) -> bool {
+        self.tags.unwrap_or(policy.data_tags)
+    }
+
+    /// Hands every change since the last call to `f`, oldest first, with
+    /// the member now at an added address.
+    pub fn take_changes(&mut self, mut f: impl FnMut(Change, Option<&Member>)) {
         for c in self.changes.drain(..) {
-            f(c);
+            let m = match c {
+                Change::Added(a) => self.by_addr.get(&a).map(|&i| &self.members[i]),
+                Change::Removed(_) => None,
+            };
+            f(c, m);
         }
+    }
+
+    /// A sign of life from `addr` seen outside this core (DATA the kernel
+    /// fanned out after checking its tag); false if `addr` is no member.
+    pub fn heard_from(&mut self, addr: SocketAddr, now_ms: u64) -> bool {
+        let Some(&idx) = self.by_addr.get(&addr) else {
+            return false;
+        };
+        let m = &mut self.members[idx];
+        m.last_seen_ms = m.last_seen_ms.max(now_ms);
+        m.unreachable_since_ms = None;
+        true
     }
 
     /// Notes an ICMP error about `addr` (the destination of a datagram we
@@ -920,8 +943,12 @@ mod tests {
     /// Applies the group's changes to `seen` (what a backend does with its
     /// destination set) and checks it then holds exactly the members.
     fn mirror(g: &mut Group, seen: &mut HashSet<SocketAddr>) -> HashSet<SocketAddr> {
-        g.take_changes(|c| match c {
-            Change::Added(a) => assert!(seen.insert(a), "{a} added twice"),
+        g.take_changes(|c, m| match c {
+            Change::Added(a) => {
+                // Within one batch an address may be added and removed again.
+                assert!(m.is_none_or(|m| m.addr == a), "{a} added with another member");
+                assert!(seen.insert(a), "{a} added twice")
+            }
             Change::Removed(a) => assert!(seen.remove(&a), "{a} removed but absent"),
         });
         let members: HashSet<SocketAddr> = g.members().iter().map(|m| m.addr).collect();

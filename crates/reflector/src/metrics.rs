@@ -81,6 +81,10 @@ counters! {
     icmp_errors: "counter", "ICMP errors reported on the socket (e.g. a departed member's port unreachable).";
     pending_fanouts: "counter", "Fan-outs that had to wait for the socket buffer or the device queue; the loop served its other groups meanwhile.";
     send_errors: "counter", "Copies not sent because the destination kept failing (unroutable), or abandoned at shutdown.";
+    kernel_forwarded: "counter", "DATA fanned out inside the kernel by the eBPF program (also in forwarded).";
+    kernel_copies: "counter", "Copies the eBPF program cloned to members (also in fanned_out).";
+    kernel_clone_errors: "counter", "Copies the eBPF program's clones could not hand to a device (also in send_errors).";
+    kernel_passed_up: "counter", "Datagrams to the group's port the eBPF program left to user space (control, non-members, fragments, user-space mode).";
     members: "gauge", "Current members.";
 }
 

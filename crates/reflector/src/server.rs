@@ -11,6 +11,7 @@
 //! serving its other groups; it resumes on `EPOLLOUT` or a timer.
 
 use crate::backend::{BackendKind, Fanout, Progress, Support, Wake};
+use crate::kfanout::{EbpfFanout, KernelPath};
 use crate::membership::{Change, DropReason, Event, Group, Keys, Now, Policy};
 use crate::metrics::{GroupCounters, Registry};
 use crate::{mono_now_ms, CliError};
@@ -27,7 +28,7 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -42,10 +43,16 @@ pub struct ServeArgs {
     /// File with the secret shared with the control server (hex, or a passphrase of 16+ bytes).
     #[arg(long)]
     pub secret_file: PathBuf,
-    /// Fan-out backend: sendmmsg (one syscall per batch of members) or sendto (one per
-    /// member, the paper's user-space loop). Default: the best this kernel supports.
+    /// Fan-out backend: sendmmsg (one syscall per batch of members), sendto (one per
+    /// member, the paper's user-space loop), or ebpf (a TC program replicates each DATA
+    /// inside the kernel; needs root, Linux 6.6+, IPv4 on Ethernet devices). Default: the best
+    /// user-space backend this kernel supports. If ebpf cannot run, the reflector says why and
+    /// falls back to the best user-space backend, unless --strict-backend.
     #[arg(long, value_enum)]
     pub backend: Option<BackendKind>,
+    /// Refuse to start if the --backend asked for cannot run, instead of falling back.
+    #[arg(long)]
+    pub strict_backend: bool,
     /// This reflector's id in the control server's map: the position (0, 1, ...) of its
     /// `--reflector` option there. Tokens name it, so a token opens only this reflector.
     #[arg(long, default_value_t = 0)]
@@ -195,6 +202,9 @@ pub struct ServerConfig {
     pub keys: Keys,
     pub policy: Policy,
     pub backend: BackendKind,
+    /// If `backend` cannot run here: fall back to the best user-space one
+    /// (saying why), or refuse to start.
+    pub fallback: bool,
     pub threads: usize,
     pub rcvbuf: usize,
     pub sndbuf: usize,
@@ -226,8 +236,11 @@ impl Server {
     /// Binds every group port (so configuration errors surface here), then
     /// starts the event loops.
     pub fn start(cfg: ServerConfig, stop: Arc<AtomicBool>) -> Result<Server, ServeError> {
-        if let Support::Unsupported(why) = cfg.backend.probe() {
-            return Err(ServeError::Config(format!("backend {}: {why}", cfg.backend)));
+        let mut backend = cfg.backend;
+        if backend != BackendKind::Ebpf {
+            if let Support::Unsupported(why) = backend.probe() {
+                return Err(ServeError::Config(format!("backend {backend}: {why}")));
+            }
         }
         let mut socks = Vec::with_capacity(cfg.ports.len());
         let mut ports = Vec::with_capacity(cfg.ports.len());
@@ -260,7 +273,39 @@ impl Server {
             socks.push(sock);
             ports.push(port);
         }
-        let registry = Registry::new(cfg.backend.name(), &ports);
+        // The program is loaded and attached here, in the caller's network
+        // namespace, once for all event loops.
+        let kernel = if backend == BackendKind::Ebpf {
+            match KernelPath::start(cfg.bind) {
+                Ok(k) => {
+                    match k.backlog() {
+                        Some(b) => tracing::info!(
+                            "eBPF fan-out attached to {} (TCX ingress); net.core.netdev_max_backlog = {b}",
+                            k.devices().join(", ")
+                        ),
+                        None => tracing::info!(
+                            "eBPF fan-out attached to {} (TCX ingress); net.core.netdev_max_backlog is not visible from this namespace (it must exceed the largest group)",
+                            k.devices().join(", ")
+                        ),
+                    }
+                    if cfg.policy.member_pps > 0 || cfg.policy.member_bytes_per_s > 0 {
+                        tracing::warn!(
+                            "the eBPF fan-out does not enforce the per-member DATA rate caps yet: DATA it forwards in the kernel is not capped"
+                        );
+                    }
+                    Some(Arc::new(Mutex::new(k)))
+                }
+                Err(why) if cfg.fallback => {
+                    backend = BackendKind::best();
+                    tracing::warn!("backend ebpf cannot run here: {why}; using {backend} instead");
+                    None
+                }
+                Err(why) => return Err(ServeError::Config(format!("backend ebpf: {why}"))),
+            }
+        } else {
+            None
+        };
+        let registry = Registry::new(backend.name(), &ports);
         let nthreads = cfg.threads.clamp(1, socks.len().max(1));
         let mut per_thread: Vec<Vec<Slot>> = (0..nthreads).map(|_| Vec::new()).collect();
         for (i, sock) in socks.into_iter().enumerate() {
@@ -279,10 +324,14 @@ impl Server {
         }
         let mut threads = Vec::new();
         for (t, slots) in per_thread.into_iter().enumerate() {
-            let (keys, policy, backend, stop2) = (cfg.keys.clone(), cfg.policy, cfg.backend, Arc::clone(&stop));
+            let (keys, policy, stop2) = (cfg.keys.clone(), cfg.policy, Arc::clone(&stop));
+            let fanout: Box<dyn Fanout> = match &kernel {
+                Some(k) => Box::new(EbpfFanout::new(Arc::clone(k))),
+                None => backend.build(),
+            };
             let h = std::thread::Builder::new()
                 .name(format!("reflector-{t}"))
-                .spawn(move || event_loop(slots, &keys, &policy, backend, &stop2));
+                .spawn(move || event_loop(slots, &keys, &policy, fanout, &stop2));
             match h {
                 Ok(h) => threads.push(h),
                 Err(e) => {
@@ -363,7 +412,7 @@ fn event_loop(
     slots: Vec<Slot>,
     keys: &Keys,
     policy: &Policy,
-    backend: BackendKind,
+    mut fanout: Box<dyn Fanout>,
     stop: &AtomicBool,
 ) -> Result<(), ServeError> {
     let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(loop_err)?;
@@ -375,12 +424,13 @@ fn event_loop(
     epoll
         .add(timer.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, TIMER_TOKEN))
         .map_err(loop_err)?;
-    let mut fanout = backend.build();
     for (i, s) in slots.iter().enumerate() {
         epoll
             .add(s.sock.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64))
             .map_err(loop_err)?;
-        fanout.attach(i, s.sock.as_fd()).map_err(ServeError::Loop)?;
+        fanout
+            .attach(i, s.sock.as_fd(), s.group.port(), s.group.tags_on(policy))
+            .map_err(ServeError::Loop)?;
     }
     let mut lp = Loop {
         slots,
@@ -571,12 +621,17 @@ impl Loop<'_> {
             }
         }
         let fanout = &mut self.fanout;
-        slot.group.take_changes(|ch| match ch {
-            Change::Added(a) => fanout.member_added(i, a),
+        slot.group.take_changes(|ch, m| match ch {
+            Change::Added(a) => fanout.member_added(i, a, m),
             Change::Removed(a) => fanout.member_removed(i, a),
         });
         match outcome.event {
             Event::Forward { from } => {
+                if !fanout.accept_data(i, from, datagram) {
+                    // Its sequence number went through the kernel path.
+                    c.replays.fetch_add(1, Relaxed);
+                    return Progress::Done;
+                }
                 c.forwarded.fetch_add(1, Relaxed);
                 strip_tag(datagram);
                 return fanout.fanout(i, slot.sock.as_fd(), datagram, from, c);
@@ -633,6 +688,12 @@ impl Loop<'_> {
         let now_ms = mono_now_ms();
         let mut probes = Vec::new();
         for (i, s) in self.slots.iter_mut().enumerate() {
+            // Signs of life and counters from the backend first (the kernel
+            // path's DATA), so its members are not expired for silence.
+            let group = &mut s.group;
+            self.fanout.sync(i, &s.counters, &mut |addr| {
+                group.heard_from(addr, now_ms);
+            });
             let gone = s.group.expire(self.policy, now_ms);
             // Each member's RTT, measured by the reflector itself.
             probes.clear();
@@ -643,8 +704,8 @@ impl Loop<'_> {
                 }
             }
             let fanout = &mut self.fanout;
-            s.group.take_changes(|ch| match ch {
-                Change::Added(a) => fanout.member_added(i, a),
+            s.group.take_changes(|ch, m| match ch {
+                Change::Added(a) => fanout.member_added(i, a, m),
                 Change::Removed(a) => fanout.member_removed(i, a),
             });
             if gone.silent + gone.unreachable > 0 {
@@ -654,7 +715,6 @@ impl Loop<'_> {
                     .fetch_add(gone.unreachable as u64, Relaxed);
                 s.counters.members.store(s.group.len() as u64, Relaxed);
             }
-            fanout.sync_counters(i, &s.counters);
         }
     }
 }
@@ -756,6 +816,7 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
             member_bytes_per_s: args.member_rate_bytes,
         },
         backend,
+        fallback: !args.strict_backend,
         threads,
         rcvbuf: args.rcvbuf,
         sndbuf: args.sndbuf,

@@ -50,6 +50,7 @@ fn setup_full(
             },
             policy: Policy::default(),
             backend,
+            fallback: false,
             threads: 2,
             rcvbuf: 4 << 20,
             sndbuf: 4 << 20,

@@ -31,6 +31,7 @@ fn start(backend: BackendKind, groups: usize, policy: Policy) -> Server {
         },
         policy,
         backend,
+        fallback: false,
         threads: 2,
         rcvbuf: 4 << 20,
         sndbuf: 4 << 20,

@@ -122,6 +122,7 @@ fn no_loss_on_a_full_device_queue(backend: BackendKind) {
             },
             policy: Policy::default(),
             backend,
+            fallback: false,
             threads: 1,
             rcvbuf: 1 << 20,
             sndbuf: 1 << 20,

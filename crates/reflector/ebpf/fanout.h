@@ -1,0 +1,83 @@
+/* Map layouts shared by fanout.bpf.c and the Rust loader (src/kfanout/sys.rs
+ * mirrors them with #[repr(C)] structs and checks the same sizes). Addresses
+ * and ports are in network byte order, as they sit in the packet, so the
+ * program compares and writes them without swapping. */
+#ifndef REFLECTOR_FANOUT_H
+#define REFLECTOR_FANOUT_H
+
+#include <linux/types.h>
+
+/* Most members one group can have in the kernel path: the destination array
+ * is one map value, replaced whole on every membership change so a program
+ * run never sees half of an update. A larger group is served by the
+ * user-space path (the group's PASS_UP flag); raise this constant (and
+ * MAX_MEMBERS in sys.rs) to lift the limit: the value grows 24 bytes per
+ * member and the replication loop (bpf_loop) has no practical bound. */
+#define FANOUT_MAX_MEMBERS 1024
+/* Groups (ports) one reflector can serve in the kernel path. */
+#define FANOUT_MAX_GROUPS 4096
+/* Senders (members of all groups) the member map holds. */
+#define FANOUT_MAX_SENDERS 65536
+
+/* The protocol (docs/protocol.md): version 2 header, DATA, tag offsets. */
+#define PROTO_MAGIC 0x5246
+#define PROTO_VERSION 2
+#define PROTO_DATA 6
+#define PROTO_HEADER_LEN 24
+#define PROTO_TAG_OFF 24
+#define PROTO_DATA_MIN 32
+
+/* Group flags. */
+#define GROUP_TAGS 1u    /* DATA must carry a valid SipHash-2-4 tag */
+#define GROUP_PASS_UP 2u /* serve this group in user space for now */
+
+/* One destination: where a copy goes and with which Ethernet header. */
+struct fanout_dest {
+	__u32 ip;      /* member address (network order) */
+	__u16 port;    /* member port (network order) */
+	__u16 _pad;
+	__u32 ifindex; /* egress device */
+	__u8 dmac[6];  /* next hop (the member itself on a shared segment) */
+	__u8 smac[6];  /* the egress device's address */
+};
+
+/* groups: key = group port (network order, __u16 padded to __u32). */
+struct fanout_group {
+	__u32 id;    /* index into the counters array */
+	__u32 flags; /* GROUP_* */
+	__u32 count; /* entries of dest[] in use */
+	__u32 _pad;
+	struct fanout_dest dest[FANOUT_MAX_MEMBERS];
+};
+
+/* members: one per sender, keyed by its address and the group. */
+struct fanout_member_key {
+	__u32 ip;   /* network order */
+	__u16 port; /* network order */
+	__u16 group; /* group port, network order */
+};
+
+struct fanout_member {
+	struct bpf_spin_lock lock; /* guards highest and bitmap */
+	__u32 player;     /* header field, network order */
+	__u32 membership; /* header field, network order */
+	__u32 _pad;
+	__u64 k0, k1;     /* SipHash key, little-endian words of the tag key */
+	__u64 highest;    /* replay window: highest sequence accepted */
+	__u64 bitmap;     /* bit i: highest - i seen */
+	__u64 data_in;    /* DATA forwarded in the kernel: a sign of life */
+};
+
+/* counters: per-CPU array indexed by group id. */
+struct fanout_counters {
+	__u64 forwarded;  /* member DATA fanned out in the kernel */
+	__u64 copies;     /* clones sent */
+	__u64 bytes_out;  /* UDP payload bytes of those clones */
+	__u64 clone_errors; /* clones the stack refused */
+	__u64 bad_tag;    /* DATA whose tag did not verify: dropped */
+	__u64 replays;    /* DATA whose sequence was seen: dropped */
+	__u64 passed_up;  /* datagrams to a group port left to user space */
+	__u64 bytes_in;   /* member DATA bytes (UDP payload) handled here */
+};
+
+#endif

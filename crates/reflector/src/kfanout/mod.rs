@@ -1,0 +1,659 @@
+//! The in-kernel fan-out (`--backend ebpf`): paper 000's kernel reflector
+//! (§4.2-4.4: the member list in the kernel, one packet per member made by
+//! rewriting headers) as a TC program on a stock kernel.
+//!
+//! `ebpf/fanout.bpf.c` replicates each member's DATA inside the kernel; this
+//! module is its control plane, the paper's `UDP_MCAST_ADD/DEL`: it loads
+//! the program, attaches it with TCX links on the ingress of every device
+//! carrying the reflector's address, and keeps three maps in step with the
+//! membership core: the groups (each one's destinations: address, port,
+//! egress device and Ethernet addresses, resolved over rtnetlink at join),
+//! the members (to check a sender: ids, tag key, replay window, a count of
+//! its DATA as a sign of life) and per-group counters.
+//!
+//! The links belong to this process's file descriptors and are not pinned:
+//! they go when the process goes, `kill -9` included, so a crash never
+//! leaves an amplifier in the kernel and there is nothing to sweep at the
+//! next start. Everything the program does not take (control datagrams,
+//! non-members, fragments, a group in user-space mode) reaches the socket
+//! as before and the membership core judges it; such DATA is fanned out by
+//! the `sendmmsg` backend, and its sequence number is checked against the
+//! kernel's window too, so neither path can replay what the other accepted.
+
+mod route;
+mod sys;
+
+use crate::backend::{Fanout, Progress, Support, UserFanout};
+use crate::membership::Member;
+use crate::metrics::GroupCounters;
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray};
+use aya::programs::links::LinkOrder;
+use aya::programs::tc::TcAttachOptions;
+use aya::programs::{SchedClassifier, TcAttachType};
+use aya::Ebpf;
+use reflector_proto::protocol::ReplayWindow;
+use route::{NextHop, Resolver, Unresolved};
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex, MutexGuard};
+use sys::{Counters, Dest, GroupValue, MemberKey, MemberValue, GROUP_PASS_UP, GROUP_TAGS, MAX_MEMBERS};
+
+pub use sys::MAX_MEMBERS as MAX_KERNEL_MEMBERS;
+
+const PROGRAM: &str = "reflector_fanout";
+/// `BPF_F_LOCK`, `BPF_EXIST` (uapi): read and write a member under its
+/// spin lock, only if it is still there.
+const BPF_F_LOCK: u64 = 4;
+const BPF_EXIST: u64 = 2;
+
+/// Loads the program (verifier included) and unloads it: whether this
+/// kernel and these privileges can run the backend.
+pub fn probe() -> Support {
+    match load() {
+        Ok(_) => Support::Supported,
+        Err(e) => Support::Unsupported(e),
+    }
+}
+
+fn load() -> Result<Ebpf, String> {
+    let mut ebpf = Ebpf::load(sys::object()).map_err(|e| {
+        let why = match &e {
+            aya::EbpfError::MapError(_) => ": creating maps needs CAP_BPF and CAP_NET_ADMIN (root)",
+            _ => "",
+        };
+        format!("cannot load the eBPF fan-out's object ({e}){why}")
+    })?;
+    let prog: &mut SchedClassifier = ebpf
+        .program_mut(PROGRAM)
+        .ok_or_else(|| format!("the eBPF object has no program {PROGRAM}"))?
+        .try_into()
+        .map_err(|e| format!("{PROGRAM} is not a TC program: {e}"))?;
+    prog.load().map_err(|e| match e {
+        aya::programs::ProgramError::LoadError { io_error, verifier_log } => {
+            // The verifier's verdict is at the end of its log.
+            let log = verifier_log.to_string();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+            format!("the kernel refused the eBPF fan-out program ({io_error}); end of the verifier's log:\n{tail}")
+        }
+        e => format!("cannot load the eBPF fan-out program: {e}"),
+    })?;
+    Ok(ebpf)
+}
+
+/// `net.core.netdev_max_backlog`: every clone waits in the sending CPU's
+/// backlog queue, which a large group overflows unless it is raised. The
+/// setting exists only in the initial network namespace; `None` elsewhere.
+pub fn netdev_max_backlog() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/net/core/netdev_max_backlog")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Ports, addresses and ids as the program reads them from the packet.
+fn be_ip(ip: Ipv4Addr) -> u32 {
+    u32::from_ne_bytes(ip.octets())
+}
+
+fn be_port(port: u16) -> u16 {
+    u16::from_ne_bytes(port.to_be_bytes())
+}
+
+fn member_key(group: u16, addr: SocketAddrV4) -> MemberKey {
+    MemberKey {
+        ip: be_ip(*addr.ip()),
+        port: be_port(addr.port()),
+        group: be_port(group),
+    }
+}
+
+fn dest(a: SocketAddrV4, hop: NextHop) -> Dest {
+    Dest {
+        ip: be_ip(*a.ip()),
+        port: be_port(a.port()),
+        pad: 0,
+        ifindex: hop.ifindex,
+        dmac: hop.dmac,
+        smac: hop.smac,
+    }
+}
+
+/// The union of two windows of one membership (each holds sequence
+/// numbers the other may not have seen).
+fn merge(a: ReplayWindow, b: ReplayWindow) -> ReplayWindow {
+    let (hi, lo) = if a.highest >= b.highest { (a, b) } else { (b, a) };
+    let shift = hi.highest - lo.highest;
+    let lo_bits = if shift >= 64 { 0 } else { lo.bitmap << shift };
+    ReplayWindow {
+        highest: hi.highest,
+        bitmap: hi.bitmap | lo_bits,
+    }
+}
+
+/// One group as the kernel path knows it.
+struct KGroup {
+    id: u32,
+    tags: bool,
+    /// Members the program replicates to, in map order.
+    dests: Vec<(SocketAddrV4, Dest)>,
+    /// Members it cannot reach yet (no neighbour entry) or ever (not behind
+    /// an Ethernet device): while any exists the group is served in user
+    /// space, where every member is a plain destination.
+    unresolved: Vec<(SocketAddr, Unresolved)>,
+    /// Each kernel member's DATA count at the last sync.
+    data_in: HashMap<SocketAddrV4, u64>,
+    /// The per-CPU counters summed at the last sync.
+    seen: Counters,
+    warned: bool,
+}
+
+impl KGroup {
+    fn pass_up(&self) -> bool {
+        !self.unresolved.is_empty() || self.dests.len() > MAX_MEMBERS
+    }
+}
+
+/// The loaded program, its links and maps: one per server, shared by its
+/// event loops.
+pub struct KernelPath {
+    /// Holds the program and its TCX links: dropping it detaches them.
+    _ebpf: Ebpf,
+    groups_map: BpfHashMap<MapData, u16, GroupValue>,
+    members_map: BpfHashMap<MapData, MemberKey, MemberValue>,
+    counters_map: PerCpuArray<MapData, Counters>,
+    resolver: Resolver,
+    devices: Vec<String>,
+    groups: HashMap<u16, KGroup>,
+    /// Windows of members just removed, by (group, membership id): a
+    /// rebinding removes and re-adds the same membership, which must keep
+    /// what the kernel accepted.
+    removed: HashMap<(u16, u32), ReplayWindow>,
+    backlog: Option<u64>,
+}
+
+pub type SharedKernel = Arc<Mutex<KernelPath>>;
+
+fn take_map(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map, String> {
+    ebpf.take_map(name)
+        .ok_or_else(|| format!("the eBPF object has no map {name}"))
+}
+
+impl KernelPath {
+    /// Loads the program and attaches it to the ingress of every Ethernet
+    /// device that carries `bind` (every one with an IPv4 address if `bind`
+    /// is unspecified), in the calling thread's network namespace.
+    pub fn start(bind: IpAddr) -> Result<KernelPath, String> {
+        let IpAddr::V4(bind) = bind else {
+            return Err(format!(
+                "the eBPF fan-out handles IPv4 only; {bind} needs a user-space backend"
+            ));
+        };
+        let devices = devices_with(bind)?;
+        let mut ebpf = load()?;
+        let prog: &mut SchedClassifier = ebpf
+            .program_mut(PROGRAM)
+            .and_then(|p| p.try_into().ok())
+            .ok_or_else(|| format!("the eBPF object has no TC program {PROGRAM}"))?;
+        for dev in &devices {
+            prog.attach_with_options(
+                dev,
+                TcAttachType::Ingress,
+                TcAttachOptions::TcxOrder(LinkOrder::default()),
+            )
+            .map_err(|e| {
+                format!("cannot attach the eBPF fan-out to {dev} with a TCX link ({e}): TCX needs Linux 6.6 or newer")
+            })?;
+        }
+        let groups_map =
+            BpfHashMap::try_from(take_map(&mut ebpf, "groups")?).map_err(|e| format!("map groups: {e}"))?;
+        let members_map =
+            BpfHashMap::try_from(take_map(&mut ebpf, "members")?).map_err(|e| format!("map members: {e}"))?;
+        let counters_map =
+            PerCpuArray::try_from(take_map(&mut ebpf, "counters")?).map_err(|e| format!("map counters: {e}"))?;
+        let resolver = Resolver::new().map_err(|e| format!("cannot open rtnetlink: {e}"))?;
+        let backlog = netdev_max_backlog();
+        Ok(KernelPath {
+            _ebpf: ebpf,
+            groups_map,
+            members_map,
+            counters_map,
+            resolver,
+            devices,
+            groups: HashMap::new(),
+            removed: HashMap::new(),
+            backlog,
+        })
+    }
+
+    /// The devices the program is attached to.
+    pub fn devices(&self) -> &[String] {
+        &self.devices
+    }
+
+    /// `net.core.netdev_max_backlog` as read at start, if visible here.
+    pub fn backlog(&self) -> Option<u64> {
+        self.backlog
+    }
+
+    fn add_group(&mut self, port: u16, tags: bool) -> io::Result<()> {
+        if !self.groups.contains_key(&port) {
+            let id = self.groups.len() as u32;
+            self.groups.insert(
+                port,
+                KGroup {
+                    id,
+                    tags,
+                    dests: Vec::new(),
+                    unresolved: Vec::new(),
+                    data_in: HashMap::new(),
+                    seen: Counters::default(),
+                    warned: false,
+                },
+            );
+        }
+        self.write_group(port)
+    }
+
+    /// Replaces the group's map value whole (see the map's comment in the
+    /// program: a running fan-out keeps the list it started with).
+    fn write_group(&mut self, port: u16) -> io::Result<()> {
+        let Some(g) = self.groups.get(&port) else {
+            return Ok(());
+        };
+        let mut v = Box::new(GroupValue {
+            id: g.id,
+            flags: if g.tags { GROUP_TAGS } else { 0 },
+            count: 0,
+            pad: 0,
+            dest: [Dest::default(); MAX_MEMBERS],
+        });
+        if g.pass_up() {
+            v.flags |= GROUP_PASS_UP;
+        } else {
+            for (slot, (_, d)) in v.dest.iter_mut().zip(&g.dests) {
+                *slot = *d;
+            }
+            v.count = g.dests.len() as u32;
+        }
+        self.groups_map
+            .insert(be_port(port), *v, 0)
+            .map_err(|e| io::Error::other(format!("updating group {port} in the kernel: {e}")))
+    }
+
+    fn member_added(&mut self, port: u16, addr: SocketAddr, m: &Member) {
+        let SocketAddr::V4(a4) = addr else {
+            self.unresolved(port, addr, Unresolved::NotEthernet("an IPv6 member".into()));
+            return;
+        };
+        let Some(g) = self.groups.get(&port) else {
+            return;
+        };
+        let tags = g.tags;
+        let tag = m.keys.tag_key();
+        let mut window = m.window;
+        if let Some(w) = self.removed.remove(&(port, m.membership)) {
+            window = merge(window, w);
+        }
+        let value = MemberValue {
+            player: m.sender.to_be(),
+            membership: m.membership.to_be(),
+            k0: u64::from_le_bytes(tag[..8].try_into().unwrap_or_default()),
+            k1: u64::from_le_bytes(tag[8..].try_into().unwrap_or_default()),
+            highest: window.highest,
+            bitmap: window.bitmap,
+            ..MemberValue::default()
+        };
+        if tags != m.tags {
+            // The membership core gives every member the group's setting;
+            // a mismatch would let the program judge it by the wrong rule.
+            tracing::warn!(
+                "member {addr} of group {port} has DATA tags {} unlike its group",
+                m.tags
+            );
+        }
+        if let Err(e) = self.members_map.insert(member_key(port, a4), value, 0) {
+            tracing::warn!("group {port}: cannot add member {addr} to the kernel ({e}); served in user space");
+            self.unresolved(port, addr, Unresolved::NotEthernet(format!("member map full: {e}")));
+            return;
+        }
+        match self.resolver.resolve(*a4.ip()) {
+            Ok(Ok(hop)) => {
+                if let Some(g) = self.groups.get_mut(&port) {
+                    g.dests.push((a4, dest(a4, hop)));
+                    g.data_in.insert(a4, 0);
+                }
+                self.write_group_logged(port);
+            }
+            Ok(Err(why)) => self.unresolved(port, addr, why),
+            Err(e) => self.unresolved(port, addr, Unresolved::NotEthernet(format!("rtnetlink: {e}"))),
+        }
+    }
+
+    fn unresolved(&mut self, port: u16, addr: SocketAddr, why: Unresolved) {
+        tracing::info!("group {port}: member {addr} is served in user space for now: {why:?}");
+        if let Some(g) = self.groups.get_mut(&port) {
+            g.unresolved.push((addr, why));
+        }
+        self.write_group_logged(port);
+    }
+
+    fn write_group_logged(&mut self, port: u16) {
+        if let Err(e) = self.write_group(port) {
+            tracing::warn!("{e}");
+        }
+    }
+
+    fn member_removed(&mut self, port: u16, addr: SocketAddr) {
+        let Some(g) = self.groups.get_mut(&port) else {
+            return;
+        };
+        g.unresolved.retain(|(a, _)| *a != addr);
+        if let SocketAddr::V4(a4) = addr {
+            g.dests.retain(|(a, _)| *a != a4);
+            g.data_in.remove(&a4);
+            let key = member_key(port, a4);
+            if let Ok(v) = self.members_map.get(&key, BPF_F_LOCK) {
+                let w = ReplayWindow {
+                    highest: v.highest,
+                    bitmap: v.bitmap,
+                };
+                self.removed.insert((port, u32::from_be(v.membership)), w);
+                let _ = self.members_map.remove(&key);
+            }
+        }
+        self.write_group_logged(port);
+    }
+
+    /// Members whose neighbour was not resolved yet get another try.
+    fn retry_unresolved(&mut self, port: u16) {
+        let Some(g) = self.groups.get_mut(&port) else {
+            return;
+        };
+        let waiting: Vec<(SocketAddr, Ipv4Addr)> = g
+            .unresolved
+            .iter()
+            .filter_map(|(a, why)| match (a, why) {
+                (SocketAddr::V4(a4), Unresolved::Neighbour(_)) => Some((*a, *a4.ip())),
+                _ => None,
+            })
+            .collect();
+        let mut changed = false;
+        for (addr, ip) in waiting {
+            if let Ok(Ok(hop)) = self.resolver.resolve(ip) {
+                let SocketAddr::V4(a4) = addr else { continue };
+                let Some(g) = self.groups.get_mut(&port) else { return };
+                g.unresolved.retain(|(a, _)| *a != addr);
+                g.dests.push((a4, dest(a4, hop)));
+                g.data_in.insert(a4, 0);
+                changed = true;
+            }
+        }
+        if changed {
+            self.write_group_logged(port);
+        }
+    }
+
+    fn sync(&mut self, port: u16, c: &GroupCounters, heard: &mut dyn FnMut(SocketAddr)) {
+        self.retry_unresolved(port);
+        // Rebindings are paired within one batch of changes: what is left
+        // here belongs to memberships that ended.
+        self.removed.retain(|(p, _), _| *p != port);
+        let backlog = self.backlog;
+        let Some(g) = self.groups.get_mut(&port) else {
+            return;
+        };
+        if let Ok(per_cpu) = self.counters_map.get(&g.id, 0) {
+            let mut sum = Counters::default();
+            for v in per_cpu.iter() {
+                sum.forwarded += v.forwarded;
+                sum.copies += v.copies;
+                sum.bytes_out += v.bytes_out;
+                sum.clone_errors += v.clone_errors;
+                sum.bad_tag += v.bad_tag;
+                sum.replays += v.replays;
+                sum.passed_up += v.passed_up;
+                sum.bytes_in += v.bytes_in;
+            }
+            let d = |now: u64, then: u64| now.saturating_sub(then);
+            let s = g.seen;
+            let forwarded = d(sum.forwarded, s.forwarded);
+            let (bad_tag, replays) = (d(sum.bad_tag, s.bad_tag), d(sum.replays, s.replays));
+            c.received.fetch_add(forwarded + bad_tag + replays, Relaxed);
+            c.bytes_in.fetch_add(d(sum.bytes_in, s.bytes_in), Relaxed);
+            c.forwarded.fetch_add(forwarded, Relaxed);
+            c.kernel_forwarded.fetch_add(forwarded, Relaxed);
+            c.fanned_out.fetch_add(d(sum.copies, s.copies), Relaxed);
+            c.kernel_copies.fetch_add(d(sum.copies, s.copies), Relaxed);
+            c.bytes_out.fetch_add(d(sum.bytes_out, s.bytes_out), Relaxed);
+            c.send_errors.fetch_add(d(sum.clone_errors, s.clone_errors), Relaxed);
+            c.kernel_clone_errors
+                .fetch_add(d(sum.clone_errors, s.clone_errors), Relaxed);
+            c.bad_tag.fetch_add(bad_tag, Relaxed);
+            c.replays.fetch_add(replays, Relaxed);
+            c.kernel_passed_up.fetch_add(d(sum.passed_up, s.passed_up), Relaxed);
+            g.seen = sum;
+        }
+        for (addr, last) in g.data_in.iter_mut() {
+            if let Ok(v) = self.members_map.get(&member_key(port, *addr), 0) {
+                if v.data_in > *last {
+                    *last = v.data_in;
+                    heard(SocketAddr::V4(*addr));
+                }
+            }
+        }
+        let size = g.dests.len() + g.unresolved.len();
+        if !g.warned {
+            if size > MAX_MEMBERS {
+                g.warned = true;
+                tracing::warn!(
+                    "group {port} has {size} members, more than the {MAX_MEMBERS} the kernel path holds: it is served in user space"
+                );
+            } else if let Some(b) = backlog.filter(|&b| size as u64 > b) {
+                g.warned = true;
+                tracing::warn!(
+                    "group {port} has {size} members but net.core.netdev_max_backlog is {b}: every copy waits in that queue, so raise it above the largest group (copies beyond it are dropped by the kernel)"
+                );
+            }
+        }
+    }
+
+    fn accept_data(&mut self, port: u16, from: SocketAddr, datagram: &[u8]) -> bool {
+        let SocketAddr::V4(a4) = from else {
+            return true;
+        };
+        let Some(seq) = datagram
+            .get(16..24)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_be_bytes)
+        else {
+            return true;
+        };
+        let key = member_key(port, a4);
+        let Ok(mut v) = self.members_map.get(&key, BPF_F_LOCK) else {
+            return true;
+        };
+        let mut w = ReplayWindow {
+            highest: v.highest,
+            bitmap: v.bitmap,
+        };
+        if !w.accept(seq) {
+            return false;
+        }
+        // Between this read and the write below the program may accept
+        // another sequence number of the same member; losing that bit only
+        // makes the kernel's window forget one datagram it forwarded, and
+        // this path is taken only by the rare DATA the program passes up.
+        v.highest = w.highest;
+        v.bitmap = w.bitmap;
+        let _ = self.members_map.insert(key, v, BPF_F_LOCK | BPF_EXIST);
+        true
+    }
+}
+
+/// The devices with `bind` (any IPv4 address if unspecified), loopback
+/// excluded: a copy cannot be cloned to a loopback peer.
+fn devices_with(bind: Ipv4Addr) -> Result<Vec<String>, String> {
+    let addrs = nix::ifaddrs::getifaddrs().map_err(|e| format!("cannot list interfaces: {e}"))?;
+    let mut devs = Vec::new();
+    for ifa in addrs {
+        let Some(ip) = ifa.address.as_ref().and_then(|a| a.as_sockaddr_in()).map(|s| s.ip()) else {
+            continue;
+        };
+        if ifa.flags.contains(nix::net::if_::InterfaceFlags::IFF_LOOPBACK) {
+            continue;
+        }
+        if (bind.is_unspecified() || ip == bind) && !devs.contains(&ifa.interface_name) {
+            devs.push(ifa.interface_name);
+        }
+    }
+    if devs.is_empty() {
+        return Err(format!(
+            "no Ethernet device carries {bind}: the eBPF fan-out replicates on devices, not on loopback"
+        ));
+    }
+    Ok(devs)
+}
+
+/// The `ebpf` backend of one event loop: the shared kernel path for what
+/// the program replicates, `sendmmsg` for what it passes up.
+pub struct EbpfFanout {
+    kernel: SharedKernel,
+    user: UserFanout,
+    ports: Vec<u16>,
+}
+
+impl EbpfFanout {
+    pub fn new(kernel: SharedKernel) -> EbpfFanout {
+        EbpfFanout {
+            kernel,
+            user: UserFanout::sendmmsg(),
+            ports: Vec::new(),
+        }
+    }
+
+    fn kernel(&self) -> MutexGuard<'_, KernelPath> {
+        // A panic while holding the lock leaves maps that are still valid
+        // (each update is one syscall): go on with them.
+        self.kernel.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn port(&self, g: usize) -> Option<u16> {
+        self.ports.get(g).copied()
+    }
+}
+
+impl Fanout for EbpfFanout {
+    fn name(&self) -> &'static str {
+        "ebpf"
+    }
+
+    fn attach(&mut self, g: usize, fd: BorrowedFd<'_>, port: u16, tags: bool) -> io::Result<()> {
+        if self.ports.len() <= g {
+            self.ports.resize(g + 1, 0);
+        }
+        self.ports[g] = port;
+        self.kernel().add_group(port, tags)?;
+        self.user.attach(g, fd, port, tags)
+    }
+
+    fn member_added(&mut self, g: usize, addr: SocketAddr, m: Option<&Member>) {
+        self.user.member_added(g, addr, m);
+        if let (Some(port), Some(m)) = (self.port(g), m) {
+            self.kernel().member_added(port, addr, m);
+        }
+    }
+
+    fn member_removed(&mut self, g: usize, addr: SocketAddr) {
+        self.user.member_removed(g, addr);
+        if let Some(port) = self.port(g) {
+            self.kernel().member_removed(port, addr);
+        }
+    }
+
+    fn fanout(
+        &mut self,
+        g: usize,
+        fd: BorrowedFd<'_>,
+        datagram: &[u8],
+        from: SocketAddr,
+        c: &GroupCounters,
+    ) -> Progress {
+        self.user.fanout(g, fd, datagram, from, c)
+    }
+
+    fn resume(&mut self, g: usize, fd: BorrowedFd<'_>, c: &GroupCounters) -> Progress {
+        self.user.resume(g, fd, c)
+    }
+
+    fn abandon(&mut self, g: usize, c: &GroupCounters) {
+        self.user.abandon(g, c)
+    }
+
+    fn sync(&mut self, g: usize, c: &GroupCounters, heard: &mut dyn FnMut(SocketAddr)) {
+        if let Some(port) = self.port(g) {
+            self.kernel().sync(port, c, heard);
+        }
+    }
+
+    fn accept_data(&mut self, g: usize, from: SocketAddr, datagram: &[u8]) -> bool {
+        match self.port(g) {
+            Some(port) => self.kernel().accept_data(port, from, datagram),
+            None => true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_program_passes_the_verifier() {
+        if !oskit::testing::root_or_skip("the_program_passes_the_verifier") {
+            return;
+        }
+        assert_eq!(probe(), Support::Supported);
+    }
+
+    #[test]
+    fn windows_merge_as_sets() {
+        let mut a = ReplayWindow::default();
+        let mut b = ReplayWindow::default();
+        for s in [1, 2, 5] {
+            a.accept(s);
+        }
+        for s in [3, 70] {
+            b.accept(s);
+        }
+        let m = merge(a, b);
+        assert_eq!(m.highest, 70);
+        // 5 is 65 back from 70: outside the window, as old as a replay.
+        for s in [3, 70] {
+            assert!(!m.fresh(s), "{s} was seen");
+        }
+        assert!(m.fresh(69) && m.fresh(7) && !m.fresh(5));
+        assert_eq!(merge(b, a), m);
+        let mut c = ReplayWindow::default();
+        for s in [60, 61] {
+            c.accept(s);
+        }
+        let m2 = merge(a, c);
+        for s in [5, 60, 61] {
+            assert!(!m2.fresh(s));
+        }
+        assert!(m2.fresh(3) && m2.fresh(62));
+    }
+
+    #[test]
+    fn addresses_and_ports_in_packet_order() {
+        let k = member_key(4000, "10.0.0.2:1234".parse().unwrap());
+        assert_eq!(k.ip.to_ne_bytes(), [10, 0, 0, 2]);
+        assert_eq!(k.port.to_ne_bytes(), 1234u16.to_be_bytes());
+        assert_eq!(k.group.to_ne_bytes(), 4000u16.to_be_bytes());
+    }
+}

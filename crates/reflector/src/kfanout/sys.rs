@@ -1,0 +1,102 @@
+//! The map layouts of `ebpf/fanout.h`, as `#[repr(C)]` structs the loader
+//! hands to the kernel byte for byte. Each size is checked here against the
+//! C side's `_Static_assert`s, so a field added on one side only fails the
+//! build instead of shifting every field after it.
+#![allow(unsafe_code)]
+
+/// `FANOUT_MAX_MEMBERS`: the largest group the kernel path serves.
+pub const MAX_MEMBERS: usize = 1024;
+/// `GROUP_TAGS`, `GROUP_PASS_UP`.
+pub const GROUP_TAGS: u32 = 1;
+pub const GROUP_PASS_UP: u32 = 2;
+
+/// `struct fanout_dest`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Dest {
+    /// Network order, as in the packet.
+    pub ip: u32,
+    pub port: u16,
+    pub pad: u16,
+    pub ifindex: u32,
+    pub dmac: [u8; 6],
+    pub smac: [u8; 6],
+}
+
+/// `struct fanout_group`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct GroupValue {
+    pub id: u32,
+    pub flags: u32,
+    pub count: u32,
+    pub pad: u32,
+    pub dest: [Dest; MAX_MEMBERS],
+}
+
+/// `struct fanout_member_key`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct MemberKey {
+    pub ip: u32,
+    pub port: u16,
+    pub group: u16,
+}
+
+/// `struct fanout_member`; `lock` is the program's `bpf_spin_lock`, zero
+/// when user space writes the value.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemberValue {
+    pub lock: u32,
+    pub player: u32,
+    pub membership: u32,
+    pub pad: u32,
+    pub k0: u64,
+    pub k1: u64,
+    pub highest: u64,
+    pub bitmap: u64,
+    pub data_in: u64,
+}
+
+/// `struct fanout_counters`, one per CPU per group.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub forwarded: u64,
+    pub copies: u64,
+    pub bytes_out: u64,
+    pub clone_errors: u64,
+    pub bad_tag: u64,
+    pub replays: u64,
+    pub passed_up: u64,
+    pub bytes_in: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<Dest>() == 24);
+const _: () = assert!(std::mem::size_of::<GroupValue>() == 16 + 24 * MAX_MEMBERS);
+const _: () = assert!(std::mem::size_of::<MemberKey>() == 8);
+const _: () = assert!(std::mem::size_of::<MemberValue>() == 56);
+const _: () = assert!(std::mem::size_of::<Counters>() == 64);
+
+// SAFETY: plain `#[repr(C)]` integers and byte arrays with no padding the
+// compiler adds (the sizes above equal the sums of the fields), so every bit
+// pattern is a valid value and the kernel may read or write them as bytes.
+unsafe impl aya::Pod for Dest {}
+// SAFETY: as above.
+unsafe impl aya::Pod for GroupValue {}
+// SAFETY: as above.
+unsafe impl aya::Pod for MemberKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for MemberValue {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Counters {}
+
+/// The compiled program (built by `build.rs` with clang), 8-byte aligned
+/// as the ELF parser wants it.
+pub fn object() -> &'static [u8] {
+    #[repr(C, align(8))]
+    struct Aligned<T: ?Sized>(T);
+    static OBJ: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/fanout.bpf.o")));
+    &OBJ.0
+}
