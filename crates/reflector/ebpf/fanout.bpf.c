@@ -37,7 +37,10 @@ _Static_assert((FANOUT_MAX_MEMBERS & (FANOUT_MAX_MEMBERS - 1)) == 0, "the member
 _Static_assert(sizeof(struct fanout_group) == 16 + 24 * FANOUT_MAX_MEMBERS, "fanout_group layout");
 _Static_assert(sizeof(struct fanout_member_key) == 8, "fanout_member_key layout");
 _Static_assert(sizeof(struct fanout_member) == 56, "fanout_member layout");
-_Static_assert(sizeof(struct fanout_counters) == 64, "fanout_counters layout");
+_Static_assert(sizeof(struct fanout_counters) == 80, "fanout_counters layout");
+_Static_assert(sizeof(struct fanout_resend) == 16 + FANOUT_RESEND_BUF, "fanout_resend layout");
+_Static_assert(FANOUT_RESEND_MAX <= FANOUT_RESEND_BUF && (FANOUT_RESEND_BUF & (FANOUT_RESEND_BUF - 1)) == 0,
+	       "the resend room is a mask");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -63,6 +66,36 @@ struct {
 	__type(key, __u32);
 	__type(value, struct fanout_counters);
 } counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, FANOUT_RESEND_RING);
+} resend SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FANOUT_MAX_GROUPS);
+	__type(key, __u32);
+	__type(value, __u64);
+} queued SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FANOUT_MAX_GROUPS);
+	__type(key, __u32);
+	__type(value, __u64);
+} resent SEC(".maps");
+
+/* held: set by user space while it serves a group's DATA itself (passed up
+ * during congestion, or for any other reason) until its socket is drained,
+ * so the kernel does not overtake datagrams still queued there by more than
+ * the replay window can reorder. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FANOUT_MAX_GROUPS);
+	__type(key, __u32);
+	__type(value, __u64);
+} held SEC(".maps");
 
 #define ETH_LEN 14
 #define IP_OFF ETH_LEN
@@ -214,9 +247,62 @@ struct fan_ctx {
 	__u16 cur_port;   /* destination port now in the packet */
 	__u32 skip_ip;    /* the sender: gets no copy */
 	__u16 skip_port;
-	__u64 copies;
-	__u64 errors;
+	__u16 group_port;
+	__u32 dlen;       /* datagram bytes, at most FANOUT_RESEND_MAX */
+	__u32 gid;
+	/* Counted straight into the per-CPU map value, not in this struct: the
+	 * verifier follows a counter on the stack exactly and would check the
+	 * loop body once per value it takes. */
+	struct fanout_counters *cnt;
 };
+
+/* Copies of this group handed up and not yet dealt with by user space. */
+static __noinline int congested(__u32 gid)
+{
+	__u64 *q = bpf_map_lookup_elem(&queued, &gid);
+	__u64 *done = bpf_map_lookup_elem(&resent, &gid);
+	__u64 *h = bpf_map_lookup_elem(&held, &gid);
+
+	return !q || !done || !h || *q != *done || *h;
+}
+
+static __noinline void note_queued(__u32 gid, __u64 n)
+{
+	__u64 *q = bpf_map_lookup_elem(&queued, &gid);
+
+	if (q)
+		__sync_fetch_and_add(q, n);
+}
+
+/* A copy the stack refused goes to user space, which resends it: a BPF
+ * program cannot sleep until the queue drains, as paper 000's sender did. */
+static __always_inline void hand_up(struct fan_ctx *c, struct fanout_dest *d)
+{
+	struct fanout_resend *r = bpf_ringbuf_reserve(&resend, sizeof(*r), 0);
+	__u32 len = c->dlen;
+
+	if (!r) {
+		c->cnt->lost++;
+		return;
+	}
+	/* dlen is 32..FANOUT_RESEND_MAX (checked before the fan-out); the mask
+	 * gives the verifier a bound of 1..FANOUT_RESEND_BUF it can follow. */
+	asm volatile("" : "+r"(len));
+	len = ((len - 1) & (FANOUT_RESEND_BUF - 1)) + 1;
+	r->group = c->group_port;
+	r->port = d->port;
+	r->ip = d->ip;
+	r->len = len;
+	r->_pad = 0;
+	if (bpf_skb_load_bytes(c->skb, DGRAM_OFF, r->data, len) < 0) {
+		bpf_ringbuf_discard(r, 0);
+		c->cnt->lost++;
+		return;
+	}
+	bpf_ringbuf_submit(r, 0);
+	c->cnt->queued++;
+	note_queued(c->gid, 1);
+}
 
 static long fan_one(__u32 i, void *data)
 {
@@ -250,10 +336,15 @@ static long fan_one(__u32 i, void *data)
 	}
 	/* dmac then smac: the first 12 bytes of the frame. */
 	bpf_skb_store_bytes(skb, 0, d->dmac, 12, 0);
-	if (bpf_clone_redirect(skb, d->ifindex, 0) == 0)
-		c->copies++;
-	else
-		c->errors++;
+	/* Nonzero: the clone was not queued (NET_XMIT_DROP from a full qdisc
+	 * or queue, or an error). */
+	if (bpf_clone_redirect(skb, d->ifindex, 0) == 0) {
+		c->cnt->copies++;
+		c->cnt->bytes_out += c->dlen;
+	} else {
+		c->cnt->clone_errors++;
+		hand_up(c, d);
+	}
 	return 0;
 }
 
@@ -278,6 +369,7 @@ int reflector_fanout(struct __sk_buff *skb)
 	__u32 dlen, src_ip, group_ip, player, membership;
 	__u16 src_port, group_port;
 	__u64 seq, tag_sent;
+	__u32 gid;
 
 	/* Only whole, plain IPv4/UDP frames are ours to judge. */
 	if (skb->gso_segs > 1)
@@ -301,6 +393,9 @@ int reflector_fanout(struct __sk_buff *skb)
 		return TCX_NEXT;
 	if (g->flags & GROUP_PASS_UP)
 		goto pass_up;
+	gid = g->id;
+	if (congested(gid))
+		goto pass_up; /* user space waits on the full queue meanwhile */
 	p = (void *)(udp + 1);
 	if ((void *)(p + PROTO_HEADER_LEN) > end)
 		goto pass_up;
@@ -308,6 +403,8 @@ int reflector_fanout(struct __sk_buff *skb)
 	if (dlen < 8 + PROTO_DATA_MIN || bpf_ntohs(ip->tot_len) != 20 + dlen)
 		goto pass_up;
 	dlen -= 8;
+	if (dlen > FANOUT_RESEND_MAX)
+		goto pass_up; /* a failed copy could not be handed up for resending */
 	if (p[0] != (PROTO_MAGIC >> 8) || p[1] != (PROTO_MAGIC & 0xff) || p[2] != PROTO_VERSION ||
 	    p[3] != PROTO_DATA || *(__u16 *)(p + 4) != group_port ||
 	    (((__u32)p[6] << 8) | p[7]) != dlen - PROTO_HEADER_LEN)
@@ -377,6 +474,10 @@ int reflector_fanout(struct __sk_buff *skb)
 			.cur_port = group_port,
 			.skip_ip = src_ip,
 			.skip_port = src_port,
+			.group_port = group_port,
+			.dlen = dlen,
+			.gid = gid,
+			.cnt = cnt,
 		};
 
 		if (c.count > FANOUT_MAX_MEMBERS)
@@ -384,9 +485,6 @@ int reflector_fanout(struct __sk_buff *skb)
 		bpf_loop(c.count, fan_one, &c, 0);
 		/* Per-CPU counters: no atomics needed. */
 		cnt->forwarded++;
-		cnt->copies += c.copies;
-		cnt->bytes_out += c.copies * dlen;
-		cnt->clone_errors += c.errors;
 		cnt->bytes_in += dlen;
 	}
 	return TCX_DROP;

@@ -19,6 +19,16 @@
 /* Senders (members of all groups) the member map holds. */
 #define FANOUT_MAX_SENDERS 65536
 
+/* The largest datagram the kernel path fans out: what a failed copy's
+ * ring-buffer record can carry for user space to resend (a 1500-byte MTU
+ * less the IPv4 and UDP headers). Larger DATA (jumbo frames) goes up. */
+#define FANOUT_RESEND_MAX 1472
+/* The record's data room: a power of two above FANOUT_RESEND_MAX, so the
+ * program can bound a copy's length with a mask the verifier follows. */
+#define FANOUT_RESEND_BUF 2048
+/* Bytes of the resend ring buffer (a power of two, a multiple of pages). */
+#define FANOUT_RESEND_RING (1 << 22)
+
 /* The protocol (docs/protocol.md): version 2 header, DATA, tag offsets. */
 #define PROTO_MAGIC 0x5246
 #define PROTO_VERSION 2
@@ -78,6 +88,28 @@ struct fanout_counters {
 	__u64 replays;    /* DATA whose sequence was seen: dropped */
 	__u64 passed_up;  /* datagrams to a group port left to user space */
 	__u64 bytes_in;   /* member DATA bytes (UDP payload) handled here */
+	__u64 queued;     /* failed clones handed to user space to resend */
+	__u64 lost;       /* failed clones the ring buffer had no room for */
+};
+
+/* queued and resent: arrays indexed by group id. The program adds the
+ * copies it hands up to `queued`; the resend thread writes to `resent` how
+ * many of them it has dealt with. While they differ the group is congested
+ * and the program passes its DATA up: user space then waits on the full
+ * queue behind the resends (paper 000's sender put to sleep), instead of the
+ * kernel piling up copies it cannot send. held (same index): set by user
+ * space while it serves the group's DATA itself, until its socket is
+ * drained, so the kernel path does not overtake what is queued there. */
+
+/* resend: a copy the stack refused (full qdisc, full queue), for user
+ * space to send through the group's socket, waiting as long as it must. */
+struct fanout_resend {
+	__u16 group; /* group port, network order */
+	__u16 port;  /* member port, network order */
+	__u32 ip;    /* member address, network order */
+	__u32 len;   /* bytes of data[] used */
+	__u32 _pad;
+	__u8 data[FANOUT_RESEND_BUF];
 };
 
 #endif

@@ -166,6 +166,9 @@ pub trait Fanout: Send {
     /// expiry sweep, before the expiry.
     fn sync(&mut self, _g: usize, _c: &GroupCounters, _heard: &mut dyn FnMut(SocketAddr)) {}
 
+    /// Group `g`'s socket is drained and no fan-out of it waits.
+    fn idle(&mut self, _g: usize) {}
+
     /// A member's DATA that reached user space (the membership core
     /// accepted it): false if its sequence number was already seen by a
     /// path the core does not watch (the kernel's), so it is a replay.
@@ -186,7 +189,7 @@ const MAX_HARD_FAILURES: u32 = 4;
 
 /// What to do after a failed send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Next {
+pub(crate) enum Next {
     Retry,
     Skip,
     Wait(Wake),
@@ -194,25 +197,25 @@ enum Next {
 
 /// The no-loss policy: what a send error means and how long to wait.
 #[derive(Debug, Clone, Copy)]
-struct Waiter {
+pub(crate) struct Waiter {
     hard_failures: u32,
     backoff: Duration,
 }
 
 impl Waiter {
-    fn new() -> Waiter {
+    pub(crate) fn new() -> Waiter {
         Waiter {
             hard_failures: 0,
             backoff: BACKOFF_MIN,
         }
     }
 
-    fn success(&mut self) {
+    pub(crate) fn success(&mut self) {
         self.hard_failures = 0;
         self.backoff = BACKOFF_MIN;
     }
 
-    fn after_error(&mut self, e: &io::Error, c: &GroupCounters) -> Next {
+    pub(crate) fn after_error(&mut self, e: &io::Error, c: &GroupCounters) -> Next {
         match e.raw_os_error() {
             Some(libc::EAGAIN) => {
                 c.eagain_waits.fetch_add(1, Relaxed);

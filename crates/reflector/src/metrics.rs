@@ -83,7 +83,8 @@ counters! {
     send_errors: "counter", "Copies not sent because the destination kept failing (unroutable), or abandoned at shutdown.";
     kernel_forwarded: "counter", "DATA fanned out inside the kernel by the eBPF program (also in forwarded).";
     kernel_copies: "counter", "Copies the eBPF program cloned to members (also in fanned_out).";
-    kernel_clone_errors: "counter", "Copies the eBPF program's clones could not hand to a device (also in send_errors).";
+    kernel_clone_errors: "counter", "Copies the eBPF program's clones could not hand to a device (full qdisc or queue): each is resent from user space (kernel_resent), or counted in send_errors if the resend ring was full.";
+    kernel_resent: "counter", "Copies the eBPF program could not send, resent from user space after waiting out the full queue (also in fanned_out).";
     kernel_passed_up: "counter", "Datagrams to the group's port the eBPF program left to user space (control, non-members, fragments, user-space mode).";
     members: "gauge", "Current members.";
 }

@@ -11,7 +11,7 @@
 //! serving its other groups; it resumes on `EPOLLOUT` or a timer.
 
 use crate::backend::{BackendKind, Fanout, Progress, Support, Wake};
-use crate::kfanout::{EbpfFanout, KernelPath};
+use crate::kfanout::{EbpfFanout, KernelPath, ResendTarget};
 use crate::membership::{Change, DropReason, Event, Group, Keys, Now, Policy};
 use crate::metrics::{GroupCounters, Registry};
 use crate::{mono_now_ms, CliError};
@@ -306,6 +306,25 @@ impl Server {
             None
         };
         let registry = Registry::new(backend.name(), &ports);
+        if let Some(k) = &kernel {
+            let mut targets = Vec::with_capacity(socks.len());
+            for (sock, (port, counters)) in socks.iter().zip(&registry.groups) {
+                let sock = sock.try_clone().map_err(|source| ServeError::Setup {
+                    port: *port,
+                    call: "dup",
+                    source,
+                })?;
+                targets.push(ResendTarget {
+                    port: *port,
+                    sock,
+                    counters: Arc::clone(counters),
+                });
+            }
+            k.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .start_resend(targets)
+                .map_err(ServeError::Loop)?;
+        }
         let nthreads = cfg.threads.clamp(1, socks.len().max(1));
         let mut per_thread: Vec<Vec<Slot>> = (0..nthreads).map(|_| Vec::new()).collect();
         for (i, sock) in socks.into_iter().enumerate() {
@@ -570,7 +589,10 @@ impl Loop<'_> {
         for _ in 0..RECV_BATCHES {
             let n = match batch.recv(self.slots[i].sock.as_fd()) {
                 Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.fanout.idle(i);
+                    return Ok(());
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => {
                     // A queued ICMP error surfaces here as ECONNREFUSED & co.
@@ -595,6 +617,8 @@ impl Loop<'_> {
                 }
             }
             if n < batch.capacity() {
+                // A short batch: the socket was empty.
+                self.fanout.idle(i);
                 return Ok(());
             }
         }

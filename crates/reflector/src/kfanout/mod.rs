@@ -23,10 +23,10 @@
 mod route;
 mod sys;
 
-use crate::backend::{Fanout, Progress, Support, UserFanout};
+use crate::backend::{Fanout, Next, Progress, Support, UserFanout, Waiter, Wake};
 use crate::membership::Member;
 use crate::metrics::GroupCounters;
-use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray};
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::links::LinkOrder;
 use aya::programs::tc::TcAttachOptions;
 use aya::programs::{SchedClassifier, TcAttachType};
@@ -35,11 +35,16 @@ use reflector_proto::protocol::ReplayWindow;
 use route::{NextHop, Resolver, Unresolved};
 use std::collections::HashMap;
 use std::io;
+use std::net::UdpSocket;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::os::fd::BorrowedFd;
-use std::sync::atomic::Ordering::Relaxed;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
-use sys::{Counters, Dest, GroupValue, MemberKey, MemberValue, GROUP_PASS_UP, GROUP_TAGS, MAX_MEMBERS};
+use std::thread::JoinHandle;
+use std::time::Instant;
+use sys::{
+    Counters, Dest, GroupValue, MemberKey, MemberValue, GROUP_PASS_UP, GROUP_TAGS, MAX_MEMBERS, RESEND_HEAD, RESEND_MAX,
+};
 
 pub use sys::MAX_MEMBERS as MAX_KERNEL_MEMBERS;
 
@@ -174,6 +179,32 @@ pub struct KernelPath {
     /// what the kernel accepted.
     removed: HashMap<(u16, u32), ReplayWindow>,
     backlog: Option<u64>,
+    /// The ring of copies the program could not send, until the resend
+    /// thread takes it.
+    ring: Option<RingBuf<MapData>>,
+    /// How many of each group's handed-up copies the resend thread dealt
+    /// with (the program compares it with its own count of them).
+    resent: Option<Array<MapData, u64>>,
+    held: Array<MapData, u64>,
+    resender: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
+}
+
+impl Drop for KernelPath {
+    fn drop(&mut self) {
+        if let Some((stop, h)) = self.resender.take() {
+            stop.store(true, Relaxed);
+            let _ = h.join();
+        }
+    }
+}
+
+/// Where the resend thread sends one group's refused copies from: the
+/// group's socket (a duplicate descriptor), so they carry the group's
+/// source address and port, and the group's counters.
+pub struct ResendTarget {
+    pub port: u16,
+    pub sock: UdpSocket,
+    pub counters: Arc<GroupCounters>,
 }
 
 pub type SharedKernel = Arc<Mutex<KernelPath>>;
@@ -215,6 +246,9 @@ impl KernelPath {
             BpfHashMap::try_from(take_map(&mut ebpf, "members")?).map_err(|e| format!("map members: {e}"))?;
         let counters_map =
             PerCpuArray::try_from(take_map(&mut ebpf, "counters")?).map_err(|e| format!("map counters: {e}"))?;
+        let ring = RingBuf::try_from(take_map(&mut ebpf, "resend")?).map_err(|e| format!("map resend: {e}"))?;
+        let resent = Array::try_from(take_map(&mut ebpf, "resent")?).map_err(|e| format!("map resent: {e}"))?;
+        let held = Array::try_from(take_map(&mut ebpf, "held")?).map_err(|e| format!("map held: {e}"))?;
         let resolver = Resolver::new().map_err(|e| format!("cannot open rtnetlink: {e}"))?;
         let backlog = netdev_max_backlog();
         Ok(KernelPath {
@@ -227,7 +261,32 @@ impl KernelPath {
             groups: HashMap::new(),
             removed: HashMap::new(),
             backlog,
+            ring: Some(ring),
+            resent: Some(resent),
+            held,
+            resender: None,
         })
+    }
+
+    /// Starts the thread that resends what the program could not (a full
+    /// qdisc or device queue): it waits on the ring buffer and sends each
+    /// copy through its group's socket, waiting out EAGAIN and ENOBUFS as
+    /// the user-space backends do, so a full queue loses nothing in the
+    /// kernel path either.
+    pub fn start_resend(&mut self, targets: Vec<ResendTarget>) -> io::Result<()> {
+        let (Some(ring), Some(resent)) = (self.ring.take(), self.resent.take()) else {
+            return Ok(());
+        };
+        // Group ids now, so the thread knows each target's counter slot;
+        // the event loops set each group's tags when they attach it.
+        let ids: Vec<u32> = targets.iter().map(|t| self.group_id(t.port)).collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = Arc::clone(&stop);
+        let h = std::thread::Builder::new()
+            .name("reflector-resend".into())
+            .spawn(move || resend_loop(ring, resent, &targets, &ids, &stop2))?;
+        self.resender = Some((stop, h));
+        Ok(())
     }
 
     /// The devices the program is attached to.
@@ -240,21 +299,27 @@ impl KernelPath {
         self.backlog
     }
 
+    /// The group's index into the per-group arrays, made on first use.
+    fn group_id(&mut self, port: u16) -> u32 {
+        let next = self.groups.len() as u32;
+        self.groups
+            .entry(port)
+            .or_insert_with(|| KGroup {
+                id: next,
+                tags: false,
+                dests: Vec::new(),
+                unresolved: Vec::new(),
+                data_in: HashMap::new(),
+                seen: Counters::default(),
+                warned: false,
+            })
+            .id
+    }
+
     fn add_group(&mut self, port: u16, tags: bool) -> io::Result<()> {
-        if !self.groups.contains_key(&port) {
-            let id = self.groups.len() as u32;
-            self.groups.insert(
-                port,
-                KGroup {
-                    id,
-                    tags,
-                    dests: Vec::new(),
-                    unresolved: Vec::new(),
-                    data_in: HashMap::new(),
-                    seen: Counters::default(),
-                    warned: false,
-                },
-            );
+        self.group_id(port);
+        if let Some(g) = self.groups.get_mut(&port) {
+            g.tags = tags;
         }
         self.write_group(port)
     }
@@ -418,6 +483,8 @@ impl KernelPath {
                 sum.replays += v.replays;
                 sum.passed_up += v.passed_up;
                 sum.bytes_in += v.bytes_in;
+                sum.queued += v.queued;
+                sum.lost += v.lost;
             }
             let d = |now: u64, then: u64| now.saturating_sub(then);
             let s = g.seen;
@@ -430,7 +497,7 @@ impl KernelPath {
             c.fanned_out.fetch_add(d(sum.copies, s.copies), Relaxed);
             c.kernel_copies.fetch_add(d(sum.copies, s.copies), Relaxed);
             c.bytes_out.fetch_add(d(sum.bytes_out, s.bytes_out), Relaxed);
-            c.send_errors.fetch_add(d(sum.clone_errors, s.clone_errors), Relaxed);
+            c.send_errors.fetch_add(d(sum.lost, s.lost), Relaxed);
             c.kernel_clone_errors
                 .fetch_add(d(sum.clone_errors, s.clone_errors), Relaxed);
             c.bad_tag.fetch_add(bad_tag, Relaxed);
@@ -459,6 +526,18 @@ impl KernelPath {
                     "group {port} has {size} members but net.core.netdev_max_backlog is {b}: every copy waits in that queue, so raise it above the largest group (copies beyond it are dropped by the kernel)"
                 );
             }
+        }
+    }
+
+    /// Holds the group's DATA in user space (`on`) or gives it back to the
+    /// program.
+    fn hold(&mut self, port: u16, on: bool) {
+        let id = self.group_id(port);
+        if let Err(e) = self.held.set(id, u64::from(on), 0) {
+            tracing::warn!(
+                "group {port}: cannot {} the kernel path: {e}",
+                if on { "hold" } else { "release" }
+            );
         }
     }
 
@@ -495,6 +574,99 @@ impl KernelPath {
     }
 }
 
+/// One record of the resend ring: the group, the member, the datagram.
+fn parse_resend(b: &[u8]) -> Option<(u16, SocketAddrV4, &[u8])> {
+    let head = b.get(..RESEND_HEAD)?;
+    let group = u16::from_be_bytes([head[0], head[1]]);
+    let port = u16::from_be_bytes([head[2], head[3]]);
+    let ip = Ipv4Addr::new(head[4], head[5], head[6], head[7]);
+    let len = u32::from_ne_bytes([head[8], head[9], head[10], head[11]]) as usize;
+    if len > RESEND_MAX {
+        return None;
+    }
+    let data = b.get(RESEND_HEAD..RESEND_HEAD + len)?;
+    Some((group, SocketAddrV4::new(ip, port), data))
+}
+
+fn resend_loop(
+    mut ring: RingBuf<MapData>,
+    mut resent: Array<MapData, u64>,
+    targets: &[ResendTarget],
+    ids: &[u32],
+    stop: &AtomicBool,
+) {
+    let mut done = vec![0u64; targets.len()];
+    let epoll = match nix::sys::epoll::Epoll::new(nix::sys::epoll::EpollCreateFlags::EPOLL_CLOEXEC) {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::error!("resend thread: epoll: {e}; copies the kernel could not send will be lost");
+            return;
+        }
+    };
+    let ev = nix::sys::epoll::EpollEvent::new(nix::sys::epoll::EpollFlags::EPOLLIN, 0);
+    if let Err(e) = epoll.add(ring.as_fd(), ev) {
+        tracing::error!("resend thread: cannot wait on the ring buffer: {e}");
+        return;
+    }
+    let mut events = [nix::sys::epoll::EpollEvent::empty(); 1];
+    let mut buf = Vec::with_capacity(RESEND_MAX);
+    while !stop.load(Relaxed) {
+        let _ = epoll.wait(&mut events, nix::sys::epoll::EpollTimeout::from(50u16));
+        loop {
+            let Some(item) = ring.next() else { break };
+            let Some((group, to, data)) = parse_resend(&item) else {
+                continue;
+            };
+            buf.clear();
+            buf.extend_from_slice(data);
+            // Release the ring's slot before the (possibly long) wait.
+            drop(item);
+            let Some(k) = targets.iter().position(|t| t.port == group) else {
+                continue;
+            };
+            let t = &targets[k];
+            if resend(&t.sock, &buf, SocketAddr::V4(to), &t.counters, stop) {
+                t.counters.fanned_out.fetch_add(1, Relaxed);
+                t.counters.bytes_out.fetch_add(buf.len() as u64, Relaxed);
+                t.counters.kernel_resent.fetch_add(1, Relaxed);
+            } else {
+                t.counters.send_errors.fetch_add(1, Relaxed);
+            }
+            // Dealt with: once all are, the program takes the group back.
+            done[k] += 1;
+            if let Err(e) = resent.set(ids[k], done[k], 0) {
+                tracing::warn!("resend thread: cannot update group {group}'s count: {e}");
+            }
+        }
+    }
+}
+
+/// Sends one copy, waiting as long as the queue is full (the no-loss rule
+/// of the user-space backends); false if the destination keeps failing
+/// for another reason, or at shutdown.
+fn resend(sock: &UdpSocket, buf: &[u8], to: SocketAddr, c: &GroupCounters, stop: &AtomicBool) -> bool {
+    let mut w = Waiter::new();
+    loop {
+        match sendpath::SendOne::send(sock.as_fd(), buf, to) {
+            Ok(_) => {
+                w.success();
+                return true;
+            }
+            Err(e) => match w.after_error(&e, c) {
+                Next::Retry => {}
+                Next::Skip => return false,
+                Next::Wait(Wake::Writable) => {
+                    let _ = sendpath::wait_writable(sock.as_fd(), 50);
+                }
+                Next::Wait(Wake::At(t)) => std::thread::sleep(t.saturating_duration_since(Instant::now())),
+            },
+        }
+        if stop.load(Relaxed) {
+            return false;
+        }
+    }
+}
+
 /// The devices with `bind` (any IPv4 address if unspecified), loopback
 /// excluded: a copy cannot be cloned to a loopback peer.
 fn devices_with(bind: Ipv4Addr) -> Result<Vec<String>, String> {
@@ -525,6 +697,9 @@ pub struct EbpfFanout {
     kernel: SharedKernel,
     user: UserFanout,
     ports: Vec<u16>,
+    /// Groups whose DATA this loop is serving itself (see `held` in
+    /// fanout.h), so the map is written only when that changes.
+    held: Vec<bool>,
 }
 
 impl EbpfFanout {
@@ -533,6 +708,7 @@ impl EbpfFanout {
             kernel,
             user: UserFanout::sendmmsg(),
             ports: Vec::new(),
+            held: Vec::new(),
         }
     }
 
@@ -555,6 +731,7 @@ impl Fanout for EbpfFanout {
     fn attach(&mut self, g: usize, fd: BorrowedFd<'_>, port: u16, tags: bool) -> io::Result<()> {
         if self.ports.len() <= g {
             self.ports.resize(g + 1, 0);
+            self.held.resize(g + 1, false);
         }
         self.ports[g] = port;
         self.kernel().add_group(port, tags)?;
@@ -583,7 +760,20 @@ impl Fanout for EbpfFanout {
         from: SocketAddr,
         c: &GroupCounters,
     ) -> Progress {
+        // DATA the program passed up: until the socket is drained, newer
+        // DATA of this group must not overtake it in the kernel.
+        if let (Some(port), Some(false)) = (self.port(g), self.held.get(g).copied()) {
+            self.held[g] = true;
+            self.kernel().hold(port, true);
+        }
         self.user.fanout(g, fd, datagram, from, c)
+    }
+
+    fn idle(&mut self, g: usize) {
+        if let (Some(port), Some(true)) = (self.port(g), self.held.get(g).copied()) {
+            self.held[g] = false;
+            self.kernel().hold(port, false);
+        }
     }
 
     fn resume(&mut self, g: usize, fd: BorrowedFd<'_>, c: &GroupCounters) -> Progress {

@@ -71,13 +71,20 @@ pub struct Counters {
     pub replays: u64,
     pub passed_up: u64,
     pub bytes_in: u64,
+    pub queued: u64,
+    pub lost: u64,
 }
+
+/// `FANOUT_RESEND_MAX`.
+pub const RESEND_MAX: usize = 1472;
+/// Bytes of `struct fanout_resend` before the datagram.
+pub const RESEND_HEAD: usize = 16;
 
 const _: () = assert!(std::mem::size_of::<Dest>() == 24);
 const _: () = assert!(std::mem::size_of::<GroupValue>() == 16 + 24 * MAX_MEMBERS);
 const _: () = assert!(std::mem::size_of::<MemberKey>() == 8);
 const _: () = assert!(std::mem::size_of::<MemberValue>() == 56);
-const _: () = assert!(std::mem::size_of::<Counters>() == 64);
+const _: () = assert!(std::mem::size_of::<Counters>() == 80);
 
 // SAFETY: plain `#[repr(C)]` integers and byte arrays with no padding the
 // compiler adds (the sizes above equal the sums of the fields), so every bit
