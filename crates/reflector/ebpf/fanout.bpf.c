@@ -32,9 +32,9 @@
 #define TCX_DROP 2
 #endif
 
-_Static_assert(sizeof(struct fanout_dest) == 24, "fanout_dest layout");
+_Static_assert(sizeof(struct fanout_dest) == 28, "fanout_dest layout");
 _Static_assert((FANOUT_MAX_MEMBERS & (FANOUT_MAX_MEMBERS - 1)) == 0, "the member bound is a mask");
-_Static_assert(sizeof(struct fanout_group) == 16 + 24 * FANOUT_MAX_MEMBERS, "fanout_group layout");
+_Static_assert(sizeof(struct fanout_group) == 16 + 28 * FANOUT_MAX_MEMBERS, "fanout_group layout");
 _Static_assert(sizeof(struct fanout_member_key) == 8, "fanout_member_key layout");
 _Static_assert(sizeof(struct fanout_member) == 56, "fanout_member layout");
 _Static_assert(sizeof(struct fanout_counters) == 80, "fanout_counters layout");
@@ -244,6 +244,7 @@ struct fan_ctx {
 	struct fanout_group *g;
 	__u32 count;
 	__u32 cur_ip;     /* destination address now in the packet */
+	__u32 cur_sip;    /* source address now in the packet */
 	__u16 cur_port;   /* destination port now in the packet */
 	__u32 skip_ip;    /* the sender: gets no copy */
 	__u16 skip_port;
@@ -322,6 +323,13 @@ static long fan_one(__u32 i, void *data)
 	d = &c->g->dest[idx];
 	if (d->ip == c->skip_ip && d->port == c->skip_port)
 		return 0;
+	if (d->sip != c->cur_sip) {
+		bpf_l3_csum_replace(skb, IP_CSUM_OFF, c->cur_sip, d->sip, 4);
+		bpf_l4_csum_replace(skb, UDP_CSUM_OFF, c->cur_sip, d->sip,
+				    BPF_F_PSEUDO_HDR | BPF_F_MARK_MANGLED_0 | 4);
+		bpf_skb_store_bytes(skb, IP_SRC_OFF, &d->sip, 4, 0);
+		c->cur_sip = d->sip;
+	}
 	if (d->ip != c->cur_ip) {
 		bpf_l3_csum_replace(skb, IP_CSUM_OFF, c->cur_ip, d->ip, 4);
 		bpf_l4_csum_replace(skb, UDP_CSUM_OFF, c->cur_ip, d->ip,
@@ -388,6 +396,8 @@ int reflector_fanout(struct __sk_buff *skb)
 	g = bpf_map_lookup_elem(&groups, &group_port);
 	if (!g)
 		return TCX_NEXT;
+	if (g->addr && g->addr != ip->daddr)
+		return TCX_NEXT; /* another local address: not the group's socket */
 	cnt = group_counters(g->id);
 	if (!cnt)
 		return TCX_NEXT;
@@ -459,9 +469,8 @@ int reflector_fanout(struct __sk_buff *skb)
 		bpf_l4_csum_replace(skb, UDP_CSUM_OFF, old_lo, zero, BPF_F_MARK_MANGLED_0 | 4);
 		bpf_skb_store_bytes(skb, DGRAM_OFF + PROTO_TAG_OFF, &zero8, 8, 0);
 	}
-	bpf_l3_csum_replace(skb, IP_CSUM_OFF, src_ip, group_ip, 4);
-	bpf_l4_csum_replace(skb, UDP_CSUM_OFF, src_ip, group_ip, BPF_F_PSEUDO_HDR | BPF_F_MARK_MANGLED_0 | 4);
-	bpf_skb_store_bytes(skb, IP_SRC_OFF, &group_ip, 4, 0);
+	/* Source addresses are set per destination (each copy leaves from the
+	 * address the group's socket would use towards that member). */
 	bpf_l4_csum_replace(skb, UDP_CSUM_OFF, src_port, group_port, BPF_F_MARK_MANGLED_0 | 2);
 	bpf_skb_store_bytes(skb, UDP_SPORT_OFF, &group_port, 2, 0);
 
@@ -471,6 +480,7 @@ int reflector_fanout(struct __sk_buff *skb)
 			.g = g,
 			.count = g->count,
 			.cur_ip = group_ip,
+			.cur_sip = src_ip,
 			.cur_port = group_port,
 			.skip_ip = src_ip,
 			.skip_port = src_port,

@@ -11,8 +11,9 @@
  * is one map value, replaced whole on every membership change so a program
  * run never sees half of an update. A larger group is served by the
  * user-space path (the group's PASS_UP flag); raise this constant (and
- * MAX_MEMBERS in sys.rs) to lift the limit: the value grows 24 bytes per
- * member and the replication loop (bpf_loop) has no practical bound. */
+ * MAX_MEMBERS in sys.rs) to lift the limit: the value grows 28 bytes per
+ * member and the replication loop (bpf_loop) has no practical bound. It
+ * must stay a power of two (the program masks indexes with it). */
 #define FANOUT_MAX_MEMBERS 1024
 /* Groups (ports) one reflector can serve in the kernel path. */
 #define FANOUT_MAX_GROUPS 4096
@@ -41,22 +42,24 @@
 #define GROUP_TAGS 1u    /* DATA must carry a valid SipHash-2-4 tag */
 #define GROUP_PASS_UP 2u /* serve this group in user space for now */
 
-/* One destination: where a copy goes and with which Ethernet header. */
+/* One destination: where a copy goes, from which address, and with which
+ * Ethernet header. */
 struct fanout_dest {
 	__u32 ip;      /* member address (network order) */
 	__u16 port;    /* member port (network order) */
 	__u16 _pad;
 	__u32 ifindex; /* egress device */
+	__u32 sip;     /* source address: what the group's socket would send from */
 	__u8 dmac[6];  /* next hop (the member itself on a shared segment) */
 	__u8 smac[6];  /* the egress device's address */
 };
 
-/* groups: key = group port (network order, __u16 padded to __u32). */
+/* groups: key = group port (network order). */
 struct fanout_group {
-	__u32 id;    /* index into the counters array */
+	__u32 id;    /* index into the per-group arrays */
 	__u32 flags; /* GROUP_* */
 	__u32 count; /* entries of dest[] in use */
-	__u32 _pad;
+	__u32 addr;  /* the address the group's socket is bound to, 0 for any */
 	struct fanout_dest dest[FANOUT_MAX_MEMBERS];
 };
 

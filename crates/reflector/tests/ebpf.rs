@@ -200,14 +200,7 @@ fn counters(server: &Server) -> Snapshot {
 }
 
 fn csum_errors(lab: &Lab) -> u64 {
-    lab.c.run(|| {
-        let snmp = std::fs::read_to_string("/proc/thread-self/net/snmp").unwrap();
-        let udp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Udp:")).collect();
-        let names: Vec<&str> = udp[0].split_whitespace().collect();
-        let values: Vec<&str> = udp[1].split_whitespace().collect();
-        let i = names.iter().position(|n| *n == "InCsumErrors").unwrap();
-        values[i].parse().unwrap()
-    })
+    csum_errors_in(&lab.c)
 }
 
 /// N members each send M DATA; every other member gets each exactly once,
@@ -569,4 +562,228 @@ fn no_loss_on_a_full_device_queue() {
     assert!(c.enobufs_waits > 0, "sends waited out the full queue: {c:?}");
     stop.store(true, Ordering::Relaxed);
     server.join().unwrap();
+}
+
+/// Members behind two devices, one group of them behind a router (paper
+/// 000 §4.2: members may sit behind different devices and next hops): the
+/// program sends each copy out of the member's own device, to its next
+/// hop's MAC, from the address the group's socket (bound to any address)
+/// would use towards it; and when the router's MAC changes, the reflector
+/// follows the neighbour entry and delivery resumes within a few sweeps.
+#[test]
+fn members_behind_other_devices_and_a_router() {
+    if !root_or_skip("members_behind_other_devices_and_a_router") {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let r = NetNsGuard::new("kfr");
+    let c1 = NetNsGuard::new("kfa");
+    let gw = NetNsGuard::new("kfg");
+    let c2 = NetNsGuard::new("kfb");
+    let links = [
+        (&r, "vr1", "10.204.1.1/24", &c1, "vc1", "10.204.1.2/24"),
+        (&r, "vr2", "10.204.2.1/24", &gw, "vg1", "10.204.2.2/24"),
+        (&gw, "vg2", "10.204.3.1/24", &c2, "vc2", "10.204.3.2/24"),
+    ];
+    for (a, da, ipa, b, db, ipb) in links {
+        sh(&[
+            "ip",
+            "link",
+            "add",
+            da,
+            "netns",
+            a.name(),
+            "type",
+            "veth",
+            "peer",
+            "name",
+            db,
+            "netns",
+            b.name(),
+        ]);
+        for (ns, dev, ip) in [(a, da, ipa), (b, db, ipb)] {
+            sh(&["ip", "-n", ns.name(), "addr", "add", ip, "dev", dev]);
+            sh(&["ip", "-n", ns.name(), "link", "set", dev, "up"]);
+            sh(&[
+                "ip",
+                "netns",
+                "exec",
+                ns.name(),
+                "ethtool",
+                "-K",
+                dev,
+                "tx",
+                "off",
+                "rx",
+                "off",
+            ]);
+        }
+    }
+    sh(&[
+        "ip",
+        "-n",
+        r.name(),
+        "route",
+        "add",
+        "10.204.3.0/24",
+        "via",
+        "10.204.2.2",
+    ]);
+    sh(&["ip", "-n", c2.name(), "route", "add", "default", "via", "10.204.3.1"]);
+    sh(&[
+        "ip",
+        "netns",
+        "exec",
+        gw.name(),
+        "sysctl",
+        "-qw",
+        "net.ipv4.ip_forward=1",
+    ]);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = Arc::clone(&stop);
+    let server = r.run(move || {
+        let cfg = ServerConfig {
+            bind: [0, 0, 0, 0].into(),
+            ports: vec![0],
+            keys: Keys {
+                token_secret: Secret::new(&SECRET).unwrap().into(),
+                reflector_id: 0,
+                cookie_key: Secret::random(),
+            },
+            policy: Policy::default(),
+            backend: BackendKind::Ebpf,
+            fallback: false,
+            threads: 1,
+            rcvbuf: 1 << 20,
+            sndbuf: 1 << 20,
+            group_tags: Vec::new(),
+        };
+        Server::start(cfg, stop2).expect("the eBPF backend starts, with no fallback")
+    });
+    let group = server.ports()[0];
+    // Each side talks to the reflector address it reaches directly, and
+    // every copy must come from that address.
+    let sides: [(&NetNsGuard, &str, [u8; 4]); 2] = [
+        (&c1, "10.204.1.2", [10, 204, 1, 1]),
+        (&c2, "10.204.3.2", [10, 204, 2, 1]),
+    ];
+    let mut socks = Vec::new();
+    let mut froms = Vec::new();
+    let mut sessions = Vec::new();
+    for (k, (ns, ip, refl)) in sides.into_iter().enumerate() {
+        let ip = ip.to_string();
+        let ss: Vec<UdpSocket> = ns.run(move || {
+            (0..3)
+                .map(|_| {
+                    let s = UdpSocket::bind(format!("{ip}:0")).unwrap();
+                    s.set_nonblocking(true).unwrap();
+                    s
+                })
+                .collect()
+        });
+        for (j, s) in ss.iter().enumerate() {
+            let mut req = token(group, (k * 3 + j) as u32 + 1);
+            req.reflector = SocketAddr::from((refl, group));
+            s.set_nonblocking(false).unwrap();
+            let cfg = ClientConfig {
+                give_up: Some(Duration::from_secs(5)),
+                ..ClientConfig::default()
+            };
+            sessions.push(blocking::join(s, req, cfg).expect("the reflector admits us").0);
+            s.set_nonblocking(true).unwrap();
+            froms.push(SocketAddr::from((refl, group)));
+        }
+        socks.extend(ss);
+    }
+    wait_for("six members", 5, || counters(&server).members == 6);
+
+    let mut expected = HashMap::new();
+    let mut got = vec![0u64; 6];
+    let mut per_sender = HashMap::new();
+    let mut drain_all = |expected: &HashMap<(u32, u64), Vec<u8>>, got: &mut Vec<u64>| {
+        for (i, s) in socks.iter().enumerate() {
+            let mut one = [0u64];
+            drain(std::slice::from_ref(s), froms[i], expected, &mut one, &mut per_sender);
+            got[i] += one[0];
+        }
+    };
+    const ROUNDS: u32 = 10;
+    for round in 0..ROUNDS {
+        for (i, s) in socks.iter().enumerate() {
+            let (bytes, want) = data(&mut sessions[i], i as u32 + 1, round, 90);
+            let p = Packet::parse(&want[..]).unwrap();
+            expected.insert((p.sender(), p.seq()), want);
+            s.send_to(&bytes, froms[i]).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        drain_all(&expected, &mut got);
+    }
+    wait_for("every copy", 5, || {
+        drain_all(&expected, &mut got);
+        got.iter().all(|&g| g >= 5 * u64::from(ROUNDS))
+    });
+    assert_eq!(
+        got,
+        vec![5 * u64::from(ROUNDS); 6],
+        "each member gets every other member's DATA once"
+    );
+    assert_eq!(
+        csum_errors_in(&c1) + csum_errors_in(&c2),
+        0,
+        "no copy had a wrong checksum"
+    );
+    wait_for("the kernel's counters", 5, || {
+        counters(&server).kernel_copies == 6 * 5 * u64::from(ROUNDS)
+    });
+
+    // The router's MAC changes; the reflector learns it from the neighbour
+    // table (set here as an ARP update would) and copies reach C2 again.
+    sh(&[
+        "ip",
+        "-n",
+        gw.name(),
+        "link",
+        "set",
+        "vg1",
+        "address",
+        "02:52:46:00:02:99",
+    ]);
+    sh(&[
+        "ip",
+        "-n",
+        r.name(),
+        "neigh",
+        "replace",
+        "10.204.2.2",
+        "lladdr",
+        "02:52:46:00:02:99",
+        "dev",
+        "vr2",
+    ]);
+    let before = got[3];
+    let mut round = ROUNDS;
+    wait_for("delivery through the router again", 5, || {
+        let (bytes, want) = data(&mut sessions[0], 1, round, 90);
+        round += 1;
+        let p = Packet::parse(&want[..]).unwrap();
+        expected.insert((p.sender(), p.seq()), want);
+        socks[0].send_to(&bytes, froms[0]).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        drain_all(&expected, &mut got);
+        got[3] > before
+    });
+    stop.store(true, Ordering::Relaxed);
+    server.join().unwrap();
+}
+
+fn csum_errors_in(ns: &NetNsGuard) -> u64 {
+    ns.run(|| {
+        let snmp = std::fs::read_to_string("/proc/thread-self/net/snmp").unwrap();
+        let udp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Udp:")).collect();
+        let names: Vec<&str> = udp[0].split_whitespace().collect();
+        let values: Vec<&str> = udp[1].split_whitespace().collect();
+        let i = names.iter().position(|n| *n == "InCsumErrors").unwrap();
+        values[i].parse().unwrap()
+    })
 }

@@ -4,10 +4,12 @@
 //!
 //! `ebpf/fanout.bpf.c` replicates each member's DATA inside the kernel; this
 //! module is its control plane, the paper's `UDP_MCAST_ADD/DEL`: it loads
-//! the program, attaches it with TCX links on the ingress of every device
-//! carrying the reflector's address, and keeps three maps in step with the
-//! membership core: the groups (each one's destinations: address, port,
-//! egress device and Ethernet addresses, resolved over rtnetlink at join),
+//! the program, attaches it with TCX links on the ingress of every IPv4
+//! device but loopback (a datagram to the group's address may arrive on any
+//! of them), and keeps three maps in step with the membership core: the
+//! groups (the socket's address, and each one's destinations: address, port,
+//! egress device, source address and Ethernet addresses, resolved over
+//! rtnetlink at join and followed in the neighbour table at every sweep),
 //! the members (to check a sender: ids, tag key, replay window, a count of
 //! its DATA as a sign of life) and per-group counters.
 //!
@@ -117,15 +119,18 @@ fn member_key(group: u16, addr: SocketAddrV4) -> MemberKey {
     }
 }
 
-fn dest(a: SocketAddrV4, hop: NextHop) -> Dest {
-    Dest {
+/// A destination; its source is the bound address, or for a socket bound
+/// to any address the one the kernel would pick towards the member.
+fn dest(a: SocketAddrV4, hop: &NextHop, bind: Option<Ipv4Addr>) -> Option<Dest> {
+    Some(Dest {
         ip: be_ip(*a.ip()),
         port: be_port(a.port()),
         pad: 0,
         ifindex: hop.ifindex,
+        sip: be_ip(bind.or(hop.src)?),
         dmac: hop.dmac,
         smac: hop.smac,
-    }
+    })
 }
 
 /// The union of two windows of one membership (each holds sequence
@@ -144,8 +149,9 @@ fn merge(a: ReplayWindow, b: ReplayWindow) -> ReplayWindow {
 struct KGroup {
     id: u32,
     tags: bool,
-    /// Members the program replicates to, in map order.
-    dests: Vec<(SocketAddrV4, Dest)>,
+    /// Members the program replicates to, in map order, with their next
+    /// hop's address (to follow its neighbour entry).
+    dests: Vec<(SocketAddrV4, Dest, Ipv4Addr)>,
     /// Members it cannot reach yet (no neighbour entry) or ever (not behind
     /// an Ethernet device): while any exists the group is served in user
     /// space, where every member is a plain destination.
@@ -172,6 +178,8 @@ pub struct KernelPath {
     members_map: BpfHashMap<MapData, MemberKey, MemberValue>,
     counters_map: PerCpuArray<MapData, Counters>,
     resolver: Resolver,
+    /// The group sockets' address, `None` for any.
+    bind: Option<Ipv4Addr>,
     devices: Vec<String>,
     groups: HashMap<u16, KGroup>,
     /// Windows of members just removed, by (group, membership id): a
@@ -257,6 +265,7 @@ impl KernelPath {
             members_map,
             counters_map,
             resolver,
+            bind: (!bind.is_unspecified()).then_some(bind),
             devices,
             groups: HashMap::new(),
             removed: HashMap::new(),
@@ -334,13 +343,13 @@ impl KernelPath {
             id: g.id,
             flags: if g.tags { GROUP_TAGS } else { 0 },
             count: 0,
-            pad: 0,
+            addr: self.bind.map_or(0, be_ip),
             dest: [Dest::default(); MAX_MEMBERS],
         });
         if g.pass_up() {
             v.flags |= GROUP_PASS_UP;
         } else {
-            for (slot, (_, d)) in v.dest.iter_mut().zip(&g.dests) {
+            for (slot, (_, d, _)) in v.dest.iter_mut().zip(&g.dests) {
                 *slot = *d;
             }
             v.count = g.dests.len() as u32;
@@ -388,8 +397,16 @@ impl KernelPath {
         }
         match self.resolver.resolve(*a4.ip()) {
             Ok(Ok(hop)) => {
+                let Some(d) = dest(a4, &hop, self.bind) else {
+                    self.unresolved(
+                        port,
+                        addr,
+                        Unresolved::NotEthernet("no source address towards it".into()),
+                    );
+                    return;
+                };
                 if let Some(g) = self.groups.get_mut(&port) {
-                    g.dests.push((a4, dest(a4, hop)));
+                    g.dests.push((a4, d, hop.hop));
                     g.data_in.insert(a4, 0);
                 }
                 self.write_group_logged(port);
@@ -419,7 +436,7 @@ impl KernelPath {
         };
         g.unresolved.retain(|(a, _)| *a != addr);
         if let SocketAddr::V4(a4) = addr {
-            g.dests.retain(|(a, _)| *a != a4);
+            g.dests.retain(|(a, _, _)| *a != a4);
             g.data_in.remove(&a4);
             let key = member_key(port, a4);
             if let Ok(v) = self.members_map.get(&key, BPF_F_LOCK) {
@@ -451,11 +468,38 @@ impl KernelPath {
         for (addr, ip) in waiting {
             if let Ok(Ok(hop)) = self.resolver.resolve(ip) {
                 let SocketAddr::V4(a4) = addr else { continue };
+                let Some(d) = dest(a4, &hop, self.bind) else { continue };
                 let Some(g) = self.groups.get_mut(&port) else { return };
                 g.unresolved.retain(|(a, _)| *a != addr);
-                g.dests.push((a4, dest(a4, hop)));
+                g.dests.push((a4, d, hop.hop));
                 g.data_in.insert(a4, 0);
                 changed = true;
+            }
+        }
+        // Next hops whose neighbour entry changed (a new MAC) or went away
+        // (back to user space, which makes the kernel resolve it again).
+        if self.groups.get(&port).is_some_and(|g| !g.dests.is_empty()) {
+            match self.resolver.neighbours() {
+                Ok(table) => {
+                    let Some(g) = self.groups.get_mut(&port) else { return };
+                    let mut gone = Vec::new();
+                    for (a, d, hop) in g.dests.iter_mut() {
+                        match table.get(&(d.ifindex, *hop)) {
+                            Some(mac) if *mac != d.dmac => {
+                                d.dmac = *mac;
+                                changed = true;
+                            }
+                            Some(_) => {}
+                            None => gone.push((*a, *hop)),
+                        }
+                    }
+                    for (a, hop) in gone {
+                        g.dests.retain(|(x, _, _)| *x != a);
+                        g.unresolved.push((SocketAddr::V4(a), Unresolved::Neighbour(hop)));
+                        changed = true;
+                    }
+                }
+                Err(e) => tracing::warn!("group {port}: cannot read the neighbour table: {e}"),
             }
         }
         if changed {
@@ -667,11 +711,13 @@ fn resend(sock: &UdpSocket, buf: &[u8], to: SocketAddr, c: &GroupCounters, stop:
     }
 }
 
-/// The devices with `bind` (any IPv4 address if unspecified), loopback
-/// excluded: a copy cannot be cloned to a loopback peer.
+/// Every device with an IPv4 address but loopback (a copy cannot be
+/// cloned to a loopback peer): a datagram to the group's address may arrive
+/// on any of them. `bind`, unless unspecified, must be on one.
 fn devices_with(bind: Ipv4Addr) -> Result<Vec<String>, String> {
     let addrs = nix::ifaddrs::getifaddrs().map_err(|e| format!("cannot list interfaces: {e}"))?;
     let mut devs = Vec::new();
+    let mut bound = bind.is_unspecified();
     for ifa in addrs {
         let Some(ip) = ifa.address.as_ref().and_then(|a| a.as_sockaddr_in()).map(|s| s.ip()) else {
             continue;
@@ -679,11 +725,12 @@ fn devices_with(bind: Ipv4Addr) -> Result<Vec<String>, String> {
         if ifa.flags.contains(nix::net::if_::InterfaceFlags::IFF_LOOPBACK) {
             continue;
         }
-        if (bind.is_unspecified() || ip == bind) && !devs.contains(&ifa.interface_name) {
+        bound |= ip == bind;
+        if !devs.contains(&ifa.interface_name) {
             devs.push(ifa.interface_name);
         }
     }
-    if devs.is_empty() {
+    if !bound || devs.is_empty() {
         return Err(format!(
             "no Ethernet device carries {bind}: the eBPF fan-out replicates on devices, not on loopback"
         ));

@@ -26,6 +26,11 @@ pub struct NextHop {
     pub dmac: [u8; 6],
     /// The egress device's own address.
     pub smac: [u8; 6],
+    /// The next hop's IPv4 address (the member, or its gateway), to find
+    /// its neighbour entry again when it changes.
+    pub hop: Ipv4Addr,
+    /// The source address the kernel would pick towards the member.
+    pub src: Option<Ipv4Addr>,
 }
 
 /// Why a member cannot be served in the kernel (yet).
@@ -78,10 +83,12 @@ impl Resolver {
         }
         let mut oif = None;
         let mut hop = dst;
+        let mut src = None;
         for a in &route.attributes {
             match a {
                 RouteAttribute::Oif(i) => oif = Some(*i),
                 RouteAttribute::Gateway(RouteAddress::Inet(g)) => hop = *g,
+                RouteAttribute::PrefSource(RouteAddress::Inet(s)) => src = Some(*s),
                 _ => {}
             }
         }
@@ -95,8 +102,14 @@ impl Resolver {
                 "device {ifindex} (towards {dst}) has no Ethernet address"
             ))));
         };
-        match self.neighbour(ifindex, hop)? {
-            Some(dmac) => Ok(Ok(NextHop { ifindex, dmac, smac })),
+        match self.neighbours()?.get(&(ifindex, hop)) {
+            Some(&dmac) => Ok(Ok(NextHop {
+                ifindex,
+                dmac,
+                smac,
+                hop,
+                src,
+            })),
             None => Ok(Err(Unresolved::Neighbour(hop))),
         }
     }
@@ -123,15 +136,15 @@ impl Resolver {
         Ok(mac)
     }
 
-    /// The link address of `hop` on `ifindex`, if the entry is usable.
-    fn neighbour(&mut self, ifindex: u32, hop: Ipv4Addr) -> io::Result<Option<[u8; 6]>> {
+    /// Every usable IPv4 neighbour entry: (device, address) -> link address.
+    pub fn neighbours(&mut self) -> io::Result<HashMap<(u32, Ipv4Addr), [u8; 6]>> {
         let mut nb = NeighbourMessage::default();
         nb.header.family = AddressFamily::Inet;
-        nb.header.ifindex = ifindex;
         let replies = self.request(RouteNetlinkMessage::GetNeighbour(nb), NLM_F_DUMP)?;
-        Ok(replies.iter().find_map(|m| {
+        let mut out = HashMap::new();
+        for m in &replies {
             let RouteNetlinkMessage::NewNeighbour(n) = m else {
-                return None;
+                continue;
             };
             let usable = matches!(
                 n.header.state,
@@ -141,21 +154,23 @@ impl Resolver {
                     | NeighbourState::Probe
                     | NeighbourState::Permanent
             );
-            if n.header.ifindex != ifindex || !usable {
-                return None;
+            if !usable {
+                continue;
             }
-            let is_hop = n
-                .attributes
-                .iter()
-                .any(|a| matches!(a, NeighbourAttribute::Destination(NeighbourAddress::Inet(d)) if *d == hop));
-            if !is_hop {
-                return None;
+            let mut ip = None;
+            let mut mac = None;
+            for a in &n.attributes {
+                match a {
+                    NeighbourAttribute::Destination(NeighbourAddress::Inet(d)) => ip = Some(*d),
+                    NeighbourAttribute::LinkLayerAddress(b) => mac = <[u8; 6]>::try_from(b.as_slice()).ok(),
+                    _ => {}
+                }
             }
-            n.attributes.iter().find_map(|a| match a {
-                NeighbourAttribute::LinkLayerAddress(b) => <[u8; 6]>::try_from(b.as_slice()).ok(),
-                _ => None,
-            })
-        }))
+            if let (Some(ip), Some(mac)) = (ip, mac) {
+                out.insert((n.header.ifindex, ip), mac);
+            }
+        }
+        Ok(out)
     }
 
     /// One request and all its replies (a dump ends with DONE, a get with

@@ -19,6 +19,8 @@ pub struct Dest {
     pub port: u16,
     pub pad: u16,
     pub ifindex: u32,
+    /// Source address of the copy (network order).
+    pub sip: u32,
     pub dmac: [u8; 6],
     pub smac: [u8; 6],
 }
@@ -30,7 +32,8 @@ pub struct GroupValue {
     pub id: u32,
     pub flags: u32,
     pub count: u32,
-    pub pad: u32,
+    /// The group socket's address (network order), 0 for any.
+    pub addr: u32,
     pub dest: [Dest; MAX_MEMBERS],
 }
 
@@ -80,8 +83,8 @@ pub const RESEND_MAX: usize = 1472;
 /// Bytes of `struct fanout_resend` before the datagram.
 pub const RESEND_HEAD: usize = 16;
 
-const _: () = assert!(std::mem::size_of::<Dest>() == 24);
-const _: () = assert!(std::mem::size_of::<GroupValue>() == 16 + 24 * MAX_MEMBERS);
+const _: () = assert!(std::mem::size_of::<Dest>() == 28);
+const _: () = assert!(std::mem::size_of::<GroupValue>() == 16 + 28 * MAX_MEMBERS);
 const _: () = assert!(std::mem::size_of::<MemberKey>() == 8);
 const _: () = assert!(std::mem::size_of::<MemberValue>() == 56);
 const _: () = assert!(std::mem::size_of::<Counters>() == 80);
