@@ -34,10 +34,10 @@
 
 _Static_assert(sizeof(struct fanout_dest) == 28, "fanout_dest layout");
 _Static_assert((FANOUT_MAX_MEMBERS & (FANOUT_MAX_MEMBERS - 1)) == 0, "the member bound is a mask");
-_Static_assert(sizeof(struct fanout_group) == 16 + 28 * FANOUT_MAX_MEMBERS, "fanout_group layout");
+_Static_assert(sizeof(struct fanout_group) == 24 + 28 * FANOUT_MAX_MEMBERS, "fanout_group layout");
 _Static_assert(sizeof(struct fanout_member_key) == 8, "fanout_member_key layout");
-_Static_assert(sizeof(struct fanout_member) == 56, "fanout_member layout");
-_Static_assert(sizeof(struct fanout_counters) == 80, "fanout_counters layout");
+_Static_assert(sizeof(struct fanout_member) == 80, "fanout_member layout");
+_Static_assert(sizeof(struct fanout_counters) == 88, "fanout_counters layout");
 _Static_assert(sizeof(struct fanout_resend) == 16 + FANOUT_RESEND_BUF, "fanout_resend layout");
 _Static_assert(FANOUT_RESEND_MAX <= FANOUT_RESEND_BUF && (FANOUT_RESEND_BUF & (FANOUT_RESEND_BUF - 1)) == 0,
 	       "the resend room is a mask");
@@ -231,6 +231,43 @@ static __always_inline int window_accept(struct fanout_member *m, __u64 seq)
 		if (back < 64 && !(m->bitmap & (1ULL << back))) {
 			m->bitmap |= 1ULL << back;
 			ok = 1;
+		}
+	}
+	bpf_spin_unlock(&m->lock);
+	return ok;
+}
+
+/* ---- the member's rate cap (the security issue's), under its lock ---- */
+
+#define NS_PER_S 1000000000ULL
+
+static __always_inline int rate_take(struct fanout_member *m, __u32 pps, __u32 bps, __u32 len)
+{
+	/* No helper may be called under the lock: the clock is read first. */
+	__u64 now = bpf_ktime_get_ns();
+	__u64 pkt_cap = (__u64)pps * NS_PER_S, byte_cap = (__u64)bps * NS_PER_S;
+	__u64 need = (__u64)len * NS_PER_S;
+	int ok;
+
+	bpf_spin_lock(&m->lock);
+	{
+		__u64 dt = now - m->rate_last_ns;
+
+		if (dt > NS_PER_S)
+			dt = NS_PER_S; /* a second's worth at most: no overflow */
+		m->rate_last_ns = now;
+		m->rate_pkts += dt * pps;
+		if (m->rate_pkts > pkt_cap)
+			m->rate_pkts = pkt_cap;
+		m->rate_bytes += dt * bps;
+		if (m->rate_bytes > byte_cap)
+			m->rate_bytes = byte_cap;
+		ok = (!pps || m->rate_pkts >= NS_PER_S) && (!bps || m->rate_bytes >= need);
+		if (ok) {
+			if (pps)
+				m->rate_pkts -= NS_PER_S;
+			if (bps)
+				m->rate_bytes -= need;
 		}
 	}
 	bpf_spin_unlock(&m->lock);
@@ -455,6 +492,11 @@ int reflector_fanout(struct __sk_buff *skb)
 			return TCX_DROP;
 		}
 		__sync_fetch_and_add(&m->data_in, 1);
+	}
+	/* Beyond its cap a member's own DATA is dropped, nobody else's. */
+	if ((g->pps || g->bps) && !rate_take(m, g->pps, g->bps, dlen)) {
+		cnt->rate_limited++;
+		return TCX_DROP;
 	}
 
 	/* Every copy carries the tag field zeroed, from the group's address. */

@@ -60,6 +60,8 @@ struct fanout_group {
 	__u32 flags; /* GROUP_* */
 	__u32 count; /* entries of dest[] in use */
 	__u32 addr;  /* the address the group's socket is bound to, 0 for any */
+	__u32 pps;   /* each member's DATA cap: packets per second, 0 for none */
+	__u32 bps;   /* and bytes per second, 0 for none */
 	struct fanout_dest dest[FANOUT_MAX_MEMBERS];
 };
 
@@ -79,6 +81,13 @@ struct fanout_member {
 	__u64 highest;    /* replay window: highest sequence accepted */
 	__u64 bitmap;     /* bit i: highest - i seen */
 	__u64 data_in;    /* DATA forwarded in the kernel: a sign of life */
+	/* The rate cap's token buckets, in 1e-9 packet and 1e-9 byte units
+	 * (so refills need no division), full (one second's worth) at start,
+	 * and when they were last refilled (kernel monotonic ns: the cap is in
+	 * real time, so under time dilation it is TDF times looser). */
+	__u64 rate_pkts;
+	__u64 rate_bytes;
+	__u64 rate_last_ns;
 };
 
 /* counters: per-CPU array indexed by group id. */
@@ -93,6 +102,7 @@ struct fanout_counters {
 	__u64 bytes_in;   /* member DATA bytes (UDP payload) handled here */
 	__u64 queued;     /* failed clones handed to user space to resend */
 	__u64 lost;       /* failed clones the ring buffer had no room for */
+	__u64 rate_limited; /* DATA beyond its member's rate cap: dropped */
 };
 
 /* queued and resent: arrays indexed by group id. The program adds the

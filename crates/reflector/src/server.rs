@@ -11,7 +11,7 @@
 //! serving its other groups; it resumes on `EPOLLOUT` or a timer.
 
 use crate::backend::{BackendKind, Fanout, Progress, Support, Wake};
-use crate::kfanout::{EbpfFanout, KernelPath, ResendTarget};
+use crate::kfanout::{EbpfFanout, KernelPath, RateCaps, ResendTarget};
 use crate::membership::{Change, DropReason, Event, Group, Keys, Now, Policy};
 use crate::metrics::{GroupCounters, Registry};
 use crate::{mono_now_ms, CliError};
@@ -276,7 +276,11 @@ impl Server {
         // The program is loaded and attached here, in the caller's network
         // namespace, once for all event loops.
         let kernel = if backend == BackendKind::Ebpf {
-            match KernelPath::start(cfg.bind) {
+            let caps = RateCaps {
+                pps: cfg.policy.member_pps,
+                bytes_per_s: u32::try_from(cfg.policy.member_bytes_per_s).unwrap_or(u32::MAX),
+            };
+            match KernelPath::start(cfg.bind, caps) {
                 Ok(k) => {
                     match k.backlog() {
                         Some(b) => tracing::info!(
@@ -287,11 +291,6 @@ impl Server {
                             "eBPF fan-out attached to {} (TCX ingress); net.core.netdev_max_backlog is not visible from this namespace (it must exceed the largest group)",
                             k.devices().join(", ")
                         ),
-                    }
-                    if cfg.policy.member_pps > 0 || cfg.policy.member_bytes_per_s > 0 {
-                        tracing::warn!(
-                            "the eBPF fan-out does not enforce the per-member DATA rate caps yet: DATA it forwards in the kernel is not capped"
-                        );
                     }
                     Some(Arc::new(Mutex::new(k)))
                 }

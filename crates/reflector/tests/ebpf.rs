@@ -787,3 +787,83 @@ fn csum_errors_in(ns: &NetNsGuard) -> u64 {
         values[i].parse().unwrap()
     })
 }
+
+/// The per-member rate cap in the kernel path: a member that floods has
+/// its own DATA beyond the cap dropped (and counted) in the kernel, while
+/// every other member's DATA still reaches everyone.
+#[test]
+fn a_flooding_member_is_capped_in_the_kernel() {
+    if !root_or_skip("a_flooding_member_is_capped_in_the_kernel") {
+        return;
+    }
+    const CAP: u32 = 50;
+    const FLOOD: u32 = 200;
+    const QUIET: u32 = 20;
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let lab = Lab::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let policy = Policy {
+        member_pps: CAP,
+        member_bytes_per_s: 0,
+        ..Policy::default()
+    };
+    let server = start(&lab, policy, &stop);
+    let group = server.ports()[0];
+    let from = SocketAddr::from((REFLECTOR, group));
+    let socks = sockets(&lab, 4);
+    let mut sessions: Vec<Session> = (0..4).map(|i| join(&socks[i], group, i as u32 + 1)).collect();
+    wait_for("four members", 5, || counters(&server).members == 4);
+    let mut expected = HashMap::new();
+    let mut got = vec![0u64; 4];
+    let mut per_sender = HashMap::new();
+    let t0 = Instant::now();
+    for k in 0..FLOOD {
+        let (bytes, want) = data(&mut sessions[0], 1, k, 64);
+        let p = Packet::parse(&want[..]).unwrap();
+        expected.insert((p.sender(), p.seq()), want);
+        socks[0].send_to(&bytes, from).unwrap();
+        if k % 16 == 15 {
+            drain(&socks, from, &expected, &mut got, &mut per_sender);
+        }
+    }
+    let flood_secs = t0.elapsed().as_secs_f64();
+    for k in 0..QUIET {
+        let (bytes, want) = data(&mut sessions[1], 2, k, 64);
+        let p = Packet::parse(&want[..]).unwrap();
+        expected.insert((p.sender(), p.seq()), want);
+        socks[1].send_to(&bytes, from).unwrap();
+        std::thread::sleep(Duration::from_millis(25));
+        drain(&socks, from, &expected, &mut got, &mut per_sender);
+    }
+    wait_for("the kernel's counters", 5, || {
+        let c = counters(&server);
+        c.kernel_forwarded + c.rate_limited == u64::from(FLOOD + QUIET)
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    drain(&socks, from, &expected, &mut got, &mut per_sender);
+    let c = counters(&server);
+    let passed = c.kernel_forwarded - u64::from(QUIET);
+    // A full bucket (one second's worth) plus what refilled while flooding.
+    let most = u64::from(CAP) + (flood_secs * f64::from(CAP)).ceil() as u64 + 1;
+    assert!(
+        (u64::from(CAP)..=most).contains(&passed),
+        "{passed} of the flood passed, not {CAP}..={most}: {c:?}"
+    );
+    assert_eq!(c.rate_limited, u64::from(FLOOD) - passed, "{c:?}");
+    for i in 1..4 {
+        assert_eq!(
+            per_sender.get(&(i, 1)).copied().unwrap_or(0),
+            passed,
+            "member {i}: the flood's share"
+        );
+    }
+    for i in [0, 2, 3] {
+        assert_eq!(
+            per_sender.get(&(i, 2)).copied().unwrap_or(0),
+            u64::from(QUIET),
+            "member {i} lost the quiet one's DATA"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    server.join().unwrap();
+}

@@ -180,6 +180,7 @@ pub struct KernelPath {
     resolver: Resolver,
     /// The group sockets' address, `None` for any.
     bind: Option<Ipv4Addr>,
+    caps: RateCaps,
     devices: Vec<String>,
     groups: HashMap<u16, KGroup>,
     /// Windows of members just removed, by (group, membership id): a
@@ -217,6 +218,17 @@ pub struct ResendTarget {
 
 pub type SharedKernel = Arc<Mutex<KernelPath>>;
 
+/// Each member's DATA cap (the membership policy's), enforced by the
+/// program for the DATA it forwards; 0 is no cap.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RateCaps {
+    pub pps: u32,
+    pub bytes_per_s: u32,
+}
+
+/// One second's worth of tokens, in the program's 1e-9 units.
+const NS_PER_S: u64 = 1_000_000_000;
+
 fn take_map(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map, String> {
     ebpf.take_map(name)
         .ok_or_else(|| format!("the eBPF object has no map {name}"))
@@ -226,7 +238,7 @@ impl KernelPath {
     /// Loads the program and attaches it to the ingress of every Ethernet
     /// device that carries `bind` (every one with an IPv4 address if `bind`
     /// is unspecified), in the calling thread's network namespace.
-    pub fn start(bind: IpAddr) -> Result<KernelPath, String> {
+    pub fn start(bind: IpAddr, caps: RateCaps) -> Result<KernelPath, String> {
         let IpAddr::V4(bind) = bind else {
             return Err(format!(
                 "the eBPF fan-out handles IPv4 only; {bind} needs a user-space backend"
@@ -266,6 +278,7 @@ impl KernelPath {
             counters_map,
             resolver,
             bind: (!bind.is_unspecified()).then_some(bind),
+            caps,
             devices,
             groups: HashMap::new(),
             removed: HashMap::new(),
@@ -344,6 +357,8 @@ impl KernelPath {
             flags: if g.tags { GROUP_TAGS } else { 0 },
             count: 0,
             addr: self.bind.map_or(0, be_ip),
+            pps: self.caps.pps,
+            bps: self.caps.bytes_per_s,
             dest: [Dest::default(); MAX_MEMBERS],
         });
         if g.pass_up() {
@@ -380,6 +395,9 @@ impl KernelPath {
             k1: u64::from_le_bytes(tag[8..].try_into().unwrap_or_default()),
             highest: window.highest,
             bitmap: window.bitmap,
+            // Full buckets, as the membership core starts them.
+            rate_pkts: u64::from(self.caps.pps) * NS_PER_S,
+            rate_bytes: u64::from(self.caps.bytes_per_s) * NS_PER_S,
             ..MemberValue::default()
         };
         if tags != m.tags {
@@ -529,12 +547,14 @@ impl KernelPath {
                 sum.bytes_in += v.bytes_in;
                 sum.queued += v.queued;
                 sum.lost += v.lost;
+                sum.rate_limited += v.rate_limited;
             }
             let d = |now: u64, then: u64| now.saturating_sub(then);
             let s = g.seen;
             let forwarded = d(sum.forwarded, s.forwarded);
             let (bad_tag, replays) = (d(sum.bad_tag, s.bad_tag), d(sum.replays, s.replays));
-            c.received.fetch_add(forwarded + bad_tag + replays, Relaxed);
+            let limited = d(sum.rate_limited, s.rate_limited);
+            c.received.fetch_add(forwarded + bad_tag + replays + limited, Relaxed);
             c.bytes_in.fetch_add(d(sum.bytes_in, s.bytes_in), Relaxed);
             c.forwarded.fetch_add(forwarded, Relaxed);
             c.kernel_forwarded.fetch_add(forwarded, Relaxed);
@@ -545,6 +565,7 @@ impl KernelPath {
             c.kernel_clone_errors
                 .fetch_add(d(sum.clone_errors, s.clone_errors), Relaxed);
             c.bad_tag.fetch_add(bad_tag, Relaxed);
+            c.rate_limited.fetch_add(d(sum.rate_limited, s.rate_limited), Relaxed);
             c.replays.fetch_add(replays, Relaxed);
             c.kernel_passed_up.fetch_add(d(sum.passed_up, s.passed_up), Relaxed);
             g.seen = sum;

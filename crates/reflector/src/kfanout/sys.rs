@@ -34,6 +34,9 @@ pub struct GroupValue {
     pub count: u32,
     /// The group socket's address (network order), 0 for any.
     pub addr: u32,
+    /// Each member's DATA cap, packets and bytes per second (0: none).
+    pub pps: u32,
+    pub bps: u32,
     pub dest: [Dest; MAX_MEMBERS],
 }
 
@@ -60,6 +63,10 @@ pub struct MemberValue {
     pub highest: u64,
     pub bitmap: u64,
     pub data_in: u64,
+    /// Token buckets in 1e-9 units, and their last refill (kernel ns).
+    pub rate_pkts: u64,
+    pub rate_bytes: u64,
+    pub rate_last_ns: u64,
 }
 
 /// `struct fanout_counters`, one per CPU per group.
@@ -76,6 +83,7 @@ pub struct Counters {
     pub bytes_in: u64,
     pub queued: u64,
     pub lost: u64,
+    pub rate_limited: u64,
 }
 
 /// `FANOUT_RESEND_MAX`.
@@ -84,10 +92,10 @@ pub const RESEND_MAX: usize = 1472;
 pub const RESEND_HEAD: usize = 16;
 
 const _: () = assert!(std::mem::size_of::<Dest>() == 28);
-const _: () = assert!(std::mem::size_of::<GroupValue>() == 16 + 28 * MAX_MEMBERS);
+const _: () = assert!(std::mem::size_of::<GroupValue>() == 24 + 28 * MAX_MEMBERS);
 const _: () = assert!(std::mem::size_of::<MemberKey>() == 8);
-const _: () = assert!(std::mem::size_of::<MemberValue>() == 56);
-const _: () = assert!(std::mem::size_of::<Counters>() == 80);
+const _: () = assert!(std::mem::size_of::<MemberValue>() == 80);
+const _: () = assert!(std::mem::size_of::<Counters>() == 88);
 
 // SAFETY: plain `#[repr(C)]` integers and byte arrays with no padding the
 // compiler adds (the sizes above equal the sums of the fields), so every bit
