@@ -4,7 +4,7 @@
 # `reflector-demo`: as root, a netlab star of client hosts around a reflector
 # host, every link shaped to Fast Ethernet (100 Mb/s), control server and
 # reflector on the reflector host, bots spread over the client hosts, all
-# started through the lab's launcher; both fan-out backends in turn; one
+# started through the lab's launcher; each fan-out backend (ebpf, sendmmsg, sendto) in turn; one
 # table; non-zero exit on any loss. Not root: the same scenario on loopback,
 # with a note.
 #

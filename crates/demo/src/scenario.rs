@@ -232,6 +232,10 @@ impl Scenario<'_> {
         if let Some(t) = a.threads {
             serve.args(["--threads", &t.to_string()]);
         }
+        if backend == BackendKind::Ebpf {
+            // A fallback to user space would mislabel the row.
+            serve.arg("--strict-backend");
+        }
         children.add(
             "reflector",
             serve.spawn().map_err(|e| format!("cannot start the reflector: {e}"))?,

@@ -58,3 +58,18 @@ fn lab_demo_under_tdf_4_loses_nothing() {
     assert!(all.contains("at TDF 4"), "{all}");
     assert!(rows[0]["wire_data"].as_u64().is_some_and(|w| w > 0), "{rows:?}");
 }
+
+/// The same scenario with the in-kernel fan-out: the bots see exactly what
+/// they see with the user-space backends, the reflector's counters (read
+/// from the program's maps) match what they received, and the wire count
+/// matches what it fanned out.
+#[test]
+fn lab_demo_with_the_ebpf_backend_loses_nothing() {
+    if !oskit::testing::root_or_skip("lab_demo_with_the_ebpf_backend_loses_nothing") {
+        return;
+    }
+    let args = ["--where", "lab", "--clients", "2", "--bots", "6", "--backends", "ebpf"];
+    let (all, rows) = short_run_without_loss(&args, 1);
+    assert_eq!(rows[0]["backend"], "ebpf", "{all}");
+    assert!(rows[0]["wire_data"].as_u64().is_some_and(|w| w > 0), "{rows:?}");
+}

@@ -512,6 +512,11 @@ impl Loop<'_> {
                 }
             }
         }
+        // The backend's last counters (the kernel path's), so the summary
+        // counts everything that went out.
+        for (i, s) in self.slots.iter().enumerate() {
+            self.fanout.sync(i, &s.counters, &mut |_| {});
+        }
         Ok(())
     }
 

@@ -42,7 +42,10 @@ pub fn text(o: &Output) -> String {
 /// Runs a short demo with a JSON report and returns its rows, checking
 /// that the run succeeded with no loss and matching counters.
 pub fn short_run_without_loss(extra: &[&str], backends: usize) -> (String, Vec<serde_json::Value>) {
-    let json = std::env::temp_dir().join(format!("reflector-demo-test-{}-{backends}.json", std::process::id()));
+    // Tests of one binary run at once: each run its own file.
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let json = std::env::temp_dir().join(format!("reflector-demo-test-{}-{n}.json", std::process::id()));
     let mut args = vec![
         "--duration",
         "2",
