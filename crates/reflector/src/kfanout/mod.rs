@@ -23,6 +23,7 @@
 //! kernel's window too, so neither path can replay what the other accepted.
 
 mod route;
+pub mod sink;
 mod sys;
 
 use crate::backend::{Fanout, Next, Progress, Support, UserFanout, Waiter, Wake};

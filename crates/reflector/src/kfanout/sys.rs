@@ -110,11 +110,18 @@ unsafe impl aya::Pod for MemberValue {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Counters {}
 
+#[repr(C, align(8))]
+struct Aligned<T: ?Sized>(T);
+
 /// The compiled program (built by `build.rs` with clang), 8-byte aligned
 /// as the ELF parser wants it.
 pub fn object() -> &'static [u8] {
-    #[repr(C, align(8))]
-    struct Aligned<T: ?Sized>(T);
     static OBJ: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/fanout.bpf.o")));
+    &OBJ.0
+}
+
+/// The counting sink (`ebpf/sink.bpf.c`).
+pub fn sink_object() -> &'static [u8] {
+    static OBJ: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/sink.bpf.o")));
     &OBJ.0
 }

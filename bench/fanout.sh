@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# In-kernel fan-out benchmark (paper 000 §4-5 over veth): the reflector's
+# sendto, sendmmsg and ebpf backends and native IP multicast, datagram size x
+# receivers, system-wide CPU per copy over an anchor measured in the same run,
+# throughput and loss; then the plot. Needs root. Builds nothing: `make bench`
+# builds the release binaries first.
+# Extra arguments for fanout-bench may be given in FANOUT_BENCH_ARGS
+# (e.g. FANOUT_BENCH_ARGS="--sizes 100,1000 --receivers 3,90,256" make bench BENCH=fanout).
+# The full grid takes about 25 minutes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target_dir=${CARGO_TARGET_DIR:-target}
+bin="$target_dir/release/fanout-bench"
+if [ ! -x "$bin" ]; then
+  echo "fanout.sh: $bin is missing: run 'make bench' (it builds the release binaries)" >&2
+  exit 1
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "fanout.sh: needs root (namespaces, BPF programs); skipped" >&2
+  exit 0
+fi
+out=bench/results/fanout.csv
+# shellcheck disable=SC2086 # word splitting of the extra arguments is intended
+"$bin" --out "$out" ${FANOUT_BENCH_ARGS:-} "$@"
+"${BENCH_PYTHON:-python3}" bench/fanout_plot.py "$out" bench/results/fanout.png
