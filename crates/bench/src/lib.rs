@@ -7,6 +7,7 @@
 #![deny(unsafe_code)]
 
 pub mod grid;
+pub mod lab;
 pub mod loadgen;
 pub mod rawloop;
 pub mod report;

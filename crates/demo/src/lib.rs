@@ -14,7 +14,7 @@ pub mod wire;
 use netlab::scenario::LinkSpec;
 use place::{LabShape, Placement};
 use reflector::backend::BackendKind;
-use scenario::{table, DemoError, Scenario, TempDir};
+use scenario::{checkpoint_table, table, DemoError, Scenario, TempDir};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 
@@ -76,6 +76,10 @@ pub struct DemoArgs {
     /// Seconds between bot moves (0 = never).
     #[arg(long, default_value_t = 4.0)]
     pub move_every: f64,
+    /// Seconds between the reflector's checkpoint requests per group (0: no checkpoints). Bots
+    /// upload their view of the group when asked and fetch the checkpoint on every join.
+    #[arg(long, default_value_t = 1.0)]
+    pub checkpoint_every: f64,
     /// Backends to run in turn, comma separated. Default: ebpf,sendmmsg,sendto in the lab;
     /// sendmmsg,sendto on loopback (the eBPF fan-out replicates on devices, not on loopback).
     #[arg(long, value_delimiter = ',')]
@@ -137,6 +141,13 @@ fn validate(args: &DemoArgs) -> Result<(), DemoError> {
         return Err(format!("--duration must be between 0.5 and 3600 seconds, got {}", args.duration).into());
     }
     reflector::control::parse_grid(&args.grid).map_err(|e| format!("--grid: {e}"))?;
+    if !(args.checkpoint_every == 0.0 || (args.checkpoint_every.is_finite() && args.checkpoint_every >= 0.1)) {
+        return Err(format!(
+            "--checkpoint-every must be 0 (off) or at least 0.1 seconds, got {}",
+            args.checkpoint_every
+        )
+        .into());
+    }
     Ok(())
 }
 
@@ -246,6 +257,9 @@ pub fn run(args: DemoArgs, stop: &AtomicBool) -> Result<i32, DemoError> {
     );
     place.finish()?;
     print!("{}", table(&rows));
+    if args.checkpoint_every > 0.0 {
+        print!("\n{}", checkpoint_table(&rows));
+    }
     if args.backends.contains(&BackendKind::Ebpf) {
         // The per-process figure would flatter the kernel path: say so.
         println!(

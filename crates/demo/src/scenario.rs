@@ -47,6 +47,16 @@ pub struct DemoRow {
     pub counters_match: bool,
     /// DATA datagrams seen leaving the reflector on its link (lab only).
     pub wire_data: Option<u64>,
+    /// Checkpoints: stored by the reflector, served to joiners (count and
+    /// bytes), the bots' fetch time, and their checks of what they fetched.
+    pub checkpoints_stored: u64,
+    pub checkpoints_served: u64,
+    pub checkpoint_bytes_served: u64,
+    pub checkpoint_fetch_ms_mean: f64,
+    pub checkpoint_fetch_ms_max: f64,
+    pub checkpoint_entries_matched: u64,
+    pub checkpoint_entries_moved: u64,
+    pub checkpoint_mismatched: u64,
 }
 
 /// Child processes, each stopped (SIGTERM, then SIGKILL) when this goes
@@ -236,6 +246,13 @@ impl Scenario<'_> {
             // A fallback to user space would mislabel the row.
             serve.arg("--strict-backend");
         }
+        if a.checkpoint_every > 0.0 {
+            let port = if in_lab { 8701 } else { free_tcp_port()? };
+            serve.args(["--checkpoint-port", &port.to_string()]).args([
+                "--checkpoint-every-ms",
+                &((a.checkpoint_every * 1000.0).round().max(100.0) as u64).to_string(),
+            ]);
+        }
         children.add(
             "reflector",
             serve.spawn().map_err(|e| format!("cannot start the reflector: {e}"))?,
@@ -408,6 +425,14 @@ impl Scenario<'_> {
                 && num("forwarded") == t.sent
                 && wire_data.is_none_or(|w| w == fanned_out),
             wire_data,
+            checkpoints_stored: num("checkpoints_stored"),
+            checkpoints_served: num("checkpoints_served"),
+            checkpoint_bytes_served: num("checkpoint_bytes_served"),
+            checkpoint_fetch_ms_mean: report.checkpoints.fetch_ms_mean,
+            checkpoint_fetch_ms_max: report.checkpoints.fetch_ms_max,
+            checkpoint_entries_matched: report.checkpoints.entries_matched,
+            checkpoint_entries_moved: report.checkpoints.entries_moved,
+            checkpoint_mismatched: report.checkpoints.mismatched,
         })
     }
 }
@@ -447,6 +472,33 @@ pub fn table(rows: &[DemoRow]) -> String {
             r.p50_us,
             r.p99_us,
             if r.counters_match { "match" } else { "DIFFER" }
+        );
+    }
+    out
+}
+
+/// The checkpoints of each run: what the reflector stored and served, how
+/// long the bots' fetches took, and how their checks came out.
+pub fn checkpoint_table(rows: &[DemoRow]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:>9} {:>8} {:>8} {:>10} {:>11} {:>10} {:>8} {:>6} {:>10}",
+        "backend", "stored", "served", "bytes", "fetch mean", "fetch max", "matched", "moved", "mismatched"
+    );
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "{:>9} {:>8} {:>8} {:>10} {:>8.1} ms {:>7.1} ms {:>8} {:>6} {:>10}",
+            r.backend,
+            r.checkpoints_stored,
+            r.checkpoints_served,
+            r.checkpoint_bytes_served,
+            r.checkpoint_fetch_ms_mean,
+            r.checkpoint_fetch_ms_max,
+            r.checkpoint_entries_matched,
+            r.checkpoint_entries_moved,
+            r.checkpoint_mismatched
         );
     }
     out
@@ -495,7 +547,17 @@ mod tests {
             max_us: 120.0,
             counters_match: true,
             wire_data: Some(90),
+            checkpoints_stored: 4,
+            checkpoints_served: 3,
+            checkpoint_bytes_served: 300,
+            checkpoint_fetch_ms_mean: 1.5,
+            checkpoint_fetch_ms_max: 2.5,
+            checkpoint_entries_matched: 7,
+            checkpoint_entries_moved: 1,
+            checkpoint_mismatched: 0,
         };
+        let ck = checkpoint_table(std::slice::from_ref(&row));
+        assert!(ck.contains("1.5 ms") && ck.lines().count() == 2, "{ck}");
         let t = table(&[row]);
         assert_eq!(t.lines().count(), 2);
         assert!(

@@ -114,7 +114,13 @@ impl<'a> Joiner<'a> {
         match ev {
             Event::Failed(failure) => Err(JoinError::Failed { player, group, failure }),
             Event::MembershipLost => Err(JoinError::MembershipLost { player, group }),
-            Event::Retransmitted | Event::Restarted | Event::Joined(_) | Event::Probed => Ok(()),
+            // A checkpoint request during the join cannot be answered by a
+            // blocking joiner; the reflector asks again later.
+            Event::Retransmitted
+            | Event::Restarted
+            | Event::Joined(_)
+            | Event::Probed
+            | Event::CheckpointRequested { .. } => Ok(()),
         }
     }
 }

@@ -108,6 +108,9 @@ pub enum Event {
     Joined(JoinAck),
     /// A PROBE (MAC-checked) was answered: the reply is queued.
     Probed,
+    /// CHECKPOINT_REQUEST (MAC-checked): upload the group's game state with
+    /// this nonce over the checkpoint channel ([`crate::checkpoint::upload`]).
+    CheckpointRequested { nonce: u64 },
     /// The join ended without a membership; the session is finished.
     Failed(Failure),
     /// `ERROR(NotMember)` while a member: the reflector no longer has us
@@ -301,6 +304,9 @@ impl Session {
                     echoes_cookie: false,
                 });
                 Some(Event::Probed)
+            }
+            (Kind::CheckpointRequest, State::Member(_)) if pkt.membership() == self.membership => {
+                Some(Event::CheckpointRequested { nonce: pkt.nonce()? })
             }
             (Kind::Error, State::Challenging | State::Echoing(_)) => {
                 match pkt.error_code()? {
@@ -635,6 +641,15 @@ mod tests {
             (Kind::ProbeReply, Some(77), 0x55)
         );
         assert!(keys().verify(&reply));
+        // A checkpoint request under our key is an event; a forged one is not.
+        let req = SmallDatagram::nonce(&hdr(Kind::CheckpointRequest), 91, &keys());
+        assert_eq!(
+            s.handle(t0, reflector(), &Packet::parse(req.as_bytes()).unwrap()),
+            Some(Event::CheckpointRequested { nonce: 91 })
+        );
+        let mut forged = req.as_bytes().to_vec();
+        forged[24] ^= 1;
+        assert_eq!(s.handle(t0, reflector(), &Packet::parse(&forged[..]).unwrap()), None);
         // DATA sealed in place, untagged in a group without tags.
         let mut out = [0u8; 64];
         out[crate::protocol::DATA_PAYLOAD..][..3].copy_from_slice(b"pos");

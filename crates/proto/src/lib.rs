@@ -12,6 +12,8 @@
 //! - [`client`]: one player's membership of one group as a sans-I/O state
 //!   machine (JOIN, JOIN_CHALLENGE, JOIN with cookie, JOIN_ACK, retries on an
 //!   injected clock, refusals and `ERROR(NotMember)` as events, LEAVE);
+//! - [`checkpoint`]: the checkpoint channel's messages (over TCP, encoded
+//!   with `wire`) and a blocking client for uploads and fetches;
 //! - [`blocking`]: that state machine driven over a blocking
 //!   [`std::net::UdpSocket`], for simple clients (tests, benchmarks).
 //!
@@ -21,6 +23,7 @@
 
 pub mod auth;
 pub mod blocking;
+pub mod checkpoint;
 pub mod client;
 pub mod protocol;
 

@@ -16,8 +16,17 @@
 //! |-------|-------|
 //! | 0..8  | send time, CLOCK_REALTIME ns since the epoch, big endian |
 //! | 8..12 | epoch: the sender's membership id, big endian |
-//! | 12..  | filler up to `--size` |
+//! | 12..16 | the ledger's DATA number, big endian |
+//! | 16..24 | the sender's position x, y: f32, big endian |
+//! | 24..28 | the sender's move count, big endian |
+//! | 28..  | filler up to `--size` |
+//!
+//! Positions and move counts make the bots' game state: each bot keeps the
+//! players of its group as it hears them, uploads that when the reflector
+//! asks for a checkpoint, and checks a fetched checkpoint against the DATA
+//! that follows (see `bots/checkpoints.rs`).
 
+mod checkpoints;
 mod config;
 mod hist;
 mod ledger;
@@ -26,6 +35,7 @@ mod report;
 mod tickets;
 mod world;
 
+pub use checkpoints::{CheckpointTally, GameState, PlayerState};
 pub use config::{BotsArgs, BotsConfig, BotsError};
 pub use hist::Histogram;
 pub use ledger::{Ledger, MemId, Receipt, Tally};
@@ -33,6 +43,7 @@ pub use report::{BotReport, BotsReport, Latency};
 pub use tickets::{fetch_ticket, fetch_world};
 
 use crate::CliError;
+use checkpoints::{ck_worker, CkJob, CkResult};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use player::{Bot, BotStats, Ctx, Edge, State};
 use reflector_proto::protocol::{DATA_PAYLOAD, MAX_DATAGRAM};
@@ -46,8 +57,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tickets::{http_worker, Job, JobResult};
 use world::Rng;
 
-/// Payload bytes the bots need: timestamp, epoch (membership) and DATA number.
-const PAYLOAD_MIN: usize = 16;
+/// Payload bytes the bots need: timestamp, epoch (membership), DATA number,
+/// position and move count.
+const PAYLOAD_MIN: usize = 28;
 /// Smallest `--size`.
 pub const MIN_SIZE: usize = DATA_PAYLOAD + PAYLOAD_MIN;
 /// A JOIN step unanswered for this long is sent again.
@@ -73,6 +85,8 @@ struct SocketEdge {
     socks: Vec<UdpSocket>,
     /// Closed (None) at the end, which ends the HTTP helpers.
     jobs: Option<mpsc::Sender<Job>>,
+    /// The same for the checkpoint helpers.
+    ck_jobs: Option<mpsc::Sender<CkJob>>,
 }
 
 impl Edge for SocketEdge {
@@ -83,6 +97,12 @@ impl Edge for SocketEdge {
     fn ask_ticket(&mut self, job: Job) {
         if let Some(jobs) = &self.jobs {
             // The receiver lives until the loop ends.
+            let _ = jobs.send(job);
+        }
+    }
+
+    fn checkpoint(&mut self, job: CkJob) {
+        if let Some(jobs) = &self.ck_jobs {
             let _ = jobs.send(job);
         }
     }
@@ -182,6 +202,9 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
             last_keepalive: start,
             keepalive: Duration::from_secs(2),
             stats: BotStats::default(),
+            moves: 0,
+            view: Default::default(),
+            check: Default::default(),
         });
     }
     let (job_tx, job_rx) = mpsc::channel::<Job>();
@@ -206,12 +229,31 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
         workers.push(h);
     }
     drop(res_tx);
+    // Checkpoint uploads and fetches (TCP) on their own helpers, in the
+    // bots' namespaces.
+    let namespaces = Arc::new(namespaces);
+    let (ck_tx, ck_rx) = mpsc::channel::<CkJob>();
+    let (ck_res_tx, ck_res_rx) = mpsc::channel::<CkResult>();
+    let ck_rx = Arc::new(Mutex::new(ck_rx));
+    for w in 0..2 {
+        let (n, j, r) = (Arc::clone(&namespaces), Arc::clone(&ck_rx), ck_res_tx.clone());
+        let h = std::thread::Builder::new()
+            .name(format!("bots-ckpt-{w}"))
+            .spawn(move || ck_worker(n, j, r))
+            .map_err(|source| BotsError::Loop {
+                call: "spawn checkpoint thread",
+                source,
+            })?;
+        workers.push(h);
+    }
+    drop(ck_res_tx);
     let mut ctx = Ctx {
         cfg,
         ledger: Ledger::with_settle(cfg.count, u64::try_from(cfg.settle.as_nanos()).unwrap_or(u64::MAX)),
         edge: SocketEdge {
             socks,
             jobs: Some(job_tx),
+            ck_jobs: Some(ck_tx),
         },
         latency: Histogram::default(),
         malformed: 0,
@@ -220,6 +262,8 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
         buf: vec![0u8; MAX_DATAGRAM],
         sending: true,
         released: !cfg.sync_start,
+        ck: CheckpointTally::default(),
+        fetch_ns_sum: 0,
     };
     let mut rbuf = vec![0u8; MAX_DATAGRAM + 1];
     let mut events = vec![EpollEvent::empty(); 256];
@@ -254,6 +298,11 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
             }
             // A new join has a retry timer to schedule.
             next_due = now;
+        }
+        while let Ok(res) = ck_res_rx.try_recv() {
+            if let Some(bot) = bots.get_mut(res.bot) {
+                ctx.on_checkpoint(bot, res);
+            }
         }
         if ctx.sending
             && cfg
@@ -328,6 +377,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
         ctx.leave(bot, false);
     }
     ctx.edge.jobs = None;
+    ctx.edge.ck_jobs = None;
     // Helper threads end when the job channel closes (after any HTTP call
     // in progress, which has its own timeout).
     for w in workers {
@@ -387,6 +437,14 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
             max_us: ctx.latency.max() as f64 / 1e3,
         },
         malformed: ctx.malformed,
+        checkpoints: CheckpointTally {
+            fetch_ms_mean: if ctx.ck.fetched > 0 {
+                ctx.fetch_ns_sum as f64 / ctx.ck.fetched as f64 / 1e6
+            } else {
+                0.0
+            },
+            ..ctx.ck
+        },
         error_count: ctx.error_count,
         errors: ctx.errors,
         per_bot,

@@ -17,6 +17,7 @@
 
 pub mod backend;
 pub mod bots;
+pub mod checkpoint;
 pub mod control;
 pub mod http;
 pub mod kfanout;

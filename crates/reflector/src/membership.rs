@@ -785,6 +785,24 @@ impl Group {
         }
     }
 
+    /// Asks member `i` for the group's game state: a CHECKPOINT_REQUEST with
+    /// a fresh, unpredictable nonce under its key (the upload must carry it).
+    pub fn checkpoint_request(
+        &mut self,
+        keys: &Keys,
+        i: usize,
+        now_ms: u64,
+    ) -> Option<(SocketAddr, u64, SmallDatagram)> {
+        if i >= self.members.len() {
+            return None;
+        }
+        let nonce = self.fresh(keys, b"ckpt", now_ms);
+        let port = self.port;
+        let m = &mut self.members[i];
+        let h = m.next_header(Kind::CheckpointRequest, port);
+        Some((m.addr, nonce, SmallDatagram::nonce(&h, nonce, &m.keys)))
+    }
+
     /// Removes members silent for longer than the policy allows, and members
     /// an ICMP error was about that have not been heard from since, for two
     /// keepalive intervals. `now_ms` is the monotonic clock ([`Now::mono_ms`]).

@@ -86,6 +86,17 @@ counters! {
     kernel_clone_errors: "counter", "Copies the eBPF program's clones could not hand to a device (full qdisc or queue): each is resent from user space (kernel_resent), or counted in send_errors if the resend ring was full.";
     kernel_resent: "counter", "Copies the eBPF program could not send, resent from user space after waiting out the full queue (also in fanned_out).";
     kernel_passed_up: "counter", "Datagrams to the group's port the eBPF program left to user space (control, non-members, fragments, user-space mode).";
+    checkpoint_requests: "counter", "CHECKPOINT_REQUESTs sent (one member per group per --checkpoint-every-ms, lowest RTT first).";
+    checkpoints_stored: "counter", "Checkpoint uploads stored (answering the pending request, MAC verified, within the size bound).";
+    checkpoint_bytes_stored: "counter", "Bytes of game state stored from uploads.";
+    checkpoints_served: "counter", "Checkpoints sent whole to members that fetched them (joiners, resyncs).";
+    checkpoint_bytes_served: "counter", "Bytes of game state served.";
+    checkpoint_serve_us_sum: "counter", "Time from a fetch's decision to its last byte handed to the kernel, microseconds (divide by checkpoints_served).";
+    checkpoint_empty_fetches: "counter", "Fetches answered with 'no checkpoint yet'.";
+    checkpoint_refused: "counter", "Checkpoint requests refused: not a member, bad MAC, not requested, too large, fetch too soon.";
+    checkpoint_timeouts: "counter", "Checkpoint transfers cut off at the deadline (the peer stopped reading).";
+    checkpoint_zerocopy_sends: "counter", "Sends of checkpoint state with MSG_ZEROCOPY.";
+    checkpoint_copied_sends: "counter", "Sends of checkpoint messages as copies (small pieces, or after the kernel reported it copied anyway).";
     members: "gauge", "Current members.";
 }
 
@@ -152,6 +163,29 @@ impl prometheus_client::collector::Collector for GroupCollector {
                 }
             }
         }
+        let ch = &self.0.channel;
+        for (name, help, v) in [
+            (
+                "checkpoint_channel_busy",
+                "Checkpoint connections refused at once: too many overall or from one address.",
+                &ch.busy,
+            ),
+            (
+                "checkpoint_channel_malformed",
+                "Checkpoint requests that did not decode, were over the size bound, or named no group here.",
+                &ch.malformed,
+            ),
+            (
+                "checkpoint_channel_timeouts",
+                "Checkpoint exchanges cut off at their deadline (a peer that stopped reading or writing).",
+                &ch.timeouts,
+            ),
+        ] {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            let labels = [("backend", self.0.backend)];
+            let metric = family.encode_family(&labels)?;
+            ConstCounter::new(v.load(Relaxed)).encode(metric)?;
+        }
         Ok(())
     }
 }
@@ -164,6 +198,8 @@ pub type Field = (&'static str, &'static str, &'static str, u64);
 pub struct Registry {
     pub backend: &'static str,
     pub groups: Vec<(u16, Arc<GroupCounters>)>,
+    /// The checkpoint channel's refusals that name no group.
+    pub channel: Arc<crate::checkpoint::ChannelCounters>,
 }
 
 impl Registry {
@@ -171,6 +207,7 @@ impl Registry {
         Registry {
             backend,
             groups: ports.iter().map(|&p| (p, Arc::new(GroupCounters::default()))).collect(),
+            channel: Arc::default(),
         }
     }
 
@@ -284,8 +321,15 @@ mod tests {
         assert!(text.contains("# TYPE reflector_received counter"));
         assert!(text.contains("# HELP reflector_received Datagrams received on the group's port."));
         assert!(text.trim_end().ends_with("# EOF"));
-        let n = Snapshot::default().fields().len();
+        // One family per group counter, and the checkpoint channel's three.
+        let n = Snapshot::default().fields().len() + 3;
         assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE")).count(), n);
+        r.channel.busy.fetch_add(4, Relaxed);
+        assert!(
+            r.prometheus()
+                .contains("reflector_checkpoint_channel_busy_total{backend=\"sendto\"} 4"),
+            "{text}"
+        );
         assert_eq!(r.total().received, 7);
         assert_eq!(r.to_json()["total"]["received"], 7);
         assert!(r.summary_table().contains("total"));

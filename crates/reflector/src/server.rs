@@ -11,6 +11,7 @@
 //! serving its other groups; it resumes on `EPOLLOUT` or a timer.
 
 use crate::backend::{BackendKind, Fanout, Progress, Support, Wake};
+use crate::checkpoint::{Board, Channel, CheckpointConfig};
 use crate::kfanout::{EbpfFanout, KernelPath, RateCaps, ResendTarget};
 use crate::membership::{Change, DropReason, Event, Group, Keys, Now, Policy};
 use crate::metrics::{GroupCounters, Registry};
@@ -24,7 +25,7 @@ use sendpath::errqueue::{ErrEntry, ErrKind};
 use sendpath::{RecvBatch, SendOne};
 use std::collections::VecDeque;
 use std::io;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -105,6 +106,33 @@ pub struct ServeArgs {
     /// Write the final counters as JSON to this file.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
+    /// Checkpoints: serve the groups' game state on this TCP port (announced in JOIN_ACK): every
+    /// --checkpoint-every-ms the reflector asks one member per group (the lowest RTT) for its
+    /// state, keeps the latest, and hands it to joiners and to members that resync. Off unless given.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub checkpoint_port: Option<u16>,
+    /// How often each group is asked for a checkpoint, milliseconds.
+    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(100..))]
+    pub checkpoint_every_ms: u64,
+    /// Largest game state stored per group, bytes (larger uploads are refused before they are read).
+    #[arg(long, default_value_t = 16 << 20, value_parser = clap::value_parser!(u64).range(1..=(1 << 30)))]
+    pub checkpoint_max_bytes: u64,
+    /// Deadline of one checkpoint exchange, milliseconds: a peer that stops reading is cut off.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..))]
+    pub checkpoint_timeout_ms: u64,
+    /// Checkpoint connections served at once (further ones are refused at once as busy).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub checkpoint_conns: u64,
+    /// Checkpoint connections at once from one source address.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub checkpoint_conns_per_ip: u64,
+    /// One fetch per member per this many milliseconds (a fetch flood is refused and counted).
+    #[arg(long, default_value_t = 500)]
+    pub checkpoint_fetch_every_ms: u64,
+    /// Send checkpoints with MSG_ZEROCOPY (off: always copy). Local peers make the kernel copy
+    /// anyway; the reflector then switches to copies by itself and says so.
+    #[arg(long, value_enum, default_value_t = Toggle::On)]
+    pub checkpoint_zerocopy: Toggle,
     #[command(flatten)]
     pub http: crate::http::HttpArgs,
 }
@@ -190,6 +218,12 @@ pub enum ServeError {
     Loop(#[source] io::Error),
     #[error("{0}")]
     Config(String),
+    #[error("cannot bind the checkpoint channel on {addr}: {source}")]
+    BindCheckpoint {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
 }
 
 /// Everything a server needs, independent of the CLI.
@@ -210,12 +244,16 @@ pub struct ServerConfig {
     pub sndbuf: usize,
     /// Groups whose DATA tags differ from [`Policy::data_tags`]: (port, on).
     pub group_tags: Vec<(u16, bool)>,
+    /// The checkpoint channel, if any (its port goes into
+    /// [`Policy::checkpoint_port`] once bound).
+    pub checkpoint: Option<CheckpointConfig>,
 }
 
 /// A running reflector.
 pub struct Server {
     registry: Registry,
     ports: Vec<u16>,
+    channel: Option<Channel>,
     threads: Vec<JoinHandle<Result<(), ServeError>>>,
     stop: Arc<AtomicBool>,
 }
@@ -235,8 +273,20 @@ struct Slot {
 impl Server {
     /// Binds every group port (so configuration errors surface here), then
     /// starts the event loops.
-    pub fn start(cfg: ServerConfig, stop: Arc<AtomicBool>) -> Result<Server, ServeError> {
+    pub fn start(mut cfg: ServerConfig, stop: Arc<AtomicBool>) -> Result<Server, ServeError> {
         let mut backend = cfg.backend;
+        let ck_listener = match &cfg.checkpoint {
+            Some(ck) => {
+                let addr = SocketAddr::new(cfg.bind, ck.port);
+                let l = TcpListener::bind(addr).map_err(|source| ServeError::BindCheckpoint { addr, source })?;
+                cfg.policy.checkpoint_port = l
+                    .local_addr()
+                    .map_err(|source| ServeError::BindCheckpoint { addr, source })?
+                    .port();
+                Some(l)
+            }
+            None => None,
+        };
         if backend != BackendKind::Ebpf {
             if let Support::Unsupported(why) = backend.probe() {
                 return Err(ServeError::Config(format!("backend {backend}: {why}")));
@@ -324,6 +374,13 @@ impl Server {
                 .start_resend(targets)
                 .map_err(ServeError::Loop)?;
         }
+        let board = cfg
+            .checkpoint
+            .map(|ck| Arc::new(crate::checkpoint::Board::new(ck, &registry)));
+        let channel = match (ck_listener, &board) {
+            (Some(l), Some(b)) => Some(Channel::start(l, Arc::clone(b), Arc::clone(&stop)).map_err(ServeError::Loop)?),
+            _ => None,
+        };
         let nthreads = cfg.threads.clamp(1, socks.len().max(1));
         let mut per_thread: Vec<Vec<Slot>> = (0..nthreads).map(|_| Vec::new()).collect();
         for (i, sock) in socks.into_iter().enumerate() {
@@ -343,13 +400,14 @@ impl Server {
         let mut threads = Vec::new();
         for (t, slots) in per_thread.into_iter().enumerate() {
             let (keys, policy, stop2) = (cfg.keys.clone(), cfg.policy, Arc::clone(&stop));
+            let board = board.clone();
             let fanout: Box<dyn Fanout> = match &kernel {
                 Some(k) => Box::new(EbpfFanout::new(Arc::clone(k))),
                 None => backend.build(),
             };
             let h = std::thread::Builder::new()
                 .name(format!("reflector-{t}"))
-                .spawn(move || event_loop(slots, &keys, &policy, fanout, &stop2));
+                .spawn(move || event_loop(slots, &keys, &policy, fanout, board, &stop2));
             match h {
                 Ok(h) => threads.push(h),
                 Err(e) => {
@@ -358,6 +416,9 @@ impl Server {
                     for h in threads {
                         let _ = h.join();
                     }
+                    if let Some(c) = channel {
+                        c.join();
+                    }
                     return Err(ServeError::Loop(e));
                 }
             }
@@ -365,6 +426,7 @@ impl Server {
         Ok(Server {
             registry,
             ports,
+            channel,
             threads,
             stop,
         })
@@ -379,6 +441,11 @@ impl Server {
         &self.registry
     }
 
+    /// The checkpoint channel's TCP port, if it has one.
+    pub fn checkpoint_port(&self) -> Option<u16> {
+        self.channel.as_ref().map(Channel::port)
+    }
+
     /// Asks the loops to stop (they notice within 100 ms).
     pub fn stop(&self) {
         self.stop.store(true, Relaxed);
@@ -387,6 +454,10 @@ impl Server {
     /// Waits for every loop to finish; returns the final counters.
     pub fn join(self) -> Result<Registry, ServeError> {
         let mut first_err = None;
+        if let Some(c) = self.channel {
+            self.stop.store(true, Relaxed);
+            c.join();
+        }
         for h in self.threads {
             match h.join() {
                 Ok(Ok(())) => {}
@@ -420,6 +491,8 @@ struct Loop<'a> {
     fanout: Box<dyn Fanout>,
     epoll: Epoll,
     timer: TimerFd,
+    /// The checkpoint board, if checkpoints are on.
+    board: Option<Arc<Board>>,
 }
 
 fn loop_err(e: impl Into<io::Error>) -> ServeError {
@@ -431,6 +504,7 @@ fn event_loop(
     keys: &Keys,
     policy: &Policy,
     mut fanout: Box<dyn Fanout>,
+    board: Option<Arc<Board>>,
     stop: &AtomicBool,
 ) -> Result<(), ServeError> {
     let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(loop_err)?;
@@ -457,6 +531,7 @@ fn event_loop(
         fanout,
         epoll,
         timer,
+        board,
     };
     lp.run(stop)
 }
@@ -672,9 +747,24 @@ impl Loop<'_> {
             }
             Event::Rebound { .. } => c.rebinds.fetch_add(1, Relaxed),
             Event::Challenged => c.challenges.fetch_add(1, Relaxed),
-            Event::Joined { rejoin: false } => c.joins.fetch_add(1, Relaxed),
-            Event::Joined { rejoin: true } => c.rejoins.fetch_add(1, Relaxed),
-            Event::Left => c.leaves.fetch_add(1, Relaxed),
+            Event::Joined { rejoin } => {
+                // The channel knows the member (and its key) before the
+                // JOIN_ACK is out, so a joiner may fetch at once.
+                if let Some(b) = &self.board {
+                    b.set_roster(slot.group.port(), slot.group.members());
+                }
+                if rejoin {
+                    c.rejoins.fetch_add(1, Relaxed)
+                } else {
+                    c.joins.fetch_add(1, Relaxed)
+                }
+            }
+            Event::Left => {
+                if let Some(b) = &self.board {
+                    b.set_roster(slot.group.port(), slot.group.members());
+                }
+                c.leaves.fetch_add(1, Relaxed)
+            }
             Event::Dropped(reason) => count_drop(c, reason),
         };
         c.control_bytes_in.fetch_add(len as u64, Relaxed);
@@ -736,6 +826,19 @@ impl Loop<'_> {
                 Change::Added(a) => fanout.member_added(i, a, m),
                 Change::Removed(a) => fanout.member_removed(i, a),
             });
+            if let Some(b) = &self.board {
+                if gone.silent + gone.unreachable > 0 {
+                    b.set_roster(s.group.port(), s.group.members());
+                }
+                // Paper 000 §3: the game state, asked of one member.
+                if let Some(m) = b.due_source(s.group.port(), s.group.members(), now_ms) {
+                    if let Some((to, nonce, d)) = s.group.checkpoint_request(self.keys, m, now_ms) {
+                        if SendOne::send(s.sock.as_fd(), d.as_bytes(), to).is_ok() {
+                            b.requested(s.group.port(), &s.group.members()[m], nonce, now_ms);
+                        }
+                    }
+                }
+            }
             if gone.silent + gone.unreachable > 0 {
                 s.counters.expired.fetch_add(gone.silent as u64, Relaxed);
                 s.counters
@@ -849,6 +952,16 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         rcvbuf: args.rcvbuf,
         sndbuf: args.sndbuf,
         group_tags: args.group_data_tags.clone(),
+        checkpoint: args.checkpoint_port.map(|port| CheckpointConfig {
+            port,
+            every_ms: args.checkpoint_every_ms,
+            max_bytes: args.checkpoint_max_bytes,
+            timeout: Duration::from_millis(args.checkpoint_timeout_ms),
+            max_conns: args.checkpoint_conns as usize,
+            max_conns_per_ip: args.checkpoint_conns_per_ip as usize,
+            fetch_every_ms: args.checkpoint_fetch_every_ms,
+            zero_copy: args.checkpoint_zerocopy == Toggle::On,
+        }),
     };
     args.http.validate()?;
     // Certificate problems are reported before anything starts.
@@ -857,6 +970,13 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
     let http = args.metrics.map(bind_metrics).transpose()?;
     let server = Server::start(cfg, Arc::clone(&stop))?;
     let ports = server.ports();
+    if let Some(p) = server.checkpoint_port() {
+        tracing::info!(
+            "checkpoint channel on tcp {}:{p}: one request per group every {} ms",
+            args.bind,
+            args.checkpoint_every_ms
+        );
+    }
     tracing::info!(
         "reflector {} serving {} group(s) on {}:{}-{} with backend {} on {} thread(s)",
         args.reflector_id,

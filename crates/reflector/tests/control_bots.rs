@@ -5,6 +5,7 @@
 mod common;
 use reflector::backend::BackendKind;
 use reflector::bots::{run_bots, BotsConfig};
+use reflector::checkpoint::CheckpointConfig;
 use reflector::control::{Assign, ControlConfig, ControlServer, ReflectorSpec, World};
 use reflector::membership::{Keys, Policy};
 use reflector::server::{Server, ServerConfig};
@@ -28,7 +29,7 @@ fn setup(backend: BackendKind, groups: usize, grid: (u32, u32)) -> Setup {
 }
 
 fn setup_with_stop(backend: BackendKind, groups: usize, grid: (u32, u32), stop: Arc<AtomicBool>) -> Setup {
-    setup_full(backend, groups, grid, stop, None)
+    setup_full(backend, groups, grid, stop, None, None)
 }
 
 fn setup_full(
@@ -37,6 +38,7 @@ fn setup_full(
     grid: (u32, u32),
     stop: Arc<AtomicBool>,
     auth: Option<Arc<reflector::players::JoinAuth>>,
+    checkpoint: Option<CheckpointConfig>,
 ) -> Setup {
     let secret = Secret::new(&[0x5a; 32]).unwrap();
     let server = Server::start(
@@ -55,6 +57,7 @@ fn setup_full(
             rcvbuf: 4 << 20,
             sndbuf: 4 << 20,
             group_tags: Vec::new(),
+            checkpoint,
         },
         stop,
     )
@@ -163,6 +166,47 @@ fn moving_bots_lose_nothing() {
     assert_eq!(report.total.unexpected, 0);
     assert!(report.total.expected > 0);
     assert_eq!(t.leaves, t.joins, "every join ends with a leave");
+}
+
+/// With checkpoints on, moving bots keep their groups' state: they upload
+/// it when asked, fetch it on every join, and every entry they can compare
+/// with the player's next DATA agrees; nothing is lost meanwhile.
+#[test]
+fn moving_bots_upload_fetch_and_check_checkpoints() {
+    let s = setup_full(
+        BackendKind::Sendmmsg,
+        4,
+        (4, 4),
+        Arc::new(AtomicBool::new(false)),
+        None,
+        Some(CheckpointConfig {
+            every_ms: 1000,
+            fetch_every_ms: 0,
+            ..CheckpointConfig::default()
+        }),
+    );
+    let mut cfg = bots(&s.control, 16);
+    cfg.duration = Duration::from_secs(4);
+    cfg.rate_hz = 20.0;
+    cfg.move_every = Some(Duration::from_millis(400));
+    cfg.seed = 11;
+    let report = run_bots(&cfg, &AtomicBool::new(false)).unwrap();
+    s.server.stop();
+    let reg = s.server.join().unwrap();
+    s.control.stop();
+    let c = &report.checkpoints;
+    assert_eq!(report.error_count, 0, "{:?}", report.errors);
+    assert_eq!(report.lost, 0, "{}", report.table(true));
+    assert!(c.uploaded > 0 && c.fetched > 0, "{c:?}");
+    assert_eq!((c.upload_errors, c.fetch_errors, c.mismatched), (0, 0, 0), "{c:?}");
+    assert!(c.entries_matched > 0, "no fetched entry was compared: {c:?}");
+    eprintln!("{}", report.table(false));
+    let t = reg.total();
+    assert_eq!(t.checkpoints_stored, c.uploaded);
+    assert_eq!(t.checkpoints_served, c.fetched);
+    assert_eq!(t.checkpoint_empty_fetches, c.fetched_empty);
+    assert_eq!(t.checkpoint_bytes_served, c.bytes_fetched);
+    assert_eq!(t.checkpoint_refused, 0, "{t:?}");
 }
 
 /// A bot whose control server is gone fails with a message naming it.
@@ -275,6 +319,7 @@ fn bots_with_tickets_join_and_bots_without_are_refused() {
         (1, 1),
         Arc::new(AtomicBool::new(false)),
         Some(Arc::clone(&auth)),
+        None,
     );
     let mut cfg = bots(&s.control, 4);
     cfg.rate_hz = 20.0;

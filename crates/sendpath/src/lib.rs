@@ -13,13 +13,17 @@
 //!   ranges with their COPIED flag — not just drained;
 //! - [`zerocopy::ZeroCopySender`]: MSG_ZEROCOPY sends over a size threshold,
 //!   buffers held until their completions ([`completions`], pure), a bound
-//!   on bytes pinned, and a fall-back to copies when the kernel copies anyway.
+//!   on bytes pinned, and a fall-back to copies when the kernel copies anyway;
+//! - [`stream::StreamSender`]: the same for a message of pieces on a TCP
+//!   socket (the reflector's checkpoints): small pieces copied, large shared
+//!   buffers sent from their pages and held until completed.
 //!
 //! All `unsafe` is in the private `sys` module.
 #![deny(unsafe_code)]
 
 pub mod completions;
 pub mod errqueue;
+pub mod stream;
 mod sys;
 mod sys_uring;
 pub mod zerocopy;
@@ -27,8 +31,8 @@ pub mod zerocopy;
 pub use sys_uring::{probe_send_zc, UringZcSender};
 
 pub use sys::{
-    probe_sendmmsg, send_flagged, set_recverr, set_udp_segment, wait_error_queue, wait_writable, DestSet, RecvBatch,
-    SendOne,
+    probe_sendmmsg, send_flagged, send_stream, set_recverr, set_udp_segment, wait_error_queue, wait_writable, DestSet,
+    RecvBatch, SendOne,
 };
 
 /// Most headers one `sendmmsg` takes (the kernel's UIO_MAXIOV).

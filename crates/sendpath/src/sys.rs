@@ -515,6 +515,17 @@ pub fn send_flagged(fd: BorrowedFd<'_>, buf: &[u8], to: SocketAddr, zerocopy: bo
     check(unsafe { libc::sendto(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), flags, sa, len) })
 }
 
+/// Sends from `buf` on a connected stream socket, blocking up to the
+/// socket's SO_SNDTIMEO (then EAGAIN); never raises SIGPIPE. With `zerocopy`
+/// the kernel pins the pages of what it accepted (MSG_ZEROCOPY): the caller
+/// must keep `buf` alive and unchanged until the completion arrives.
+pub fn send_stream(fd: BorrowedFd<'_>, buf: &[u8], zerocopy: bool) -> io::Result<usize> {
+    let flags = libc::MSG_NOSIGNAL | if zerocopy { libc::MSG_ZEROCOPY } else { 0 };
+    // SAFETY: buf is borrowed for the call; its length is its own. Zero-copy
+    // pages are held by the safe wrapper until their completion.
+    check(unsafe { libc::send(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), flags) })
+}
+
 /// Waits until the socket's error queue has an entry (a completion) or
 /// `timeout_ms` passes; true if it has one.
 pub fn wait_error_queue(fd: BorrowedFd<'_>, timeout_ms: i32) -> io::Result<bool> {

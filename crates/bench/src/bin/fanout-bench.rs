@@ -15,10 +15,10 @@
 //! receivers give throughput and loss.
 #![deny(unsafe_code)]
 
+use bench::lab::{busy_ns, sh, VethLab};
 use clap::{Parser, Subcommand};
 use oskit::child::ChildGuard;
 use oskit::netns::NetNs;
-use oskit::procfs;
 use reflector::kfanout::sink::Sink;
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::blocking;
@@ -160,83 +160,20 @@ fn mcast_relay(bind: SocketAddr, group: SocketAddrV4, ifaddr: Ipv4Addr) -> Resul
     }
 }
 
-/// The two namespaces and the veth; removed on drop, with the backlog
-/// setting restored.
+/// The lab's namespaces and veth ([`VethLab`]), a device that frees what
+/// the egress sink redirects to it, and the raised backlog (restored on
+/// drop, before the namespaces go).
 struct Lab {
-    r: String,
-    c: String,
+    veth: VethLab,
     backlog: Option<String>,
 }
 
 const BACKLOG: &str = "/proc/sys/net/core/netdev_max_backlog";
 
-fn sh(args: &[&str]) -> Result<(), String> {
-    let o = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", args[0]))?;
-    if !o.status.success() {
-        return Err(format!(
-            "{} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&o.stderr).trim()
-        ));
-    }
-    Ok(())
-}
-
 impl Lab {
     fn new() -> Result<Lab, String> {
-        let pid = std::process::id();
-        let mut lab = Lab {
-            r: format!("fbr{pid}"),
-            c: format!("fbc{pid}"),
-            backlog: None,
-        };
-        sh(&["ip", "netns", "add", &lab.r])?;
-        sh(&["ip", "netns", "add", &lab.c])?;
-        let (r, c) = (lab.r.clone(), lab.c.clone());
-        sh(&[
-            "ip",
-            "link",
-            "add",
-            "vr",
-            "address",
-            "02:52:46:00:0a:01",
-            "netns",
-            &r,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "vc",
-            "address",
-            "02:52:46:00:0a:02",
-            "netns",
-            &c,
-        ])?;
-        for (ns, dev, ip, peer, mac) in [
-            (&r, "vr", "10.210.0.1/24", "10.210.0.2", "02:52:46:00:0a:02"),
-            (&c, "vc", "10.210.0.2/24", "10.210.0.1", "02:52:46:00:0a:01"),
-        ] {
-            sh(&["ip", "-n", ns, "addr", "add", ip, "dev", dev])?;
-            sh(&["ip", "-n", ns, "link", "set", dev, "up"])?;
-            sh(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
-            sh(&[
-                "ip",
-                "-n",
-                ns,
-                "neigh",
-                "replace",
-                peer,
-                "lladdr",
-                mac,
-                "dev",
-                dev,
-                "nud",
-                "permanent",
-            ])?;
-        }
+        let veth = VethLab::new("fb", 210)?;
+        let r = veth.r.clone();
         // Where the egress sink sends what it counted: a veth whose peer is
         // down, which frees it at once (this kernel has no dummy device).
         sh(&[
@@ -248,12 +185,14 @@ impl Lab {
         // namespace only; restored on drop).
         let old = std::fs::read_to_string(BACKLOG).map_err(|e| format!("{BACKLOG}: {e}"))?;
         std::fs::write(BACKLOG, "30000").map_err(|e| format!("{BACKLOG}: {e}"))?;
-        lab.backlog = Some(old.trim().to_string());
-        Ok(lab)
+        Ok(Lab {
+            veth,
+            backlog: Some(old.trim().to_string()),
+        })
     }
 
     fn ns(name: &str) -> Result<NetNs, String> {
-        NetNs::open(name).map_err(|e| e.to_string())
+        VethLab::ns(name)
     }
 }
 
@@ -261,9 +200,6 @@ impl Drop for Lab {
     fn drop(&mut self) {
         if let Some(b) = &self.backlog {
             let _ = std::fs::write(BACKLOG, b);
-        }
-        for n in [&self.r, &self.c] {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
         }
     }
 }
@@ -284,7 +220,7 @@ struct Clients {
 }
 
 fn join_all(lab: &Lab, secret: &Secret, receivers: usize) -> Result<Clients, String> {
-    let c = Lab::ns(&lab.c)?;
+    let c = Lab::ns(&lab.veth.c)?;
     let socks: Vec<UdpSocket> = c
         .run(|| {
             (0..=receivers)
@@ -337,7 +273,7 @@ fn join_all(lab: &Lab, secret: &Secret, receivers: usize) -> Result<Clients, Str
 }
 
 fn mcast_clients(lab: &Lab, receivers: usize) -> Result<Clients, String> {
-    let c = Lab::ns(&lab.c)?;
+    let c = Lab::ns(&lab.veth.c)?;
     let (sender, receivers) = c
         .run(|| -> std::io::Result<(UdpSocket, Vec<UdpSocket>)> {
             let sender = UdpSocket::bind(SocketAddr::from((CLIENT_IP, 0)))?;
@@ -468,46 +404,6 @@ struct Sample {
     share_ns_per_copy: f64,
 }
 
-/// Idle time of every CPU so far, microseconds, from cpuidle's per-state
-/// residency counters; `None` without a cpuidle driver.
-fn cpuidle_us() -> Option<(u64, usize)> {
-    let mut total = 0u64;
-    let mut cpus = 0;
-    for cpu in std::fs::read_dir("/sys/devices/system/cpu").ok()?.flatten() {
-        let name = cpu.file_name();
-        let name = name.to_string_lossy();
-        if !(name.starts_with("cpu") && name[3..].chars().all(|c| c.is_ascii_digit()) && name.len() > 3) {
-            continue;
-        }
-        let Ok(states) = std::fs::read_dir(cpu.path().join("cpuidle")) else {
-            continue;
-        };
-        cpus += 1;
-        for st in states.flatten() {
-            let t = std::fs::read_to_string(st.path().join("time")).ok()?;
-            total += t.trim().parse::<u64>().ok()?;
-        }
-    }
-    (cpus > 0).then_some((total, cpus))
-}
-
-/// Machine-wide busy time so far, ns (only differences mean anything):
-/// wall time x CPUs - idle time, with idle time from cpuidle (microseconds)
-/// where the kernel has it. /proc/stat counts in 10 ms ticks, which over a
-/// phase of 1.5 s at these rates is ~100 ns per copy of noise; it is the
-/// fallback.
-fn busy_ns() -> Result<f64, String> {
-    static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    let t0 = *T0.get_or_init(Instant::now);
-    if let Some((idle_us, cpus)) = cpuidle_us() {
-        let wall = t0.elapsed().as_nanos() as f64;
-        return Ok(wall * cpus as f64 - idle_us as f64 * 1e3);
-    }
-    let t = procfs::system_ticks().map_err(|e| e.to_string())?;
-    // USER_HZ is 100 on Linux.
-    Ok(t.busy as f64 * 1e7)
-}
-
 /// One (cell, implementation) run: delivery, CPU with the egress sink,
 /// anchor with the ingress sink.
 fn one_run(lab: &Lab, cl: &mut Clients, size: usize, rate: u64, secs: f64, mcast: bool) -> Result<Sample, String> {
@@ -525,7 +421,7 @@ fn one_run(lab: &Lab, cl: &mut Clients, size: usize, rate: u64, secs: f64, mcast
     });
     let delivered = got.load(Relaxed);
     let copies_per_s = delivered as f64 / secs;
-    let rns = Lab::ns(&lab.r)?;
+    let rns = Lab::ns(&lab.veth.r)?;
     // CPU: every DATA copy dropped at the reflector's egress.
     let sink = rns
         .run(|| Sink::attach("vr", Some("sinkd")))
@@ -568,7 +464,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// The implementation under test, started in the reflector's namespace.
 fn start_impl(lab: &Lab, imp: &str, reflector: &PathBuf, secret_file: &PathBuf) -> Result<ChildGuard, String> {
     let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", &lab.r]);
+    cmd.args(["netns", "exec", &lab.veth.r]);
     if imp == "multicast" {
         let me = std::env::current_exe().map_err(|e| e.to_string())?;
         cmd.arg(me).args([
@@ -673,7 +569,6 @@ fn bench(a: Args) -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_millis(50));
     });
-    sweep_stale_labs();
     let lab = Lab::new()?;
     eprintln!("{METHOD}\n");
     let mut rows = Vec::new();
@@ -789,23 +684,6 @@ fn summarize(rows: &[Row]) {
                 1e9 / ns,
                 1e9 / ns / 10.0
             );
-        }
-    }
-}
-
-/// Labs of earlier runs that were killed (their process is gone).
-fn sweep_stale_labs() {
-    let Ok(dir) = std::fs::read_dir(oskit::netns::NETNS_DIR) else {
-        return;
-    };
-    for e in dir.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.strip_prefix("fbr").or_else(|| name.strip_prefix("fbc")) else {
-            continue;
-        };
-        if pid.parse::<u32>().is_ok() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            eprintln!("fanout-bench: removing {name}, left by an earlier run");
-            let _ = Command::new("ip").args(["netns", "del", &name]).status();
         }
     }
 }

@@ -153,7 +153,7 @@ impl BotsConfig {
         }
         if !(MIN_SIZE..=MAX_DATAGRAM).contains(&self.size) {
             return bad(format!(
-                "--size must be from {MIN_SIZE} (header + timestamp + epoch) to {MAX_DATAGRAM} bytes, got {}",
+                "--size must be from {MIN_SIZE} (header, timestamp, epoch, number, position, moves) to {MAX_DATAGRAM} bytes, got {}",
                 self.size
             ));
         }

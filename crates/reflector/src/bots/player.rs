@@ -4,6 +4,7 @@
 //! the [`Ledger`]. No sockets and no clock of its own: sends, ticket
 //! requests and time go through [`Edge`], so a test drives it exactly.
 
+use super::checkpoints::{compare, CheckpointTally, CkDone, CkJob, CkOp, CkResult, GameState, PlayerState, Verdict};
 use super::config::BotsConfig;
 use super::tickets::{join_request, Job, JobResult};
 use super::world::{cell_of, step, Rng};
@@ -11,6 +12,7 @@ use super::{Histogram, Ledger, MemId, Receipt, JOIN_RETRY, MAX_MESSAGES, PAYLOAD
 use crate::control::WorldInfo;
 use reflector_proto::client::{self, Event, Failure, JoinRequest, Session, Transmit};
 use reflector_proto::protocol::{Kind, Packet, DATA_PAYLOAD};
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -65,6 +67,13 @@ pub(super) struct Bot {
     pub(super) last_keepalive: Instant,
     pub(super) keepalive: Duration,
     pub(super) stats: BotStats,
+    /// Moves made (carried in every DATA with the position).
+    pub(super) moves: u32,
+    /// The game state as this bot knows it: the last position and move
+    /// count of every player heard from in the current group.
+    pub(super) view: HashMap<u32, PlayerState>,
+    /// Entries of a fetched checkpoint not yet compared with the player's DATA.
+    pub(super) check: HashMap<u32, PlayerState>,
 }
 
 /// What the bots need from the world outside them: sending a datagram from
@@ -74,6 +83,8 @@ pub(super) struct Bot {
 pub(super) trait Edge {
     fn send(&mut self, bot: usize, datagram: &[u8], to: SocketAddr) -> io::Result<usize>;
     fn ask_ticket(&mut self, job: Job);
+    /// Hands a checkpoint upload or fetch to a helper thread.
+    fn checkpoint(&mut self, job: CkJob);
     /// Wall-clock ns since the epoch (DATA send timestamps, latency).
     fn wall_ns(&self) -> u64;
     /// Monotonic ns (the ledger's order of sends and leaves).
@@ -94,6 +105,8 @@ pub(super) struct Ctx<'a, E: Edge> {
     pub(super) sending: bool,
     /// False while `sync_start` holds DATA back.
     pub(super) released: bool,
+    pub(super) ck: CheckpointTally,
+    pub(super) fetch_ns_sum: u128,
 }
 
 impl<E: Edge> Ctx<'_, E> {
@@ -127,7 +140,15 @@ impl<E: Edge> Ctx<'_, E> {
         }
     }
 
+    /// A new group: what the bot knew of the last one no longer applies.
+    fn forget_group(&mut self, bot: &mut Bot) {
+        bot.view.clear();
+        self.ck.entries_unconfirmed += bot.check.len() as u64;
+        bot.check.clear();
+    }
+
     pub(super) fn start_join(&mut self, idx: usize, bot: &mut Bot, req: JoinRequest, now: Instant) {
+        self.forget_group(bot);
         let mem = self.ledger.new_membership(idx, req.reflector);
         let cfg = client::Config {
             retry: JOIN_RETRY,
@@ -171,6 +192,7 @@ impl<E: Edge> Ctx<'_, E> {
                 self.ledger.ended(mem);
             }
             bot.state = State::Idle;
+            self.forget_group(bot);
         }
     }
 
@@ -254,8 +276,33 @@ impl<E: Edge> Ctx<'_, E> {
                     s.lat_sum_ns += u128::from(lat);
                     s.lat_n += 1;
                 }
+                let current = matches!(&bot.state, State::InGroup { session, .. }
+                    if session.request().reflector == src && session.request().group == pkt.group());
+                if current {
+                    let f32_at = |i: usize| f32::from_be_bytes(p[i..i + 4].try_into().unwrap_or_default());
+                    let heard = PlayerState {
+                        player: pkt.sender(),
+                        x: f32_at(16),
+                        y: f32_at(20),
+                        moves: u32::from_be_bytes(p[24..28].try_into().unwrap_or_default()),
+                    };
+                    if let Some(entry) = bot.check.remove(&heard.player) {
+                        match compare(&entry, heard.x, heard.y, heard.moves) {
+                            Verdict::Matched => self.ck.entries_matched += 1,
+                            Verdict::Moved => self.ck.entries_moved += 1,
+                            Verdict::Mismatched => {
+                                self.ck.mismatched += 1;
+                                self.error(
+                                    bot,
+                                    format!("checkpoint entry {entry:?} contradicts the player's DATA {heard:?}"),
+                                );
+                            }
+                        }
+                    }
+                    bot.view.insert(heard.player, heard);
+                }
             }
-            Kind::JoinChallenge | Kind::JoinAck | Kind::Error | Kind::Probe => {
+            Kind::JoinChallenge | Kind::JoinAck | Kind::Error | Kind::Probe | Kind::CheckpointRequest => {
                 let State::InGroup { mem, session } = &mut bot.state else {
                     return;
                 };
@@ -268,6 +315,10 @@ impl<E: Edge> Ctx<'_, E> {
                     Some(Event::Joined(ack)) => {
                         self.ledger.joined(mem);
                         bot.stats.joins += 1;
+                        if ack.checkpoint_port != 0 {
+                            // Catch up on the game state (paper 000 §3).
+                            self.checkpoint_job(idx, bot, mem, ack.checkpoint_port, CkOp::Fetch);
+                        }
                         bot.keepalive = Duration::from_millis(u64::from(ack.keepalive_ms.max(50)));
                         bot.last_send = now;
                         bot.last_keepalive = now;
@@ -304,6 +355,15 @@ impl<E: Edge> Ctx<'_, E> {
                         bot.state = State::Idle;
                         bot.ask_at = Some(now + TICKET_RETRY);
                         self.error(bot, format!("group {group}: {f}"));
+                    }
+                    Some(Event::CheckpointRequested { nonce }) => {
+                        self.ck.requested += 1;
+                        let port = match &bot.state {
+                            State::InGroup { session, .. } => session.ack().map_or(0, |a| a.checkpoint_port),
+                            State::Idle => 0,
+                        };
+                        let state = self.game_state(bot, group);
+                        self.checkpoint_job(idx, bot, mem, port, CkOp::Upload { nonce, state });
                     }
                     Some(Event::Retransmitted) | Some(Event::Probed) | None => {}
                 }
@@ -355,6 +415,7 @@ impl<E: Edge> Ctx<'_, E> {
                         let every = self.cfg.move_every.unwrap_or(Duration::from_secs(3600));
                         bot.next_move = Some(t + every);
                         bot.pos = step(bot.pos, world, rng.unit(), rng.unit());
+                        bot.moves += 1;
                         let cell = cell_of(bot.pos, world);
                         if Some(cell) != bot.cell {
                             bot.stats.cell_changes += 1;
@@ -388,6 +449,94 @@ impl<E: Edge> Ctx<'_, E> {
         }
     }
 
+    /// The group's state as this bot knows it, itself included, encoded
+    /// with `wire`.
+    fn game_state(&self, bot: &Bot, group: u16) -> bytes::Bytes {
+        let mut players: Vec<PlayerState> = bot.view.values().copied().collect();
+        players.push(PlayerState {
+            player: bot.player,
+            x: bot.pos.0 as f32,
+            y: bot.pos.1 as f32,
+            moves: bot.moves,
+        });
+        players.sort_by_key(|p| p.player);
+        let state = GameState { group, players };
+        // A plain struct of numbers always serializes.
+        wire::to_archive(&state).map(|a| a.to_vec().into()).unwrap_or_default()
+    }
+
+    fn checkpoint_job(&mut self, idx: usize, bot: &mut Bot, mem: MemId, port: u16, op: CkOp) {
+        let State::InGroup { session, .. } = &bot.state else {
+            return;
+        };
+        let (Some(membership), true) = (session.membership(), port != 0) else {
+            return;
+        };
+        let req = session.request();
+        self.edge.checkpoint(CkJob {
+            bot: idx,
+            mem,
+            addr: SocketAddr::new(req.reflector.ip(), port),
+            group: req.group,
+            player: req.player,
+            membership,
+            keys: req.keys,
+            op,
+        });
+    }
+
+    /// A helper thread's answer: counted; a fetched checkpoint of the bot's
+    /// current membership is kept to be checked against the DATA to come.
+    pub(super) fn on_checkpoint(&mut self, bot: &mut Bot, res: CkResult) {
+        let current = matches!(&bot.state, State::InGroup { mem, .. } if *mem == res.mem);
+        match res.outcome {
+            Ok(CkDone::Uploaded) => self.ck.uploaded += 1,
+            Ok(CkDone::Fetched(None)) => self.ck.fetched_empty += 1,
+            Ok(CkDone::Fetched(Some(f))) => {
+                self.ck.fetched += 1;
+                self.ck.bytes_fetched += f.state.len() as u64;
+                let ms = res.took.as_secs_f64() * 1e3;
+                self.fetch_ns_sum += res.took.as_nanos();
+                self.ck.fetch_ms_max = self.ck.fetch_ms_max.max(ms);
+                let group = match &bot.state {
+                    State::InGroup { session, .. } => session.request().group,
+                    State::Idle => 0,
+                };
+                match wire::from_bytes::<GameState>(&f.state) {
+                    Ok(gs) if current && gs.group == group => {
+                        for e in gs.players.into_iter().filter(|e| e.player != bot.player) {
+                            bot.check.insert(e.player, e);
+                        }
+                    }
+                    // Fetched for a membership since left: nothing to check.
+                    Ok(_) if !current => {}
+                    Ok(gs) => {
+                        self.ck.mismatched += 1;
+                        self.error(
+                            bot,
+                            format!("checkpoint of group {} served for group {group}", gs.group),
+                        );
+                    }
+                    Err(e) => {
+                        self.ck.mismatched += 1;
+                        self.error(bot, format!("checkpoint does not decode: {e}"));
+                    }
+                }
+            }
+            Err(e) => {
+                if res.fetch {
+                    self.ck.fetch_errors += 1;
+                } else {
+                    self.ck.upload_errors += 1;
+                }
+                self.error(
+                    bot,
+                    format!("checkpoint {}: {e}", if res.fetch { "fetch" } else { "upload" }),
+                );
+            }
+        }
+    }
+
     pub(super) fn send_data(&mut self, bot: &mut Bot, mem: MemId, session: &mut Session, now: Instant) {
         let seq = self.ledger.sent(mem);
         let size = self.cfg.size;
@@ -396,6 +545,9 @@ impl<E: Edge> Ctx<'_, E> {
         self.buf[p..p + 8].copy_from_slice(&self.edge.wall_ns().to_be_bytes());
         self.buf[p + 8..p + 12].copy_from_slice(&mem.to_be_bytes());
         self.buf[p + 12..p + 16].copy_from_slice(&seq.to_be_bytes());
+        self.buf[p + 16..p + 20].copy_from_slice(&(bot.pos.0 as f32).to_be_bytes());
+        self.buf[p + 20..p + 24].copy_from_slice(&(bot.pos.1 as f32).to_be_bytes());
+        self.buf[p + 24..p + 28].copy_from_slice(&bot.moves.to_be_bytes());
         // size was validated against MAX_DATAGRAM and the buffer has that size.
         match session.seal_data(size - DATA_PAYLOAD, &mut self.buf) {
             Some(Ok(n)) if n == size => {}
@@ -437,6 +589,7 @@ mod tests {
     struct Recorder {
         sent: Vec<(usize, Vec<u8>, SocketAddr)>,
         jobs: Vec<(usize, u64, u32)>,
+        ck: Vec<CkJob>,
         wall_ns: u64,
         mono_ns: u64,
     }
@@ -448,6 +601,9 @@ mod tests {
         }
         fn ask_ticket(&mut self, job: Job) {
             self.jobs.push((job.bot, job.gen, job.player));
+        }
+        fn checkpoint(&mut self, job: CkJob) {
+            self.ck.push(job);
         }
         fn wall_ns(&self) -> u64 {
             self.wall_ns
@@ -476,7 +632,11 @@ mod tests {
             reflector_id: 0,
             cookie_key: Secret::new(&[8; 32]).unwrap(),
         };
-        let (policy, mut group) = (Policy::default(), Group::new(4000));
+        let policy = Policy {
+            checkpoint_port: 4100,
+            ..Policy::default()
+        };
+        let mut group = Group::new(4000);
         let reflector: SocketAddr = "10.0.0.1:4000".parse().unwrap();
         let me: SocketAddr = "10.0.0.2:5555".parse().unwrap();
         let start = Instant::now();
@@ -494,6 +654,8 @@ mod tests {
             buf: vec![0u8; 2048],
             sending: true,
             released: true,
+            ck: CheckpointTally::default(),
+            fetch_ns_sum: 0,
         };
         let mut bot = Bot {
             player: 42,
@@ -510,6 +672,9 @@ mod tests {
             last_keepalive: start,
             keepalive: Duration::from_secs(2),
             stats: BotStats::default(),
+            moves: 0,
+            view: HashMap::new(),
+            check: HashMap::new(),
         };
         let mut rng = Rng(1);
         ctx.tick(0, &mut bot, start, &world, &mut rng);
@@ -557,6 +722,11 @@ mod tests {
         }
         assert!(bot.state.is_member());
         assert_eq!(bot.stats.joins, 1);
+        // The joiner fetches the group's checkpoint from the announced port.
+        let fetch = ctx.edge.ck.pop().expect("a checkpoint fetch");
+        assert!(matches!(fetch.op, CkOp::Fetch));
+        assert_eq!(fetch.addr, "10.0.0.1:4100".parse().unwrap());
+        assert_eq!((fetch.group, fetch.player), (4000, 42));
         // DATA at 10 Hz: one now, none 50 ms later, the next at 100 ms.
         for (ms, sends) in [(0, 1), (50, 1), (100, 2)] {
             ctx.edge.wall_ns = (T0_MS + ms) * 1_000_000;
@@ -578,6 +748,82 @@ mod tests {
         let last_seq = Packet::parse(&ctx.edge.sent.last().expect("DATA sent").1[..])
             .unwrap()
             .seq();
+        // Asked for a checkpoint, the bot uploads its view with the nonce.
+        let (_, nonce, req) = group.checkpoint_request(&keys, 0, 2).expect("a member to ask");
+        ctx.on_datagram(0, &mut bot, req.as_bytes(), reflector, start);
+        let up = ctx.edge.ck.pop().expect("an upload");
+        let CkOp::Upload { nonce: n, state } = &up.op else {
+            panic!("not an upload")
+        };
+        assert_eq!(*n, nonce);
+        let gs: GameState = wire::from_bytes(state).unwrap();
+        assert_eq!(gs.group, 4000);
+        assert_eq!(
+            gs.players,
+            vec![PlayerState {
+                player: 42,
+                x: 50.0,
+                y: 50.0,
+                moves: 0
+            }]
+        );
+        // A fetched checkpoint is checked against the DATA that follows:
+        // player 7 at the same move count must be where it says.
+        let mem = match bot.state {
+            State::InGroup { mem, .. } => mem,
+            State::Idle => unreachable!(),
+        };
+        let fetched = GameState {
+            group: 4000,
+            players: vec![
+                PlayerState {
+                    player: 7,
+                    x: 1.0,
+                    y: 2.0,
+                    moves: 3,
+                },
+                PlayerState {
+                    player: 8,
+                    x: 1.0,
+                    y: 2.0,
+                    moves: 3,
+                },
+            ],
+        };
+        ctx.on_checkpoint(
+            &mut bot,
+            CkResult {
+                bot: 0,
+                mem,
+                fetch: true,
+                took: Duration::from_millis(3),
+                outcome: Ok(CkDone::Fetched(Some(reflector_proto::checkpoint::Fetched {
+                    seq: 1,
+                    age_ms: 0,
+                    from_player: 7,
+                    state: wire::to_archive(&fetched).unwrap().to_vec().into(),
+                }))),
+            },
+        );
+        assert_eq!((ctx.ck.fetched, bot.check.len()), (1, 2));
+        for (player, x, moves) in [(7u32, 1.0f32, 3u32), (8, 5.0, 3)] {
+            let mut d = vec![0u8; 100];
+            let p = DATA_PAYLOAD;
+            d[p + 16..p + 20].copy_from_slice(&x.to_be_bytes());
+            d[p + 20..p + 24].copy_from_slice(&2.0f32.to_be_bytes());
+            d[p + 24..p + 28].copy_from_slice(&moves.to_be_bytes());
+            let h = reflector_proto::protocol::Header {
+                kind: Kind::Data,
+                group: 4000,
+                sender: player,
+                membership: 1,
+                seq: 1,
+            };
+            reflector_proto::protocol::seal(&h, 100, None, &mut d).unwrap();
+            ctx.on_datagram(0, &mut bot, &d, reflector, start);
+        }
+        assert_eq!((ctx.ck.entries_matched, ctx.ck.mismatched), (1, 1));
+        assert!(bot.check.is_empty());
         ctx.edge.sent.clear();
         // An ERROR(NotMember) (forgeable: it carries no MAC) makes the bot
         // join again with the token and key it holds, numbers going on; it
@@ -611,7 +857,8 @@ mod tests {
         let (_, leave, _) = ctx.edge.sent.pop().expect("a LEAVE");
         assert_eq!(group.handle(&keys, &policy, now, me, &leave).event, GroupEvent::Left);
         assert!(matches!(bot.state, State::Idle));
-        // One error reported: the group forgot it (and it joined again).
-        assert_eq!((bot.stats.sent, ctx.error_count), (2, 1));
+        // Two errors reported: the contradicting checkpoint entry, and the
+        // group forgot it (and it joined again).
+        assert_eq!((bot.stats.sent, ctx.error_count), (2, 2));
     }
 }

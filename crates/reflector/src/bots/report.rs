@@ -49,6 +49,9 @@ pub struct BotsReport {
     pub latency: Latency,
     /// Datagrams received that were not DATA we can account (bad parse, short payload).
     pub malformed: u64,
+    /// Checkpoint uploads, fetches and their checks.
+    #[serde(default)]
+    pub checkpoints: super::CheckpointTally,
     pub error_count: u64,
     /// The first few error messages.
     pub errors: Vec<String>,
@@ -135,6 +138,27 @@ impl BotsReport {
             "join retries {}, uncertain {}, malformed {}",
             self.join_retries, self.total.uncertain, self.malformed
         );
+        let c = &self.checkpoints;
+        if c.requested + c.fetched + c.fetched_empty + c.fetch_errors > 0 {
+            let _ = writeln!(
+                out,
+                "checkpoints: {} requested, {} uploaded ({} failed); {} fetched ({} B, {:.1} ms mean, {:.1} ms max), \
+                 {} empty, {} failed; entries checked: {} matched, {} moved since, {} unconfirmed, {} mismatched",
+                c.requested,
+                c.uploaded,
+                c.upload_errors,
+                c.fetched,
+                c.bytes_fetched,
+                c.fetch_ms_mean,
+                c.fetch_ms_max,
+                c.fetched_empty,
+                c.fetch_errors,
+                c.entries_matched,
+                c.entries_moved,
+                c.entries_unconfirmed,
+                c.mismatched
+            );
+        }
         for e in &self.errors {
             let _ = writeln!(out, "error: {e}");
         }
@@ -170,6 +194,7 @@ mod tests {
             group_changes: 0,
             latency: Latency::default(),
             malformed: 0,
+            checkpoints: Default::default(),
             error_count: 0,
             errors: vec![],
             per_bot: vec![],
