@@ -38,10 +38,14 @@ impl Default for Policy {
 impl Policy {
     /// The TDF for the next epoch, given this epoch's busy fraction. Under
     /// overload it grows in proportion to the overload (at least by one),
-    /// so one step usually suffices; when idle it shrinks by one, so the
-    /// emulation does not oscillate. Always within `[min_tdf, max_tdf]`.
+    /// so one step usually suffices; saturated (busy at or over
+    /// [`SATURATED`]) the overload cannot be measured, since busy time
+    /// cannot exceed 100%, so it doubles. When idle it shrinks by one, so
+    /// the emulation does not oscillate. Always within `[min_tdf, max_tdf]`.
     pub fn next(&self, tdf: u32, busy: f64) -> u32 {
-        let next = if busy > self.high {
+        let next = if busy >= SATURATED {
+            tdf.saturating_mul(2).max(tdf + 1)
+        } else if busy > self.high {
             let scaled = (f64::from(tdf) * busy / self.high).ceil() as u32;
             scaled.max(tdf + 1)
         } else if busy < self.low {
@@ -52,6 +56,10 @@ impl Policy {
         next.clamp(self.min_tdf.max(1), self.max_tdf.max(self.min_tdf.max(1)))
     }
 }
+
+/// Busy fraction from which the machine counts as saturated: how far
+/// behind the emulation is cannot be read from the CPU any more.
+pub const SATURATED: f64 = 0.97;
 
 /// Parses `--adaptive-tdf MIN-MAX`.
 pub fn parse_range(s: &str) -> Result<(u32, u32), String> {
@@ -119,8 +127,10 @@ mod tests {
             epoch: Duration::from_secs(1),
         };
         assert_eq!(p.next(1, 0.81), 2, "at least one step up");
-        assert_eq!(p.next(2, 1.0), 3, "2 x 1.0/0.8 = 2.5, rounded up");
-        assert_eq!(p.next(4, 0.99), 5);
+        assert_eq!(p.next(2, 0.96), 3, "2 x 0.96/0.8 = 2.4, rounded up");
+        assert_eq!(p.next(2, 1.0), 4, "saturated: the overload is unknown, so it doubles");
+        assert_eq!(p.next(4, 0.99), 8);
+        assert_eq!(p.next(6, 1.0), 8, "capped");
         assert_eq!(p.next(8, 1.0), 8, "capped");
         assert_eq!(p.next(3, 0.6), 3, "in the band: unchanged");
         assert_eq!(p.next(3, 0.1), 2);

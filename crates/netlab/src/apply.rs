@@ -71,16 +71,7 @@ pub fn apply(plan: &Plan, ctx: &mut ApplyCtx) -> Result<Vec<Child>, LabError> {
             return Err(LabError::Interrupted);
         }
         if ctx.mode == ApplyMode::Batch {
-            if let Some((ns, tool, _)) = batch_key(&ops[i]) {
-                let mut j = i;
-                let mut lines = vec![];
-                while j < ops.len() && lines.len() < MAX_BATCH {
-                    match batch_key(&ops[j]) {
-                        Some((n2, t2, line)) if n2 == ns && t2 == tool => lines.push(line),
-                        _ => break,
-                    }
-                    j += 1;
-                }
+            if let Some((ns, tool, lines, j)) = batch_at(ops, i) {
                 let t = std::time::Instant::now();
                 run_batch(ns, tool, &lines, &ops[i..j]).map_err(|e| interrupted_or(e, ctx.stop))?;
                 trace(|| {
@@ -131,6 +122,40 @@ fn trace(line: impl FnOnce() -> String) {
 /// Runs one operation now, checking its exit status.
 pub fn run_op(op: &Op) -> Result<(), LabError> {
     run_one(op)
+}
+
+/// Runs operations now, in order, consecutive ones for the same namespace
+/// and tool in one `-batch` process: a run-time change to hundreds of links
+/// (a TDF change) costs a few processes, not hundreds, which matters most
+/// when the machine is saturated, exactly when the adaptive TDF acts.
+pub fn run_ops_batched(ops: &[Op]) -> Result<(), LabError> {
+    let mut i = 0;
+    while i < ops.len() {
+        let Some((ns, tool, lines, j)) = batch_at(ops, i) else {
+            run_one(&ops[i])?;
+            i += 1;
+            continue;
+        };
+        run_batch(ns, tool, &lines, &ops[i..j])?;
+        i = j;
+    }
+    Ok(())
+}
+
+/// The batch that starts at `ops[i]`: its namespace, tool, lines, and the
+/// index after it; `None` if that op cannot be batched.
+fn batch_at(ops: &[Op], i: usize) -> Option<(Option<&str>, Tool, Vec<String>, usize)> {
+    let (ns, tool, _) = batch_key(&ops[i])?;
+    let mut j = i;
+    let mut lines = vec![];
+    while j < ops.len() && lines.len() < MAX_BATCH {
+        match batch_key(&ops[j]) {
+            Some((n2, t2, line)) if n2 == ns && t2 == tool => lines.push(line),
+            _ => break,
+        }
+        j += 1;
+    }
+    Some((ns, tool, lines, j))
 }
 
 fn run_one(op: &Op) -> Result<(), LabError> {

@@ -415,9 +415,18 @@ pub fn set_tdf(state: &RunState, tdf: u32) -> Result<Vec<String>, LabError> {
     })?;
     let d = crate::plan::Dilation { tdf };
     let rerate = |lines: &mut Vec<String>| -> Result<(), LabError> {
+        let mut ops: Vec<_> = state
+            .shaped
+            .iter()
+            .map(|s| crate::plan::htb_rate_change(s, d))
+            .collect();
+        // Same namespace next to each other: one `tc -batch` per namespace.
+        ops.sort_by_key(|op| match op {
+            crate::plan::Op::Cmd { ns, .. } => ns.clone(),
+            _ => None,
+        });
+        crate::apply::run_ops_batched(&ops)?;
         for s in &state.shaped {
-            let op = crate::plan::htb_rate_change(s, d);
-            crate::apply::run_op(&op)?;
             lines.push(format!("{}:{} rate {}bit", s.ns, s.dev, d.rate(s.bw_bps)));
         }
         Ok(())
