@@ -36,6 +36,9 @@ pub struct ApplyCtx<'a> {
     pub log_dir: &'a Path,
     pub stop: &'a AtomicBool,
     pub progress: &'a mut dyn FnMut(usize, usize),
+    /// A dilated lab's clock (directory, domain) and its TDF at build: the
+    /// delay lines follow the clock's TDF when it changes.
+    pub clock: Option<(&'a Path, &'a str, u32)>,
 }
 
 /// An op as a batch line: `(namespace, tool, line)`; `None` if it cannot be
@@ -272,8 +275,13 @@ fn start_delay_line(op: &Op, ctx: &ApplyCtx) -> Result<Child, LabError> {
         .arg(ctx.exe)
         .args(["delay-line", "--link", &link.to_string(), "--a", a, "--b", b])
         .args(delay_line_args(params))
-        .args(["--seed", &seed.to_string()])
-        .stdin(Stdio::null())
+        .args(["--seed", &seed.to_string()]);
+    if let Some((dir, domain, tdf)) = ctx.clock {
+        c.arg("--clock-dir")
+            .arg(dir)
+            .args(["--clock-domain", domain, "--built-tdf", &tdf.to_string()]);
+    }
+    c.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log)
         // Its own process group: a Ctrl-C at the terminal reaches netlab,

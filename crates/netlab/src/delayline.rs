@@ -37,6 +37,10 @@ pub struct Stats {
 pub struct DelayQueue {
     delay_ns: u64,
     jitter_ns: u64,
+    /// Factor (num, den) on the delay and jitter: the lab's TDF now over
+    /// the TDF the link was built with, so that a TDF change at run time
+    /// holds new frames for delay x the new TDF of real time.
+    scale: (u64, u64),
     loss_ppm: u32,
     limit: usize,
     rng: u64,
@@ -50,6 +54,7 @@ impl DelayQueue {
         DelayQueue {
             delay_ns,
             jitter_ns,
+            scale: (1, 1),
             loss_ppm,
             limit: limit.max(1),
             rng: seed | 1,
@@ -70,6 +75,17 @@ impl DelayQueue {
         x.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
+    /// Scales the delay and jitter of frames pushed from now on by
+    /// `num / den` (frames already queued keep their release time).
+    pub fn set_scale(&mut self, num: u64, den: u64) {
+        self.scale = (num.max(1), den.max(1));
+    }
+
+    fn scaled(&self, ns: u64) -> u64 {
+        let (num, den) = self.scale;
+        u64::try_from(u128::from(ns) * u128::from(num) / u128::from(den)).unwrap_or(u64::MAX)
+    }
+
     pub fn push(&mut self, now_ns: u64, frame: Vec<u8>) -> Verdict {
         if self.loss_ppm > 0 && self.next_rand() % 1_000_000 < self.loss_ppm as u64 {
             self.stats.lost += 1;
@@ -79,10 +95,11 @@ impl DelayQueue {
             self.stats.overflow += 1;
             return Verdict::Overflow;
         }
-        let mut t = now_ns + self.delay_ns;
-        if self.jitter_ns > 0 {
-            let span = 2 * self.jitter_ns + 1;
-            t = t + (self.next_rand() % span) - self.jitter_ns;
+        let (delay, jitter) = (self.scaled(self.delay_ns), self.scaled(self.jitter_ns));
+        let mut t = now_ns + delay;
+        if jitter > 0 {
+            let span = 2 * jitter + 1;
+            t = t + (self.next_rand() % span) - jitter;
         }
         // FIFO: a frame never overtakes the one before it.
         let release_ns = t.max(self.last_release);
@@ -142,6 +159,15 @@ pub struct Config {
     pub seed: u64,
     /// Spin this long before a release instead of sleeping.
     pub spin_ns: u64,
+    /// A dilated lab's clock and the TDF the delays above were built for:
+    /// the delay follows the clock's TDF when it changes.
+    pub clock: Option<(vtime::Domain, vtime::Tdf)>,
+}
+
+/// The factor on a link's built delay when the lab's TDF is `now` and the
+/// link was built for `built`: now / built, as a fraction.
+pub fn tdf_scale(now: vtime::Tdf, built: vtime::Tdf) -> (u64, u64) {
+    (now.num() * built.den(), now.den() * built.num())
 }
 
 /// Largest frame we may read: a 64 KiB GSO super-frame plus headers.
@@ -167,7 +193,18 @@ pub fn run(cfg: &Config, stop: &AtomicBool, ready: impl FnOnce()) -> io::Result<
     ready();
     let mut buf = vec![0u8; BUF];
     let mut blocked = [false; 2];
+    let mut scale = (1, 1);
     while !stop.load(Ordering::Relaxed) {
+        if let Some((clock, built)) = &cfg.clock {
+            // One seqlock read of the shared record per pass.
+            let s = tdf_scale(clock.snapshot().timeline.tdf(), *built);
+            if s != scale {
+                scale = s;
+                for q in &mut qs {
+                    q.set_scale(s.0, s.1);
+                }
+            }
+        }
         let now = now_ns();
         // Sleep until the next release minus the spin margin, or until a
         // frame arrives, or a blocked output can take more.
@@ -258,6 +295,23 @@ pub fn run(cfg: &Config, stop: &AtomicBool, ready: impl FnOnce()) -> io::Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tdf_change_scales_the_delay_of_new_frames_only() {
+        let mut q = DelayQueue::new(1_000, 0, 0, 100, 1);
+        assert_eq!(q.push(0, vec![1]), Verdict::Queued { release_ns: 1_000 });
+        // Built at TDF 2, the lab now at 4: twice the delay for new frames.
+        let (n, d) = tdf_scale(vtime::Tdf::new(4, 1).unwrap(), vtime::Tdf::new(2, 1).unwrap());
+        assert_eq!((n, d), (4, 2));
+        q.set_scale(n, d);
+        assert_eq!(q.push(10, vec![2]), Verdict::Queued { release_ns: 2_010 });
+        // The first frame kept its release time.
+        assert_eq!(q.next_release(), Some(1_000));
+        q.set_scale(1, 2);
+        // Never earlier than the frame before it (FIFO).
+        assert_eq!(q.push(20, vec![3]), Verdict::Queued { release_ns: 2_010 });
+        assert_eq!(q.push(3_000, vec![4]), Verdict::Queued { release_ns: 3_500 });
+    }
 
     #[test]
     fn releases_after_delay_in_order() {

@@ -201,6 +201,14 @@ struct DelayLineArgs {
     seed: u64,
     #[arg(long, default_value_t = 30_000)]
     spin_ns: u64,
+    /// The lab's clock (a dilated lab): the delay follows its TDF.
+    #[arg(long, requires_all = ["clock_domain", "built_tdf"])]
+    clock_dir: Option<std::path::PathBuf>,
+    #[arg(long)]
+    clock_domain: Option<String>,
+    /// The TDF the delay and jitter above were computed for.
+    #[arg(long)]
+    built_tdf: Option<u64>,
 }
 
 fn main() -> ExitCode {
@@ -648,7 +656,21 @@ fn run_delay_line(a: DelayLineArgs) -> Result<ExitCode, LabError> {
     use oskit::signal::{flag_on, ignore, Second, SIGHUP, SIGINT, SIGTERM};
     let stop = flag_on(&[SIGTERM, SIGINT], Second::Ignore).unwrap_or_default();
     let _ = ignore(&[SIGHUP]);
+    let clock = match (&a.clock_dir, &a.clock_domain, a.built_tdf) {
+        (Some(dir), Some(domain), Some(built)) => {
+            let link = format!("{} ({} <-> {})", a.link, a.a, a.b);
+            let err = |msg: String| LabError::DelayLine {
+                link: link.clone(),
+                msg,
+            };
+            let d = vtime::Domain::open(dir, domain).map_err(|e| err(e.to_string()))?;
+            let t = vtime::Tdf::new(built, 1).map_err(|e| err(format!("--built-tdf {built}: {e}")))?;
+            Some((d, t))
+        }
+        _ => None,
+    };
     let cfg = delayline::Config {
+        clock,
         a: a.a.clone(),
         b: a.b.clone(),
         delay_ns: a.delay_ns,

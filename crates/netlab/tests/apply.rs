@@ -50,6 +50,7 @@ fn failing_op_is_named_in_both_modes() {
             log_dir: &dir,
             stop: &stop,
             progress: &mut progress,
+            clock: None,
         };
         match apply(&plan, &mut ctx) {
             Err(LabError::Command { cmd, stderr, .. }) => {

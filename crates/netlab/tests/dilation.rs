@@ -153,3 +153,45 @@ fn a_program_in_a_dilated_lab_sees_the_configured_rate() {
         "the lab's clock record is removed with it"
     );
 }
+
+/// The delay line holds frames for delay x TDF of real time, and follows a
+/// TDF change at run time: a 4 ms link at TDF 2 (16 ms round trip in real
+/// time) doubles to a 32 ms round trip at TDF 4. The probes run in the test
+/// process, outside the lab's clock, so they see real time.
+#[test]
+fn the_delay_line_follows_a_tdf_change() {
+    if !need_root("the_delay_line_follows_a_tdf_change") {
+        return;
+    }
+    let params = LinkParams {
+        delay_ns: 4_000_000,
+        ..Default::default()
+    };
+    let mut o = opts();
+    o.dilation.tdf = 2;
+    o.delay_backend = Some(netlab::plan::DelayBackend::DelayLine);
+    let mut lab = up(&Builtin::Pair.build(&params), &o);
+    for tdf in [2u32, 4, 1] {
+        if tdf != lab.state.tdf {
+            lab.set_tdf(tdf).unwrap();
+        }
+        let eps = netlab::probe::endpoints(&lab.state);
+        let mut rtts =
+            netlab::probe::udp_rtts(&eps[0], &eps[1], 60, Duration::from_millis(2), Duration::from_secs(2)).unwrap();
+        assert_eq!(rtts.len(), 60, "TDF {tdf}: a probe was lost");
+        rtts.sort();
+        let median = rtts[rtts.len() / 2].as_secs_f64();
+        // Two traversals of a 4 ms x TDF link, plus the stack (well under 1 ms).
+        let want = 2.0 * 0.004 * f64::from(tdf);
+        eprintln!(
+            "TDF {tdf}: median real RTT {:.2} ms, {:.2} ms expected",
+            median * 1e3,
+            want * 1e3
+        );
+        assert!(
+            median >= want && median < want + 0.003,
+            "TDF {tdf}: median RTT {median:.4} s, expected {want:.4} s"
+        );
+    }
+    lab.down().unwrap();
+}

@@ -283,12 +283,16 @@ impl Lab {
                 let _ = std::io::stderr().flush();
             }
         };
+        let clock = lab.state.clock.clone();
         let mut ctx = ApplyCtx {
             mode: opts.apply_mode,
             exe: &opts.exe,
             log_dir: &lab.dir,
             stop,
             progress: &mut progress,
+            clock: clock
+                .as_ref()
+                .map(|c| (c.dir.as_path(), c.domain.as_str(), opts.dilation.tdf)),
         };
         // On error `lab` is dropped here, which removes what was built.
         lab.children = apply(&lab.plan, &mut ctx)?;
