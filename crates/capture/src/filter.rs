@@ -119,9 +119,71 @@ fn cap_snaplen(mut prog: Vec<BpfInsn>, snaplen: u32) -> Vec<BpfInsn> {
     prog
 }
 
+/// `-Q out`: the program `prog` behind a check that the packet is one this
+/// host sends (the kernel's packet type, read with the `SKF_AD_PKTTYPE`
+/// ancillary load, is PACKET_OUTGOING); other packets are refused before
+/// `prog` runs. Classic BPF jumps are relative, so `prog` is unchanged
+/// behind the prefix. An empty `prog` (no filter) accepts `snaplen` bytes.
+pub fn outgoing_only(prog: Vec<BpfInsn>, snaplen: u32) -> Vec<BpfInsn> {
+    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    const SKF_AD_OFF: i32 = -0x1000;
+    const SKF_AD_PKTTYPE: i32 = 4;
+    const PACKET_OUTGOING: u32 = 4;
+    let mut out = vec![
+        BpfInsn {
+            code: LD_W_ABS,
+            jt: 0,
+            jf: 0,
+            k: (SKF_AD_OFF + SKF_AD_PKTTYPE) as u32,
+        },
+        // Outgoing: skip the refusal; otherwise fall into it.
+        BpfInsn {
+            code: JEQ_K,
+            jt: 1,
+            jf: 0,
+            k: PACKET_OUTGOING,
+        },
+        BpfInsn {
+            code: RET_K,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+    ];
+    if prog.is_empty() {
+        out.push(BpfInsn {
+            code: RET_K,
+            jt: 0,
+            jf: 0,
+            k: snaplen,
+        });
+    } else {
+        out.extend(prog);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn outgoing_only_checks_the_packet_type_before_the_filter() {
+        let prog = accept_all(100);
+        let q = outgoing_only(prog.clone(), 100);
+        assert_eq!(q.len(), prog.len() + 3);
+        assert_eq!((q[0].code, q[0].k), (0x20, 0xffff_f004), "ld the packet type");
+        assert_eq!(
+            (q[1].code, q[1].jt, q[1].jf, q[1].k),
+            (0x15, 1, 0, 4),
+            "outgoing skips the refusal"
+        );
+        assert_eq!((q[2].code, q[2].k), (0x06, 0), "ret 0: refused");
+        assert_eq!(&q[3..], &prog[..]);
+        assert_eq!(outgoing_only(vec![], 64)[3].k, 64, "no filter: accept snaplen");
+    }
 
     #[test]
     fn vlan_is_found_as_a_word_only() {

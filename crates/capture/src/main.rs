@@ -103,8 +103,9 @@ struct CapArgs {
     /// Nanosecond timestamps in the output file (default microseconds).
     #[arg(long)]
     nano: bool,
-    /// Direction: inout (default) or in (ignore packets this host sends).
-    #[arg(short = 'Q', long, default_value = "inout", value_parser = ["in", "inout"])]
+    /// Direction: inout (default), in (ignore packets this host sends) or out (only packets this
+    /// host sends).
+    #[arg(short = 'Q', long, default_value = "inout", value_parser = ["in", "out", "inout"])]
     direction: String,
     /// Do not put the interface in promiscuous mode (by default it is, while capturing, as with
     /// tcpdump: frames addressed to other hosts, e.g. unicast crossing a bridge, are seen too).
@@ -369,6 +370,7 @@ fn run_capture(a: CapArgs) -> Result<ExitCode, capture::CaptureError> {
     cfg.threads = a.threads;
     cfg.cpus = a.cpus.clone();
     cfg.inbound_only = a.direction == "in";
+    cfg.outbound_only = a.direction == "out";
     cfg.promiscuous = !a.no_promiscuous;
     let control = Control::default();
     signals(&control)?;

@@ -32,6 +32,9 @@ pub struct CaptureConfig {
     pub cpus: Vec<usize>,
     /// Ignore packets this host sends (PACKET_IGNORE_OUTGOING).
     pub inbound_only: bool,
+    /// Only packets this host sends (`-Q out`): a check of the packet type
+    /// in front of the filter, in the kernel.
+    pub outbound_only: bool,
     /// Promiscuous mode while capturing (tcpdump's default; `-p` turns it
     /// off): frames for other hosts, e.g. unicast crossing a bridge, are
     /// captured too.
@@ -49,6 +52,7 @@ impl CaptureConfig {
             threads: 1,
             cpus: Vec::new(),
             inbound_only: false,
+            outbound_only: false,
             promiscuous: true,
         }
     }
@@ -342,12 +346,17 @@ impl Capture {
             link: info.link,
             mtu: info.mtu,
             snaplen: cfg.snaplen,
-            filter: prog,
+            filter: if cfg.outbound_only {
+                crate::filter::outgoing_only(prog, cfg.snaplen)
+            } else {
+                prog
+            },
             ring: cfg.ring,
             // On lo, as libpcap does, drop the outgoing copy of each packet:
             // the same packet comes back as the incoming one, so nothing is
-            // lost and each datagram is captured once.
-            inbound_only: cfg.inbound_only || info.loopback,
+            // lost and each datagram is captured once. With `-Q out` the
+            // outgoing copy is the one kept (still once per datagram).
+            inbound_only: cfg.inbound_only || (info.loopback && !cfg.outbound_only),
             promiscuous: cfg.promiscuous,
             fanout,
         };

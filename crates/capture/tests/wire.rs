@@ -931,3 +931,71 @@ fn vlan_tags_are_restored_and_vlan_filters_match_as_tcpdumps_do() {
         let _ = std::fs::remove_file(&tfile);
     }
 }
+
+/// `-Q out`, `-Q in` and `-Q inout` on one side of a link with traffic both
+/// ways: 30 datagrams sent from that side, 20 received; on `lo`, `-Q out`
+/// keeps the outgoing copy, so each datagram is still captured once.
+#[test]
+fn direction_out_in_and_inout_capture_what_they_name() {
+    if !root_or_skip("direction_out_in_and_inout_capture_what_they_name") {
+        return;
+    }
+    let lab = Lab::new();
+    let send = || {
+        lab.gen("udp", 30, 4000, 5000, 1000);
+        let (src, dst) = (format!("{}:4001", lab.b_ip), format!("{}:5001", lab.a_ip));
+        lab.exec_ok(
+            &lab.b,
+            &[
+                BIN,
+                "gen",
+                "-i",
+                &lab.b_if,
+                "--via",
+                "udp",
+                "--src",
+                &src,
+                "--dst",
+                &dst,
+                "-c",
+                "20",
+                "--rate",
+                "1000",
+                "--duration",
+                "20",
+            ],
+        );
+    };
+    for (q, mode, want) in [
+        ("out", "recv", 30),
+        ("out", "v3", 30),
+        ("in", "v3", 20),
+        ("inout", "v3", 50),
+    ] {
+        let got = count_captured(&lab.a, &lab.a_if, &["-Q", q, "--mode", mode], send);
+        assert_eq!(got, want, "-Q {q} in {mode} mode");
+    }
+    lab.exec_ok(&lab.a, &["ip", "link", "set", "lo", "up"]);
+    let got = count_captured(&lab.a, "lo", &["-Q", "out"], || {
+        lab.exec_ok(
+            &lab.a,
+            &[
+                BIN,
+                "gen",
+                "--via",
+                "udp",
+                "--src",
+                "127.0.0.1:4000",
+                "--dst",
+                "127.0.0.1:5000",
+                "-c",
+                "40",
+                "--rate",
+                "1000",
+                "--duration",
+                "20",
+            ],
+        );
+    });
+    assert_eq!(got, 40, "-Q out on lo: each datagram once");
+}
