@@ -56,6 +56,9 @@ struct CapArgs {
     /// Write packets to FILE (pcap unless --pcapng); "-" is stdout.
     #[arg(short = 'w', value_name = "FILE")]
     write: Option<PathBuf>,
+    /// With -w: also print each packet on stdout, as without -w (tcpdump's --print).
+    #[arg(long, requires = "write")]
+    print: bool,
     /// Write pcapng instead of pcap (with a statistics block at the end).
     #[arg(long)]
     pcapng: bool,
@@ -392,6 +395,13 @@ fn run_capture(a: CapArgs) -> Result<ExitCode, capture::CaptureError> {
         cfg.snaplen,
         a.threads
     );
+    let print = PrintOptions {
+        ts: TsFormat::from_count(a.timestamps),
+        nano,
+        number: a.number,
+        link_header: a.link_header,
+        dump: Dump::from_flags(a.hex, a.hex_ascii, a.ascii),
+    };
     let sink = match &a.write {
         Some(path) => Sink::File {
             path: path.clone(),
@@ -399,15 +409,10 @@ fn run_capture(a: CapArgs) -> Result<ExitCode, capture::CaptureError> {
             compression: a.compress.unwrap_or(Compression::None),
             nano,
             packet_buffered: a.packet_buffered,
+            print: a.print.then_some(print),
         },
         None if a.quiet => Sink::Count,
-        None => Sink::Summary(PrintOptions {
-            ts: TsFormat::from_count(a.timestamps),
-            nano,
-            number: a.number,
-            link_header: a.link_header,
-            dump: Dump::from_flags(a.hex, a.hex_ascii, a.ascii),
-        }),
+        None => Sink::Summary(print),
     };
     let limits = Limits {
         count: a.count,

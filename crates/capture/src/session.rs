@@ -89,6 +89,8 @@ pub enum Sink {
         /// (tcpdump's `-U`); otherwise every batch the kernel hands over, at
         /// the latest once a second.
         packet_buffered: bool,
+        /// Also print each packet on stdout (tcpdump's `--print`).
+        print: Option<PrintOptions>,
     },
     /// Keep the packets in memory (for library users and tests).
     Collect(Arc<Mutex<Vec<OwnedPacket>>>),
@@ -399,6 +401,7 @@ impl Capture {
                 compression,
                 nano,
                 packet_buffered,
+                ..
             } => {
                 let mut f = FileOutput::create(
                     path,
@@ -438,8 +441,14 @@ impl Capture {
                 let out = match &sink {
                     Sink::Count => Out::Count,
                     Sink::Summary(opts) => Out::Summary(String::new(), Printer::new(*opts)),
-                    Sink::File { .. } => match &file {
-                        Some(f) => Out::File(f.clone(), Vec::with_capacity(FLUSH_AT + 4096), 0, Vec::new()),
+                    Sink::File { print, .. } => match &file {
+                        Some(f) => Out::File(
+                            f.clone(),
+                            Vec::with_capacity(FLUSH_AT + 4096),
+                            0,
+                            Vec::new(),
+                            print.map(|o| (String::new(), Printer::new(o))),
+                        ),
                         None => Out::Count,
                     },
                     Sink::Collect(v) => Out::Collect(v.clone(), Vec::new()),
@@ -577,8 +586,9 @@ enum Out {
     Count,
     Summary(String, Printer),
     /// Shared file, local encoded records (and how many packets they
-    /// hold), scratch for VLAN re-insertion.
-    File(Arc<Mutex<FileOutput>>, Vec<u8>, u64, Vec<u8>),
+    /// hold), scratch for VLAN re-insertion, and the lines to print too
+    /// (`--print`).
+    File(Arc<Mutex<FileOutput>>, Vec<u8>, u64, Vec<u8>, Option<(String, Printer)>),
     Collect(Arc<Mutex<Vec<OwnedPacket>>>, Vec<OwnedPacket>),
 }
 
@@ -586,21 +596,11 @@ impl Out {
     fn flush(&mut self) -> Result<()> {
         match self {
             Out::Count => {}
-            Out::Summary(s, _) => {
-                if !s.is_empty() {
-                    let mut o = std::io::stdout().lock();
-                    // A closed stdout (e.g. `| head`) ends the capture quietly.
-                    let r = o.write_all(s.as_bytes()).and_then(|_| o.flush());
-                    s.clear();
-                    if let Err(e) = r {
-                        return Err(CaptureError::Output {
-                            path: "stdout".into(),
-                            source: e,
-                        });
-                    }
+            Out::Summary(s, _) => print_lines(s)?,
+            Out::File(f, buf, packets, _, print) => {
+                if let Some((s, _)) = print {
+                    print_lines(s)?;
                 }
-            }
-            Out::File(f, buf, packets, _) => {
                 let mut g = f
                     .lock()
                     .map_err(|_| CaptureError::Config("output lock poisoned by a failed thread".into()))?;
@@ -628,8 +628,11 @@ impl Out {
     /// how many packets that was. Other outputs are cheap: flushed.
     fn discard(&mut self) -> Result<u64> {
         match self {
-            Out::File(_, buf, packets, _) => {
+            Out::File(_, buf, packets, _, print) => {
                 buf.clear();
+                if let Some((s, _)) = print {
+                    s.clear();
+                }
                 Ok(std::mem::take(packets))
             }
             _ => self.flush().map(|()| 0),
@@ -640,10 +643,25 @@ impl Out {
         match self {
             Out::Count => 0,
             Out::Summary(s, _) => s.len(),
-            Out::File(_, b, _, _) => b.len(),
+            Out::File(_, b, _, _, print) => b.len() + print.as_ref().map_or(0, |(s, _)| s.len()),
             Out::Collect(_, v) => v.len() * 64,
         }
     }
+}
+
+/// Writes the printed lines to stdout. A closed stdout (e.g. `| head`)
+/// ends the capture quietly.
+fn print_lines(s: &mut String) -> Result<()> {
+    if s.is_empty() {
+        return Ok(());
+    }
+    let mut o = std::io::stdout().lock();
+    let r = o.write_all(s.as_bytes()).and_then(|_| o.flush());
+    s.clear();
+    r.map_err(|e| CaptureError::Output {
+        path: "stdout".into(),
+        source: e,
+    })
 }
 
 fn worker(
@@ -686,7 +704,7 @@ fn worker_loop(
     // (recv takes one per call anyway).
     let per_packet = matches!(out, Out::File(f, ..) if f.lock().is_ok_and(|g| g.packet_buffered));
     let encoding = match out {
-        Out::File(f, _, _, _) => f.lock().ok().map(|g| g.encoding),
+        Out::File(f, ..) => f.lock().ok().map(|g| g.encoding),
         _ => None,
     };
     loop {
@@ -782,10 +800,13 @@ fn take(out: &mut Out, link: LinkType, encoding: Option<&Encoding>, p: &PacketVi
     match out {
         Out::Count => {}
         Out::Summary(s, printer) => printer.line(s, link, p),
-        Out::File(_, buf, packets, scratch) => {
+        Out::File(_, buf, packets, scratch, print) => {
             if let Some(e) = encoding {
                 e.record(buf, p, scratch);
                 *packets += 1;
+            }
+            if let Some((s, printer)) = print {
+                printer.line(s, link, p);
             }
         }
         Out::Collect(_, v) => v.push(OwnedPacket {

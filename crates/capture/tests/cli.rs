@@ -42,6 +42,10 @@ fn bad_arguments_exit_non_zero() {
     let (code, err) = run(&["-c", "1"]);
     assert_eq!(code, 1);
     assert!(err.contains("no interface"), "{err}");
+    // --print only makes sense beside -w (without it every packet is printed anyway).
+    let (code, err) = run(&["-i", "lo", "--print", "-c", "1"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--print") && err.contains("-w"), "{err}");
     let (code, err) = run(&["gen", "--dst", "127.0.0.1:9", "--size", "20", "-c", "1"]);
     assert_eq!(code, 1);
     assert!(err.contains("frame size 20 is below"), "{err}");

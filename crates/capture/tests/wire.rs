@@ -999,3 +999,45 @@ fn direction_out_in_and_inout_capture_what_they_name() {
     });
     assert_eq!(got, 40, "-Q out on lo: each datagram once");
 }
+
+/// `-w FILE --print`: every packet both written (tcpdump reads the file)
+/// and printed on stdout, one line each.
+#[test]
+fn print_while_writing_prints_every_packet_written() {
+    if !root_or_skip("print_while_writing_prints_every_packet_written") {
+        return;
+    }
+    let lab = Lab::new();
+    let file = tmpfile("print.pcap");
+    let f = file.to_string_lossy().to_string();
+    let n = 200u64;
+    let c = n.to_string();
+    let args = [
+        BIN,
+        "-i",
+        &lab.b_if,
+        "-c",
+        &c,
+        "--duration",
+        "30",
+        "-w",
+        &f,
+        "--print",
+        "-nn",
+        "udp",
+    ];
+    let run = Running::start(lab.cmd(&lab.b, &args));
+    lab.gen("udp", n, 4000, 5000, 2000);
+    let (status, err, out) = run.finish(Duration::from_secs(30));
+    assert!(status.success(), "capture failed: {err}");
+    assert_eq!(number_after(&err, "total: captured "), n, "{err}");
+    let printed: Vec<&str> = out.lines().filter(|l| l.contains("UDP")).collect();
+    assert_eq!(printed.len() as u64, n, "printed lines: {out}");
+    assert!(
+        printed[0].contains(&format!("{}.4000 > {}.5000", lab.a_ip, lab.b_ip)),
+        "{}",
+        printed[0]
+    );
+    assert_eq!(tcpdump_lines(&f, None).len() as u64, n, "tcpdump -r count");
+    let _ = std::fs::remove_file(&file);
+}
