@@ -59,6 +59,10 @@ struct CapArgs {
     /// With -w: also print each packet on stdout, as without -w (tcpdump's --print).
     #[arg(long, requires = "write")]
     print: bool,
+    /// Once the capture sockets are open, drop root's privileges and run as USER (its uid, its
+    /// primary group, no other groups), as tcpdump does; the output file is created as USER.
+    #[arg(short = 'Z', value_name = "USER")]
+    user: Option<String>,
     /// Write pcapng instead of pcap (with a statistics block at the end).
     #[arg(long)]
     pcapng: bool,
@@ -377,7 +381,13 @@ fn run_capture(a: CapArgs) -> Result<ExitCode, capture::CaptureError> {
     cfg.promiscuous = !a.no_promiscuous;
     let control = Control::default();
     signals(&control)?;
+    // Resolved before anything is opened: a wrong name fails at once.
+    let run_as = a.user.as_deref().map(lookup_user).transpose()?;
     let cap = Capture::open(&cfg)?;
+    if let Some(u) = &run_as {
+        drop_privileges(u)?;
+        eprintln!("capture: running as {} (uid {}, gid {})", u.name, u.uid, u.gid);
+    }
     let how = if a.mode.is_some() { "chosen" } else { "best available" };
     let others: Vec<String> = cap
         .probe
@@ -516,4 +526,35 @@ fn run_gen(a: GenArgs) -> Result<ExitCode, capture::CaptureError> {
         return Ok(ExitCode::from(130));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `-Z USER`: the account to switch to.
+fn lookup_user(name: &str) -> Result<nix::unistd::User, capture::CaptureError> {
+    let err = |m: String| capture::CaptureError::Config(format!("-Z {name}: {m}"));
+    nix::unistd::User::from_name(name)
+        .map_err(|e| err(e.to_string()))?
+        .ok_or_else(|| err("no such user".into()))
+}
+
+/// Switches to `u` for good: supplementary groups, group, then user (in
+/// that order: once the uid is not root, the others can no longer be set),
+/// and checks that root cannot be taken back.
+fn drop_privileges(u: &nix::unistd::User) -> Result<(), capture::CaptureError> {
+    use nix::unistd::{setgid, setgroups, setuid, Uid};
+    let err = |call: &str, e: nix::Error| {
+        capture::CaptureError::Config(format!("-Z {}: {call}: {e} (dropping privileges needs root)", u.name))
+    };
+    if Uid::effective() == u.uid && Uid::current() == u.uid {
+        return Ok(());
+    }
+    setgroups(&[u.gid]).map_err(|e| err("setgroups", e))?;
+    setgid(u.gid).map_err(|e| err("setgid", e))?;
+    setuid(u.uid).map_err(|e| err("setuid", e))?;
+    if !u.uid.is_root() && setuid(Uid::from_raw(0)).is_ok() {
+        return Err(capture::CaptureError::Config(format!(
+            "-Z {}: root could be taken back after setuid",
+            u.name
+        )));
+    }
+    Ok(())
 }

@@ -46,6 +46,10 @@ fn bad_arguments_exit_non_zero() {
     let (code, err) = run(&["-i", "lo", "--print", "-c", "1"]);
     assert_ne!(code, 0);
     assert!(err.contains("--print") && err.contains("-w"), "{err}");
+    // -Z names an account that must exist: checked before anything is opened.
+    let (code, err) = run(&["-i", "lo", "-Z", "nosuchuser9", "-c", "1"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("-Z nosuchuser9") && err.contains("no such user"), "{err}");
     let (code, err) = run(&["gen", "--dst", "127.0.0.1:9", "--size", "20", "-c", "1"]);
     assert_eq!(code, 1);
     assert!(err.contains("frame size 20 is below"), "{err}");

@@ -1041,3 +1041,47 @@ fn print_while_writing_prints_every_packet_written() {
     assert_eq!(tcpdump_lines(&f, None).len() as u64, n, "tcpdump -r count");
     let _ = std::fs::remove_file(&file);
 }
+
+/// `-Z nobody`: the sockets are opened as root, then the capture runs as
+/// nobody: every packet captured, the file created by nobody and readable
+/// by tcpdump.
+#[test]
+fn dropping_privileges_keeps_capturing() {
+    if !root_or_skip("dropping_privileges_keeps_capturing") {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let nobody = nix::unistd::User::from_name("nobody")
+        .expect("passwd")
+        .expect("a nobody user");
+    let lab = Lab::new();
+    let file = tmpfile("dropped.pcap");
+    let _ = std::fs::remove_file(&file);
+    let f = file.to_string_lossy().to_string();
+    let n = 100u64;
+    let c = n.to_string();
+    let args = [
+        BIN,
+        "-i",
+        &lab.b_if,
+        "-c",
+        &c,
+        "--duration",
+        "30",
+        "-w",
+        &f,
+        "-Z",
+        "nobody",
+        "udp",
+    ];
+    let run = Running::start(lab.cmd(&lab.b, &args));
+    lab.gen("udp", n, 4000, 5000, 2000);
+    let (status, err, _) = run.finish(Duration::from_secs(30));
+    assert!(status.success(), "capture failed: {err}");
+    assert!(err.contains("running as nobody"), "{err}");
+    assert_eq!(number_after(&err, "total: captured "), n, "{err}");
+    let meta = std::fs::metadata(&file).expect("output file");
+    assert_eq!(meta.uid(), nobody.uid.as_raw(), "the file is created after the switch");
+    assert_eq!(tcpdump_lines(&f, None).len() as u64, n, "tcpdump -r count");
+    let _ = std::fs::remove_file(&file);
+}
