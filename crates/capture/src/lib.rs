@@ -24,6 +24,7 @@ pub mod filter;
 pub mod gen;
 pub mod output;
 pub mod print;
+pub mod read;
 pub mod session;
 pub mod source;
 pub mod sys;

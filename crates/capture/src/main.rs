@@ -56,6 +56,10 @@ struct CapArgs {
     /// Write packets to FILE (pcap unless --pcapng); "-" is stdout.
     #[arg(short = 'w', value_name = "FILE")]
     write: Option<PathBuf>,
+    /// Read packets from FILE (pcap or pcapng, plain, gzip or zstd) instead of an interface: the
+    /// filter applies, then they are printed, or written with -w.
+    #[arg(short = 'r', value_name = "FILE", conflicts_with = "iface")]
+    read: Option<PathBuf>,
     /// With -w: also print each packet on stdout, as without -w (tcpdump's --print).
     #[arg(long, requires = "write")]
     print: bool,
@@ -322,9 +326,46 @@ fn filter_expression(a: &CapArgs) -> Result<String, capture::CaptureError> {
         .join(" "))
 }
 
+/// `-r FILE`: the file's packets that pass the filter, printed or written.
+fn read_back(a: &CapArgs, file: &std::path::Path) -> Result<ExitCode, capture::CaptureError> {
+    use capture::read::{read_file, ReadSink};
+    if a.write.is_none() && (a.compress.is_some() || a.pcapng) {
+        return Err(capture::CaptureError::Config(
+            "--compress and --pcapng need an output file (-w FILE)".into(),
+        ));
+    }
+    let nano = a.nano || a.time_stamp_precision.as_deref() == Some("nano");
+    let print = PrintOptions {
+        ts: TsFormat::from_count(a.timestamps),
+        nano,
+        number: a.number,
+        link_header: a.link_header,
+        dump: Dump::from_flags(a.hex, a.hex_ascii, a.ascii),
+    };
+    let sink = match &a.write {
+        Some(path) => ReadSink::File {
+            path: path.clone(),
+            format: if a.pcapng { Format::PcapNg } else { Format::Pcap },
+            compression: a.compress.unwrap_or(Compression::None),
+            nano,
+            print: a.print.then_some(print),
+        },
+        None if a.quiet => ReadSink::Count,
+        None => ReadSink::Print(print),
+    };
+    let expr = filter_expression(a)?;
+    let expr = (!expr.trim().is_empty()).then_some(expr);
+    let report = read_file(file, expr.as_deref(), a.count, sink)?;
+    eprintln!("capture: {report}");
+    Ok(ExitCode::SUCCESS)
+}
+
 fn run_capture(a: CapArgs) -> Result<ExitCode, capture::CaptureError> {
     if a.list_interfaces {
         return list_interfaces();
+    }
+    if let Some(file) = &a.read {
+        return read_back(&a, file);
     }
     let Some(iface) = a.iface.clone() else {
         return Err(capture::CaptureError::Config(

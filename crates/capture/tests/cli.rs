@@ -42,6 +42,13 @@ fn bad_arguments_exit_non_zero() {
     let (code, err) = run(&["-c", "1"]);
     assert_eq!(code, 1);
     assert!(err.contains("no interface"), "{err}");
+    // -r: a missing file is named; -r and -i together are refused.
+    let (code, err) = run(&["-r", "/nonexistent/x.pcap"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("/nonexistent/x.pcap"), "{err}");
+    let (code, err) = run(&["-r", "/nonexistent/x.pcap", "-i", "lo"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("-r") && err.contains("--interface"), "{err}");
     // --print only makes sense beside -w (without it every packet is printed anyway).
     let (code, err) = run(&["-i", "lo", "--print", "-c", "1"]);
     assert_ne!(code, 0);

@@ -1085,3 +1085,59 @@ fn dropping_privileges_keeps_capturing() {
     assert_eq!(tcpdump_lines(&f, None).len() as u64, n, "tcpdump -r count");
     let _ = std::fs::remove_file(&file);
 }
+
+/// `-r FILE`: our file read back, filtered and written again agrees with
+/// `tcpdump -r` on the same filter; a zstd-compressed copy and a pcapng copy
+/// read back the same; printing gives one line per packet.
+#[test]
+fn read_back_filters_like_tcpdump() {
+    if !root_or_skip("read_back_filters_like_tcpdump") {
+        return;
+    }
+    let lab = Lab::new();
+    let path = |n: &str| tmpfile(n).to_string_lossy().to_string();
+    let (src, zst, ng, out) = (
+        path("rb-src.pcap"),
+        path("rb.pcap.zst"),
+        path("rb.pcapng"),
+        path("rb-out.pcap"),
+    );
+    let args = [BIN, "-i", &lab.b_if, "-c", "100", "--duration", "30", "-w", &src, "udp"];
+    let run = Running::start(lab.cmd(&lab.b, &args));
+    lab.gen("udp", 60, 4000, 5000, 2000);
+    lab.gen("udp", 40, 4000, 5001, 2000);
+    let (status, err, _) = run.finish(Duration::from_secs(30));
+    assert!(status.success(), "capture failed: {err}");
+    let read = |args: &[&str]| {
+        let o = std::process::Command::new(BIN).args(args).output().expect("spawn");
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success(), "{args:?}: {err}");
+        (
+            number_after(&err, "read: "),
+            String::from_utf8_lossy(&o.stdout).to_string(),
+        )
+    };
+    // Filtered and written again: tcpdump counts the same on both files.
+    let (n, _) = read(&["-r", &src, "-w", &out, "udp dst port 5000"]);
+    assert_eq!(n, 60);
+    assert_eq!(tcpdump_lines(&src, None).len(), 100);
+    let tcpdump_filtered = std::process::Command::new("tcpdump")
+        .args(["-nn", "-r", &src, "udp dst port 5000"])
+        .output()
+        .expect("tcpdump");
+    assert_eq!(String::from_utf8_lossy(&tcpdump_filtered.stdout).lines().count(), 60);
+    assert_eq!(tcpdump_lines(&out, None).len(), 60, "our filtered copy");
+    // Compressed and pcapng copies read back alike.
+    read(&["-r", &src, "-w", &zst, "--compress", "zstd:3"]);
+    read(&["-r", &src, "-w", &ng, "--pcapng"]);
+    for f in [&zst, &ng] {
+        assert_eq!(read(&["-r", f, "-q", "udp dst port 5001"]).0, 40, "{f}");
+    }
+    // Printed: one line per packet, at most -c.
+    let (n, text) = read(&["-r", &zst, "-nn", "-c", "25", "udp"]);
+    assert_eq!(n, 25);
+    assert_eq!(text.lines().filter(|l| l.contains("UDP")).count(), 25, "{text}");
+    for f in [src, zst, ng, out] {
+        let _ = std::fs::remove_file(f);
+    }
+}
