@@ -63,6 +63,18 @@ struct CapArgs {
     /// With -w: also print each packet on stdout, as without -w (tcpdump's --print).
     #[arg(long, requires = "write")]
     print: bool,
+    /// With -w: start a new file every SECS seconds, its name the -w name formatted by strftime
+    /// (e.g. -w 'trace-%H%M%S.pcap'); with -W, stop after that many files.
+    #[arg(short = 'G', value_name = "SECS", requires = "write")]
+    rotate_seconds: Option<u64>,
+    /// With -w: start a new file once the current one holds MB million bytes of records; the
+    /// files after the first are numbered (-w name, then 1, 2, ...).
+    #[arg(short = 'C', value_name = "MB", requires = "write")]
+    file_size_mb: Option<f64>,
+    /// With -C: keep a ring of COUNT files (numbered 0..COUNT-1, then overwritten); with -G
+    /// alone: stop after COUNT files.
+    #[arg(short = 'W', value_name = "COUNT", value_parser = clap::value_parser!(u32).range(1..))]
+    file_count: Option<u32>,
     /// Once the capture sockets are open, drop root's privileges and run as USER (its uid, its
     /// primary group, no other groups), as tcpdump does; the output file is created as USER.
     #[arg(short = 'Z', value_name = "USER")]
@@ -461,6 +473,7 @@ fn run_capture(a: CapArgs) -> Result<ExitCode, capture::CaptureError> {
             nano,
             packet_buffered: a.packet_buffered,
             print: a.print.then_some(print),
+            rotation: rotation(&a)?,
         },
         None if a.quiet => Sink::Count,
         None => Sink::Summary(print),
@@ -598,4 +611,29 @@ fn drop_privileges(u: &nix::unistd::User) -> Result<(), capture::CaptureError> {
         )));
     }
     Ok(())
+}
+
+/// `-G`, `-C` and `-W`, checked.
+fn rotation(a: &CapArgs) -> Result<capture::output::Rotation, capture::CaptureError> {
+    let bad = |m: String| Err(capture::CaptureError::Config(m));
+    if a.file_count.is_some() && a.rotate_seconds.is_none() && a.file_size_mb.is_none() {
+        return bad("-W counts the files of -C or -G: give one of them".into());
+    }
+    if a.rotate_seconds == Some(0) {
+        return bad("-G 0: give a number of seconds of at least 1".into());
+    }
+    let max_bytes = match a.file_size_mb {
+        Some(mb) if !(mb.is_finite() && mb > 0.0) => return bad(format!("-C {mb}: give a positive size in MB")),
+        Some(mb) => Some((mb * 1e6).ceil() as u64),
+        None => None,
+    };
+    let on = a.rotate_seconds.is_some() || max_bytes.is_some();
+    if on && a.write.as_deref() == Some(std::path::Path::new("-")) {
+        return bad("-G and -C write several files: -w - (stdout) cannot rotate".into());
+    }
+    Ok(capture::output::Rotation {
+        every: a.rotate_seconds.map(Duration::from_secs),
+        max_bytes,
+        files: a.file_count,
+    })
 }

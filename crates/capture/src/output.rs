@@ -279,6 +279,8 @@ pub const SYNC_EVERY: Duration = Duration::from_secs(1);
 /// written back; the finished file is fsync'ed).
 pub struct FileOutput {
     path: PathBuf,
+    /// `-G/-C/-W`: how and when to move on to a new file.
+    rotation: Option<RotationState>,
     /// Regular files are fsync'ed when finished.
     regular: bool,
     stream: Option<Stream>,
@@ -323,6 +325,7 @@ impl FileOutput {
             Compression::Zstd(l) => Stream::Zstd(zstd::stream::write::Encoder::new(buf, l).map_err(err)?, l),
         };
         let mut out = FileOutput {
+            rotation: None,
             path: path.to_path_buf(),
             regular: !special,
             stream: Some(stream),
@@ -343,8 +346,80 @@ impl FileOutput {
         }
     }
 
+    /// Output that moves on to a new file as `rot` says: the first file is
+    /// named from `template` now, each next one when its time or size has
+    /// come (checked before each chunk is written, so a file may exceed
+    /// `-C` by one chunk of records).
+    pub fn create_rotating(
+        template: &Path,
+        rot: Rotation,
+        encoding: Encoding,
+        compression: Compression,
+        ifname: &str,
+    ) -> Result<FileOutput> {
+        let now = std::time::SystemTime::now();
+        let name = rot.name(template, 0, now)?;
+        let mut f = FileOutput::create(&name, encoding, compression, ifname)?;
+        f.rotation = Some(RotationState {
+            rot,
+            template: template.to_path_buf(),
+            compression,
+            ifname: ifname.to_string(),
+            opened: Instant::now(),
+            bytes: 0,
+            files: 1,
+        });
+        Ok(f)
+    }
+
+    /// True once `-G` with `-W` has written its last file: the capture ends
+    /// (tcpdump exits then).
+    pub fn exhausted(&self) -> bool {
+        self.rotation.as_ref().is_some_and(|r| r.exhausted())
+    }
+
+    /// Moves to the next file if its time or size has come (also called
+    /// when idle, so `-G` files follow the clock without traffic).
+    pub fn rotate_if_due(&mut self) -> Result<()> {
+        let Some(r) = self.rotation.as_ref() else {
+            return Ok(());
+        };
+        let by_time = r.rot.every.is_some_and(|e| r.opened.elapsed() >= e);
+        let by_size = r.rot.max_bytes.is_some_and(|m| r.bytes >= m);
+        if !(by_time || by_size) || r.exhausted() {
+            return Ok(());
+        }
+        let name = r.rot.name(&r.template, r.files, std::time::SystemTime::now())?;
+        let (compression, ifname) = (r.compression, r.ifname.clone());
+        // The file just ended is complete and readable on its own.
+        if let Some(s) = self.stream.take() {
+            let f = s.finish().map_err(|e| self.err(e))?;
+            if self.regular {
+                f.sync_all().map_err(|e| self.err(e))?;
+            }
+        }
+        let mut next = FileOutput::create(&name, self.encoding, compression, &ifname)?;
+        let mut state = self.rotation.take().expect("checked above");
+        state.opened = Instant::now();
+        state.bytes = 0;
+        state.files += 1;
+        // The new file's stream moves here; `next` is left with none, so
+        // its Drop has nothing to finish.
+        self.path = std::mem::take(&mut next.path);
+        self.regular = next.regular;
+        self.stream = next.stream.take();
+        self.last_sync = next.last_sync;
+        self.unsynced = next.unsynced;
+        self.rotation = Some(state);
+        Ok(())
+    }
+
     /// Appends already-encoded records.
     pub fn write_chunk(&mut self, bytes: &[u8]) -> Result<()> {
+        self.rotate_if_due()?;
+        if let Some(r) = self.rotation.as_mut() {
+            r.bytes += bytes.len() as u64;
+        }
         let r = match self.stream.as_mut() {
             Some(s) => s.writer().write_all(bytes),
             None => Ok(()),
@@ -401,6 +476,72 @@ impl Drop for FileOutput {
     }
 }
 
+/// tcpdump's `-G SECS`, `-C MB` and `-W COUNT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Rotation {
+    /// `-G`: a new file every this long, its name from the `-w` template
+    /// through strftime.
+    pub every: Option<std::time::Duration>,
+    /// `-C`: a new file once this many bytes (tcpdump's unit: 1,000,000) are
+    /// in the current one; the files are numbered.
+    pub max_bytes: Option<u64>,
+    /// `-W`: with `-C`, a ring of this many files (numbers wrap, zero-padded
+    /// to its width); with `-G` alone, stop after this many files.
+    pub files: Option<u32>,
+}
+
+impl Rotation {
+    pub fn is_on(&self) -> bool {
+        self.every.is_some() || self.max_bytes.is_some()
+    }
+
+    /// The name of file number `n` (0 the first) opened at `now`.
+    pub fn name(&self, template: &Path, n: u32, now: std::time::SystemTime) -> Result<PathBuf> {
+        let mut base = template.to_string_lossy().to_string();
+        if self.every.is_some() {
+            let secs = now
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            base = crate::sys::strftime_local(&base, secs).ok_or_else(|| {
+                CaptureError::Config(format!("-G: the file name {base} does not format with strftime"))
+            })?;
+        }
+        if self.max_bytes.is_some() {
+            match self.files {
+                Some(w) => {
+                    let width = w.saturating_sub(1).max(1).to_string().len();
+                    base.push_str(&format!("{:0width$}", n % w.max(1)));
+                }
+                None if n > 0 => base.push_str(&n.to_string()),
+                None => {}
+            }
+        }
+        Ok(PathBuf::from(base))
+    }
+}
+
+#[derive(Debug)]
+struct RotationState {
+    rot: Rotation,
+    template: PathBuf,
+    compression: Compression,
+    ifname: String,
+    opened: Instant,
+    /// Record bytes in the current file (before compression).
+    bytes: u64,
+    /// Files opened so far.
+    files: u32,
+}
+
+impl RotationState {
+    fn exhausted(&self) -> bool {
+        self.rot.max_bytes.is_none()
+            && self.rot.every.is_some()
+            && self.rot.files.is_some_and(|w| self.files >= w)
+            && self.opened.elapsed() >= self.rot.every.unwrap_or_default()
+    }
+}
+
 trait TryCloneFd {
     fn try_clone_fd(&self) -> io::Result<std::os::fd::OwnedFd>;
 }
@@ -415,6 +556,31 @@ impl TryCloneFd for io::StdoutLock<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rotated_file_names_follow_tcpdump() {
+        let t = Path::new("/x/cap.pcap");
+        let now = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000);
+        let size = Rotation {
+            max_bytes: Some(1),
+            ..Rotation::default()
+        };
+        assert_eq!(size.name(t, 0, now).unwrap(), Path::new("/x/cap.pcap"));
+        assert_eq!(size.name(t, 2, now).unwrap(), Path::new("/x/cap.pcap2"));
+        let ring = Rotation {
+            files: Some(12),
+            ..size
+        };
+        assert_eq!(ring.name(t, 5, now).unwrap(), Path::new("/x/cap.pcap05"));
+        assert_eq!(ring.name(t, 13, now).unwrap(), Path::new("/x/cap.pcap01"), "wraps");
+        let timed = Rotation {
+            every: Some(std::time::Duration::from_secs(60)),
+            ..Rotation::default()
+        };
+        let year = timed.name(Path::new("/x/%Y.pcap"), 0, now).unwrap();
+        assert!(year.to_string_lossy().starts_with("/x/2027"), "{year:?}");
+        assert!(!timed.name(t, 3, now).unwrap().to_string_lossy().ends_with('3'));
+    }
     use pcap_file::pcap::PcapReader;
     use pcap_file::pcapng::PcapNgReader;
 

@@ -91,6 +91,8 @@ pub enum Sink {
         packet_buffered: bool,
         /// Also print each packet on stdout (tcpdump's `--print`).
         print: Option<PrintOptions>,
+        /// `-G/-C/-W`: move on to new files by time or size.
+        rotation: crate::output::Rotation,
     },
     /// Keep the packets in memory (for library users and tests).
     Collect(Arc<Mutex<Vec<OwnedPacket>>>),
@@ -401,19 +403,20 @@ impl Capture {
                 compression,
                 nano,
                 packet_buffered,
+                rotation,
                 ..
             } => {
-                let mut f = FileOutput::create(
-                    path,
-                    Encoding {
-                        format: *format,
-                        link: self.info.link,
-                        snaplen: self.cfg.snaplen,
-                        nano: *nano,
-                    },
-                    *compression,
-                    &self.cfg.iface,
-                )?;
+                let enc = Encoding {
+                    format: *format,
+                    link: self.info.link,
+                    snaplen: self.cfg.snaplen,
+                    nano: *nano,
+                };
+                let mut f = if rotation.is_on() {
+                    FileOutput::create_rotating(path, *rotation, enc, *compression, &self.cfg.iface)?
+                } else {
+                    FileOutput::create(path, enc, *compression, &self.cfg.iface)?
+                };
                 f.packet_buffered = *packet_buffered;
                 Some(Arc::new(Mutex::new(f)))
             }
@@ -610,8 +613,10 @@ impl Out {
                     *packets = 0;
                 }
                 // Also when idle: what was written less than a second ago
-                // reaches the file within the second.
+                // reaches the file within the second, and -G's next file is
+                // opened on time.
                 g.sync_if_due(false)?;
+                g.rotate_if_due()?;
             }
             Out::Collect(all, local) => {
                 if !local.is_empty() {
@@ -637,6 +642,11 @@ impl Out {
             }
             _ => self.flush().map(|()| 0),
         }
+    }
+
+    /// The rotating output has written its last file (`-G` with `-W`).
+    fn exhausted(&self) -> bool {
+        matches!(self, Out::File(f, ..) if f.lock().is_ok_and(|g| g.exhausted()))
     }
 
     fn pending(&self) -> usize {
@@ -750,6 +760,11 @@ fn worker_loop(
         // Every batch the kernel hands over goes to the file (a sync point
         // follows at the latest within a second; see FileOutput).
         out.flush()?;
+        // -G with -W: the last file's time is up; the capture ends, as
+        // tcpdump's does.
+        if out.exhausted() {
+            shared.stop.store(true, Ordering::Relaxed);
+        }
         let e = shared.epoch.load(Ordering::Acquire);
         if e != seen_epoch {
             seen_epoch = e;

@@ -764,3 +764,27 @@ pub fn realtime_ns() -> u64 {
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
 }
+
+/// `fmt` formatted by the C library's strftime for `unix_secs` in local
+/// time (tcpdump's `-G` file names); `None` if the format or the time does
+/// not convert.
+pub fn strftime_local(fmt: &str, unix_secs: i64) -> Option<String> {
+    let cfmt = CString::new(fmt).ok()?;
+    let t: libc::time_t = unix_secs as libc::time_t;
+    // SAFETY: localtime_r writes into `tm`, which we own; it returns null on
+    // failure, checked below.
+    let mut tm: libc::tm = unsafe { mem::zeroed() };
+    if unsafe { libc::localtime_r(&t, &mut tm) }.is_null() {
+        return None;
+    }
+    let mut buf = vec![0u8; fmt.len() * 8 + 256];
+    // SAFETY: buf is writable for its length, cfmt is NUL-terminated, tm
+    // is initialised; strftime writes at most buf.len() bytes and returns
+    // how many (0 if they did not fit).
+    let n = unsafe { libc::strftime(buf.as_mut_ptr().cast(), buf.len(), cfmt.as_ptr(), &tm) };
+    if n == 0 && !fmt.is_empty() {
+        return None;
+    }
+    buf.truncate(n);
+    String::from_utf8(buf).ok()
+}

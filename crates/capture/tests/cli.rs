@@ -49,6 +49,13 @@ fn bad_arguments_exit_non_zero() {
     let (code, err) = run(&["-r", "/nonexistent/x.pcap", "-i", "lo"]);
     assert_ne!(code, 0);
     assert!(err.contains("-r") && err.contains("--interface"), "{err}");
+    // Rotation needs a file, and -W something to count.
+    let (code, err) = run(&["-i", "lo", "-G", "5", "-c", "1"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("-G") && err.contains("-w"), "{err}");
+    let (code, err) = run(&["-i", "lo", "-w", "/tmp/x.pcap", "-W", "3", "-c", "1"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("-W counts the files of -C or -G"), "{err}");
     // --print only makes sense beside -w (without it every packet is printed anyway).
     let (code, err) = run(&["-i", "lo", "--print", "-c", "1"]);
     assert_ne!(code, 0);

@@ -1141,3 +1141,98 @@ fn read_back_filters_like_tcpdump() {
         let _ = std::fs::remove_file(f);
     }
 }
+
+/// `-C`, `-C -W` and `-G -W`: files by size (numbered, every packet in
+/// exactly one of them, each readable by tcpdump), a ring of W files, and a
+/// capture that ends by itself after W files of -G seconds.
+#[test]
+fn rotation_by_size_ring_and_time() {
+    if !root_or_skip("rotation_by_size_ring_and_time") {
+        return;
+    }
+    let lab = Lab::new();
+    let dir = tmpfile("rot");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let files = |prefix: &str| {
+        let mut v: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .filter(|n| n.starts_with(prefix))
+            .collect();
+        v.sort();
+        v
+    };
+    let path = |n: &str| dir.join(n).to_string_lossy().to_string();
+    // -C 0.005: a new file past 5,000 bytes of records.
+    let base = path("size.pcap");
+    let run = Running::start(lab.cmd(
+        &lab.b,
+        &[
+            BIN,
+            "-i",
+            &lab.b_if,
+            "-c",
+            "300",
+            "--duration",
+            "30",
+            "-w",
+            &base,
+            "-C",
+            "0.005",
+            "udp",
+        ],
+    ));
+    lab.gen("udp", 300, 4000, 5000, 2000);
+    let (status, err, _) = run.finish(Duration::from_secs(30));
+    assert!(status.success(), "{err}");
+    let made = files("size.pcap");
+    assert!(made.len() >= 3, "files: {made:?}");
+    assert_eq!(made[0], "size.pcap");
+    assert!(made.contains(&"size.pcap1".to_string()), "{made:?}");
+    let total: usize = made.iter().map(|f| tcpdump_lines(&path(f), None).len()).sum();
+    assert_eq!(total, 300, "every packet in exactly one file: {made:?}");
+    // -C with -W 2: a ring of two files, numbered 0 and 1.
+    let ring = path("ring.pcap");
+    let run = Running::start(lab.cmd(
+        &lab.b,
+        &[
+            BIN,
+            "-i",
+            &lab.b_if,
+            "-c",
+            "300",
+            "--duration",
+            "30",
+            "-w",
+            &ring,
+            "-C",
+            "0.005",
+            "-W",
+            "2",
+            "udp",
+        ],
+    ));
+    lab.gen("udp", 300, 4000, 5000, 2000);
+    let (status, err, _) = run.finish(Duration::from_secs(30));
+    assert!(status.success(), "{err}");
+    assert_eq!(files("ring.pcap"), vec!["ring.pcap0", "ring.pcap1"]);
+    // -G 1 -W 2: two files named by strftime, then the capture ends by itself.
+    let timed = path("t-%Y%m%d-%H%M%S.pcap");
+    let t0 = std::time::Instant::now();
+    let run = Running::start(lab.cmd(
+        &lab.b,
+        &[BIN, "-i", &lab.b_if, "-w", &timed, "-G", "1", "-W", "2", "udp"],
+    ));
+    let (status, err, _) = run.finish(Duration::from_secs(15));
+    assert!(status.success(), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "it ended by itself");
+    let made = files("t-");
+    assert_eq!(made.len(), 2, "{made:?}");
+    assert!(
+        made.iter().all(|f| f.len() == "t-20261125-031500.pcap".len()),
+        "{made:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
