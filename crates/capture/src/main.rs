@@ -338,14 +338,18 @@ fn filter_expression(a: &CapArgs) -> Result<String, capture::CaptureError> {
         .join(" "))
 }
 
-/// `-r FILE`: the file's packets that pass the filter, printed or written.
-fn read_back(a: &CapArgs, file: &std::path::Path) -> Result<ExitCode, capture::CaptureError> {
-    use capture::read::{read_file, ReadSink};
+/// Options that only mean something with an output file.
+fn check_output_flags(a: &CapArgs) -> Result<(), capture::CaptureError> {
     if a.write.is_none() && (a.compress.is_some() || a.pcapng) {
         return Err(capture::CaptureError::Config(
             "--compress and --pcapng need an output file (-w FILE)".into(),
         ));
     }
+    Ok(())
+}
+
+/// Nanosecond timestamps asked for, and how packets are printed.
+fn print_options(a: &CapArgs) -> (bool, PrintOptions) {
     let nano = a.nano || a.time_stamp_precision.as_deref() == Some("nano");
     let print = PrintOptions {
         ts: TsFormat::from_count(a.timestamps),
@@ -354,6 +358,19 @@ fn read_back(a: &CapArgs, file: &std::path::Path) -> Result<ExitCode, capture::C
         link_header: a.link_header,
         dump: Dump::from_flags(a.hex, a.hex_ascii, a.ascii),
     };
+    (nano, print)
+}
+
+/// `-r FILE`: the file's packets that pass the filter, printed or written.
+fn read_back(a: &CapArgs, file: &std::path::Path) -> Result<ExitCode, capture::CaptureError> {
+    use capture::read::{read_file, ReadSink};
+    check_output_flags(a)?;
+    if a.rotate_seconds.is_some() || a.file_size_mb.is_some() || a.file_count.is_some() {
+        return Err(capture::CaptureError::Config(
+            "-G, -C and -W rotate the files of a live capture, not of -r".into(),
+        ));
+    }
+    let (nano, print) = print_options(a);
     let sink = match &a.write {
         Some(path) => ReadSink::File {
             path: path.clone(),
@@ -385,11 +402,7 @@ fn run_capture(a: CapArgs) -> Result<ExitCode, capture::CaptureError> {
         ));
     };
     let duration = secs(a.duration, "--duration")?;
-    if a.write.is_none() && (a.compress.is_some() || a.pcapng) {
-        return Err(capture::CaptureError::Config(
-            "--compress and --pcapng need an output file (-w FILE)".into(),
-        ));
-    }
+    check_output_flags(&a)?;
     if a.list_link_types || a.link_type.is_some() {
         let (name, description) = link_type_name(capture::iface_info(&iface)?.link);
         if a.list_link_types {
@@ -404,7 +417,7 @@ fn run_capture(a: CapArgs) -> Result<ExitCode, capture::CaptureError> {
             }
         }
     }
-    let nano = a.nano || a.time_stamp_precision.as_deref() == Some("nano");
+    let (nano, print) = print_options(&a);
     let mut cfg = CaptureConfig::new(&iface);
     let expr = filter_expression(&a)?;
     cfg.filter = (!expr.trim().is_empty()).then_some(expr);
@@ -458,13 +471,6 @@ fn run_capture(a: CapArgs) -> Result<ExitCode, capture::CaptureError> {
         cfg.snaplen,
         a.threads
     );
-    let print = PrintOptions {
-        ts: TsFormat::from_count(a.timestamps),
-        nano,
-        number: a.number,
-        link_header: a.link_header,
-        dump: Dump::from_flags(a.hex, a.hex_ascii, a.ascii),
-    };
     let sink = match &a.write {
         Some(path) => Sink::File {
             path: path.clone(),

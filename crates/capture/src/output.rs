@@ -301,33 +301,11 @@ impl std::fmt::Debug for FileOutput {
 impl FileOutput {
     /// Creates (or truncates) the file and writes the header.
     pub fn create(path: &Path, encoding: Encoding, compression: Compression, ifname: &str) -> Result<FileOutput> {
-        let err = |source: io::Error| CaptureError::Output {
-            path: path.to_path_buf(),
-            source,
-        };
-        let special = path == Path::new("-") || fs::metadata(path).map(|m| !m.is_file()).unwrap_or(false);
-        let file = if path == Path::new("-") {
-            File::from(io::stdout().lock().try_clone_fd().map_err(err)?)
-        } else if special {
-            OpenOptions::new().write(true).open(path).map_err(err)?
-        } else {
-            OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(path)
-                .map_err(err)?
-        };
-        let buf = BufWriter::with_capacity(1 << 20, file);
-        let stream = match compression {
-            Compression::None => Stream::Plain(buf),
-            Compression::Zlib(l) => Stream::Gz(flate2::write::GzEncoder::new(buf, flate2::Compression::new(l)), l),
-            Compression::Zstd(l) => Stream::Zstd(zstd::stream::write::Encoder::new(buf, l).map_err(err)?, l),
-        };
+        let (stream, regular) = open_stream(path, compression)?;
         let mut out = FileOutput {
             rotation: None,
             path: path.to_path_buf(),
-            regular: !special,
+            regular,
             stream: Some(stream),
             last_sync: Instant::now(),
             unsynced: 0,
@@ -338,7 +316,38 @@ impl FileOutput {
         out.sync()?;
         Ok(out)
     }
+}
 
+/// Opens (or truncates) `path` for writing through `compression`; true if
+/// it is a regular file (synced to disk when finished).
+fn open_stream(path: &Path, compression: Compression) -> Result<(Stream, bool)> {
+    let err = |source: io::Error| CaptureError::Output {
+        path: path.to_path_buf(),
+        source,
+    };
+    let special = path == Path::new("-") || fs::metadata(path).map(|m| !m.is_file()).unwrap_or(false);
+    let file = if path == Path::new("-") {
+        File::from(io::stdout().lock().try_clone_fd().map_err(err)?)
+    } else if special {
+        OpenOptions::new().write(true).open(path).map_err(err)?
+    } else {
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(err)?
+    };
+    let buf = BufWriter::with_capacity(1 << 20, file);
+    let stream = match compression {
+        Compression::None => Stream::Plain(buf),
+        Compression::Zlib(l) => Stream::Gz(flate2::write::GzEncoder::new(buf, flate2::Compression::new(l)), l),
+        Compression::Zstd(l) => Stream::Zstd(zstd::stream::write::Encoder::new(buf, l).map_err(err)?, l),
+    };
+    Ok((stream, !special))
+}
+
+impl FileOutput {
     fn err(&self, source: io::Error) -> CaptureError {
         CaptureError::Output {
             path: self.path.clone(),
@@ -398,20 +407,18 @@ impl FileOutput {
                 f.sync_all().map_err(|e| self.err(e))?;
             }
         }
-        let mut next = FileOutput::create(&name, self.encoding, compression, &ifname)?;
-        let mut state = self.rotation.take().expect("checked above");
-        state.opened = Instant::now();
-        state.bytes = 0;
-        state.files += 1;
-        // The new file's stream moves here; `next` is left with none, so
-        // its Drop has nothing to finish.
-        self.path = std::mem::take(&mut next.path);
-        self.regular = next.regular;
-        self.stream = next.stream.take();
-        self.last_sync = next.last_sync;
-        self.unsynced = next.unsynced;
-        self.rotation = Some(state);
-        Ok(())
+        let (stream, regular) = open_stream(&name, compression)?;
+        self.path = name;
+        self.regular = regular;
+        self.stream = Some(stream);
+        if let Some(r) = self.rotation.as_mut() {
+            r.opened = Instant::now();
+            r.bytes = 0;
+            r.files += 1;
+        }
+        // The new file's header (the rotation is not due again now).
+        self.write_chunk(&self.encoding.header(&ifname))?;
+        self.sync()
     }
 
     /// Appends already-encoded records.

@@ -12,6 +12,7 @@ use crate::error::{CaptureError, Result};
 use crate::filter::LinkType;
 use crate::output::{Compression, Encoding, FileOutput, FooterStats, Format};
 use crate::print::{PrintOptions, Printer};
+use crate::session::print_lines;
 use crate::source::PacketView;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -46,7 +47,15 @@ impl std::fmt::Display for ReadReport {
     }
 }
 
-fn sniff(path: &Path) -> Result<Compression> {
+/// How a file to read is packed, from its first bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Packing {
+    Plain,
+    Gzip,
+    Zstd,
+}
+
+fn sniff(path: &Path) -> Result<Packing> {
     let mut magic = [0u8; 4];
     let mut f = std::fs::File::open(path).map_err(|e| CaptureError::Output {
         path: path.to_path_buf(),
@@ -54,9 +63,9 @@ fn sniff(path: &Path) -> Result<Compression> {
     })?;
     let n = f.read(&mut magic).unwrap_or(0);
     Ok(match &magic[..n.min(4)] {
-        [0x1f, 0x8b, ..] => Compression::Zlib(6),
-        [0x28, 0xb5, 0x2f, 0xfd] => Compression::Zstd(3),
-        _ => Compression::None,
+        [0x1f, 0x8b, ..] => Packing::Gzip,
+        [0x28, 0xb5, 0x2f, 0xfd] => Packing::Zstd,
+        _ => Packing::Plain,
     })
 }
 
@@ -71,9 +80,9 @@ type Opened = (
 
 fn open(path: &Path) -> Result<Opened> {
     let err = |m: String| CaptureError::Config(format!("-r {}: {m}", path.display()));
-    let compression = sniff(path)?;
+    let packing = sniff(path)?;
     let precision = pcap::Precision::Nano;
-    if compression == Compression::None {
+    if packing == Packing::Plain {
         let c = pcap::Capture::from_file_with_precision(path, precision).map_err(|e| err(e.to_string()))?;
         return Ok((c, None, None));
     }
@@ -83,12 +92,13 @@ fn open(path: &Path) -> Result<Opened> {
         let mut out = std::fs::File::from(wr);
         // A reader that stops early (a count reached) closes the pipe: the
         // copy then ends with EPIPE, which is not an error here.
-        let _ = match compression {
-            Compression::Zlib(_) => std::io::copy(&mut flate2::read::MultiGzDecoder::new(file), &mut out),
-            _ => match zstd::stream::read::Decoder::new(file) {
+        let _ = match packing {
+            Packing::Gzip => std::io::copy(&mut flate2::read::MultiGzDecoder::new(file), &mut out),
+            Packing::Zstd => match zstd::stream::read::Decoder::new(file) {
                 Ok(mut d) => std::io::copy(&mut d, &mut out),
                 Err(e) => Err(e),
             },
+            Packing::Plain => std::io::copy(&mut { file }, &mut out),
         };
         let _ = out.flush();
     });
@@ -169,7 +179,7 @@ pub fn read_file(path: &Path, filter: Option<&str>, count: Option<u64>, sink: Re
         if let Some(pr) = printer.as_mut() {
             pr.line(&mut out, link, &view);
             if out.len() > 64 << 10 {
-                flush_stdout(&mut out)?;
+                print_lines(&mut out)?;
             }
         }
         if let Some((f, enc, buf, scratch)) = file.as_mut() {
@@ -180,7 +190,7 @@ pub fn read_file(path: &Path, filter: Option<&str>, count: Option<u64>, sink: Re
             }
         }
     }
-    flush_stdout(&mut out)?;
+    print_lines(&mut out)?;
     if let Some((mut f, enc, buf, _)) = file {
         f.write_chunk(&buf)?;
         let footer = enc.footer(
@@ -200,17 +210,4 @@ pub fn read_file(path: &Path, filter: Option<&str>, count: Option<u64>, sink: Re
         let _ = h.join();
     }
     Ok(report)
-}
-
-fn flush_stdout(s: &mut String) -> Result<()> {
-    if s.is_empty() {
-        return Ok(());
-    }
-    let mut o = std::io::stdout().lock();
-    let r = o.write_all(s.as_bytes()).and_then(|_| o.flush());
-    s.clear();
-    r.map_err(|e| CaptureError::Output {
-        path: "stdout".into(),
-        source: e,
-    })
 }

@@ -661,7 +661,7 @@ impl Out {
 
 /// Writes the printed lines to stdout. A closed stdout (e.g. `| head`)
 /// ends the capture quietly.
-fn print_lines(s: &mut String) -> Result<()> {
+pub(crate) fn print_lines(s: &mut String) -> Result<()> {
     if s.is_empty() {
         return Ok(());
     }

@@ -1000,6 +1000,19 @@ fn direction_out_in_and_inout_capture_what_they_name() {
     assert_eq!(got, 40, "-Q out on lo: each datagram once");
 }
 
+/// Runs `capture -i <b's interface> ARGS` in namespace b while `send` runs
+/// (started once the capture is listening); checks it exited 0 within 30 s
+/// and returns its stderr and stdout.
+fn capture_in_b(lab: &Lab, args: &[&str], send: impl FnOnce()) -> (String, String) {
+    let mut all = vec![BIN, "-i", &lab.b_if];
+    all.extend_from_slice(args);
+    let run = Running::start(lab.cmd(&lab.b, &all));
+    send();
+    let (status, err, out) = run.finish(Duration::from_secs(30));
+    assert!(status.success(), "capture {args:?} failed: {err}");
+    (err, out)
+}
+
 /// `-w FILE --print`: every packet both written (tcpdump reads the file)
 /// and printed on stdout, one line each.
 #[test]
@@ -1012,24 +1025,13 @@ fn print_while_writing_prints_every_packet_written() {
     let f = file.to_string_lossy().to_string();
     let n = 200u64;
     let c = n.to_string();
-    let args = [
-        BIN,
-        "-i",
-        &lab.b_if,
-        "-c",
-        &c,
-        "--duration",
-        "30",
-        "-w",
-        &f,
-        "--print",
-        "-nn",
-        "udp",
-    ];
-    let run = Running::start(lab.cmd(&lab.b, &args));
-    lab.gen("udp", n, 4000, 5000, 2000);
-    let (status, err, out) = run.finish(Duration::from_secs(30));
-    assert!(status.success(), "capture failed: {err}");
+    let (err, out) = capture_in_b(
+        &lab,
+        &["-c", &c, "--duration", "30", "-w", &f, "--print", "-nn", "udp"],
+        || {
+            lab.gen("udp", n, 4000, 5000, 2000);
+        },
+    );
     assert_eq!(number_after(&err, "total: captured "), n, "{err}");
     let printed: Vec<&str> = out.lines().filter(|l| l.contains("UDP")).collect();
     assert_eq!(printed.len() as u64, n, "printed lines: {out}");
@@ -1060,24 +1062,13 @@ fn dropping_privileges_keeps_capturing() {
     let f = file.to_string_lossy().to_string();
     let n = 100u64;
     let c = n.to_string();
-    let args = [
-        BIN,
-        "-i",
-        &lab.b_if,
-        "-c",
-        &c,
-        "--duration",
-        "30",
-        "-w",
-        &f,
-        "-Z",
-        "nobody",
-        "udp",
-    ];
-    let run = Running::start(lab.cmd(&lab.b, &args));
-    lab.gen("udp", n, 4000, 5000, 2000);
-    let (status, err, _) = run.finish(Duration::from_secs(30));
-    assert!(status.success(), "capture failed: {err}");
+    let (err, _) = capture_in_b(
+        &lab,
+        &["-c", &c, "--duration", "30", "-w", &f, "-Z", "nobody", "udp"],
+        || {
+            lab.gen("udp", n, 4000, 5000, 2000);
+        },
+    );
     assert!(err.contains("running as nobody"), "{err}");
     assert_eq!(number_after(&err, "total: captured "), n, "{err}");
     let meta = std::fs::metadata(&file).expect("output file");
@@ -1102,12 +1093,10 @@ fn read_back_filters_like_tcpdump() {
         path("rb.pcapng"),
         path("rb-out.pcap"),
     );
-    let args = [BIN, "-i", &lab.b_if, "-c", "100", "--duration", "30", "-w", &src, "udp"];
-    let run = Running::start(lab.cmd(&lab.b, &args));
-    lab.gen("udp", 60, 4000, 5000, 2000);
-    lab.gen("udp", 40, 4000, 5001, 2000);
-    let (status, err, _) = run.finish(Duration::from_secs(30));
-    assert!(status.success(), "capture failed: {err}");
+    capture_in_b(&lab, &["-c", "100", "--duration", "30", "-w", &src, "udp"], || {
+        lab.gen("udp", 60, 4000, 5000, 2000);
+        lab.gen("udp", 40, 4000, 5001, 2000);
+    });
     let read = |args: &[&str]| {
         let o = std::process::Command::new(BIN).args(args).output().expect("spawn");
         let err = String::from_utf8_lossy(&o.stderr).to_string();
@@ -1167,26 +1156,13 @@ fn rotation_by_size_ring_and_time() {
     let path = |n: &str| dir.join(n).to_string_lossy().to_string();
     // -C 0.005: a new file past 5,000 bytes of records.
     let base = path("size.pcap");
-    let run = Running::start(lab.cmd(
-        &lab.b,
-        &[
-            BIN,
-            "-i",
-            &lab.b_if,
-            "-c",
-            "300",
-            "--duration",
-            "30",
-            "-w",
-            &base,
-            "-C",
-            "0.005",
-            "udp",
-        ],
-    ));
-    lab.gen("udp", 300, 4000, 5000, 2000);
-    let (status, err, _) = run.finish(Duration::from_secs(30));
-    assert!(status.success(), "{err}");
+    capture_in_b(
+        &lab,
+        &["-c", "300", "--duration", "30", "-w", &base, "-C", "0.005", "udp"],
+        || {
+            lab.gen("udp", 300, 4000, 5000, 2000);
+        },
+    );
     let made = files("size.pcap");
     assert!(made.len() >= 3, "files: {made:?}");
     assert_eq!(made[0], "size.pcap");
@@ -1195,12 +1171,9 @@ fn rotation_by_size_ring_and_time() {
     assert_eq!(total, 300, "every packet in exactly one file: {made:?}");
     // -C with -W 2: a ring of two files, numbered 0 and 1.
     let ring = path("ring.pcap");
-    let run = Running::start(lab.cmd(
-        &lab.b,
+    capture_in_b(
+        &lab,
         &[
-            BIN,
-            "-i",
-            &lab.b_if,
             "-c",
             "300",
             "--duration",
@@ -1213,20 +1186,15 @@ fn rotation_by_size_ring_and_time() {
             "2",
             "udp",
         ],
-    ));
-    lab.gen("udp", 300, 4000, 5000, 2000);
-    let (status, err, _) = run.finish(Duration::from_secs(30));
-    assert!(status.success(), "{err}");
+        || {
+            lab.gen("udp", 300, 4000, 5000, 2000);
+        },
+    );
     assert_eq!(files("ring.pcap"), vec!["ring.pcap0", "ring.pcap1"]);
     // -G 1 -W 2: two files named by strftime, then the capture ends by itself.
     let timed = path("t-%Y%m%d-%H%M%S.pcap");
     let t0 = std::time::Instant::now();
-    let run = Running::start(lab.cmd(
-        &lab.b,
-        &[BIN, "-i", &lab.b_if, "-w", &timed, "-G", "1", "-W", "2", "udp"],
-    ));
-    let (status, err, _) = run.finish(Duration::from_secs(15));
-    assert!(status.success(), "{err}");
+    capture_in_b(&lab, &["-w", &timed, "-G", "1", "-W", "2", "udp"], || {});
     assert!(t0.elapsed() < Duration::from_secs(10), "it ended by itself");
     let made = files("t-");
     assert_eq!(made.len(), 2, "{made:?}");

@@ -213,19 +213,23 @@ impl Board {
             self.channel.malformed.fetch_add(1, Relaxed);
             return (refuse(Refusal::NoGroup, "no group on that port here"), None);
         };
-        let who = (req.player, req.membership);
-        let mut g = lock(g);
-        let Some(keys) = g.roster.get(&who).copied() else {
+        let reply = self.decide(&mut lock(g), c, req, challenge);
+        if matches!(reply, Reply::Refused { .. }) {
             c.checkpoint_refused.fetch_add(1, Relaxed);
-            return (
-                refuse(
-                    Refusal::NotMember,
-                    "join the group first (player and membership as in JOIN_ACK)",
-                ),
-                Some(c),
+        }
+        (reply, Some(c))
+    }
+
+    /// The answer to a request for group `g`, whose counters are `c`.
+    fn decide(&self, g: &mut GroupBoard, c: &GroupCounters, req: Request, challenge: u64) -> Reply {
+        let who = (req.player, req.membership);
+        let Some(keys) = g.roster.get(&who).copied() else {
+            return refuse(
+                Refusal::NotMember,
+                "join the group first (player and membership as in JOIN_ACK)",
             );
         };
-        let reply = match req.op {
+        match req.op {
             Op::Upload { nonce, state } => {
                 let asked = g.pending.is_some_and(|p| p.who == who && p.nonce == nonce);
                 if !keys.verify_checkpoint(nonce, req.group, &state.0, &req.mac) {
@@ -279,11 +283,7 @@ impl Board {
                     }
                 }
             }
-        };
-        if matches!(reply, Reply::Refused { .. }) {
-            c.checkpoint_refused.fetch_add(1, Relaxed);
         }
-        (reply, Some(c))
     }
 }
 
@@ -459,21 +459,18 @@ fn refuse_busy(conn: TcpStream) {
     }
 }
 
-fn random_u64() -> u64 {
+/// A fresh challenge. Without the OS's randomness it would be guessable
+/// (a recorded fetch could be replayed), so the exchange is refused then.
+fn fresh_challenge() -> io::Result<u64> {
     let mut b = [0u8; 8];
-    // Without the OS's randomness a challenge would be guessable: a fetch
-    // MAC could then be replayed, so refuse to serve rather than go on.
-    match getrandom::getrandom(&mut b) {
-        Ok(()) => u64::from_le_bytes(b),
-        Err(_) => 0,
-    }
+    getrandom::getrandom(&mut b).map_err(|e| io::Error::other(format!("no randomness for the challenge: {e}")))?;
+    Ok(u64::from_le_bytes(b))
 }
 
 fn serve_conn(board: &Board, conn: TcpStream, peer: SocketAddr) {
     let started = Instant::now();
     let deadline = started + board.cfg.timeout;
-    let challenge = random_u64();
-    match exchange(board, &conn, challenge, deadline) {
+    match exchange(board, &conn, deadline) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::TimedOut => {
             board.channel.timeouts.fetch_add(1, Relaxed);
@@ -483,10 +480,8 @@ fn serve_conn(board: &Board, conn: TcpStream, peer: SocketAddr) {
     }
 }
 
-fn exchange(board: &Board, conn: &TcpStream, challenge: u64, deadline: Instant) -> io::Result<()> {
-    if challenge == 0 {
-        return Err(io::Error::other("no randomness for the challenge"));
-    }
+fn exchange(board: &Board, conn: &TcpStream, deadline: Instant) -> io::Result<()> {
+    let challenge = fresh_challenge()?;
     conn.set_nodelay(true)?;
     conn.set_write_timeout(Some(board.cfg.timeout))?;
     let hello = Hello {
@@ -500,7 +495,7 @@ fn exchange(board: &Board, conn: &TcpStream, challenge: u64, deadline: Instant) 
         ZC_THRESHOLD,
         ZC_MAX_PINNED,
     );
-    send(&mut tx, conn, &Reply::Empty, Some(&hello), deadline)?;
+    send(&mut tx, conn, &hello, deadline)?;
     let limits = wire::Limits {
         max_len: board.cfg.max_bytes.saturating_add(MAX_SMALL),
         ..wire::Limits::default()
@@ -514,12 +509,12 @@ fn exchange(board: &Board, conn: &TcpStream, challenge: u64, deadline: Instant) 
                 wire::ErrorKind::TooLarge { .. } => {
                     board.channel.malformed.fetch_add(1, Relaxed);
                     let r = refuse(Refusal::TooLarge, "state over the reflector's bound");
-                    send(&mut tx, conn, &r, None, deadline)
+                    send(&mut tx, conn, &r, deadline)
                 }
                 other => {
                     board.channel.malformed.fetch_add(1, Relaxed);
                     let r = refuse(Refusal::Malformed, &other.to_string());
-                    send(&mut tx, conn, &r, None, deadline)
+                    send(&mut tx, conn, &r, deadline)
                 }
             };
         }
@@ -529,7 +524,7 @@ fn exchange(board: &Board, conn: &TcpStream, challenge: u64, deadline: Instant) 
         Err(e) => {
             board.channel.malformed.fetch_add(1, Relaxed);
             let r = refuse(Refusal::Malformed, &e.to_string());
-            return send(&mut tx, conn, &r, None, deadline);
+            return send(&mut tx, conn, &r, deadline);
         }
     };
     let t0 = Instant::now();
@@ -538,7 +533,7 @@ fn exchange(board: &Board, conn: &TcpStream, challenge: u64, deadline: Instant) 
         Reply::Checkpoint { state, .. } => Some(state.0.len() as u64),
         _ => None,
     };
-    let r = send(&mut tx, conn, &reply, None, deadline);
+    let r = send(&mut tx, conn, &reply, deadline);
     drop(reply);
     if let Some(c) = counters {
         c.checkpoint_zerocopy_sends.fetch_add(tx.stats.zerocopy_sends, Relaxed);
@@ -562,21 +557,16 @@ fn exchange(board: &Board, conn: &TcpStream, challenge: u64, deadline: Instant) 
     r
 }
 
-/// Sends `hello` if given, else `reply`: header and index chunks copied,
+/// Sends one message: header and index chunks copied,
 /// the state from its own pages; waits for the zero-copy completions so the
 /// state is not freed while the kernel may still read it.
-fn send(
+fn send<T: serde::Serialize>(
     tx: &mut StreamSender<Bytes>,
     conn: &TcpStream,
-    reply: &Reply,
-    hello: Option<&Hello>,
+    msg: &T,
     deadline: Instant,
 ) -> io::Result<()> {
-    let archive = match hello {
-        Some(h) => wire::to_archive(h),
-        None => wire::to_archive(reply),
-    }
-    .map_err(io::Error::other)?;
+    let archive = wire::to_archive(msg).map_err(io::Error::other)?;
     let head = archive.head();
     let mut pieces = vec![Piece::Copy(&head[..])];
     for c in &archive.chunks {

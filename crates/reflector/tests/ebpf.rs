@@ -7,6 +7,7 @@
 //! every case checks the program's own copy count, so a silent fallback to
 //! user space fails it. Needs root.
 
+mod common;
 use oskit::testing::{root_or_skip, sh, NetNsGuard};
 use reflector::backend::BackendKind;
 use reflector::membership::{Keys, Policy};
@@ -517,27 +518,7 @@ fn no_loss_on_a_full_device_queue() {
         .collect();
     wait_for("all members", 5, || counters(&server).members == RECEIVERS as u64 + 1);
     let (sender, receivers) = socks.split_first().unwrap();
-    let counts: Vec<_> = receivers
-        .iter()
-        .map(|s| {
-            let s = s.try_clone().unwrap();
-            s.set_nonblocking(false).unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 2048];
-                let mut got = 0u32;
-                let deadline = Instant::now() + Duration::from_secs(30);
-                while got < SENT && Instant::now() < deadline {
-                    if let Ok((n, _)) = s.recv_from(&mut buf) {
-                        if Packet::parse(&buf[..n]).map(|p| p.kind()) == Ok(Kind::Data) {
-                            got += 1;
-                        }
-                    }
-                }
-                got
-            })
-        })
-        .collect();
+    let counts = common::count_data(receivers, SENT, Duration::from_secs(30));
     for seq in 0..SENT {
         let (bytes, _) = data(&mut sessions[0], 1, seq, 100);
         sender.send_to(&bytes, from).unwrap();

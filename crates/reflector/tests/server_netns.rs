@@ -14,11 +14,11 @@ use reflector::server::{Server, ServerConfig};
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::blocking;
 use reflector_proto::client::{Config as ClientConfig, JoinRequest, Session};
-use reflector_proto::protocol::{Kind, Packet, SessionKeys, DATA_PAYLOAD};
+use reflector_proto::protocol::{SessionKeys, DATA_PAYLOAD};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const SECRET: [u8; 32] = [0x33; 32];
 
@@ -152,25 +152,7 @@ fn no_loss_on_a_full_device_queue(backend: BackendKind) {
     // Member 0 sends; the others count. Drain in threads so receivers never
     // overflow: any loss would then be the sender's.
     let (sender, receivers) = socks.split_first().unwrap();
-    let counts: Vec<_> = receivers
-        .iter()
-        .map(|s| {
-            let s = s.try_clone().unwrap();
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 2048];
-                let mut got = 0u32;
-                let deadline = Instant::now() + Duration::from_secs(20);
-                while got < SENT && Instant::now() < deadline {
-                    if let Ok((n, _)) = s.recv_from(&mut buf) {
-                        if Packet::parse(&buf[..n]).map(|p| p.kind()) == Ok(Kind::Data) {
-                            got += 1;
-                        }
-                    }
-                }
-                got
-            })
-        })
-        .collect();
+    let counts = common::count_data(receivers, SENT, Duration::from_secs(20));
     let mut b = [0xabu8; 100];
     for seq in 0..SENT {
         sending.seal_data(100 - DATA_PAYLOAD, &mut b).unwrap().unwrap();

@@ -3,7 +3,13 @@
 //! run is skipped with the probe's reason, except in CI
 //! (`REQUIRE_ROOT_TESTS=1`), where a skip is a failure.
 
+#![allow(dead_code, reason = "each test file uses a part of the helpers")]
+
 use reflector::backend::{BackendKind, Support};
+use reflector_proto::protocol::{Kind, Packet};
+use std::net::UdpSocket;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// The backends the matrix macro lists, checked against
 /// [`BackendKind::ALL`] so a new backend cannot be left out of the matrix.
@@ -51,4 +57,31 @@ macro_rules! backend_matrix {
             }
         }
     };
+}
+
+/// Counts the DATA each receiver gets, one thread per socket, until `want`
+/// arrived or `within` passed; receivers drained this way never overflow,
+/// so any loss is the sender's.
+pub fn count_data(receivers: &[UdpSocket], want: u32, within: Duration) -> Vec<JoinHandle<u32>> {
+    receivers
+        .iter()
+        .map(|s| {
+            let s = s.try_clone().unwrap();
+            s.set_nonblocking(false).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 2048];
+                let mut got = 0u32;
+                let deadline = Instant::now() + within;
+                while got < want && Instant::now() < deadline {
+                    if let Ok((n, _)) = s.recv_from(&mut buf) {
+                        if Packet::parse(&buf[..n]).map(|p| p.kind()) == Ok(Kind::Data) {
+                            got += 1;
+                        }
+                    }
+                }
+                got
+            })
+        })
+        .collect()
 }
