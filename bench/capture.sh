@@ -13,7 +13,7 @@ for t in tcpdump netsniff-ng taskset ip; do
   command -v "$t" >/dev/null || { echo "bench/capture.sh: $t not found (run scripts/install-deps.sh)" >&2; exit 1; }
 done
 bin=target/release/capture
-[ -x "$bin" ] || cargo build --release -p capture
+cargo build --release -p capture
 py=${BENCH_PYTHON:-}
 if [ -z "$py" ]; then
   # Run directly (not from bench/run.sh): use the same private virtualenv.

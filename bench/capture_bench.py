@@ -12,6 +12,11 @@ tcpdump default) and write pcap to /dev/null. CPU is the capture process'
 user+system time from wait4(); the kernel's softirq work for the veth runs
 on the sender's CPU and is the same for every tool.
 
+The `mirror` experiment feeds a monitor port instead: `tc ... mirred egress
+mirror` copies every frame B's interface receives to a second veth pair in B,
+and each tool (the xdp mode included, which takes the port's frames away from
+its stack) captures on that pair's receiving end, at the same rates.
+
 Usage: capture_bench.py BIN OUTDIR [--quick]
 """
 import csv
@@ -28,6 +33,8 @@ QUICK = "--quick" in sys.argv
 PID = os.getpid()
 NS_A, NS_B = f"capbench-{PID}-a", f"capbench-{PID}-b"
 IF_A, IF_B = f"cbA{PID % 100000}", f"cbB{PID % 100000}"
+# The monitor pair in B: frames mirrored to MON_TX arrive on MON_RX.
+MON_TX, MON_RX = f"cbT{PID % 100000}", f"cbM{PID % 100000}"
 DUR = 1.0 if QUICK else 2.0
 NCPU = os.cpu_count() or 1
 GEN_CPU, CAP_CPU = 0, (1 if NCPU > 1 else 0)
@@ -59,6 +66,19 @@ def setup():
     sh("ip", "-n", NS_B, "addr", "add", "10.199.0.2/24", "dev", IF_B)
     sh("ip", "-n", NS_A, "link", "set", IF_A, "up")
     sh("ip", "-n", NS_B, "link", "set", IF_B, "up")
+    sh("ip", "-n", NS_B, "link", "add", MON_TX, "type", "veth", "peer", "name", MON_RX)
+    sh("ip", "-n", NS_B, "link", "set", MON_TX, "up")
+    sh("ip", "-n", NS_B, "link", "set", MON_RX, "up")
+
+
+def mirror(on):
+    """Mirrors what B's interface receives to the monitor port (or stops)."""
+    if on:
+        sh("ip", "netns", "exec", NS_B, "tc", "qdisc", "add", "dev", IF_B, "clsact")
+        sh("ip", "netns", "exec", NS_B, "tc", "filter", "add", "dev", IF_B, "ingress", "u32", "match",
+           "u32", "0", "0", "action", "mirred", "egress", "mirror", "dev", MON_TX)
+    else:
+        sh("ip", "netns", "exec", NS_B, "tc", "qdisc", "del", "dev", IF_B, "clsact", check=False)
 
 
 def teardown():
@@ -70,18 +90,19 @@ def pinned(cpu, argv):
     return (["taskset", "-c", str(cpu)] if cpu is not None else []) + argv
 
 
-def tool_argv(tool, extra=()):
+def tool_argv(tool, extra=(), iface=None):
     """Command line of a capture tool in namespace B, writing to /dev/null."""
     ns = ["ip", "netns", "exec", NS_B]
+    iface = iface or IF_B
     if tool.startswith("capture-"):
         mode = tool.split("-", 1)[1]
-        return ns + [BIN, "-i", IF_B, "--mode", mode, "-B", "2048", "-w", "/dev/null", *extra]
+        return ns + [BIN, "-i", iface, "--mode", mode, "-B", "2048", "-w", "/dev/null", *extra]
     if tool == "tcpdump":
-        return ns + ["tcpdump", "-i", IF_B, "-n", "-B", "2048", "-w", "/dev/null"]
+        return ns + ["tcpdump", "-i", iface, "-n", "-B", "2048", "-w", "/dev/null"]
     if tool == "tcpdump-immediate":
-        return ns + ["tcpdump", "-i", IF_B, "-n", "-B", "2048", "--immediate-mode", "-w", "/dev/null"]
+        return ns + ["tcpdump", "-i", iface, "-n", "-B", "2048", "--immediate-mode", "-w", "/dev/null"]
     if tool == "netsniff-ng":
-        return ns + ["netsniff-ng", "--in", IF_B, "--out", "/dev/null", "--silent", "-S", "2MiB"]
+        return ns + ["netsniff-ng", "--in", iface, "--out", "/dev/null", "--silent", "-S", "2MiB"]
     raise ValueError(tool)
 
 
@@ -99,8 +120,8 @@ def parse(tool, text):
     return num(r"(\d+)\s+packets passed filter"), num(r"(\d+)\s+packets failed filter")
 
 
-def start(tool, cpu, extra=()):
-    p = subprocess.Popen(pinned(cpu, tool_argv(tool, extra)), stdout=subprocess.PIPE,
+def start(tool, cpu, extra=(), iface=None):
+    p = subprocess.Popen(pinned(cpu, tool_argv(tool, extra, iface)), stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
     return p
 
@@ -125,9 +146,9 @@ def stop(p, tool):
     return cap, drops, ru.ru_utime + ru.ru_stime
 
 
-def run_point(tools, rate, cap_cpu=CAP_CPU, gen_cpu=GEN_CPU, extra=()):
+def run_point(tools, rate, cap_cpu=CAP_CPU, gen_cpu=GEN_CPU, extra=(), iface=None):
     """Starts `tools` at once, offers `rate`, returns sent, pps, [(tool, cap, drops, cpu)]."""
-    procs = [(t, start(t, cap_cpu, extra)) for t in tools]
+    procs = [(t, start(t, cap_cpu, extra, iface)) for t in tools]
     # Each tool prints its banner before it is ready; rings of 2 MiB map in
     # well under this time (netsniff-ng prints nothing to wait for).
     time.sleep(0.8)
@@ -161,6 +182,18 @@ def main():
                 sent, pps, res = run_point([t], rate)
                 for tool, cap, drops, cpu in res:
                     record("rate", tool, rate or "max", sent, pps, cap, drops, cpu)
+
+        print("== mirror port: every tool on a monitor veth fed by tc mirred (the xdp mode needs one)")
+        mirror(True)
+        try:
+            for rate in rates:
+                for t in ["tcpdump", "tcpdump-immediate", "capture-recv", "capture-v2", "capture-v3",
+                          "capture-xdp"]:
+                    sent, pps, res = run_point([t], rate, iface=MON_RX)
+                    for tool, cap, drops, cpu in res:
+                        record("mirror", tool, rate or "max", sent, pps, cap, drops, cpu)
+        finally:
+            mirror(False)
 
         print("== packzip: zlib level vs loss at the highest offered rate")
         levels = [0, 1, 5, 9] if QUICK else list(range(10))
@@ -206,6 +239,21 @@ def main():
         aloss = 1 - anchor["captured_frac"]
         summary.append(dict(
             tool=r["tool"], offered=r["param"], offered_pps=r["offered_pps"],
+            captured_frac=r["captured_frac"], tcpdump_captured_frac=anchor["captured_frac"],
+            loss_vs_tcpdump=(round(loss / aloss, 3) if aloss > 0 else ("0/0" if loss == 0 else "inf")),
+            cpu_per_pkt_vs_tcpdump=(round(r["cpu_ns_per_pkt"] / anchor["cpu_ns_per_pkt"], 3)
+                                    if r["cpu_ns_per_pkt"] and anchor["cpu_ns_per_pkt"] else "")))
+    # The same for the mirror port, against tcpdump on the mirror port; CPU
+    # as packets captured per CPU second of the capture process.
+    for r in rows:
+        if r["experiment"] != "mirror":
+            continue
+        anchor = next(a for a in rows if a["experiment"] == "mirror" and a["tool"] == "tcpdump"
+                      and a["param"] == r["param"])
+        loss = 1 - r["captured_frac"]
+        aloss = 1 - anchor["captured_frac"]
+        summary.append(dict(
+            tool=r["tool"] + "@mirror", offered=r["param"], offered_pps=r["offered_pps"],
             captured_frac=r["captured_frac"], tcpdump_captured_frac=anchor["captured_frac"],
             loss_vs_tcpdump=(round(loss / aloss, 3) if aloss > 0 else ("0/0" if loss == 0 else "inf")),
             cpu_per_pkt_vs_tcpdump=(round(r["cpu_ns_per_pkt"] / anchor["cpu_ns_per_pkt"], 3)

@@ -89,6 +89,27 @@ pub fn compile(iface: &str, expr: &str, link: LinkType, snaplen: u32) -> Result<
     Ok(cap_snaplen(out, snaplen))
 }
 
+/// Compiles `expr` for running in user space on whole frames (the `xdp`
+/// mode): libpcap's own interpreter runs it, and VLAN tests read the tag
+/// in the frame, where an AF_XDP socket sees it.
+pub fn compile_user(expr: &str, link: LinkType) -> Result<pcap::BpfProgram> {
+    let dlt = match link {
+        LinkType::Ethernet => 1,
+        LinkType::RawIp => 12,
+    };
+    let dead = pcap::Capture::dead(pcap::Linktype(dlt)).map_err(|e| CaptureError::Filter {
+        expr: expr.to_string(),
+        message: format!("libpcap could not open a compiler handle: {e}"),
+    })?;
+    dead.compile(expr, true).map_err(|e| CaptureError::Filter {
+        expr: expr.to_string(),
+        message: match e {
+            pcap::Error::PcapError(m) => m,
+            other => other.to_string(),
+        },
+    })
+}
+
 /// A filter that accepts everything, truncated to `snaplen`.
 pub fn accept_all(snaplen: u32) -> Vec<BpfInsn> {
     vec![BpfInsn {

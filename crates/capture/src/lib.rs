@@ -28,6 +28,7 @@ pub mod read;
 pub mod session;
 pub mod source;
 pub mod sys;
+pub mod xdp;
 
 pub use error::{CaptureError, Result};
 pub use filter::LinkType;

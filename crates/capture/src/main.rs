@@ -96,9 +96,15 @@ struct CapArgs {
     /// Stop after this many seconds (decimals allowed).
     #[arg(long, value_name = "SECS")]
     duration: Option<f64>,
-    /// Capture path: recv, v2, v3 (xdp: not implemented yet). Default: the best the probe allows.
+    /// Capture path: recv, v2, v3 (AF_PACKET), or xdp (AF_XDP, for a dedicated monitor port
+    /// only: its XDP program takes every received frame away from the stack). Default: the best
+    /// AF_PACKET mode the probe allows; xdp only when asked for.
     #[arg(long)]
     mode: Option<Mode>,
+    /// Let --mode xdp take an interface that carries IP addresses (refused by default: the host's
+    /// own traffic on it would stop reaching the stack and its applications).
+    #[arg(long = "xdp-on-host-interface")]
+    xdp_on_host_interface: bool,
     /// Socket buffer / ring size in KiB (like tcpdump -B).
     #[arg(short = 'B', long = "buffer-size", value_name = "KIB", default_value_t = 8192)]
     buffer_kib: u32,
@@ -109,7 +115,8 @@ struct CapArgs {
     /// v3 block retire timeout in ms: a partly filled block is handed over after this (the paper's m).
     #[arg(long = "block-timeout", value_name = "MS", default_value_t = 20)]
     block_timeout_ms: u32,
-    /// Capture threads joined in a PACKET_FANOUT group (hash by flow).
+    /// Capture threads joined in a PACKET_FANOUT group (hash by flow). The xdp mode runs one per
+    /// receive queue of the interface.
     #[arg(long, default_value_t = 1)]
     threads: usize,
     /// CPUs to pin the threads to, e.g. 0,1 (thread i gets the i-th, round robin).
@@ -445,6 +452,7 @@ fn run_capture(a: CapArgs) -> Result<ExitCode, capture::CaptureError> {
     cfg.inbound_only = a.direction == "in";
     cfg.outbound_only = a.direction == "out";
     cfg.promiscuous = !a.no_promiscuous;
+    cfg.xdp_on_host_interface = a.xdp_on_host_interface;
     let control = Control::default();
     signals(&control)?;
     // Resolved before anything is opened: a wrong name fails at once.
@@ -469,8 +477,11 @@ fn run_capture(a: CapArgs) -> Result<ExitCode, capture::CaptureError> {
         others.join(", "),
         link_type_name(cap.link()).0,
         cfg.snaplen,
-        a.threads
+        cap.threads()
     );
+    if let Some(detail) = cap.xdp_detail() {
+        eprintln!("capture: xdp: {detail}");
+    }
     let sink = match &a.write {
         Some(path) => Sink::File {
             path: path.clone(),

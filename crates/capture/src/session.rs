@@ -15,6 +15,7 @@ use crate::output::{Compression, Encoding, FileOutput, FooterStats, Format};
 use crate::print::{PrintOptions, Printer};
 use crate::source::{self, Flow, KernelStats, Mode, PacketView, RingConfig, Source, SourceConfig, Support};
 use crate::sys;
+use crate::xdp::{self, XdpProgram};
 
 /// What to capture and how.
 #[derive(Debug, Clone)]
@@ -39,6 +40,9 @@ pub struct CaptureConfig {
     /// off): frames for other hosts, e.g. unicast crossing a bridge, are
     /// captured too.
     pub promiscuous: bool,
+    /// Let the xdp mode take an interface that carries addresses (its
+    /// program takes every received frame away from the host's stack).
+    pub xdp_on_host_interface: bool,
 }
 
 impl CaptureConfig {
@@ -54,6 +58,7 @@ impl CaptureConfig {
             inbound_only: false,
             outbound_only: false,
             promiscuous: true,
+            xdp_on_host_interface: false,
         }
     }
 }
@@ -282,6 +287,7 @@ pub struct Capture {
     cfg: CaptureConfig,
     /// What the probe found, for printing the choice.
     pub probe: Vec<(Mode, Support)>,
+    xdp: Option<String>,
 }
 
 static FANOUT_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -308,10 +314,6 @@ impl Capture {
             )));
         }
         let info = iface_info(&cfg.iface)?;
-        let prog = match &cfg.filter {
-            Some(expr) if !expr.trim().is_empty() => filter::compile(&cfg.iface, expr, info.link, cfg.snaplen)?,
-            _ => filter::accept_all(cfg.snaplen),
-        };
         let probe = source::probe();
         let mode = match cfg.mode {
             Some(m) => {
@@ -340,7 +342,14 @@ impl Capture {
                 }
             },
         };
-        let fanout = (cfg.threads > 1).then(|| {
+        // The xdp mode filters in user space (compiled per socket).
+        let prog = match &cfg.filter {
+            Some(expr) if !expr.trim().is_empty() && mode != Mode::Xdp => {
+                filter::compile(&cfg.iface, expr, info.link, cfg.snaplen)?
+            }
+            _ => filter::accept_all(cfg.snaplen),
+        };
+        let fanout = (cfg.threads > 1 && mode != Mode::Xdp).then(|| {
             // Unique per process and per capture, so concurrent captures do not merge.
             let seq = FANOUT_SEQ.fetch_add(1, Ordering::Relaxed);
             ((std::process::id() as u64).wrapping_mul(31).wrapping_add(seq) & 0xffff) as u16
@@ -363,7 +372,11 @@ impl Capture {
             inbound_only: cfg.inbound_only || (info.loopback && !cfg.outbound_only),
             promiscuous: cfg.promiscuous,
             fanout,
+            filter_expr: cfg.filter.clone(),
         };
+        if mode == Mode::Xdp {
+            return Capture::open_xdp(cfg, info, &scfg, probe);
+        }
         let mut sources = Vec::with_capacity(cfg.threads);
         for _ in 0..cfg.threads {
             sources.push(Source::open(mode, &scfg)?);
@@ -374,11 +387,97 @@ impl Capture {
             info,
             cfg: cfg.clone(),
             probe,
+            xdp: None,
         })
+    }
+
+    /// The `xdp` mode: one AF_XDP socket per receive queue, each in the
+    /// program's map, then the program attached (so no frame arrives
+    /// before a socket can take it). Only for a monitor interface: the
+    /// program takes every frame away from the stack.
+    fn open_xdp(
+        cfg: &CaptureConfig,
+        info: IfaceInfo,
+        scfg: &SourceConfig,
+        probe: Vec<(Mode, Support)>,
+    ) -> Result<Capture> {
+        let unsupported = |reason: String| CaptureError::ModeUnsupported { mode: "xdp", reason };
+        if cfg.outbound_only {
+            return Err(unsupported(
+                "AF_XDP sees received frames only; -Q out needs a packet-socket mode (v3)".into(),
+            ));
+        }
+        if info.loopback || info.link != LinkType::Ethernet {
+            return Err(unsupported(format!(
+                "{} is not an Ethernet device; the xdp mode is for a monitor (mirror or SPAN) port",
+                cfg.iface
+            )));
+        }
+        let addrs = xdp::host_addresses(&cfg.iface);
+        if !addrs.is_empty() && !cfg.xdp_on_host_interface {
+            let list: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+            return Err(unsupported(format!(
+                "{} carries addresses ({}): it is a host's own interface, and the xdp mode's program would take \
+                 every frame it receives away from the stack and its applications. Capture a monitor port \
+                 instead (a mirror of this interface's traffic, see the capture README), use v3 here, or pass \
+                 --xdp-on-host-interface to take the traffic anyway",
+                cfg.iface,
+                list.join(", ")
+            )));
+        }
+        let queues = xdp::rx_queues(&cfg.iface);
+        if queues > xdp::MAX_QUEUES {
+            return Err(unsupported(format!(
+                "{} has {queues} receive queues; the program serves at most {}",
+                cfg.iface,
+                xdp::MAX_QUEUES
+            )));
+        }
+        if cfg.threads != 1 && cfg.threads != queues as usize {
+            return Err(CaptureError::Config(format!(
+                "the xdp mode runs one thread per receive queue and {} has {queues}: leave out --threads or use --threads {queues}",
+                cfg.iface
+            )));
+        }
+        xdp::sweep_leftover(&cfg.iface)?;
+        let prog = Arc::new(Mutex::new(XdpProgram::load()?));
+        let mut sources = Vec::with_capacity(queues as usize);
+        for q in 0..queues {
+            sources.push(Source::open_xdp(scfg, q, &prog)?);
+        }
+        let attach = prog
+            .lock()
+            .map_err(|_| CaptureError::Config("the XDP program's lock was poisoned".into()))?
+            .attach(&cfg.iface)?;
+        let bind = sources
+            .first()
+            .and_then(Source::xdp_bind_mode)
+            .map_or("copy", |b| b.name());
+        Ok(Capture {
+            sources,
+            mode: Mode::Xdp,
+            info,
+            cfg: cfg.clone(),
+            probe,
+            xdp: Some(format!(
+                "program attached {attach}, {queues} queue(s), sockets in {bind} mode"
+            )),
+        })
+    }
+
+    /// How the xdp mode runs: the program's attachment (native, in the
+    /// driver, or generic) and the sockets' binding (zero-copy or copy).
+    pub fn xdp_detail(&self) -> Option<&str> {
+        self.xdp.as_deref()
     }
 
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// Worker threads (one per socket).
+    pub fn threads(&self) -> usize {
+        self.sources.len()
     }
 
     pub fn link(&self) -> LinkType {

@@ -20,6 +20,8 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+pub mod xsk;
+
 /// A syscall that failed, with the call's name.
 #[derive(Debug, thiserror::Error)]
 #[error("{call}: {source}")]

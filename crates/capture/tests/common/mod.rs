@@ -123,6 +123,37 @@ impl Lab {
         lab
     }
 
+    /// A monitor port in `b`: a veth pair whose receiving end (returned)
+    /// gets a copy of every frame `b_if` receives (`tc ... mirred egress
+    /// mirror`), with no address. The sending end has VLAN offload off, so a
+    /// tag travels in the frame, where an XDP program sees it.
+    pub fn add_monitor(&self) -> String {
+        let n = self.b_if.trim_start_matches("cb");
+        let (tx, rx) = (format!("mt{n}"), format!("mr{n}"));
+        ip(&["-n", &self.b, "link", "add", &tx, "type", "veth", "peer", "name", &rx]);
+        ip(&["-n", &self.b, "link", "set", &tx, "up"]);
+        ip(&["-n", &self.b, "link", "set", &rx, "up"]);
+        self.exec_ok(&self.b, &["ethtool", "-K", &tx, "txvlan", "off"]);
+        self.exec_ok(&self.b, &["tc", "qdisc", "add", "dev", &self.b_if, "clsact"]);
+        self.exec_ok(
+            &self.b,
+            &[
+                "tc", "filter", "add", "dev", &self.b_if, "ingress", "u32", "match", "u32", "0", "0", "action",
+                "mirred", "egress", "mirror", "dev", &tx,
+            ],
+        );
+        rx
+    }
+
+    /// The XDP program attached to `ifname` in `ns`, as `ip -d link` shows it.
+    pub fn xdp_program(&self, ns: &str, ifname: &str) -> Option<String> {
+        let out = self.exec_ok(ns, &["ip", "-d", "link", "show", "dev", ifname]);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find(|l| l.trim_start().starts_with("prog/xdp"))
+            .map(|l| l.trim().to_string())
+    }
+
     fn mac(&self, ns: &str, ifname: &str) -> String {
         let out = self.exec_ok(ns, &["cat", &format!("/sys/class/net/{ifname}/address")]);
         String::from_utf8_lossy(&out.stdout).trim().to_string()
