@@ -19,7 +19,50 @@ pub fn summarize(out: &mut String, link: LinkType, data: &[u8], wire_len: u32) {
     match link {
         LinkType::Ethernet => ethernet(out, data, wire_len),
         LinkType::RawIp => ip(out, data),
+        LinkType::LinuxSll2 => match data.get(..20) {
+            Some(h) => cooked(out, h, data.get(20..).unwrap_or(&[]), wire_len.saturating_sub(20)),
+            None => {
+                let _ = write!(out, "[truncated cooked header, {} bytes]", data.len());
+            }
+        },
     }
+}
+
+/// A packet of `-i any`: its interface and direction from the Linux cooked
+/// v2 header `h`, as tcpdump prints them, then the packet by its protocol.
+pub fn cooked(out: &mut String, h: &[u8], packet: &[u8], wire_len: u32) {
+    let protocol = be16(h, 0).unwrap_or(0);
+    let ifindex = h.get(4..8).map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+    let direction = match h.get(10) {
+        Some(0) => "In",
+        Some(1) => "B",
+        Some(2) => "M",
+        Some(3) => "P",
+        Some(4) => "Out",
+        _ => "?",
+    };
+    let name = interface_name(ifindex);
+    let _ = write!(out, "{name:<6} {direction:<3} ");
+    match protocol {
+        0x0800 | 0x86dd => ip(out, packet),
+        0x0806 => arp(out, packet),
+        t => {
+            let _ = write!(out, "ethertype 0x{t:04x}, length {wire_len}");
+        }
+    }
+}
+
+/// The interface's name (looked up once per index and thread), or its index.
+fn interface_name(index: u32) -> String {
+    thread_local! {
+        static NAMES: std::cell::RefCell<std::collections::HashMap<u32, String>> = Default::default();
+    }
+    NAMES.with(|n| {
+        n.borrow_mut()
+            .entry(index)
+            .or_insert_with(|| crate::sys::if_name(index).unwrap_or_else(|| format!("if{index}")))
+            .clone()
+    })
 }
 
 fn ethernet(out: &mut String, data: &[u8], wire_len: u32) {

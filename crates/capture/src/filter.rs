@@ -11,6 +11,10 @@ pub enum LinkType {
     Ethernet,
     /// Bare IP packets (tun devices and other ARPHRD_NONE interfaces).
     RawIp,
+    /// Linux cooked capture v2 (`-i any`): a 20-byte header made from the
+    /// packet socket's address (protocol, interface index, hardware type,
+    /// packet type, link-layer address), then the network-layer packet.
+    LinuxSll2,
 }
 
 impl LinkType {
@@ -19,6 +23,17 @@ impl LinkType {
         match self {
             LinkType::Ethernet => 1,
             LinkType::RawIp => 101,
+            LinkType::LinuxSll2 => 276,
+        }
+    }
+
+    /// libpcap's DLT_ number (what `pcap_open_dead` takes).
+    pub fn dlt(self) -> i32 {
+        match self {
+            LinkType::Ethernet => 1,
+            // DLT_RAW is 12 on Linux; LINKTYPE_RAW (in files) is 101.
+            LinkType::RawIp => 12,
+            LinkType::LinuxSll2 => 276,
         }
     }
 
@@ -65,13 +80,7 @@ pub fn compile(iface: &str, expr: &str, link: LinkType, snaplen: u32) -> Result<
             .map_err(|e| err(format!("libpcap could not open {iface} to compile a VLAN filter: {e}")))?;
         live.compile(expr, true).map_err(|e| err(pcap_message(e)))?
     } else {
-        // pcap_open_dead takes a DLT_ value, which differs from the file's
-        // LINKTYPE_ number for raw IP (DLT_RAW is 12 on Linux, LINKTYPE_RAW 101).
-        let dlt = match link {
-            LinkType::Ethernet => 1,
-            LinkType::RawIp => 12,
-        };
-        let dead = pcap::Capture::dead(pcap::Linktype(dlt))
+        let dead = pcap::Capture::dead(pcap::Linktype(link.dlt()))
             .map_err(|e| err(format!("libpcap could not open a compiler handle: {e}")))?;
         dead.compile(expr, true).map_err(|e| err(pcap_message(e)))?
     };
@@ -86,18 +95,66 @@ pub fn compile(iface: &str, expr: &str, link: LinkType, snaplen: u32) -> Result<
         })?;
         out.push(insn);
     }
+    if link == LinkType::LinuxSll2 {
+        out = cooked_for_kernel(out).map_err(|message| CaptureError::Filter {
+            expr: expr.to_string(),
+            message,
+        })?;
+    }
     Ok(cap_snaplen(out, snaplen))
+}
+
+/// Length of the Linux cooked v2 header.
+pub const SLL2_LEN: u32 = 20;
+
+/// A filter compiled for the cooked link type reads the 20-byte header
+/// libpcap puts in front of each packet, but the kernel runs it on the
+/// packet itself (a datagram packet socket has no link header): loads past
+/// the header move back by its length, and loads of the header's fields
+/// become the kernel's ancillary loads of the same values (protocol,
+/// interface index, hardware type, packet type), as libpcap does for its
+/// own cooked captures. A filter that reads any other header byte (the
+/// link-layer address) cannot run in the kernel and is refused.
+pub fn cooked_for_kernel(mut prog: Vec<BpfInsn>) -> std::result::Result<Vec<BpfInsn>, String> {
+    const CLASS_LD: u16 = 0x00;
+    const CLASS_LDX: u16 = 0x01;
+    const MODE_ABS: u16 = 0x20;
+    const MODE_IND: u16 = 0x40;
+    const MODE_MSH: u16 = 0xa0;
+    const SKF_AD_OFF: i32 = -0x1000;
+    for i in &mut prog {
+        let class = i.code & 0x07;
+        let mode = i.code & 0xe0;
+        if !(class == CLASS_LD || class == CLASS_LDX) || !matches!(mode, MODE_ABS | MODE_IND | MODE_MSH) {
+            continue;
+        }
+        if i.k >= SLL2_LEN {
+            i.k -= SLL2_LEN;
+            continue;
+        }
+        let ancillary = match (mode, i.k) {
+            (MODE_ABS, 0) => 0,  // SKF_AD_PROTOCOL
+            (MODE_ABS, 4) => 8,  // SKF_AD_IFINDEX
+            (MODE_ABS, 8) => 28, // SKF_AD_HATYPE
+            (MODE_ABS, 10) => 4, // SKF_AD_PKTTYPE
+            _ => {
+                return Err(format!(
+                    "on -i any the filter reads byte {} of the cooked header, which the kernel cannot \
+                     test (it can test the protocol, interface, hardware type and packet type)",
+                    i.k
+                ))
+            }
+        };
+        i.k = (SKF_AD_OFF + ancillary) as u32;
+    }
+    Ok(prog)
 }
 
 /// Compiles `expr` for running in user space on whole frames (the `xdp`
 /// mode): libpcap's own interpreter runs it, and VLAN tests read the tag
 /// in the frame, where an AF_XDP socket sees it.
 pub fn compile_user(expr: &str, link: LinkType) -> Result<pcap::BpfProgram> {
-    let dlt = match link {
-        LinkType::Ethernet => 1,
-        LinkType::RawIp => 12,
-    };
-    let dead = pcap::Capture::dead(pcap::Linktype(dlt)).map_err(|e| CaptureError::Filter {
+    let dead = pcap::Capture::dead(pcap::Linktype(link.dlt())).map_err(|e| CaptureError::Filter {
         expr: expr.to_string(),
         message: format!("libpcap could not open a compiler handle: {e}"),
     })?;
@@ -186,6 +243,26 @@ pub fn outgoing_only(prog: Vec<BpfInsn>, snaplen: u32) -> Vec<BpfInsn> {
     out
 }
 
+/// `-i any` sees a packet sent over `lo` twice, as sent and as received;
+/// libpcap drops the sent copy, and so does this prefix in the kernel:
+/// packets of type PACKET_OUTGOING on interface `lo_index` are refused
+/// before `prog` runs.
+pub fn skip_loopback_outgoing(prog: Vec<BpfInsn>, lo_index: u32) -> Vec<BpfInsn> {
+    const LD_W_ABS: u16 = 0x20;
+    const JEQ_K: u16 = 0x15;
+    const SKF_AD_OFF: i32 = -0x1000;
+    let insn = |code, jt, jf, k| BpfInsn { code, jt, jf, k };
+    let mut out = vec![
+        insn(LD_W_ABS, 0, 0, (SKF_AD_OFF + 4) as u32), // packet type
+        insn(JEQ_K, 0, 3, 4),                          // outgoing? else to prog
+        insn(LD_W_ABS, 0, 0, (SKF_AD_OFF + 8) as u32), // interface index
+        insn(JEQ_K, 0, 1, lo_index),                   // lo? else to prog
+        insn(BPF_RET_K, 0, 0, 0),
+    ];
+    out.extend(prog);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,6 +281,19 @@ mod tests {
         assert_eq!((q[2].code, q[2].k), (0x06, 0), "ret 0: refused");
         assert_eq!(&q[3..], &prog[..]);
         assert_eq!(outgoing_only(vec![], 64)[3].k, 64, "no filter: accept snaplen");
+    }
+
+    #[test]
+    fn loopback_outgoing_prefix_jumps_to_the_filter_otherwise() {
+        let prog = accept_all(100);
+        let q = skip_loopback_outgoing(prog.clone(), 1);
+        assert_eq!(q.len(), 6);
+        // Not outgoing: insn 1 jumps 3 ahead, to the filter (index 5).
+        assert_eq!((q[1].jt, q[1].jf, 1 + 1 + q[1].jf as usize), (0, 3, 5));
+        // Outgoing, not lo: insn 3 jumps 1 ahead, to the filter.
+        assert_eq!((q[3].k, 3 + 1 + q[3].jf as usize), (1, 5));
+        assert_eq!((q[4].code, q[4].k), (BPF_RET_K, 0));
+        assert_eq!(&q[5..], &prog[..]);
     }
 
     #[test]
@@ -237,6 +327,35 @@ mod tests {
         assert!(p.len() > 2);
         let rets: Vec<u32> = p.iter().filter(|i| i.code == BPF_RET_K).map(|i| i.k).collect();
         assert!(rets.contains(&96) && rets.contains(&0), "{rets:?}");
+    }
+
+    #[test]
+    fn cooked_filters_read_the_packet_and_the_kernels_metadata() {
+        // `udp`: the protocol (a header field) and the IP protocol byte.
+        let p = compile("lo", "udp", LinkType::LinuxSll2, 65535).expect("cooked filter");
+        let loads: Vec<u32> = p.iter().filter(|i| i.code & 0xe7 == 0x20).map(|i| i.k).collect();
+        assert!(loads.contains(&0xffff_f000), "protocol as SKF_AD_PROTOCOL: {loads:?}");
+        assert!(
+            loads.contains(&9),
+            "the IPv4 protocol byte, 20 bytes earlier: {loads:?}"
+        );
+        // `inbound` tests the packet type.
+        let p = compile("lo", "inbound", LinkType::LinuxSll2, 65535).expect("cooked filter");
+        assert!(p.iter().any(|i| i.k == 0xffff_f004), "{p:?}");
+        // A port behind the variable IP header length: the MSH load moves too.
+        let p = compile("lo", "udp port 53", LinkType::LinuxSll2, 65535).expect("cooked filter");
+        assert!(p.iter().filter(|i| i.code == 0xb1).all(|i| i.k == 0), "{p:?}");
+        // The link-layer address (bytes 12-19) has no kernel equivalent.
+        let addr_load = vec![
+            BpfInsn {
+                code: 0x30, // ld byte at absolute offset
+                jt: 0,
+                jf: 0,
+                k: 12,
+            },
+            accept_all(64)[0],
+        ];
+        assert!(cooked_for_kernel(addr_load).unwrap_err().contains("byte 12"));
     }
 
     #[test]

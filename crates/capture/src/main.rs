@@ -311,9 +311,14 @@ fn list_interfaces() -> Result<ExitCode, capture::CaptureError> {
         })
         .collect();
     ifaces.sort();
-    for (index, name, state) in ifaces {
+    for (index, name, state) in &ifaces {
         println!("{index}.{name} [{state}]");
     }
+    // As tcpdump lists it: the pseudo-device after the real ones.
+    println!(
+        "{}.any (Pseudo-device that captures on all interfaces) [Running]",
+        ifaces.len() + 1
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -321,6 +326,7 @@ fn link_type_name(link: capture::LinkType) -> (&'static str, &'static str) {
     match link {
         capture::LinkType::Ethernet => ("EN10MB", "Ethernet"),
         capture::LinkType::RawIp => ("RAW", "Raw IP"),
+        capture::LinkType::LinuxSll2 => ("LINUX_SLL2", "Linux cooked v2"),
     }
 }
 

@@ -145,8 +145,15 @@ impl Encoding {
     /// put back into the frame, as on the wire; `scratch` avoids an
     /// allocation per tagged packet.
     pub fn record(&self, out: &mut Vec<u8>, p: &PacketView<'_>, scratch: &mut Vec<u8>) {
-        let (data, wire) = match (p.vlan, self.link) {
-            (Some((tpid, tci)), LinkType::Ethernet) if p.data.len() >= 12 => {
+        let (data, wire) = match (p.cooked, p.vlan, self.link) {
+            // `-i any`: the cooked header in front of the packet.
+            (Some(h), _, _) => {
+                scratch.clear();
+                scratch.extend_from_slice(&h);
+                scratch.extend_from_slice(p.data);
+                (&scratch[..], p.wire_len + h.len() as u32)
+            }
+            (None, Some((tpid, tci)), LinkType::Ethernet) if p.data.len() >= 12 => {
                 scratch.clear();
                 scratch.extend_from_slice(&p.data[..12]);
                 scratch.extend_from_slice(&tpid.to_be_bytes());
@@ -597,6 +604,7 @@ mod tests {
             wire_len: data.len() as u32 + 10,
             data,
             vlan: None,
+            cooked: None,
         }
     }
 

@@ -114,11 +114,18 @@ impl Printer {
         if let Some((_, tci)) = p.vlan {
             let _ = write!(out, "vlan {}, ", tci & 0x0fff);
         }
-        decode::summarize(out, link, p.data, p.wire_len);
+        match p.cooked {
+            Some(h) => decode::cooked(out, &h, p.data, p.wire_len),
+            None => decode::summarize(out, link, p.data, p.wire_len),
+        }
         out.push('\n');
+        // The link-level header's length in `data` (a live `-i any`
+        // packet's cooked header is apart from it).
         let skip = match link {
+            _ if p.cooked.is_some() => 0,
             LinkType::Ethernet => 14,
             LinkType::RawIp => 0,
+            LinkType::LinuxSll2 => 20,
         };
         match self.opts.dump {
             Dump::None => {}
@@ -280,6 +287,7 @@ mod tests {
                     wire_len: f.len() as u32,
                     data: &f,
                     vlan: None,
+                    cooked: None,
                 },
             );
         }

@@ -114,9 +114,10 @@ pub fn read_file(path: &Path, filter: Option<&str>, count: Option<u64>, sink: Re
     let link = match cap.get_datalink().0 {
         1 => LinkType::Ethernet,
         12 | 101 => LinkType::RawIp,
+        276 => LinkType::LinuxSll2,
         other => {
             return Err(CaptureError::Config(format!(
-                "-r {}: link type {other} is not one this tool prints or writes (Ethernet, raw IP)",
+                "-r {}: link type {other} is not one this tool prints or writes (Ethernet, raw IP, Linux cooked v2)",
                 path.display()
             )))
         }
@@ -175,6 +176,7 @@ pub fn read_file(path: &Path, filter: Option<&str>, count: Option<u64>, sink: Re
             wire_len: p.header.len,
             data: p.data,
             vlan: None,
+            cooked: None,
         };
         if let Some(pr) = printer.as_mut() {
             pr.line(&mut out, link, &view);

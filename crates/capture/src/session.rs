@@ -258,6 +258,24 @@ pub struct IfaceInfo {
 
 /// Looks an interface up (index, link type, MTU).
 pub fn iface_info(name: &str) -> Result<IfaceInfo> {
+    if name == "any" {
+        // Every interface: cooked packets, frames as large as the largest MTU.
+        let mtu = std::fs::read_dir("/sys/class/net")
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter_map(|e| std::fs::read_to_string(e.path().join("mtu")).ok())
+                    .filter_map(|s| s.trim().parse::<u32>().ok())
+                    .max()
+                    .unwrap_or(1500)
+            })
+            .unwrap_or(1500);
+        return Ok(IfaceInfo {
+            index: 0,
+            link: LinkType::LinuxSll2,
+            mtu,
+            loopback: false,
+        });
+    }
     let index = sys::if_index(name).ok_or_else(|| CaptureError::NoSuchInterface(name.to_string()))?;
     let read = |f: &str| {
         std::fs::read_to_string(format!("/sys/class/net/{name}/{f}"))
@@ -361,6 +379,12 @@ impl Capture {
             snaplen: cfg.snaplen,
             filter: if cfg.outbound_only {
                 crate::filter::outgoing_only(prog, cfg.snaplen)
+            } else if info.link == LinkType::LinuxSll2 {
+                // As on lo itself, each datagram over lo once (the received copy).
+                match sys::if_index("lo") {
+                    Some(lo) => crate::filter::skip_loopback_outgoing(prog, lo),
+                    None => prog,
+                }
             } else {
                 prog
             },
@@ -372,6 +396,7 @@ impl Capture {
             inbound_only: cfg.inbound_only || (info.loopback && !cfg.outbound_only),
             promiscuous: cfg.promiscuous,
             fanout,
+            cooked: info.link == LinkType::LinuxSll2,
             filter_expr: cfg.filter.clone(),
         };
         if mode == Mode::Xdp {
@@ -923,10 +948,17 @@ fn take(out: &mut Out, link: LinkType, encoding: Option<&Encoding>, p: &PacketVi
                 printer.line(s, link, p);
             }
         }
-        Out::Collect(_, v) => v.push(OwnedPacket {
-            ts_ns: p.ts_ns,
-            wire_len: p.wire_len,
-            data: p.data.to_vec(),
+        Out::Collect(_, v) => v.push(match p.cooked {
+            Some(h) => OwnedPacket {
+                ts_ns: p.ts_ns,
+                wire_len: p.wire_len + h.len() as u32,
+                data: [&h[..], p.data].concat(),
+            },
+            None => OwnedPacket {
+                ts_ns: p.ts_ns,
+                wire_len: p.wire_len,
+                data: p.data.to_vec(),
+            },
         }),
     }
 }

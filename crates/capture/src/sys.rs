@@ -63,6 +63,18 @@ pub struct BpfInsn {
     pub k: u32,
 }
 
+/// Name of interface `index`, or `None` if there is none.
+pub fn if_name(index: u32) -> Option<String> {
+    let mut buf = [0u8; libc::IF_NAMESIZE];
+    // SAFETY: `buf` has the IF_NAMESIZE bytes if_indextoname writes at most.
+    let p = unsafe { libc::if_indextoname(index, buf.as_mut_ptr().cast()) };
+    if p.is_null() {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0)?;
+    Some(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
 /// Interface index of `name`, or `None` if there is no such interface.
 pub fn if_index(name: &str) -> Option<u32> {
     let c = CString::new(name).ok()?;
@@ -78,6 +90,20 @@ pub struct RawStats {
     pub packets: u64,
     pub drops: u64,
     pub freeze_q_cnt: u64,
+}
+
+/// One packet taken with [`PacketSocket::recv_one`].
+#[derive(Debug, Clone, Copy)]
+pub struct Received {
+    /// Bytes placed in the buffer.
+    pub len: usize,
+    /// Length of the packet.
+    pub wire: usize,
+    /// Kernel receive time (ns since the epoch), 0 if none came with it.
+    pub ts_ns: u64,
+    pub vlan: Option<(u16, u16)>,
+    /// The packet's `sockaddr_ll`.
+    pub addr: [u8; 20],
 }
 
 /// An `AF_PACKET` socket.
@@ -379,11 +405,10 @@ impl PacketSocket {
         )
     }
 
-    /// Receives one frame: (bytes kept, length on the wire, kernel
-    /// timestamp in ns or 0, VLAN tag as (TPID, TCI) if the kernel had
-    /// moved one into the metadata).
-    #[expect(clippy::type_complexity, reason = "one tuple per received frame, named in the doc")]
-    pub fn recv_one(&self, buf: &mut [u8]) -> SysResult<Option<(usize, usize, u64, Option<(u16, u16)>)>> {
+    /// Receives one frame into `buf`, with its kernel timestamp, a VLAN tag
+    /// the kernel moved into the metadata, and its address; `None` when the
+    /// receive timeout passed first.
+    pub fn recv_one(&self, buf: &mut [u8]) -> SysResult<Option<Received>> {
         let mut iov = libc::iovec {
             iov_base: buf.as_mut_ptr().cast(),
             iov_len: buf.len(),
@@ -391,8 +416,13 @@ impl PacketSocket {
         // Room for one SCM_TIMESTAMPNS (a timespec) and one PACKET_AUXDATA
         // (a tpacket_auxdata), each with its cmsg header.
         let mut cbuf = [0u64; 16];
+        // The sender's link-level address (`sockaddr_ll`, 20 bytes), for
+        // the cooked header of `-i any`.
+        let mut addr = [0u8; 20];
         // SAFETY: msghdr is plain old data; zero is valid.
         let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+        msg.msg_name = addr.as_mut_ptr().cast();
+        msg.msg_namelen = addr.len() as libc::socklen_t;
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
         msg.msg_control = cbuf.as_mut_ptr().cast();
@@ -428,7 +458,13 @@ impl PacketSocket {
                 c = libc::CMSG_NXTHDR(&msg, c);
             }
         }
-        Ok(Some((wire.min(buf.len()), wire, ts, vlan)))
+        Ok(Some(Received {
+            len: wire.min(buf.len()),
+            wire,
+            ts_ns: ts,
+            vlan,
+            addr,
+        }))
     }
 
     /// Sends one frame (raw socket bound to an interface).

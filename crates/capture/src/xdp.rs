@@ -26,9 +26,13 @@ pub const PROGRAM: &str = "capture_xsk";
 /// The header the program puts in front of each frame: magic, pad, TAI ns.
 pub const META_LEN: usize = 16;
 const META_MAGIC: u32 = 0x4350_5458;
-/// UMEM buffer size: one page, a whole Ethernet frame after the kernel's
-/// 256-byte headroom.
-pub const CHUNK: u32 = 4096;
+/// UMEM buffer size: half a page, which holds a 1500-byte-MTU frame after
+/// the kernel's 256-byte headroom (twice the buffers of page-sized ones
+/// for the same memory); a page for larger MTUs.
+pub fn chunk_for_mtu(mtu: u32) -> Option<u32> {
+    // Ethernet header and one VLAN tag on top of the MTU.
+    [2048u32, 4096].into_iter().find(|c| mtu + 18 <= c - 256)
+}
 /// The program's map sizes (`CAPTURE_MAX_QUEUES`).
 pub const MAX_QUEUES: u32 = 256;
 
@@ -342,6 +346,15 @@ mod tests {
             Some((7, "other".into()))
         );
         assert_eq!(parse_attached("3: lo: <LOOPBACK,UP> mtu 65536 qdisc noqueue"), None);
+    }
+
+    #[test]
+    fn buffers_hold_a_whole_frame() {
+        assert_eq!(chunk_for_mtu(1500), Some(2048));
+        assert_eq!(chunk_for_mtu(1774), Some(2048));
+        assert_eq!(chunk_for_mtu(1775), Some(4096));
+        assert_eq!(chunk_for_mtu(3822), Some(4096));
+        assert_eq!(chunk_for_mtu(9000), None);
     }
 
     #[test]

@@ -50,10 +50,6 @@ pub struct XskStats {
     pub rx_invalid_descs: u64,
 }
 
-/// Bytes the kernel leaves before each frame in copy mode
-/// (XDP_PACKET_HEADROOM); the XDP metadata sits at its end.
-const XDP_PACKET_HEADROOM: u64 = 256;
-
 /// A mapping of one ring: producer and consumer words and `size` entries of
 /// `T` (a u64 address on the fill ring, an `xdp_desc` on the receive ring).
 #[derive(Debug)]
@@ -340,11 +336,6 @@ impl XskSocket {
 
     pub fn bind_mode(&self) -> BindMode {
         self.bind_mode
-    }
-
-    /// The largest frame a buffer holds (the chunk less the kernel's headroom).
-    pub fn max_frame(&self) -> u32 {
-        self.chunk - XDP_PACKET_HEADROOM as u32
     }
 
     /// Whether the receive ring holds frames.
