@@ -332,7 +332,10 @@ impl Capture {
             )));
         }
         let info = iface_info(&cfg.iface)?;
-        let probe = source::probe();
+        // The xdp mode is never a default and is not probed here: its probe
+        // loads its program through the verifier (tens of milliseconds of
+        // CPU), and opening it reports any problem itself.
+        let probe = source::probe_modes(&[Mode::Recv, Mode::V2, Mode::V3]);
         let mode = match cfg.mode {
             Some(m) => {
                 if let Some((_, Support::Unsupported(reason))) = probe.iter().find(|(pm, _)| *pm == m) {

@@ -820,7 +820,14 @@ fn ring_err(
 /// Probes which modes this kernel and these privileges allow, by opening a
 /// small unbound socket of each kind.
 pub fn probe() -> Vec<(Mode, Support)> {
-    Mode::ALL.iter().map(|&m| (m, probe_mode(m))).collect()
+    probe_modes(&Mode::ALL)
+}
+
+/// Probes the given modes only. Probing `xdp` loads its program through
+/// the verifier, tens of milliseconds of CPU, so a capture probes it only
+/// when asked for it.
+pub fn probe_modes(modes: &[Mode]) -> Vec<(Mode, Support)> {
+    modes.iter().map(|&m| (m, probe_mode(m))).collect()
 }
 
 fn probe_mode(mode: Mode) -> Support {
@@ -899,6 +906,25 @@ mod tests {
     }
 
     #[test]
+    fn cooked_header_from_a_socket_address() {
+        // sockaddr_ll as the kernel lays it out (host order where it is).
+        let mut sll = [0u8; 20];
+        sll[0..2].copy_from_slice(&17u16.to_ne_bytes()); // AF_PACKET
+        sll[2..4].copy_from_slice(&[0x08, 0x00]); // IPv4, network order
+        sll[4..8].copy_from_slice(&7u32.to_ne_bytes()); // ifindex
+        sll[8..10].copy_from_slice(&1u16.to_ne_bytes()); // ARPHRD_ETHER
+        sll[10] = 4; // PACKET_OUTGOING
+        sll[11] = 6;
+        sll[12..18].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
+        let h = sll2_from_sockaddr(&sll).unwrap();
+        assert_eq!(&h[0..4], &[0x08, 0x00, 0, 0], "protocol, reserved");
+        assert_eq!(&h[4..8], &[0, 0, 0, 7], "ifindex big-endian");
+        assert_eq!(&h[8..10], &[0, 1], "hardware type big-endian");
+        assert_eq!(&h[10..18], &[4, 6, 2, 0, 0, 0, 0, 9]);
+        assert_eq!(sll2_from_sockaddr(&sll[..19]), None);
+    }
+
+    #[test]
     fn mode_names_round_trip() {
         for m in Mode::ALL {
             assert_eq!(m.name().parse::<Mode>(), Ok(m));
@@ -948,13 +974,24 @@ mod tests {
     fn walk_all(ring: &Ring, start: Option<(u32, usize)>, stop_after: usize) -> Walk {
         let (mut mal, mut tr, mut n) = (0, 0, 0);
         let mut got = Vec::new();
-        let end = walk_block(ring, 0, 4096, start, 65535, false, &mut mal, &mut tr, &mut n, &mut |p| {
-            if got.len() == stop_after {
-                return Flow::Stop;
-            }
-            got.push(p.data.to_vec());
-            Flow::Continue
-        });
+        let end = walk_block(
+            ring,
+            0,
+            4096,
+            start,
+            65535,
+            false,
+            &mut mal,
+            &mut tr,
+            &mut n,
+            &mut |p| {
+                if got.len() == stop_after {
+                    return Flow::Stop;
+                }
+                got.push(p.data.to_vec());
+                Flow::Continue
+            },
+        );
         assert_eq!(n, got.len());
         (got, mal, tr, end)
     }

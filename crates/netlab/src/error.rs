@@ -86,6 +86,8 @@ pub enum LabError {
     InUse { run: String, pid: i32 },
     #[error("link backend '{name}' is unsupported here: {reason}")]
     Unsupported { name: String, reason: String },
+    #[error("monitor port: {0}")]
+    Monitor(String),
 }
 
 impl LabError {

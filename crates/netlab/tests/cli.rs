@@ -459,3 +459,54 @@ fn adaptive_tdf_rises_under_load_and_is_traced() {
         text(&bad)
     );
 }
+
+/// `netlab monitor`: a host's monitor port gets a copy of every frame its
+/// lab interface receives and sends, and `--remove` takes it away.
+#[test]
+fn monitor_port_mirrors_both_directions_and_goes_away() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !need_root("monitor_port_mirrors_both_directions_and_goes_away") {
+        return;
+    }
+    let o = netlab(&["up", "pair", "-q"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let run = text(&o).split_whitespace().nth(2).unwrap().to_string();
+    let o = netlab(&["monitor", "--run", &run, "h1"]);
+    assert!(
+        o.status.success() && text(&o).contains("monitor port mon0"),
+        "{}",
+        text(&o)
+    );
+    // The same name twice is refused.
+    let o = netlab(&["monitor", "--run", &run, "h1"]);
+    assert!(!o.status.success() && text(&o).contains("monitor port"), "{}", text(&o));
+    let rx = || -> u64 {
+        let o = netlab(&[
+            "exec",
+            "--run",
+            &run,
+            "h1",
+            "--",
+            "cat",
+            "/sys/class/net/mon0/statistics/rx_packets",
+        ]);
+        text(&o).trim().parse().unwrap_or_else(|_| panic!("{}", text(&o)))
+    };
+    let send = |from: &str, to: &str, n: u32| {
+        let script = format!("for i in $(seq 1 {n}); do echo x > /dev/udp/$NETLAB_IP_{to}/9999; done");
+        let o = netlab(&["exec", "--run", &run, from, "--", "bash", "-c", &script]);
+        assert!(o.status.success(), "{}", text(&o));
+    };
+    let before = rx();
+    send("h2", "h1", 200); // received by h1 (and answered with ICMP port unreachable)
+    send("h1", "h2", 100); // sent by h1 (h2's answers come back to h1 too)
+    let got = rx() - before;
+    // 200 in + 100 out, plus the ICMP replies each way and a few ARP frames.
+    assert!((300..=620).contains(&got), "mon0 saw {got} frames");
+    let o = netlab(&["monitor", "--run", &run, "h1", "--remove"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = netlab(&["exec", "--run", &run, "h1", "--", "ip", "link", "show", "mon0"]);
+    assert!(!o.status.success(), "mon0 still there");
+    let o = netlab(&["down", "--run", &run]);
+    assert!(o.status.success(), "{}", text(&o));
+}
