@@ -228,36 +228,23 @@ def main():
         w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
         w.writeheader()
         w.writerows(rows)
-    # Ratios against the anchor (tcpdump default) measured in the same run.
+    # Ratios against the anchor (tcpdump default) measured in the same run,
+    # on the same interface (the mirror port's rows against tcpdump there).
     summary = []
-    for r in rows:
-        if r["experiment"] != "rate":
-            continue
-        anchor = next(a for a in rows if a["experiment"] == "rate" and a["tool"] == "tcpdump"
-                      and a["param"] == r["param"])
-        loss = 1 - r["captured_frac"]
-        aloss = 1 - anchor["captured_frac"]
-        summary.append(dict(
-            tool=r["tool"], offered=r["param"], offered_pps=r["offered_pps"],
-            captured_frac=r["captured_frac"], tcpdump_captured_frac=anchor["captured_frac"],
-            loss_vs_tcpdump=(round(loss / aloss, 3) if aloss > 0 else ("0/0" if loss == 0 else "inf")),
-            cpu_per_pkt_vs_tcpdump=(round(r["cpu_ns_per_pkt"] / anchor["cpu_ns_per_pkt"], 3)
-                                    if r["cpu_ns_per_pkt"] and anchor["cpu_ns_per_pkt"] else "")))
-    # The same for the mirror port, against tcpdump on the mirror port; CPU
-    # as packets captured per CPU second of the capture process.
-    for r in rows:
-        if r["experiment"] != "mirror":
-            continue
-        anchor = next(a for a in rows if a["experiment"] == "mirror" and a["tool"] == "tcpdump"
-                      and a["param"] == r["param"])
-        loss = 1 - r["captured_frac"]
-        aloss = 1 - anchor["captured_frac"]
-        summary.append(dict(
-            tool=r["tool"] + "@mirror", offered=r["param"], offered_pps=r["offered_pps"],
-            captured_frac=r["captured_frac"], tcpdump_captured_frac=anchor["captured_frac"],
-            loss_vs_tcpdump=(round(loss / aloss, 3) if aloss > 0 else ("0/0" if loss == 0 else "inf")),
-            cpu_per_pkt_vs_tcpdump=(round(r["cpu_ns_per_pkt"] / anchor["cpu_ns_per_pkt"], 3)
-                                    if r["cpu_ns_per_pkt"] and anchor["cpu_ns_per_pkt"] else "")))
+    for exp, suffix in (("rate", ""), ("mirror", "@mirror")):
+        for r in rows:
+            if r["experiment"] != exp:
+                continue
+            anchor = next(a for a in rows if a["experiment"] == exp and a["tool"] == "tcpdump"
+                          and a["param"] == r["param"])
+            loss = 1 - r["captured_frac"]
+            aloss = 1 - anchor["captured_frac"]
+            summary.append(dict(
+                tool=r["tool"] + suffix, offered=r["param"], offered_pps=r["offered_pps"],
+                captured_frac=r["captured_frac"], tcpdump_captured_frac=anchor["captured_frac"],
+                loss_vs_tcpdump=(round(loss / aloss, 3) if aloss > 0 else ("0/0" if loss == 0 else "inf")),
+                cpu_per_pkt_vs_tcpdump=(round(r["cpu_ns_per_pkt"] / anchor["cpu_ns_per_pkt"], 3)
+                                        if r["cpu_ns_per_pkt"] and anchor["cpu_ns_per_pkt"] else "")))
     spath = os.path.join(OUT, "capture_summary.csv")
     with open(spath, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(summary[0].keys()))

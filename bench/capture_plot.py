@@ -30,48 +30,38 @@ def tools_of(exp):
 STYLE = {"tcpdump": "k--", "tcpdump-immediate": "k:", "netsniff-ng": "c-.",
          "capture-recv": "g-o", "capture-v2": "r-s", "capture-v3": "b-^", "capture-xdp": "m-D"}
 
-# 1. Captured fraction and CPU per packet vs offered rate.
-fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5))
-for t in tools_of("rate"):
-    rs = sorted(sel("rate", t), key=lambda r: float(r["offered_pps"]))
-    x = [float(r["offered_pps"]) / 1e3 for r in rs]
-    a1.plot(x, [100 * float(r["captured_frac"]) for r in rs], STYLE.get(t, "-"), label=t)
-    a2.plot(x, [float(r["cpu_ns_per_pkt"] or 0) for r in rs], STYLE.get(t, "-"), label=t)
-a1.set_xlabel("offered rate (kpps, as achieved by the generator)")
-a1.set_ylabel("captured (% of sent)")
-a1.set_ylim(0, 105)
-a1.grid(alpha=0.3)
-a1.legend(fontsize=8)
-a2.set_xlabel("offered rate (kpps)")
-a2.set_ylabel("CPU per captured packet (ns, user+sys)")
-a2.set_yscale("log")
-a2.grid(alpha=0.3)
-fig.suptitle("capture vs tcpdump / netsniff-ng (paper 002 fig. 12 style)\n" + METHOD, fontsize=9)
-fig.tight_layout()
-fig.savefig(os.path.join(OUT, "capture_rate.png"), dpi=110)
 
-# 1b. The same on a monitor port (tc mirred), where the xdp mode can run.
-if sel("mirror"):
+def rate_figure(exp, png, title, per_cpu_second):
+    """Captured fraction and CPU (per packet, or packets per CPU second) vs offered rate."""
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5))
-    for t in tools_of("mirror"):
-        rs = sorted(sel("mirror", t), key=lambda r: float(r["offered_pps"]))
+    for t in tools_of(exp):
+        rs = sorted(sel(exp, t), key=lambda r: float(r["offered_pps"]))
         x = [float(r["offered_pps"]) / 1e3 for r in rs]
+        ns = [float(r["cpu_ns_per_pkt"] or 0) for r in rs]
         a1.plot(x, [100 * float(r["captured_frac"]) for r in rs], STYLE.get(t, "-"), label=t)
-        a2.plot(x, [1e9 / float(r["cpu_ns_per_pkt"]) / 1e3 if r["cpu_ns_per_pkt"] else 0 for r in rs],
-                STYLE.get(t, "-"), label=t)
+        a2.plot(x, [1e6 / n if n else 0 for n in ns] if per_cpu_second else ns, STYLE.get(t, "-"), label=t)
     a1.set_xlabel("offered rate (kpps, as achieved by the generator)")
     a1.set_ylabel("captured (% of sent)")
     a1.set_ylim(0, 105)
     a1.grid(alpha=0.3)
     a1.legend(fontsize=8)
     a2.set_xlabel("offered rate (kpps)")
-    a2.set_ylabel("packets captured per CPU second of the capture (k)")
+    a2.set_ylabel("packets captured per CPU second of the capture (k)" if per_cpu_second
+                  else "CPU per captured packet (ns, user+sys)")
     a2.set_yscale("log")
     a2.grid(alpha=0.3)
-    fig.suptitle("on a monitor port fed by tc mirred: AF_XDP (copy mode on veth) beside the AF_PACKET modes "
-                 "and tcpdump\n" + METHOD, fontsize=9)
+    fig.suptitle(title + "\n" + METHOD, fontsize=9)
     fig.tight_layout()
-    fig.savefig(os.path.join(OUT, "capture_mirror.png"), dpi=110)
+    fig.savefig(os.path.join(OUT, png), dpi=110)
+
+
+# 1. Captured fraction and CPU per packet vs offered rate.
+rate_figure("rate", "capture_rate.png", "capture vs tcpdump / netsniff-ng (paper 002 fig. 12 style)", False)
+# 1b. The same on a monitor port (tc mirred), where the xdp mode can run.
+if sel("mirror"):
+    rate_figure("mirror", "capture_mirror.png",
+                "on a monitor port fed by tc mirred: AF_XDP (copy mode on veth) beside the AF_PACKET modes "
+                "and tcpdump", True)
 
 # 2. packzip: compression level vs captured fraction, per mode.
 fig, ax = plt.subplots(figsize=(8, 5))

@@ -92,6 +92,41 @@ pub struct RawStats {
     pub freeze_q_cnt: u64,
 }
 
+/// Sets socket option `opt` at `level` to `val`.
+fn set_option<T>(fd: RawFd, level: libc::c_int, opt: libc::c_int, val: &T, call: &'static str) -> SysResult<()> {
+    // SAFETY: `val` points to a live `T` of the size we pass.
+    check(call, unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            opt,
+            (val as *const T).cast(),
+            mem::size_of::<T>() as libc::socklen_t,
+        )
+    })
+    .map(|_| ())
+}
+
+/// Waits until `fd` has one of `events` or `timeout` passes. Returns
+/// whether it has; EINTR counts as "not yet".
+fn wait_for(fd: RawFd, events: libc::c_short, timeout: Duration) -> SysResult<bool> {
+    let mut pfd = libc::pollfd { fd, events, revents: 0 };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: one valid pollfd.
+    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(SysError {
+            call: "poll",
+            source: e,
+        });
+    }
+    Ok(rc > 0)
+}
+
 /// One packet taken with [`PacketSocket::recv_one`].
 #[derive(Debug, Clone, Copy)]
 pub struct Received {
@@ -129,17 +164,7 @@ impl PacketSocket {
     }
 
     fn setsockopt<T>(&self, level: libc::c_int, opt: libc::c_int, val: &T, call: &'static str) -> SysResult<()> {
-        // SAFETY: `val` points to a live `T` of the size we pass.
-        check(call, unsafe {
-            libc::setsockopt(
-                self.fd.as_raw_fd(),
-                level,
-                opt,
-                (val as *const T).cast(),
-                mem::size_of::<T>() as libc::socklen_t,
-            )
-        })
-        .map(|_| ())
+        set_option(self.fd.as_raw_fd(), level, opt, val, call)
     }
 
     pub fn set_version(&self, version: libc::c_int) -> SysResult<()> {
@@ -353,41 +378,12 @@ impl PacketSocket {
     /// Waits until the socket is readable or `timeout` passes. Returns
     /// whether it is readable; EINTR counts as "not yet".
     pub fn poll_in(&self, timeout: Duration) -> SysResult<bool> {
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN | libc::POLLERR,
-            revents: 0,
-        };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
-        // SAFETY: one valid pollfd.
-        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                return Ok(false);
-            }
-            return Err(SysError {
-                call: "poll",
-                source: e,
-            });
-        }
-        Ok(rc > 0)
+        wait_for(self.fd.as_raw_fd(), libc::POLLIN | libc::POLLERR, timeout)
     }
 
     /// Waits until the socket is writable (TX ring has room) or `timeout`.
     pub fn poll_out(&self, timeout: Duration) -> SysResult<bool> {
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLOUT,
-            revents: 0,
-        };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
-        // SAFETY: one valid pollfd.
-        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if rc < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            return Err(SysError::last("poll"));
-        }
-        Ok(rc > 0)
+        wait_for(self.fd.as_raw_fd(), libc::POLLOUT, timeout)
     }
 
     /// One `recvmsg` for one packet (blocking up to SO_RCVTIMEO). Returns

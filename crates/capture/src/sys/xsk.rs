@@ -19,7 +19,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use super::{check, SysError, SysResult};
+use super::{check, set_option, wait_for, SysError, SysResult};
 
 /// How the socket was bound: the driver's zero-copy mode (the UMEM is the
 /// device's DMA buffer) or copy mode (the kernel copies each frame into it,
@@ -412,25 +412,7 @@ impl XskSocket {
 
     /// Waits until frames arrive or `timeout` passes; EINTR counts as "not yet".
     pub fn poll_in(&self, timeout: Duration) -> SysResult<bool> {
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
-        // SAFETY: one valid pollfd.
-        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                return Ok(false);
-            }
-            return Err(SysError {
-                call: "poll(AF_XDP)",
-                source: e,
-            });
-        }
-        Ok(rc > 0)
+        wait_for(self.fd.as_raw_fd(), libc::POLLIN, timeout)
     }
 
     /// The socket's counters (XDP_STATISTICS; cumulative, not reset on read).
@@ -463,15 +445,5 @@ impl AsRawFd for XskSocket {
 }
 
 fn setsockopt<T>(fd: &OwnedFd, opt: libc::c_int, val: &T, call: &'static str) -> SysResult<()> {
-    // SAFETY: `val` points to a live `T` of the size we pass.
-    check(call, unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_XDP,
-            opt,
-            (val as *const T).cast(),
-            mem::size_of::<T>() as libc::socklen_t,
-        )
-    })
-    .map(|_| ())
+    set_option(fd.as_raw_fd(), libc::SOL_XDP, opt, val, call)
 }
