@@ -41,8 +41,8 @@ pub fn cooked(out: &mut String, h: &[u8], packet: &[u8], wire_len: u32) {
         Some(4) => "Out",
         _ => "?",
     };
-    let name = interface_name(ifindex);
-    let _ = write!(out, "{name:<6} {direction:<3} ");
+    interface_name(out, ifindex);
+    let _ = write!(out, " {direction:<3} ");
     match protocol {
         0x0800 | 0x86dd => ip(out, packet),
         0x0806 => arp(out, packet),
@@ -52,17 +52,19 @@ pub fn cooked(out: &mut String, h: &[u8], packet: &[u8], wire_len: u32) {
     }
 }
 
-/// The interface's name (looked up once per index and thread), or its index.
-fn interface_name(index: u32) -> String {
+/// Appends the interface's name (looked up once per index and thread), or
+/// `if<index>`, padded as tcpdump pads it.
+fn interface_name(out: &mut String, index: u32) {
     thread_local! {
         static NAMES: std::cell::RefCell<std::collections::HashMap<u32, String>> = Default::default();
     }
     NAMES.with(|n| {
-        n.borrow_mut()
+        let mut names = n.borrow_mut();
+        let name = names
             .entry(index)
-            .or_insert_with(|| crate::sys::if_name(index).unwrap_or_else(|| format!("if{index}")))
-            .clone()
-    })
+            .or_insert_with(|| crate::sys::if_name(index).unwrap_or_else(|| format!("if{index}")));
+        let _ = write!(out, "{name:<6}");
+    });
 }
 
 fn ethernet(out: &mut String, data: &[u8], wire_len: u32) {

@@ -441,7 +441,7 @@ impl Capture {
                 cfg.iface
             )));
         }
-        let addrs = xdp::host_addresses(&cfg.iface);
+        let addrs = xdp::host_addresses(&cfg.iface)?;
         if !addrs.is_empty() && !cfg.xdp_on_host_interface {
             let list: Vec<String> = addrs.iter().map(ToString::to_string).collect();
             return Err(unsupported(format!(

@@ -548,7 +548,7 @@ impl Source {
                 let now = sys::realtime_ns();
                 let snaplen = self.snaplen as usize;
                 let mut n = 0usize;
-                let (_, invalid) = xsk.receive(xdp::META_LEN, &mut |meta, frame| {
+                let invalid = xsk.receive(xdp::META_LEN, &mut |meta, frame| {
                     if let Some(f) = filter.as_ref() {
                         if !f.filter(frame) {
                             *rejected += 1;

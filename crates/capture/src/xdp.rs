@@ -191,12 +191,15 @@ pub fn rx_queues(iface: &str) -> u32 {
 
 /// The addresses on `iface` that show it carries a host's traffic: every
 /// IPv4 address and every IPv6 address beyond link-local ones (which the
-/// kernel puts on any interface that comes up).
-pub fn host_addresses(iface: &str) -> Vec<IpAddr> {
-    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
-        return Vec::new();
-    };
-    addrs
+/// kernel puts on any interface that comes up). When they cannot be listed
+/// the check fails closed: an error, not an empty list.
+pub fn host_addresses(iface: &str) -> Result<Vec<IpAddr>> {
+    let addrs = nix::ifaddrs::getifaddrs().map_err(|e| {
+        unsupported(format!(
+            "cannot list the addresses of {iface} to check that it is not a host's interface: {e}"
+        ))
+    })?;
+    Ok(addrs
         .filter(|a| a.interface_name == iface)
         .filter_map(|a| {
             let sa = a.address?;
@@ -207,7 +210,7 @@ pub fn host_addresses(iface: &str) -> Vec<IpAddr> {
             let link_local = (v6.segments()[0] & 0xffc0) == 0xfe80;
             (!link_local).then_some(IpAddr::V6(v6))
         })
-        .collect()
+        .collect())
 }
 
 /// An XDP program attached to an interface, as `ip -d link` reports it.

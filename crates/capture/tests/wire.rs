@@ -552,7 +552,6 @@ fn loopback_datagrams_are_captured_once() {
         }
         cfg.filter = Some("udp dst port 5000".into());
         let cap = open_in(&lab.a, &cfg);
-        let c = sent.to_string();
         let collected = Arc::new(Mutex::new(Vec::new()));
         // Read while the traffic flows, as a capture does.
         let report = std::thread::scope(|scope| {
@@ -568,25 +567,7 @@ fn loopback_datagrams_are_captured_once() {
                 )
                 .expect("run")
             });
-            lab.exec_ok(
-                &lab.a,
-                &[
-                    BIN,
-                    "gen",
-                    "--via",
-                    "udp",
-                    "--src",
-                    "127.0.0.1:4000",
-                    "--dst",
-                    "127.0.0.1:5000",
-                    "-c",
-                    &c,
-                    "--rate",
-                    "1000",
-                    "--duration",
-                    "20",
-                ],
-            );
+            lab.gen_udp(&lab.a, "127.0.0.1:4000", "127.0.0.1:5000", sent, 1000);
             reader.join().expect("reader")
         });
         // tcpdump sees 200 here; the outgoing copies would make it 400
@@ -944,27 +925,7 @@ fn direction_out_in_and_inout_capture_what_they_name() {
     let send = || {
         lab.gen("udp", 30, 4000, 5000, 1000);
         let (src, dst) = (format!("{}:4001", lab.b_ip), format!("{}:5001", lab.a_ip));
-        lab.exec_ok(
-            &lab.b,
-            &[
-                BIN,
-                "gen",
-                "-i",
-                &lab.b_if,
-                "--via",
-                "udp",
-                "--src",
-                &src,
-                "--dst",
-                &dst,
-                "-c",
-                "20",
-                "--rate",
-                "1000",
-                "--duration",
-                "20",
-            ],
-        );
+        lab.gen_udp(&lab.b, &src, &dst, 20, 1000);
     };
     for (q, mode, want) in [
         ("out", "recv", 30),
@@ -977,25 +938,7 @@ fn direction_out_in_and_inout_capture_what_they_name() {
     }
     lab.exec_ok(&lab.a, &["ip", "link", "set", "lo", "up"]);
     let got = count_captured(&lab.a, "lo", &["-Q", "out"], || {
-        lab.exec_ok(
-            &lab.a,
-            &[
-                BIN,
-                "gen",
-                "--via",
-                "udp",
-                "--src",
-                "127.0.0.1:4000",
-                "--dst",
-                "127.0.0.1:5000",
-                "-c",
-                "40",
-                "--rate",
-                "1000",
-                "--duration",
-                "20",
-            ],
-        );
+        lab.gen_udp(&lab.a, "127.0.0.1:4000", "127.0.0.1:5000", 40, 1000);
     });
     assert_eq!(got, 40, "-Q out on lo: each datagram once");
 }
@@ -1238,16 +1181,9 @@ fn any_captures_every_interface_in_the_cooked_format_as_tcpdump_does() {
     }
     // 50 datagrams in over the lab link, 20 out, 10 over lo in b.
     lab.gen("udp", 50, 4000, 5000, 5000);
-    let out = |src: String, dst: String, n: &str| {
-        lab.exec_ok(
-            &lab.b,
-            &[
-                BIN, "gen", "--via", "udp", "--src", &src, "--dst", &dst, "-c", n, "--rate", "5000",
-            ],
-        );
-    };
-    out(format!("{}:4001", lab.b_ip), format!("{}:5000", lab.a_ip), "20");
-    out("127.0.0.1:4002".into(), "127.0.0.1:5000".into(), "10");
+    let out_src = format!("{}:4001", lab.b_ip);
+    lab.gen_udp(&lab.b, &out_src, &format!("{}:5000", lab.a_ip), 20, 5000);
+    lab.gen_udp(&lab.b, "127.0.0.1:4002", "127.0.0.1:5000", 10, 5000);
     for ((mode, expr, want), (file, ours, tfile, theirs)) in runs.iter().zip(started) {
         let (status, err, _) = ours.finish(Duration::from_secs(20));
         assert!(status.success(), "{mode} '{expr}': {err}");

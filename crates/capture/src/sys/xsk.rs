@@ -47,7 +47,6 @@ pub struct XskStats {
     pub rx_dropped: u64,
     /// Frames dropped because the receive ring was full.
     pub rx_ring_full: u64,
-    pub rx_invalid_descs: u64,
 }
 
 /// A mapping of one ring: producer and consumer words and `size` entries of
@@ -303,16 +302,15 @@ impl XskSocket {
         Ok(sock)
     }
 
-    /// Whether this kernel and these privileges allow AF_XDP sockets with a
-    /// UMEM (opened, registered and closed; nothing is bound).
+    /// Whether this kernel and these privileges allow AF_XDP sockets (one
+    /// is opened and closed again; nothing is bound).
     pub fn probe() -> SysResult<()> {
-        // SAFETY: plain syscall; the fd is owned below.
+        // SAFETY: plain syscall; the fd is closed right away.
         let raw = check("socket(AF_XDP)", unsafe {
             libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0)
         })?;
         // SAFETY: just returned by socket(), owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let _ = fd;
+        drop(unsafe { OwnedFd::from_raw_fd(raw) });
         Ok(())
     }
 
@@ -348,9 +346,10 @@ impl XskSocket {
     /// (`meta`, `frame`), where `meta` is the `meta_len` bytes in front of
     /// the frame (the XDP metadata area, if the program wrote one), until
     /// `f` returns false (that frame stays in the ring). Each frame taken
-    /// goes back on the fill ring with its metadata area zeroed. Returns
-    /// (frames taken, descriptors skipped as invalid).
-    pub fn receive(&mut self, meta_len: usize, f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> (usize, u64) {
+    /// goes back on the fill ring with its metadata area zeroed. Returns the
+    /// number of descriptors skipped as invalid (never written by a correct
+    /// kernel; their buffers go back on the fill ring too).
+    pub fn receive(&mut self, meta_len: usize, f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> u64 {
         let prod = self.rx.producer().load(Ordering::Acquire);
         let cons = self.rx.consumer().load(Ordering::Relaxed);
         let fill_prod = self.fill.producer().load(Ordering::Relaxed);
@@ -407,7 +406,7 @@ impl XskSocket {
                 .store(fill_prod.wrapping_add(taken), Ordering::Release);
             self.rx.consumer().store(cons.wrapping_add(taken), Ordering::Release);
         }
-        (taken as usize - invalid as usize, invalid)
+        invalid
     }
 
     /// Waits until frames arrive or `timeout` passes; EINTR counts as "not yet".
@@ -433,7 +432,6 @@ impl XskSocket {
         Ok(XskStats {
             rx_dropped: st.rx_dropped,
             rx_ring_full: st.rx_ring_full,
-            rx_invalid_descs: st.rx_invalid_descs,
         })
     }
 }

@@ -212,6 +212,33 @@ impl Lab {
     }
 }
 
+impl Lab {
+    /// Runs the generator's UDP path in namespace `ns`: `count` datagrams
+    /// from `src` to `dst` (IP:PORT) at `rate` per second.
+    pub fn gen_udp(&self, ns: &str, src: &str, dst: &str, count: u64, rate: u64) {
+        let (c, r) = (count.to_string(), rate.to_string());
+        self.exec_ok(
+            ns,
+            &[
+                BIN,
+                "gen",
+                "--via",
+                "udp",
+                "--src",
+                src,
+                "--dst",
+                dst,
+                "-c",
+                &c,
+                "--rate",
+                &r,
+                "--duration",
+                "20",
+            ],
+        );
+    }
+}
+
 /// A capture process running in the background, started once it said it
 /// is listening (its sockets are bound).
 pub struct Running {
