@@ -276,6 +276,33 @@ static __always_inline int rate_take(struct fanout_member *m, __u32 pps, __u32 b
 
 /* ---- replication ---- */
 
+/* Ethernet header, IPv4 header, UDP source and destination ports. */
+#define HDR_LEN (UDP_DPORT_OFF + 2)
+
+/* Ones' complement sum of two 32-bit words (end-around carry). */
+static __always_inline __u32 csum_add32(__u32 sum, __u32 v)
+{
+	sum += v;
+	return sum + (sum < v);
+}
+
+/* The IPv4 header checksum after a 32-bit field of the header goes from
+ * `from` to `to` (RFC 1624, eqn. 3), all as they are in the packet. The
+ * header checksum always covers the whole header (no partial offload for
+ * it), so it is computed here and written with the addresses; the UDP
+ * checksum is left to bpf_l4_csum_replace, which knows whether the field
+ * holds a full sum or only the pseudo-header (CHECKSUM_PARTIAL). */
+static __always_inline __u16 ip_check_replace4(__u16 check, __u32 from, __u32 to)
+{
+	__u32 s = (__u16)~check;
+
+	s = csum_add32(s, ~from);
+	s = csum_add32(s, to);
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)~s;
+}
+
 struct fan_ctx {
 	struct __sk_buff *skb;
 	struct fanout_group *g;
@@ -288,6 +315,10 @@ struct fan_ctx {
 	__u16 group_port;
 	__u32 dlen;       /* datagram bytes, at most FANOUT_RESEND_MAX */
 	__u32 gid;
+	__u16 ip_check;   /* IPv4 header checksum now in the packet */
+	/* The frame up to the UDP destination port as it is now in the packet;
+	 * each copy rewrites it with one store. */
+	__u8 hdr[HDR_LEN];
 	/* Counted straight into the per-CPU map value, not in this struct: the
 	 * verifier follows a counter on the stack exactly and would check the
 	 * loop body once per value it takes. */
@@ -361,26 +392,32 @@ static long fan_one(__u32 i, void *data)
 	if (d->ip == c->skip_ip && d->port == c->skip_port)
 		return 0;
 	if (d->sip != c->cur_sip) {
-		bpf_l3_csum_replace(skb, IP_CSUM_OFF, c->cur_sip, d->sip, 4);
 		bpf_l4_csum_replace(skb, UDP_CSUM_OFF, c->cur_sip, d->sip,
 				    BPF_F_PSEUDO_HDR | BPF_F_MARK_MANGLED_0 | 4);
-		bpf_skb_store_bytes(skb, IP_SRC_OFF, &d->sip, 4, 0);
+		c->ip_check = ip_check_replace4(c->ip_check, c->cur_sip, d->sip);
 		c->cur_sip = d->sip;
 	}
 	if (d->ip != c->cur_ip) {
-		bpf_l3_csum_replace(skb, IP_CSUM_OFF, c->cur_ip, d->ip, 4);
 		bpf_l4_csum_replace(skb, UDP_CSUM_OFF, c->cur_ip, d->ip,
 				    BPF_F_PSEUDO_HDR | BPF_F_MARK_MANGLED_0 | 4);
-		bpf_skb_store_bytes(skb, IP_DST_OFF, &d->ip, 4, 0);
+		c->ip_check = ip_check_replace4(c->ip_check, c->cur_ip, d->ip);
 		c->cur_ip = d->ip;
 	}
 	if (d->port != c->cur_port) {
 		bpf_l4_csum_replace(skb, UDP_CSUM_OFF, c->cur_port, d->port, BPF_F_MARK_MANGLED_0 | 2);
-		bpf_skb_store_bytes(skb, UDP_DPORT_OFF, &d->port, 2, 0);
 		c->cur_port = d->port;
 	}
-	/* dmac then smac: the first 12 bytes of the frame. */
-	bpf_skb_store_bytes(skb, 0, d->dmac, 12, 0);
+	/* MACs, header checksum, addresses and ports in one write: after a
+	 * clone the first write copies the packet's head, and every helper
+	 * call that writes checks for that again, so fewer writes are less
+	 * work per copy. */
+	__builtin_memcpy(c->hdr, d->dmac, 6);
+	__builtin_memcpy(c->hdr + 6, d->smac, 6);
+	__builtin_memcpy(c->hdr + IP_CSUM_OFF, &c->ip_check, 2);
+	__builtin_memcpy(c->hdr + IP_SRC_OFF, &c->cur_sip, 4);
+	__builtin_memcpy(c->hdr + IP_DST_OFF, &c->cur_ip, 4);
+	__builtin_memcpy(c->hdr + UDP_DPORT_OFF, &c->cur_port, 2);
+	bpf_skb_store_bytes(skb, 0, c->hdr, HDR_LEN, 0);
 	/* Nonzero: the clone was not queued (NET_XMIT_DROP from a full qdisc
 	 * or queue, or an error). */
 	if (bpf_clone_redirect(skb, d->ifindex, 0) == 0) {
@@ -532,6 +569,12 @@ int reflector_fanout(struct __sk_buff *skb)
 			.cnt = cnt,
 		};
 
+		/* Cannot fail: the headers were read above. Counted if it did. */
+		if (bpf_skb_load_bytes(skb, 0, c.hdr, HDR_LEN) < 0) {
+			cnt->lost++;
+			return TCX_DROP;
+		}
+		__builtin_memcpy(&c.ip_check, c.hdr + IP_CSUM_OFF, 2);
 		if (c.count > FANOUT_MAX_MEMBERS)
 			c.count = FANOUT_MAX_MEMBERS;
 		bpf_loop(c.count, fan_one, &c, 0);
