@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # In-kernel fan-out benchmark (paper 000 §4-5 over veth): the reflector's
 # sendto, sendmmsg and ebpf backends and native IP multicast, datagram size x
-# receivers, system-wide CPU per copy over an anchor measured in the same run,
-# throughput and loss; then the plot. Needs root. Builds nothing: `make bench`
-# builds the release binaries first.
+# receivers, CPU per copy (on one pinned CPU, softirq included) over an
+# anchor measured in the same run, throughput and loss; then the plot. Needs
+# root. Builds nothing: `make bench` builds the release binaries first.
 # Extra arguments for fanout-bench may be given in FANOUT_BENCH_ARGS
 # (e.g. FANOUT_BENCH_ARGS="--sizes 100,1000 --receivers 3,90,256" make bench BENCH=fanout).
-# The full grid takes about 25 minutes.
+# The full grid (5 repetitions) takes about 40 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target_dir=${CARGO_TARGET_DIR:-target}

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Plot the in-kernel fan-out benchmark: the reflector's share of system-wide
-CPU per copy, and delivered copies per second, vs receivers.
+"""Plot the in-kernel fan-out benchmark: the reflector's share of CPU per
+copy (on the CPU the run is pinned to, softirq included), and delivered
+copies per second, vs receivers.
 
 One column per datagram size, one line per implementation (sendto, sendmmsg,
-ebpf, native IP multicast). Rows: the reflector's share of machine-wide CPU
-per copy (over the clients-only anchor of the same run; log scale), the same
+ebpf, native IP multicast). Rows: the reflector's share of CPU per copy
+(over the clients-only anchor of the same run; log scale), the same
 as a ratio to the sendto backend, and copies/s the receivers got.
 
 usage: fanout_plot.py RESULTS.csv OUT.png
@@ -24,7 +25,7 @@ STYLE = {
     "multicast": dict(color="black", marker="x", linestyle="--", label="native IP multicast (reference)"),
 }
 ROWS = [
-    ("share_ns_per_copy", "reflector's share of\nsystem CPU per copy (ns)", True),
+    ("share_ns_per_copy", "reflector's share of\nCPU per copy (ns)", True),
     ("share_vs_sendto", "share / sendto's", False),
     ("copies_per_s", "copies/s delivered", False),
 ]

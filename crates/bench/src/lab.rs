@@ -118,17 +118,19 @@ impl Drop for VethLab {
     }
 }
 
-/// Idle time of every CPU so far, microseconds, from cpuidle's per-state
-/// residency counters, and how many CPUs have them; `None` without a
-/// cpuidle driver.
-fn cpuidle_us() -> Option<(u64, usize)> {
+/// Idle time so far of every CPU, or of one, microseconds, from cpuidle's
+/// per-state residency counters, and how many CPUs that covers; `None`
+/// without a cpuidle driver.
+fn cpuidle_us(only: Option<usize>) -> Option<(u64, usize)> {
     let mut total = 0u64;
     let mut cpus = 0;
     for cpu in std::fs::read_dir("/sys/devices/system/cpu").ok()?.flatten() {
         let name = cpu.file_name();
         let name = name.to_string_lossy();
-        let is_cpu = name.len() > 3 && name.starts_with("cpu") && name[3..].chars().all(|c| c.is_ascii_digit());
-        if !is_cpu {
+        let Some(n) = name.strip_prefix("cpu").and_then(|n| n.parse::<usize>().ok()) else {
+            continue;
+        };
+        if only.is_some_and(|c| c != n) {
             continue;
         }
         let Ok(states) = std::fs::read_dir(cpu.path().join("cpuidle")) else {
@@ -143,18 +145,49 @@ fn cpuidle_us() -> Option<(u64, usize)> {
     (cpus > 0).then_some((total, cpus))
 }
 
+/// One CPU's busy ticks from its `/proc/stat` line (everything but idle
+/// and iowait).
+fn proc_stat_cpu_ticks(cpu: usize) -> Result<u64, String> {
+    let text = std::fs::read_to_string("/proc/stat").map_err(|e| format!("/proc/stat: {e}"))?;
+    let label = format!("cpu{cpu}");
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(label.as_str()))
+        .ok_or_else(|| format!("/proc/stat has no line for {label}"))?;
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse().map_err(|_| format!("/proc/stat: bad field in {label}")))
+        .collect::<Result<_, _>>()?;
+    // user nice system idle iowait irq softirq steal ...
+    Ok(fields
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, v)| v)
+        .sum())
+}
+
 /// Machine-wide busy time so far, ns (only differences mean anything):
 /// wall time x CPUs - idle time, with idle time from cpuidle (microseconds)
 /// where the kernel has it. /proc/stat counts in 10 ms ticks, which over a
 /// phase of a second or two is too coarse for per-copy figures; it is the
 /// fallback.
 pub fn busy_ns() -> Result<f64, String> {
+    busy_ns_on(None)
+}
+
+/// Busy time so far of one CPU (`Some`) or of all, ns, as [`busy_ns`].
+pub fn busy_ns_on(cpu: Option<usize>) -> Result<f64, String> {
     static T0: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     let t0 = *T0.get_or_init(std::time::Instant::now);
-    if let Some((idle_us, cpus)) = cpuidle_us() {
+    if let Some((idle_us, cpus)) = cpuidle_us(cpu) {
         let wall = t0.elapsed().as_nanos() as f64;
         return Ok(wall * cpus as f64 - idle_us as f64 * 1e3);
     }
-    let t = oskit::procfs::system_ticks().map_err(|e| e.to_string())?;
-    Ok(t.busy as f64 * 1e9 / oskit::procfs::ticks_per_second() as f64)
+    let busy_ticks = match cpu {
+        Some(c) => proc_stat_cpu_ticks(c)?,
+        None => oskit::procfs::system_ticks().map_err(|e| e.to_string())?.busy,
+    };
+    Ok(busy_ticks as f64 * 1e9 / oskit::procfs::ticks_per_second() as f64)
 }

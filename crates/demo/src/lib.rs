@@ -264,7 +264,7 @@ pub fn run(args: DemoArgs, stop: &AtomicBool) -> Result<i32, DemoError> {
         // The per-process figure would flatter the kernel path: say so.
         println!(
             "  (ebpf: cpu/delivered is the reflector process only; its in-kernel copies run in softirq, which on \
-             veth is charged to the sending bots: `make bench` measures system-wide CPU per copy)"
+             veth is charged to the sending bots: `make bench` measures CPU per copy with softirq included)"
         );
     }
     if let Some(p) = &args.json {
