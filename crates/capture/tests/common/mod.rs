@@ -186,56 +186,37 @@ impl Lab {
     pub fn gen(&self, via: &str, count: u64, sport: u16, dport: u16, rate: u64) -> String {
         let src = format!("{}:{sport}", self.a_ip);
         let dst = format!("{}:{dport}", self.b_ip);
-        let (c, r) = (count.to_string(), rate.to_string());
-        let out = self.exec_ok(
-            &self.a,
-            &[
-                BIN,
-                "gen",
-                "-i",
-                &self.a_if,
-                "--via",
-                via,
-                "--src",
-                &src,
-                "--dst",
-                &dst,
-                "-c",
-                &c,
-                "--rate",
-                &r,
-                "--duration",
-                "20",
-            ],
-        );
+        let out = self.run_gen(&self.a, &["-i", &self.a_if], via, &src, &dst, count, rate);
         String::from_utf8_lossy(&out.stderr).to_string()
     }
-}
 
-impl Lab {
+    /// `capture gen` in namespace `ns` with `extra` arguments first.
+    #[allow(clippy::too_many_arguments)]
+    fn run_gen(&self, ns: &str, extra: &[&str], via: &str, src: &str, dst: &str, count: u64, rate: u64) -> Output {
+        let (c, r) = (count.to_string(), rate.to_string());
+        let mut args = vec![BIN, "gen"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&[
+            "--via",
+            via,
+            "--src",
+            src,
+            "--dst",
+            dst,
+            "-c",
+            &c,
+            "--rate",
+            &r,
+            "--duration",
+            "20",
+        ]);
+        self.exec_ok(ns, &args)
+    }
+
     /// Runs the generator's UDP path in namespace `ns`: `count` datagrams
     /// from `src` to `dst` (IP:PORT) at `rate` per second.
     pub fn gen_udp(&self, ns: &str, src: &str, dst: &str, count: u64, rate: u64) {
-        let (c, r) = (count.to_string(), rate.to_string());
-        self.exec_ok(
-            ns,
-            &[
-                BIN,
-                "gen",
-                "--via",
-                "udp",
-                "--src",
-                src,
-                "--dst",
-                dst,
-                "-c",
-                &c,
-                "--rate",
-                &r,
-                "--duration",
-                "20",
-            ],
-        );
+        self.run_gen(ns, &[], "udp", src, dst, count, rate);
     }
 }
 
