@@ -204,6 +204,10 @@ def derive_keys(secret, token):
 
 
 def cookie_for(cookie_key, ip_bytes, port, group, player, slot):
+    """The cookie, or None if a value does not fit its field."""
+    if not (0 <= port <= 0xFFFF and 0 <= group <= 0xFFFF and 0 <= player <= 0xFFFFFFFF
+            and 0 <= slot < 1 << 64):
+        return None
     return mac16(cookie_key, b"reflector-cookie-v1" + ip_bytes + struct.pack(">H", port)
                  + struct.pack(">HIQ", group, player, slot))
 
@@ -458,6 +462,16 @@ class Checker:
 
     # -- top level ---------------------------------------------------------
 
+    def guard(self, group, what, fn, *args):
+        """Runs one entry's checks; a value that cannot be read fails that entry, not the run."""
+        try:
+            return fn(*args)
+        except Bad as e:
+            self.r.fail(group, "%s: %s" % (what, e))
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, struct.error) as e:
+            self.r.fail(group, "%s: cannot be read (%s: %s)" % (what, type(e).__name__, e))
+        return None
+
     def run(self):
         r = self.r
         G = "file"
@@ -502,7 +516,8 @@ class Checker:
         try:
             if "now_unix_ms" in self.doc:
                 self.now_ms = as_int(self.doc["now_unix_ms"], "now_unix_ms")
-                self.r.check(G, self.now_ms >= 0, "now_unix_ms is negative")
+                if not self.r.check(G, self.now_ms >= 0, "now_unix_ms is negative"):
+                    self.now_ms = None
         except Bad as e:
             self.r.fail(G, str(e))
 
@@ -609,7 +624,7 @@ class Checker:
             self.r.check(G, 0 <= group <= 0xFFFF and 0 <= player <= 0xFFFFFFFF and slot >= 0,
                          "%s: group, player or slot out of its field's range (Cookie)" % what)
             if self.cookie_key is not None:
-                want = cookie_for(self.cookie_key, ip, port, group, player, slot)
+                want = cookie_for(self.cookie_key, ip, port, group, player, slot) or b""
                 self.r.check(G, cookie == want,
                              "%s: cookie is %s, HMAC(cookie key, \"reflector-cookie-v1\" || address || "
                              "group || player || slot)[..16] is %s (Cookie)" % (what, cookie.hex(), want.hex()))
@@ -648,12 +663,15 @@ class Checker:
             for k in ("name", "type", "keys", "hex"):
                 if k not in d:
                     self.r.fail(G, "%s: %r missing (Test vectors)" % (what, k))
+            if "name" in d:
+                self.r.check(G, isinstance(d["name"], str) and d["name"].strip(),
+                             "%s: name is not a non-empty string" % what)
             try:
                 b = hexbytes(d.get("hex"), what + ".hex")
             except Bad as e:
                 self.r.fail(G, str(e))
                 continue
-            seen |= self.check_one_datagram(G, what, d, b) or set()
+            seen |= self.guard(G, what, self.check_one_datagram, G, what, d, b) or set()
         # "Every message of this document has test vectors."
         C = "coverage"
         for t, name in TYPE_NAMES.items():
@@ -847,9 +865,12 @@ class Checker:
                 return
             if slot is not None:
                 slots = [as_int(slot, what + ".slot")]
-            else:
-                ns = self.now_ms // 10000 if self.now_ms is not None else 0
+            elif self.now_ms is not None:
+                ns = self.now_ms // 10000
                 slots = [ns, ns - 1]
+            else:
+                self.r.fail(G, "%s: no slot given and no now_unix_ms: the cookie cannot be checked" % what)
+                return
             ok = any(cookie == cookie_for(self.cookie_key, ip, port, group, player, s) for s in slots)
             self.r.check(G, ok, "%s: cookie %s is not HMAC(cookie key, ...) of address %s, group %d, player "
                                 "%d, slot %s (Cookie)" % (what, cookie.hex(), addr, group, player, slots))
@@ -1010,16 +1031,16 @@ class Checker:
                 self.hello = b
         for what, m, b, kind in parsed:
             if kind == "HELLO":
-                self.check_hello(G, what, m, b)
+                self.guard(G, what, self.check_hello, G, what, m, b)
             elif kind == "REQUEST":
-                op = self.check_request(G, what, m, b)
+                op = self.guard(G, what, self.check_request, G, what, m, b)
                 if op:
                     seen_ops.add(op)
             elif kind == "BODY":
-                self.check_body(G, what, m, b)
+                self.guard(G, what, self.check_body, G, what, m, b)
                 seen.add("BODY")
             elif kind == "REPLY":
-                st = self.check_reply(G, what, m, b)
+                st = self.guard(G, what, self.check_reply, G, what, m, b)
                 if st:
                     seen_status.add(st)
             else:
@@ -1299,6 +1320,8 @@ class Checker:
                 continue
             if not self.r.check(G, "why" in e and "hex" in e, "%s: hex or why missing (Test vectors)" % what):
                 continue
+            self.r.check(G, isinstance(e.get("why"), str) and e["why"].strip(),
+                         "%s: why is not a non-empty string (Test vectors: each with why)" % what)
             try:
                 b = hexbytes(e.get("hex"), what + ".hex")
             except Bad as ex:
@@ -1307,9 +1330,9 @@ class Checker:
             kind = invalid_kind(e, b)
             kinds.add(kind)
             if kind == "channel":
-                reasons, doubts = self.channel_rejections(e, b, what)
+                reasons, doubts = self.guard(G, what, self.channel_rejections, e, b, what) or ([], ["unreadable"])
             else:
-                reasons, doubts = self.datagram_rejections(e, b, what)
+                reasons, doubts = self.guard(G, what, self.datagram_rejections, e, b, what) or ([], ["unreadable"])
             if reasons:
                 self.r.ok(G)
                 print("  %s rejected: %s  [why: %s]" % (what, "; ".join(reasons), e.get("why")),
@@ -1413,6 +1436,8 @@ class Checker:
                 if addr is not None and self.cookie_key is not None:
                     try:
                         ip, port = parse_address(addr)
+                        if self.now_ms is None:
+                            raise ValueError("no now_unix_ms to date the cookie")
                         ns = self.now_ms // 10000
                         if not any(b[56:72] == cookie_for(self.cookie_key, ip, port, group, player, s)
                                    for s in (ns, ns - 1)):
