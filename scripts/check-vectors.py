@@ -295,6 +295,15 @@ def hexbytes(v, what, length=None):
     return b
 
 
+def bytes8(v, what):
+    """An 8-byte field given as hex, or as a number read big-endian (Conventions)."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        if not 0 <= v < 1 << 64:
+            raise Bad("%s: %d does not fit 8 bytes" % (what, v))
+        return v.to_bytes(8, "big")
+    return hexbytes(v, what, 8)
+
+
 def as_int(v, what):
     if isinstance(v, bool):
         raise Bad("%s is a boolean, not an integer" % what)
@@ -444,7 +453,7 @@ def datagram_fields(t, b):
 def v1_error_fields():
     return {"magic": F(0, 2), "version": F(2, 1), "type": F(3, 1, names=TYPE_NAMES),
             "group": F(4, 2), "port": F(4, 2), "length": F(6, 2), "player": F(8, 4),
-            "code": F(16, 2, names=ERROR_CODES)}
+            "membership": F(12, 4), "code": F(16, 2, names=ERROR_CODES)}
 
 
 # ---------------------------------------------------------------------------
@@ -459,6 +468,14 @@ class Checker:
         self.cookie_key = None
         self.now_ms = None
         self.tokens = []  # list of dicts (or None where unreadable)
+        self.notes = {}  # undocumented vector keys the checker interprets -> how
+        self.ambiguities = {}  # what the document leaves open -> the entries it concerns
+
+    def note(self, key, how):
+        self.notes.setdefault(key, how)
+
+    def ambiguity(self, text, where):
+        self.ambiguities.setdefault(text, []).append(where)
 
     # -- top level ---------------------------------------------------------
 
@@ -498,6 +515,12 @@ class Checker:
         self.check_datagrams()
         self.check_channel()
         self.check_invalid()
+        for text, where in self.ambiguities.items():
+            self.r.fail("ambiguities", "AMBIGUOUS: %s; concerns %d entr%s: %s"
+                        % (text, len(where), "y" if len(where) == 1 else "ies", ", ".join(where)))
+        for key in sorted(self.notes):
+            print("NOTE: %r is not described by the document's Test vectors section; read as %s"
+                  % (key, self.notes[key]), file=self.r.out)
 
     def read_globals(self):
         G = "file"
@@ -774,6 +797,11 @@ class Checker:
             r.check(G, membership != 0, "%s: membership id 0; 0 means \"asks for a new membership\" "
                                         "(Header)" % what)
         elif t == ERROR:
+            if seq == 0:
+                self.ambiguity("ERROR's sequence field: reflector -> client datagrams carry \"the reflector's "
+                               "own sequence number for that membership (its counter starts at 1)\", but an ERROR "
+                               "to a non-member has no membership; the document does not say what it holds "
+                               "(these vectors use 0) (Types)", what)
             code, res = struct.unpack(">HH", b[24:28])
             r.check(G, code in ERROR_CODES, "%s: code %d is not in the ERROR codes table" % (what, code))
             r.check(G, code != 6, "%s: code 6 (Version) is sent in a version-1 ERROR, not a version-2 one "
@@ -915,6 +943,21 @@ class Checker:
                 except Bad as e:
                     r.fail(G, str(e))
                 continue
+            if n.endswith("name") and n[:-4] in fields and fields[n[:-4]].names not in (None, FLAG_BITS):
+                f = fields[n[:-4]]
+                self.note(k, "the document's name for %s's value" % n[:-4])
+                have = f.value(b)
+                r.check(G, isinstance(given, str) and names_to_int(f.names, given) == have,
+                        "%s: %r is not the document's name for %d (%s)" % (fw, given, have, f.names.get(have, "?")))
+                continue
+            if t == JOIN and n == "tokenindex":
+                self.note(k, "the index in tokens of the token the JOIN carries")
+                try:
+                    tr = self.token_at(given, fw)
+                    r.check(G, tr["token"] == b[24:56], "%s: the JOIN's token is not tokens[%r]" % (fw, given))
+                except Bad as e:
+                    r.fail(G, str(e))
+                continue
             if t == JOIN and n == "token" and isinstance(given, int) and not isinstance(given, bool):
                 try:
                     tr = self.token_at(given, fw)
@@ -972,6 +1015,22 @@ class Checker:
         r.check(G, b[16:18] == b"\x00\x06", "%s: code (bytes 16..18) is %s, not 6 (Header)" % (what, b[16:18].hex()))
         r.check(G, d.get("keys") is None, "%s: keys %r, but an ERROR is not MAC'd; expected null"
                 % (what, d.get("keys")))
+        if "membership" in d:
+            self.note("membership (version-1 ERROR)", "bytes 12..16, which the Header section says are zero")
+        d = dict(d)
+        if "request" in d:
+            self.note("request (version-1 ERROR)", "the version-1 datagram it answers")
+            try:
+                q = hexbytes(d.pop("request"), what + ".request")
+                r.check(G, len(q) >= HEADER and q[:2] == b"RF" and q[2] == 1,
+                        "%s: the request is not a version-1 datagram of at least 24 bytes; only those are "
+                        "answered (Header)" % what)
+                r.check(G, q[4:6] == b[4:6], "%s: group %s is not the request's %s (Header)"
+                        % (what, b[4:6].hex(), q[4:6].hex()))
+                r.check(G, q[8:12] == b[8:12], "%s: bytes 8..12 %s are not the request's %s (Header)"
+                        % (what, b[8:12].hex(), q[8:12].hex()))
+            except Bad as e:
+                r.fail(G, str(e))
         self.check_given_fields(G, what, d, b, v1_error_fields(), ERROR, None)
         return {"V1ERROR"}
 
@@ -986,11 +1045,17 @@ class Checker:
             return
         for k in ("challenge", "keys", "messages"):
             self.r.check(G, k in ch, "channel.%s missing (Test vectors)" % k)
+        requester = {}
         for k in ch:
-            if k not in ("challenge", "keys", "messages") and k not in DESCRIPTIVE:
+            if norm(k) in ("group", "player", "membership"):
+                self.note("channel." + k, "the requester's %s, compared with every REQUEST" % k)
+                requester[norm(k)] = ch[k]
+            elif k not in ("challenge", "keys", "messages") and k not in DESCRIPTIVE:
                 self.r.fail(G, "AMBIGUOUS: channel.%s is not described by the document; not checked" % k)
+        if isinstance(ch.get("challenge"), int):
+            self.note("channel.challenge as a number", "the 8-byte challenge read big-endian (Conventions)")
         try:
-            challenge = hexbytes(ch.get("challenge"), "channel.challenge", 8)
+            challenge = bytes8(ch.get("challenge"), "channel.challenge")
         except Bad as e:
             self.r.fail(G, str(e))
             challenge = None
@@ -1027,6 +1092,11 @@ class Checker:
         for what, m, b, kind in parsed:
             if kind == "REQUEST":
                 self.requests.append((m.get("name"), b))
+                if len(b) == REQUEST_LEN:
+                    for n, f in (("group", F(8, 2)), ("player", F(12, 4)), ("membership", F(16, 4))):
+                        if n in requester:
+                            msg = compare_field(f, b, requester[n], "channel.%s against %s" % (n, what))
+                            self.r.check(G, msg is None, msg)
             if kind == "HELLO" and self.hello is None:
                 self.hello = b
         for what, m, b, kind in parsed:
@@ -1059,7 +1129,7 @@ class Checker:
         for k, v in m.items():
             if norm(k) == "challenge" and not (isinstance(v, str) and len(v) == 0):
                 try:
-                    return hexbytes(v, what + ".challenge", 8)
+                    return bytes8(v, what + ".challenge")
                 except Bad:
                     return self.ch_challenge
         return self.ch_challenge
@@ -1164,6 +1234,20 @@ class Checker:
                 return hits
         return [q for q in self.requests if len(q[1]) == REQUEST_LEN and q[1][6] in ops]
 
+    def check_request_mac_field(self, G, what, m, answered):
+        """'request_mac' beside a body MAC or REPLY: the MAC of the REQUEST it answers."""
+        for k, v in m.items():
+            if norm(k) == "requestmac":
+                self.note(k + " (body MAC, REPLY)", "the request MAC of the REQUEST it answers")
+                try:
+                    rm = hexbytes(v, "%s.%s" % (what, k), 16)
+                except Bad as e:
+                    self.r.fail(G, str(e))
+                    continue
+                if answered is not None:
+                    self.r.check(G, rm == answered[48:64], "%s.%s is %s, the answered REQUEST's MAC is %s"
+                                 % (what, k, rm.hex(), answered[48:64].hex()))
+
     def state_of(self, m, what):
         for k, v in m.items():
             if norm(k) in ("state", "body", "statehex"):
@@ -1200,6 +1284,7 @@ class Checker:
                                                  + q[1][48:64] + state)]
         r.check(G, good, "%s: body MAC %s is not HMAC(Km, \"reflector-channel-v2-body\" || challenge || "
                          "request MAC || state)[..16] for any UPLOAD REQUEST" % (what, mac.hex()))
+        self.check_request_mac_field(G, what, m, good[0][1] if good else None)
         for q in good[:1]:
             blen = struct.unpack(">Q", q[1][32:40])[0]
             r.check(G, blen == len(state), "%s: state is %d bytes, the UPLOAD REQUEST's body length is %d"
@@ -1207,7 +1292,7 @@ class Checker:
         fields = {"mac": F(0, 16, "bytes"), "bodymac": F(0, 16, "bytes")}
         self.channel_fields(G, what, m, mac, fields,
                             skip=("state", "body", "statehex", "challenge", "keys", "request",
-                                  "inreplyto", "answers", "requestname"))
+                                  "inreplyto", "answers", "requestname", "requestmac"))
 
     def check_reply(self, G, what, m, b):
         r = self.r
@@ -1282,6 +1367,17 @@ class Checker:
                              "request MAC || bytes 0..72)[..16] for any fitting REQUEST (%s)"
                     % (what, mac.hex(), ", ".join(str(q[0]) for q in cands)))
             answered = good[0][1] if good else None
+        if answered is None and len(cands) == 1:
+            answered = cands[0][1]
+        self.check_request_mac_field(G, what, m, answered)
+        for k, v in m.items():
+            if norm(k) == "authenticated":
+                self.note(k + " (REPLY)", "whether the reply MAC is a real MAC (true) or all zero (false)")
+                r.check(G, isinstance(v, bool) and v == (mac != bytes(16)),
+                        "%s.%s is %r but the reply MAC is %s" % (what, k, v, "all zero" if mac == bytes(16)
+                                                                else "not zero"))
+                r.check(G, v or status == 5, "%s: unauthenticated (all-zero MAC) but only a REFUSED may be "
+                                             "(REPLY)" % what)
         if answered is not None and status == 2:
             q_tick = struct.unpack(">Q", answered[40:48])[0]
             q_player = struct.unpack(">I", answered[12:16])[0]
@@ -1303,7 +1399,7 @@ class Checker:
                   "mac": F(72, 16, "bytes"), "replymac": F(72, 16, "bytes")}
         self.channel_fields(G, what, m, b, fields,
                             skip=("state", "body", "statehex", "challenge", "keys", "request",
-                                  "inreplyto", "answers", "requestname"))
+                                  "inreplyto", "answers", "requestname", "requestmac", "authenticated"))
         return status
 
     # -- invalid -------------------------------------------------------------
@@ -1329,6 +1425,16 @@ class Checker:
                 continue
             kind = invalid_kind(e, b)
             kinds.add(kind)
+            for k in e:
+                n = norm(k)
+                if n in ("kind", "message", "tags"):
+                    self.note(k + " (invalid)", {"kind": "datagram or channel message",
+                                                 "message": "which channel message it is meant as",
+                                                 "tags": "whether the DATA's group has tags on"}[n])
+                elif k not in DESCRIPTIVE and n not in ("requestmac", "request", "address", "slot",
+                                                        "challenge", "state", "keys"):
+                    self.r.fail(G, "AMBIGUOUS: %s has field %r, which the document does not describe; "
+                                   "not used" % (what, k))
             if kind == "channel":
                 reasons, doubts = self.guard(G, what, self.channel_rejections, e, b, what) or ([], ["unreadable"])
             else:
@@ -1475,7 +1581,11 @@ class Checker:
                 if player != rec["player"] or group != rec["group"]:
                     D.append("header player/group differ from the keys' token (the MAC was checked as given)")
         elif t == DATA:
-            if rec is not None and "Kt" in rec:
+            tags_off = any(norm(k) == "tags" and v is False for k, v in e.items())
+            if tags_off:
+                if not R:
+                    D.append("DATA in a group with tags off: the tag is not checked (DATA and tags)")
+            elif rec is not None and "Kt" in rec:
                 want = siphash24(rec["Kt"], b[:24] + bytes(8) + b[32:]).to_bytes(8, "big")
                 if b[24:32] != want:
                     R.append("tag does not verify under the keys' tag key: dropped, never forwarded (DATA)")
@@ -1518,7 +1628,7 @@ class Checker:
         for k, v in e.items():
             if norm(k) == "challenge":
                 try:
-                    challenge = hexbytes(v, what + ".challenge", 8)
+                    challenge = bytes8(v, what + ".challenge")
                 except Bad as ex:
                     D.append(str(ex))
         if len(b) < 6:
@@ -1578,16 +1688,33 @@ class Checker:
         if status == 5 and mac == bytes(16):
             D.append("a REFUSED with an all-zero MAC is a valid \"this exchange failed\"")
         elif rec is not None and "Km" in rec and challenge is not None:
-            reqs = [q for q in getattr(self, "requests", [])]
+            rmacs = [q[1][48:64] for q in getattr(self, "requests", []) if len(q[1]) == REQUEST_LEN]
             for k, v in e.items():
                 if norm(k) in ("request", "inreplyto", "answers", "requestname"):
-                    reqs = [q for q in reqs if q[0] == v]
-            if not reqs:
+                    rmacs = [q[1][48:64] for q in getattr(self, "requests", []) if q[0] == v]
+            for k, v in e.items():
+                if norm(k) == "requestmac":
+                    self.note(k + " (invalid)", "the request MAC of the REQUEST the REPLY answers")
+                    try:
+                        rmacs = [hexbytes(v, what + "." + k, 16)]
+                    except Bad as ex:
+                        D.append(str(ex))
+            if not rmacs:
                 D.append("no REQUEST to check the reply MAC against")
-            elif not any(mac == mac16(rec["Km"], b"reflector-channel-v2-reply" + challenge + q[1][48:64] + b[:72])
-                         for q in reqs):
-                R.append("reply MAC does not verify under the requester's key for any REQUEST: a client does "
-                         "not act on it")
+            elif not any(mac == mac16(rec["Km"], b"reflector-channel-v2-reply" + challenge + rm + b[:72])
+                         for rm in rmacs):
+                R.append("reply MAC does not verify under the requester's key (for the request MAC it answers): "
+                         "a client acts only on a REPLY whose MAC verifies")
+        if status != 5 and b[7] != 0:
+            D.append("refusal code %d in a %s: the document says \"else zero\" but not that a client rejects it"
+                     % (b[7], STATUSES[status]))
+        if status not in (2, 3) and (b[8:16] != bytes(8) or b[24:36] != bytes(12) or b[40:72] != bytes(32)):
+            D.append("a %s with a nonzero checkpoint number, tick, from player or SHA-256: the REPLY table says "
+                     "\"else zero\", but the document does not say a client rejects such a REPLY (it acts on any "
+                     "REPLY whose MAC verifies)" % STATUSES[status])
+        if status != 3 and (b[16:24] != bytes(8) or b[36:40] != bytes(4)):
+            D.append("a %s with a nonzero body length or age: \"else zero\", but no stated rejection"
+                     % STATUSES[status])
         if status == 3:
             state = b[REPLY_LEN:] if len(b) > REPLY_LEN else None
             for k, v in e.items():

@@ -56,11 +56,9 @@ def sip(key, msg):
         c = (c + b) & M; b = rot(b, 17) ^ c; c = rot(c, 32)
         return a, b, c, d
 
-    pad = msg + bytes((7 - len(msg)) % 8) if len(msg) % 8 else msg
     words = [int.from_bytes(msg[i:i + 8], "little") for i in range(0, len(msg) - len(msg) % 8, 8)]
     tail = msg[len(msg) - len(msg) % 8:]
     words.append(int.from_bytes(tail + bytes(7 - len(tail)) + bytes([len(msg) & 255]), "little"))
-    del pad
     for m in words:
         d ^= m
         a, b, c, d = rnd(*rnd(a, b, c, d))
@@ -155,7 +153,7 @@ class Builder:
         add("DATA with tag", 6, 0, body[:24] + tag + body[32:], [(24, 32, "tag")],
             sequence=4, instance="0102030405060708", tag=tag.hex())
         add("DATA stripped", 6, None, body, [])
-        add("ERROR NotMember", 7, None, header(7, 4, 0, 0) + struct.pack(">HH", 4, 0), [], code=4)
+        add("ERROR NotMember", 7, None, header(7, 4, 0, 1) + struct.pack(">HH", 4, 0), [], code=4)
         nonce = bytes.fromhex("a1a2a3a4a5a6a7a8")
         for t, name, seq in ((8, "PROBE", 3), (9, "PROBE_REPLY", 5), (10, "CHECKPOINT_REQUEST", 4),
                              (11, "ECHO", 6), (12, "ECHO_REPLY", 5)):
@@ -320,6 +318,28 @@ class CheckVectorsTest(unittest.TestCase):
                                "hex": doc["datagrams"][4]["hex"], "why": "none"})
         self.assertFails(*self.run_inproc(doc), "a valid datagram under invalid")
 
+    def test_unknown_field_beside_is_reported_as_ambiguous(self):
+        doc = copy.deepcopy(self.doc)
+        doc["datagrams"][4]["colour"] = "blue"
+        rc, out = self.run_inproc(doc)
+        self.assertFails(rc, out, "a field the document does not define")
+        self.assertIn("AMBIGUOUS", out)
+
+    def test_invalid_entry_rejected_by_no_stated_rule_is_ambiguous(self):
+        # A FETCH REPLY (EMPTY) with a nonzero tick under a correct MAC: the document says "else zero"
+        # but states no rejection for it.
+        doc = copy.deepcopy(self.doc)
+        km = bytes.fromhex(doc["tokens"][0]["mac_key"])
+        ch = bytes.fromhex(doc["channel"]["challenge"])
+        req = bytes.fromhex(doc["channel"]["messages"][3]["hex"])  # REQUEST FETCH_OTHER
+        head = bytearray.fromhex(doc["channel"]["messages"][8]["hex"])[:72]  # REPLY EMPTY
+        head[31] = 1
+        mac = H(km, b"reflector-channel-v2-reply" + ch + req[48:64] + bytes(head), 16)
+        doc["invalid"].append({"name": "EMPTY with a tick", "hex": (bytes(head) + mac).hex(), "why": "tick"})
+        rc, out = self.run_inproc(doc)
+        self.assertFails(rc, out, "an invalid entry no stated rule rejects")
+        self.assertIn("AMBIGUOUS", out)
+
     def test_wrong_field_beside_fails(self):
         doc = copy.deepcopy(self.doc)
         doc["datagrams"][4]["sequence"] = 4
@@ -356,7 +376,6 @@ class CheckVectorsTest(unittest.TestCase):
                 self.assertFails(*self.run_inproc(doc), "empty " + section)
 
     def test_missing_file_fails(self):
-        rc, out = self.run_process(raw=None, doc={}) if False else (None, None)
         p = subprocess.run([sys.executable, CHECKER, os.path.join(self.tmp.name, "nope.json")],
                            capture_output=True, text=True)
         self.assertNotEqual(p.returncode, 0)
