@@ -1188,6 +1188,36 @@ mod tests {
         assert!(!d.verify(&keys(), CHALLENGE, &[0; 16]));
     }
 
+    proptest::proptest! {
+        #[test]
+        fn random_bytes_never_panic_the_decoders_and_what_decodes_re_encodes(
+            b in proptest::collection::vec(proptest::prelude::any::<u8>(), REPLY_LEN),
+            start in proptest::prelude::any::<bool>(),
+        ) {
+            let mut b: [u8; REPLY_LEN] = b.try_into().unwrap();
+            if start {
+                // Past the magic and version most of the time, so the
+                // later checks are reached.
+                b[..5].copy_from_slice(&[0x52, 0x46, 0x43, 0x4b, VERSION]);
+            }
+            let k = keys();
+            for m in [MSG_HELLO, MSG_REQUEST, MSG_REPLY] {
+                b[5] = if start { m } else { b[5] };
+                if let Ok(h) = Hello::decode(b[..HELLO_LEN].try_into().unwrap()) {
+                    proptest::prop_assert_eq!(&h.encode()[..], &b[..HELLO_LEN]);
+                }
+                if let Ok(r) = Request::decode(b[..REQUEST_LEN].try_into().unwrap()) {
+                    proptest::prop_assert_eq!(&r.encode()[..], &b[..REQUEST_LEN]);
+                    let _ = r.verify(&k, CHALLENGE);
+                }
+                if let Ok(r) = Reply::decode(&b) {
+                    proptest::prop_assert_eq!(r.encode(), b);
+                    let _ = r.verify(&k, CHALLENGE, &[0; 16]);
+                }
+            }
+        }
+    }
+
     /// A scripted reflector on loopback: sends HELLO, reads the request,
     /// answers with `script` (which sees the request and the stream).
     fn serve(script: impl FnOnce(&mut TcpStream, Request) + Send + 'static) -> SocketAddr {
