@@ -12,8 +12,10 @@
 //! - [`client`]: one player's membership of one group as a sans-I/O state
 //!   machine (JOIN, JOIN_CHALLENGE, JOIN with cookie, JOIN_ACK, retries on an
 //!   injected clock, refusals and `ERROR(NotMember)` as events, LEAVE);
-//! - [`checkpoint`]: the checkpoint channel's messages (over TCP, encoded
-//!   with `wire`) and a blocking client for uploads and fetches;
+//! - [`checkpoint`]: the checkpoint channel's messages, version 2 (over
+//!   TCP, fixed binary, every message MAC'd), their MACs, and a blocking
+//!   client for uploads and fetches; version 1 in [`checkpoint::v1`] until
+//!   the reflector's server is ported;
 //! - [`blocking`]: that state machine driven over a blocking
 //!   [`std::net::UdpSocket`], for simple clients (tests, benchmarks).
 //!

@@ -32,6 +32,18 @@ pub const TAG_LEN: usize = 8;
 pub const DATA_PAYLOAD: usize = 32;
 /// Largest game payload of one DATA.
 pub const MAX_PAYLOAD: usize = MAX_DATAGRAM - DATA_PAYLOAD;
+/// Largest DATA a client sends: an Ethernet MTU of 1,500 less the IPv4 and
+/// UDP headers. The in-kernel fan-out replicates only datagrams that fit one
+/// frame; a reflector still forwards larger DATA (up to [`MAX_DATAGRAM`]) in
+/// user space, but clients must not rely on it.
+pub const MAX_DATAGRAM_KERNEL: usize = 1472;
+/// Largest game payload of a DATA a client sends ([`MAX_DATAGRAM_KERNEL`]
+/// less the header and the tag); [`INSTANCE_LEN`] less where the group's
+/// JOIN_ACK has [`FLAG_INSTANCE`]. The client library refuses a larger one.
+pub const MAX_GAME_PAYLOAD: usize = MAX_DATAGRAM_KERNEL - DATA_PAYLOAD;
+/// Length of the client instance id that starts every DATA's game payload
+/// in a group whose JOIN_ACK has [`FLAG_INSTANCE`].
+pub const INSTANCE_LEN: usize = 8;
 
 /// Length of a join token issued by the control server.
 pub const TOKEN_LEN: usize = 32;
@@ -39,7 +51,8 @@ pub const TOKEN_LEN: usize = 32;
 pub const COOKIE_LEN: usize = 16;
 /// MAC length of control datagrams (and of tokens and cookies).
 pub const MAC_LEN: usize = 16;
-/// MAC length of the 40-byte PROBE, PROBE_REPLY and CHECKPOINT_REQUEST.
+/// MAC length of the 40-byte PROBE, PROBE_REPLY, CHECKPOINT_REQUEST, ECHO
+/// and ECHO_REPLY.
 pub const SHORT_MAC_LEN: usize = 8;
 pub const NONCE_LEN: usize = 8;
 /// Length of a session key.
@@ -67,13 +80,47 @@ pub mod size {
     pub const KEEPALIVE: usize = 40;
     pub const DATA_MIN: usize = 32;
     pub const ERROR: usize = 28;
+    /// PROBE, PROBE_REPLY, CHECKPOINT_REQUEST, ECHO and ECHO_REPLY.
     pub const PROBE: usize = 40;
+    pub const ECHO: usize = 40;
+    pub const MOVED: usize = 48;
     /// The largest control datagram.
     pub const MAX_CONTROL: usize = JOIN_WITH_COOKIE;
 }
 
-/// JOIN_ACK flag: DATA tags are on in this group.
+/// JOIN_ACK flag (bit 0): DATA tags are on in this group.
 pub const FLAG_TAGS: u8 = 1;
+/// JOIN_ACK flag (bit 1): every DATA's game payload starts with the
+/// sender's [`INSTANCE_LEN`]-byte client instance id.
+pub const FLAG_INSTANCE: u8 = 2;
+/// JOIN_ACK flag (bit 2): reserved for sealed payloads; a reflector of this
+/// revision never sets it. A client ignores bits it does not know.
+pub const FLAG_SEALED: u8 = 4;
+
+/// Renewal (`docs/protocol.md`, "Membership lifetime and renewal"): a JOIN
+/// whose header carries a nonzero membership id is a renewal of that
+/// membership (72 bytes, no cookie, MAC'd under the membership's keys; see
+/// [`SmallDatagram::renewal`]).
+pub mod renewal {
+    /// A client renews when this fraction (1/3) of its token's lifetime is
+    /// left: the lifetime is the control server's `expires_unix_s` less the
+    /// time the token was received.
+    pub const LIFETIME_LEFT_DIVISOR: u64 = 3;
+    /// ... and at the latest this long before the token expires.
+    pub const AT_LATEST_BEFORE_EXPIRY_MS: u64 = 10_000;
+
+    /// When (Unix ms) a client that received a token at `received_unix_ms`
+    /// expiring at `expires_unix_s` renews it: when a third of its lifetime
+    /// is left, and at the latest 10 s before expiry (never before it was
+    /// received).
+    pub fn renew_at_unix_ms(received_unix_ms: u64, expires_unix_s: u64) -> u64 {
+        let expires = expires_unix_s.saturating_mul(1000);
+        let lifetime = expires.saturating_sub(received_unix_ms);
+        let by_fraction = expires - lifetime / LIFETIME_LEFT_DIVISOR;
+        let latest = expires.saturating_sub(AT_LATEST_BEFORE_EXPIRY_MS);
+        by_fraction.min(latest).max(received_unix_ms.min(expires))
+    }
+}
 
 /// Datagram types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -99,10 +146,17 @@ pub enum Kind {
     ProbeReply = 9,
     /// The reflector asks a member for the group's game state.
     CheckpointRequest = 10,
+    /// A member asks for a timed echo: a nonce of its choice.
+    Echo = 11,
+    /// The reflector's answer to ECHO: the same nonce, the same size.
+    EchoReply = 12,
+    /// The reflector tells a member its membership here is ending: ask the
+    /// control server where to go ([`MovedReason`], within ms).
+    Moved = 13,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 13] = [
         Kind::Join,
         Kind::JoinChallenge,
         Kind::JoinAck,
@@ -113,6 +167,9 @@ impl Kind {
         Kind::Probe,
         Kind::ProbeReply,
         Kind::CheckpointRequest,
+        Kind::Echo,
+        Kind::EchoReply,
+        Kind::Moved,
     ];
 
     pub fn from_u8(v: u8) -> Option<Kind> {
@@ -131,14 +188,17 @@ impl Kind {
             Kind::Probe => "PROBE",
             Kind::ProbeReply => "PROBE_REPLY",
             Kind::CheckpointRequest => "CHECKPOINT_REQUEST",
+            Kind::Echo => "ECHO",
+            Kind::EchoReply => "ECHO_REPLY",
+            Kind::Moved => "MOVED",
         }
     }
 
     /// How a datagram of this type is authenticated.
     pub fn auth(self) -> Auth {
         match self {
-            Kind::Join | Kind::JoinChallenge | Kind::JoinAck | Kind::Leave | Kind::Keepalive => Auth::Mac,
-            Kind::Probe | Kind::ProbeReply | Kind::CheckpointRequest => Auth::ShortMac,
+            Kind::Join | Kind::JoinChallenge | Kind::JoinAck | Kind::Leave | Kind::Keepalive | Kind::Moved => Auth::Mac,
+            Kind::Probe | Kind::ProbeReply | Kind::CheckpointRequest | Kind::Echo | Kind::EchoReply => Auth::ShortMac,
             Kind::Data => Auth::Tag,
             Kind::Error => Auth::None,
         }
@@ -155,6 +215,8 @@ impl Kind {
             Kind::Data => (size::DATA_MIN..=MAX_DATAGRAM).contains(&len),
             Kind::Error => len == size::ERROR,
             Kind::Probe | Kind::ProbeReply | Kind::CheckpointRequest => len == size::PROBE,
+            Kind::Echo | Kind::EchoReply => len == size::ECHO,
+            Kind::Moved => len == size::MOVED,
         }
     }
 
@@ -200,9 +262,24 @@ pub enum ErrorCode {
     BadMac = 7,
     /// Too many members from this address in this group.
     AddressLimit = 8,
+    /// Retryable: the address is held by another member that is being checked; start the JOIN again after about a second.
+    Retry = 9,
 }
 
 impl ErrorCode {
+    /// Every code, in the order of their values.
+    pub const ALL: [ErrorCode; 9] = [
+        ErrorCode::BadToken,
+        ErrorCode::ExpiredToken,
+        ErrorCode::BadCookie,
+        ErrorCode::NotMember,
+        ErrorCode::GroupFull,
+        ErrorCode::Version,
+        ErrorCode::BadMac,
+        ErrorCode::AddressLimit,
+        ErrorCode::Retry,
+    ];
+
     pub fn from_u16(v: u16) -> Option<ErrorCode> {
         Some(match v {
             1 => ErrorCode::BadToken,
@@ -213,9 +290,48 @@ impl ErrorCode {
             6 => ErrorCode::Version,
             7 => ErrorCode::BadMac,
             8 => ErrorCode::AddressLimit,
+            9 => ErrorCode::Retry,
             _ => return None,
         })
     }
+}
+
+/// Why the reflector sends MOVED.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub enum MovedReason {
+    /// The reflector is being taken out of service.
+    Draining = 1,
+    /// The cell is served elsewhere now.
+    Reassigned = 2,
+    /// The reflector is shutting down.
+    ShuttingDown = 3,
+}
+
+impl MovedReason {
+    pub const ALL: [MovedReason; 3] = [
+        MovedReason::Draining,
+        MovedReason::Reassigned,
+        MovedReason::ShuttingDown,
+    ];
+
+    pub fn from_u16(v: u16) -> Option<MovedReason> {
+        Some(match v {
+            1 => MovedReason::Draining,
+            2 => MovedReason::Reassigned,
+            3 => MovedReason::ShuttingDown,
+            _ => return None,
+        })
+    }
+}
+
+/// What a MOVED tells a member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moved {
+    /// Why (a reason this version does not know is `Err(raw)`).
+    pub reason: Result<MovedReason, u16>,
+    /// How long the reflector keeps serving this membership (0: not at all).
+    pub within_ms: u16,
 }
 
 /// Why a datagram could not be parsed. Small and `Copy`: never allocates.
@@ -397,9 +513,30 @@ impl<T: AsRef<[u8]>> Packet<T> {
         Some(ErrorCode::from_u16(raw).ok_or(raw))
     }
 
-    /// PROBE, PROBE_REPLY, CHECKPOINT_REQUEST: the nonce.
+    /// PROBE, PROBE_REPLY, CHECKPOINT_REQUEST, ECHO, ECHO_REPLY: the nonce.
     pub fn nonce(&self) -> Option<u64> {
         (self.kind.auth() == Auth::ShortMac).then(|| be64(self.payload()))
+    }
+
+    /// MOVED: the reason and how long the membership is still served. The
+    /// reserved bytes 28..32 are covered by the MAC and not read.
+    pub fn moved(&self) -> Option<Moved> {
+        if self.kind != Kind::Moved {
+            return None;
+        }
+        let p = self.payload();
+        let raw = be16(&p[0..2]);
+        Some(Moved {
+            reason: MovedReason::from_u16(raw).ok_or(raw),
+            within_ms: be16(&p[2..4]),
+        })
+    }
+
+    /// JOIN: whether it renews a membership (the header carries its
+    /// nonzero membership id; MAC'd under the membership's keys, not the
+    /// token's).
+    pub fn is_renewal(&self) -> bool {
+        self.kind == Kind::Join && self.membership() != 0
     }
 
     /// DATA: the tag field (0 when tags are off).
@@ -415,7 +552,9 @@ pub struct JoinAck {
     pub members: u16,
     /// Send a KEEPALIVE at least this often (ms).
     pub keepalive_ms: u16,
-    /// [`FLAG_TAGS`]: DATA must carry a tag.
+    /// [`FLAG_TAGS`]: DATA must carry a tag; [`FLAG_INSTANCE`]: its game
+    /// payload starts with the sender's instance id; [`FLAG_SEALED`] is
+    /// reserved. Unknown bits are ignored.
     pub flags: u8,
     /// TCP port of the reflector's checkpoint channel, 0 if none.
     pub checkpoint_port: u16,
@@ -424,6 +563,11 @@ pub struct JoinAck {
 impl JoinAck {
     pub fn tags(&self) -> bool {
         self.flags & FLAG_TAGS != 0
+    }
+
+    /// Every DATA's game payload starts with the sender's instance id.
+    pub fn instance(&self) -> bool {
+        self.flags & FLAG_INSTANCE != 0
     }
 
     fn body(&self) -> [u8; 8] {
@@ -498,6 +642,11 @@ impl SessionKeys {
         h.finish()
     }
 
+    /// The MAC key `Km` (datagram MACs and the checkpoint channel's MACs).
+    pub fn mac_key(&self) -> &[u8; 32] {
+        &self.mac
+    }
+
     /// The DATA tag key, for an in-kernel checker that computes the same
     /// SipHash (the reflector's eBPF fan-out).
     pub fn tag_key(&self) -> &[u8; 16] {
@@ -519,7 +668,7 @@ impl SessionKeys {
         }
     }
 
-    /// The checkpoint upload's MAC (the checkpoint channel, over TCP).
+    /// The checkpoint upload's MAC of channel version 1 ([`crate::checkpoint::v1`]).
     pub fn checkpoint_mac(&self, nonce: u64, group: u16, content: &[u8]) -> [u8; MAC_LEN] {
         let m = hmac(
             &self.mac,
@@ -537,7 +686,7 @@ impl SessionKeys {
         out
     }
 
-    /// The checkpoint fetch's MAC: over the connection's challenge (so a
+    /// The checkpoint fetch's MAC of channel version 1: over the connection's challenge (so a
     /// recorded fetch cannot be replayed), the group and the membership.
     pub fn fetch_mac(&self, challenge: u64, group: u16, player: u32, membership: u32) -> [u8; MAC_LEN] {
         let m = hmac(
@@ -779,9 +928,33 @@ impl SmallDatagram {
         SmallDatagram::control(h, &[], keys)
     }
 
-    /// PROBE, PROBE_REPLY or CHECKPOINT_REQUEST.
+    /// PROBE, PROBE_REPLY, CHECKPOINT_REQUEST, ECHO or ECHO_REPLY (the
+    /// header's kind says which).
     pub fn nonce(h: &Header, nonce: u64, keys: &SessionKeys) -> SmallDatagram {
         SmallDatagram::control(h, &nonce.to_be_bytes(), keys)
+    }
+
+    /// MOVED (reflector to a member's validated address, under its key).
+    pub fn moved(h: &Header, reason: MovedReason, within_ms: u16, keys: &SessionKeys) -> SmallDatagram {
+        let mut body = [0u8; 8];
+        body[0..2].copy_from_slice(&(reason as u16).to_be_bytes());
+        body[2..4].copy_from_slice(&within_ms.to_be_bytes());
+        SmallDatagram::control(
+            &Header {
+                kind: Kind::Moved,
+                ..*h
+            },
+            &body,
+            keys,
+        )
+    }
+
+    /// A renewal JOIN (72 bytes): `h` carries the current membership id
+    /// (nonzero) and a sequence number fresh in the membership's window,
+    /// `token` is the newer token, and `membership_keys` are the keys of the
+    /// membership being renewed (not the new token's).
+    pub fn renewal(h: &Header, token: &[u8; TOKEN_LEN], membership_keys: &SessionKeys) -> SmallDatagram {
+        SmallDatagram::join(h, token, None, membership_keys)
     }
 
     /// ERROR (not MAC'd: the reflector may hold no key for its addressee).
@@ -811,15 +984,19 @@ impl SmallDatagram {
     }
 }
 
+/// Size of the version-1 ERROR(Version) answer.
+pub const VERSION1_ERROR_LEN: usize = 18;
+
 /// The answer to a datagram of protocol version 1: a version-1 ERROR
 /// (18 bytes, code [`ErrorCode::Version`]) with the request's group and
-/// sender, if the request is a version-1 datagram of at least that size (a
-/// reply is never larger than its request).
-pub fn version1_error(request: &[u8]) -> Option<[u8; 18]> {
-    if request.len() < 18 || be16(&request[field::MAGIC]) != MAGIC || request[field::VERSION] != 1 {
+/// bytes 8..12, if the request is a version-1 datagram of at least a
+/// header's size (a reflector looks at nothing shorter, and a reply is never
+/// larger than its request).
+pub fn version1_error(request: &[u8]) -> Option<[u8; VERSION1_ERROR_LEN]> {
+    if request.len() < HEADER_LEN || be16(&request[field::MAGIC]) != MAGIC || request[field::VERSION] != 1 {
         return None;
     }
-    let mut out = [0u8; 18];
+    let mut out = [0u8; VERSION1_ERROR_LEN];
     out[0..2].copy_from_slice(&MAGIC.to_be_bytes());
     out[2] = 1;
     out[3] = Kind::Error as u8;
@@ -883,7 +1060,19 @@ mod tests {
             (Kind::Probe, 42u64.to_be_bytes().to_vec(), size::PROBE),
             (Kind::ProbeReply, 42u64.to_be_bytes().to_vec(), size::PROBE),
             (Kind::CheckpointRequest, 42u64.to_be_bytes().to_vec(), size::PROBE),
+            (Kind::Echo, 42u64.to_be_bytes().to_vec(), size::ECHO),
+            (Kind::EchoReply, 42u64.to_be_bytes().to_vec(), size::ECHO),
+            (Kind::Moved, vec![0, 2, 0x03, 0xe8, 0, 0, 0, 0], size::MOVED),
         ];
+        assert_eq!(
+            cases
+                .iter()
+                .map(|c| c.0)
+                .collect::<std::collections::HashSet<_>>()
+                .len(),
+            Kind::ALL.len(),
+            "every type has a case"
+        );
         for (kind, body, want) in cases {
             let n = emit(&hdr(kind), &body, Some(&k), &mut out).unwrap();
             assert_eq!(n, want, "{kind:?}");
@@ -1043,6 +1232,12 @@ mod tests {
             None,
             "a 16-byte request gets no 18-byte reply"
         );
+        assert_eq!(
+            version1_error(&v1[..23]),
+            None,
+            "nothing shorter than a header is answered"
+        );
+        assert!(version1_error(&v1[..24]).is_some());
         let mut v2 = v1;
         v2[2] = 2;
         assert_eq!(version1_error(&v2), None);
@@ -1064,6 +1259,105 @@ mod tests {
         assert!(!w.accept(100), "now outside the window");
     }
 
+    #[test]
+    fn echo_echo_reply_and_moved_carry_their_fields_under_the_mac() {
+        let k = keys();
+        for kind in [Kind::Echo, Kind::EchoReply] {
+            let d = SmallDatagram::nonce(&hdr(kind), 0x0102_0304_0506_0708, &k);
+            let p = Packet::parse(d.as_bytes()).unwrap();
+            assert_eq!((p.kind(), d.len(), p.nonce()), (kind, 40, Some(0x0102_0304_0506_0708)));
+            assert!(k.verify(&p));
+            assert_eq!(p.moved(), None);
+        }
+        for reason in MovedReason::ALL {
+            let d = SmallDatagram::moved(&hdr(Kind::Keepalive), reason, 1500, &k);
+            let p = Packet::parse(d.as_bytes()).unwrap();
+            assert_eq!((p.kind(), d.len()), (Kind::Moved, size::MOVED));
+            assert_eq!(
+                p.moved(),
+                Some(Moved {
+                    reason: Ok(reason),
+                    within_ms: 1500
+                })
+            );
+            assert_eq!(&p.as_bytes()[28..32], &[0; 4], "reserved");
+            assert!(k.verify(&p));
+            assert_eq!(MovedReason::from_u16(reason as u16), Some(reason));
+        }
+        assert_eq!(MovedReason::from_u16(0), None);
+        // ECHO_REPLY answers ECHO at exactly its size.
+        assert_eq!(size::ECHO, size::PROBE);
+    }
+
+    #[test]
+    fn error_codes_and_join_ack_flags() {
+        for (i, c) in ErrorCode::ALL.into_iter().enumerate() {
+            assert_eq!(c as u16, i as u16 + 1);
+            assert_eq!(ErrorCode::from_u16(c as u16), Some(c));
+            let e = SmallDatagram::error(4000, 1, 0, c);
+            assert_eq!(Packet::parse(e.as_bytes()).unwrap().error_code(), Some(Ok(c)));
+        }
+        assert_eq!(ErrorCode::from_u16(9), Some(ErrorCode::Retry));
+        assert_eq!(ErrorCode::from_u16(10), None);
+        let ack = |flags| JoinAck {
+            members: 1,
+            keepalive_ms: 1,
+            flags,
+            checkpoint_port: 0,
+        };
+        assert!(ack(FLAG_TAGS | FLAG_INSTANCE).tags() && ack(FLAG_TAGS | FLAG_INSTANCE).instance());
+        assert!(!ack(FLAG_TAGS | FLAG_SEALED).instance());
+        assert!(!ack(FLAG_INSTANCE | 0xf8).tags(), "unknown bits are ignored");
+        assert_eq!(MAX_GAME_PAYLOAD, 1440);
+        assert_eq!(MAX_GAME_PAYLOAD - INSTANCE_LEN, 1432);
+    }
+
+    #[test]
+    fn a_renewal_is_a_72_byte_join_with_the_membership_under_its_keys() {
+        let (old, new) = (keys(), SessionKeys::from_session([4u8; 32]));
+        let h = Header {
+            membership: 0x1234_5678,
+            ..hdr(Kind::Keepalive)
+        };
+        let d = SmallDatagram::renewal(&h, &[8; TOKEN_LEN], &old);
+        let p = Packet::parse(d.as_bytes()).unwrap();
+        assert_eq!(
+            (p.kind(), d.len(), p.membership()),
+            (Kind::Join, size::JOIN, 0x1234_5678)
+        );
+        assert!(p.is_renewal());
+        assert_eq!(p.join_token(), Some(&[8; TOKEN_LEN]));
+        assert_eq!(p.join_cookie(), None);
+        assert!(old.verify(&p), "MAC'd under the membership's keys");
+        assert!(!new.verify(&p));
+        let first = SmallDatagram::join(&hdr(Kind::Join), &[8; TOKEN_LEN], None, &old);
+        let first = Packet::parse(first.as_bytes()).unwrap();
+        assert!(first.is_renewal(), "hdr() carries a membership id");
+        let fresh = SmallDatagram::join(
+            &Header {
+                membership: 0,
+                ..hdr(Kind::Join)
+            },
+            &[8; TOKEN_LEN],
+            None,
+            &old,
+        );
+        assert!(!Packet::parse(fresh.as_bytes()).unwrap().is_renewal());
+    }
+
+    #[test]
+    fn renewal_time_is_a_third_of_the_lifetime_left_at_latest_10_s_before_expiry() {
+        let t0 = 1_700_000_000_000u64;
+        // 300 s token: renew with 100 s left.
+        assert_eq!(renewal::renew_at_unix_ms(t0, t0 / 1000 + 300), t0 + 200_000);
+        // 24 s token: a third left (8 s) would be later than 10 s before expiry.
+        assert_eq!(renewal::renew_at_unix_ms(t0, t0 / 1000 + 24), t0 + 14_000);
+        // 6 s token: at once.
+        assert_eq!(renewal::renew_at_unix_ms(t0, t0 / 1000 + 6), t0);
+        // Already expired: at once.
+        assert_eq!(renewal::renew_at_unix_ms(t0, t0 / 1000 - 5), t0 - 5000);
+    }
+
     proptest! {
         #[test]
         fn random_bytes_never_panic_the_parser(b in proptest::collection::vec(any::<u8>(), 0..200)) {
@@ -1071,18 +1365,19 @@ mod tests {
                 let k = keys();
                 let _ = (p.join_token(), p.join_cookie(), p.challenge_cookie(), p.nonce(), p.join_ack());
                 let _ = (p.error_code(), p.tag(), p.signed(), p.payload(), p.seq(), p.membership());
+                let _ = (p.moved(), p.is_renewal());
                 let _ = (k.verify(&p), k.verify_tag(&p));
             }
         }
 
         #[test]
-        fn header_like_bytes_never_panic(kind in 0u8..12, len in 0u16..100, tail in proptest::collection::vec(any::<u8>(), 0..100)) {
+        fn header_like_bytes_never_panic(kind in 0u8..16, len in 0u16..100, tail in proptest::collection::vec(any::<u8>(), 0..100)) {
             let mut b = vec![0x52, 0x46, 2, kind, 0x0f, 0xa0];
             b.extend_from_slice(&len.to_be_bytes());
             b.extend_from_slice(&[0; 16]);
             b.extend_from_slice(&tail);
             if let Ok(p) = Packet::parse(&b[..]) {
-                let _ = (p.payload(), p.signed(), p.join_ack(), p.nonce());
+                let _ = (p.payload(), p.signed(), p.join_ack(), p.nonce(), p.moved());
             }
         }
 

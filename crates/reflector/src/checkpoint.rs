@@ -33,7 +33,7 @@ use crate::membership::Member;
 use crate::metrics::{GroupCounters, Registry};
 use bytes::Bytes;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use reflector_proto::checkpoint::{Hello, Op, Refusal, Reply, Request, MAX_SMALL, VERSION};
+use reflector_proto::checkpoint::v1::{Hello, Op, Refusal, Reply, Request, MAX_SMALL, VERSION};
 use reflector_proto::protocol::SessionKeys;
 use sendpath::stream::{Piece, StreamSender};
 use std::collections::HashMap;

@@ -9,7 +9,7 @@ use reflector::membership::{Keys, Policy};
 use reflector::server::{Server, ServerConfig};
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::blocking;
-use reflector_proto::checkpoint::{self as channel, ChannelError, Member, Op, Refusal, Reply, Request};
+use reflector_proto::checkpoint::v1::{self as channel, ChannelError, Member, Op, Refusal, Reply, Request};
 use reflector_proto::client::{Config as ClientConfig, Event, JoinRequest, Session};
 use reflector_proto::protocol::{JoinAck, Kind, Packet, SessionKeys, DATA_PAYLOAD, TOKEN_LEN};
 use std::io::{Read, Write};

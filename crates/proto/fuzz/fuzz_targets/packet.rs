@@ -19,6 +19,8 @@ fuzz_target!(|data: &[u8]| {
             p.tag(),
             p.signed(),
             p.payload(),
+            p.moved(),
+            p.is_renewal(),
         );
         let _ = (keys.verify(&p), keys.verify_tag(&p));
     }

@@ -13,7 +13,7 @@
 
 use bytes::Bytes;
 use oskit::netns::NetNs;
-use reflector_proto::checkpoint::{self as channel, Member};
+use reflector_proto::checkpoint::v1::{self as channel, Member};
 use reflector_proto::protocol::SessionKeys;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;

@@ -797,7 +797,7 @@ mod tests {
                 mem,
                 fetch: true,
                 took: Duration::from_millis(3),
-                outcome: Ok(CkDone::Fetched(Some(reflector_proto::checkpoint::Fetched {
+                outcome: Ok(CkDone::Fetched(Some(reflector_proto::checkpoint::v1::Fetched {
                     seq: 1,
                     age_ms: 0,
                     from_player: 7,

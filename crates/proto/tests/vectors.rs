@@ -1,0 +1,1030 @@
+//! The test vectors of `docs/protocol-vectors.json` (format: the document's
+//! "Test vectors" section), made by this crate's code from fixed inputs (a
+//! fixed secret, cookie key and clock; no randomness).
+//!
+//! - `REGENERATE_VECTORS=1 cargo test -p reflector-proto --test vectors`
+//!   writes the file;
+//! - without it, the test rebuilds the JSON and asserts it equals the
+//!   committed file byte for byte (so a change of the code that changes a
+//!   vector fails until the file is regenerated and reviewed), and checks
+//!   every entry of the committed file with the crate's API: tokens and keys,
+//!   cookies, every datagram's fields, MAC or tag, every channel message's
+//!   fields, MACs and digests, and that every `invalid` entry is rejected.
+//!
+//! Conventions of the file beyond the document's field list: integers are
+//! JSON numbers (64-bit ones included: nonces, tags, ticks, the challenge),
+//! byte strings are lowercase hex.
+
+use reflector_proto::auth::{check_cookie, make_cookie, verify_token, Secret, TokenClaims, COOKIE_SLOT_MS};
+use reflector_proto::checkpoint::{
+    body_mac, digest, reply_mac, request_mac, Answer, Hello, Member, Op, Refusal, Reply, Request, Status, Stored,
+    HELLO_LEN, REPLY_LEN, REPLY_SIGNED_LEN, REQUEST_LEN, REQUEST_SIGNED_LEN,
+};
+use reflector_proto::protocol::{
+    emit, version1_error, Auth, ErrorCode, Header, JoinAck, Kind, MovedReason, Packet, SessionKeys, SmallDatagram,
+    FLAG_INSTANCE, FLAG_TAGS, INSTANCE_LEN, MAGIC, TOKEN_LEN,
+};
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+// ---------------------------------------------------------------------------
+// The fixed inputs.
+
+const NOW_UNIX_MS: u64 = 1_767_225_600_123;
+const NOW_S: u64 = NOW_UNIX_MS / 1000;
+const REFLECTOR: u16 = 3;
+const GROUP: u16 = 40_000;
+const PLAYER_A: u32 = 1001;
+const PLAYER_B: u32 = 1002;
+const MEMBERSHIP: u32 = 0x5eed_1234;
+const PROBE_NONCE: u64 = 0x8a3f_0c11_d2e4_5b67;
+const CHECKPOINT_NONCE: u64 = 0x0123_4567_89ab_cdef;
+const ECHO_NONCE: u64 = 0xfeed_face_cafe_beef;
+const INSTANCE: u64 = 0x1c2d_3e4f_5061_7283;
+const CHALLENGE: u64 = 0x0f1e_2d3c_4b5a_6978;
+const TICK: u64 = 4242;
+const STATE: &[u8] = b"checkpoint state of group 40000 at tick 4242\n";
+
+fn secret_bytes() -> [u8; 32] {
+    core::array::from_fn(|i| i as u8)
+}
+
+fn cookie_key_bytes() -> [u8; 32] {
+    core::array::from_fn(|i| 0x80 + i as u8)
+}
+
+fn secret() -> Secret {
+    Secret::new(&secret_bytes()).expect("32 bytes")
+}
+
+fn cookie_key() -> Secret {
+    Secret::new(&cookie_key_bytes()).expect("32 bytes")
+}
+
+/// Token 0: player A; token 1: player B; token 2: player A's newer token,
+/// the one a renewal carries.
+fn claims() -> [TokenClaims; 3] {
+    let c = |player, expires_unix_s| TokenClaims {
+        player,
+        reflector: REFLECTOR,
+        group: GROUP,
+        expires_unix_s,
+    };
+    [
+        c(PLAYER_A, NOW_S + 300),
+        c(PLAYER_B, NOW_S + 300),
+        c(PLAYER_A, NOW_S + 600),
+    ]
+}
+
+fn cookie_cases() -> [(&'static str, u32); 2] {
+    [("192.0.2.10:51000", PLAYER_A), ("[2001:db8::10]:51001", PLAYER_B)]
+}
+
+// ---------------------------------------------------------------------------
+// A JSON value whose objects keep their fields in the order written,
+// whatever serde_json's features: the file is compared byte for byte.
+
+enum J {
+    U(u64),
+    S(String),
+    B(bool),
+    Null,
+    A(Vec<J>),
+    O(Vec<(&'static str, J)>),
+}
+
+impl Serialize for J {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            J::U(v) => s.serialize_u64(*v),
+            J::S(v) => s.serialize_str(v),
+            J::B(v) => s.serialize_bool(*v),
+            J::Null => s.serialize_unit(),
+            J::A(v) => {
+                let mut q = s.serialize_seq(Some(v.len()))?;
+                for x in v {
+                    q.serialize_element(x)?;
+                }
+                q.end()
+            }
+            J::O(v) => {
+                let mut m = s.serialize_map(Some(v.len()))?;
+                for (k, x) in v {
+                    m.serialize_entry(k, x)?;
+                }
+                m.end()
+            }
+        }
+    }
+}
+
+fn u(v: impl Into<u64>) -> J {
+    J::U(v.into())
+}
+
+fn h(b: impl AsRef<[u8]>) -> J {
+    J::S(hex::encode(b))
+}
+
+fn s(v: &str) -> J {
+    J::S(v.to_string())
+}
+
+fn keys_of(i: Option<usize>) -> J {
+    i.map_or(J::Null, |i| u(i as u64))
+}
+
+// ---------------------------------------------------------------------------
+// Building the vectors.
+
+fn token_keys() -> Vec<([u8; TOKEN_LEN], SessionKeys)> {
+    claims()
+        .iter()
+        .map(|c| {
+            let t = c.sign(&secret());
+            (t, SessionKeys::derive(&secret(), &t))
+        })
+        .collect()
+}
+
+fn header(kind: Kind, player: u32, membership: u32, seq: u64) -> Header {
+    Header {
+        kind,
+        group: GROUP,
+        sender: player,
+        membership,
+        seq,
+    }
+}
+
+/// A datagram entry: name, type, keys, hex, the header's fields, then `extra`.
+fn datagram(name: &str, bytes: &[u8], keys: Option<usize>, extra: Vec<(&'static str, J)>) -> J {
+    let be = |r: std::ops::Range<usize>| bytes[r].iter().fold(0u64, |a, b| a << 8 | u64::from(*b));
+    let mut o = vec![
+        ("name", s(name)),
+        ("type", u(bytes[3])),
+        ("keys", keys_of(keys)),
+        ("hex", h(bytes)),
+        ("group", u(be(4..6))),
+        ("player", u(be(8..12))),
+        ("membership", u(be(12..16))),
+    ];
+    if bytes.len() >= 24 {
+        o.push(("sequence", u(be(16..24))));
+    }
+    o.extend(extra);
+    J::O(o)
+}
+
+fn data(h: &Header, payload: &[u8], keys: Option<&SessionKeys>) -> Vec<u8> {
+    let mut buf = vec![0u8; 32 + payload.len()];
+    let n = emit(h, payload, keys, &mut buf).expect("a DATA of this size");
+    buf.truncate(n);
+    buf
+}
+
+fn datagrams(tk: &[([u8; TOKEN_LEN], SessionKeys)]) -> Vec<J> {
+    let (t0, k0) = (&tk[0].0, &tk[0].1);
+    let t2 = &tk[2].0;
+    let a = |kind, membership, seq| header(kind, PLAYER_A, membership, seq);
+    let cookie_a = make_cookie(
+        &cookie_key(),
+        &cookie_cases()[0].0.parse().unwrap(),
+        GROUP,
+        PLAYER_A,
+        NOW_UNIX_MS,
+    );
+    let mut v = Vec::new();
+
+    let join = SmallDatagram::join(&a(Kind::Join, 0, 1), t0, None, k0);
+    v.push(datagram("JOIN", join.as_bytes(), Some(0), vec![("token", h(t0))]));
+    let challenge = SmallDatagram::challenge(&a(Kind::JoinChallenge, 0, 1), &cookie_a, k0);
+    v.push(datagram(
+        "JOIN_CHALLENGE",
+        challenge.as_bytes(),
+        Some(0),
+        vec![("cookie", h(cookie_a))],
+    ));
+    let join2 = SmallDatagram::join(&a(Kind::Join, 0, 2), t0, Some(&cookie_a), k0);
+    v.push(datagram(
+        "JOIN (with cookie)",
+        join2.as_bytes(),
+        Some(0),
+        vec![("token", h(t0)), ("cookie", h(cookie_a))],
+    ));
+    let ack = JoinAck {
+        members: 3,
+        keepalive_ms: 1000,
+        flags: FLAG_TAGS | FLAG_INSTANCE,
+        checkpoint_port: 40_100,
+    };
+    let ackd = SmallDatagram::join_ack(&a(Kind::JoinAck, MEMBERSHIP, 1), ack, k0);
+    v.push(datagram(
+        "JOIN_ACK (tags, instance)",
+        ackd.as_bytes(),
+        Some(0),
+        vec![
+            ("members", u(ack.members)),
+            ("keepalive_ms", u(ack.keepalive_ms)),
+            ("flags", u(ack.flags)),
+            ("checkpoint_port", u(ack.checkpoint_port)),
+        ],
+    ));
+    let ka = SmallDatagram::simple(&a(Kind::Keepalive, MEMBERSHIP, 3), k0);
+    v.push(datagram("KEEPALIVE", ka.as_bytes(), Some(0), vec![]));
+
+    let game = b"position 12.5 -3.25";
+    let tagged = data(&a(Kind::Data, MEMBERSHIP, 4), game, Some(k0));
+    let tag = u64::from_be_bytes(tagged[24..32].try_into().unwrap());
+    v.push(datagram(
+        "DATA (tag)",
+        &tagged,
+        Some(0),
+        vec![("tags", J::B(true)), ("tag", u(tag)), ("payload", h(game))],
+    ));
+    let plain = data(&a(Kind::Data, MEMBERSHIP, 5), game, None);
+    v.push(datagram(
+        "DATA (tags off)",
+        &plain,
+        None,
+        vec![("tags", J::B(false)), ("tag", u(0u64)), ("payload", h(game))],
+    ));
+    let mut with_instance = INSTANCE.to_be_bytes().to_vec();
+    with_instance.extend_from_slice(game);
+    let inst = data(&a(Kind::Data, MEMBERSHIP, 6), &with_instance, Some(k0));
+    let itag = u64::from_be_bytes(inst[24..32].try_into().unwrap());
+    v.push(datagram(
+        "DATA (tag, instance)",
+        &inst,
+        Some(0),
+        vec![
+            ("tags", J::B(true)),
+            ("tag", u(itag)),
+            ("payload", h(&with_instance)),
+            ("instance", u(INSTANCE)),
+        ],
+    ));
+
+    for (name, kind, seq, nonce) in [
+        ("PROBE", Kind::Probe, 2, PROBE_NONCE),
+        ("PROBE_REPLY", Kind::ProbeReply, 7, PROBE_NONCE),
+        ("CHECKPOINT_REQUEST", Kind::CheckpointRequest, 3, CHECKPOINT_NONCE),
+        ("ECHO", Kind::Echo, 8, ECHO_NONCE),
+        ("ECHO_REPLY", Kind::EchoReply, 4, ECHO_NONCE),
+    ] {
+        let d = SmallDatagram::nonce(&a(kind, MEMBERSHIP, seq), nonce, k0);
+        v.push(datagram(name, d.as_bytes(), Some(0), vec![("nonce", u(nonce))]));
+    }
+    for (i, reason) in MovedReason::ALL.into_iter().enumerate() {
+        let within = [5000u16, 0, 1000][i];
+        let d = SmallDatagram::moved(&a(Kind::Moved, MEMBERSHIP, 5 + i as u64), reason, within, k0);
+        v.push(datagram(
+            &format!("MOVED ({reason:?})"),
+            d.as_bytes(),
+            Some(0),
+            vec![
+                ("reason", u(reason as u16)),
+                ("reason_name", s(&format!("{reason:?}"))),
+                ("within_ms", u(within)),
+            ],
+        ));
+    }
+    let renewal = SmallDatagram::renewal(&a(Kind::Join, MEMBERSHIP, 9), t2, k0);
+    v.push(datagram(
+        "JOIN (renewal)",
+        renewal.as_bytes(),
+        Some(0),
+        vec![("token", h(t2)), ("renewal", J::B(true)), ("token_index", u(2u64))],
+    ));
+    let leave = SmallDatagram::simple(&a(Kind::Leave, MEMBERSHIP, 10), k0);
+    v.push(datagram("LEAVE", leave.as_bytes(), Some(0), vec![]));
+
+    for code in ErrorCode::ALL {
+        let e = SmallDatagram::error(GROUP, PLAYER_B, 0, code);
+        v.push(datagram(
+            &format!("ERROR ({code:?})"),
+            e.as_bytes(),
+            None,
+            vec![("code", u(code as u16)), ("code_name", s(&format!("{code:?}")))],
+        ));
+    }
+    let request = v1_request();
+    let e = version1_error(&request).expect("a version-1 request of a header's size");
+    v.push(datagram(
+        "ERROR (Version), version 1",
+        &e,
+        None,
+        vec![
+            ("version", u(1u8)),
+            ("code", u(ErrorCode::Version as u16)),
+            ("code_name", s("Version")),
+            ("request", h(request)),
+        ],
+    ));
+    v
+}
+
+/// A version-1 JOIN-like datagram of a header's size (what an old client sends).
+fn v1_request() -> [u8; 24] {
+    let mut r = [0u8; 24];
+    r[0..2].copy_from_slice(&MAGIC.to_be_bytes());
+    r[2] = 1;
+    r[3] = 1;
+    r[4..6].copy_from_slice(&GROUP.to_be_bytes());
+    r[6..8].copy_from_slice(&0u16.to_be_bytes());
+    r[8..12].copy_from_slice(&PLAYER_A.to_be_bytes());
+    r[12..16].copy_from_slice(&0xa1b2_c3d4u32.to_be_bytes());
+    r[16..24].copy_from_slice(&7u64.to_be_bytes());
+    r
+}
+
+fn hello() -> Hello {
+    Hello {
+        challenge: CHALLENGE,
+        max_state: 16 << 20,
+        hello_deadline_ms: 2000,
+    }
+}
+
+fn member(k: &SessionKeys) -> Member<'_> {
+    Member {
+        group: GROUP,
+        player: PLAYER_A,
+        membership: MEMBERSHIP,
+        keys: k,
+    }
+}
+
+fn requests(k: &SessionKeys) -> [Request; 3] {
+    let m = member(k);
+    [
+        Request::upload(&m, CHALLENGE, CHECKPOINT_NONCE, STATE.len() as u64, TICK),
+        Request::fetch(&m, CHALLENGE, Op::Fetch),
+        Request::fetch(&m, CHALLENGE, Op::FetchOther),
+    ]
+}
+
+fn stored() -> Stored {
+    Stored {
+        number: 7,
+        tick: TICK,
+        from_player: PLAYER_A,
+        digest: digest(STATE),
+    }
+}
+
+/// (name, reply, the request it answers, the state that goes with it).
+fn replies(k: &SessionKeys) -> Vec<(String, Reply, Request, Option<&'static [u8]>)> {
+    let [up, fetch, other] = requests(k);
+    let signed = |a, r: &Request| Reply::signed(a, k, CHALLENGE, &r.mac);
+    vec![
+        ("REPLY CONTINUE".into(), signed(Answer::Continue, &up), up, None),
+        (
+            "REPLY STORED".into(),
+            signed(Answer::Stored(stored()), &up),
+            up,
+            Some(STATE),
+        ),
+        (
+            "REPLY CHECKPOINT".into(),
+            signed(
+                Answer::Checkpoint {
+                    stored: stored(),
+                    body_len: STATE.len() as u64,
+                    age_ms: 1500,
+                },
+                &fetch,
+            ),
+            fetch,
+            Some(STATE),
+        ),
+        ("REPLY EMPTY".into(), signed(Answer::Empty, &other), other, None),
+        (
+            "REPLY REFUSED".into(),
+            signed(Answer::Refused(Refusal::Busy), &fetch),
+            fetch,
+            None,
+        ),
+        (
+            "REPLY REFUSED (unauthenticated)".into(),
+            Reply::unauthenticated(Refusal::NotMember),
+            fetch,
+            None,
+        ),
+    ]
+}
+
+fn request_entry(r: &Request) -> J {
+    J::O(vec![
+        ("name", s(&format!("REQUEST {}", r.op.name()))),
+        ("hex", h(r.encode())),
+        ("op", u(r.op as u8)),
+        ("group", u(r.group)),
+        ("player", u(r.player)),
+        ("membership", u(r.membership)),
+        ("nonce", u(r.nonce)),
+        ("body_length", u(r.body_len)),
+        ("tick", u(r.tick)),
+        ("mac", h(r.mac)),
+    ])
+}
+
+fn reply_entry(name: &str, r: &Reply, req: &Request, state: Option<&[u8]>) -> J {
+    let (refusal, info, body_len, age_ms) = match r.answer {
+        Answer::Refused(c) => (c as u8, None, 0, 0),
+        Answer::Stored(st) => (0, Some(st), 0, 0),
+        Answer::Checkpoint {
+            stored,
+            body_len,
+            age_ms,
+        } => (0, Some(stored), body_len, age_ms),
+        Answer::Continue | Answer::Empty => (0, None, 0, 0),
+    };
+    let st = info.unwrap_or(Stored {
+        number: 0,
+        tick: 0,
+        from_player: 0,
+        digest: [0; 32],
+    });
+    let mut o = vec![
+        ("name", s(name)),
+        ("hex", h(r.encode())),
+        ("status", u(r.answer.status() as u8)),
+        ("refusal", u(refusal)),
+        ("checkpoint", u(st.number)),
+        ("body_length", u(body_len)),
+        ("tick", u(st.tick)),
+        ("from_player", u(st.from_player)),
+        ("age_ms", u(age_ms)),
+        ("digest", h(st.digest)),
+        ("mac", h(r.mac)),
+        ("authenticated", J::B(!r.is_unauthenticated())),
+        ("request", s(&format!("REQUEST {}", req.op.name()))),
+        ("request_mac", h(req.mac)),
+    ];
+    if let Some(state) = state {
+        o.push(("state", h(state)));
+    }
+    J::O(o)
+}
+
+fn channel(tk: &[([u8; TOKEN_LEN], SessionKeys)]) -> J {
+    let k = &tk[0].1;
+    let hl = hello();
+    let mut msgs = vec![J::O(vec![
+        ("name", s("HELLO")),
+        ("hex", h(hl.encode())),
+        ("challenge", u(hl.challenge)),
+        ("max_state", u(hl.max_state)),
+        ("hello_deadline_ms", u(hl.hello_deadline_ms)),
+    ])];
+    let reqs = requests(k);
+    msgs.extend(reqs.iter().map(request_entry));
+    let up = &reqs[0];
+    msgs.push(J::O(vec![
+        ("name", s("body MAC")),
+        ("hex", h(body_mac(k, CHALLENGE, &up.mac, STATE))),
+        ("request", s("REQUEST UPLOAD")),
+        ("request_mac", h(up.mac)),
+        ("state", h(STATE)),
+    ]));
+    for (name, r, req, state) in replies(k) {
+        msgs.push(reply_entry(&name, &r, &req, state));
+    }
+    J::O(vec![
+        ("challenge", u(CHALLENGE)),
+        ("keys", u(0u64)),
+        ("group", u(GROUP)),
+        ("player", u(PLAYER_A)),
+        ("membership", u(MEMBERSHIP)),
+        ("messages", J::A(msgs)),
+    ])
+}
+
+/// Invalid entries: (name, why, kind, message or None, keys, bytes, extra).
+fn invalid(tk: &[([u8; TOKEN_LEN], SessionKeys)]) -> Vec<J> {
+    let k0 = &tk[0].1;
+    let a = |kind, seq| header(kind, PLAYER_A, MEMBERSHIP, seq);
+    let ka = SmallDatagram::simple(&a(Kind::Keepalive, 11), k0).as_bytes().to_vec();
+    let mut v = Vec::new();
+    let mut dg = |name: &str, why: &str, bytes: Vec<u8>, extra: Vec<(&'static str, J)>| {
+        let mut o = vec![
+            ("name", s(name)),
+            ("why", s(why)),
+            ("kind", s("datagram")),
+            ("keys", u(0u64)),
+            ("hex", h(bytes)),
+        ];
+        o.extend(extra);
+        v.push(J::O(o));
+    };
+    let mut b = ka.clone();
+    b[0] = 0x52 ^ 0xff;
+    dg("bad magic", "the first two bytes are not 0x5246", b, vec![]);
+    let mut b = ka.clone();
+    b[6..8].copy_from_slice(&17u16.to_be_bytes());
+    dg(
+        "wrong length field",
+        "the length field says 17, the datagram has 16 bytes after the header",
+        b,
+        vec![],
+    );
+    let mut b = ka.clone();
+    b.push(0);
+    b[6..8].copy_from_slice(&17u16.to_be_bytes());
+    dg(
+        "wrong size for type",
+        "a KEEPALIVE of 41 bytes (its type's size is 40)",
+        b,
+        vec![],
+    );
+    let mut b = ka.clone();
+    b[3] = 14;
+    dg("unknown type", "type 14 is not in the table", b, vec![]);
+    let mut b = ka.clone();
+    b[2] = 3;
+    dg(
+        "unsupported version",
+        "version 3 (not answered: only version 1 gets an ERROR)",
+        b,
+        vec![],
+    );
+    let mut b = ka.clone();
+    b[39] ^= 0x01;
+    dg("flipped MAC", "a KEEPALIVE whose MAC's last bit is flipped", b, vec![]);
+    let mut b = ka.clone();
+    b[20] ^= 0x01;
+    dg(
+        "flipped sequence",
+        "a KEEPALIVE whose sequence changed under its MAC",
+        b,
+        vec![],
+    );
+    let mut b = data(&a(Kind::Data, 12), b"position 12.5 -3.25", Some(k0));
+    b[24] ^= 0x80;
+    dg(
+        "flipped tag",
+        "a DATA whose tag's first bit is flipped (tags on)",
+        b,
+        vec![("tags", J::B(true))],
+    );
+
+    let [up, fetch, _] = requests(k0);
+    let mut ch = |name: &str, why: &str, message: &str, bytes: &[u8], extra: Vec<(&'static str, J)>| {
+        let mut o = vec![
+            ("name", s(name)),
+            ("why", s(why)),
+            ("kind", s("channel")),
+            ("message", s(message)),
+            ("keys", u(0u64)),
+            ("hex", h(bytes)),
+        ];
+        o.extend(extra);
+        v.push(J::O(o));
+    };
+    // Re-MAC'd after the change, so only the rule named is broken.
+    let remac = |mut b: [u8; REQUEST_LEN]| {
+        let signed: [u8; REQUEST_SIGNED_LEN] = b[..REQUEST_SIGNED_LEN].try_into().unwrap();
+        b[REQUEST_SIGNED_LEN..].copy_from_slice(&request_mac(k0, CHALLENGE, &signed));
+        b
+    };
+    let mut b = fetch.encode();
+    b[21] = 1;
+    ch(
+        "REQUEST with a non-zero reserved byte",
+        "byte 21 (reserved, 20..24) is 1; the MAC is right",
+        "REQUEST",
+        &remac(b),
+        vec![],
+    );
+    let mut b = fetch.encode();
+    b[7] = 1;
+    ch(
+        "REQUEST with non-zero flags",
+        "byte 7 (flags) is 1; the MAC is right",
+        "REQUEST",
+        &remac(b),
+        vec![],
+    );
+    let mut b = fetch.encode();
+    b[6] = 4;
+    ch(
+        "REQUEST with an unknown op",
+        "op 4; the MAC is right",
+        "REQUEST",
+        &remac(b),
+        vec![],
+    );
+    let mut b = fetch.encode();
+    b[31] = 1;
+    ch(
+        "FETCH with a non-zero nonce",
+        "the nonce of a FETCH must be zero; the MAC is right",
+        "REQUEST",
+        &remac(b),
+        vec![],
+    );
+    let mut b = up.encode();
+    b[63] ^= 0x01;
+    ch(
+        "REQUEST with a flipped MAC",
+        "the request MAC's last bit is flipped",
+        "REQUEST",
+        &b,
+        vec![],
+    );
+    let mut b = up.encode();
+    b[0] = b'X';
+    ch(
+        "REQUEST with bad magic",
+        "the first four bytes are not RFCK",
+        "REQUEST",
+        &remac(b),
+        vec![],
+    );
+    let mut b = hello().encode();
+    b[4] = 1;
+    ch(
+        "HELLO of version 1",
+        "channel version 1 is not spoken",
+        "HELLO",
+        &b,
+        vec![],
+    );
+    let mut b = Reply::signed(Answer::Stored(stored()), k0, CHALLENGE, &up.mac).encode();
+    b[87] ^= 0x01;
+    ch(
+        "REPLY with a flipped MAC",
+        "the reply MAC's last bit is flipped",
+        "REPLY",
+        &b,
+        vec![("request_mac", h(up.mac))],
+    );
+    let mut b = Reply::signed(Answer::Continue, k0, CHALLENGE, &up.mac).encode();
+    b[30] = 1;
+    let signed: [u8; REPLY_SIGNED_LEN] = b[..REPLY_SIGNED_LEN].try_into().unwrap();
+    let mac = reply_mac(k0, CHALLENGE, &up.mac, &signed);
+    b[REPLY_SIGNED_LEN..].copy_from_slice(&mac);
+    ch(
+        "CONTINUE with a tick",
+        "the tick of a CONTINUE must be zero; the MAC is right",
+        "REPLY",
+        &b,
+        vec![("request_mac", h(up.mac))],
+    );
+    v
+}
+
+fn build() -> String {
+    let tk = token_keys();
+    let tokens = claims()
+        .iter()
+        .zip(&tk)
+        .map(|(c, (t, k))| {
+            J::O(vec![
+                ("player", u(c.player)),
+                ("group", u(c.group)),
+                ("reflector", u(c.reflector)),
+                ("expires_unix_s", u(c.expires_unix_s)),
+                ("token", h(t)),
+                ("session_key", h(k.session)),
+                ("mac_key", h(k.mac_key())),
+                ("tag_key", h(k.tag_key())),
+            ])
+        })
+        .collect();
+    let cookies = cookie_cases()
+        .iter()
+        .map(|(addr, player)| {
+            let a: SocketAddr = addr.parse().expect("a fixed address");
+            J::O(vec![
+                ("address", s(addr)),
+                ("group", u(GROUP)),
+                ("player", u(*player)),
+                ("slot", u(NOW_UNIX_MS / COOKIE_SLOT_MS)),
+                ("cookie", h(make_cookie(&cookie_key(), &a, GROUP, *player, NOW_UNIX_MS))),
+            ])
+        })
+        .collect();
+    let root = J::O(vec![
+        ("secret", h(secret_bytes())),
+        ("cookie_key", h(cookie_key_bytes())),
+        ("now_unix_ms", u(NOW_UNIX_MS)),
+        ("tokens", J::A(tokens)),
+        ("cookies", J::A(cookies)),
+        ("datagrams", J::A(datagrams(&tk))),
+        ("channel", channel(&tk)),
+        ("invalid", J::A(invalid(&tk))),
+    ]);
+    let mut out = serde_json::to_string_pretty(&root).expect("serialisable");
+    out.push('\n');
+    out
+}
+
+fn path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/protocol-vectors.json")
+}
+
+#[test]
+fn the_committed_vectors_are_what_the_code_makes() {
+    let want = build();
+    if std::env::var_os("REGENERATE_VECTORS").is_some_and(|v| v == "1") {
+        std::fs::write(path(), &want).expect("write docs/protocol-vectors.json");
+        return;
+    }
+    let have =
+        std::fs::read_to_string(path()).expect("docs/protocol-vectors.json exists (REGENERATE_VECTORS=1 makes it)");
+    if have != want {
+        let line = have.lines().zip(want.lines()).position(|(a, b)| a != b);
+        panic!(
+            "docs/protocol-vectors.json differs from what the code makes (first differing line: {:?}); \
+             if the change is intended, run REGENERATE_VECTORS=1 cargo test -p reflector-proto --test vectors \
+             and review the diff",
+            line.map(|l| l + 1)
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Checking the committed file with the crate's API.
+
+fn load() -> Value {
+    let text = std::fs::read_to_string(path()).expect("docs/protocol-vectors.json exists");
+    serde_json::from_str(&text).expect("valid JSON")
+}
+
+fn num(v: &Value, f: &str) -> u64 {
+    v[f].as_u64().unwrap_or_else(|| panic!("{f} is not a number in {v}"))
+}
+
+fn bytes(v: &Value, f: &str) -> Vec<u8> {
+    let t = v[f].as_str().unwrap_or_else(|| panic!("{f} is not a string in {v}"));
+    hex::decode(t).unwrap_or_else(|e| panic!("{f} is not hex: {e}"))
+}
+
+fn arr<const N: usize>(v: &Value, f: &str) -> [u8; N] {
+    bytes(v, f)
+        .try_into()
+        .unwrap_or_else(|_| panic!("{f} is not {N} bytes in {v}"))
+}
+
+fn list<'a>(v: &'a Value, f: &str) -> &'a Vec<Value> {
+    let l = v[f].as_array().unwrap_or_else(|| panic!("section {f} is missing"));
+    assert!(!l.is_empty(), "section {f} is empty");
+    l
+}
+
+fn keys_at(file: &Value, e: &Value) -> Option<SessionKeys> {
+    e["keys"]
+        .as_u64()
+        .map(|i| SessionKeys::from_session(arr(&file["tokens"][i as usize], "session_key")))
+}
+
+#[test]
+fn tokens_keys_and_cookies_verify() {
+    let f = load();
+    let sec = Secret::new(&bytes(&f, "secret")).unwrap();
+    let ck = Secret::new(&bytes(&f, "cookie_key")).unwrap();
+    let now = num(&f, "now_unix_ms");
+    for t in list(&f, "tokens") {
+        let token: [u8; TOKEN_LEN] = arr(t, "token");
+        let claims = TokenClaims {
+            player: num(t, "player") as u32,
+            group: num(t, "group") as u16,
+            reflector: num(t, "reflector") as u16,
+            expires_unix_s: num(t, "expires_unix_s"),
+        };
+        assert_eq!(claims.sign(&sec), token);
+        assert_eq!(
+            verify_token(&sec, &token, claims.reflector, claims.group, claims.player, now),
+            Ok(claims)
+        );
+        let k = SessionKeys::derive(&sec, &token);
+        assert_eq!(k.session, arr::<32>(t, "session_key"));
+        assert_eq!(k.mac_key(), &arr::<32>(t, "mac_key"));
+        assert_eq!(k.tag_key(), &arr::<16>(t, "tag_key"));
+    }
+    let mut families = std::collections::HashSet::new();
+    for c in list(&f, "cookies") {
+        let a: SocketAddr = c["address"].as_str().unwrap().parse().unwrap();
+        families.insert(a.is_ipv4());
+        assert_eq!(num(c, "slot"), now / COOKIE_SLOT_MS);
+        let (g, p) = (num(c, "group") as u16, num(c, "player") as u32);
+        let cookie: [u8; 16] = arr(c, "cookie");
+        assert_eq!(make_cookie(&ck, &a, g, p, now), cookie);
+        assert!(check_cookie(&ck, &cookie, &a, g, p, now));
+    }
+    assert_eq!(families.len(), 2, "an IPv4 and an IPv6 cookie");
+}
+
+#[test]
+fn every_datagram_parses_to_its_fields_and_verifies() {
+    let f = load();
+    let mut kinds = std::collections::HashSet::new();
+    for e in list(&f, "datagrams") {
+        let name = e["name"].as_str().unwrap();
+        let b = bytes(e, "hex");
+        if e.get("version").and_then(Value::as_u64) == Some(1) {
+            assert_eq!(
+                version1_error(&bytes(e, "request")).map(|x| x.to_vec()),
+                Some(b.clone()),
+                "{name}"
+            );
+            assert_eq!(
+                (b[3], u16::from_be_bytes([b[16], b[17]])),
+                (num(e, "type") as u8, num(e, "code") as u16)
+            );
+            continue;
+        }
+        let p = Packet::parse(&b[..]).unwrap_or_else(|err| panic!("{name}: {err}"));
+        kinds.insert(p.kind());
+        let keys = keys_at(&f, e);
+        let obj = e.as_object().unwrap();
+        for (field, v) in obj {
+            let n = || v.as_u64().unwrap();
+            match field.as_str() {
+                "name" | "hex" | "keys" | "code_name" | "reason_name" | "token_index" => {}
+                "type" => assert_eq!(p.kind() as u8 as u64, n(), "{name}"),
+                "group" => assert_eq!(u64::from(p.group()), n(), "{name}"),
+                "player" => assert_eq!(u64::from(p.sender()), n(), "{name}"),
+                "membership" => assert_eq!(u64::from(p.membership()), n(), "{name}"),
+                "sequence" => assert_eq!(p.seq(), n(), "{name}"),
+                "token" => assert_eq!(p.join_token().map(|t| t.to_vec()), Some(bytes(e, "token")), "{name}"),
+                "cookie" => assert_eq!(
+                    p.join_cookie().or(p.challenge_cookie()).map(|c| c.to_vec()),
+                    Some(bytes(e, "cookie")),
+                    "{name}"
+                ),
+                "renewal" => assert_eq!(p.is_renewal(), v.as_bool().unwrap(), "{name}"),
+                "members" => assert_eq!(u64::from(p.join_ack().unwrap().members), n()),
+                "keepalive_ms" => assert_eq!(u64::from(p.join_ack().unwrap().keepalive_ms), n()),
+                "flags" => assert_eq!(u64::from(p.join_ack().unwrap().flags), n()),
+                "checkpoint_port" => assert_eq!(u64::from(p.join_ack().unwrap().checkpoint_port), n()),
+                "code" => assert_eq!(p.error_code().unwrap().map(|c| c as u16), Ok(n() as u16), "{name}"),
+                "nonce" => assert_eq!(p.nonce(), Some(n()), "{name}"),
+                "reason" => assert_eq!(p.moved().unwrap().reason.map(|r| r as u16), Ok(n() as u16)),
+                "within_ms" => assert_eq!(u64::from(p.moved().unwrap().within_ms), n()),
+                "tag" => assert_eq!(p.tag(), Some(n()), "{name}"),
+                "tags" => {}
+                "payload" => assert_eq!(p.payload(), &bytes(e, "payload")[..], "{name}"),
+                "instance" => assert_eq!(&p.payload()[..INSTANCE_LEN], &n().to_be_bytes(), "{name}"),
+                other => panic!("{name}: field {other} is not checked here"),
+            }
+        }
+        match p.kind().auth() {
+            Auth::Mac | Auth::ShortMac => {
+                let k = keys.unwrap_or_else(|| panic!("{name}: a MAC'd type needs keys"));
+                assert!(k.verify(&p), "{name}: MAC");
+            }
+            Auth::Tag if e["tags"].as_bool() == Some(true) => {
+                assert!(keys.unwrap().verify_tag(&p), "{name}: tag");
+            }
+            Auth::Tag => assert_eq!(p.tag(), Some(0), "{name}: tags off"),
+            Auth::None => assert!(keys.is_none(), "{name}"),
+        }
+    }
+    assert_eq!(kinds.len(), Kind::ALL.len(), "every type has a vector");
+}
+
+#[test]
+fn every_channel_message_decodes_to_its_fields_and_its_macs_and_digests_verify() {
+    let f = load();
+    let ch = &f["channel"];
+    let k = keys_at(&f, ch).expect("channel keys");
+    let challenge = num(ch, "challenge");
+    let mut statuses = std::collections::HashSet::new();
+    let mut ops = std::collections::HashSet::new();
+    for m in list(ch, "messages") {
+        let name = m["name"].as_str().unwrap();
+        let b = bytes(m, "hex");
+        if name == "HELLO" {
+            let hl = Hello::decode(&b[..].try_into().expect("32 bytes")).unwrap();
+            assert_eq!(b.len(), HELLO_LEN);
+            assert_eq!(
+                (hl.challenge, hl.max_state, u64::from(hl.hello_deadline_ms)),
+                (challenge, num(m, "max_state"), num(m, "hello_deadline_ms"))
+            );
+            assert_eq!(num(m, "challenge"), challenge);
+        } else if name.starts_with("REQUEST") {
+            let r = Request::decode(&b[..].try_into().expect("64 bytes")).unwrap();
+            ops.insert(r.op);
+            assert!(r.verify(&k, challenge), "{name}");
+            assert_eq!(
+                (
+                    r.op as u8 as u64,
+                    u64::from(r.group),
+                    u64::from(r.player),
+                    u64::from(r.membership)
+                ),
+                (num(m, "op"), num(m, "group"), num(m, "player"), num(m, "membership"))
+            );
+            assert_eq!(
+                (r.nonce, r.body_len, r.tick),
+                (num(m, "nonce"), num(m, "body_length"), num(m, "tick"))
+            );
+            assert_eq!(r.mac, arr::<16>(m, "mac"));
+        } else if name == "body MAC" {
+            let req_mac: [u8; 16] = arr(m, "request_mac");
+            assert_eq!(
+                body_mac(&k, challenge, &req_mac, &bytes(m, "state")).to_vec(),
+                b,
+                "{name}"
+            );
+        } else {
+            assert!(name.starts_with("REPLY"), "{name}");
+            assert_eq!(b.len(), REPLY_LEN);
+            let r = Reply::decode(&b[..].try_into().unwrap()).unwrap();
+            statuses.insert(r.answer.status());
+            let req_mac: [u8; 16] = arr(m, "request_mac");
+            assert_eq!(r.answer.status() as u8 as u64, num(m, "status"));
+            assert_eq!(r.mac, arr::<16>(m, "mac"));
+            if m["authenticated"].as_bool().unwrap() {
+                assert!(r.verify(&k, challenge, &req_mac), "{name}");
+            } else {
+                assert!(r.is_unauthenticated(), "{name}");
+                assert!(matches!(r.answer, Answer::Refused(_)), "{name}");
+            }
+            let (refusal, st, body_len, age) = match r.answer {
+                Answer::Refused(c) => (c as u8, None, 0, 0),
+                Answer::Stored(st) => (0, Some(st), 0, 0),
+                Answer::Checkpoint {
+                    stored,
+                    body_len,
+                    age_ms,
+                } => (0, Some(stored), body_len, age_ms),
+                Answer::Continue | Answer::Empty => (0, None, 0, 0),
+            };
+            assert_eq!(u64::from(refusal), num(m, "refusal"));
+            assert_eq!((body_len, u64::from(age)), (num(m, "body_length"), num(m, "age_ms")));
+            let digest_field: [u8; 32] = arr(m, "digest");
+            match st {
+                Some(st) => {
+                    assert_eq!(
+                        (st.number, st.tick, u64::from(st.from_player), st.digest),
+                        (
+                            num(m, "checkpoint"),
+                            num(m, "tick"),
+                            num(m, "from_player"),
+                            digest_field
+                        )
+                    );
+                    let state = bytes(m, "state");
+                    assert_eq!(digest(&state), st.digest, "{name}: the state's SHA-256");
+                    if r.answer.status() == Status::Checkpoint {
+                        assert_eq!(state.len() as u64, body_len);
+                    }
+                }
+                None => assert_eq!(
+                    (
+                        num(m, "checkpoint"),
+                        num(m, "tick"),
+                        num(m, "from_player"),
+                        digest_field
+                    ),
+                    (0, 0, 0, [0; 32])
+                ),
+            }
+        }
+    }
+    assert_eq!(ops.len(), Op::ALL.len(), "a REQUEST for each op");
+    assert_eq!(statuses.len(), Status::ALL.len(), "a REPLY for each status");
+}
+
+#[test]
+fn every_invalid_entry_is_rejected() {
+    let f = load();
+    let challenge = num(&f["channel"], "challenge");
+    for e in list(&f, "invalid") {
+        let name = e["name"].as_str().unwrap();
+        assert!(e["why"].as_str().is_some_and(|w| !w.is_empty()), "{name}: why");
+        let b = bytes(e, "hex");
+        let k = keys_at(&f, e).expect("keys");
+        let rejected = match e["kind"].as_str() {
+            Some("datagram") => match Packet::parse(&b[..]) {
+                Err(_) => true,
+                Ok(p) => match p.kind().auth() {
+                    Auth::Mac | Auth::ShortMac => !k.verify(&p),
+                    Auth::Tag => e["tags"].as_bool() == Some(true) && !k.verify_tag(&p),
+                    Auth::None => false,
+                },
+            },
+            Some("channel") => match e["message"].as_str() {
+                Some("HELLO") => Hello::decode(&b[..].try_into().unwrap()).is_err(),
+                Some("REQUEST") => {
+                    Request::decode(&b[..].try_into().unwrap()).map_or(true, |r| !r.verify(&k, challenge))
+                }
+                Some("REPLY") => {
+                    let req_mac: [u8; 16] = arr(e, "request_mac");
+                    Reply::decode(&b[..].try_into().unwrap()).map_or(true, |r| !r.verify(&k, challenge, &req_mac))
+                }
+                other => panic!("{name}: unknown message {other:?}"),
+            },
+            other => panic!("{name}: unknown kind {other:?}"),
+        };
+        assert!(rejected, "{name} ({}) was accepted", e["why"]);
+    }
+}
