@@ -3,7 +3,7 @@
 # make bench — the benchmarks; CSV + PNG under bench/results/
 CARGO ?= cargo
 
-.PHONY: deps build test lint demo bench clean
+.PHONY: deps build test lint vectors demo bench clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -25,7 +25,13 @@ lint: deps
 	done
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-test: lint
+# The protocol's test vectors are checked by the Rust tests (crates/proto/tests/vectors.rs)
+# and, independently, by a checker written from docs/protocol.md alone.
+vectors:
+	python3 scripts/check-vectors.py docs/protocol-vectors.json
+	python3 scripts/test_check_vectors.py
+
+test: lint vectors
 	$(CARGO) test --workspace
 
 demo: deps

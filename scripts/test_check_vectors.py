@@ -153,7 +153,7 @@ class Builder:
         add("DATA with tag", 6, 0, body[:24] + tag + body[32:], [(24, 32, "tag")],
             sequence=4, instance="0102030405060708", tag=tag.hex())
         add("DATA stripped", 6, None, body, [])
-        add("ERROR NotMember", 7, None, header(7, 4, 0, 1) + struct.pack(">HH", 4, 0), [], code=4)
+        add("ERROR NotMember", 7, None, header(7, 4, 0, 0) + struct.pack(">HH", 4, 0), [], code=4)
         nonce = bytes.fromhex("a1a2a3a4a5a6a7a8")
         for t, name, seq in ((8, "PROBE", 3), (9, "PROBE_REPLY", 5), (10, "CHECKPOINT_REQUEST", 4),
                              (11, "ECHO", 6), (12, "ECHO_REPLY", 5)):
@@ -326,8 +326,18 @@ class CheckVectorsTest(unittest.TestCase):
         self.assertIn("AMBIGUOUS", out)
 
     def test_invalid_entry_rejected_by_no_stated_rule_is_ambiguous(self):
-        # A FETCH REPLY (EMPTY) with a nonzero tick under a correct MAC: the document says "else zero"
-        # but states no rejection for it.
+        # A valid KEEPALIVE listed as invalid: nothing in the datagram alone breaks a stated rule
+        # (a replay, for instance, would need the receiver's state), so the checker cannot confirm it.
+        doc = copy.deepcopy(self.doc)
+        keepalive = next(d for d in doc["datagrams"] if d["type"] == 5)
+        doc["invalid"].append({"name": "a valid KEEPALIVE", "hex": keepalive["hex"], "why": "replayed",
+                               "keys": keepalive["keys"]})
+        rc, out = self.run_inproc(doc)
+        self.assertFails(rc, out, "an invalid entry no stated rule rejects")
+        self.assertIn("AMBIGUOUS", out)
+
+    def test_unused_reply_field_is_rejected(self):
+        # A FETCH REPLY (EMPTY) with a nonzero tick under a correct MAC: unused fields must be zero.
         doc = copy.deepcopy(self.doc)
         km = bytes.fromhex(doc["tokens"][0]["mac_key"])
         ch = bytes.fromhex(doc["channel"]["challenge"])
@@ -337,8 +347,8 @@ class CheckVectorsTest(unittest.TestCase):
         mac = H(km, b"reflector-channel-v2-reply" + ch + req[48:64] + bytes(head), 16)
         doc["invalid"].append({"name": "EMPTY with a tick", "hex": (bytes(head) + mac).hex(), "why": "tick"})
         rc, out = self.run_inproc(doc)
-        self.assertFails(rc, out, "an invalid entry no stated rule rejects")
-        self.assertIn("AMBIGUOUS", out)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("unused fields must be zero", out)
 
     def test_wrong_field_beside_fails(self):
         doc = copy.deepcopy(self.doc)
