@@ -200,6 +200,9 @@ pub enum ErrorCode {
     BadMac = 7,
     /// Too many members from this address in this group.
     AddressLimit = 8,
+    /// Retryable: the address is held by another member that is being
+    /// checked; start the JOIN again from its first step after about a second.
+    Retry = 9,
 }
 
 impl ErrorCode {
@@ -213,6 +216,7 @@ impl ErrorCode {
             6 => ErrorCode::Version,
             7 => ErrorCode::BadMac,
             8 => ErrorCode::AddressLimit,
+            9 => ErrorCode::Retry,
             _ => return None,
         })
     }
