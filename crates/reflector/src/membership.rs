@@ -888,6 +888,16 @@ impl Group {
             }
         }
         let Some(cookie) = pkt.join_cookie() else {
+            // The token and the MAC verified: the player pays (a member
+            // from its own budget), whatever address it claims; with its
+            // budget spent, no cookie is even made.
+            let (payer, paid) = match existing {
+                Some(idx) => (Payer::Member, self.member_pays(idx, 1, policy, now_ms)),
+                None => (Payer::Player, self.player_pays(sender, 1, policy, now_ms)),
+            };
+            if paid == Some(false) {
+                return Outcome::withheld(Event::Challenged, Kind::JoinChallenge, payer);
+            }
             let cookie = make_cookie(&keys.cookie_key, &src, self.port, sender, now.unix_ms);
             let h = Header {
                 kind: Kind::JoinChallenge,
@@ -897,12 +907,6 @@ impl Group {
                 seq: 1,
             };
             let ch = SmallDatagram::challenge(&h, &cookie, &session);
-            // The token and the MAC verified: the player pays (a member
-            // from its own budget), whatever address it claims.
-            let (payer, paid) = match existing {
-                Some(idx) => (Payer::Member, self.member_pays(idx, 1, policy, now_ms)),
-                None => (Payer::Player, self.player_pays(sender, 1, policy, now_ms)),
-            };
             return Outcome::paid(Event::Challenged, ch, len, payer, paid);
         };
         if !check_cookie(&keys.cookie_key, cookie, &src, self.port, sender, now.unix_ms) {
