@@ -21,7 +21,10 @@
 //!   anything else (late replies of a group we left, strays) is ignored;
 //! - a JOIN step unanswered for [`Config::retry`] is sent again;
 //! - `ERROR(BadCookie)` (the cookie went stale on a slow round trip) starts
-//!   the handshake over; `ERROR(ExpiredToken)` and every other refusal end it;
+//!   the handshake over; `ERROR(Retry)` (our address is held by another
+//!   member the reflector is checking) starts it over after [`RETRY_AFTER`],
+//!   at most [`MAX_RETRIES`] times; `ERROR(ExpiredToken)` and every other
+//!   refusal end it;
 //! - `ERROR(NotMember)` to a member means the reflector forgot it (expiry, a
 //!   restart): the membership is lost and the caller joins again;
 //! - other errors to a member are late answers to a JOIN it retried after
@@ -33,6 +36,13 @@ use crate::protocol::{
 };
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
+
+/// How long a join waits after `ERROR(Retry)` before it starts again.
+pub const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// `ERROR(Retry)`s one join accepts; the next one ends it
+/// ([`Failure::Refused`] with [`ErrorCode::Retry`]).
+pub const MAX_RETRIES: u32 = 10;
 
 /// What a client needs to join: where, which group, as whom, the control
 /// server's token for exactly that, and the session key that came with it.
@@ -90,6 +100,7 @@ pub enum Failure {
 fn describe(code: Result<ErrorCode, u16>) -> String {
     match code {
         Ok(ErrorCode::BadToken) => "BadToken (the token does not verify here: same secret on control server and reflector? right reflector id, group and player?)".into(),
+        Ok(ErrorCode::Retry) => format!("Retry (our address is still held by another member the reflector is checking; gave up after {MAX_RETRIES} retries: try another local port)"),
         Ok(c) => format!("{c:?}"),
         Err(raw) => format!("unknown error code {raw}"),
     }
@@ -101,8 +112,9 @@ fn describe(code: Result<ErrorCode, u16>) -> String {
 pub enum Event {
     /// A JOIN step went unanswered for [`Config::retry`] and was queued again.
     Retransmitted,
-    /// `ERROR(BadCookie)`: the first JOIN is queued again. A membership
-    /// count that treated the echoed JOIN as pending should void it.
+    /// `ERROR(BadCookie)`, or the wait after `ERROR(Retry)` is over: the
+    /// first JOIN is queued again. A membership count that treated the
+    /// echoed JOIN as pending should void it.
     Restarted,
     /// JOIN_ACK (MAC-checked): we are a member.
     Joined(JoinAck),
@@ -122,7 +134,8 @@ pub enum Event {
 /// Where a session is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
-    /// The first JOIN (token only) is out; waiting for the challenge.
+    /// The first JOIN (token only) is out; waiting for the challenge (or
+    /// waiting to send it again after `ERROR(Retry)`).
     Challenging,
     /// The JOIN echoing the cookie is out; waiting for JOIN_ACK.
     Echoing,
@@ -155,6 +168,8 @@ impl std::fmt::Debug for Transmit {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Challenging,
+    /// `ERROR(Retry)`: the first JOIN goes out again at this time.
+    Waiting(Instant),
     Echoing([u8; COOKIE_LEN]),
     Member(JoinAck),
     Done,
@@ -175,6 +190,8 @@ pub struct Session {
     /// When the current JOIN step was last queued.
     last_tx: Instant,
     pending: Option<Transmit>,
+    /// `ERROR(Retry)`s received so far.
+    retries: u32,
 }
 
 impl Session {
@@ -189,6 +206,7 @@ impl Session {
             started: now,
             last_tx: now,
             pending: None,
+            retries: 0,
         };
         s.queue_join(now);
         s
@@ -200,7 +218,7 @@ impl Session {
 
     pub fn phase(&self) -> Phase {
         match self.state {
-            State::Challenging => Phase::Challenging,
+            State::Challenging | State::Waiting(_) => Phase::Challenging,
             State::Echoing(_) => Phase::Echoing,
             State::Member(_) => Phase::Member,
             State::Done => Phase::Done,
@@ -240,8 +258,11 @@ impl Session {
     /// (keepalives are the caller's: it knows when it last sent) or done.
     pub fn poll_timeout(&self) -> Option<Instant> {
         match self.state {
-            State::Challenging | State::Echoing(_) => {
-                let retry = self.last_tx + self.cfg.retry;
+            State::Challenging | State::Echoing(_) | State::Waiting(_) => {
+                let retry = match self.state {
+                    State::Waiting(at) => at,
+                    _ => self.last_tx + self.cfg.retry,
+                };
                 Some(match self.cfg.give_up {
                     Some(g) => retry.min(self.started + g),
                     None => retry,
@@ -253,7 +274,7 @@ impl Session {
 
     /// Advances the timers to `now`: resends the current JOIN step, or gives up.
     pub fn handle_timeout(&mut self, now: Instant) -> Option<Event> {
-        if !matches!(self.state, State::Challenging | State::Echoing(_)) {
+        if !matches!(self.state, State::Challenging | State::Echoing(_) | State::Waiting(_)) {
             return None;
         }
         if let Some(g) = self.cfg.give_up {
@@ -262,6 +283,14 @@ impl Session {
                 self.pending = None;
                 return Some(Event::Failed(Failure::TimedOut(g)));
             }
+        }
+        if let State::Waiting(at) = self.state {
+            if now < at {
+                return None;
+            }
+            self.state = State::Challenging;
+            self.queue_join(now);
+            return Some(Event::Restarted);
         }
         if now < self.last_tx + self.cfg.retry {
             return None;
@@ -314,6 +343,15 @@ impl Session {
                         self.state = State::Challenging;
                         self.queue_join(now);
                         Some(Event::Restarted)
+                    }
+                    // The address is held by a member being checked: the
+                    // whole join again, a second later (a bounded number
+                    // of times: the holder may be alive).
+                    Ok(ErrorCode::Retry) if self.retries < MAX_RETRIES => {
+                        self.retries += 1;
+                        self.state = State::Waiting(now + RETRY_AFTER);
+                        self.pending = None;
+                        None
                     }
                     // Not a member yet: a NotMember here answers a DATA or
                     // KEEPALIVE of an earlier membership, not this join.
@@ -606,6 +644,49 @@ mod tests {
         );
         assert_eq!(s.phase(), Phase::Done);
         assert!(s.leave().is_none(), "nothing to leave");
+    }
+
+    #[test]
+    fn retry_waits_a_second_then_starts_over_a_bounded_number_of_times() {
+        let t0 = Instant::now();
+        let mut s = Session::new(req(), Config::default(), t0);
+        s.poll_transmit();
+        let mut now = t0;
+        for i in 0..MAX_RETRIES {
+            // Refused in either step: nothing goes out until the wait is over.
+            if i % 2 == 1 {
+                s.handle(now, reflector(), &challenge());
+                assert!(s.poll_transmit().unwrap().echoes_cookie);
+            }
+            assert_eq!(s.handle(now, reflector(), &error(ErrorCode::Retry)), None);
+            assert_eq!(s.phase(), Phase::Challenging);
+            assert!(s.poll_transmit().is_none());
+            assert_eq!(s.poll_timeout(), Some(now + RETRY_AFTER));
+            // A late challenge during the wait changes nothing.
+            assert_eq!(s.handle(now, reflector(), &challenge()), None);
+            assert!(s.poll_transmit().is_none());
+            assert_eq!(s.handle_timeout(now + RETRY_AFTER - Duration::from_millis(1)), None);
+            now += RETRY_AFTER;
+            assert_eq!(s.handle_timeout(now), Some(Event::Restarted));
+            let first = s.poll_transmit().unwrap();
+            assert!(!first.echoes_cookie, "from the first step");
+        }
+        let ev = s.handle(now, reflector(), &error(ErrorCode::Retry));
+        assert_eq!(ev, Some(Event::Failed(Failure::Refused(Ok(ErrorCode::Retry)))));
+        assert!(Failure::Refused(Ok(ErrorCode::Retry)).to_string().contains("retries"));
+        assert_eq!(s.phase(), Phase::Done);
+        assert!(s.poll_timeout().is_none());
+        // Admitted after a retry: a member as usual.
+        let mut s = Session::new(req(), Config::default(), t0);
+        s.handle(t0, reflector(), &error(ErrorCode::Retry));
+        s.handle_timeout(t0 + RETRY_AFTER);
+        s.poll_transmit();
+        s.handle(t0 + RETRY_AFTER, reflector(), &challenge());
+        s.poll_transmit();
+        assert_eq!(
+            s.handle(t0 + RETRY_AFTER, reflector(), &ack()),
+            Some(Event::Joined(ACK))
+        );
     }
 
     #[test]

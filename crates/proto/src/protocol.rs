@@ -262,7 +262,8 @@ pub enum ErrorCode {
     BadMac = 7,
     /// Too many members from this address in this group.
     AddressLimit = 8,
-    /// Retryable: the address is held by another member that is being checked; start the JOIN again after about a second.
+    /// Retryable: the address is held by another member that is being
+    /// checked; start the JOIN again from its first step after about a second.
     Retry = 9,
 }
 

@@ -18,8 +18,17 @@
 //!   the reflector sends that address a PROBE, and only a PROBE_REPLY from it
 //!   under the key moves the member (NAT rebinding); the window does not move
 //!   before that, so a replay from a spoofed source changes nothing;
-//! - no reply is ever larger than the datagram that caused it, and replies
-//!   to senders that are not members are rate-limited per group;
+//! - no reply is ever larger than the datagram that caused it, and every
+//!   reply comes out of the budget of whoever caused it ([`Payer`]): a
+//!   member's own (rebinding PROBEs, its re-JOINs), a verified player's
+//!   (JOIN_CHALLENGEs), or, for replies nobody can verify, one small global
+//!   budget the caller keeps ([`ReplyBudget::admit`]); so a spoofed flood
+//!   drains only the global budget and real players keep theirs;
+//! - one player's datagram never ends another player's membership: a JOIN
+//!   or a rebind onto an address another member holds is refused
+//!   (ERROR(Retry), or not moved) while that member is PROBEd under its own
+//!   key, twice, about 500 ms apart; it is removed only if it answers
+//!   neither;
 //! - only MAC'd KEEPALIVEs and PROBE_REPLYs and tag-checked DATA are signs
 //!   of life; an ICMP error about a member removes it only if it has also
 //!   gone silent since, for at least two keepalive intervals;
@@ -46,11 +55,24 @@ pub struct Policy {
     /// Keepalive interval announced in JOIN_ACK; members are probed about
     /// as often.
     pub keepalive_ms: u16,
-    /// Replies (challenges, errors, probes to new addresses) per second per
-    /// group to senders that are not (validated) members, with a burst of as
-    /// many. Replies are never larger than their request, but a spoofed flood
-    /// would still be reflected one for one onto its victim; this caps that.
+    /// Replies nobody can verify (errors to non-members, to bad tokens, MACs
+    /// and cookies, version errors) per second, with a burst of as many: one
+    /// budget per event loop, which the caller applies
+    /// ([`ReplyBudget::admit`]). Replies are never larger than their
+    /// request, but a spoofed flood would still be reflected one for one onto
+    /// its victim; this caps that, and nothing else draws on it.
     pub replies_per_s: u32,
+    /// Replies per second (burst as many) to one verified player that is not
+    /// a member, in one group: JOIN_CHALLENGEs (sent only after the token and
+    /// the JOIN's MAC verified), refusals after its cookie, ERROR(Retry) and
+    /// the occupancy checks it causes. A valid JOIN replayed from many
+    /// addresses drains only its own player's share.
+    pub player_replies_per_s: u32,
+    /// Replies per second (burst as many) a member's own datagrams may
+    /// cause: rebinding PROBEs (at most one a second in any case), the
+    /// JOIN_CHALLENGE and JOIN_ACK of a re-JOIN, ERROR(Retry) and the
+    /// occupancy checks it causes. Nothing a non-member sends touches it.
+    pub member_replies_per_s: u32,
     /// DATA tags for groups that do not say otherwise ([`Group::set_tags`]).
     pub data_tags: bool,
     /// TCP port of the checkpoint channel announced in JOIN_ACK (0: none).
@@ -72,7 +94,9 @@ impl Default for Policy {
             member_timeout_ms: 10_000,
             max_members: 1024,
             keepalive_ms: 2_000,
-            replies_per_s: 500,
+            replies_per_s: 200,
+            player_replies_per_s: 5,
+            member_replies_per_s: 5,
             data_tags: true,
             checkpoint_port: 0,
             max_per_ip: 32,
@@ -127,6 +151,9 @@ pub enum DropReason {
     Token(TokenError),
     BadCookie,
     GroupFull,
+    /// A JOIN or rebind onto an address another member holds: refused
+    /// (ERROR(Retry)) or not moved, while that member is checked.
+    Occupied,
     /// The source address has [`Policy::max_per_ip`] members in the group.
     AddressLimit,
     /// DATA beyond the member's rate cap ([`Policy::member_pps`],
@@ -159,7 +186,26 @@ pub enum Event {
         from: SocketAddr,
         to: SocketAddr,
     },
+    /// A PROBE_REPLY answered an occupancy check: the member keeps its
+    /// address, whoever else wanted it.
+    Held,
     Dropped(DropReason),
+}
+
+/// Whose budget a reply comes from: whoever caused it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Payer {
+    /// No budget: no reply, or a JOIN_ACK admitting a new member (its cookie
+    /// proved the address, its MAC the player; bounded by the group's size).
+    Nobody,
+    /// Nobody could be verified: the caller's global budget
+    /// ([`ReplyBudget::admit`], [`Policy::replies_per_s`]).
+    Unverified,
+    /// A verified player that is not a member
+    /// ([`Policy::player_replies_per_s`]); already paid.
+    Player,
+    /// A member ([`Policy::member_replies_per_s`]); already paid.
+    Member,
 }
 
 /// The decision for one datagram: an event and maybe a reply to its source.
@@ -167,8 +213,11 @@ pub enum Event {
 pub struct Outcome {
     pub event: Event,
     pub reply: Option<SmallDatagram>,
-    /// A reply was due but the group's reply budget was spent.
-    pub reply_suppressed: bool,
+    /// Whose budget pays for the reply.
+    pub payer: Payer,
+    /// The type of a reply that was due but not sent: its payer's budget
+    /// was spent (or, for a rebinding PROBE, one went within the second).
+    pub suppressed: Option<Kind>,
 }
 
 impl Outcome {
@@ -176,7 +225,8 @@ impl Outcome {
         Outcome {
             event,
             reply: None,
-            reply_suppressed: false,
+            payer: Payer::Nobody,
+            suppressed: None,
         }
     }
 
@@ -185,36 +235,156 @@ impl Outcome {
     }
 
     /// The one place replies are allowed out: never larger than the request.
-    fn with_reply(event: Event, reply: SmallDatagram, request_len: usize) -> Outcome {
+    fn with_reply(event: Event, reply: SmallDatagram, request_len: usize, payer: Payer) -> Outcome {
         Outcome {
             event,
             reply: (reply.len() <= request_len).then_some(reply),
-            reply_suppressed: false,
+            payer,
+            suppressed: None,
         }
+    }
+
+    /// A reply of `kind` was due, but `payer`'s budget is spent.
+    fn withheld(event: Event, kind: Kind, payer: Payer) -> Outcome {
+        Outcome {
+            event,
+            reply: None,
+            payer,
+            suppressed: Some(kind),
+        }
+    }
+
+    /// `reply` as `paid` says: sent, withheld, or (`None`: the payer has no
+    /// budget of its own here) left to the caller's global budget.
+    fn paid(event: Event, reply: SmallDatagram, request_len: usize, payer: Payer, paid: Option<bool>) -> Outcome {
+        match paid {
+            Some(true) => Outcome::with_reply(event, reply, request_len, payer),
+            Some(false) => Outcome::withheld(event, reply_kind(&reply), payer),
+            None => Outcome::with_reply(event, reply, request_len, Payer::Unverified),
+        }
+    }
+
+    /// The type of the reply, if there is one.
+    pub fn reply_kind(&self) -> Option<Kind> {
+        self.reply.as_ref().map(reply_kind)
     }
 }
 
-/// Token bucket for replies to non-members (see [`Policy::replies_per_s`]).
+/// The type of a datagram the reflector built (a header always leads it).
+fn reply_kind(r: &SmallDatagram) -> Kind {
+    r.as_bytes()
+        .get(3)
+        .and_then(|&t| Kind::from_u8(t))
+        .unwrap_or(Kind::Error)
+}
+
+/// A token bucket of replies: `per_s` a second, with a burst of as many.
+/// The caller keeps one for replies nobody can verify ([`Payer::Unverified`]);
+/// each member has one, and each verified player that is not a member one
+/// per group.
 #[derive(Debug, Clone, Copy)]
-struct ReplyBudget {
+pub struct ReplyBudget {
     tokens: u64,
     last_ms: u64,
 }
 
 impl ReplyBudget {
-    fn take(&mut self, per_s: u32, now_ms: u64) -> bool {
-        let per_s = u64::from(per_s);
-        let refill = now_ms.saturating_sub(self.last_ms).saturating_mul(per_s) / 1000;
-        if refill > 0 {
-            self.tokens = self.tokens.saturating_add(refill).min(per_s);
-            self.last_ms = now_ms;
+    /// A full budget at `now_ms`.
+    pub fn full(per_s: u32, now_ms: u64) -> ReplyBudget {
+        ReplyBudget {
+            tokens: u64::from(per_s),
+            last_ms: now_ms,
         }
-        if self.tokens == 0 {
+    }
+
+    fn refill(&mut self, per_s: u32, now_ms: u64) {
+        let per_s = u64::from(per_s);
+        if per_s == 0 {
+            self.tokens = 0;
+            self.last_ms = now_ms;
+            return;
+        }
+        let add = now_ms.saturating_sub(self.last_ms).saturating_mul(per_s) / 1000;
+        if add > 0 {
+            self.tokens = self.tokens.saturating_add(add).min(per_s);
+            // Whole tokens only; the remainder of the time counts next time.
+            self.last_ms = if self.tokens == per_s {
+                now_ms
+            } else {
+                self.last_ms + add * 1000 / per_s
+            };
+        }
+    }
+
+    /// Takes `n` tokens if there are as many.
+    pub fn take_n(&mut self, n: u64, per_s: u32, now_ms: u64) -> bool {
+        self.refill(per_s, now_ms);
+        if self.tokens < n {
             return false;
         }
-        self.tokens -= 1;
+        self.tokens -= n;
         true
     }
+
+    pub fn take(&mut self, per_s: u32, now_ms: u64) -> bool {
+        self.take_n(1, per_s, now_ms)
+    }
+
+    /// Whether the budget is back to full (it can be forgotten).
+    fn is_full(&mut self, per_s: u32, now_ms: u64) -> bool {
+        self.refill(per_s, now_ms);
+        self.tokens >= u64::from(per_s)
+    }
+
+    /// Pays for `o`'s reply if nobody could be verified for it: withholds
+    /// the reply once this budget is spent. Other replies were paid already.
+    pub fn admit(&mut self, per_s: u32, now_ms: u64, o: &mut Outcome) {
+        if o.payer != Payer::Unverified {
+            return;
+        }
+        if let Some(r) = o.reply {
+            if !self.take(per_s, now_ms) {
+                o.reply = None;
+                o.suppressed = Some(reply_kind(&r));
+            }
+        }
+    }
+}
+
+/// Verified players that are not members, with a reply budget each, per
+/// group: bounded; beyond it their replies fall to the global budget.
+const MAX_PLAYER_BUDGETS: usize = 4096;
+
+/// Occupancy checks: the holder of a wanted address is PROBEd twice, this
+/// far apart (the server's sweep runs every 500 ms), and removed this long
+/// after the second PROBE if it answered neither.
+const OCCUPANCY_PROBE_GAP_MS: u64 = 500;
+
+/// Rebinding PROBEs per member: at most one per this interval, and a
+/// pending one is not replaced sooner.
+const REBIND_PROBE_EVERY_MS: u64 = 1000;
+
+/// A check that a member still holds its address, because someone else
+/// wants it: PROBEs under the member's own key (paid by whoever wants it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OccupancyCheck {
+    /// The PROBEs' nonce (both carry it), 0 until the first is sent.
+    pub nonce: u64,
+    /// PROBEs sent so far (0, 1 or 2).
+    pub probes: u8,
+    /// When the last one went (or the check began, before the first).
+    pub sent_ms: u64,
+}
+
+/// What one [`Group::probes`] call sent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Probed {
+    /// RTT PROBEs.
+    pub rtt: usize,
+    /// Occupancy-check PROBEs.
+    pub occupancy: usize,
+    /// Occupancy checks begun (their first PROBE).
+    pub checks_started: usize,
 }
 
 /// A PROBE on its way: to which address, with which nonce, when.
@@ -247,6 +417,15 @@ pub struct Member {
     pub probe: Option<PendingProbe>,
     /// The last PROBE to a new address (rebinding), if unanswered.
     pub rebind: Option<PendingProbe>,
+    /// When the last rebinding PROBE went (monotonic ms): one a second.
+    pub rebind_sent_ms: Option<u64>,
+    /// The highest sequence number that caused a rebinding PROBE: only a
+    /// later one may cause another (a captured datagram causes one at most).
+    pub rebind_seq: u64,
+    /// Someone else wants this member's address: it is being PROBEd.
+    pub check: Option<OccupancyCheck>,
+    /// Replies this member's own datagrams may cause.
+    pub replies: ReplyBudget,
     /// Smoothed round-trip time (ms, 1/8 gain), once measured.
     pub rtt_ms: Option<f64>,
     /// When the member was last probed (monotonic ms).
@@ -318,6 +497,9 @@ pub struct Expired {
     pub silent: usize,
     /// Silent since an ICMP error about them, for two keepalive intervals.
     pub unreachable: usize,
+    /// Held an address someone else wanted and answered neither PROBE of
+    /// the occupancy check.
+    pub occupied: usize,
 }
 
 /// One group: its members, one membership per player.
@@ -329,7 +511,9 @@ pub struct Group {
     by_player: HashMap<u32, usize>,
     /// Members per source IP address.
     per_ip: HashMap<IpAddr, usize>,
-    budget: Option<ReplyBudget>,
+    /// Reply budgets of verified players that are not members (bounded by
+    /// [`MAX_PLAYER_BUDGETS`], full ones forgotten by [`Group::expire`]).
+    players: HashMap<u32, ReplyBudget>,
     /// DATA tags here, if not the policy's default.
     tags: Option<bool>,
     /// Counts the membership ids and nonces made, so each is new.
@@ -347,7 +531,7 @@ impl Group {
             by_addr: HashMap::new(),
             by_player: HashMap::new(),
             per_ip: HashMap::new(),
-            budget: None,
+            players: HashMap::new(),
             tags: None,
             made: 0,
             changes: Vec::new(),
@@ -429,19 +613,57 @@ impl Group {
     }
 
     /// Decides what to do with one datagram received on this group's port.
+    /// Replies a member or a verified player pays for are already paid (or
+    /// withheld); a reply with [`Payer::Unverified`] is the caller's to pay
+    /// from its global budget ([`ReplyBudget::admit`]) before sending it.
     pub fn handle(&mut self, keys: &Keys, policy: &Policy, now: Now, src: SocketAddr, datagram: &[u8]) -> Outcome {
-        let mut out = self.decide(keys, policy, now, src, datagram);
-        if out.reply.is_some() && !matches!(out.event, Event::Joined { .. }) {
-            let budget = self.budget.get_or_insert(ReplyBudget {
-                tokens: u64::from(policy.replies_per_s),
-                last_ms: now.mono_ms,
-            });
-            if !budget.take(policy.replies_per_s, now.mono_ms) {
-                out.reply = None;
-                out.reply_suppressed = true;
-            }
+        self.decide(keys, policy, now, src, datagram)
+    }
+
+    /// Takes `n` reply tokens of verified player `sender` (not a member).
+    /// `None`: too many players have budgets here; the global budget pays.
+    fn player_pays(&mut self, sender: u32, n: u64, policy: &Policy, now_ms: u64) -> Option<bool> {
+        let per_s = policy.player_replies_per_s;
+        if let Some(b) = self.players.get_mut(&sender) {
+            return Some(b.take_n(n, per_s, now_ms));
         }
-        out
+        if self.players.len() >= MAX_PLAYER_BUDGETS {
+            return None;
+        }
+        let mut b = ReplyBudget::full(per_s, now_ms);
+        let ok = b.take_n(n, per_s, now_ms);
+        self.players.insert(sender, b);
+        Some(ok)
+    }
+
+    /// Takes `n` reply tokens of member `idx`.
+    fn member_pays(&mut self, idx: usize, n: u64, policy: &Policy, now_ms: u64) -> Option<bool> {
+        Some(self.members[idx].replies.take_n(n, policy.member_replies_per_s, now_ms))
+    }
+
+    /// What it costs to want member `holder`'s address: the two PROBEs of an
+    /// occupancy check unless one is under way.
+    fn check_cost(&self, holder: usize) -> u64 {
+        if self.members[holder].check.is_some() {
+            0
+        } else {
+            2
+        }
+    }
+
+    /// Someone else wants member `holder`'s address (and paid): check,
+    /// under the holder's own key, that it is still there. The PROBEs go out
+    /// with the sweep ([`Group::probes`]); [`Group::expire`] removes a holder
+    /// that answered neither.
+    fn check_holder(&mut self, holder: usize, now_ms: u64) {
+        let m = &mut self.members[holder];
+        if m.check.is_none() {
+            m.check = Some(OccupancyCheck {
+                nonce: 0,
+                probes: 0,
+                sent_ms: now_ms,
+            });
+        }
     }
 
     fn decide(&mut self, keys: &Keys, policy: &Policy, now: Now, src: SocketAddr, datagram: &[u8]) -> Outcome {
@@ -475,7 +697,7 @@ impl Group {
             // Unauthenticated (there is no key to check it with), so the
             // error is too: the client answers it by joining again.
             let err = SmallDatagram::error(self.port, sender, pkt.membership(), ErrorCode::NotMember);
-            return Outcome::with_reply(Event::Dropped(DropReason::NotMember), err, len);
+            return Outcome::with_reply(Event::Dropped(DropReason::NotMember), err, len, Payer::Unverified);
         };
         let m = self.members[idx];
         if pkt.membership() != m.membership {
@@ -499,7 +721,7 @@ impl Group {
             }
         };
         if src != m.addr {
-            return self.elsewhere(keys, now, src, pkt, idx, authenticated);
+            return self.elsewhere(keys, policy, now, src, pkt, idx, authenticated);
         }
         if authenticated && !self.members[idx].window.accept(pkt.seq()) {
             return Outcome::drop(DropReason::Replay);
@@ -518,7 +740,15 @@ impl Group {
                 }
                 Outcome::silent(Event::Forward { from: src })
             }
-            Kind::Keepalive => Outcome::silent(Event::Refreshed),
+            Kind::Keepalive => {
+                // Alive at its address: a check on it is answered.
+                m.check = None;
+                Outcome::silent(Event::Refreshed)
+            }
+            Kind::ProbeReply if m.check.is_some_and(|c| c.probes > 0 && Some(c.nonce) == pkt.nonce()) => {
+                m.check = None;
+                Outcome::silent(Event::Held)
+            }
             Kind::ProbeReply => match m.probe {
                 Some(p) if Some(p.nonce) == pkt.nonce() => {
                     let rtt = now.mono_ms.saturating_sub(p.sent_ms);
@@ -539,11 +769,17 @@ impl Group {
     }
 
     /// An authenticated datagram of a member from another address: only a
-    /// PROBE_REPLY to a PROBE sent there moves the member; anything else
-    /// sends (at most once a second) such a PROBE and changes nothing.
+    /// PROBE_REPLY to a PROBE sent there moves the member, and only if no
+    /// other member holds that address (else that one is checked first);
+    /// anything else whose sequence number is fresh and later than any that
+    /// caused a PROBE sends such a PROBE (at most one a second, never
+    /// replacing a pending one sooner, from the member's own budget) and
+    /// changes nothing.
+    #[allow(clippy::too_many_arguments)]
     fn elsewhere(
         &mut self,
         keys: &Keys,
+        policy: &Policy,
         now: Now,
         src: SocketAddr,
         pkt: &Packet<&[u8]>,
@@ -555,38 +791,51 @@ impl Group {
         }
         let m = self.members[idx];
         if pkt.kind() == Kind::ProbeReply && m.rebind.is_some_and(|r| r.addr == src && Some(r.nonce) == pkt.nonce()) {
-            // The new address answered under the key: move there.
+            // The new address answered under the key.
             if !self.members[idx].window.accept(pkt.seq()) {
                 return Outcome::drop(DropReason::Replay);
             }
-            if let Some(&other) = self.by_addr.get(&src) {
-                // Someone else's stale membership at that address.
-                if other != idx {
-                    self.remove(other);
+            self.members[idx].rebind = None;
+            if let Some(&holder) = self.by_addr.get(&src) {
+                // Another member holds it: that one is asked first, under
+                // its own key; this one stays where it is, and its next
+                // datagram from there after the holder is gone starts over.
+                let cost = self.check_cost(holder);
+                if cost > 0 && self.member_pays(idx, cost, policy, now.mono_ms) == Some(true) {
+                    self.check_holder(holder, now.mono_ms);
                 }
+                return Outcome::drop(DropReason::Occupied);
             }
-            let idx = self.by_player[&m.sender];
-            let old = self.members[idx].addr;
+            let old = m.addr;
             self.by_addr.remove(&old);
             self.by_addr.insert(src, idx);
             self.address_removed(old);
             self.address_added(src);
             let mm = &mut self.members[idx];
             mm.addr = src;
-            mm.rebind = None;
             mm.probe = None;
+            mm.check = None;
             mm.last_seen_ms = now.mono_ms;
             mm.unreachable_since_ms = None;
             self.changes.push(Change::Removed(old));
             self.changes.push(Change::Added(src));
             return Outcome::silent(Event::Rebound { from: old, to: src });
         }
-        let due = match m.rebind {
-            Some(r) => r.addr != src || now.mono_ms.saturating_sub(r.sent_ms) >= 1000,
-            None => true,
-        };
-        if !due {
+        // A captured datagram replayed (from anywhere) is no news: only a
+        // sequence number the member has not used here, later than any that
+        // caused a PROBE, may cause one.
+        let seq = pkt.seq();
+        if !m.window.fresh(seq) || seq <= m.rebind_seq {
             return Outcome::drop(DropReason::Unvalidated);
+        }
+        let event = Event::Dropped(DropReason::Unvalidated);
+        if m.rebind_sent_ms
+            .is_some_and(|t| now.mono_ms.saturating_sub(t) < REBIND_PROBE_EVERY_MS)
+        {
+            return Outcome::withheld(event, Kind::Probe, Payer::Member);
+        }
+        if self.member_pays(idx, 1, policy, now.mono_ms) != Some(true) {
+            return Outcome::withheld(event, Kind::Probe, Payer::Member);
         }
         let nonce = self.fresh(keys, b"rbnd", now.mono_ms);
         let mm = &mut self.members[idx];
@@ -595,14 +844,17 @@ impl Group {
             nonce,
             sent_ms: now.mono_ms,
         });
+        mm.rebind_sent_ms = Some(now.mono_ms);
+        mm.rebind_seq = seq;
         let h = mm.next_header(Kind::Probe, self.port);
         let probe = SmallDatagram::nonce(&h, nonce, &mm.keys);
-        Outcome::with_reply(Event::Dropped(DropReason::Unvalidated), probe, pkt.as_bytes().len())
+        Outcome::with_reply(event, probe, pkt.as_bytes().len(), Payer::Member)
     }
 
     fn join(&mut self, keys: &Keys, policy: &Policy, now: Now, src: SocketAddr, pkt: &Packet<&[u8]>) -> Outcome {
         let len = pkt.as_bytes().len();
         let sender = pkt.sender();
+        let now_ms = now.mono_ms;
         // parse() guarantees a JOIN carries a token.
         let Some(token) = pkt.join_token() else {
             return Outcome::drop(DropReason::Malformed(ParseError::BadPayload(Kind::Join)));
@@ -620,15 +872,32 @@ impl Group {
                         ErrorCode::BadToken
                     };
                     let err = SmallDatagram::error(self.port, sender, 0, code);
-                    return Outcome::with_reply(Event::Dropped(DropReason::Token(e)), err, len);
+                    return Outcome::with_reply(Event::Dropped(DropReason::Token(e)), err, len, Payer::Unverified);
                 }
             };
         if !session.verify(pkt) {
             let err = SmallDatagram::error(self.port, sender, 0, ErrorCode::BadMac);
-            return Outcome::with_reply(Event::Dropped(DropReason::BadMac), err, len);
+            return Outcome::with_reply(Event::Dropped(DropReason::BadMac), err, len, Payer::Unverified);
         }
         let existing = self.by_player.get(&sender).copied();
+        if let Some(idx) = existing {
+            // A member's JOIN must carry a sequence number it has not used
+            // (checked, not yet taken): a captured one replayed causes nothing.
+            if !self.members[idx].window.fresh(pkt.seq()) {
+                return Outcome::drop(DropReason::Replay);
+            }
+        }
         let Some(cookie) = pkt.join_cookie() else {
+            // The token and the MAC verified: the player pays (a member
+            // from its own budget), whatever address it claims; with its
+            // budget spent, no cookie is even made.
+            let (payer, paid) = match existing {
+                Some(idx) => (Payer::Member, self.member_pays(idx, 1, policy, now_ms)),
+                None => (Payer::Player, self.player_pays(sender, 1, policy, now_ms)),
+            };
+            if paid == Some(false) {
+                return Outcome::withheld(Event::Challenged, Kind::JoinChallenge, payer);
+            }
             let cookie = make_cookie(&keys.cookie_key, &src, self.port, sender, now.unix_ms);
             let h = Header {
                 kind: Kind::JoinChallenge,
@@ -638,38 +907,46 @@ impl Group {
                 seq: 1,
             };
             let ch = SmallDatagram::challenge(&h, &cookie, &session);
-            return Outcome::with_reply(Event::Challenged, ch, len);
+            return Outcome::paid(Event::Challenged, ch, len, payer, paid);
         };
         if !check_cookie(&keys.cookie_key, cookie, &src, self.port, sender, now.unix_ms) {
             let err = SmallDatagram::error(self.port, sender, 0, ErrorCode::BadCookie);
-            return Outcome::with_reply(Event::Dropped(DropReason::BadCookie), err, len);
+            return Outcome::with_reply(Event::Dropped(DropReason::BadCookie), err, len, Payer::Unverified);
         }
+        // From here the cookie proved the address and the MAC the player.
         let tags = self.tags.unwrap_or(policy.data_tags);
+        let retry = SmallDatagram::error(self.port, sender, 0, ErrorCode::Retry);
+        let occupied = Event::Dropped(DropReason::Occupied);
         let idx = match existing {
             Some(idx) => {
-                // The player again. The cookie proves the address and the MAC
-                // the key; the sequence number must be new for this
-                // membership, so a captured JOIN replayed later moves nothing.
-                if !self.members[idx].window.accept(pkt.seq()) {
-                    return Outcome::drop(DropReason::Replay);
-                }
+                // The player again. The sequence number is taken now, so a
+                // captured JOIN replayed later moves nothing.
+                self.members[idx].window.accept(pkt.seq());
                 let old = self.members[idx].addr;
                 if old != src {
-                    if let Some(&other) = self.by_addr.get(&src) {
-                        self.remove(other);
+                    if let Some(&holder) = self.by_addr.get(&src) {
+                        // Another member's address: it is checked under its
+                        // own key (this member pays), and this one is told
+                        // to try again.
+                        let cost = 1 + self.check_cost(holder);
+                        let paid = self.member_pays(idx, cost, policy, now_ms);
+                        if paid == Some(true) {
+                            self.check_holder(holder, now_ms);
+                        }
+                        return Outcome::paid(occupied, retry, len, Payer::Member, paid);
                     }
-                    let idx = self.by_player[&sender];
                     self.by_addr.remove(&old);
                     self.by_addr.insert(src, idx);
                     self.address_removed(old);
                     self.address_added(src);
                     self.members[idx].addr = src;
+                    self.members[idx].check = None;
+                    self.members[idx].probe = None;
                     self.changes.push(Change::Removed(old));
                     self.changes.push(Change::Added(src));
                 }
-                let idx = self.by_player[&sender];
                 let m = &mut self.members[idx];
-                m.last_seen_ms = now.mono_ms;
+                m.last_seen_ms = now_ms;
                 m.unreachable_since_ms = None;
                 m.rebind = None;
                 idx
@@ -677,20 +954,35 @@ impl Group {
             None => {
                 if self.members.len() >= policy.max_members {
                     let err = SmallDatagram::error(self.port, sender, 0, ErrorCode::GroupFull);
-                    return Outcome::with_reply(Event::Dropped(DropReason::GroupFull), err, len);
+                    let paid = self.player_pays(sender, 1, policy, now_ms);
+                    return Outcome::paid(Event::Dropped(DropReason::GroupFull), err, len, Payer::Player, paid);
                 }
-                // Another player's membership at this address is stale: the
-                // address is this client's now (the cookie proved it).
-                if let Some(&other) = self.by_addr.get(&src) {
-                    self.remove(other);
+                if let Some(&holder) = self.by_addr.get(&src) {
+                    // Another player's membership at this address: never
+                    // removed for this JOIN. It is checked under its own key
+                    // (this player pays; with no budget of its own here the
+                    // check goes ahead and the global budget pays the reply),
+                    // and removed only if it answers neither PROBE.
+                    let cost = 1 + self.check_cost(holder);
+                    let paid = self.player_pays(sender, cost, policy, now_ms);
+                    if paid != Some(false) {
+                        self.check_holder(holder, now_ms);
+                    }
+                    return Outcome::paid(occupied, retry, len, Payer::Player, paid);
                 }
                 if self.per_ip.get(&src.ip()).copied().unwrap_or(0) >= policy.max_per_ip {
                     let err = SmallDatagram::error(self.port, sender, 0, ErrorCode::AddressLimit);
-                    return Outcome::with_reply(Event::Dropped(DropReason::AddressLimit), err, len);
+                    let paid = self.player_pays(sender, 1, policy, now_ms);
+                    return Outcome::paid(Event::Dropped(DropReason::AddressLimit), err, len, Payer::Player, paid);
                 }
-                let membership = (self.fresh(keys, b"mbid", now.mono_ms) as u32).max(1);
-                let mut window = ReplayWindow::default();
-                window.accept(pkt.seq());
+                let membership = (self.fresh(keys, b"mbid", now_ms) as u32).max(1);
+                // The echo's number starts the window, and every number below
+                // it counts as used (the client's numbers only grow): a
+                // captured first JOIN replayed later is no news either.
+                let window = ReplayWindow {
+                    highest: pkt.seq(),
+                    bitmap: u64::MAX,
+                };
                 let idx = self.members.len();
                 self.members.push(Member {
                     addr: src,
@@ -700,23 +992,34 @@ impl Group {
                     window,
                     tx_seq: 1,
                     tags,
-                    last_seen_ms: now.mono_ms,
+                    last_seen_ms: now_ms,
                     unreachable_since_ms: None,
                     probe: None,
                     rebind: None,
+                    rebind_sent_ms: None,
+                    rebind_seq: 0,
+                    check: None,
+                    replies: ReplyBudget::full(policy.member_replies_per_s, now_ms),
                     rtt_ms: None,
-                    probed_ms: now.mono_ms,
-                    rate: RateBucket::full(policy, now.mono_ms),
+                    probed_ms: now_ms,
+                    rate: RateBucket::full(policy, now_ms),
                 });
                 self.address_added(src);
                 self.by_addr.insert(src, idx);
                 self.by_player.insert(sender, idx);
+                self.players.remove(&sender);
                 self.changes.push(Change::Added(src));
                 idx
             }
         };
         let members = u16::try_from(self.members.len()).unwrap_or(u16::MAX);
         let port = self.port;
+        // A re-JOIN's JOIN_ACK is the member's to pay; a new member's is
+        // free (its cookie and MAC verified; the group's size bounds them).
+        let (payer, paid) = match existing {
+            Some(idx) => (Payer::Member, self.member_pays(idx, 1, policy, now_ms)),
+            None => (Payer::Nobody, Some(true)),
+        };
         let m = &mut self.members[idx];
         let h = m.next_header(Kind::JoinAck, port);
         let ack = JoinAck {
@@ -726,12 +1029,14 @@ impl Group {
             checkpoint_port: policy.checkpoint_port,
         };
         let reply = SmallDatagram::join_ack(&h, ack, &m.keys);
-        Outcome::with_reply(
+        Outcome::paid(
             Event::Joined {
                 rejoin: existing.is_some(),
             },
             reply,
             len,
+            payer,
+            paid,
         )
     }
 
@@ -762,12 +1067,43 @@ impl Group {
         }
     }
 
-    /// PROBEs due (one per member per keepalive interval), for the caller to
-    /// send from the group's socket: each member's RTT, measured by the
-    /// reflector itself. `now_ms` is monotonic.
-    pub fn probes(&mut self, keys: &Keys, policy: &Policy, now_ms: u64, out: &mut Vec<(SocketAddr, SmallDatagram)>) {
+    /// PROBEs due, for the caller to send from the group's socket: each
+    /// member's RTT (one per keepalive interval), measured by the reflector
+    /// itself, and the PROBEs of occupancy checks (the first at the first
+    /// sweep after the check began, the second [`OCCUPANCY_PROBE_GAP_MS`]
+    /// later). `now_ms` is monotonic.
+    pub fn probes(
+        &mut self,
+        keys: &Keys,
+        policy: &Policy,
+        now_ms: u64,
+        out: &mut Vec<(SocketAddr, SmallDatagram)>,
+    ) -> Probed {
         let every = u64::from(policy.keepalive_ms).max(1);
+        let mut done = Probed::default();
         for i in 0..self.members.len() {
+            if let Some(c) = self.members[i].check {
+                let due =
+                    c.probes == 0 || (c.probes == 1 && now_ms.saturating_sub(c.sent_ms) >= OCCUPANCY_PROBE_GAP_MS);
+                if due {
+                    let nonce = if c.probes == 0 {
+                        done.checks_started += 1;
+                        self.fresh(keys, b"ocpy", now_ms)
+                    } else {
+                        c.nonce
+                    };
+                    let port = self.port;
+                    let m = &mut self.members[i];
+                    m.check = Some(OccupancyCheck {
+                        nonce,
+                        probes: c.probes + 1,
+                        sent_ms: now_ms,
+                    });
+                    let h = m.next_header(Kind::Probe, port);
+                    out.push((m.addr, SmallDatagram::nonce(&h, nonce, &m.keys)));
+                    done.occupancy += 1;
+                }
+            }
             if now_ms.saturating_sub(self.members[i].probed_ms) < every {
                 continue;
             }
@@ -782,7 +1118,9 @@ impl Group {
             });
             let h = m.next_header(Kind::Probe, port);
             out.push((m.addr, SmallDatagram::nonce(&h, nonce, &m.keys)));
+            done.rtt += 1;
         }
+        done
     }
 
     /// Asks member `i` for the group's game state: a CHECKPOINT_REQUEST with
@@ -815,9 +1153,17 @@ impl Group {
             let unreachable = m
                 .unreachable_since_ms
                 .is_some_and(|t| m.last_seen_ms <= t && now_ms.saturating_sub(t) >= grace);
+            let occupied = m
+                .check
+                .is_some_and(|c| c.probes >= 2 && now_ms.saturating_sub(c.sent_ms) >= OCCUPANCY_PROBE_GAP_MS);
             if now_ms.saturating_sub(m.last_seen_ms) > policy.member_timeout_ms {
                 self.remove(i);
                 out.silent += 1;
+            } else if occupied {
+                // Someone else wants its address, and it answered neither
+                // PROBE under its own key: gone.
+                self.remove(i);
+                out.occupied += 1;
             } else if unreachable {
                 self.remove(i);
                 out.unreachable += 1;
@@ -825,6 +1171,9 @@ impl Group {
                 i += 1;
             }
         }
+        // Players whose reply budgets are full again are forgotten.
+        let per_s = policy.player_replies_per_s;
+        self.players.retain(|_, b| !b.is_full(per_s, now_ms));
         out
     }
 }
@@ -950,7 +1299,11 @@ mod tests {
             }
             outcomes.push(o);
         }
-        assert_eq!(outcomes[0].event, Event::Challenged);
+        // The first step is challenged, unless it is a replay.
+        assert!(matches!(
+            outcomes[0].event,
+            Event::Challenged | Event::Dropped(DropReason::Replay)
+        ));
         (Player { session: s }, *outcomes.last().unwrap())
     }
 
@@ -1245,9 +1598,11 @@ mod tests {
         let (_, o) = join_from(&mut g, &k, &p, T0, addr(0), 1, next);
         assert_eq!(o.event, Event::Joined { rejoin: true });
         assert_eq!(g.members()[0].membership, id);
-        // A captured JOIN replayed (its sequence numbers seen): refused.
+        // A captured JOIN replayed (its sequence numbers seen): refused at
+        // the first step, unanswered.
         let (_, o) = join_from(&mut g, &k, &p, T0, addr(0), 1, 1);
         assert_eq!(o.event, Event::Dropped(DropReason::Replay));
+        assert!(o.reply.is_none() && o.suppressed.is_none());
         assert_eq!(
             join(&mut g, &k, &p, T0, addr(1), 2).1.event,
             Event::Joined { rejoin: false }
@@ -1257,6 +1612,291 @@ mod tests {
             Event::Dropped(DropReason::GroupFull)
         );
         assert_eq!(g.len(), 2);
+    }
+
+    /// One sweep of the server's timer: expiry, then the PROBEs due, which
+    /// the players listed (at their addresses) answer 2 ms later.
+    fn sweep(g: &mut Group, k: &Keys, p: &Policy, now: u64, live: &mut [(SocketAddr, &mut Player)]) -> Expired {
+        let gone = g.expire(p, now);
+        let mut out = Vec::new();
+        g.probes(k, p, now, &mut out);
+        for (to, probe) in out {
+            if let Some((a, pl)) = live.iter_mut().find(|(a, _)| *a == to) {
+                if let Some(r) = pl.answer(&probe) {
+                    g.handle(k, p, at(now + 2), *a, &r);
+                }
+            }
+        }
+        gone
+    }
+
+    /// The three ways onto an address another player's membership holds.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Onto {
+        /// A player that is no member JOINs from there (spoofed, echoing the
+        /// challenge it saw on the path).
+        Join,
+        /// A member JOINs again from there.
+        Rejoin,
+        /// A member sends its own KEEPALIVE from there and answers the
+        /// rebinding PROBE under its key.
+        Rebind,
+    }
+
+    /// The attacker (player 66, with its own valid token and key) takes path
+    /// `how` onto the victim's (player 1's) address once a second for 6 s,
+    /// the server's sweep running every 500 ms. The victim answers every
+    /// PROBE if `victim_answers`, and its DATA must keep being forwarded
+    /// then. Returns when (ms after the start) the attacker held the address.
+    fn take_over(how: Onto, victim_answers: bool) -> Option<u64> {
+        let (k, p) = (keys(), Policy::default());
+        let mut g = Group::new(PORT);
+        let (mut victim, _) = join(&mut g, &k, &p, T0, addr(0), 1);
+        let (mut attacker, mut seq) = match how {
+            Onto::Join => (None, 1),
+            Onto::Rejoin | Onto::Rebind => {
+                let (a, _) = join(&mut g, &k, &p, T0, addr(1), 66);
+                let next = a.session.next_seq();
+                (Some(a), next)
+            }
+        };
+        let holds = |g: &Group, player: u32| g.members().iter().any(|m| m.sender == player && m.addr == addr(0));
+        for round in 0..6u64 {
+            let base = T0 + 1 + round * 1000;
+            let mut live = [(addr(0), &mut victim)];
+            let live: &mut [(SocketAddr, &mut Player)] = if victim_answers { &mut live } else { &mut [] };
+            sweep(&mut g, &k, &p, base, live);
+            match how {
+                Onto::Join | Onto::Rejoin => {
+                    let (pl, o) = join_from(&mut g, &k, &p, base + 1, addr(0), 66, seq);
+                    seq = pl.session.next_seq();
+                    if o.event == Event::Dropped(DropReason::Occupied) {
+                        let err = Packet::parse(o.reply.expect("paid").as_bytes().to_vec()).unwrap();
+                        assert_eq!(err.error_code(), Some(Ok(ErrorCode::Retry)));
+                        assert!(pl.session.poll_timeout().is_some(), "the client waits to retry");
+                    } else {
+                        assert!(!victim_answers, "{how:?}: {:?}", o.event);
+                    }
+                }
+                Onto::Rebind => {
+                    let a = attacker.as_mut().unwrap();
+                    let ka = a.keepalive();
+                    if let Some(probe) = g.handle(&k, &p, at(base + 1), addr(0), &ka).reply {
+                        let r = a.answer(&probe).expect("answered under the attacker's key");
+                        let ev = g.handle(&k, &p, at(base + 2), addr(0), &r).event;
+                        assert!(
+                            ev == Event::Dropped(DropReason::Occupied) || !victim_answers,
+                            "{how:?}: {ev:?}"
+                        );
+                    }
+                }
+            }
+            if holds(&g, 66) {
+                return Some(base + 1 - T0);
+            }
+            if victim_answers {
+                assert!(
+                    holds(&g, 1),
+                    "{how:?}: the answering victim was removed in round {round}"
+                );
+                let d = victim.data(b"still here");
+                assert_eq!(
+                    g.handle(&k, &p, at(base + 3), addr(0), &d).event,
+                    Event::Forward { from: addr(0) },
+                    "{how:?}: round {round}"
+                );
+            }
+            let mut live = [(addr(0), &mut victim)];
+            let live: &mut [(SocketAddr, &mut Player)] = if victim_answers { &mut live } else { &mut [] };
+            sweep(&mut g, &k, &p, base + 500, live);
+        }
+        None
+    }
+
+    #[test]
+    fn a_join_onto_a_members_address_never_removes_an_answering_member() {
+        assert_eq!(take_over(Onto::Join, true), None);
+    }
+
+    #[test]
+    fn a_rejoin_onto_a_members_address_never_removes_an_answering_member() {
+        assert_eq!(take_over(Onto::Rejoin, true), None);
+    }
+
+    #[test]
+    fn a_rebind_onto_a_members_address_never_removes_an_answering_member() {
+        assert_eq!(take_over(Onto::Rebind, true), None);
+    }
+
+    #[test]
+    fn a_silent_incumbent_is_replaced_after_two_unanswered_probes() {
+        for how in [Onto::Join, Onto::Rejoin, Onto::Rebind] {
+            let t = take_over(how, false).expect("the dead incumbent is replaced");
+            // Checked at the first sweep (500 ms), probed twice 500 ms
+            // apart, removed at the next sweep; the attacker's next try wins.
+            assert!((1000..=2100).contains(&t), "{how:?}: after {t} ms");
+        }
+    }
+
+    /// The check is the newcomer's: paid from its budget, the holder's
+    /// own budget, pending RTT PROBE and pending rebinding PROBE untouched.
+    #[test]
+    fn an_occupancy_check_is_paid_by_the_newcomer_and_leaves_the_holders_probes_alone() {
+        let (k, p) = (
+            keys(),
+            Policy {
+                keepalive_ms: 1000,
+                ..Policy::default()
+            },
+        );
+        let mut g = Group::new(PORT);
+        let (mut victim, _) = join(&mut g, &k, &p, T0, addr(0), 1);
+        let ka = victim.keepalive();
+        assert!(
+            g.handle(&k, &p, at(T0 + 10), addr(5), &ka).reply.is_some(),
+            "a rebinding PROBE"
+        );
+        let mut out = Vec::new();
+        assert_eq!(g.probes(&k, &p, T0 + 1000, &mut out).rtt, 1);
+        let before = g.members()[0];
+        assert!(before.probe.is_some() && before.rebind.is_some());
+        let (_, o) = join_from(&mut g, &k, &p, T0 + 1001, addr(0), 66, 1);
+        assert_eq!(
+            (o.event, o.payer),
+            (Event::Dropped(DropReason::Occupied), Payer::Player)
+        );
+        // 5 tokens: the challenge, then ERROR(Retry) and the check's 2 PROBEs.
+        assert_eq!(g.players[&66].tokens, 1);
+        let m = g.members()[0];
+        assert_eq!(
+            (m.replies.tokens, m.probe, m.rebind),
+            (before.replies.tokens, before.probe, before.rebind)
+        );
+        assert!(m.check.is_some());
+        // A second newcomer while the check runs pays for its Retry only.
+        let (_, o) = join_from(&mut g, &k, &p, T0 + 1002, addr(0), 67, 1);
+        assert_eq!(o.event, Event::Dropped(DropReason::Occupied));
+        assert_eq!(g.players[&67].tokens, 3);
+        out.clear();
+        let sent = g.probes(&k, &p, T0 + 1100, &mut out);
+        assert_eq!((sent.rtt, sent.occupancy, sent.checks_started), (0, 1, 1));
+        assert_eq!(out[0].0, addr(0));
+        let m = g.members()[0];
+        assert_eq!((m.probe, m.rebind), (before.probe, before.rebind));
+        // The holder answers under its key: it stays, the check ends.
+        let r = victim.answer(&out[0].1).unwrap();
+        assert_eq!(g.handle(&k, &p, at(T0 + 1150), addr(0), &r).event, Event::Held);
+        assert!(g.members()[0].check.is_none());
+        assert_eq!(g.expire(&p, T0 + 5000), Expired::default());
+    }
+
+    /// Non-member traffic (spoofed floods of every kind) cannot spend the
+    /// budget a member's rebinding PROBE comes from.
+    #[test]
+    fn a_flood_of_non_member_traffic_cannot_stop_a_rebinding_probe() {
+        let (k, p) = (keys(), Policy::default());
+        let mut g = Group::new(PORT);
+        let (mut one, _) = join(&mut g, &k, &p, T0, addr(0), 1);
+        let spoof = |i: u32| SocketAddr::from(([10, 1, (i >> 8) as u8, i as u8], 7000));
+        let other = SessionKeys::from_session([3; 32]);
+        for i in 0..2000u32 {
+            let ka = SmallDatagram::simple(&hdr(Kind::Keepalive, 2, 0, 1), &other);
+            g.handle(&k, &p, at(T0 + 100), spoof(i), ka.as_bytes());
+            let t = token(&k, 9, PORT, 60);
+            let j = SmallDatagram::join(&hdr(Kind::Join, 9, 0, 1), &t, None, &session_keys(&k, &t));
+            g.handle(&k, &p, at(T0 + 100), spoof(i), j.as_bytes());
+        }
+        let ka = one.keepalive();
+        let o = g.handle(&k, &p, at(T0 + 100), addr(9), &ka);
+        let probe = o.reply.expect("a PROBE to the new address");
+        let r = one.answer(&probe).unwrap();
+        assert_eq!(
+            g.handle(&k, &p, at(T0 + 110), addr(9), &r).event,
+            Event::Rebound {
+                from: addr(0),
+                to: addr(9)
+            }
+        );
+    }
+
+    /// A valid JOIN of one player replayed from many addresses drains that
+    /// player's share of challenges only: another player is still challenged.
+    #[test]
+    fn a_replayed_join_drains_only_its_players_challenges() {
+        let (k, p) = (keys(), Policy::default());
+        let mut g = Group::new(PORT);
+        let t = token(&k, 66, PORT, 60);
+        let j = SmallDatagram::join(&hdr(Kind::Join, 66, 0, 1), &t, None, &session_keys(&k, &t));
+        let mut challenged = 0;
+        for i in 0..2000u32 {
+            let from = SocketAddr::from(([10, 1, (i >> 8) as u8, i as u8], 7000));
+            if g.handle(&k, &p, at(T0), from, j.as_bytes()).reply.is_some() {
+                challenged += 1;
+            }
+        }
+        assert!(
+            challenged <= 10,
+            "{challenged} challenges for one player in one instant"
+        );
+        let (_, o) = join(&mut g, &k, &p, T0, addr(0), 7);
+        assert_eq!(o.event, Event::Joined { rejoin: false });
+    }
+
+    /// One captured KEEPALIVE replayed from 100 addresses: one PROBE at
+    /// most, and the member's real rebinding is not blocked.
+    #[test]
+    fn a_replayed_keepalive_neither_floods_probes_nor_blocks_rebinding() {
+        let (k, p) = (keys(), Policy::default());
+        let mut g = Group::new(PORT);
+        let (mut one, _) = join(&mut g, &k, &p, T0, addr(0), 1);
+        // The member rebinds to addr(9); its KEEPALIVE from there is seen.
+        let ka = one.keepalive();
+        let o = g.handle(&k, &p, at(T0 + 100), addr(9), &ka);
+        let probe = o.reply.expect("a PROBE to the member's new address");
+        let mut probes = 0;
+        for i in 0..100u16 {
+            let from = SocketAddr::from(([10, 2, 0, i as u8], 7000 + i));
+            let o = g.handle(&k, &p, at(T0 + 101 + u64::from(i) * 30), from, &ka);
+            probes += usize::from(o.reply.is_some());
+        }
+        assert_eq!(probes, 0, "the replays took no PROBE: the pending one stands");
+        // The member answers (its PROBE_REPLY arrives late, after the replays).
+        let r = one.answer(&probe).unwrap();
+        assert_eq!(
+            g.handle(&k, &p, at(T0 + 3200), addr(9), &r).event,
+            Event::Rebound {
+                from: addr(0),
+                to: addr(9)
+            }
+        );
+        // Replayed again later from anywhere: no PROBE (not fresh any more
+        // than when it first triggered one).
+        let mut probes = 0;
+        for i in 0..100u16 {
+            let from = SocketAddr::from(([10, 2, 1, i as u8], 7000 + i));
+            let o = g.handle(&k, &p, at(T0 + 4000 + u64::from(i) * 30), from, &ka);
+            probes += usize::from(o.reply.is_some());
+        }
+        assert_eq!(probes, 0);
+    }
+
+    /// Fresh datagrams from ever new addresses: one rebinding PROBE a second.
+    #[test]
+    fn at_most_one_rebinding_probe_per_member_per_second() {
+        let (k, p) = (keys(), Policy::default());
+        let mut g = Group::new(PORT);
+        let (mut one, _) = join(&mut g, &k, &p, T0, addr(0), 1);
+        let mut sent = Vec::new();
+        for i in 0..300u16 {
+            let now = T0 + u64::from(i) * 10;
+            let ka = one.keepalive();
+            let from = SocketAddr::from(([10, 3, (i >> 8) as u8, i as u8], 7000));
+            if g.handle(&k, &p, at(now), from, &ka).reply.is_some() {
+                sent.push(now);
+            }
+        }
+        assert_eq!(sent.len(), 3, "{sent:?}");
+        assert!(sent.windows(2).all(|w| w[1] - w[0] >= 1000), "{sent:?}");
     }
 
     #[test]
@@ -1277,13 +1917,14 @@ mod tests {
         ));
         let mut seen = HashSet::new();
         assert_eq!(mirror(&mut g, &mut seen), [addr(1), addr(7)].into_iter().collect());
-        // Player 2 joins from player 1's address: player 1's entry goes.
+        // Player 2 joins from player 1's address: told to retry, while
+        // player 1 is checked; player 1's entry stays (see take_over).
         let (_, o) = join_from(&mut g, &k, &p, T0, addr(7), 2, 100);
-        assert_eq!(o.event, Event::Joined { rejoin: true });
-        assert_eq!(g.len(), 1);
-        assert_eq!(g.members()[0].sender, 2);
-        assert_eq!(g.members()[0].addr, addr(7));
-        assert_eq!(mirror(&mut g, &mut seen), [addr(7)].into_iter().collect());
+        assert_eq!(o.event, Event::Dropped(DropReason::Occupied));
+        let err = Packet::parse(o.reply.unwrap().as_bytes().to_vec()).unwrap();
+        assert_eq!(err.error_code(), Some(Ok(ErrorCode::Retry)));
+        assert_eq!(g.len(), 2);
+        assert_eq!(mirror(&mut g, &mut seen), [addr(1), addr(7)].into_iter().collect());
     }
 
     #[test]
@@ -1478,40 +2119,132 @@ mod tests {
             g.expire(&p, T0 + 8000),
             Expired {
                 silent: 0,
-                unreachable: 1
+                unreachable: 1,
+                occupied: 0,
             }
         );
         assert_eq!(g.len(), 1);
         assert_eq!(g.members()[0].addr, addr(0));
     }
 
+    /// Replies nobody can verify come from the caller's one global budget,
+    /// version errors included (the server's), and nothing else draws on it.
     #[test]
-    fn replies_to_non_members_are_rate_limited() {
+    fn unverifiable_replies_share_one_small_global_budget() {
         let k = keys();
         let p = Policy {
             replies_per_s: 10,
             ..Policy::default()
         };
         let mut g = Group::new(PORT);
+        let mut global = ReplyBudget::full(p.replies_per_s, T0);
         let mut spoofed = vec![0u8; 64];
         let n = emit(&hdr(Kind::Data, 9, 0, 1), b"spoofed data", None, &mut spoofed).unwrap();
         spoofed.truncate(n);
-        let sent = |g: &mut Group, now: u64| g.handle(&k, &p, at(now), addr(3), &spoofed);
-        let first: Vec<bool> = (0..15).map(|_| sent(&mut g, T0).reply.is_some()).collect();
+        let bad_token = SmallDatagram::join(&hdr(Kind::Join, 9, 0, 1), &[0; TOKEN_LEN], None, &keys_guess());
+        let mut sent = |g: &mut Group, now: u64, d: &[u8]| {
+            let mut o = g.handle(&k, &p, at(now), addr(3), d);
+            assert_eq!(o.payer, Payer::Unverified);
+            global.admit(p.replies_per_s, now, &mut o);
+            o
+        };
+        let first: Vec<bool> = (0..15)
+            .map(|i| {
+                let d: &[u8] = if i % 2 == 0 { &spoofed } else { bad_token.as_bytes() };
+                sent(&mut g, T0, d).reply.is_some()
+            })
+            .collect();
         assert_eq!(first.iter().filter(|r| **r).count(), 10, "burst of replies_per_s");
-        let o = sent(&mut g, T0);
-        assert!(o.reply.is_none() && o.reply_suppressed);
+        let o = sent(&mut g, T0, &spoofed);
+        assert!(o.reply.is_none());
+        assert_eq!(o.suppressed, Some(Kind::Error));
         assert_eq!(o.event, Event::Dropped(DropReason::NotMember), "still counted");
         // 200 ms later two more tokens have accrued.
-        let later: Vec<bool> = (0..5).map(|_| sent(&mut g, T0 + 200).reply.is_some()).collect();
+        let later: Vec<bool> = (0..5)
+            .map(|_| sent(&mut g, T0 + 200, &spoofed).reply.is_some())
+            .collect();
         assert_eq!(later.iter().filter(|r| **r).count(), 2);
-        // Members' JOIN_ACKs are never suppressed.
+        // The global budget is spent, yet a real player is challenged and
+        // admitted: its replies are paid from its own budget.
+        let (_, o) = join(&mut g, &k, &p, T0 + 200, addr(0), 1);
+        assert_eq!(o.event, Event::Joined { rejoin: false });
+        assert_eq!(o.payer, Payer::Nobody);
+    }
+
+    fn keys_guess() -> SessionKeys {
+        SessionKeys::from_session([9; 32])
+    }
+
+    /// Each member's and each verified player's budget: spent by its own
+    /// traffic only, refilled at its rate; full player budgets are forgotten.
+    #[test]
+    fn member_and_player_budgets_are_their_own() {
+        let (k, p) = (
+            keys(),
+            Policy {
+                player_replies_per_s: 3,
+                member_replies_per_s: 2,
+                ..Policy::default()
+            },
+        );
+        let mut g = Group::new(PORT);
+        // Player 66's valid JOIN, replayed: 3 challenges, then withheld.
+        let t = token(&k, 66, PORT, 60);
+        let j = SmallDatagram::join(&hdr(Kind::Join, 66, 0, 1), &t, None, &session_keys(&k, &t));
+        let outs: Vec<Outcome> = (0..5)
+            .map(|i| g.handle(&k, &p, at(T0), addr(10 + i), j.as_bytes()))
+            .collect();
+        assert!(outs
+            .iter()
+            .all(|o| o.payer == Payer::Player && o.event == Event::Challenged));
+        assert_eq!(outs.iter().filter(|o| o.reply.is_some()).count(), 3);
+        assert_eq!(outs[4].suppressed, Some(Kind::JoinChallenge));
+        // Another player is not affected; a second later 66 has 3 again.
         assert_eq!(
-            join(&mut g, &k, &Policy { replies_per_s: 10, ..p }, T0 + 2000, addr(0), 1)
-                .1
-                .event,
+            join(&mut g, &k, &p, T0, addr(0), 1).1.event,
             Event::Joined { rejoin: false }
         );
+        assert!(g.handle(&k, &p, at(T0 + 1000), addr(10), j.as_bytes()).reply.is_some());
+        // Full budgets are forgotten by the sweep.
+        assert_eq!(g.players.len(), 1);
+        g.expire(&p, T0 + 2000);
+        assert!(g.players.is_empty());
+        // A member's re-JOIN steps come from its own budget (2 a second):
+        // a captured re-JOIN is not fresh and costs nothing.
+        let (mut one, _) = join(&mut g, &k, &p, T0 + 2000, addr(1), 2);
+        let s = one.session.next_seq();
+        let (_, o) = join_from(&mut g, &k, &p, T0 + 2000, addr(1), 2, s);
+        assert_eq!((o.event, o.payer), (Event::Joined { rejoin: true }, Payer::Member));
+        assert!(o.reply.is_some(), "challenge and ack: 2 tokens");
+        let rj = SmallDatagram::join(
+            &hdr(Kind::Join, 2, 0, s + 5),
+            &token(&k, 2, PORT, 60),
+            None,
+            &one.session.request().keys,
+        );
+        let o = g.handle(&k, &p, at(T0 + 2000), addr(1), rj.as_bytes());
+        assert_eq!((o.event, o.suppressed), (Event::Challenged, Some(Kind::JoinChallenge)));
+        assert_eq!(
+            g.handle(
+                &k,
+                &p,
+                at(T0 + 2000),
+                addr(1),
+                SmallDatagram::join(
+                    &hdr(Kind::Join, 2, 0, 1),
+                    &token(&k, 2, PORT, 60),
+                    None,
+                    &one.session.request().keys
+                )
+                .as_bytes()
+            )
+            .event,
+            Event::Dropped(DropReason::Replay)
+        );
+        // The member's rebinding PROBE: its budget refilled a second later.
+        let ka = one.keepalive();
+        let o = g.handle(&k, &p, at(T0 + 3000), addr(9), &ka);
+        assert_eq!((o.payer, o.reply_kind()), (Payer::Member, Some(Kind::Probe)));
     }
 
     #[test]

@@ -56,7 +56,9 @@ counters! {
     replays: "counter", "Authenticated datagrams with a sequence number seen before (replays), dropped.";
     unvalidated: "counter", "Datagrams of a member from an address it has not validated (a PROBE went there first), dropped.";
     rebinds: "counter", "Members moved to a new address after it answered a PROBE under the key (NAT rebinding).";
-    probes_sent: "counter", "PROBEs sent to members (RTT) and to new addresses (rebinding).";
+    probes_sent: "counter", "PROBEs the sweep sent to members' addresses: RTT, and occupancy checks (rebinding PROBEs are rebind_probes).";
+    rebind_probes: "counter", "Rebinding PROBEs sent to a member's new address (at most one a second per member, from the member's own reply budget).";
+    rebind_probes_suppressed: "counter", "Rebinding PROBEs not sent: one went to that member within the second, or its reply budget (--member-replies-per-s) was spent.";
     probe_replies: "counter", "PROBE_REPLYs with a measured round-trip time.";
     rtt_us_sum: "counter", "Sum of measured member round-trip times, microseconds (divide by probe_replies).";
     version_errors: "counter", "Datagrams of another protocol version, answered with ERROR(Version) when no larger.";
@@ -64,10 +66,17 @@ counters! {
     expired_token: "counter", "JOINs with an expired token.";
     bad_cookie: "counter", "JOINs echoing a wrong or stale cookie.";
     group_full: "counter", "JOINs refused because the group is full.";
+    occupied: "counter", "JOINs (answered ERROR(Retry)) and rebinds refused because another member holds the address; that member is checked with PROBEs under its own key.";
+    occupancy_checks: "counter", "Occupancy checks begun: a member whose address someone else wanted, PROBEd under its own key.";
+    occupancy_kept: "counter", "Occupancy checks the member answered: it kept its address.";
+    occupancy_removed: "counter", "Members removed because someone else wanted their address and they answered neither PROBE of the check.";
     address_limit: "counter", "JOINs refused because their address already has --max-per-ip members in the group.";
     rate_limited: "counter", "DATA dropped beyond its member's rate cap (--member-rate-pps, --member-rate-bytes).";
     unexpected: "counter", "Datagrams of a type only the reflector sends.";
     challenges: "counter", "JOIN_CHALLENGE replies sent.";
+    challenges_suppressed: "counter", "JOIN_CHALLENGEs not sent: the player's (or the member's) reply budget was spent (--player-replies-per-s, --member-replies-per-s).";
+    error_replies: "counter", "ERROR replies sent (version-1 ERROR(Version) included).";
+    error_replies_suppressed: "counter", "ERROR replies not sent: their budget was spent (the global one for errors nobody can verify, --replies-per-s).";
     joins: "counter", "Members admitted.";
     rejoins: "counter", "JOINs from existing members, answered again.";
     leaves: "counter", "Members that left with LEAVE.";
@@ -75,7 +84,7 @@ counters! {
     unreachable_removed: "counter", "Members removed because ICMP errors were reported about them and they had sent nothing since, for two keepalive intervals (an ICMP error alone removes nobody).";
     control_bytes_in: "counter", "Bytes of datagrams that were not member traffic (joins, strays, floods).";
     reply_bytes_out: "counter", "Bytes of replies (challenge, ack, error); never more than control_bytes_in.";
-    replies_suppressed: "counter", "Replies to non-members not sent because the group's reply budget was spent.";
+    replies_suppressed: "counter", "Replies of every kind not sent because their budget was spent (includes challenges_suppressed, error_replies_suppressed, rebind_probes_suppressed).";
     enobufs_waits: "counter", "Sends that hit ENOBUFS (device queue full) and were retried after a wait.";
     eagain_waits: "counter", "Sends that hit EAGAIN (socket buffer full) and waited for POLLOUT.";
     icmp_errors: "counter", "ICMP errors reported on the socket (e.g. a departed member's port unreachable).";

@@ -13,14 +13,14 @@
 use crate::backend::{BackendKind, Fanout, Progress, Support, Wake};
 use crate::checkpoint::{Board, Channel, CheckpointConfig};
 use crate::kfanout::{EbpfFanout, KernelPath, RateCaps, ResendTarget};
-use crate::membership::{Change, DropReason, Event, Group, Keys, Now, Policy};
+use crate::membership::{Change, DropReason, Event, Group, Keys, Now, Policy, ReplyBudget};
 use crate::metrics::{GroupCounters, Registry};
 use crate::{mono_now_ms, CliError};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use reflector_proto::auth::Secret;
-use reflector_proto::protocol::{strip_tag, version1_error, ParseError, MAX_DATAGRAM};
+use reflector_proto::protocol::{strip_tag, version1_error, Kind, ParseError, MAX_DATAGRAM};
 use sendpath::errqueue::{ErrEntry, ErrKind};
 use sendpath::{RecvBatch, SendOne};
 use std::collections::VecDeque;
@@ -58,10 +58,20 @@ pub struct ServeArgs {
     /// `--reflector` option there. Tokens name it, so a token opens only this reflector.
     #[arg(long, default_value_t = 0)]
     pub reflector_id: u16,
-    /// Replies (challenges, errors) per second per group to senders that are not members,
-    /// so a spoofed flood is not reflected onto its victim; JOIN_ACKs are not limited.
-    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Replies nobody can verify (errors to non-members, bad tokens, MACs and cookies, version
+    /// errors) per second per event-loop thread, so a spoofed flood is not reflected onto its
+    /// victim. Nothing else draws on this budget: members and verified players have their own.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
     pub replies_per_s: u32,
+    /// Replies per second to one verified player that is not a member, per group (its
+    /// JOIN_CHALLENGEs, refusals, ERROR(Retry)): a valid JOIN replayed from many addresses drains
+    /// only that player's share.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub player_replies_per_s: u32,
+    /// Replies per second one member's own datagrams may cause (rebinding PROBEs, at most one a
+    /// second anyway; a re-JOIN's challenge and JOIN_ACK); non-member traffic cannot touch it.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub member_replies_per_s: u32,
     /// DATA tags: every DATA carries a SipHash tag under the sender's session key, checked before
     /// fan-out, so a datagram with a spoofed member source is dropped (on), or not (off: cheaper;
     /// then only KEEPALIVEs count as signs of life, and clients send them every interval).
@@ -493,6 +503,9 @@ struct Loop<'a> {
     timer: TimerFd,
     /// The checkpoint board, if checkpoints are on.
     board: Option<Arc<Board>>,
+    /// Replies nobody can verify, for all this loop's groups
+    /// ([`Policy::replies_per_s`]).
+    unverified: ReplyBudget,
 }
 
 fn loop_err(e: impl Into<io::Error>) -> ServeError {
@@ -532,6 +545,7 @@ fn event_loop(
         epoll,
         timer,
         board,
+        unverified: ReplyBudget::full(policy.replies_per_s, mono_now_ms()),
     };
     lp.run(stop)
 }
@@ -714,11 +728,17 @@ impl Loop<'_> {
         let len = datagram.len();
         c.received.fetch_add(1, Relaxed);
         c.bytes_in.fetch_add(len as u64, Relaxed);
-        let outcome = slot.group.handle(keys, policy, now, src, datagram);
+        let mut outcome = slot.group.handle(keys, policy, now, src, datagram);
+        // Replies nobody can verify come out of the loop's one budget.
+        self.unverified.admit(policy.replies_per_s, now.mono_ms, &mut outcome);
         if let Event::Dropped(DropReason::Malformed(ParseError::BadVersion(_))) = outcome.event {
             c.version_errors.fetch_add(1, Relaxed);
             if let Some(e) = version1_error(datagram) {
-                if SendOne::send(slot.sock.as_fd(), &e, src).is_ok() {
+                if !self.unverified.take(policy.replies_per_s, now.mono_ms) {
+                    c.error_replies_suppressed.fetch_add(1, Relaxed);
+                    c.replies_suppressed.fetch_add(1, Relaxed);
+                } else if SendOne::send(slot.sock.as_fd(), &e, src).is_ok() {
+                    c.error_replies.fetch_add(1, Relaxed);
                     c.reply_bytes_out.fetch_add(e.len() as u64, Relaxed);
                 }
             }
@@ -746,7 +766,9 @@ impl Loop<'_> {
                 return Progress::Done;
             }
             Event::Rebound { .. } => c.rebinds.fetch_add(1, Relaxed),
-            Event::Challenged => c.challenges.fetch_add(1, Relaxed),
+            Event::Held => c.occupancy_kept.fetch_add(1, Relaxed),
+            // Counted below, as sent or suppressed.
+            Event::Challenged => 0,
             Event::Joined { rejoin } => {
                 // The channel knows the member (and its key) before the
                 // JOIN_ACK is out, so a joiner may fetch at once.
@@ -769,14 +791,26 @@ impl Loop<'_> {
         };
         c.control_bytes_in.fetch_add(len as u64, Relaxed);
         c.members.store(slot.group.len() as u64, Relaxed);
-        if outcome.reply_suppressed {
+        if let Some(kind) = outcome.suppressed {
             c.replies_suppressed.fetch_add(1, Relaxed);
+            match kind {
+                Kind::JoinChallenge => c.challenges_suppressed.fetch_add(1, Relaxed),
+                Kind::Probe => c.rebind_probes_suppressed.fetch_add(1, Relaxed),
+                Kind::Error => c.error_replies_suppressed.fetch_add(1, Relaxed),
+                _ => 0,
+            };
         }
         if let Some(reply) = outcome.reply {
             // Replies are best effort: a lost one is recovered by the
             // client's retry, and we never wait on a possibly spoofed peer.
             if SendOne::send(slot.sock.as_fd(), reply.as_bytes(), src).is_ok() {
                 c.reply_bytes_out.fetch_add(reply.len() as u64, Relaxed);
+                match outcome.reply_kind() {
+                    Some(Kind::JoinChallenge) => c.challenges.fetch_add(1, Relaxed),
+                    Some(Kind::Probe) => c.rebind_probes.fetch_add(1, Relaxed),
+                    Some(Kind::Error) => c.error_replies.fetch_add(1, Relaxed),
+                    _ => 0,
+                };
             }
         }
         Progress::Done
@@ -815,7 +849,10 @@ impl Loop<'_> {
             let gone = s.group.expire(self.policy, now_ms);
             // Each member's RTT, measured by the reflector itself.
             probes.clear();
-            s.group.probes(self.keys, self.policy, now_ms, &mut probes);
+            let probed = s.group.probes(self.keys, self.policy, now_ms, &mut probes);
+            s.counters
+                .occupancy_checks
+                .fetch_add(probed.checks_started as u64, Relaxed);
             for (to, p) in &probes {
                 if SendOne::send(s.sock.as_fd(), p.as_bytes(), *to).is_ok() {
                     s.counters.probes_sent.fetch_add(1, Relaxed);
@@ -827,7 +864,7 @@ impl Loop<'_> {
                 Change::Removed(a) => fanout.member_removed(i, a),
             });
             if let Some(b) = &self.board {
-                if gone.silent + gone.unreachable > 0 {
+                if gone.silent + gone.unreachable + gone.occupied > 0 {
                     b.set_roster(s.group.port(), s.group.members());
                 }
                 // Paper 000 §3: the game state, asked of one member.
@@ -839,11 +876,12 @@ impl Loop<'_> {
                     }
                 }
             }
-            if gone.silent + gone.unreachable > 0 {
+            if gone.silent + gone.unreachable + gone.occupied > 0 {
                 s.counters.expired.fetch_add(gone.silent as u64, Relaxed);
                 s.counters
                     .unreachable_removed
                     .fetch_add(gone.unreachable as u64, Relaxed);
+                s.counters.occupancy_removed.fetch_add(gone.occupied as u64, Relaxed);
                 s.counters.members.store(s.group.len() as u64, Relaxed);
             }
         }
@@ -865,6 +903,7 @@ fn count_drop(c: &GroupCounters, reason: DropReason) -> u64 {
         DropReason::Token(_) => &c.bad_token,
         DropReason::BadCookie => &c.bad_cookie,
         DropReason::GroupFull => &c.group_full,
+        DropReason::Occupied => &c.occupied,
         DropReason::AddressLimit => &c.address_limit,
         DropReason::RateLimited => &c.rate_limited,
         DropReason::Unexpected(_) => &c.unexpected,
@@ -940,6 +979,8 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
             max_members: args.max_members as usize,
             keepalive_ms: u16::try_from((args.member_timeout_ms / 4).clamp(50, 60_000)).unwrap_or(u16::MAX),
             replies_per_s: args.replies_per_s,
+            player_replies_per_s: args.player_replies_per_s,
+            member_replies_per_s: args.member_replies_per_s,
             data_tags: args.data_tags == Toggle::On,
             checkpoint_port: 0,
             max_per_ip: args.max_per_ip as usize,
