@@ -401,7 +401,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
         Cmd::DelayLine(a) => run_delay_line(a),
         Cmd::Up { scenario, build } => {
             let s = load_scenario(&scenario, &build)?;
-            lab::require_root()?;
+            lab::require_caps()?;
             if s.tdf.unwrap_or(1) > 1 {
                 return Err(LabError::DetachedClock);
             }
@@ -426,7 +426,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Down { run, all, force } => {
-            lab::require_root()?;
+            lab::require_caps()?;
             sweep_quietly();
             let runs: Vec<lab::RunState> = if all {
                 lab::list_runs(&state_dir())
@@ -462,7 +462,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             adapt_epoch,
         } => {
             let s = load_scenario(&scenario, &build)?;
-            lab::require_root()?;
+            lab::require_caps()?;
             let mut o = lab_options(&s, &build)?;
             if let Some((min, max)) = adaptive_tdf {
                 if !(adapt_epoch.is_finite() && (0.05..=60.0).contains(&adapt_epoch)) {
@@ -515,7 +515,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Exec { run, host, cmd } => {
-            lab::require_root()?;
+            lab::require_caps()?;
             sweep_quietly();
             let st = lab::find_run(&state_dir(), run.as_deref())?;
             let mut c = Launcher::for_run(&st).command(&host, &cmd)?;
@@ -531,7 +531,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             name,
             remove,
         } => {
-            lab::require_root()?;
+            lab::require_caps()?;
             sweep_quietly();
             if name.len() > 12 || name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
                 return Err(LabError::Monitor(format!(
@@ -569,7 +569,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::List => {
-            if lab::require_root().is_ok() {
+            if lab::require_caps().is_ok() {
                 sweep_quietly();
             }
             let runs = lab::list_runs(&state_dir());
@@ -603,7 +603,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Clean { force } => {
-            lab::require_root()?;
+            lab::require_caps()?;
             let r = lab::sweep(
                 &state_dir(),
                 if force { SweepMode::Force } else { SweepMode::AllButLive },
@@ -619,7 +619,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Tdf { run, tdf } => {
-            lab::require_root()?;
+            lab::require_caps()?;
             sweep_quietly();
             let mut st = lab::find_run(&state_dir(), run.as_deref())?;
             for line in lab::set_tdf(&st, tdf)? {
@@ -630,7 +630,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Check { run } => {
-            lab::require_root()?;
+            lab::require_caps()?;
             sweep_quietly();
             let st = lab::find_run(&state_dir(), run.as_deref())?;
             let eps = probe::endpoints(&st);
@@ -674,7 +674,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             }
         }
         Cmd::Probe { run, what } => {
-            lab::require_root()?;
+            lab::require_caps()?;
             sweep_quietly();
             let st = lab::find_run(&state_dir(), run.as_deref())?;
             let eps = probe::endpoints(&st);

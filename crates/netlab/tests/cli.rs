@@ -97,7 +97,21 @@ fn not_root_is_refused() {
         return;
     };
     assert!(!o.status.success());
-    assert!(text(&o).contains("needs root"), "{}", text(&o));
+    assert!(
+        text(&o).contains("needs CAP_NET_ADMIN and CAP_SYS_ADMIN (run as root or in a privileged container)"),
+        "{}",
+        text(&o)
+    );
+    // Root without CAP_SYS_ADMIN (a container that is not privileged):
+    // the capability is named at start.
+    let o = Command::new("setpriv")
+        .args(["--inh-caps=-sys_admin", "--bounding-set=-sys_admin"])
+        .arg(env!("CARGO_BIN_EXE_netlab"))
+        .args(["up", "pair"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(text(&o).contains("this process lacks CAP_SYS_ADMIN"), "{}", text(&o));
 }
 
 #[test]
