@@ -120,10 +120,23 @@ enum Cmd {
         #[arg(value_parser = clap::value_parser!(u32).range(1..=1000))]
         tdf: u32,
     },
-    /// Check that every host reaches every other (UDP probes of our own).
+    /// Check that the hosts reach each other (UDP probes of our own): every pair in a lab of
+    /// up to 300 hosts; in a bigger one a sample: every host to the first host (the hub, whose
+    /// neighbour entries are permanent) and 5 random destinations per host, named in the
+    /// output with the seed that repeats it. --all-pairs checks every pair of any lab.
     Check {
         #[arg(long)]
         run: Option<String>,
+        /// Every pair, whatever the lab's size (a 1,000-host lab has 999,000: minutes).
+        #[arg(long)]
+        all_pairs: bool,
+        /// Random destinations per host in a sampled check (fewer if the kernel's neighbour
+        /// table, shared by the machine, has no room for them).
+        #[arg(long, default_value_t = probe::SAMPLE_PER_HOST as u16, value_parser = clap::value_parser!(u16).range(0..=1000))]
+        sample: u16,
+        /// Seed of the sample's random pairs (printed by every sampled check).
+        #[arg(long)]
+        seed: Option<u64>,
     },
     /// Measure one TCP flow or UDP round trips between two hosts of a lab.
     Probe {
@@ -629,17 +642,52 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             lab::write_state(&state_dir().join(&st.run_id), &st)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Check { run } => {
+        Cmd::Check {
+            run,
+            all_pairs,
+            sample,
+            seed,
+        } => {
             lab::require_caps()?;
             sweep_quietly();
             let st = lab::find_run(&state_dir(), run.as_deref())?;
             let eps = probe::endpoints(&st);
-            let s = load_addressing(&st);
-            if let Some(w) = s.and_then(|a| lab::neighbour_warning(&a)) {
-                eprintln!("netlab: note: {w}");
-            }
+            let n = eps.len();
+            let every = n * n.saturating_sub(1);
+            let sampled = !all_pairs && n > probe::ALL_PAIRS_MAX;
+            let sample = usize::from(sample);
+            let (set, what, how) =
+                if sampled {
+                    let (t3, seen) = match lab::limits::current(lab::limits::NEIGH_THRESH[2]) {
+                        Some(v) => (v, true),
+                        None => (lab::limits::KERNEL_DEFAULTS[2], false),
+                    };
+                    let k = probe::sample_budget(n, t3, sample);
+                    if k < sample {
+                        eprintln!(
+                        "netlab: note: {k} instead of {sample} random destinations per host: the kernel's neighbour \
+                         table, shared by the machine, holds {t3} entries{} (net.ipv4.neigh.default.gc_thresh3) and \
+                         the sample uses at most half of it",
+                        if seen { "" } else { " if this container's machine left the default" }
+                    );
+                    }
+                    let seed = seed.unwrap_or_else(time_seed);
+                    let set = probe::PairSet::sampled(n, 0, k, seed);
+                    let what = format!("{} sampled host pairs", set.len());
+                    let how = format!(
+                        ": every host to hub {} and {k} random destinations per host, seed {seed} (`--seed {seed}` \
+                     repeats it); {n} hosts have {every} pairs, --all-pairs checks them all",
+                        eps[0].name
+                    );
+                    eprintln!("netlab: checking {what}{how}");
+                    (set, what, how)
+                } else {
+                    if let Some(w) = load_addressing(&st).and_then(|a| lab::neighbour_warning(&a)) {
+                        eprintln!("netlab: note: {w}");
+                    }
+                    (probe::PairSet::all(n), format!("all {every} host pairs"), String::new())
+                };
             let t0 = Instant::now();
-            let pairs = eps.len() * eps.len().saturating_sub(1);
             let show = |p: probe::CheckProgress| {
                 eprint!(
                     "\rnetlab: checking: {}/{} pairs, {} unreachable so far",
@@ -647,13 +695,13 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
                 );
                 let _ = std::io::stderr().flush();
             };
-            let result = probe::all_pairs(&eps, probe::CheckOptions::default(), stop, show);
+            let result = probe::check_pairs(&eps, &set, probe::CheckOptions::default(), stop, show);
             // Ends the progress line.
             eprintln!();
             let failed = result?;
             if failed.is_empty() {
                 println!(
-                    "netlab: all {pairs} host pairs reach each other (UDP, {:.2}s)",
+                    "netlab: {what} reach each other (UDP, {:.2}s){how}",
                     t0.elapsed().as_secs_f64()
                 );
                 Ok(ExitCode::SUCCESS)
@@ -666,7 +714,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
                     println!("... and {} more", failed.len() - SHOWN);
                 }
                 println!(
-                    "netlab: {} of {pairs} host pairs unreachable ({:.2}s)",
+                    "netlab: {} of {what} unreachable ({:.2}s){how}",
                     failed.len(),
                     t0.elapsed().as_secs_f64()
                 );
@@ -738,6 +786,15 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// A seed for a sample nobody asked to repeat: the clock's nanoseconds.
+fn time_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+        ^ u64::from(std::process::id())
 }
 
 /// The addressing of a run, re-read from its state directory.

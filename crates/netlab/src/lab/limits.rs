@@ -164,8 +164,9 @@ impl Raised {
         if backlog {
             parts.push(
                 "net.core.netdev_max_backlog is not visible in this network namespace (it exists only in the \
-                 machine's initial one): left as it is, so in-kernel fan-out to large groups may drop clones; \
-                 raise it on the machine itself",
+                 machine's initial one): left as it is, so broadcasts (ARP) that a bridge floods to a big \
+                 segment's every port, and in-kernel fan-out to large groups, may be dropped; raise it on the \
+                 machine itself",
             );
         }
         (!parts.is_empty()).then(|| parts.join("; "))

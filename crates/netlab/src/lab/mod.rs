@@ -84,9 +84,12 @@ pub fn choose_delay_backend(want: Option<DelayBackend>) -> Result<(DelayBackend,
 /// refuses new entries beyond `gc_thresh3` (sends then fail with ENOBUFS,
 /// "neighbor table overflow" in the kernel log). Returns a warning when a
 /// lab whose hosts all talk to each other would need more than it holds
-/// now (`up` raises it; this is for labs built before that).
+/// now (`up` raises it where it can; this is for labs built before that,
+/// and for all pairs of a big lab in a container, which cannot raise it).
 pub fn neighbour_warning(addressing: &crate::addr::Addressing) -> Option<String> {
-    let need = addressing.neighbour_entries_all_pairs();
+    // Permanent entries (every pair of a small segment, the hub of a big
+    // one) are not counted against the table's limit.
+    let need = addressing.neighbour_entries_dynamic();
     let have: u64 = std::fs::read_to_string("/proc/sys/net/ipv4/neigh/default/gc_thresh3")
         .ok()?
         .trim()
@@ -281,8 +284,11 @@ impl Lab {
             }
         }
         let needs = limits::Needs {
-            neighbour_entries: lab.plan.addressing.neighbour_entries_all_pairs(),
-            netdev_backlog: opts.netdev_backlog,
+            // What all-pairs traffic makes the kernel resolve: the plan's
+            // permanent entries do not count.
+            neighbour_entries: lab.plan.addressing.neighbour_entries_dynamic(),
+            // What was asked for, and room for a big segment's ARP floods.
+            netdev_backlog: opts.netdev_backlog.max(lab.plan.addressing.flood_backlog()),
         };
         // On error `lab` is dropped here, which removes it (and restores
         // what was raised once no lab is left).
