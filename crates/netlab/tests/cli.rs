@@ -537,19 +537,21 @@ fn monitor_port_mirrors_both_directions_and_goes_away() {
     assert!(o.status.success(), "{}", text(&o));
 }
 
-/// A lab of 1,000 hosts: `up` in seconds, and plain `check` proves it in
-/// well under a minute with a sample (every host to the hub, whose
-/// neighbour entries are permanent, and 5 random destinations per host,
-/// resolved by ARP through a backlog sized for the segment's floods), and
-/// finds none unreachable in an idle lab.
+/// A lab too big for all pairs by default (more than 300 hosts): plain
+/// `check` proves it with a sample (every host to the hub, whose neighbour
+/// entries are permanent, and 5 random destinations per host, resolved by
+/// ARP through a backlog sized for the segment's floods), states the
+/// sample, and finds none unreachable in an idle lab. 400 hosts keep the
+/// test within about 30 s on a busy 2-core machine; star:1000 takes 10-30 s
+/// to come up and as long to check here (README, "Limitations").
 #[test]
-fn check_on_star_1000_samples_and_finds_every_host() {
+fn check_on_star_400_samples_and_finds_every_host() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !need_root("check_on_star_1000_samples_and_finds_every_host") {
+    if !need_root("check_on_star_400_samples_and_finds_every_host") {
         return;
     }
     let t0 = std::time::Instant::now();
-    let o = netlab(&["up", "star:1000", "-q"]);
+    let o = netlab(&["up", "star:400", "-q"]);
     assert!(o.status.success(), "{}", text(&o));
     let run = run_id_of(&o);
     let up = t0.elapsed();
@@ -560,16 +562,17 @@ fn check_on_star_1000_samples_and_finds_every_host() {
     let down = netlab(&["down", "--run", &run]);
     assert!(down.status.success(), "{}", text(&down));
     assert!(namespaces_of(&run).is_empty());
+    // 399 hosts to the hub, 5 random destinations from each of the 400.
     assert!(
-        o.status.success() && t.contains("5999 sampled host pairs reach each other"),
+        o.status.success() && t.contains("2399 sampled host pairs reach each other"),
         "{t}"
     );
     assert!(
         t.contains("every host to hub h1 and 5 random destinations per host, seed 7")
-            && t.contains("1000 hosts have 999000 pairs, --all-pairs checks them all"),
+            && t.contains("400 hosts have 159600 pairs, --all-pairs checks them all"),
         "{t}"
     );
-    assert!(t.contains("5999/5999 pairs, 0 unreachable so far"), "{t}");
-    eprintln!("star:1000: up {up:?}, sampled check {check:?}");
+    assert!(t.contains("2399/2399 pairs, 0 unreachable so far"), "{t}");
+    eprintln!("star:400: up {up:?}, sampled check {check:?}");
     assert!(check < Duration::from_secs(60), "check took {check:?}");
 }
