@@ -103,6 +103,18 @@ impl Addressing {
         out
     }
 
+    /// The node whose interface is the hub of the biggest segment with more
+    /// than [`STATIC_NEIGH_ALL_MAX`] interfaces, if there is one: every
+    /// other interface there has a permanent entry for it and it for them.
+    pub fn big_segment_hub(&self) -> Option<&str> {
+        let mut on_seg: Vec<Vec<usize>> = vec![vec![]; self.segments.len()];
+        for (k, i) in self.ifaces.iter().enumerate() {
+            on_seg[i.segment].push(k);
+        }
+        let biggest = on_seg.iter().max_by_key(|m| m.len())?;
+        (biggest.len() as u64 > STATIC_NEIGH_ALL_MAX).then(|| self.ifaces[self.hub_of(biggest)].node.as_str())
+    }
+
     /// The hub of a segment's members (indices into `ifaces`): its first
     /// router, else its first interface.
     fn hub_of(&self, members: &[usize]) -> usize {
@@ -431,6 +443,7 @@ mod tests {
         let s = a.static_neighbours();
         assert_eq!(s.len(), 2 * n);
         assert!(s.iter().all(|&(x, y)| (x == 0) != (y == 0)));
+        assert_eq!(a.big_segment_hub(), Some("h1"));
         let m = n as u64 + 1;
         assert_eq!(a.neighbour_entries_dynamic(), m * (m - 1) - 2 * n as u64);
         assert_eq!(a.flood_backlog(), Some(8192));

@@ -121,13 +121,15 @@ enum Cmd {
         tdf: u32,
     },
     /// Check that the hosts reach each other (UDP probes of our own): every pair in a lab of
-    /// up to 300 hosts; in a bigger one a sample: every host to the first host (the hub, whose
-    /// neighbour entries are permanent) and 5 random destinations per host, named in the
-    /// output with the seed that repeats it. --all-pairs checks every pair of any lab.
+    /// up to 300 hosts; in a bigger one a sample: every host to a hub (the host whose neighbour
+    /// entries the plan made permanent on the biggest segment, else the first) and 5 random
+    /// destinations per host, named in the output with the seed that repeats it. --all-pairs
+    /// checks every pair of any lab.
     Check {
         #[arg(long)]
         run: Option<String>,
-        /// Every pair, whatever the lab's size (a 1,000-host lab has 999,000: minutes).
+        /// Every pair, whatever the lab's size (a 1,000-host lab has 999,000, each resolved by an
+        /// ARP broadcast to every port: over an hour).
         #[arg(long)]
         all_pairs: bool,
         /// Random destinations per host in a sampled check (fewer if the kernel's neighbour
@@ -656,37 +658,14 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             let every = n * n.saturating_sub(1);
             let sampled = !all_pairs && n > probe::ALL_PAIRS_MAX;
             let sample = usize::from(sample);
-            let (set, what, how) =
-                if sampled {
-                    let (t3, seen) = match lab::limits::current(lab::limits::NEIGH_THRESH[2]) {
-                        Some(v) => (v, true),
-                        None => (lab::limits::KERNEL_DEFAULTS[2], false),
-                    };
-                    let k = probe::sample_budget(n, t3, sample);
-                    if k < sample {
-                        eprintln!(
-                        "netlab: note: {k} instead of {sample} random destinations per host: the kernel's neighbour \
-                         table, shared by the machine, holds {t3} entries{} (net.ipv4.neigh.default.gc_thresh3) and \
-                         the sample uses at most half of it",
-                        if seen { "" } else { " if this container's machine left the default" }
-                    );
-                    }
-                    let seed = seed.unwrap_or_else(time_seed);
-                    let set = probe::PairSet::sampled(n, 0, k, seed);
-                    let what = format!("{} sampled host pairs", set.len());
-                    let how = format!(
-                        ": every host to hub {} and {k} random destinations per host, seed {seed} (`--seed {seed}` \
-                     repeats it); {n} hosts have {every} pairs, --all-pairs checks them all",
-                        eps[0].name
-                    );
-                    eprintln!("netlab: checking {what}{how}");
-                    (set, what, how)
-                } else {
-                    if let Some(w) = load_addressing(&st).and_then(|a| lab::neighbour_warning(&a)) {
-                        eprintln!("netlab: note: {w}");
-                    }
-                    (probe::PairSet::all(n), format!("all {every} host pairs"), String::new())
-                };
+            let (set, what, how) = if sampled {
+                sample_set(&st, &eps, sample, seed)
+            } else {
+                if let Some(w) = load_addressing(&st).and_then(|a| lab::neighbour_warning(&a)) {
+                    eprintln!("netlab: note: {w}");
+                }
+                (probe::PairSet::all(n), format!("all {every} host pairs"), String::new())
+            };
             let t0 = Instant::now();
             let show = |p: probe::CheckProgress| {
                 eprint!(
@@ -786,6 +765,51 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The pairs of a sampled check, what they are and how they were chosen
+/// (for the output): every host to a hub (the host the plan gave permanent
+/// neighbours on the biggest segment, else the first) and `want` random
+/// destinations per host, fewer if the neighbour table has no room.
+fn sample_set(
+    st: &lab::RunState,
+    eps: &[probe::Endpoint],
+    want: usize,
+    seed: Option<u64>,
+) -> (probe::PairSet, String, String) {
+    let n = eps.len();
+    let (t3, seen) = match lab::limits::current(lab::limits::NEIGH_THRESH[2]) {
+        Some(v) => (v, true),
+        None => (lab::limits::KERNEL_DEFAULTS[2], false),
+    };
+    let k = probe::sample_budget(n, t3, want);
+    if k < want {
+        let whose = if seen {
+            ""
+        } else {
+            " if this container's machine left the default"
+        };
+        eprintln!(
+            "netlab: note: {k} instead of {want} random destinations per host: the kernel's neighbour table, \
+             shared by the machine, holds {t3} entries{whose} (net.ipv4.neigh.default.gc_thresh3) and the sample \
+             uses at most half of it"
+        );
+    }
+    let seed = seed.unwrap_or_else(time_seed);
+    let hub = load_addressing(st)
+        .and_then(|a| a.big_segment_hub().map(String::from))
+        .and_then(|h| eps.iter().position(|e| e.name == h))
+        .unwrap_or(0);
+    let set = probe::PairSet::sampled(n, hub, k, seed);
+    let what = format!("{} sampled host pairs", set.len());
+    let how = format!(
+        ": every host to hub {} and {k} random destinations per host, seed {seed} (`--seed {seed}` repeats it); \
+         {n} hosts have {} pairs, --all-pairs checks them all",
+        eps[hub].name,
+        n * n.saturating_sub(1)
+    );
+    eprintln!("netlab: checking {what}{how}");
+    (set, what, how)
 }
 
 /// A seed for a sample nobody asked to repeat: the clock's nanoseconds.

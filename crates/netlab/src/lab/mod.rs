@@ -90,15 +90,18 @@ pub fn neighbour_warning(addressing: &crate::addr::Addressing) -> Option<String>
     // Permanent entries (every pair of a small segment, the hub of a big
     // one) are not counted against the table's limit.
     let need = addressing.neighbour_entries_dynamic();
-    let have: u64 = std::fs::read_to_string("/proc/sys/net/ipv4/neigh/default/gc_thresh3")
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
+    let (have, whose) = match limits::current(limits::NEIGH_THRESH[2]) {
+        Some(v) => (v, ""),
+        // Not visible in this namespace: most likely the kernel's default.
+        None => (
+            limits::KERNEL_DEFAULTS[2],
+            " (the kernel's default; this namespace cannot see or raise it)",
+        ),
+    };
     (need > have).then(|| {
         format!(
             "all-pairs traffic in this lab needs up to {need} neighbour (ARP) entries, but the kernel's \
-             neighbour table, shared by every namespace, holds {have} (net.ipv4.neigh.default.gc_thresh3); \
+             neighbour table, shared by every namespace, holds {have}{whose} (net.ipv4.neigh.default.gc_thresh3); \
              beyond that sends fail"
         )
     })
