@@ -51,8 +51,8 @@ pub enum ModelError {
 pub enum LabError {
     #[error(transparent)]
     Model(#[from] ModelError),
-    #[error("needs root (network namespaces, veth and tc need CAP_NET_ADMIN): run with sudo")]
-    NotRoot,
+    #[error("needs CAP_NET_ADMIN and CAP_SYS_ADMIN (run as root or in a privileged container): this process lacks {missing}")]
+    MissingCaps { missing: String },
     #[error("`{cmd}` failed (exit {code}): {stderr}")]
     Command { cmd: String, code: String, stderr: String },
     #[error("could not start `{cmd}`: {source}")]

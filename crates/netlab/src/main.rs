@@ -120,10 +120,25 @@ enum Cmd {
         #[arg(value_parser = clap::value_parser!(u32).range(1..=1000))]
         tdf: u32,
     },
-    /// Check that every host reaches every other (UDP probes of our own).
+    /// Check that the hosts reach each other (UDP probes of our own): every pair in a lab of
+    /// up to 300 hosts; in a bigger one a sample: every host to a hub (the host whose neighbour
+    /// entries the plan made permanent on the biggest segment, else the first) and 5 random
+    /// destinations per host, named in the output with the seed that repeats it. --all-pairs
+    /// checks every pair of any lab.
     Check {
         #[arg(long)]
         run: Option<String>,
+        /// Every pair, whatever the lab's size (a 1,000-host lab has 999,000, each resolved by an
+        /// ARP broadcast to every port: over an hour).
+        #[arg(long)]
+        all_pairs: bool,
+        /// Random destinations per host in a sampled check (fewer if the kernel's neighbour
+        /// table, shared by the machine, has no room for them).
+        #[arg(long, default_value_t = probe::SAMPLE_PER_HOST as u16, value_parser = clap::value_parser!(u16).range(0..=1000))]
+        sample: u16,
+        /// Seed of the sample's random pairs (printed by every sampled check).
+        #[arg(long)]
+        seed: Option<u64>,
     },
     /// Measure one TCP flow or UDP round trips between two hosts of a lab.
     Probe {
@@ -401,7 +416,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
         Cmd::DelayLine(a) => run_delay_line(a),
         Cmd::Up { scenario, build } => {
             let s = load_scenario(&scenario, &build)?;
-            lab::require_root()?;
+            lab::require_caps()?;
             if s.tdf.unwrap_or(1) > 1 {
                 return Err(LabError::DetachedClock);
             }
@@ -426,7 +441,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Down { run, all, force } => {
-            lab::require_root()?;
+            lab::require_caps()?;
             sweep_quietly();
             let runs: Vec<lab::RunState> = if all {
                 lab::list_runs(&state_dir())
@@ -462,7 +477,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             adapt_epoch,
         } => {
             let s = load_scenario(&scenario, &build)?;
-            lab::require_root()?;
+            lab::require_caps()?;
             let mut o = lab_options(&s, &build)?;
             if let Some((min, max)) = adaptive_tdf {
                 if !(adapt_epoch.is_finite() && (0.05..=60.0).contains(&adapt_epoch)) {
@@ -515,7 +530,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Exec { run, host, cmd } => {
-            lab::require_root()?;
+            lab::require_caps()?;
             sweep_quietly();
             let st = lab::find_run(&state_dir(), run.as_deref())?;
             let mut c = Launcher::for_run(&st).command(&host, &cmd)?;
@@ -531,7 +546,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             name,
             remove,
         } => {
-            lab::require_root()?;
+            lab::require_caps()?;
             sweep_quietly();
             if name.len() > 12 || name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
                 return Err(LabError::Monitor(format!(
@@ -569,7 +584,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::List => {
-            if lab::require_root().is_ok() {
+            if lab::require_caps().is_ok() {
                 sweep_quietly();
             }
             let runs = lab::list_runs(&state_dir());
@@ -603,7 +618,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Clean { force } => {
-            lab::require_root()?;
+            lab::require_caps()?;
             let r = lab::sweep(
                 &state_dir(),
                 if force { SweepMode::Force } else { SweepMode::AllButLive },
@@ -619,7 +634,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Tdf { run, tdf } => {
-            lab::require_root()?;
+            lab::require_caps()?;
             sweep_quietly();
             let mut st = lab::find_run(&state_dir(), run.as_deref())?;
             for line in lab::set_tdf(&st, tdf)? {
@@ -629,17 +644,29 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             lab::write_state(&state_dir().join(&st.run_id), &st)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Check { run } => {
-            lab::require_root()?;
+        Cmd::Check {
+            run,
+            all_pairs,
+            sample,
+            seed,
+        } => {
+            lab::require_caps()?;
             sweep_quietly();
             let st = lab::find_run(&state_dir(), run.as_deref())?;
             let eps = probe::endpoints(&st);
-            let s = load_addressing(&st);
-            if let Some(w) = s.and_then(|a| lab::neighbour_warning(&a)) {
-                eprintln!("netlab: note: {w}");
-            }
+            let n = eps.len();
+            let every = n * n.saturating_sub(1);
+            let sampled = !all_pairs && n > probe::ALL_PAIRS_MAX;
+            let sample = usize::from(sample);
+            let (set, what, how) = if sampled {
+                sample_set(&st, &eps, sample, seed)
+            } else {
+                if let Some(w) = load_addressing(&st).and_then(|a| lab::neighbour_warning(&a)) {
+                    eprintln!("netlab: note: {w}");
+                }
+                (probe::PairSet::all(n), format!("all {every} host pairs"), String::new())
+            };
             let t0 = Instant::now();
-            let pairs = eps.len() * eps.len().saturating_sub(1);
             let show = |p: probe::CheckProgress| {
                 eprint!(
                     "\rnetlab: checking: {}/{} pairs, {} unreachable so far",
@@ -647,13 +674,13 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
                 );
                 let _ = std::io::stderr().flush();
             };
-            let result = probe::all_pairs(&eps, probe::CheckOptions::default(), stop, show);
+            let result = probe::check_pairs(&eps, &set, probe::CheckOptions::default(), stop, show);
             // Ends the progress line.
             eprintln!();
             let failed = result?;
             if failed.is_empty() {
                 println!(
-                    "netlab: all {pairs} host pairs reach each other (UDP, {:.2}s)",
+                    "netlab: {what} reach each other (UDP, {:.2}s){how}",
                     t0.elapsed().as_secs_f64()
                 );
                 Ok(ExitCode::SUCCESS)
@@ -666,7 +693,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
                     println!("... and {} more", failed.len() - SHOWN);
                 }
                 println!(
-                    "netlab: {} of {pairs} host pairs unreachable ({:.2}s)",
+                    "netlab: {} of {what} unreachable ({:.2}s){how}",
                     failed.len(),
                     t0.elapsed().as_secs_f64()
                 );
@@ -674,7 +701,7 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             }
         }
         Cmd::Probe { run, what } => {
-            lab::require_root()?;
+            lab::require_caps()?;
             sweep_quietly();
             let st = lab::find_run(&state_dir(), run.as_deref())?;
             let eps = probe::endpoints(&st);
@@ -738,6 +765,60 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The pairs of a sampled check, what they are and how they were chosen
+/// (for the output): every host to a hub (the host the plan gave permanent
+/// neighbours on the biggest segment, else the first) and `want` random
+/// destinations per host, fewer if the neighbour table has no room.
+fn sample_set(
+    st: &lab::RunState,
+    eps: &[probe::Endpoint],
+    want: usize,
+    seed: Option<u64>,
+) -> (probe::PairSet, String, String) {
+    let n = eps.len();
+    let (t3, seen) = match lab::limits::current(lab::limits::NEIGH_THRESH[2]) {
+        Some(v) => (v, true),
+        None => (lab::limits::KERNEL_DEFAULTS[2], false),
+    };
+    let k = probe::sample_budget(n, t3, want);
+    if k < want {
+        let whose = if seen {
+            ""
+        } else {
+            " if this container's machine left the default"
+        };
+        eprintln!(
+            "netlab: note: {k} instead of {want} random destinations per host: the kernel's neighbour table, \
+             shared by the machine, holds {t3} entries{whose} (net.ipv4.neigh.default.gc_thresh3) and the sample \
+             uses at most half of it"
+        );
+    }
+    let seed = seed.unwrap_or_else(time_seed);
+    let hub = load_addressing(st)
+        .and_then(|a| a.big_segment_hub().map(String::from))
+        .and_then(|h| eps.iter().position(|e| e.name == h))
+        .unwrap_or(0);
+    let set = probe::PairSet::sampled(n, hub, k, seed);
+    let what = format!("{} sampled host pairs", set.len());
+    let how = format!(
+        ": every host to hub {} and {k} random destinations per host, seed {seed} (`--seed {seed}` repeats it); \
+         {n} hosts have {} pairs, --all-pairs checks them all",
+        eps[hub].name,
+        n * n.saturating_sub(1)
+    );
+    eprintln!("netlab: checking {what}{how}");
+    (set, what, how)
+}
+
+/// A seed for a sample nobody asked to repeat: the clock's nanoseconds.
+fn time_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+        ^ u64::from(std::process::id())
 }
 
 /// The addressing of a run, re-read from its state directory.

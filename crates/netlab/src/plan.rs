@@ -1,7 +1,7 @@
 //! Turning a topology into the list of ip/tc/sysctl operations that builds
 //! it. Pure: the plan is data, unit-tested as data, and applied elsewhere.
 
-use crate::addr::{plan_addressing, Addressing};
+use crate::addr::{mac_of, plan_addressing, Addressing};
 use crate::error::ModelError;
 use crate::model::{LinkParams, NodeKind, Topology};
 use serde::{Deserialize, Serialize};
@@ -471,10 +471,12 @@ pub fn build_plan(t: &Topology, naming: &Naming, o: &PlanOptions) -> Result<Plan
 
     let kind = |name: &str| t.node(name).map(|n| n.kind).unwrap_or(NodeKind::Host);
     for (i, l) in t.links.iter().enumerate() {
-        // Where each end of the link lives: (namespace, device, bridge, address).
+        // Where each end of the link lives: (namespace, device, bridge,
+        // address, MAC); an addressed end gets the MAC the plan's static
+        // neighbour entries name.
         let end = |name: &str, side: &str| {
             if kind(name) == NodeKind::Switch {
-                (fab.clone(), format!("p{i}{side}"), Some(name.to_string()), None)
+                (fab.clone(), format!("p{i}{side}"), Some(name.to_string()), None, None)
             } else {
                 let ifc = addressing.ifaces.iter().find(|f| f.link == i && f.node == name);
                 let ifname = ifc.map(|f| f.ifname.clone()).unwrap_or_default();
@@ -483,6 +485,7 @@ pub fn build_plan(t: &Topology, naming: &Naming, o: &PlanOptions) -> Result<Plan
                     ifname,
                     None,
                     ifc.map(|f| format!("{}/{}", f.addr, f.prefix)),
+                    ifc.map(|f| mac_of(f.addr)),
                 )
             }
         };
@@ -491,14 +494,14 @@ pub fn build_plan(t: &Topology, naming: &Naming, o: &PlanOptions) -> Result<Plan
         let delay_line = o.delay_backend == DelayBackend::DelayLine && l.params.needs_delay_stage();
         if delay_line {
             let (da, db) = (format!("d{i}a"), format!("d{i}b"));
-            ops.add(veth(&ea.0, &ea.1, &fab, &da));
-            ops.add(veth(&eb.0, &eb.1, &fab, &db));
+            ops.add(veth((&ea.0, &ea.1, ea.4.as_deref()), (&fab, &da, None)));
+            ops.add(veth((&eb.0, &eb.1, eb.4.as_deref()), (&fab, &db, None)));
             ops.add(ip(&fab, &["link", "set", &da, "up"]));
             ops.add(ip(&fab, &["link", "set", &db, "up"]));
         } else {
-            ops.add(veth(&ea.0, &ea.1, &eb.0, &eb.1));
+            ops.add(veth((&ea.0, &ea.1, ea.4.as_deref()), (&eb.0, &eb.1, eb.4.as_deref())));
         }
-        for (ns, dev, bridge, addr) in [&ea, &eb] {
+        for (ns, dev, bridge, addr, _) in [&ea, &eb] {
             if let Some(br) = bridge {
                 ops.add(ip(ns, &["link", "set", dev, "master", br]));
             }
@@ -530,6 +533,21 @@ pub fn build_plan(t: &Topology, naming: &Naming, o: &PlanOptions) -> Result<Plan
                 seed: 0x6e65_746c_6162 ^ i as u64,
             });
         }
+    }
+
+    // Permanent neighbour entries: no ARP (and no ARP broadcast flooding a
+    // big segment) where the plan knows the answer, and entries the kernel
+    // never counts against its shared table's gc_thresh3, so a check needs
+    // none of the table and cannot overflow it, also in a container where
+    // the table cannot be raised.
+    for (at, of) in addressing.static_neighbours() {
+        let (me, other) = (&addressing.ifaces[at], &addressing.ifaces[of]);
+        ops.add(neighbour(
+            &naming.ns(&me.node),
+            &me.ifname,
+            other.addr,
+            &mac_of(other.addr),
+        ));
     }
 
     for r in &addressing.routes {
@@ -571,18 +589,41 @@ pub fn build_plan(t: &Topology, naming: &Naming, o: &PlanOptions) -> Result<Plan
 }
 
 /// A veth pair created straight into the two namespaces (from the caller's
-/// namespace, where nothing of it ever appears).
-fn veth(ns_a: &str, dev_a: &str, ns_b: &str, dev_b: &str) -> Op {
+/// namespace, where nothing of it ever appears); each end is (namespace,
+/// device, MAC if the plan chooses it).
+fn veth(a: (&str, &str, Option<&str>), b: (&str, &str, Option<&str>)) -> Op {
+    let mut args = vec!["link", "add", a.1];
+    if let Some(mac) = a.2 {
+        args.extend(["address", mac]);
+    }
+    args.extend(["netns", a.0, "type", "veth", "peer", "name", b.1]);
+    if let Some(mac) = b.2 {
+        args.extend(["address", mac]);
+    }
+    args.extend(["netns", b.0]);
     Op::Cmd {
         ns: None,
         tool: Tool::Ip,
-        args: [
-            "link", "add", dev_a, "netns", ns_a, "type", "veth", "peer", "name", dev_b, "netns", ns_b,
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect(),
+        args: args.iter().map(|s| s.to_string()).collect(),
     }
+}
+
+/// A permanent neighbour entry: in `ns`, `addr` is at `mac` behind `dev`.
+pub fn neighbour(ns: &str, dev: &str, addr: std::net::Ipv4Addr, mac: &str) -> Op {
+    ip(
+        ns,
+        &[
+            "neigh",
+            "replace",
+            &addr.to_string(),
+            "lladdr",
+            mac,
+            "dev",
+            dev,
+            "nud",
+            "permanent",
+        ],
+    )
 }
 
 #[cfg(test)]
@@ -633,14 +674,16 @@ mod tests {
             "ip netns exec netlab-r1-h1 sysctl -qw net.ipv6.conf.default.disable_ipv6=1",
             "ip netns exec netlab-r1-h2 sysctl -qw net.ipv6.conf.all.disable_ipv6=1",
             "ip netns exec netlab-r1-h2 sysctl -qw net.ipv6.conf.default.disable_ipv6=1",
-            "ip link add eth0 netns netlab-r1-h1 type veth peer name eth0 netns netlab-r1-h2",
+            "ip link add eth0 address 02:4e:0a:00:00:01 netns netlab-r1-h1 type veth peer name eth0 address 02:4e:0a:00:00:02 netns netlab-r1-h2",
             "ip -n netlab-r1--fabric link set lo up",
             "ip -n netlab-r1-h1 link set lo up",
             "ip -n netlab-r1-h1 addr add 10.0.0.1/30 dev eth0",
             "ip -n netlab-r1-h1 link set eth0 up",
+            "ip -n netlab-r1-h1 neigh replace 10.0.0.2 lladdr 02:4e:0a:00:00:02 dev eth0 nud permanent",
             "ip -n netlab-r1-h2 link set lo up",
             "ip -n netlab-r1-h2 addr add 10.0.0.2/30 dev eth0",
             "ip -n netlab-r1-h2 link set eth0 up",
+            "ip -n netlab-r1-h2 neigh replace 10.0.0.1 lladdr 02:4e:0a:00:00:01 dev eth0 nud permanent",
             "tc -n netlab-r1-h1 qdisc add dev eth0 root handle 1: htb default 1",
             "tc -n netlab-r1-h1 class add dev eth0 parent 1: classid 1:1 htb rate 100000000bit burst 50000b cburst 50000b quantum 200000",
             "tc -n netlab-r1-h2 qdisc add dev eth0 root handle 1: htb default 1",
@@ -656,7 +699,12 @@ mod tests {
         let ops = render(&build_plan(&t, &Naming::new("x"), &PlanOptions::default()).unwrap());
         assert!(ops.contains(&"ip -n netlab-x--fabric link add s1 type bridge".to_string()));
         assert!(ops.contains(
-            &"ip link add eth0 netns netlab-x-h2 type veth peer name p1b netns netlab-x--fabric".to_string()
+            &"ip link add eth0 address 02:4e:0a:00:00:02 netns netlab-x-h2 type veth peer name p1b netns netlab-x--fabric"
+                .to_string()
+        ));
+        // Every host knows every other: no ARP in a small lab.
+        assert!(ops.contains(
+            &"ip -n netlab-x-h2 neigh replace 10.0.0.1 lladdr 02:4e:0a:00:00:01 dev eth0 nud permanent".to_string()
         ));
         assert!(ops.contains(&"ip -n netlab-x--fabric link set p1b master s1".to_string()));
         assert!(!ops.iter().any(|o| o.contains("tc ")));
@@ -677,7 +725,8 @@ mod tests {
         };
         let ops = render(&build_plan(&t, &Naming::new("x"), &o).unwrap());
         assert!(ops.contains(
-            &"ip link add eth0 netns netlab-x-h1 type veth peer name d0a netns netlab-x--fabric".to_string()
+            &"ip link add eth0 address 02:4e:0a:00:00:01 netns netlab-x-h1 type veth peer name d0a netns netlab-x--fabric"
+                .to_string()
         ));
         assert!(ops.iter().any(|o| o.starts_with(
             "ip netns exec netlab-x--fabric netlab delay-line --link 0 --a d0a --b d0b --delay-ns 4000000 --jitter-ns 0 --loss-ppm 0 --limit 50 --seed "
@@ -709,6 +758,23 @@ mod tests {
         // aggregation routers: 12 other-pod subnets via 2 cores (8 routers).
         assert_eq!(multipath, 8 * 14 + 8 * 12);
         assert!(ops.contains(&"ip -n netlab-f-h1 route add default via 10.0.0.2 dev eth0".to_string()));
+    }
+
+    #[test]
+    fn a_big_star_has_permanent_neighbours_to_its_hub_only() {
+        let t = Builtin::Star { hosts: 301 }.build(&LinkParams::default());
+        let ops = render(&build_plan(&t, &Naming::new("b"), &PlanOptions::default()).unwrap());
+        let neigh: Vec<&String> = ops.iter().filter(|o| o.contains(" neigh replace ")).collect();
+        assert_eq!(neigh.len(), 2 * 300);
+        assert!(ops.contains(
+            &"ip -n netlab-b-h1 neigh replace 10.0.1.45 lladdr 02:4e:0a:00:01:2d dev eth0 nud permanent".to_string()
+        ));
+        assert!(ops.contains(
+            &"ip -n netlab-b-h301 neigh replace 10.0.0.1 lladdr 02:4e:0a:00:00:01 dev eth0 nud permanent".to_string()
+        ));
+        assert!(!ops
+            .iter()
+            .any(|o| o.starts_with("ip -n netlab-b-h2 neigh replace 10.0.0.3 ")));
     }
 
     #[test]

@@ -160,6 +160,88 @@ fn probe_from(name: &str, dsts: &[Endpoint], o: CheckOptions, stop: &AtomicBool)
         .collect())
 }
 
+/// Labs of at most this many hosts are checked all pairs by default.
+pub const ALL_PAIRS_MAX: usize = 300;
+
+/// Random destinations per host in a sampled check, by default.
+pub const SAMPLE_PER_HOST: usize = 5;
+
+/// Which pairs a check probes: `dsts[i]` are the endpoints (by index) that
+/// endpoint `i` probes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PairSet {
+    pub dsts: Vec<Vec<usize>>,
+}
+
+impl PairSet {
+    /// Every ordered pair of `n` endpoints.
+    pub fn all(n: usize) -> PairSet {
+        PairSet {
+            dsts: (0..n).map(|i| (0..n).filter(|&j| j != i).collect()).collect(),
+        }
+    }
+
+    /// Every endpoint to `hub`, and `per_host` other destinations per
+    /// endpoint drawn at random (distinct, never itself nor the hub) from a
+    /// generator seeded with `seed`, so a sample can be repeated. Each
+    /// endpoint is then probed as a source `per_host + 1` times and, on
+    /// average, as a destination as often.
+    pub fn sampled(n: usize, hub: usize, per_host: usize, seed: u64) -> PairSet {
+        let mut rng = SplitMix64(seed);
+        let dsts = (0..n)
+            .map(|i| {
+                let mut v = if i == hub { vec![] } else { vec![hub] };
+                // Candidates: everyone but itself, and but the hub, which
+                // it probes anyway.
+                let candidates = if i == hub { n - 1 } else { n.saturating_sub(2) };
+                let want = per_host.min(candidates);
+                let mut picked = vec![];
+                while picked.len() < want {
+                    let j = (rng.next() % n as u64) as usize;
+                    if j != i && j != hub && !picked.contains(&j) {
+                        picked.push(j);
+                    }
+                }
+                v.extend(picked);
+                v
+            })
+            .collect();
+        PairSet { dsts }
+    }
+
+    pub fn len(&self) -> usize {
+        self.dsts.iter().map(Vec::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A small, well-mixed generator (Steele et al., SplitMix64): enough for
+/// choosing probe pairs, and no dependency.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// How many random destinations per host a sampled check of `hosts` hosts
+/// may use without overflowing the kernel's neighbour table: each random
+/// pair on a big segment may make two entries the kernel resolves and
+/// counts (the hub's are permanent and not counted), and the table is
+/// shared by the whole machine, so at most half of `gc_thresh3` is used.
+pub fn sample_budget(hosts: usize, gc_thresh3: u64, wanted: usize) -> usize {
+    let per_host = gc_thresh3 / 2 / (2 * hosts.max(1) as u64);
+    wanted.min(per_host as usize)
+}
+
 /// Checks that every host reaches every other with UDP. Returns the pairs
 /// (from, to) that did not answer within `o.tries` rounds. `progress` is
 /// called about twice a second; `stop` ends the check within about 50 ms
@@ -168,13 +250,23 @@ pub fn all_pairs(
     eps: &[Endpoint],
     o: CheckOptions,
     stop: &AtomicBool,
+    progress: impl FnMut(CheckProgress),
+) -> Result<Failures, LabError> {
+    check_pairs(eps, &PairSet::all(eps.len()), o, stop, progress)
+}
+
+/// Checks the pairs of `pairs` with UDP, as [`all_pairs`] does.
+pub fn check_pairs(
+    eps: &[Endpoint],
+    pairs: &PairSet,
+    o: CheckOptions,
+    stop: &AtomicBool,
     mut progress: impl FnMut(CheckProgress),
 ) -> Result<Failures, LabError> {
     let quit = Arc::new(AtomicBool::new(false));
     let responders = start_responders(eps, &quit)?;
-    let total = eps.len() * eps.len().saturating_sub(1);
     let mut state = CheckProgress {
-        total,
+        total: pairs.len(),
         ..Default::default()
     };
     let (mut failed, mut err) = (vec![], None);
@@ -190,15 +282,14 @@ pub fn all_pairs(
         while running.len() < PARALLEL_SOURCES && next < eps.len() {
             let i = next;
             next += 1;
-            let dsts: Vec<Endpoint> = eps
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| *j != i)
-                .map(|(_, e)| e.clone())
-                .collect();
+            let mine = pairs.dsts.get(i).map(Vec::as_slice).unwrap_or(&[]);
+            if mine.is_empty() {
+                continue;
+            }
+            let dsts: Vec<Endpoint> = mine.iter().map(|&j| eps[j].clone()).collect();
             let (name, q) = (eps[i].name.clone(), quit.clone());
             match spawn_in(&eps[i].ns, move || probe_from(&name, &dsts, o, &q)) {
-                Ok(h) => running.push((dsts_len(eps.len()), h)),
+                Ok(h) => running.push((mine.len(), h)),
                 Err(e) => err = Some(e),
             }
         }
@@ -239,11 +330,6 @@ pub fn all_pairs(
         Some(e) => Err(e),
         None => Ok(failed),
     }
-}
-
-/// Pairs one source checks in a lab of `hosts` hosts.
-fn dsts_len(hosts: usize) -> usize {
-    hosts.saturating_sub(1)
 }
 
 #[derive(Clone, Debug)]
@@ -386,4 +472,54 @@ pub fn endpoints(state: &crate::lab::RunState) -> Vec<Endpoint> {
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_pairs_is_every_ordered_pair() {
+        let p = PairSet::all(4);
+        assert_eq!(p.len(), 12);
+        assert_eq!(p.dsts[2], [0, 1, 3]);
+        assert!(PairSet::all(1).is_empty());
+    }
+
+    #[test]
+    fn a_sample_is_every_host_to_the_hub_and_distinct_random_others() {
+        let n = 1000;
+        let p = PairSet::sampled(n, 0, 5, 42);
+        assert_eq!(p.len(), (n - 1) * 6 + 5);
+        for (i, d) in p.dsts.iter().enumerate() {
+            if i == 0 {
+                assert_eq!(d.len(), 5);
+            } else {
+                assert_eq!(d[0], 0, "host {i} probes the hub first");
+                assert_eq!(d.len(), 6);
+            }
+            let mut u = d.clone();
+            u.sort();
+            u.dedup();
+            assert_eq!(u.len(), d.len(), "distinct destinations of {i}");
+            assert!(!d.contains(&i));
+            assert!(!d[1..].contains(&0) || i == 0);
+        }
+        // Repeatable from its seed, different with another.
+        assert_eq!(p, PairSet::sampled(n, 0, 5, 42));
+        assert_ne!(p, PairSet::sampled(n, 0, 5, 43));
+        // Asking for more than there are gives all there are.
+        let mut small = PairSet::sampled(3, 0, 10, 1);
+        small.dsts.iter_mut().for_each(|d| d.sort());
+        assert_eq!(small.dsts, [vec![1, 2], vec![0, 2], vec![0, 1]]);
+    }
+
+    #[test]
+    fn the_sample_fits_in_half_the_neighbour_table() {
+        // A container cannot raise the kernel's default 1024: only the hub.
+        assert_eq!(sample_budget(1000, 1024, SAMPLE_PER_HOST), 0);
+        // As `up` raises it for star:1000 (2^21): as many as wanted.
+        assert_eq!(sample_budget(1000, 1 << 21, SAMPLE_PER_HOST), SAMPLE_PER_HOST);
+        assert_eq!(sample_budget(400, 8192, 10), 5);
+    }
 }

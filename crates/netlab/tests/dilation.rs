@@ -86,7 +86,14 @@ fn measure(lab: &netlab::lab::Lab, virtual_secs: f64) -> (f64, f64) {
         .map(|f| f.ifname.clone())
         .unwrap();
     let real = Duration::from_secs_f64(virtual_secs * f64::from(lab.state.tdf));
-    std::thread::sleep(real.mul_f64(0.15));
+    // The window starts once the sender is sending (starting Python under
+    // the shim takes from 0.1 s to most of a second on a busy machine, and
+    // a window opened by the clock alone then measured 0.35-0.9x of R/TDF).
+    let idle = netlab::netns::root_qdisc_bytes(&ns, &dev).unwrap();
+    wait_for("the sender's first bytes", Duration::from_secs(10), || {
+        (netlab::netns::root_qdisc_bytes(&ns, &dev).unwrap() > idle).then_some(())
+    });
+    std::thread::sleep(real.mul_f64(0.1));
     let (b0, t0) = (netlab::netns::root_qdisc_bytes(&ns, &dev).unwrap(), Instant::now());
     std::thread::sleep(real.mul_f64(0.5));
     let (b1, t1) = (netlab::netns::root_qdisc_bytes(&ns, &dev).unwrap(), Instant::now());

@@ -9,6 +9,11 @@
 //! `<state dir>/limits.json`, under a lock, so concurrent netlab processes
 //! agree on what to restore, and a crashed run's raise is undone by the
 //! sweep that removes its lab.
+//!
+//! Inside a network namespace other than the initial one (`unshare --net`,
+//! a container) these keys do not exist at all: they are skipped, and
+//! [`Raised::unavailable`] says which, so the caller can say once what that
+//! means for the lab.
 
 use crate::error::LabError;
 use serde::{Deserialize, Serialize};
@@ -58,12 +63,25 @@ fn proc_path(key: &str) -> String {
     format!("/proc/sys/{}", key.replace('.', "/"))
 }
 
-fn read(key: &str) -> Result<u64, LabError> {
+/// The current value, or `None` if this network namespace has no such key
+/// (only the initial namespace has the machine-wide ones).
+fn read(key: &str) -> Result<Option<u64>, LabError> {
     let p = proc_path(key);
-    let text = std::fs::read_to_string(&p).map_err(|e| LabError::io(format!("read {p}"), e))?;
+    let text = match std::fs::read_to_string(&p) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(LabError::io(format!("read {p}"), e)),
+    };
     text.trim()
         .parse()
+        .map(Some)
         .map_err(|_| LabError::io(format!("parse {p}"), std::io::Error::other(text.trim().to_string())))
+}
+
+/// The value of a machine-wide limit as this namespace sees it (`None`:
+/// not visible here).
+pub fn current(key: &str) -> Option<u64> {
+    read(key).ok().flatten()
 }
 
 fn write(key: &str, v: u64) -> Result<(), LabError> {
@@ -118,27 +136,95 @@ impl Locked {
     }
 }
 
-/// Raises what `needs` asks for; returns a line per change ("KEY: OLD -> NEW").
-pub fn raise(state_dir: &Path, needs: &Needs) -> Result<Vec<String>, LabError> {
+/// What [`raise`] did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Raised {
+    /// A line per change ("KEY: OLD -> NEW").
+    pub changes: Vec<String>,
+    /// Keys the lab would have needed raised that this network namespace
+    /// cannot see (it is not the machine's initial one), left as they are.
+    pub unavailable: Vec<&'static str>,
+}
+
+impl Raised {
+    /// One line saying what the keys that could not be raised mean for the
+    /// lab, if there are any.
+    pub fn note(&self) -> Option<String> {
+        let neigh = self.unavailable.iter().any(|k| NEIGH_THRESH.contains(k));
+        let backlog = self.unavailable.contains(&NETDEV_BACKLOG);
+        let mut parts = vec![];
+        if neigh {
+            parts.push(
+                "net.ipv4.neigh.default.gc_thresh1-3 are not visible in this network namespace (they exist only in \
+                 the machine's initial one, outside this container), so the kernel's neighbour table, shared by every \
+                 namespace, keeps its size: a large lab whose hosts all talk to each other may see sends fail \
+                 (ENOBUFS, \"neighbor table overflow\"); raise them on the machine itself if it does",
+            );
+        }
+        if backlog {
+            parts.push(
+                "net.core.netdev_max_backlog is not visible in this network namespace (it exists only in the \
+                 machine's initial one): left as it is, so broadcasts (ARP) that a bridge floods to a big \
+                 segment's every port, and in-kernel fan-out to large groups, may be dropped; raise it on the \
+                 machine itself",
+            );
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
+}
+
+/// Raises what `needs` asks for. Keys this namespace cannot see are
+/// skipped and listed in [`Raised::unavailable`] when the lab needed them.
+pub fn raise(state_dir: &Path, needs: &Needs) -> Result<Raised, LabError> {
     let mut l = lock(state_dir)?;
     let keys = NEIGH_THRESH
         .iter()
         .chain(needs.netdev_backlog.is_some().then_some(&NETDEV_BACKLOG));
     let mut current = BTreeMap::new();
+    let mut missing = vec![];
     for k in keys {
-        current.insert(k.to_string(), read(k)?);
+        match read(k)? {
+            Some(v) => {
+                current.insert(k.to_string(), v);
+            }
+            None => missing.push(*k),
+        }
     }
-    let mut changes = vec![];
+    let mut out = Raised {
+        unavailable: needed_of(needs, &missing),
+        ..Default::default()
+    };
     for (k, v) in targets(needs, &current) {
+        if !current.contains_key(&k) {
+            continue;
+        }
         let old = current[&k];
         // Recorded before the write: a crash in between still restores.
         l.saved.original.entry(k.clone()).or_insert(old);
         l.store()?;
         write(&k, v)?;
-        changes.push(format!("{k}: {old} -> {v}"));
+        out.changes.push(format!("{k}: {old} -> {v}"));
     }
-    Ok(changes)
+    Ok(out)
 }
+
+/// Which of the `missing` keys `needs` would have raised above the kernel's
+/// defaults: a small lab fits in them and needs no note.
+pub fn needed_of(needs: &Needs, missing: &[&'static str]) -> Vec<&'static str> {
+    let defaults: BTreeMap<String, u64> = NEIGH_THRESH
+        .iter()
+        .zip(KERNEL_DEFAULTS)
+        .map(|(k, v)| (k.to_string(), v))
+        .chain([(NETDEV_BACKLOG.to_string(), KERNEL_DEFAULT_BACKLOG)])
+        .collect();
+    let wanted = targets(needs, &defaults);
+    missing.iter().copied().filter(|k| wanted.contains_key(*k)).collect()
+}
+
+/// The kernel's defaults of gc_thresh1-3 and of the backlog, what a
+/// namespace that cannot see them most likely gets.
+pub const KERNEL_DEFAULTS: [u64; 3] = [128, 512, 1024];
+pub const KERNEL_DEFAULT_BACKLOG: u64 = 1000;
 
 /// Puts back every value netlab raised, if no lab is left in `state_dir`;
 /// returns a line per value restored.
@@ -203,5 +289,32 @@ mod tests {
             netdev_backlog: Some(4096),
         };
         assert_eq!(targets(&fanout, &cur(1024, 1000)).get(NETDEV_BACKLOG), Some(&4096));
+    }
+
+    #[test]
+    fn keys_a_namespace_cannot_see_are_noted_only_when_the_lab_needs_them() {
+        let small = Needs {
+            neighbour_entries: 30,
+            netdev_backlog: None,
+        };
+        assert!(needed_of(&small, &NEIGH_THRESH).is_empty());
+        let big = Needs {
+            neighbour_entries: 9900,
+            netdev_backlog: Some(4096),
+        };
+        let all = [NEIGH_THRESH[0], NEIGH_THRESH[1], NEIGH_THRESH[2], NETDEV_BACKLOG];
+        let r = Raised {
+            changes: vec![],
+            unavailable: needed_of(&big, &all),
+        };
+        assert_eq!(r.unavailable, all);
+        let note = r.note().unwrap();
+        assert!(
+            note.contains("gc_thresh1-3 are not visible in this network namespace"),
+            "{note}"
+        );
+        assert!(note.contains("netdev_max_backlog"), "{note}");
+        assert!(!note.contains('\n'));
+        assert_eq!(Raised::default().note(), None);
     }
 }

@@ -84,28 +84,55 @@ pub fn choose_delay_backend(want: Option<DelayBackend>) -> Result<(DelayBackend,
 /// refuses new entries beyond `gc_thresh3` (sends then fail with ENOBUFS,
 /// "neighbor table overflow" in the kernel log). Returns a warning when a
 /// lab whose hosts all talk to each other would need more than it holds
-/// now (`up` raises it; this is for labs built before that).
+/// now (`up` raises it where it can; this is for labs built before that,
+/// and for all pairs of a big lab in a container, which cannot raise it).
 pub fn neighbour_warning(addressing: &crate::addr::Addressing) -> Option<String> {
-    let need = addressing.neighbour_entries_all_pairs();
-    let have: u64 = std::fs::read_to_string("/proc/sys/net/ipv4/neigh/default/gc_thresh3")
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
+    // Permanent entries (every pair of a small segment, the hub of a big
+    // one) are not counted against the table's limit.
+    let need = addressing.neighbour_entries_dynamic();
+    let (have, whose) = match limits::current(limits::NEIGH_THRESH[2]) {
+        Some(v) => (v, ""),
+        // Not visible in this namespace: most likely the kernel's default.
+        None => (
+            limits::KERNEL_DEFAULTS[2],
+            " (the kernel's default; this namespace cannot see or raise it)",
+        ),
+    };
     (need > have).then(|| {
         format!(
             "all-pairs traffic in this lab needs up to {need} neighbour (ARP) entries, but the kernel's \
-             neighbour table, shared by every namespace, holds {have} (net.ipv4.neigh.default.gc_thresh3); \
+             neighbour table, shared by every namespace, holds {have}{whose} (net.ipv4.neigh.default.gc_thresh3); \
              beyond that sends fail"
         )
     })
 }
 
-pub fn require_root() -> Result<(), LabError> {
-    if nix::unistd::geteuid().is_root() {
+/// What building and entering a lab takes: `CAP_NET_ADMIN` (links,
+/// addresses, qdiscs, sysctls) and `CAP_SYS_ADMIN` (`ip netns add` mounts,
+/// `setns` enters).
+pub const NEEDED_CAPS: [oskit::caps::Cap; 2] = [oskit::caps::Cap::NetAdmin, oskit::caps::Cap::SysAdmin];
+
+/// The capabilities of [`NEEDED_CAPS`] that `have` lacks.
+pub fn missing_caps(have: oskit::caps::CapSet) -> Vec<oskit::caps::Cap> {
+    NEEDED_CAPS.into_iter().filter(|c| !have.has(*c)).collect()
+}
+
+/// Checks at start that this process holds the capabilities a lab needs
+/// (root in the machine or in a privileged container), so that a missing
+/// one is named instead of surfacing later as a bare `EPERM` of `ip`.
+pub fn require_caps() -> Result<(), LabError> {
+    let missing = match oskit::caps::effective() {
+        Ok(have) => missing_caps(have),
+        // No /proc: judge by the user id alone.
+        Err(_) if nix::unistd::geteuid().is_root() => vec![],
+        Err(_) => NEEDED_CAPS.to_vec(),
+    };
+    if missing.is_empty() {
         Ok(())
     } else {
-        Err(LabError::NotRoot)
+        Err(LabError::MissingCaps {
+            missing: missing.iter().map(|c| c.name()).collect::<Vec<_>>().join(" and "),
+        })
     }
 }
 
@@ -163,7 +190,7 @@ impl Lab {
     /// Builds the lab. On any error everything already created is removed
     /// before the error is returned.
     pub fn up(topo: &Topology, opts: &LabOptions, stop: &AtomicBool) -> Result<Lab, LabError> {
-        require_root()?;
+        require_caps()?;
         topo.validate()?;
         let swept = sweep(&opts.state_dir, SweepMode::DeadOnly)?;
         if opts.verbose && !swept.removed.is_empty() {
@@ -260,14 +287,23 @@ impl Lab {
             }
         }
         let needs = limits::Needs {
-            neighbour_entries: lab.plan.addressing.neighbour_entries_all_pairs(),
-            netdev_backlog: opts.netdev_backlog,
+            // What all-pairs traffic makes the kernel resolve: the plan's
+            // permanent entries do not count.
+            neighbour_entries: lab.plan.addressing.neighbour_entries_dynamic(),
+            // What was asked for, and room for a big segment's ARP floods.
+            netdev_backlog: opts.netdev_backlog.max(lab.plan.addressing.flood_backlog()),
         };
         // On error `lab` is dropped here, which removes it (and restores
         // what was raised once no lab is left).
-        for change in limits::raise(&opts.state_dir, &needs)? {
+        let raised = limits::raise(&opts.state_dir, &needs)?;
+        for change in &raised.changes {
             if opts.verbose {
                 eprintln!("netlab: raised a machine-wide limit this lab needs (restored when the last lab is removed): {change}");
+            }
+        }
+        if let Some(note) = raised.note() {
+            if opts.verbose {
+                eprintln!("netlab: note: {note}");
             }
         }
         let t0 = Instant::now();
@@ -446,4 +482,26 @@ pub fn set_tdf(state: &RunState, tdf: u32) -> Result<Vec<String>, LabError> {
         rerate(&mut lines)?;
     }
     Ok(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oskit::caps::{Cap, CapSet};
+
+    #[test]
+    fn a_missing_capability_is_named() {
+        let root = CapSet(0x0000_01ff_ffff_ffff);
+        assert!(missing_caps(root).is_empty());
+        let net_admin_only = CapSet(1 << Cap::NetAdmin.number());
+        assert_eq!(missing_caps(net_admin_only), [Cap::SysAdmin]);
+        assert_eq!(missing_caps(CapSet(0)), [Cap::NetAdmin, Cap::SysAdmin]);
+        let e = LabError::MissingCaps {
+            missing: "CAP_SYS_ADMIN".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "needs CAP_NET_ADMIN and CAP_SYS_ADMIN (run as root or in a privileged container): this process lacks CAP_SYS_ADMIN"
+        );
+    }
 }
