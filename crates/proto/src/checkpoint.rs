@@ -27,11 +27,6 @@
 //! The pure pieces (encode, strict decode, MACs, the state's SHA-256 digest)
 //! serve both sides; the blocking client ([`upload`], [`fetch`],
 //! [`fetch_other`]) follows the exchange over a [`TcpStream`].
-//!
-//! Version 1 (`wire` archives) lives on in [`v1`] only until the reflector's
-//! server and the bots are ported.
-
-pub mod v1;
 
 use crate::protocol::{SessionKeys, MAC_LEN};
 use bytes::Bytes;

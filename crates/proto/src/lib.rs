@@ -14,8 +14,7 @@
 //!   injected clock, refusals and `ERROR(NotMember)` as events, LEAVE);
 //! - [`checkpoint`]: the checkpoint channel's messages, version 2 (over
 //!   TCP, fixed binary, every message MAC'd), their MACs, and a blocking
-//!   client for uploads and fetches; version 1 in [`checkpoint::v1`] until
-//!   the reflector's server is ported;
+//!   client for uploads and fetches;
 //! - [`blocking`]: that state machine driven over a blocking
 //!   [`std::net::UdpSocket`], for simple clients (tests, benchmarks).
 //!

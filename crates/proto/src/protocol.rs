@@ -668,59 +668,6 @@ impl SessionKeys {
             None => false,
         }
     }
-
-    /// The checkpoint upload's MAC of channel version 1 ([`crate::checkpoint::v1`]).
-    pub fn checkpoint_mac(&self, nonce: u64, group: u16, content: &[u8]) -> [u8; MAC_LEN] {
-        let m = hmac(
-            &self.mac,
-            &[
-                b"reflector-checkpoint-v2",
-                &nonce.to_be_bytes(),
-                &group.to_be_bytes(),
-                content,
-            ],
-        )
-        .finalize()
-        .into_bytes();
-        let mut out = [0u8; MAC_LEN];
-        out.copy_from_slice(&m[..MAC_LEN]);
-        out
-    }
-
-    /// The checkpoint fetch's MAC of channel version 1: over the connection's challenge (so a
-    /// recorded fetch cannot be replayed), the group and the membership.
-    pub fn fetch_mac(&self, challenge: u64, group: u16, player: u32, membership: u32) -> [u8; MAC_LEN] {
-        let m = hmac(
-            &self.mac,
-            &[
-                b"reflector-checkpoint-fetch-v2",
-                &challenge.to_be_bytes(),
-                &group.to_be_bytes(),
-                &player.to_be_bytes(),
-                &membership.to_be_bytes(),
-            ],
-        )
-        .finalize()
-        .into_bytes();
-        let mut out = [0u8; MAC_LEN];
-        out.copy_from_slice(&m[..MAC_LEN]);
-        out
-    }
-
-    /// Constant-time check of a checkpoint upload's MAC.
-    pub fn verify_checkpoint(&self, nonce: u64, group: u16, content: &[u8], mac: &[u8; MAC_LEN]) -> bool {
-        ct_eq(&self.checkpoint_mac(nonce, group, content), mac)
-    }
-
-    /// Constant-time check of a checkpoint fetch's MAC.
-    pub fn verify_fetch(&self, challenge: u64, group: u16, player: u32, membership: u32, mac: &[u8; MAC_LEN]) -> bool {
-        ct_eq(&self.fetch_mac(challenge, group, player, membership), mac)
-    }
-}
-
-/// Equality with no early exit on the first differing byte.
-fn ct_eq(a: &[u8; MAC_LEN], b: &[u8; MAC_LEN]) -> bool {
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Header fields of a datagram to build.

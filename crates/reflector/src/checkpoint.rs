@@ -8,39 +8,58 @@
 //!   member with the lowest RTT the reflector measured itself, members that
 //!   left earlier requests unanswered last), and they keep the board's
 //!   roster of each group's members and keys current;
-//! - the checkpoint channel ([`Channel`]), a TCP listener on the port
-//!   JOIN_ACK announces, one short exchange per connection
-//!   (`reflector_proto::checkpoint`): an upload is stored only if it answers
-//!   the nonce pending for exactly that member, under its key, within the
-//!   size bound; a fetch is served to a member of that group, under its key,
-//!   over this connection's challenge. Everything else is refused with a
-//!   reason and counted.
+//! - the checkpoint channel ([`Channel`]), version 2 of
+//!   `reflector_proto::checkpoint`: a TCP listener on the port JOIN_ACK
+//!   announces, one exchange per connection.
 //!
-//! The stored state is the upload's own receive buffer (a `Bytes` slice,
-//! never copied), and a fetch sends it as a `wire` pointer chunk through
-//! `sendpath`'s stream sender: MSG_ZEROCOPY where the kernel does not copy
-//! anyway. Every local peer (loopback, veth) copies on delivery, so there
-//! the first completion comes back COPIED and the channel sends copies from
-//! then on, said once.
+//! The channel has two stages. The *lobby* (the listener's own thread,
+//! non-blocking, one `poll` over every connection) sends each connection a
+//! HELLO with a fresh challenge and reads at most the 64-byte REQUEST into
+//! a fixed buffer; it checks the request in the protocol's order (magic,
+//! version, message, op, reserved zeros, group served here, member, request
+//! MAC) and refuses with an unauthenticated REFUSED what fails. Nothing
+//! else is read or allocated for a connection before its request MAC
+//! verifies. A connection that has not sent its REQUEST within the hello
+//! deadline is closed; when the connection caps are reached, the oldest
+//! unauthenticated connection is evicted for the new one, and a new one is
+//! refused only when every connection held is authenticated.
 //!
-//! Bounds: the state's size (`max_bytes`, checked from the message header
-//! before its body is read), connections at once overall and per source
-//! address, one fetch per member per `fetch_every_ms`, and a deadline on the
-//! whole exchange: a peer that stops reading or writing is dropped and
-//! counted, holding at most one stored state alive meanwhile.
+//! An authenticated request gets a *worker* thread: for UPLOAD the pending
+//! nonce, the body length (the size bound and the memory bound, reserved
+//! before CONTINUE), then the body is streamed into a buffer of exactly
+//! that length while its MAC is computed, and hashed once when stored. A
+//! group keeps its latest two uploads (from different members when it
+//! can): FETCH gets the latest, FETCH_OTHER the one before. Every REPLY
+//! after the request MAC verified is MAC'd under the member's key.
+//!
+//! The stored state is the upload's own receive buffer (a `Bytes`, never
+//! copied), sent after the REPLY in one gathered write through `sendpath`'s
+//! stream sender: MSG_ZEROCOPY where the kernel does not copy anyway. Every
+//! local peer (loopback, veth) copies on delivery, so there the first
+//! completion comes back COPIED and the channel sends copies from then on,
+//! said once.
+//!
+//! Bounds: the state's size (`max_bytes`), stored states plus bodies being
+//! received (`memory`), connections at once overall and per source address,
+//! the hello deadline, one fetch of each kind per member per
+//! `fetch_every_ms`, and a deadline on the whole exchange. On shutdown the
+//! lobby shuts every connection down, so blocked workers return at once.
 
 use crate::membership::Member;
 use crate::metrics::{GroupCounters, Registry};
 use bytes::Bytes;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use reflector_proto::checkpoint::v1::{Hello, Op, Refusal, Reply, Request, MAX_SMALL, VERSION};
+use reflector_proto::checkpoint::{
+    digest, Answer, BodyMac, DecodeError, Hello, Op, Refusal, Reply, Request, Stored as StoredInfo, BODY_MAC_LEN,
+    DIGEST_LEN, REQUEST_LEN,
+};
 use reflector_proto::protocol::SessionKeys;
 use sendpath::stream::{Piece, StreamSender};
 use std::collections::HashMap;
-use std::io::{self, Read};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -56,10 +75,14 @@ pub struct CheckpointConfig {
     pub max_bytes: u64,
     /// Deadline of one whole exchange.
     pub timeout: Duration,
+    /// How long a connection may take to send its REQUEST (the HELLO says so).
+    pub hello_timeout: Duration,
+    /// Stored states plus bodies being received, bytes, over all groups.
+    pub memory: u64,
     /// Connections served at once, overall and per source address.
     pub max_conns: usize,
     pub max_conns_per_ip: usize,
-    /// One fetch per member per this many milliseconds.
+    /// One fetch of each kind per member per this many milliseconds.
     pub fetch_every_ms: u64,
     /// Send the state with MSG_ZEROCOPY (when it pays: see the module doc).
     pub zero_copy: bool,
@@ -72,6 +95,8 @@ impl Default for CheckpointConfig {
             every_ms: 5_000,
             max_bytes: 16 << 20,
             timeout: Duration::from_secs(10),
+            hello_timeout: Duration::from_secs(2),
+            memory: 256 << 20,
             max_conns: 64,
             max_conns_per_ip: 8,
             fetch_every_ms: 500,
@@ -85,24 +110,87 @@ impl Default for CheckpointConfig {
 const ZC_THRESHOLD: usize = sendpath::zerocopy::DEFAULT_THRESHOLD;
 /// Bytes one connection may have pinned at once.
 const ZC_MAX_PINNED: usize = 8 << 20;
+/// How often the lobby looks at the stop flag when nothing happens.
+const LOBBY_TICK: Duration = Duration::from_millis(100);
+/// Connections accepted per lobby round (then the others get their turn).
+const ACCEPTS_PER_ROUND: usize = 64;
+/// How long a worker waits for zero-copy completions between looks at the
+/// stop flag.
+const DRAIN_SLICE: Duration = Duration::from_millis(100);
 
-/// Refusals that happen before a group is known.
+/// The channel's counters that name no group, and the memory it holds.
 #[derive(Debug, Default)]
 pub struct ChannelCounters {
-    /// Connections refused at once: too many overall or from one address.
+    /// Connections refused at once: caps reached and every connection held
+    /// authenticated.
     pub busy: AtomicU64,
-    /// Requests that did not decode, were too large, or named no group here.
+    /// Requests that did not decode or named no group here.
     pub malformed: AtomicU64,
     /// Exchanges that passed their deadline (a peer that stopped reading or writing).
     pub timeouts: AtomicU64,
+    /// Connections closed because no REQUEST came within the hello deadline.
+    pub hello_timeouts: AtomicU64,
+    /// Unauthenticated connections closed to make room for a new one.
+    pub evicted: AtomicU64,
+    /// Gauge: bytes of stored states plus bodies being received.
+    pub memory_bytes: AtomicU64,
 }
 
+/// Bytes counted against `--checkpoint-memory` while this lives: a body
+/// being received, then the stored state (and every fetch that still sends
+/// it).
 #[derive(Debug)]
-struct Stored {
-    seq: u64,
-    state: Bytes,
-    from_player: u32,
+struct Charge {
+    bytes: u64,
+    counters: Arc<ChannelCounters>,
+}
+
+impl Charge {
+    /// Reserves `bytes` if the total stays within `limit`.
+    fn reserve(counters: &Arc<ChannelCounters>, limit: u64, bytes: u64) -> Option<Charge> {
+        counters
+            .memory_bytes
+            .fetch_update(Relaxed, Relaxed, |held| {
+                held.checked_add(bytes).filter(|&total| total <= limit)
+            })
+            .ok()?;
+        Some(Charge {
+            bytes,
+            counters: Arc::clone(counters),
+        })
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.counters.memory_bytes.fetch_sub(self.bytes, Relaxed);
+    }
+}
+
+/// A stored state and its charge: freed (and uncounted) when the group
+/// has dropped it and the last fetch sending it is done.
+#[derive(Debug)]
+struct Held {
+    bytes: Bytes,
+    _charge: Charge,
+}
+
+/// A shared handle to a stored state, as the stream sender holds it.
+#[derive(Debug, Clone)]
+struct StateRef(Arc<Held>);
+
+impl AsRef<[u8]> for StateRef {
+    fn as_ref(&self) -> &[u8] {
+        &self.0.bytes
+    }
+}
+
+/// One stored upload.
+#[derive(Debug, Clone)]
+struct Kept {
+    info: StoredInfo,
     at: Instant,
+    state: StateRef,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -116,12 +204,31 @@ struct GroupBoard {
     /// (player, membership) -> its keys, for every current member.
     roster: HashMap<(u32, u32), SessionKeys>,
     pending: Option<Pending>,
-    latest: Option<Stored>,
+    /// The latest stored upload, and the one before it (from another member
+    /// than the latest when there was one).
+    latest: Option<Kept>,
+    other: Option<Kept>,
     seq: u64,
     last_request_ms: Option<u64>,
     /// Requests each member left unanswered in a row.
     misses: HashMap<(u32, u32), u32>,
-    last_fetch: HashMap<(u32, u32), Instant>,
+    last_fetch: HashMap<((u32, u32), Op), Instant>,
+}
+
+impl GroupBoard {
+    /// Keeps `new` as the latest; the one before becomes the other unless
+    /// it came from the same player and the other did not.
+    fn keep(&mut self, new: Kept) {
+        let from = new.info.from_player;
+        let (latest, other) = (self.latest.take(), self.other.take());
+        self.other = match (latest, other) {
+            (Some(l), _) if l.info.from_player != from => Some(l),
+            (Some(_), Some(o)) if o.info.from_player != from => Some(o),
+            (Some(l), _) => Some(l),
+            (None, o) => o,
+        };
+        self.latest = Some(new);
+    }
 }
 
 /// What the event loops and the channel share.
@@ -136,6 +243,22 @@ pub struct Board {
 
 fn lock(m: &Mutex<GroupBoard>) -> std::sync::MutexGuard<'_, GroupBoard> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A request whose MAC verified, and what the lobby learnt checking it.
+#[derive(Debug, Clone, Copy)]
+struct Authed {
+    req: Request,
+    keys: SessionKeys,
+    challenge: u64,
+}
+
+/// What a worker does for an authenticated request.
+enum Decision {
+    Reply(Answer),
+    /// CONTINUE: receive `body_len` bytes, counted by this charge.
+    Receive(Charge),
+    Send(Kept),
 }
 
 impl Board {
@@ -167,7 +290,7 @@ impl Board {
             ..
         } = &mut *g;
         misses.retain(|k, _| roster.contains_key(k));
-        last_fetch.retain(|k, _| roster.contains_key(k));
+        last_fetch.retain(|(k, _), _| roster.contains_key(k));
     }
 
     /// If a request is due in this group, which member to ask (an index
@@ -207,90 +330,123 @@ impl Board {
         c.checkpoint_requests.fetch_add(1, Relaxed);
     }
 
-    /// Decides one request. `challenge` is this connection's.
-    fn serve(&self, req: Request, challenge: u64) -> (Reply, Option<&Arc<GroupCounters>>) {
+    /// The lobby's checks of a whole REQUEST, in the protocol's order:
+    /// decode (magic, version, message, op, reserved zeros), group served
+    /// here, member of it, request MAC. A refusal here is unauthenticated;
+    /// each is counted once.
+    fn authenticate(&self, bytes: &[u8; REQUEST_LEN], challenge: u64) -> Result<Authed, Refusal> {
+        let req = Request::decode(bytes).map_err(|e: DecodeError| {
+            self.channel.malformed.fetch_add(1, Relaxed);
+            tracing::debug!("checkpoint channel: malformed request: {e}");
+            Refusal::Malformed
+        })?;
         let Some((g, c)) = self.groups.get(&req.group) else {
             self.channel.malformed.fetch_add(1, Relaxed);
-            return (refuse(Refusal::NoGroup, "no group on that port here"), None);
+            return Err(Refusal::NoGroup);
         };
-        let reply = self.decide(&mut lock(g), c, req, challenge);
-        if matches!(reply, Reply::Refused { .. }) {
+        let keys = lock(g).roster.get(&(req.player, req.membership)).copied();
+        let refused = |code| {
             c.checkpoint_refused.fetch_add(1, Relaxed);
+            code
+        };
+        let keys = keys.ok_or_else(|| refused(Refusal::NotMember))?;
+        if !req.verify(&keys, challenge) {
+            return Err(refused(Refusal::BadMac));
         }
-        (reply, Some(c))
+        Ok(Authed { req, keys, challenge })
     }
 
-    /// The answer to a request for group `g`, whose counters are `c`.
-    fn decide(&self, g: &mut GroupBoard, c: &GroupCounters, req: Request, challenge: u64) -> Reply {
+    fn counters(&self, group: u16) -> Option<&Arc<GroupCounters>> {
+        self.groups.get(&group).map(|(_, c)| c)
+    }
+
+    /// The answer to an authenticated request, in the protocol's order: for
+    /// UPLOAD the pending nonce, the size bound, the memory bound; for a
+    /// fetch the rate, then what is stored. A refusal is counted here.
+    fn decide(&self, a: &Authed, now: Instant) -> Decision {
+        let req = &a.req;
+        let Some((g, c)) = self.groups.get(&req.group) else {
+            // authenticate() found the group: this cannot happen.
+            return Decision::Reply(Answer::Refused(Refusal::NoGroup));
+        };
         let who = (req.player, req.membership);
-        let Some(keys) = g.roster.get(&who).copied() else {
-            return refuse(
-                Refusal::NotMember,
-                "join the group first (player and membership as in JOIN_ACK)",
-            );
+        let mut g = lock(g);
+        let refuse = |code| {
+            c.checkpoint_refused.fetch_add(1, Relaxed);
+            Decision::Reply(Answer::Refused(code))
         };
         match req.op {
-            Op::Upload { nonce, state } => {
-                let asked = g.pending.is_some_and(|p| p.who == who && p.nonce == nonce);
-                if !keys.verify_checkpoint(nonce, req.group, &state.0, &req.mac) {
-                    refuse(Refusal::BadMac, "upload MAC does not verify under this member's key")
-                } else if !asked {
-                    refuse(
-                        Refusal::NotRequested,
-                        "no checkpoint request with that nonce is pending for you",
-                    )
-                } else if state.0.len() as u64 > self.cfg.max_bytes {
-                    refuse(Refusal::TooLarge, "state over the reflector's bound")
-                } else {
-                    g.pending = None;
-                    g.misses.remove(&who);
-                    g.seq += 1;
-                    let seq = g.seq;
-                    c.checkpoints_stored.fetch_add(1, Relaxed);
-                    c.checkpoint_bytes_stored.fetch_add(state.0.len() as u64, Relaxed);
-                    g.latest = Some(Stored {
-                        seq,
-                        state: state.0,
-                        from_player: req.player,
-                        at: Instant::now(),
-                    });
-                    Reply::Stored { seq }
+            Op::Upload => {
+                if !g.pending.is_some_and(|p| p.who == who && p.nonce == req.nonce) {
+                    return refuse(Refusal::NotRequested);
                 }
+                if req.body_len > self.cfg.max_bytes {
+                    return refuse(Refusal::TooLarge);
+                }
+                let Some(charge) = Charge::reserve(&self.channel, self.cfg.memory, req.body_len) else {
+                    c.checkpoint_memory_refused.fetch_add(1, Relaxed);
+                    return refuse(Refusal::Busy);
+                };
+                // The nonce is used once, whatever becomes of the body.
+                g.pending = None;
+                Decision::Receive(charge)
             }
-            Op::Fetch => {
-                let too_soon = g
-                    .last_fetch
-                    .get(&who)
-                    .is_some_and(|t| t.elapsed() < Duration::from_millis(self.cfg.fetch_every_ms));
-                if !keys.verify_fetch(challenge, req.group, req.player, req.membership, &req.mac) {
-                    refuse(Refusal::BadMac, "fetch MAC does not verify under this member's key")
-                } else if too_soon {
-                    refuse(Refusal::Busy, "one fetch per member per --checkpoint-fetch-every-ms")
-                } else {
-                    g.last_fetch.insert(who, Instant::now());
-                    match &g.latest {
-                        Some(s) => Reply::Checkpoint {
-                            seq: s.seq,
-                            age_ms: s.at.elapsed().as_millis() as u64,
-                            from_player: s.from_player,
-                            // A refcount, not a copy.
-                            state: wire::Buffer(s.state.clone()),
-                        },
-                        None => {
-                            c.checkpoint_empty_fetches.fetch_add(1, Relaxed);
-                            Reply::Empty
-                        }
+            Op::Fetch | Op::FetchOther => {
+                let every = Duration::from_millis(self.cfg.fetch_every_ms);
+                let key = (who, req.op);
+                if g.last_fetch.get(&key).is_some_and(|t| now.duration_since(*t) < every) {
+                    return refuse(Refusal::Busy);
+                }
+                g.last_fetch.insert(key, now);
+                let kept = if req.op == Op::Fetch { &g.latest } else { &g.other };
+                match kept {
+                    // A refcount, not a copy.
+                    Some(k) => Decision::Send(k.clone()),
+                    None => {
+                        c.checkpoint_empty_fetches.fetch_add(1, Relaxed);
+                        Decision::Reply(Answer::Empty)
                     }
                 }
             }
         }
     }
-}
 
-fn refuse(code: Refusal, message: &str) -> Reply {
-    Reply::Refused {
-        code,
-        message: message.into(),
+    /// Stores an upload whose body MAC verified (`state_digest` computed
+    /// outside the lock). Its number in the group.
+    fn store(&self, a: &Authed, state: Bytes, state_digest: [u8; DIGEST_LEN], charge: Charge) -> StoredInfo {
+        let req = &a.req;
+        let who = (req.player, req.membership);
+        let len = state.len() as u64;
+        let held = StateRef(Arc::new(Held {
+            bytes: state,
+            _charge: charge,
+        }));
+        let Some((g, c)) = self.groups.get(&req.group) else {
+            // authenticate() found the group; nothing to keep it in otherwise.
+            return StoredInfo {
+                number: 0,
+                tick: req.tick,
+                from_player: req.player,
+                digest: state_digest,
+            };
+        };
+        let mut g = lock(g);
+        g.misses.remove(&who);
+        g.seq += 1;
+        let info = StoredInfo {
+            number: g.seq,
+            tick: req.tick,
+            from_player: req.player,
+            digest: state_digest,
+        };
+        g.keep(Kept {
+            info,
+            at: Instant::now(),
+            state: held,
+        });
+        c.checkpoints_stored.fetch_add(1, Relaxed);
+        c.checkpoint_bytes_stored.fetch_add(len, Relaxed);
+        info
     }
 }
 
@@ -317,7 +473,7 @@ impl Read for DeadlineReader<'_> {
     }
 }
 
-/// The checkpoint channel: its listener thread and the connections it serves.
+/// The checkpoint channel: its lobby thread and the workers it starts.
 pub struct Channel {
     port: u16,
     thread: Option<JoinHandle<()>>,
@@ -333,7 +489,7 @@ impl Channel {
         let stop2 = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("checkpoints".into())
-            .spawn(move || accept_loop(listener, board, &stop2))?;
+            .spawn(move || Lobby::new(listener, board).run(&stop2))?;
         Ok(Channel {
             port,
             thread: Some(thread),
@@ -345,8 +501,8 @@ impl Channel {
         self.port
     }
 
-    /// Waits for the listener and every connection to finish (each within
-    /// its deadline).
+    /// Stops the channel: every connection is shut down, so this returns
+    /// within about [`LOBBY_TICK`] whatever the peers do.
     pub fn join(mut self) {
         self.stop.store(true, Relaxed);
         if let Some(t) = self.thread.take() {
@@ -355,198 +511,376 @@ impl Channel {
     }
 }
 
-/// Connections at once: overall and per address.
+/// A connection that has not authenticated yet: a HELLO sent, at most the
+/// 64 bytes of its REQUEST read.
+struct Waiting {
+    conn: TcpStream,
+    peer: SocketAddr,
+    since: Instant,
+    challenge: u64,
+    buf: [u8; REQUEST_LEN],
+    got: usize,
+}
+
+/// The authenticated connections (each served by a worker), so the lobby
+/// can count them and shut them down on stop.
 #[derive(Default)]
-struct Active {
-    total: AtomicUsize,
-    per_ip: Mutex<HashMap<IpAddr, usize>>,
+struct Serving {
+    next: u64,
+    conns: HashMap<u64, (IpAddr, TcpStream)>,
 }
 
-/// Releases a connection's places when its worker ends, however it ends.
-struct Slot {
-    active: Arc<Active>,
-    ip: IpAddr,
+/// Removes a worker's connection from [`Serving`] however the worker ends.
+struct ServingSlot {
+    serving: Arc<Mutex<Serving>>,
+    id: u64,
 }
 
-impl Drop for Slot {
+impl Drop for ServingSlot {
     fn drop(&mut self) {
-        self.active.total.fetch_sub(1, Relaxed);
-        let mut m = self.active.per_ip.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = m.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                m.remove(&self.ip);
-            }
-        }
+        lock_serving(&self.serving).conns.remove(&self.id);
     }
 }
 
-fn accept_loop(listener: TcpListener, board: Arc<Board>, stop: &AtomicBool) {
-    let active = Arc::new(Active::default());
-    let mut workers: Vec<JoinHandle<()>> = Vec::new();
-    while !stop.load(Relaxed) {
-        workers.retain(|w| !w.is_finished());
-        let (conn, peer) = match listener.accept() {
-            Ok(c) => c,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
-                let _ = poll(&mut fds, PollTimeout::from(100u16));
-                continue;
-            }
-            Err(e) => {
-                // Out of descriptors and the like: say so, back off, go on.
-                tracing::warn!("checkpoint channel: accept: {e}");
-                std::thread::sleep(Duration::from_millis(100));
-                continue;
-            }
-        };
-        let admitted = {
-            let mut m = active.per_ip.lock().unwrap_or_else(|p| p.into_inner());
-            let here = m.entry(peer.ip()).or_insert(0);
-            if active.total.load(Relaxed) >= board.cfg.max_conns || *here >= board.cfg.max_conns_per_ip {
-                if *here == 0 {
-                    m.remove(&peer.ip());
-                }
-                false
-            } else {
-                *here += 1;
-                active.total.fetch_add(1, Relaxed);
-                true
-            }
-        };
-        if !admitted {
-            board.channel.busy.fetch_add(1, Relaxed);
-            refuse_busy(conn);
-            continue;
+fn lock_serving(m: &Mutex<Serving>) -> std::sync::MutexGuard<'_, Serving> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+struct Lobby {
+    listener: TcpListener,
+    board: Arc<Board>,
+    waiting: Vec<Waiting>,
+    serving: Arc<Mutex<Serving>>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl Lobby {
+    fn new(listener: TcpListener, board: Arc<Board>) -> Lobby {
+        Lobby {
+            listener,
+            board,
+            waiting: Vec::new(),
+            serving: Arc::default(),
+            workers: Vec::new(),
         }
-        let slot = Slot {
-            active: Arc::clone(&active),
-            ip: peer.ip(),
+    }
+
+    fn run(mut self, stop: &Arc<AtomicBool>) {
+        while !stop.load(Relaxed) {
+            self.workers.retain(|w| !w.is_finished());
+            self.expire(Instant::now());
+            let (listener_ready, ready) = self.wait();
+            for i in (0..ready.len()).rev() {
+                if ready[i] {
+                    self.read_request(i, stop);
+                }
+            }
+            if listener_ready {
+                self.accept();
+            }
+        }
+        // Shut every connection down: a worker blocked on a read or a
+        // send returns at once.
+        self.waiting.clear();
+        for (_, conn) in lock_serving(&self.serving).conns.values() {
+            let _ = conn.shutdown(Shutdown::Both);
+        }
+        for w in self.workers {
+            let _ = w.join();
+        }
+    }
+
+    /// Polls the listener and every waiting connection until something is
+    /// readable, the next hello deadline, or [`LOBBY_TICK`].
+    fn wait(&self) -> (bool, Vec<bool>) {
+        let now = Instant::now();
+        let hello = self.board.cfg.hello_timeout;
+        let next = self
+            .waiting
+            .iter()
+            .map(|w| (w.since + hello).saturating_duration_since(now))
+            .min()
+            .unwrap_or(LOBBY_TICK)
+            .min(LOBBY_TICK);
+        let ms = u16::try_from(next.as_millis()).unwrap_or(u16::MAX).max(1);
+        let mut fds = Vec::with_capacity(self.waiting.len() + 1);
+        fds.push(PollFd::new(self.listener.as_fd(), PollFlags::POLLIN));
+        for w in &self.waiting {
+            fds.push(PollFd::new(w.conn.as_fd(), PollFlags::POLLIN));
+        }
+        if poll(&mut fds, PollTimeout::from(ms)).is_err() {
+            // EINTR and the like: look again next round.
+            return (false, vec![false; self.waiting.len()]);
+        }
+        let ready = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
+        (ready(&fds[0]), fds[1..].iter().map(ready).collect())
+    }
+
+    /// Closes the connections whose hello deadline passed.
+    fn expire(&mut self, now: Instant) {
+        let hello = self.board.cfg.hello_timeout;
+        let before = self.waiting.len();
+        self.waiting.retain(|w| now < w.since + hello);
+        let closed = (before - self.waiting.len()) as u64;
+        if closed > 0 {
+            self.board.channel.hello_timeouts.fetch_add(closed, Relaxed);
+            tracing::debug!("checkpoint channel: {closed} connection(s) sent no request within the hello deadline");
+        }
+    }
+
+    /// Reads what has come of waiting connection `i`'s REQUEST, and decides
+    /// it once whole.
+    fn read_request(&mut self, i: usize, stop: &Arc<AtomicBool>) {
+        let Some(w) = self.waiting.get_mut(i) else { return };
+        match (&w.conn).read(&mut w.buf[w.got..]) {
+            Ok(0) => {
+                self.waiting.swap_remove(i);
+                return;
+            }
+            Ok(n) => w.got += n,
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => return,
+            Err(_) => {
+                self.waiting.swap_remove(i);
+                return;
+            }
+        }
+        if w.got < REQUEST_LEN {
+            return;
+        }
+        let w = self.waiting.swap_remove(i);
+        match self.board.authenticate(&w.buf, w.challenge) {
+            Err(code) => {
+                tracing::debug!("checkpoint channel: {}: refused: {code}", w.peer);
+                let _ = (&w.conn).write_all(&Reply::unauthenticated(code).encode());
+            }
+            Ok(a) => self.start_worker(w, a, stop),
+        }
+    }
+
+    fn start_worker(&mut self, w: Waiting, a: Authed, stop: &Arc<AtomicBool>) {
+        let Ok(handle) = w.conn.try_clone() else {
+            // Out of descriptors: this connection cannot be served.
+            self.board.channel.busy.fetch_add(1, Relaxed);
+            return;
         };
-        let b = Arc::clone(&board);
-        match std::thread::Builder::new()
+        let slot = {
+            let mut s = lock_serving(&self.serving);
+            s.next += 1;
+            let id = s.next;
+            s.conns.insert(id, (w.peer.ip(), handle));
+            ServingSlot {
+                serving: Arc::clone(&self.serving),
+                id,
+            }
+        };
+        let deadline = w.since + self.board.cfg.timeout;
+        let (board, stop) = (Arc::clone(&self.board), Arc::clone(stop));
+        let (conn, peer) = (w.conn, w.peer);
+        let spawned = std::thread::Builder::new()
             .name("checkpoint-conn".into())
             .spawn(move || {
                 let _slot = slot;
-                serve_conn(&b, conn, peer);
-            }) {
-            Ok(h) => workers.push(h),
+                serve_member(&board, &conn, peer, &a, deadline, &stop);
+            });
+        match spawned {
+            Ok(h) => self.workers.push(h),
             Err(e) => {
-                board.channel.busy.fetch_add(1, Relaxed);
+                self.board.channel.busy.fetch_add(1, Relaxed);
                 tracing::warn!("checkpoint channel: cannot start a connection thread: {e}");
             }
         }
     }
-    for w in workers {
-        let _ = w.join();
+
+    /// Accepts what is waiting, making room by evicting the oldest
+    /// unauthenticated connection (of the same address for the per-address
+    /// cap), refusing only when every connection held is authenticated.
+    fn accept(&mut self) {
+        for _ in 0..ACCEPTS_PER_ROUND {
+            let (conn, peer) = match self.listener.accept() {
+                Ok(c) => c,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // Out of descriptors and the like: say so, try next round.
+                    tracing::warn!("checkpoint channel: accept: {e}");
+                    return;
+                }
+            };
+            if !self.make_room(peer.ip()) {
+                self.board.channel.busy.fetch_add(1, Relaxed);
+                refuse_busy(&conn);
+                continue;
+            }
+            let Ok(challenge) = fresh_challenge() else {
+                // Without the OS's randomness a challenge would be
+                // guessable (a recorded exchange replayable): refuse.
+                tracing::warn!("checkpoint channel: no randomness for the challenge; connection refused");
+                self.board.channel.busy.fetch_add(1, Relaxed);
+                refuse_busy(&conn);
+                continue;
+            };
+            let hello = Hello {
+                challenge,
+                max_state: self.board.cfg.max_bytes,
+                hello_deadline_ms: u32::try_from(self.board.cfg.hello_timeout.as_millis()).unwrap_or(u32::MAX),
+            };
+            // 32 bytes into a new connection's empty send buffer.
+            let sent = conn
+                .set_nonblocking(true)
+                .and_then(|()| conn.set_nodelay(true))
+                .and_then(|()| match (&conn).write(&hello.encode())? {
+                    32 => Ok(()),
+                    _ => Err(io::ErrorKind::WriteZero.into()),
+                });
+            if sent.is_err() {
+                continue;
+            }
+            self.waiting.push(Waiting {
+                conn,
+                peer,
+                since: Instant::now(),
+                challenge,
+                buf: [0; REQUEST_LEN],
+                got: 0,
+            });
+        }
+    }
+
+    /// Whether a connection from `ip` fits, after evicting the oldest
+    /// waiting connection where a cap is reached.
+    fn make_room(&mut self, ip: IpAddr) -> bool {
+        let cfg = self.board.cfg;
+        let (serving_total, serving_here) = {
+            let s = lock_serving(&self.serving);
+            (s.conns.len(), s.conns.values().filter(|(a, _)| *a == ip).count())
+        };
+        let waiting_here = self.waiting.iter().filter(|w| w.peer.ip() == ip).count();
+        if serving_here + waiting_here >= cfg.max_conns_per_ip && !self.evict_oldest(Some(ip)) {
+            return false;
+        }
+        if serving_total + self.waiting.len() >= cfg.max_conns && !self.evict_oldest(None) {
+            return false;
+        }
+        true
+    }
+
+    /// Closes the oldest waiting connection (from `ip`, if given).
+    fn evict_oldest(&mut self, ip: Option<IpAddr>) -> bool {
+        let oldest = self
+            .waiting
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| ip.is_none_or(|ip| w.peer.ip() == ip))
+            .min_by_key(|(_, w)| w.since)
+            .map(|(i, _)| i);
+        match oldest {
+            Some(i) => {
+                let w = self.waiting.swap_remove(i);
+                self.board.channel.evicted.fetch_add(1, Relaxed);
+                tracing::debug!(
+                    "checkpoint channel: evicted {} (not authenticated) for a new connection",
+                    w.peer
+                );
+                true
+            }
+            None => false,
+        }
     }
 }
 
-/// A best-effort refusal that never blocks the listener.
-fn refuse_busy(conn: TcpStream) {
+/// A best-effort refusal (HELLO, then an unauthenticated REFUSED(Busy))
+/// that never blocks the lobby.
+fn refuse_busy(conn: &TcpStream) {
     let _ = conn.set_nonblocking(true);
     let hello = Hello {
-        version: VERSION,
-        challenge: 0,
+        challenge: fresh_challenge().unwrap_or(0),
         max_state: 0,
+        hello_deadline_ms: 0,
     };
-    let reply = refuse(Refusal::Busy, "too many checkpoint connections: try again later");
-    for msg in [wire::to_archive(&hello), wire::to_archive(&reply)]
-        .into_iter()
-        .flatten()
-    {
-        let _ = io::Write::write_all(&mut &conn, &msg.to_vec());
-    }
+    let mut msg = hello.encode().to_vec();
+    msg.extend_from_slice(&Reply::unauthenticated(Refusal::Busy).encode());
+    let _ = (&mut &*conn).write_all(&msg);
 }
 
-/// A fresh challenge. Without the OS's randomness it would be guessable
-/// (a recorded fetch could be replayed), so the exchange is refused then.
+/// A fresh challenge from the OS's randomness.
 fn fresh_challenge() -> io::Result<u64> {
     let mut b = [0u8; 8];
     getrandom::getrandom(&mut b).map_err(|e| io::Error::other(format!("no randomness for the challenge: {e}")))?;
     Ok(u64::from_le_bytes(b))
 }
 
-fn serve_conn(board: &Board, conn: TcpStream, peer: SocketAddr) {
-    let started = Instant::now();
-    let deadline = started + board.cfg.timeout;
-    match exchange(board, &conn, deadline) {
+/// A worker: serves one authenticated request to its end.
+fn serve_member(board: &Board, conn: &TcpStream, peer: SocketAddr, a: &Authed, deadline: Instant, stop: &AtomicBool) {
+    let counters = board.counters(a.req.group);
+    match exchange(board, conn, a, deadline, stop) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::TimedOut => {
             board.channel.timeouts.fetch_add(1, Relaxed);
+            if let Some(c) = counters {
+                c.checkpoint_timeouts.fetch_add(1, Relaxed);
+            }
             tracing::debug!("checkpoint channel: {peer}: {e}");
         }
         Err(e) => tracing::debug!("checkpoint channel: {peer}: {e}"),
     }
 }
 
-fn exchange(board: &Board, conn: &TcpStream, deadline: Instant) -> io::Result<()> {
-    let challenge = fresh_challenge()?;
-    conn.set_nodelay(true)?;
-    conn.set_write_timeout(Some(board.cfg.timeout))?;
-    let hello = Hello {
-        version: VERSION,
-        challenge,
-        max_state: board.cfg.max_bytes,
-    };
-    let mut tx: StreamSender<Bytes> = StreamSender::new(
+fn exchange(board: &Board, conn: &TcpStream, a: &Authed, deadline: Instant, stop: &AtomicBool) -> io::Result<()> {
+    conn.set_nonblocking(false)?;
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(io::Error::new(io::ErrorKind::TimedOut, "exchange deadline passed"));
+    }
+    conn.set_write_timeout(Some(left))?;
+    let mut tx: StreamSender<StateRef> = StreamSender::new(
         conn.as_fd(),
         board.cfg.zero_copy && !board.copied.load(Relaxed),
         ZC_THRESHOLD,
         ZC_MAX_PINNED,
     );
-    send(&mut tx, conn, &hello, deadline)?;
-    let limits = wire::Limits {
-        max_len: board.cfg.max_bytes.saturating_add(MAX_SMALL),
-        ..wire::Limits::default()
-    };
-    let mut rd = DeadlineReader { s: conn, deadline };
-    let msg = match wire::read_message(&mut rd, limits) {
-        Ok(m) => m,
-        Err(e) => {
-            return match e.into_kind() {
-                wire::ErrorKind::Io(io) => Err(io),
-                wire::ErrorKind::TooLarge { .. } => {
-                    board.channel.malformed.fetch_add(1, Relaxed);
-                    let r = refuse(Refusal::TooLarge, "state over the reflector's bound");
-                    send(&mut tx, conn, &r, deadline)
+    let sign = |answer| Reply::signed(answer, &a.keys, a.challenge, &a.req.mac).encode();
+    let t0 = Instant::now();
+    let r = match board.decide(a, t0) {
+        Decision::Reply(answer) => tx.send_all(conn.as_fd(), &[Piece::Copy(&sign(answer))], deadline),
+        Decision::Receive(charge) => {
+            tx.send_all(conn.as_fd(), &[Piece::Copy(&sign(Answer::Continue))], deadline)?;
+            let answer = match receive(conn, a, deadline)? {
+                Some(state) => {
+                    let d = digest(&state);
+                    Answer::Stored(board.store(a, state, d, charge))
                 }
-                other => {
-                    board.channel.malformed.fetch_add(1, Relaxed);
-                    let r = refuse(Refusal::Malformed, &other.to_string());
-                    send(&mut tx, conn, &r, deadline)
+                None => {
+                    if let Some(c) = board.counters(a.req.group) {
+                        c.checkpoint_refused.fetch_add(1, Relaxed);
+                    }
+                    Answer::Refused(Refusal::BadMac)
                 }
             };
+            tx.send_all(conn.as_fd(), &[Piece::Copy(&sign(answer))], deadline)
+        }
+        Decision::Send(kept) => {
+            let len = kept.state.as_ref().len() as u64;
+            let answer = Answer::Checkpoint {
+                stored: kept.info,
+                body_len: len,
+                age_ms: u32::try_from(kept.at.elapsed().as_millis()).unwrap_or(u32::MAX),
+            };
+            let head = sign(answer);
+            let r = tx
+                .send_all(conn.as_fd(), &[Piece::Copy(&head), Piece::Held(&kept.state)], deadline)
+                .map(|()| drain(&mut tx, conn, deadline, stop));
+            if let (Ok(()), Some(c)) = (&r, board.counters(a.req.group)) {
+                c.checkpoints_served.fetch_add(1, Relaxed);
+                c.checkpoint_bytes_served.fetch_add(len, Relaxed);
+                c.checkpoint_serve_us_sum
+                    .fetch_add(t0.elapsed().as_micros() as u64, Relaxed);
+            }
+            r
         }
     };
-    let req: Request = match wire::from_bytes(&msg) {
-        Ok(r) => r,
-        Err(e) => {
-            board.channel.malformed.fetch_add(1, Relaxed);
-            let r = refuse(Refusal::Malformed, &e.to_string());
-            return send(&mut tx, conn, &r, deadline);
-        }
-    };
-    let t0 = Instant::now();
-    let (reply, counters) = board.serve(req, challenge);
-    let served = match &reply {
-        Reply::Checkpoint { state, .. } => Some(state.0.len() as u64),
-        _ => None,
-    };
-    let r = send(&mut tx, conn, &reply, deadline);
-    drop(reply);
-    if let Some(c) = counters {
+    if let Some(c) = board.counters(a.req.group) {
         c.checkpoint_zerocopy_sends.fetch_add(tx.stats.zerocopy_sends, Relaxed);
         c.checkpoint_copied_sends.fetch_add(tx.stats.copied_sends, Relaxed);
-        if let (Some(bytes), Ok(())) = (served, &r) {
-            c.checkpoints_served.fetch_add(1, Relaxed);
-            c.checkpoint_bytes_served.fetch_add(bytes, Relaxed);
-            c.checkpoint_serve_us_sum
-                .fetch_add(t0.elapsed().as_micros() as u64, Relaxed);
-        }
-        if matches!(&r, Err(e) if e.kind() == io::ErrorKind::TimedOut) {
-            c.checkpoint_timeouts.fetch_add(1, Relaxed);
-        }
     }
     if tx.copied_seen && !board.copied.swap(true, Relaxed) {
         tracing::info!(
@@ -557,25 +891,228 @@ fn exchange(board: &Board, conn: &TcpStream, deadline: Instant) -> io::Result<()
     r
 }
 
-/// Sends one message: header and index chunks copied,
-/// the state from its own pages; waits for the zero-copy completions so the
-/// state is not freed while the kernel may still read it.
-fn send<T: serde::Serialize>(
-    tx: &mut StreamSender<Bytes>,
-    conn: &TcpStream,
-    msg: &T,
-    deadline: Instant,
-) -> io::Result<()> {
-    let archive = wire::to_archive(msg).map_err(io::Error::other)?;
-    let head = archive.head();
-    let mut pieces = vec![Piece::Copy(&head[..])];
-    for c in &archive.chunks {
-        pieces.push(match c {
-            wire::Chunk::Index(r) => Piece::Copy(&archive.index[r.clone()]),
-            wire::Chunk::Pointer(b) => Piece::Held(b),
-        });
+/// Waits for the zero-copy completions so the state is not freed while the
+/// kernel may still read it, looking at the stop flag between slices (on
+/// stop the connection is shut down and closing it frees what is left).
+fn drain(tx: &mut StreamSender<StateRef>, conn: &TcpStream, deadline: Instant, stop: &AtomicBool) {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if tx.drain(conn.as_fd(), left.min(DRAIN_SLICE)) || left.is_zero() || stop.load(Relaxed) {
+            return;
+        }
     }
-    tx.send_all(conn.as_fd(), &pieces, deadline)?;
-    tx.drain(conn.as_fd(), deadline.saturating_duration_since(Instant::now()));
-    Ok(())
+}
+
+/// Receives an upload's body (exactly `body_len` bytes, into a buffer of
+/// that size, the MAC computed as it arrives) and its body MAC. The state
+/// if the MAC verifies, `None` if not.
+fn receive(conn: &TcpStream, a: &Authed, deadline: Instant) -> io::Result<Option<Bytes>> {
+    // body_len <= max_bytes and reserved against the memory bound.
+    let len = usize::try_from(a.req.body_len).map_err(|_| io::Error::other("body length over the address space"))?;
+    // Zeroed pages are mapped lazily: memory grows as the body arrives.
+    let mut body = vec![0u8; len];
+    let mut mac = BodyMac::new(&a.keys, a.challenge, &a.req.mac);
+    let mut rd = DeadlineReader { s: conn, deadline };
+    let mut off = 0;
+    while off < len {
+        match rd.read(&mut body[off..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                mac.update(&body[off..off + n]);
+                off += n;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let mut tag = [0u8; BODY_MAC_LEN];
+    rd.read_exact(&mut tag)?;
+    Ok(mac.verify(&tag).then(|| Bytes::from(body)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kept(number: u64, from_player: u32, counters: &Arc<ChannelCounters>) -> Kept {
+        let state = Bytes::from(vec![number as u8; 10]);
+        Kept {
+            info: StoredInfo {
+                number,
+                tick: number * 100,
+                from_player,
+                digest: digest(&state),
+            },
+            at: Instant::now(),
+            state: StateRef(Arc::new(Held {
+                bytes: state,
+                _charge: Charge::reserve(counters, u64::MAX, 10).unwrap(),
+            })),
+        }
+    }
+
+    fn numbers(g: &GroupBoard) -> (Option<u64>, Option<u64>) {
+        (
+            g.latest.as_ref().map(|k| k.info.number),
+            g.other.as_ref().map(|k| k.info.number),
+        )
+    }
+
+    #[test]
+    fn a_group_keeps_its_latest_two_uploads_from_different_members_when_it_can() {
+        let ch = Arc::new(ChannelCounters::default());
+        let mut g = GroupBoard::default();
+        g.keep(kept(1, 7, &ch));
+        assert_eq!(numbers(&g), (Some(1), None));
+        // The same member again: the one before is all there is.
+        g.keep(kept(2, 7, &ch));
+        assert_eq!(numbers(&g), (Some(2), Some(1)));
+        g.keep(kept(3, 8, &ch));
+        assert_eq!(numbers(&g), (Some(3), Some(2)));
+        // Member 8 again: member 7's upload stays the other one.
+        g.keep(kept(4, 8, &ch));
+        assert_eq!(numbers(&g), (Some(4), Some(2)));
+        g.keep(kept(5, 9, &ch));
+        assert_eq!(numbers(&g), (Some(5), Some(4)));
+        // What was dropped is no longer counted.
+        assert_eq!(ch.memory_bytes.load(Relaxed), 20);
+        drop(g);
+        assert_eq!(ch.memory_bytes.load(Relaxed), 0);
+    }
+
+    #[test]
+    fn the_memory_bound_reserves_whole_bodies_and_releases_them() {
+        let ch = Arc::new(ChannelCounters::default());
+        let a = Charge::reserve(&ch, 100, 60).expect("fits");
+        assert!(Charge::reserve(&ch, 100, 41).is_none(), "over the bound");
+        let b = Charge::reserve(&ch, 100, 40).expect("exactly the bound");
+        assert_eq!(ch.memory_bytes.load(Relaxed), 100);
+        assert!(Charge::reserve(&ch, u64::MAX, u64::MAX).is_none(), "no overflow");
+        drop(a);
+        assert_eq!(ch.memory_bytes.load(Relaxed), 40);
+        // A state shared with a fetch stays counted until both are done.
+        let shared = StateRef(Arc::new(Held {
+            bytes: Bytes::from_static(b"x"),
+            _charge: b,
+        }));
+        let sending = shared.clone();
+        drop(shared);
+        assert_eq!(ch.memory_bytes.load(Relaxed), 40);
+        drop(sending);
+        assert_eq!(ch.memory_bytes.load(Relaxed), 0);
+    }
+
+    fn board(cfg: CheckpointConfig) -> (Board, Registry) {
+        let reg = Registry::new("sendto", &[4000]);
+        (Board::new(cfg, &reg), reg)
+    }
+
+    fn member_keys() -> SessionKeys {
+        SessionKeys::from_session([5; 32])
+    }
+
+    const WHO: (u32, u32) = (7, 0x0102_0304);
+
+    fn join(b: &Board) {
+        let (g, _) = &b.groups[&4000];
+        lock(g).roster.insert(WHO, member_keys());
+    }
+
+    fn who(keys: &SessionKeys) -> reflector_proto::checkpoint::Member<'_> {
+        reflector_proto::checkpoint::Member {
+            group: 4000,
+            player: WHO.0,
+            membership: WHO.1,
+            keys,
+        }
+    }
+
+    #[test]
+    fn the_lobby_checks_requests_in_the_protocol_order_and_counts_each_refusal_once() {
+        let (b, reg) = board(CheckpointConfig::default());
+        let k = member_keys();
+        let ch = 0x55;
+        let good = Request::fetch(&who(&k), ch, Op::Fetch);
+        // Not yet a member, even with a good MAC.
+        assert_eq!(b.authenticate(&good.encode(), ch).err(), Some(Refusal::NotMember));
+        join(&b);
+        assert!(b.authenticate(&good.encode(), ch).is_ok());
+        // Another connection's challenge, another key.
+        assert_eq!(b.authenticate(&good.encode(), ch + 1).err(), Some(Refusal::BadMac));
+        let other = SessionKeys::from_session([6; 32]);
+        let forged = Request::fetch(&who(&other), ch, Op::Fetch);
+        assert_eq!(b.authenticate(&forged.encode(), ch).err(), Some(Refusal::BadMac));
+        // No such group: before membership is looked at.
+        let mut elsewhere = good;
+        elsewhere.group = 4001;
+        let elsewhere = elsewhere.signed(&k, ch);
+        assert_eq!(b.authenticate(&elsewhere.encode(), ch).err(), Some(Refusal::NoGroup));
+        // Reserved bytes, unknown op, HTTP: malformed.
+        let mut bytes = good.encode();
+        bytes[11] = 1;
+        assert_eq!(b.authenticate(&bytes, ch).err(), Some(Refusal::Malformed));
+        let mut bytes = good.encode();
+        bytes[6] = 9;
+        assert_eq!(b.authenticate(&bytes, ch).err(), Some(Refusal::Malformed));
+        let mut http = [b' '; REQUEST_LEN];
+        http[..16].copy_from_slice(b"GET / HTTP/1.1\r\n");
+        assert_eq!(b.authenticate(&http, ch).err(), Some(Refusal::Malformed));
+        assert_eq!(reg.total().checkpoint_refused, 3);
+        assert_eq!(reg.channel.malformed.load(Relaxed), 4);
+    }
+
+    #[test]
+    fn an_upload_needs_the_pending_nonce_the_size_bound_and_room_in_memory() {
+        let (b, reg) = board(CheckpointConfig {
+            max_bytes: 1000,
+            memory: 1500,
+            ..CheckpointConfig::default()
+        });
+        join(&b);
+        let k = member_keys();
+        let authed = |nonce, len| Authed {
+            req: Request::upload(&who(&k), 1, nonce, len, 42),
+            keys: k,
+            challenge: 1,
+        };
+        let refusal = |d: Decision| match d {
+            Decision::Reply(Answer::Refused(code)) => Some(code),
+            _ => None,
+        };
+        let now = Instant::now();
+        assert_eq!(refusal(b.decide(&authed(9, 10), now)), Some(Refusal::NotRequested));
+        lock(&b.groups[&4000].0).pending = Some(Pending { who: WHO, nonce: 9 });
+        assert_eq!(refusal(b.decide(&authed(8, 10), now)), Some(Refusal::NotRequested));
+        assert_eq!(refusal(b.decide(&authed(9, 1001), now)), Some(Refusal::TooLarge));
+        // 600 bytes held elsewhere: 1000 more would pass the bound.
+        let elsewhere = Charge::reserve(&b.channel, 1500, 600).unwrap();
+        assert_eq!(refusal(b.decide(&authed(9, 1000), now)), Some(Refusal::Busy));
+        assert_eq!(reg.total().checkpoint_memory_refused, 1);
+        let Decision::Receive(charge) = b.decide(&authed(9, 900), now) else {
+            panic!("CONTINUE expected")
+        };
+        assert_eq!(b.channel.memory_bytes.load(Relaxed), 1500);
+        // Used once.
+        assert_eq!(refusal(b.decide(&authed(9, 10), now)), Some(Refusal::NotRequested));
+        let state = Bytes::from(vec![1u8; 900]);
+        let info = b.store(&authed(9, 900), state.clone(), digest(&state), charge);
+        assert_eq!((info.number, info.tick, info.from_player), (1, 42, 7));
+        drop(elsewhere);
+        assert_eq!(b.channel.memory_bytes.load(Relaxed), 900);
+        assert_eq!(reg.total().checkpoint_refused, 5);
+        // FETCH gets it, FETCH_OTHER has nothing yet; each at its own rate.
+        let fetch = |op| Authed {
+            req: Request::fetch(&who(&k), 1, op),
+            keys: k,
+            challenge: 1,
+        };
+        assert!(matches!(b.decide(&fetch(Op::Fetch), now), Decision::Send(k) if k.info == info));
+        assert!(matches!(
+            b.decide(&fetch(Op::FetchOther), now),
+            Decision::Reply(Answer::Empty)
+        ));
+        assert_eq!(refusal(b.decide(&fetch(Op::Fetch), now)), Some(Refusal::Busy));
+        let later = now + Duration::from_millis(b.cfg.fetch_every_ms);
+        assert!(matches!(b.decide(&fetch(Op::Fetch), later), Decision::Send(_)));
+    }
 }

@@ -102,7 +102,8 @@ counters! {
     checkpoint_bytes_served: "counter", "Bytes of game state served.";
     checkpoint_serve_us_sum: "counter", "Time from a fetch's decision to its last byte handed to the kernel, microseconds (divide by checkpoints_served).";
     checkpoint_empty_fetches: "counter", "Fetches answered with 'no checkpoint yet'.";
-    checkpoint_refused: "counter", "Checkpoint requests refused: not a member, bad MAC, not requested, too large, fetch too soon.";
+    checkpoint_refused: "counter", "Checkpoint requests refused: not a member, bad MAC, not requested, too large, fetch too soon, memory bound.";
+    checkpoint_memory_refused: "counter", "Checkpoint uploads refused Busy because stored states plus bodies being received would pass --checkpoint-memory (also in checkpoint_refused).";
     checkpoint_timeouts: "counter", "Checkpoint transfers cut off at the deadline (the peer stopped reading).";
     checkpoint_zerocopy_sends: "counter", "Sends of checkpoint state with MSG_ZEROCOPY.";
     checkpoint_copied_sends: "counter", "Sends of checkpoint messages as copies (small pieces, or after the kernel reported it copied anyway).";
@@ -189,12 +190,30 @@ impl prometheus_client::collector::Collector for GroupCollector {
                 "Checkpoint exchanges cut off at their deadline (a peer that stopped reading or writing).",
                 &ch.timeouts,
             ),
+            (
+                "checkpoint_channel_hello_timeouts",
+                "Checkpoint connections closed because no request came within --checkpoint-hello-timeout-ms.",
+                &ch.hello_timeouts,
+            ),
+            (
+                "checkpoint_channel_evicted",
+                "Unauthenticated checkpoint connections closed, oldest first, to make room for a new one.",
+                &ch.evicted,
+            ),
         ] {
             let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
             let labels = [("backend", self.0.backend)];
             let metric = family.encode_family(&labels)?;
             ConstCounter::new(v.load(Relaxed)).encode(metric)?;
         }
+        let mut family = encoder.encode_descriptor(
+            "checkpoint_memory_bytes",
+            "Bytes of stored checkpoint states plus upload bodies being received (bounded by --checkpoint-memory).",
+            None,
+            MetricType::Gauge,
+        )?;
+        let labels = [("backend", self.0.backend)];
+        ConstGauge::new(ch.memory_bytes.load(Relaxed)).encode(family.encode_family(&labels)?)?;
         Ok(())
     }
 }
@@ -305,7 +324,21 @@ impl Registry {
             .iter()
             .map(|(p, g)| (p.to_string(), serde_json::to_value(g.snapshot()).unwrap_or_default()))
             .collect();
-        serde_json::json!({ "backend": self.backend, "total": self.total(), "groups": groups })
+        let ch = &self.channel;
+        let channel = serde_json::json!({
+            "busy": ch.busy.load(Relaxed),
+            "malformed": ch.malformed.load(Relaxed),
+            "timeouts": ch.timeouts.load(Relaxed),
+            "hello_timeouts": ch.hello_timeouts.load(Relaxed),
+            "evicted": ch.evicted.load(Relaxed),
+            "memory_bytes": ch.memory_bytes.load(Relaxed),
+        });
+        serde_json::json!({
+            "backend": self.backend,
+            "total": self.total(),
+            "groups": groups,
+            "checkpoint_channel": channel,
+        })
     }
 }
 
@@ -330,8 +363,9 @@ mod tests {
         assert!(text.contains("# TYPE reflector_received counter"));
         assert!(text.contains("# HELP reflector_received Datagrams received on the group's port."));
         assert!(text.trim_end().ends_with("# EOF"));
-        // One family per group counter, and the checkpoint channel's three.
-        let n = Snapshot::default().fields().len() + 3;
+        // One family per group counter, and the checkpoint channel's five
+        // counters and its memory gauge.
+        let n = Snapshot::default().fields().len() + 6;
         assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE")).count(), n);
         r.channel.busy.fetch_add(4, Relaxed);
         assert!(

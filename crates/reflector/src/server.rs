@@ -130,7 +130,17 @@ pub struct ServeArgs {
     /// Deadline of one checkpoint exchange, milliseconds: a peer that stops reading is cut off.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..))]
     pub checkpoint_timeout_ms: u64,
-    /// Checkpoint connections served at once (further ones are refused at once as busy).
+    /// Checkpoint connections that have not sent their request within this many milliseconds
+    /// are closed (the HELLO tells the client).
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(10..=600_000))]
+    pub checkpoint_hello_timeout_ms: u64,
+    /// Bytes of stored checkpoint states plus upload bodies being received, over all groups;
+    /// an upload that would pass it is refused as busy and counted (checkpoint_memory_refused).
+    #[arg(long, default_value_t = 256 << 20, value_parser = clap::value_parser!(u64).range(1..))]
+    pub checkpoint_memory: u64,
+    /// Checkpoint connections at once. At the cap the oldest connection that has not
+    /// authenticated is closed for a new one; a new one is refused as busy only if every
+    /// connection held has authenticated.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub checkpoint_conns: u64,
     /// Checkpoint connections at once from one source address.
@@ -966,6 +976,13 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
             b
         }
     };
+    if args.checkpoint_port.is_some() && args.checkpoint_memory < args.checkpoint_max_bytes {
+        return Err(format!(
+            "--checkpoint-memory ({}) must be at least --checkpoint-max-bytes ({}): no upload of the largest size could be stored",
+            args.checkpoint_memory, args.checkpoint_max_bytes
+        )
+        .into());
+    }
     let cfg = ServerConfig {
         bind: args.bind,
         ports: args.ports.0.clone(),
@@ -998,6 +1015,8 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
             every_ms: args.checkpoint_every_ms,
             max_bytes: args.checkpoint_max_bytes,
             timeout: Duration::from_millis(args.checkpoint_timeout_ms),
+            hello_timeout: Duration::from_millis(args.checkpoint_hello_timeout_ms),
+            memory: args.checkpoint_memory,
             max_conns: args.checkpoint_conns as usize,
             max_conns_per_ip: args.checkpoint_conns_per_ip as usize,
             fetch_every_ms: args.checkpoint_fetch_every_ms,

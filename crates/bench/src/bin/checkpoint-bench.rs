@@ -14,7 +14,7 @@ use oskit::child::ChildGuard;
 use oskit::procfs;
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::blocking;
-use reflector_proto::checkpoint::v1::{self as channel, Member};
+use reflector_proto::checkpoint::{self as channel, Member};
 use reflector_proto::client::{Config as ClientConfig, Event, JoinRequest, Session};
 use reflector_proto::protocol::{Packet, SessionKeys};
 use std::io::Write as _;
@@ -365,6 +365,7 @@ fn run(a: Args) -> Result<(), String> {
                     SocketAddr::from((lab.reflector_ip, CK_PORT)),
                     up.member(),
                     nonce,
+                    1,
                     state.clone(),
                     T,
                 )

@@ -13,7 +13,7 @@
 
 use bytes::Bytes;
 use oskit::netns::NetNs;
-use reflector_proto::checkpoint::v1::{self as channel, Member};
+use reflector_proto::checkpoint::{self as channel, Member};
 use reflector_proto::protocol::SessionKeys;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -58,7 +58,12 @@ pub(super) struct CkJob {
 }
 
 pub(super) enum CkOp {
-    Upload { nonce: u64, state: Bytes },
+    /// `tick`: the game step the state is from (the bot's move count).
+    Upload {
+        nonce: u64,
+        tick: u64,
+        state: Bytes,
+    },
     Fetch,
 }
 
@@ -121,9 +126,11 @@ fn run_job(namespaces: &[NetNs], job: &CkJob) -> Result<CkDone, String> {
         keys: &job.keys,
     };
     match &job.op {
-        CkOp::Upload { nonce, state } => channel::upload_on(&stream, job.addr, who, *nonce, state.clone(), TIMEOUT)
-            .map(|_| CkDone::Uploaded)
-            .map_err(|e| e.to_string()),
+        CkOp::Upload { nonce, tick, state } => {
+            channel::upload_on(&stream, job.addr, who, *nonce, *tick, state.clone(), TIMEOUT)
+                .map(|_| CkDone::Uploaded)
+                .map_err(|e| e.to_string())
+        }
         CkOp::Fetch => channel::fetch_on(&stream, job.addr, who, MAX_STATE, TIMEOUT)
             .map(CkDone::Fetched)
             .map_err(|e| e.to_string()),

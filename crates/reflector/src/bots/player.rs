@@ -363,7 +363,8 @@ impl<E: Edge> Ctx<'_, E> {
                             State::Idle => 0,
                         };
                         let state = self.game_state(bot, group);
-                        self.checkpoint_job(idx, bot, mem, port, CkOp::Upload { nonce, state });
+                        let tick = u64::from(bot.moves);
+                        self.checkpoint_job(idx, bot, mem, port, CkOp::Upload { nonce, tick, state });
                     }
                     Some(Event::Retransmitted) | Some(Event::Probed) | None => {}
                 }
@@ -752,10 +753,10 @@ mod tests {
         let (_, nonce, req) = group.checkpoint_request(&keys, 0, 2).expect("a member to ask");
         ctx.on_datagram(0, &mut bot, req.as_bytes(), reflector, start);
         let up = ctx.edge.ck.pop().expect("an upload");
-        let CkOp::Upload { nonce: n, state } = &up.op else {
+        let CkOp::Upload { nonce: n, tick, state } = &up.op else {
             panic!("not an upload")
         };
-        assert_eq!(*n, nonce);
+        assert_eq!((*n, *tick), (nonce, 0));
         let gs: GameState = wire::from_bytes(state).unwrap();
         assert_eq!(gs.group, 4000);
         assert_eq!(
@@ -797,11 +798,16 @@ mod tests {
                 mem,
                 fetch: true,
                 took: Duration::from_millis(3),
-                outcome: Ok(CkDone::Fetched(Some(reflector_proto::checkpoint::v1::Fetched {
-                    seq: 1,
-                    age_ms: 0,
-                    from_player: 7,
-                    state: wire::to_archive(&fetched).unwrap().to_vec().into(),
+                outcome: Ok(CkDone::Fetched(Some({
+                    let state: bytes::Bytes = wire::to_archive(&fetched).unwrap().to_vec().into();
+                    reflector_proto::checkpoint::Fetched {
+                        seq: 1,
+                        tick: 3,
+                        age_ms: 0,
+                        from_player: 7,
+                        digest: reflector_proto::checkpoint::digest(&state),
+                        state,
+                    }
                 }))),
             },
         );
