@@ -20,7 +20,7 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use reflector_proto::auth::Secret;
-use reflector_proto::protocol::{strip_tag, version1_error, ParseError, MAX_DATAGRAM};
+use reflector_proto::protocol::{strip_tag, version1_error, Kind, ParseError, MAX_DATAGRAM};
 use sendpath::errqueue::{ErrEntry, ErrKind};
 use sendpath::{RecvBatch, SendOne};
 use std::collections::VecDeque;
@@ -709,6 +709,8 @@ impl Loop<'_> {
     /// the same bytes whatever the backend) or the reply.
     fn handle(&mut self, i: usize, now: Now, src: SocketAddr, datagram: &mut [u8]) -> Progress {
         let (keys, policy) = (self.keys, self.policy);
+        // Before the core judges it: a valid LEAVE removes the member.
+        let fenced = self.fanout.leave_arrived(i, src, datagram);
         let slot = &mut self.slots[i];
         let c = &slot.counters;
         let len = datagram.len();
@@ -728,6 +730,9 @@ impl Loop<'_> {
             Change::Added(a) => fanout.member_added(i, a, m),
             Change::Removed(a) => fanout.member_removed(i, a),
         });
+        if fenced {
+            fanout.leave_judged(i);
+        }
         match outcome.event {
             Event::Forward { from } => {
                 if !fanout.accept_data(i, from, datagram) {
@@ -765,7 +770,12 @@ impl Loop<'_> {
                 }
                 c.leaves.fetch_add(1, Relaxed)
             }
-            Event::Dropped(reason) => count_drop(c, reason),
+            Event::Dropped(reason) => {
+                if matches!(reason, DropReason::BadMac) && datagram.get(3) == Some(&(Kind::Leave as u8)) {
+                    c.forged_leaves.fetch_add(1, Relaxed);
+                }
+                count_drop(c, reason)
+            }
         };
         c.control_bytes_in.fetch_add(len as u64, Relaxed);
         c.members.store(slot.group.len() as u64, Relaxed);

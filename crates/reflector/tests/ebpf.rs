@@ -1305,3 +1305,179 @@ mod no_unowed_copy_in_churn {
         }
     }
 }
+
+/// UDP `RcvbufErrors` of a namespace: datagrams dropped on a full socket
+/// receive buffer.
+fn rcvbuf_errors_in(ns: &NetNsGuard) -> u64 {
+    ns.run(|| {
+        let snmp = std::fs::read_to_string("/proc/thread-self/net/snmp").unwrap();
+        let udp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Udp:")).collect();
+        let names: Vec<&str> = udp[0].split_whitespace().collect();
+        let values: Vec<&str> = udp[1].split_whitespace().collect();
+        let i = names.iter().position(|n| *n == "RcvbufErrors").unwrap();
+        values[i].parse().unwrap()
+    })
+}
+
+/// A LEAVE with a member's address and ids but a MAC under no key: what
+/// anyone on the path can send. The program cannot tell it from a real
+/// one; user space can.
+fn forged_leave(group: u16, player: u32, membership: u32, seq: u64) -> [u8; 40] {
+    let mut b = [0u8; 40];
+    b[..2].copy_from_slice(&0x5246u16.to_be_bytes());
+    b[2] = 2;
+    b[3] = Kind::Leave as u8;
+    b[4..6].copy_from_slice(&group.to_be_bytes());
+    b[6..8].copy_from_slice(&16u16.to_be_bytes());
+    b[8..12].copy_from_slice(&player.to_be_bytes());
+    b[12..16].copy_from_slice(&membership.to_be_bytes());
+    b[16..24].copy_from_slice(&seq.to_be_bytes());
+    b[24..].fill(0xa5);
+    b
+}
+
+/// The LEAVE fence against an attacker: a burst of forged LEAVEs (a
+/// member's address and ids) into a socket buffer too small to hold it.
+/// The program fences the group for every one; those that reach user space
+/// fail their MAC (counted in forged_leaves) and are judged, the others are
+/// dropped and never judged. The group must not stay in user space for
+/// that: once the socket has been drained it returns to in-kernel fan-out
+/// (the kernel's counters show it), no DATA is lost meanwhile, and the
+/// forged LEAVEs end nobody's membership.
+#[test]
+fn forged_leaves_on_a_full_buffer_do_not_hold_the_group() {
+    if !root_or_skip("forged_leaves_on_a_full_buffer_do_not_hold_the_group") {
+        return;
+    }
+    const MEMBERS: usize = 4;
+    const BURST: u64 = 3000;
+    const BEFORE: u32 = 20;
+    const DURING: u32 = 100;
+    const AFTER: u32 = 20;
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let lab = Lab::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let policy = Policy {
+        max_per_ip: MEMBERS,
+        ..Policy::default()
+    };
+    // The kernel's smallest receive buffer: a few datagrams.
+    let server = start_with(&lab, policy, BackendKind::Ebpf, 1, &stop);
+    let group = server.ports()[0];
+    let from = SocketAddr::from((REFLECTOR, group));
+    let socks = sockets(&lab, MEMBERS);
+    let mut sessions: Vec<Session> = (0..MEMBERS).map(|i| join(&socks[i], group, i as u32 + 1)).collect();
+    wait_for("all members", 5, || counters(&server).members == MEMBERS as u64);
+    let mut expected = HashMap::new();
+    let mut got = vec![0u64; MEMBERS];
+    let mut per_sender = HashMap::new();
+    let membership = sessions[1].membership().unwrap();
+    let mut note = 0u32;
+    let mut send = |n: u32,
+                    gap: Duration,
+                    expected: &mut HashMap<(u32, u64), Vec<u8>>,
+                    got: &mut Vec<u64>,
+                    per_sender: &mut HashMap<(usize, u32), u64>| {
+        for _ in 0..n {
+            let (bytes, want) = data(&mut sessions[0], 1, note, 64);
+            note += 1;
+            let p = Packet::parse(&want[..]).unwrap();
+            expected.insert((p.sender(), p.seq()), want);
+            socks[0].send_to(&bytes, from).unwrap();
+            std::thread::sleep(gap);
+            drain(&socks, from, expected, got, per_sender);
+        }
+    };
+    send(
+        BEFORE,
+        Duration::from_millis(1),
+        &mut expected,
+        &mut got,
+        &mut per_sender,
+    );
+    wait_for("DATA in the kernel", 5, || {
+        counters(&server).kernel_forwarded == u64::from(BEFORE)
+    });
+
+    // Member 1's address and ids; bursts until the buffer overflowed.
+    let drops0 = rcvbuf_errors_in(&lab.r);
+    let mut forged = 0u64;
+    for _ in 0..5 {
+        for _ in 0..BURST {
+            forged += 1;
+            let b = forged_leave(group, 2, membership, 1_000_000 + forged);
+            let _ = socks[1].send_to(&b, from);
+        }
+        if rcvbuf_errors_in(&lab.r) > drops0 {
+            break;
+        }
+    }
+    let lost = rcvbuf_errors_in(&lab.r) - drops0;
+    assert!(lost > 0, "no forged LEAVE was dropped: the test proves nothing");
+    wait_for("every forged LEAVE judged or dropped", 10, || {
+        let c = counters(&server);
+        c.forged_leaves + lost == forged && c.kernel_leave_fences == forged
+    });
+    let c = counters(&server);
+    assert_eq!(
+        c.members, MEMBERS as u64,
+        "a forged LEAVE ends nobody's membership: {c:?}"
+    );
+    assert_eq!(c.leaves, 0, "{c:?}");
+
+    // The group is fenced (LEAVEs counted, not all judged): its DATA goes up
+    // and is served there, until a drain resynchronises the fence.
+    send(
+        DURING,
+        Duration::from_millis(2),
+        &mut expected,
+        &mut got,
+        &mut per_sender,
+    );
+    wait_for("the fence resynchronised", 5, || {
+        counters(&server).kernel_leave_resyncs >= 1
+    });
+    let mid = counters(&server);
+    assert!(
+        mid.kernel_forwarded > u64::from(BEFORE),
+        "the group is back in the kernel during the DATA after the burst: {mid:?}"
+    );
+    // From now on every DATA is fanned out in the kernel.
+    send(
+        AFTER,
+        Duration::from_millis(1),
+        &mut expected,
+        &mut got,
+        &mut per_sender,
+    );
+    let total = u64::from(BEFORE + DURING + AFTER);
+    wait_for("every copy", 5, || {
+        drain(&socks, from, &expected, &mut got, &mut per_sender);
+        got[1..].iter().all(|&g| g == total)
+    });
+    wait_for("the kernel's counters", 5, || {
+        counters(&server).kernel_forwarded >= mid.kernel_forwarded + u64::from(AFTER)
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    drain(&socks, from, &expected, &mut got, &mut per_sender);
+    let c = counters(&server);
+    eprintln!(
+        "forged LEAVEs: {forged} sent, {lost} dropped on the full buffer, {} judged forged, {} resyncs; kernel forwarded {} of {total} DATA",
+        c.forged_leaves, c.kernel_leave_resyncs, c.kernel_forwarded
+    );
+    assert_eq!(got, vec![0, total, total, total], "nothing lost, nothing twice: {c:?}");
+    assert_eq!(c.forwarded, total, "{c:?}");
+    assert!(
+        c.forwarded > c.kernel_forwarded,
+        "while the LEAVEs were not all judged, DATA was served in user space: {c:?}"
+    );
+    assert_eq!(
+        c.kernel_forwarded,
+        mid.kernel_forwarded + u64::from(AFTER),
+        "the last DATA all went through the kernel: {c:?}"
+    );
+    assert_eq!((c.send_errors, c.replays, c.bad_tag), (0, 0, 0), "{c:?}");
+    assert_eq!(c.members, MEMBERS as u64, "{c:?}");
+    stop.store(true, Ordering::Relaxed);
+    server.join().unwrap();
+}
