@@ -870,9 +870,11 @@ fn a_flooding_member_is_capped_in_the_kernel() {
 
 /// Two datagrams that arrive on different CPUs can be handled by the stack
 /// (TC, then the socket) in an order that differs from their capture
-/// timestamps by a few microseconds. A copy that is unowed only by less
-/// than this much is reported apart from the others, not failed.
-const CROSS_CPU_NS: u64 = 20_000;
+/// timestamps (taken when each is queued for its CPU's receive processing).
+/// Measured here on the user-space backends, which serve the socket in
+/// order: up to 25 us in about 30 runs (most runs none). A copy unowed or
+/// missing by no more than this is reported apart, not failed.
+const CROSS_CPU_NS: u64 = 50_000;
 
 /// tcpdump on one device of a namespace, writing a pcap with nanosecond
 /// timestamps; a packet socket's timestamp is taken before TC ingress, so
@@ -1010,22 +1012,35 @@ struct Span {
 }
 
 /// Copies that went out against what was owed by arrival order.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone)]
 struct Owed {
     data: u64,
     leaves: u64,
     copies: u64,
     /// Copies of DATA that arrived while the receiver was not a member
-    /// (after its LEAVE, before its JOIN), or a second copy.
+    /// (after its LEAVE, before its JOIN), or second copies.
     unowed: u64,
     /// Of those, the ones within `CROSS_CPU_NS` of the LEAVE or JOIN.
     unowed_inside: u64,
-    /// Copies owed for certain (DATA that arrived after the JOIN_ACK left
-    /// and before the LEAVE arrived, by more than the tolerance) that never
-    /// left.
-    missing: u64,
+    /// The others: by how many ns each was unowed (`None`: a second copy).
+    unowed_outside: Vec<Option<u64>>,
+    /// Copies owed (DATA that arrived after the JOIN_ACK left and before the
+    /// LEAVE arrived) that never left, by how many ns each was owed, when
+    /// by more than `CROSS_CPU_NS`.
+    missing: Vec<u64>,
+    missing_inside: u64,
     /// Copies of DATA that left without its arrival being captured.
     unknown: u64,
+    /// Every unowed copy by how much it is unowed: up to each of
+    /// `UNOWED_BUCKETS_US`, then more (or a second copy).
+    unowed_by: [u64; UNOWED_BUCKETS_US.len() + 1],
+}
+
+const UNOWED_BUCKETS_US: [u64; 5] = [20, 100, 250, 1_000, 10_000];
+
+/// Nanoseconds as microseconds, for messages.
+fn us(ns: &[u64]) -> Vec<f64> {
+    ns.iter().map(|&n| (n / 100) as f64 / 10.0).collect()
 }
 
 /// Judges a capture of the reflector's device for group `group`.
@@ -1092,28 +1107,39 @@ fn judge(mut frames: Vec<Frame>, group: SocketAddr) -> Owed {
             continue;
         }
         o.unowed += 1;
-        let near = s.iter().any(|x| {
-            x.join.saturating_sub(t) <= CROSS_CPU_NS && x.leave.is_none_or(|l| t.saturating_sub(l) <= CROSS_CPU_NS)
-        });
-        if near && !member {
-            o.unowed_inside += 1;
-        } else if o.unowed - o.unowed_inside <= 3 {
-            eprintln!("unowed: DATA {id:?} arrived at {t}, copy to {to}: {s:?}");
+        // By how much it is unowed: since the last LEAVE, or until the next
+        // JOIN (a second copy is unowed by any measure).
+        let after = s.iter().filter_map(|x| x.leave).filter(|&l| l < t).map(|l| t - l);
+        let before = s.iter().map(|x| x.join).filter(|&j| j > t).map(|j| j - t);
+        let gap = after.chain(before).min().filter(|_| !member);
+        let bucket = UNOWED_BUCKETS_US
+            .iter()
+            .position(|&b| gap.is_some_and(|g| g <= b * 1000))
+            .unwrap_or(UNOWED_BUCKETS_US.len());
+        o.unowed_by[bucket] += 1;
+        match gap {
+            Some(g) if g <= CROSS_CPU_NS => o.unowed_inside += 1,
+            _ => o.unowed_outside.push(gap),
         }
     }
     for (id, &(t, from)) in &data {
         for (to, s) in &spans {
-            if *to == from {
+            if *to == from || seen.contains(&(*to, *id)) {
                 continue;
             }
-            let owed = s
+            // By how much it is owed: since the JOIN_ACK left, until the LEAVE.
+            let gap = s
                 .iter()
-                .any(|x| x.ack.is_some_and(|a| a + CROSS_CPU_NS <= t) && x.leave.is_none_or(|l| t + CROSS_CPU_NS <= l));
-            if owed && !seen.contains(&(*to, *id)) {
-                o.missing += 1;
-                if o.missing <= 5 {
-                    eprintln!("missing: DATA {id:?} from {from} arrived at {t}, owed to {to}: {s:?}");
-                }
+                .filter_map(|x| {
+                    let since = t.checked_sub(x.ack?)?;
+                    let until = x.leave.map_or(Some(u64::MAX), |l| l.checked_sub(t))?;
+                    Some(since.min(until))
+                })
+                .max();
+            match gap {
+                Some(g) if g > CROSS_CPU_NS => o.missing.push(g),
+                Some(_) => o.missing_inside += 1,
+                None => {}
             }
         }
     }
@@ -1255,27 +1281,31 @@ fn churn(backend: BackendKind) {
     server.join().unwrap();
     assert_eq!(dropped, 0, "the capture missed frames: the test cannot judge");
     let o = judge(frames, SocketAddr::from((REFLECTOR, group)));
+    let outside: Vec<u64> = o.unowed_outside.iter().map(|g| g.unwrap_or(u64::MAX)).collect();
     eprintln!(
-        "churn {backend}: {sent} DATA, {leaves} LEAVEs, {} copies: {} unowed ({} of them within {} us of a LEAVE or JOIN, across CPUs), {} owed copies missing; kernel forwarded {}",
+        "churn {backend}: {sent} DATA, {leaves} LEAVEs, {} copies; unowed: {} outside the {} us tolerance (by {:?} us), {} inside, by at most {UNOWED_BUCKETS_US:?} us and more: {:?}; owed and missing: {} outside (by {:?} us), {} inside; kernel forwarded {}",
         o.copies,
-        o.unowed,
-        o.unowed_inside,
+        outside.len(),
         CROSS_CPU_NS / 1000,
-        o.missing,
+        us(&outside[..outside.len().min(20)]),
+        o.unowed_inside,
+        o.unowed_by,
+        o.missing.len(),
+        us(&o.missing[..o.missing.len().min(20)]),
+        o.missing_inside,
         c.kernel_forwarded
     );
     assert_eq!(
         (o.data, o.leaves),
         (sent, leaves),
-        "the capture saw every DATA and LEAVE: {o:?}"
+        "the capture saw every DATA and LEAVE"
     );
-    assert_eq!(o.unknown, 0, "{o:?}");
-    assert_eq!(
-        o.unowed - o.unowed_inside,
-        0,
+    assert_eq!(o.unknown, 0, "copies of DATA whose arrival was not captured");
+    assert!(
+        o.unowed_outside.is_empty(),
         "{backend}: copies of DATA that arrived after the receiver's LEAVE (or before its JOIN): {o:?} {c:?}"
     );
-    assert_eq!(o.missing, 0, "{backend}: owed copies never sent: {o:?} {c:?}");
+    assert!(o.missing.is_empty(), "{backend}: owed copies never sent: {o:?} {c:?}");
     if backend == BackendKind::Ebpf {
         assert!(c.kernel_forwarded > 0, "the kernel path fanned out: {c:?}");
     }
