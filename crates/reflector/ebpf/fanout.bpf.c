@@ -37,7 +37,8 @@ _Static_assert((FANOUT_MAX_MEMBERS & (FANOUT_MAX_MEMBERS - 1)) == 0, "the member
 _Static_assert(sizeof(struct fanout_group) == 24 + 28 * FANOUT_MAX_MEMBERS, "fanout_group layout");
 _Static_assert(sizeof(struct fanout_member_key) == 8, "fanout_member_key layout");
 _Static_assert(sizeof(struct fanout_member) == 80, "fanout_member layout");
-_Static_assert(sizeof(struct fanout_counters) == 88, "fanout_counters layout");
+_Static_assert(sizeof(struct fanout_counters) == 96, "fanout_counters layout");
+_Static_assert(PROTO_LEAVE_LEN == PROTO_HEADER_LEN + 16, "a LEAVE is the header and a MAC");
 _Static_assert(sizeof(struct fanout_resend) == 16 + FANOUT_RESEND_BUF, "fanout_resend layout");
 _Static_assert(FANOUT_RESEND_MAX <= FANOUT_RESEND_BUF && (FANOUT_RESEND_BUF & (FANOUT_RESEND_BUF - 1)) == 0,
 	       "the resend room is a mask");
@@ -96,6 +97,21 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } held SEC(".maps");
+
+/* leave_seen, leave_done: the LEAVE fence (see fanout.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FANOUT_MAX_GROUPS);
+	__type(key, __u32);
+	__type(value, __u64);
+} leave_seen SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FANOUT_MAX_GROUPS);
+	__type(key, __u32);
+	__type(value, __u64);
+} leave_done SEC(".maps");
 
 #define ETH_LEN 14
 #define IP_OFF ETH_LEN
@@ -325,14 +341,36 @@ struct fan_ctx {
 	struct fanout_counters *cnt;
 };
 
-/* Copies of this group handed up and not yet dealt with by user space. */
+/* Copies of this group handed up and not yet dealt with by user space,
+ * user space serving its DATA, or a member's LEAVE not yet judged there. */
 static __noinline int congested(__u32 gid)
 {
 	__u64 *q = bpf_map_lookup_elem(&queued, &gid);
 	__u64 *done = bpf_map_lookup_elem(&resent, &gid);
 	__u64 *h = bpf_map_lookup_elem(&held, &gid);
+	__u64 *ls = bpf_map_lookup_elem(&leave_seen, &gid);
+	__u64 *ld = bpf_map_lookup_elem(&leave_done, &gid);
 
-	return !q || !done || !h || *q != *done || *h;
+	return !q || !done || !h || !ls || !ld || *q != *done || *h || *ls != *ld;
+}
+
+/* A LEAVE from a member's address with its ids: fence the group until user
+ * space has judged it, so no DATA that arrives after it is fanned out to the
+ * leaving member in the kernel. A LEAVE from anyone else changes nothing
+ * here (user space answers it as before). */
+static __noinline void leave_fence(struct fanout_member_key *mk, __u32 player, __u32 membership, __u32 gid,
+				   struct fanout_counters *cnt)
+{
+	struct fanout_member *m = bpf_map_lookup_elem(&members, mk);
+	__u64 *ls;
+
+	if (!m || m->player != player || m->membership != membership)
+		return;
+	ls = bpf_map_lookup_elem(&leave_seen, &gid);
+	if (!ls)
+		return;
+	__sync_fetch_and_add(ls, 1);
+	cnt->leave_fences++;
 }
 
 static __noinline void note_queued(__u32 gid, __u64 n)
@@ -475,33 +513,41 @@ int reflector_fanout(struct __sk_buff *skb)
 	cnt = group_counters(g->id);
 	if (!cnt)
 		return TCX_NEXT;
-	if (g->flags & GROUP_PASS_UP)
-		goto pass_up;
 	gid = g->id;
-	if (congested(gid))
-		goto pass_up; /* user space waits on the full queue meanwhile */
 	p = (void *)(udp + 1);
 	if ((void *)(p + PROTO_HEADER_LEN) > end)
 		goto pass_up;
 	dlen = bpf_ntohs(udp->len);
-	if (dlen < 8 + PROTO_DATA_MIN || bpf_ntohs(ip->tot_len) != 20 + dlen)
+	if (dlen < 8 + PROTO_HEADER_LEN || bpf_ntohs(ip->tot_len) != 20 + dlen)
 		goto pass_up;
 	dlen -= 8;
-	if (dlen > FANOUT_RESEND_MAX)
-		goto pass_up; /* a failed copy could not be handed up for resending */
 	if (p[0] != (PROTO_MAGIC >> 8) || p[1] != (PROTO_MAGIC & 0xff) || p[2] != PROTO_VERSION ||
-	    p[3] != PROTO_DATA || *(__u16 *)(p + 4) != group_port ||
-	    (((__u32)p[6] << 8) | p[7]) != dlen - PROTO_HEADER_LEN)
+	    *(__u16 *)(p + 4) != group_port || (((__u32)p[6] << 8) | p[7]) != dlen - PROTO_HEADER_LEN)
 		goto pass_up;
-
 	mk.ip = ip->saddr;
 	mk.port = udp->source;
 	mk.group = group_port;
+	player = *(__u32 *)(p + 8);
+	membership = *(__u32 *)(p + 12);
+	/* Judged before the group's mode: user space counts every such LEAVE
+	 * it judges, whatever the mode was when it arrived. */
+	if (p[3] == PROTO_LEAVE) {
+		if (dlen == PROTO_LEAVE_LEN)
+			leave_fence(&mk, player, membership, gid, cnt);
+		goto pass_up;
+	}
+	if (p[3] != PROTO_DATA || dlen < PROTO_DATA_MIN)
+		goto pass_up;
+	if (dlen > FANOUT_RESEND_MAX)
+		goto pass_up; /* a failed copy could not be handed up for resending */
+	if (g->flags & GROUP_PASS_UP)
+		goto pass_up;
+	if (congested(gid))
+		goto pass_up; /* user space waits on the full queue, or judges a LEAVE */
+
 	m = bpf_map_lookup_elem(&members, &mk);
 	if (!m)
 		goto pass_up; /* not a member: user space answers ERROR(NotMember) */
-	player = *(__u32 *)(p + 8);
-	membership = *(__u32 *)(p + 12);
 	if (player != m->player || membership != m->membership)
 		goto pass_up; /* an earlier membership: user space counts it */
 	seq = bpf_be64_to_cpu(*(__u64 *)(p + 16));

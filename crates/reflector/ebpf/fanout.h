@@ -34,6 +34,9 @@
 #define PROTO_MAGIC 0x5246
 #define PROTO_VERSION 2
 #define PROTO_DATA 6
+/* LEAVE: the header and a 16-byte MAC, nothing else (the LEAVE fence). */
+#define PROTO_LEAVE 4
+#define PROTO_LEAVE_LEN 40
 #define PROTO_HEADER_LEN 24
 #define PROTO_TAG_OFF 24
 #define PROTO_DATA_MIN 32
@@ -103,6 +106,7 @@ struct fanout_counters {
 	__u64 queued;     /* failed clones handed to user space to resend */
 	__u64 lost;       /* failed clones the ring buffer had no room for */
 	__u64 rate_limited; /* DATA beyond its member's rate cap: dropped */
+	__u64 leave_fences; /* LEAVEs matching a member: leave_seen bumped */
 };
 
 /* queued and resent: arrays indexed by group id. The program adds the
@@ -112,7 +116,20 @@ struct fanout_counters {
  * queue behind the resends (paper 000's sender put to sleep), instead of the
  * kernel piling up copies it cannot send. held (same index): set by user
  * space while it serves the group's DATA itself, until its socket is
- * drained, so the kernel path does not overtake what is queued there. */
+ * drained, so the kernel path does not overtake what is queued there.
+ *
+ * leave_seen and leave_done (same index): the LEAVE fence. The program
+ * cannot check a LEAVE's MAC (HMAC-SHA256 under a key it does not hold),
+ * so a LEAVE (PROTO_LEAVE, PROTO_LEAVE_LEN bytes) whose source address is a
+ * member's key and whose header carries that member's player and
+ * membership id adds 1 to leave_seen and goes up. While leave_seen differs
+ * from leave_done the group's DATA goes up too: it queues behind the LEAVE
+ * in the socket, and user space, which removes the member first if the
+ * LEAVE is valid, serves it in order. User space adds 1 to leave_done for
+ * each such LEAVE it has judged (valid or not), and when a LEAVE was lost
+ * on the way up (a full socket buffer) it sets leave_done to a leave_seen
+ * value read before a drain of the socket that found it empty, so a lost
+ * LEAVE holds the group in user space only until then. */
 
 /* resend: a copy the stack refused (full qdisc, full queue), for user
  * space to send through the group's socket, waiting as long as it must. */

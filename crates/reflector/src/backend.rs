@@ -169,6 +169,17 @@ pub trait Fanout: Send {
     /// Group `g`'s socket is drained and no fan-out of it waits.
     fn idle(&mut self, _g: usize) {}
 
+    /// A datagram about to be judged by the membership core: true if it is
+    /// a LEAVE an in-kernel path fenced the group for (it passes the
+    /// group's DATA up until [`Fanout::leave_judged`]).
+    fn leave_arrived(&mut self, _g: usize, _from: SocketAddr, _datagram: &[u8]) -> bool {
+        false
+    }
+
+    /// The LEAVE `leave_arrived` said was fenced has been judged, valid or
+    /// not, and the changes it made were handed over.
+    fn leave_judged(&mut self, _g: usize) {}
+
     /// A member's DATA that reached user space (the membership core
     /// accepted it): false if its sequence number was already seen by a
     /// path the core does not watch (the kernel's), so it is a replay.

@@ -52,6 +52,7 @@ counters! {
     wrong_group: "counter", "Datagrams whose header names another group than their port.";
     stale_membership: "counter", "Datagrams of a member's player with an earlier membership id.";
     bad_mac: "counter", "JOINs, KEEPALIVEs, LEAVEs and PROBE_REPLYs whose MAC failed under the player's key (spoofed or forged).";
+    forged_leaves: "counter", "LEAVEs whose MAC failed under the member's key (forged; also in bad_mac).";
     bad_tag: "counter", "DATA whose tag failed under the member's key (spoofed source), dropped before fan-out.";
     replays: "counter", "Authenticated datagrams with a sequence number seen before (replays), dropped.";
     unvalidated: "counter", "Datagrams of a member from an address it has not validated (a PROBE went there first), dropped.";
@@ -95,6 +96,8 @@ counters! {
     kernel_clone_errors: "counter", "Copies the eBPF program's clones could not hand to a device (full qdisc or queue): each is resent from user space (kernel_resent), or counted in send_errors if the resend ring was full.";
     kernel_resent: "counter", "Copies the eBPF program could not send, resent from user space after waiting out the full queue (also in fanned_out).";
     kernel_passed_up: "counter", "Datagrams to the group's port the eBPF program left to user space (control, non-members, fragments, user-space mode).";
+    kernel_leave_fences: "counter", "LEAVEs from a member's address with its ids that the eBPF program fenced the group for: the group's DATA went up behind each until user space had judged it.";
+    kernel_leave_resyncs: "counter", "LEAVE fences taken down after a drain of the socket because fenced LEAVEs never reached it (a full receive buffer).";
     checkpoint_requests: "counter", "CHECKPOINT_REQUESTs sent (one member per group per --checkpoint-every-ms, lowest RTT first).";
     checkpoints_stored: "counter", "Checkpoint uploads stored (answering the pending request, MAC verified, within the size bound).";
     checkpoint_bytes_stored: "counter", "Bytes of game state stored from uploads.";

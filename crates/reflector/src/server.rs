@@ -733,6 +733,8 @@ impl Loop<'_> {
     /// the same bytes whatever the backend) or the reply.
     fn handle(&mut self, i: usize, now: Now, src: SocketAddr, datagram: &mut [u8]) -> Progress {
         let (keys, policy) = (self.keys, self.policy);
+        // Before the core judges it: a valid LEAVE removes the member.
+        let fenced = self.fanout.leave_arrived(i, src, datagram);
         let slot = &mut self.slots[i];
         let c = &slot.counters;
         let len = datagram.len();
@@ -758,6 +760,9 @@ impl Loop<'_> {
             Change::Added(a) => fanout.member_added(i, a, m),
             Change::Removed(a) => fanout.member_removed(i, a),
         });
+        if fenced {
+            fanout.leave_judged(i);
+        }
         match outcome.event {
             Event::Forward { from } => {
                 if !fanout.accept_data(i, from, datagram) {
@@ -797,7 +802,12 @@ impl Loop<'_> {
                 }
                 c.leaves.fetch_add(1, Relaxed)
             }
-            Event::Dropped(reason) => count_drop(c, reason),
+            Event::Dropped(reason) => {
+                if matches!(reason, DropReason::BadMac) && datagram.get(3) == Some(&(Kind::Leave as u8)) {
+                    c.forged_leaves.fetch_add(1, Relaxed);
+                }
+                count_drop(c, reason)
+            }
         };
         c.control_bytes_in.fetch_add(len as u64, Relaxed);
         c.members.store(slot.group.len() as u64, Relaxed);

@@ -21,6 +21,15 @@
 //! as before and the membership core judges it; such DATA is fanned out by
 //! the `sendmmsg` backend, and its sequence number is checked against the
 //! kernel's window too, so neither path can replay what the other accepted.
+//!
+//! The LEAVE fence: the program cannot check a LEAVE's MAC, so a LEAVE from a
+//! member's address with its ids makes it pass the group's DATA up until this
+//! module has seen the membership core judge that LEAVE (and, if it was
+//! valid, remove the member from the map); DATA that arrived after a LEAVE
+//! then queues behind it in the socket and is served in order, so the
+//! leaving member gets no copy of it. A fenced LEAVE lost on a full socket
+//! buffer holds the group in user space only until the socket is next found
+//! empty with no fenced LEAVE for `RESYNC_AGE` (`drained`).
 
 mod route;
 pub mod sink;
@@ -44,9 +53,11 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::Duration;
 use std::time::Instant;
 use sys::{
-    Counters, Dest, GroupValue, MemberKey, MemberValue, GROUP_PASS_UP, GROUP_TAGS, MAX_MEMBERS, RESEND_HEAD, RESEND_MAX,
+    Counters, Dest, GroupValue, MemberKey, MemberValue, GROUP_PASS_UP, GROUP_TAGS, MAX_MEMBERS, PROTO_LEAVE,
+    PROTO_LEAVE_LEN, RESEND_HEAD, RESEND_MAX,
 };
 
 pub use sys::MAX_MEMBERS as MAX_KERNEL_MEMBERS;
@@ -162,6 +173,14 @@ struct KGroup {
     /// The per-CPU counters summed at the last sync.
     seen: Counters,
     warned: bool,
+    /// What this module last wrote to `leave_done`.
+    leave_done: u64,
+    /// `leave_seen` as read when the socket was found empty, and when: if
+    /// it is still the same at a later drain at least `RESYNC_AGE` on, every
+    /// LEAVE it counts has reached the socket and been judged, or was lost.
+    resync: Option<(u64, Instant)>,
+    /// Resynchronisations not yet added to the group's counters.
+    resyncs: u64,
 }
 
 impl KGroup {
@@ -196,8 +215,17 @@ pub struct KernelPath {
     /// with (the program compares it with its own count of them).
     resent: Option<Array<MapData, u64>>,
     held: Array<MapData, u64>,
+    /// The LEAVE fence: the program counts fenced LEAVEs in `leave_seen`,
+    /// this module the judged ones in `leave_done`.
+    leave_seen: Array<MapData, u64>,
+    leave_done: Array<MapData, u64>,
     resender: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
 }
+
+/// How long a fenced LEAVE counted by the program may still be on its way
+/// to the socket: the stack takes microseconds from TC to the socket's
+/// queue, so a count unchanged for this long across a drain is complete.
+const RESYNC_AGE: Duration = Duration::from_millis(1);
 
 impl Drop for KernelPath {
     fn drop(&mut self) {
@@ -270,6 +298,10 @@ impl KernelPath {
         let ring = RingBuf::try_from(take_map(&mut ebpf, "resend")?).map_err(|e| format!("map resend: {e}"))?;
         let resent = Array::try_from(take_map(&mut ebpf, "resent")?).map_err(|e| format!("map resent: {e}"))?;
         let held = Array::try_from(take_map(&mut ebpf, "held")?).map_err(|e| format!("map held: {e}"))?;
+        let leave_seen =
+            Array::try_from(take_map(&mut ebpf, "leave_seen")?).map_err(|e| format!("map leave_seen: {e}"))?;
+        let leave_done =
+            Array::try_from(take_map(&mut ebpf, "leave_done")?).map_err(|e| format!("map leave_done: {e}"))?;
         let resolver = Resolver::new().map_err(|e| format!("cannot open rtnetlink: {e}"))?;
         let backlog = netdev_max_backlog();
         Ok(KernelPath {
@@ -287,6 +319,8 @@ impl KernelPath {
             ring: Some(ring),
             resent: Some(resent),
             held,
+            leave_seen,
+            leave_done,
             resender: None,
         })
     }
@@ -335,6 +369,9 @@ impl KernelPath {
                 data_in: HashMap::new(),
                 seen: Counters::default(),
                 warned: false,
+                leave_done: 0,
+                resync: None,
+                resyncs: 0,
             })
             .id
     }
@@ -549,6 +586,7 @@ impl KernelPath {
                 sum.queued += v.queued;
                 sum.lost += v.lost;
                 sum.rate_limited += v.rate_limited;
+                sum.leave_fences += v.leave_fences;
             }
             let d = |now: u64, then: u64| now.saturating_sub(then);
             let s = g.seen;
@@ -569,8 +607,12 @@ impl KernelPath {
             c.rate_limited.fetch_add(d(sum.rate_limited, s.rate_limited), Relaxed);
             c.replays.fetch_add(replays, Relaxed);
             c.kernel_passed_up.fetch_add(d(sum.passed_up, s.passed_up), Relaxed);
+            c.kernel_leave_fences
+                .fetch_add(d(sum.leave_fences, s.leave_fences), Relaxed);
             g.seen = sum;
         }
+        c.kernel_leave_resyncs
+            .fetch_add(std::mem::take(&mut g.resyncs), Relaxed);
         for (addr, last) in g.data_in.iter_mut() {
             if let Ok(v) = self.members_map.get(&member_key(port, *addr), 0) {
                 if v.data_in > *last {
@@ -604,6 +646,85 @@ impl KernelPath {
                 "group {port}: cannot {} the kernel path: {e}",
                 if on { "hold" } else { "release" }
             );
+        }
+    }
+
+    /// Whether the program fenced the group for `datagram` from `from`:
+    /// its own test (see `leave_seen` in fanout.h) against the member map as
+    /// it is now, before the membership core judges the datagram. The map
+    /// can have changed since the LEAVE passed the program: a duplicate
+    /// LEAVE or an expiry in between leaves a LEAVE counted but not judged,
+    /// a member rebound to the LEAVE's address one judged but not counted.
+    /// Either makes the counts differ, which holds the group in user space
+    /// until `drained` puts them right; only the second, offsetting a LEAVE
+    /// still queued, could let the program resume before that one is judged.
+    fn fenced_leave(&self, port: u16, from: SocketAddr, datagram: &[u8]) -> bool {
+        let SocketAddr::V4(a4) = from else {
+            return false;
+        };
+        let Some(h) = datagram
+            .get(..PROTO_LEAVE_LEN)
+            .filter(|_| datagram.len() == PROTO_LEAVE_LEN)
+        else {
+            return false;
+        };
+        let length = (PROTO_LEAVE_LEN - reflector_proto::protocol::HEADER_LEN) as u16;
+        if h[..2] != reflector_proto::protocol::MAGIC.to_be_bytes()
+            || h[2] != reflector_proto::protocol::VERSION
+            || h[3] != PROTO_LEAVE
+            || h[4..6] != port.to_be_bytes()
+            || h[6..8] != length.to_be_bytes()
+        {
+            return false;
+        }
+        let Ok(v) = self.members_map.get(&member_key(port, a4), 0) else {
+            return false;
+        };
+        // Both as they sit in the packet.
+        h[8..12] == v.player.to_ne_bytes() && h[12..16] == v.membership.to_ne_bytes()
+    }
+
+    /// A fenced LEAVE was judged (the member removed first if it was
+    /// valid): once all are, the program takes the group back.
+    fn leave_judged(&mut self, port: u16) {
+        let Some(g) = self.groups.get_mut(&port) else {
+            return;
+        };
+        g.leave_done += 1;
+        if let Err(e) = self.leave_done.set(g.id, g.leave_done, 0) {
+            tracing::warn!("group {port}: cannot count a judged LEAVE: {e}");
+        }
+    }
+
+    /// The group's socket was found empty. A fenced LEAVE that never reached
+    /// it (dropped on a full receive buffer, which anyone on the path can
+    /// cause) would hold the group in user space for ever: when the
+    /// program's count differs from the judged one and has not moved since
+    /// a drain at least `RESYNC_AGE` ago, every LEAVE it counts has been
+    /// judged or lost, so the judged count becomes the program's.
+    fn drained(&mut self, port: u16) {
+        let Some(g) = self.groups.get_mut(&port) else {
+            return;
+        };
+        let Ok(seen) = self.leave_seen.get(&g.id, 0) else {
+            return;
+        };
+        if seen == g.leave_done {
+            g.resync = None;
+            return;
+        }
+        match g.resync {
+            Some((s, at)) if s == seen => {
+                if at.elapsed() >= RESYNC_AGE {
+                    g.resync = None;
+                    g.leave_done = seen;
+                    g.resyncs += 1;
+                    if let Err(e) = self.leave_done.set(g.id, seen, 0) {
+                        tracing::warn!("group {port}: cannot resynchronise the LEAVE fence: {e}");
+                    }
+                }
+            }
+            _ => g.resync = Some((seen, Instant::now())),
         }
     }
 
@@ -839,9 +960,32 @@ impl Fanout for EbpfFanout {
     }
 
     fn idle(&mut self, g: usize) {
-        if let (Some(port), Some(true)) = (self.port(g), self.held.get(g).copied()) {
+        let Some(port) = self.port(g) else {
+            return;
+        };
+        let held = self.held.get(g).copied() == Some(true);
+        if held {
             self.held[g] = false;
-            self.kernel().hold(port, false);
+        }
+        let mut k = self.kernel();
+        if held {
+            k.hold(port, false);
+        }
+        k.drained(port);
+    }
+
+    fn leave_arrived(&mut self, g: usize, from: SocketAddr, datagram: &[u8]) -> bool {
+        // Most datagrams are not LEAVEs: no lock for them.
+        if datagram.len() != PROTO_LEAVE_LEN || datagram[3] != PROTO_LEAVE {
+            return false;
+        }
+        self.port(g)
+            .is_some_and(|port| self.kernel().fenced_leave(port, from, datagram))
+    }
+
+    fn leave_judged(&mut self, g: usize) {
+        if let Some(port) = self.port(g) {
+            self.kernel().leave_judged(port);
         }
     }
 

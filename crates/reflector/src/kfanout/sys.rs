@@ -84,7 +84,15 @@ pub struct Counters {
     pub queued: u64,
     pub lost: u64,
     pub rate_limited: u64,
+    pub leave_fences: u64,
 }
+
+/// `PROTO_LEAVE`, `PROTO_LEAVE_LEN`: the datagrams the program fences a
+/// group for (the LEAVE fence, see `leave_seen` in fanout.h).
+pub const PROTO_LEAVE: u8 = 4;
+pub const PROTO_LEAVE_LEN: usize = 40;
+const _: () = assert!(PROTO_LEAVE == reflector_proto::protocol::Kind::Leave as u8);
+const _: () = assert!(PROTO_LEAVE_LEN == reflector_proto::protocol::size::LEAVE);
 
 /// `FANOUT_RESEND_MAX`.
 pub const RESEND_MAX: usize = 1472;
@@ -95,7 +103,7 @@ const _: () = assert!(std::mem::size_of::<Dest>() == 28);
 const _: () = assert!(std::mem::size_of::<GroupValue>() == 24 + 28 * MAX_MEMBERS);
 const _: () = assert!(std::mem::size_of::<MemberKey>() == 8);
 const _: () = assert!(std::mem::size_of::<MemberValue>() == 80);
-const _: () = assert!(std::mem::size_of::<Counters>() == 88);
+const _: () = assert!(std::mem::size_of::<Counters>() == 96);
 
 // SAFETY: plain `#[repr(C)]` integers and byte arrays with no padding the
 // compiler adds (the sizes above equal the sums of the fields), so every bit
