@@ -98,6 +98,7 @@ fn start(lab: &Lab, policy: Policy, stop: &Arc<AtomicBool>) -> Server {
             rcvbuf: 1 << 20,
             sndbuf: 1 << 20,
             group_tags: Vec::new(),
+            group_instance: Vec::new(),
             checkpoint: None,
         };
         Server::start(cfg, stop).expect("the eBPF backend starts, with no fallback")
@@ -640,6 +641,7 @@ fn members_behind_other_devices_and_a_router() {
             rcvbuf: 1 << 20,
             sndbuf: 1 << 20,
             group_tags: Vec::new(),
+            group_instance: Vec::new(),
             checkpoint: None,
         };
         Server::start(cfg, stop2).expect("the eBPF backend starts, with no fallback")
