@@ -120,6 +120,7 @@ impl<'a> Joiner<'a> {
             | Event::Restarted
             | Event::Joined(_)
             | Event::Probed
+            | Event::Renewed
             | Event::CheckpointRequested { .. } => Ok(()),
         }
     }

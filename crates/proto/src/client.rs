@@ -28,11 +28,20 @@
 //! - `ERROR(NotMember)` to a member means the reflector forgot it (expiry, a
 //!   restart): the membership is lost and the caller joins again;
 //! - other errors to a member are late answers to a JOIN it retried after
-//!   its join had already succeeded, and are ignored.
+//!   its join had already succeeded, and are ignored;
+//! - a member renews before its token expires ([`Session::renew_at`],
+//!   `renewal::renew_at_unix_ms`): given a newer token ([`Session::renew`]),
+//!   it sends the renewal JOIN (its membership id, the newer token, MAC'd
+//!   under the membership's key) and sends it again every [`Config::retry`]
+//!   until the JOIN_ACK of the same membership arrives ([`Event::Renewed`]).
+//!   ERRORs cannot be authenticated, so none stops a renewal; a token the
+//!   reflector refuses is retried until the caller renews with another one
+//!   or the membership ends.
 
+use crate::auth::TokenClaims;
 use crate::protocol::{
-    seal, EmitError, ErrorCode, Header, JoinAck, Kind, Packet, SessionKeys, SmallDatagram, COOKIE_LEN, DATA_PAYLOAD,
-    TOKEN_LEN,
+    renewal, seal, EmitError, ErrorCode, Header, JoinAck, Kind, Packet, SessionKeys, SmallDatagram, COOKIE_LEN,
+    DATA_PAYLOAD, TOKEN_LEN,
 };
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -127,8 +136,12 @@ pub enum Event {
     Failed(Failure),
     /// `ERROR(NotMember)` while a member: the reflector no longer has us
     /// (it expired us or restarted). The session is finished; join again
-    /// with the same token if it is still valid.
+    /// with the same token if it is still valid
+    /// ([`Session::rejoin_request`]).
     MembershipLost,
+    /// The JOIN_ACK (MAC-checked, same membership) of a renewal: the
+    /// membership now lasts until the newer token's expiry.
+    Renewed,
 }
 
 /// Where a session is.
@@ -192,6 +205,25 @@ pub struct Session {
     pending: Option<Transmit>,
     /// `ERROR(Retry)`s received so far.
     retries: u32,
+    /// The newest token this session holds (the request's, or the last
+    /// renewal's) and when it was received (Unix ms), once the caller said.
+    newest: Held,
+    /// A renewal waiting for its JOIN_ACK.
+    renewing: Option<Held>,
+}
+
+/// A token held, with its keys and when it was received.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    token: [u8; TOKEN_LEN],
+    keys: SessionKeys,
+    received_unix_ms: Option<u64>,
+}
+
+impl Held {
+    fn expires_unix_s(&self) -> u64 {
+        TokenClaims::peek(&self.token).expires_unix_s
+    }
 }
 
 impl Session {
@@ -207,6 +239,12 @@ impl Session {
             last_tx: now,
             pending: None,
             retries: 0,
+            newest: Held {
+                token: req.token,
+                keys: req.keys,
+                received_unix_ms: None,
+            },
+            renewing: None,
         };
         s.queue_join(now);
         s
@@ -255,9 +293,11 @@ impl Session {
     }
 
     /// When [`Session::handle_timeout`] is next due; `None` once a member
-    /// (keepalives are the caller's: it knows when it last sent) or done.
+    /// (keepalives are the caller's: it knows when it last sent), unless a
+    /// renewal waits for its JOIN_ACK, or done.
     pub fn poll_timeout(&self) -> Option<Instant> {
         match self.state {
+            State::Member(_) if self.renewing.is_some() => Some(self.last_tx + self.cfg.retry),
             State::Challenging | State::Echoing(_) | State::Waiting(_) => {
                 let retry = match self.state {
                     State::Waiting(at) => at,
@@ -272,8 +312,16 @@ impl Session {
         }
     }
 
-    /// Advances the timers to `now`: resends the current JOIN step, or gives up.
+    /// Advances the timers to `now`: resends the current JOIN step (or the
+    /// renewal), or gives up.
     pub fn handle_timeout(&mut self, now: Instant) -> Option<Event> {
+        if let (State::Member(_), Some(r)) = (self.state, self.renewing) {
+            if now < self.last_tx + self.cfg.retry {
+                return None;
+            }
+            self.queue_renewal(r.token, now);
+            return Some(Event::Retransmitted);
+        }
         if !matches!(self.state, State::Challenging | State::Echoing(_) | State::Waiting(_)) {
             return None;
         }
@@ -324,6 +372,15 @@ impl Session {
                 self.pending = None;
                 Some(Event::Joined(ack))
             }
+            (Kind::JoinAck, State::Member(_)) if pkt.membership() == self.membership => {
+                // A late copy of the first JOIN_ACK, or a renewal's.
+                let r = self.renewing.take()?;
+                let ack = pkt.join_ack()?;
+                self.state = State::Member(ack);
+                self.newest = r;
+                self.pending = None;
+                Some(Event::Renewed)
+            }
             (Kind::Probe, State::Member(_)) if pkt.membership() == self.membership => {
                 let nonce = pkt.nonce()?;
                 let h = self.header(Kind::ProbeReply);
@@ -369,6 +426,84 @@ impl Session {
             },
             _ => None,
         }
+    }
+
+    /// Notes when (Unix ms) the session's token was received from the
+    /// control server: the renewal moment is reckoned from it.
+    pub fn set_token_received(&mut self, unix_ms: u64) {
+        self.newest.received_unix_ms = Some(unix_ms);
+    }
+
+    /// When (Unix ms) a member should renew: when a third of its newest
+    /// token's lifetime is left, at the latest 10 s before its expiry
+    /// (`renewal::renew_at_unix_ms`). `None` before it is a member, while a
+    /// renewal is under way, or before [`Session::set_token_received`].
+    pub fn renew_at(&self) -> Option<u64> {
+        if !self.is_member() || self.renewing.is_some() {
+            return None;
+        }
+        let received = self.newest.received_unix_ms?;
+        Some(renewal::renew_at_unix_ms(received, self.newest.expires_unix_s()))
+    }
+
+    /// The expiry (Unix s) of the newest token held: when the reflector
+    /// ends the membership unless it is renewed.
+    pub fn expires_unix_s(&self) -> u64 {
+        self.newest.expires_unix_s()
+    }
+
+    /// Whether a renewal waits for its JOIN_ACK.
+    pub fn is_renewing(&self) -> bool {
+        self.renewing.is_some()
+    }
+
+    /// Renews the membership with a newer `token` (and its `keys`, kept for
+    /// the next JOIN: the membership keeps its own), received at
+    /// `received_unix_ms`: the renewal JOIN is queued, and sent again every
+    /// [`Config::retry`] until its JOIN_ACK. A token that does not expire
+    /// later than the newest held is not worth a renewal: false, and so
+    /// is any call while not a member.
+    pub fn renew(&mut self, token: [u8; TOKEN_LEN], keys: SessionKeys, received_unix_ms: u64, now: Instant) -> bool {
+        let held = Held {
+            token,
+            keys,
+            received_unix_ms: Some(received_unix_ms),
+        };
+        if !self.is_member() || held.expires_unix_s() <= self.newest.expires_unix_s() {
+            return false;
+        }
+        self.renewing = Some(held);
+        self.queue_renewal(token, now);
+        true
+    }
+
+    /// The request to join with again after the membership was lost: the
+    /// newest token and key held, sequence numbers going on.
+    pub fn rejoin_request(&self) -> JoinRequest {
+        JoinRequest {
+            token: self.newest.token,
+            keys: self.newest.keys,
+            first_seq: self.seq,
+            ..self.req
+        }
+    }
+
+    fn queue_renewal(&mut self, token: [u8; TOKEN_LEN], now: Instant) {
+        let seq = self.seq;
+        self.seq += 1;
+        let h = Header {
+            kind: Kind::Join,
+            group: self.req.group,
+            sender: self.req.player,
+            membership: self.membership,
+            seq,
+        };
+        self.pending = Some(Transmit {
+            to: self.req.reflector,
+            datagram: SmallDatagram::renewal(&h, &token, &self.req.keys),
+            echoes_cookie: false,
+        });
+        self.last_tx = now;
     }
 
     /// Ends the session: the LEAVE to send, unless it had already ended. A
@@ -753,6 +888,90 @@ mod tests {
         let ev = s.handle(t0, reflector(), &Packet::parse(&b[..]).unwrap());
         assert_eq!(ev, Some(Event::Failed(Failure::Refused(Err(99)))));
         assert!(Failure::Refused(Err(99)).to_string().contains("unknown error code 99"));
+    }
+
+    /// A token whose expiry (bytes 8..16) is `expires_unix_s`: the session
+    /// reads nothing else of it.
+    fn token_expiring(expires_unix_s: u64) -> [u8; TOKEN_LEN] {
+        let mut t = [3; TOKEN_LEN];
+        t[8..16].copy_from_slice(&expires_unix_s.to_be_bytes());
+        t
+    }
+
+    #[test]
+    fn a_member_renews_under_its_membership_key_until_acknowledged() {
+        const EXP: u64 = 1_700_000_300;
+        let t0 = Instant::now();
+        let mut r = req();
+        r.token = token_expiring(EXP);
+        let mut s = Session::new(r, Config::default(), t0);
+        let newer = token_expiring(EXP + 300);
+        let newer_keys = SessionKeys::from_session([6; 32]);
+        assert!(!s.renew(newer, newer_keys, 0, t0), "not a member yet");
+        s.set_token_received(EXP * 1000 - 300_000);
+        assert_eq!(s.renew_at(), None, "not a member yet");
+        s.handle(t0, reflector(), &challenge());
+        let echo = s.poll_transmit().unwrap();
+        s.handle(t0, reflector(), &ack());
+        assert!(s.is_member());
+        // A third of the 300 s left: 100 s before expiry.
+        assert_eq!(s.renew_at(), Some(EXP * 1000 - 100_000));
+        assert_eq!(s.renew_at(), Some(renewal::renew_at_unix_ms(EXP * 1000 - 300_000, EXP)));
+        assert!(!s.renew(token_expiring(EXP), newer_keys, 0, t0), "not later");
+        assert!(s.poll_transmit().is_none());
+        let at = EXP * 1000 - 100_000;
+        assert!(s.renew(newer, newer_keys, at, t0));
+        assert!(s.is_renewing() && s.renew_at().is_none());
+        let first = parse(&s.poll_transmit().unwrap());
+        assert_eq!(first.as_bytes().len(), 72);
+        assert!(first.is_renewal());
+        assert_eq!((first.membership(), first.join_token()), (0x55, Some(&newer)));
+        assert_eq!(first.join_cookie(), None);
+        assert!(keys().verify(&first), "under the membership's key");
+        assert!(!newer_keys.verify(&first));
+        assert!(first.seq() > parse(&echo).seq());
+        // Unanswered: sent again at the retry interval, with a new number.
+        let retry = Config::default().retry;
+        assert_eq!(s.poll_timeout(), Some(t0 + retry));
+        assert_eq!(s.handle_timeout(t0 + retry / 2), None);
+        assert_eq!(s.handle_timeout(t0 + retry), Some(Event::Retransmitted));
+        let again = parse(&s.poll_transmit().unwrap());
+        assert!(again.is_renewal() && again.seq() > first.seq());
+        // A JOIN_ACK of another membership, or forged, is not the answer.
+        let other = Packet::parse(
+            SmallDatagram::join_ack(
+                &Header {
+                    membership: 0x56,
+                    ..hdr(Kind::JoinAck)
+                },
+                ACK,
+                &keys(),
+            )
+            .as_bytes()
+            .to_vec(),
+        )
+        .unwrap();
+        assert_eq!(s.handle(t0, reflector(), &other), None);
+        let forged = SmallDatagram::join_ack(&hdr(Kind::JoinAck), ACK, &newer_keys);
+        assert_eq!(
+            s.handle(t0, reflector(), &Packet::parse(forged.as_bytes()).unwrap()),
+            None
+        );
+        // ERRORs cannot stop it.
+        assert_eq!(s.handle(t0, reflector(), &error(ErrorCode::BadToken)), None);
+        assert!(s.is_renewing());
+        assert_eq!(s.handle(t0, reflector(), &ack()), Some(Event::Renewed));
+        assert!(!s.is_renewing() && s.is_member());
+        assert_eq!(s.poll_timeout(), None);
+        assert_eq!(s.expires_unix_s(), EXP + 300);
+        assert_eq!(s.renew_at(), Some(renewal::renew_at_unix_ms(at, EXP + 300)));
+        // A late copy changes nothing; the membership keeps its key.
+        assert_eq!(s.handle(t0, reflector(), &ack()), None);
+        assert!(keys().verify(&parse(&s.keepalive().unwrap())));
+        // Joining again (membership lost) uses the newest token and key.
+        let again = s.rejoin_request();
+        assert_eq!((again.token, again.keys.mac_key()), (newer, newer_keys.mac_key()));
+        assert_eq!(again.first_seq, s.next_seq());
     }
 
     proptest! {

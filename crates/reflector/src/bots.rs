@@ -31,6 +31,7 @@ mod config;
 mod hist;
 mod ledger;
 mod player;
+mod renew;
 mod report;
 mod tickets;
 mod world;
@@ -201,6 +202,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
             last_send: start,
             last_keepalive: start,
             keepalive: Duration::from_secs(2),
+            renew_ask_at: None,
             stats: BotStats::default(),
             moves: 0,
             view: Default::default(),
@@ -408,6 +410,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
             lost: t.lost(),
             joins: s.joins,
             join_retries: s.join_retries,
+            renewals: s.renewals,
             cell_changes: s.cell_changes,
             group_changes: s.group_changes,
             errors: s.errors,

@@ -29,8 +29,16 @@
 //!   (ERROR(Retry), or not moved) while that member is PROBEd under its own
 //!   key, twice, about 500 ms apart; it is removed only if it answers
 //!   neither;
-//! - only MAC'd KEEPALIVEs and PROBE_REPLYs and tag-checked DATA are signs
-//!   of life; an ICMP error about a member removes it only if it has also
+//! - a membership lives at most until its token expires (wall clock); a
+//!   member extends it by renewing: a JOIN with its membership id, a newer
+//!   token, MAC'd under the membership's key, answered by a JOIN_ACK of the
+//!   same membership (nothing else changes); a JOIN with cookie carrying
+//!   another token that expires later than the membership's own token is a
+//!   restarted client and replaces the membership;
+//! - a member may time its round trip with ECHO, answered ECHO_REPLY from a
+//!   small budget of its own;
+//! - only MAC'd KEEPALIVEs, ECHOs and PROBE_REPLYs and tag-checked DATA are
+//!   signs of life; an ICMP error about a member removes it only if it has also
 //!   gone silent since, for at least two keepalive intervals;
 //! - the reflector probes every member about once per keepalive interval
 //!   and keeps its round-trip time.
@@ -38,9 +46,10 @@
 //! The group holds plain `SocketAddr`s; every change of membership is also
 //! recorded as a [`Change`], which the server hands to the fan-out backend.
 
-use reflector_proto::auth::{check_cookie, keyed_value, make_cookie, Secret, SecretRing, TokenError};
+use reflector_proto::auth::{check_cookie, keyed_value, make_cookie, Secret, SecretRing, TokenClaims, TokenError};
 use reflector_proto::protocol::{
-    ErrorCode, Header, JoinAck, Kind, Packet, ParseError, ReplayWindow, SessionKeys, SmallDatagram, FLAG_TAGS,
+    ErrorCode, Header, JoinAck, Kind, Packet, ParseError, ReplayWindow, SessionKeys, SmallDatagram, FLAG_INSTANCE,
+    FLAG_TAGS, TOKEN_LEN,
 };
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -75,6 +84,10 @@ pub struct Policy {
     pub member_replies_per_s: u32,
     /// DATA tags for groups that do not say otherwise ([`Group::set_tags`]).
     pub data_tags: bool,
+    /// The instance flag (JOIN_ACK flag bit 1: every DATA's game payload
+    /// starts with the sender's instance id) for groups that do not say
+    /// otherwise ([`Group::set_instance`]). Only announced, never read.
+    pub data_instance: bool,
     /// TCP port of the checkpoint channel announced in JOIN_ACK (0: none).
     pub checkpoint_port: u16,
     /// Members per source IP address in one group: one host cannot fill a
@@ -98,6 +111,7 @@ impl Default for Policy {
             player_replies_per_s: 5,
             member_replies_per_s: 5,
             data_tags: true,
+            data_instance: false,
             checkpoint_port: 0,
             max_per_ip: 32,
             member_pps: 500,
@@ -148,6 +162,10 @@ pub enum DropReason {
     /// Authenticated, but from an address the member has not validated yet
     /// (a PROBE went there, or the datagram could not be authenticated).
     Unvalidated,
+    /// A member's JOIN carrying another valid token of the player that
+    /// does not expire later than the token the membership was made with
+    /// (a captured older JOIN): it replaces nothing.
+    OlderToken,
     Token(TokenError),
     BadCookie,
     GroupFull,
@@ -189,6 +207,16 @@ pub enum Event {
     /// A PROBE_REPLY answered an occupancy check: the member keeps its
     /// address, whoever else wanted it.
     Held,
+    /// A renewal from the member's address with a valid token: its expiry
+    /// is the newer token's (if later); keys, window and id are unchanged.
+    Renewed,
+    /// A JOIN with cookie carrying another token of the player, expiring
+    /// later than the membership's own: a restarted client; the membership
+    /// is replaced (new id, the new token's keys, a fresh window).
+    Replaced,
+    /// An ECHO from the member's address: a sign of life, answered with
+    /// ECHO_REPLY unless its echo budget is spent.
+    Echoed,
     Dropped(DropReason),
 }
 
@@ -364,6 +392,10 @@ const OCCUPANCY_PROBE_GAP_MS: u64 = 500;
 /// pending one is not replaced sooner.
 const REBIND_PROBE_EVERY_MS: u64 = 1000;
 
+/// ECHO_REPLYs per member per second (a burst of as many): a member's
+/// echoes beyond it refresh it but are not answered.
+pub const ECHO_REPLIES_PER_S: u32 = 4;
+
 /// A check that a member still holds its address, because someone else
 /// wants it: PROBEs under the member's own key (paid by whoever wants it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -402,6 +434,12 @@ pub struct Member {
     /// The random id of this membership (in JOIN_ACK and every later MAC).
     pub membership: u32,
     pub keys: SessionKeys,
+    /// The token the membership was made with (whose keys it uses); a
+    /// renewal does not change it.
+    pub token: [u8; TOKEN_LEN],
+    /// Wall-clock ms ([`Now::unix_ms`]) at which the membership ends: its
+    /// latest token's expiry (the token is valid while now is earlier).
+    pub expires_unix_ms: u64,
     /// The player's sequence numbers seen.
     pub window: ReplayWindow,
     /// The reflector's own sequence number for this membership.
@@ -426,6 +464,8 @@ pub struct Member {
     pub check: Option<OccupancyCheck>,
     /// Replies this member's own datagrams may cause.
     pub replies: ReplyBudget,
+    /// ECHO_REPLYs it may have ([`ECHO_REPLIES_PER_S`]).
+    pub echo: ReplyBudget,
     /// Smoothed round-trip time (ms, 1/8 gain), once measured.
     pub rtt_ms: Option<f64>,
     /// When the member was last probed (monotonic ms).
@@ -500,6 +540,15 @@ pub struct Expired {
     /// Held an address someone else wanted and answered neither PROBE of
     /// the occupancy check.
     pub occupied: usize,
+    /// Their token expired (wall clock) and they had not renewed it.
+    pub tokens: usize,
+}
+
+impl Expired {
+    /// Members removed, all rules together.
+    pub fn total(&self) -> usize {
+        self.silent + self.unreachable + self.occupied + self.tokens
+    }
 }
 
 /// One group: its members, one membership per player.
@@ -516,6 +565,8 @@ pub struct Group {
     players: HashMap<u32, ReplyBudget>,
     /// DATA tags here, if not the policy's default.
     tags: Option<bool>,
+    /// The instance flag here, if not the policy's default.
+    instance: Option<bool>,
     /// Counts the membership ids and nonces made, so each is new.
     made: u64,
     /// Changes not yet taken by [`Group::take_changes`]; reused, so the
@@ -533,6 +584,7 @@ impl Group {
             per_ip: HashMap::new(),
             players: HashMap::new(),
             tags: None,
+            instance: None,
             made: 0,
             changes: Vec::new(),
         }
@@ -564,6 +616,17 @@ impl Group {
     /// policy's default).
     pub fn tags_on(&self, policy: &Policy) -> bool {
         self.tags.unwrap_or(policy.data_tags)
+    }
+
+    /// The instance flag in this group whatever the policy's default (new
+    /// members learn it in JOIN_ACK).
+    pub fn set_instance(&mut self, on: bool) {
+        self.instance = Some(on);
+    }
+
+    /// Whether this group's JOIN_ACK announces the instance flag.
+    pub fn instance_on(&self, policy: &Policy) -> bool {
+        self.instance.unwrap_or(policy.data_instance)
     }
 
     /// Hands every change since the last call to `f`, oldest first, with
@@ -675,9 +738,10 @@ impl Group {
             return Outcome::drop(DropReason::WrongGroup);
         }
         match pkt.kind() {
-            Kind::Data | Kind::Keepalive | Kind::Leave | Kind::ProbeReply => {
+            Kind::Data | Kind::Keepalive | Kind::Leave | Kind::ProbeReply | Kind::Echo => {
                 self.member_datagram(keys, policy, now, src, &pkt)
             }
+            Kind::Join if pkt.is_renewal() => self.renewal(keys, policy, now, src, &pkt),
             Kind::Join => self.join(keys, policy, now, src, &pkt),
             other => Outcome::drop(DropReason::Unexpected(other)),
         }
@@ -744,6 +808,20 @@ impl Group {
                 // Alive at its address: a check on it is answered.
                 m.check = None;
                 Outcome::silent(Event::Refreshed)
+            }
+            Kind::Echo => {
+                // A sign of life like KEEPALIVE; the answer comes from the
+                // member's own echo budget, never anyone else's.
+                m.check = None;
+                let Some(nonce) = pkt.nonce() else {
+                    return Outcome::drop(DropReason::Malformed(ParseError::BadPayload(Kind::Echo)));
+                };
+                if !m.echo.take(ECHO_REPLIES_PER_S, now.mono_ms) {
+                    return Outcome::withheld(Event::Echoed, Kind::EchoReply, Payer::Member);
+                }
+                let h = m.next_header(Kind::EchoReply, self.port);
+                let reply = SmallDatagram::nonce(&h, nonce, &m.keys);
+                Outcome::with_reply(Event::Echoed, reply, pkt.as_bytes().len(), Payer::Member)
             }
             Kind::ProbeReply if m.check.is_some_and(|c| c.probes > 0 && Some(c.nonce) == pkt.nonce()) => {
                 m.check = None;
@@ -851,6 +929,132 @@ impl Group {
         Outcome::with_reply(event, probe, pkt.as_bytes().len(), Payer::Member)
     }
 
+    /// A renewal (a JOIN carrying the membership's id, MAC'd under its
+    /// key): from the member's validated address, with a fresh sequence
+    /// number and a valid token, the membership's expiry becomes the
+    /// token's (if later) and a JOIN_ACK of the same membership answers it,
+    /// from the member's budget; keys, window, id and the backend's entry
+    /// stay. From another address it is a rebinding trigger like any
+    /// authenticated datagram.
+    fn renewal(&mut self, keys: &Keys, policy: &Policy, now: Now, src: SocketAddr, pkt: &Packet<&[u8]>) -> Outcome {
+        let len = pkt.as_bytes().len();
+        let sender = pkt.sender();
+        // parse() guarantees a JOIN carries a token; a renewal no cookie.
+        let (Some(token), None) = (pkt.join_token(), pkt.join_cookie()) else {
+            return Outcome::drop(DropReason::Malformed(ParseError::BadPayload(Kind::Join)));
+        };
+        let Some(&idx) = self.by_player.get(&sender) else {
+            let err = SmallDatagram::error(self.port, sender, pkt.membership(), ErrorCode::NotMember);
+            return Outcome::with_reply(Event::Dropped(DropReason::NotMember), err, len, Payer::Unverified);
+        };
+        let m = self.members[idx];
+        if pkt.membership() != m.membership {
+            return Outcome::drop(DropReason::StaleMembership);
+        }
+        if !m.keys.verify(pkt) {
+            return Outcome::drop(DropReason::BadMac);
+        }
+        if src != m.addr {
+            return self.elsewhere(keys, policy, now, src, pkt, idx, true);
+        }
+        if !self.members[idx].window.accept(pkt.seq()) {
+            return Outcome::drop(DropReason::Replay);
+        }
+        let claims = match keys
+            .token_secret
+            .verify_token(token, keys.reflector_id, self.port, sender, now.unix_ms)
+        {
+            Ok(c) => c,
+            Err(e) => {
+                let code = if e == TokenError::Expired {
+                    ErrorCode::ExpiredToken
+                } else {
+                    ErrorCode::BadToken
+                };
+                let err = SmallDatagram::error(self.port, sender, m.membership, code);
+                return Outcome::with_reply(Event::Dropped(DropReason::Token(e)), err, len, Payer::Unverified);
+            }
+        };
+        let mm = &mut self.members[idx];
+        // A retried renewal whose JOIN_ACK was lost carries the same token:
+        // answered again, and an older token never shortens the membership.
+        mm.expires_unix_ms = mm.expires_unix_ms.max(claims.expires_unix_s.saturating_mul(1000));
+        mm.last_seen_ms = now.mono_ms;
+        mm.unreachable_since_ms = None;
+        if self.member_pays(idx, 1, policy, now.mono_ms) != Some(true) {
+            return Outcome::withheld(Event::Renewed, Kind::JoinAck, Payer::Member);
+        }
+        let ack = self.join_ack(idx, policy);
+        Outcome::with_reply(Event::Renewed, ack, len, Payer::Member)
+    }
+
+    /// JOIN_ACK of member `idx`, under its key, with its next sequence number.
+    fn join_ack(&mut self, idx: usize, policy: &Policy) -> SmallDatagram {
+        let members = u16::try_from(self.members.len()).unwrap_or(u16::MAX);
+        let instance = self.instance_on(policy);
+        let port = self.port;
+        let m = &mut self.members[idx];
+        let h = m.next_header(Kind::JoinAck, port);
+        let mut flags = 0;
+        if m.tags {
+            flags |= FLAG_TAGS;
+        }
+        if instance {
+            flags |= FLAG_INSTANCE;
+        }
+        let ack = JoinAck {
+            members,
+            keepalive_ms: policy.keepalive_ms,
+            flags,
+            checkpoint_port: policy.checkpoint_port,
+        };
+        SmallDatagram::join_ack(&h, ack, &m.keys)
+    }
+
+    /// A new member's state: `seq` (the JOIN's) starts its window, and every
+    /// number below it counts as used (the client's numbers only grow), so a
+    /// captured first JOIN replayed later is no news either.
+    #[allow(clippy::too_many_arguments)]
+    fn new_member(
+        &mut self,
+        keys: &Keys,
+        policy: &Policy,
+        now_ms: u64,
+        src: SocketAddr,
+        sender: u32,
+        session: SessionKeys,
+        token: &[u8; TOKEN_LEN],
+        seq: u64,
+    ) -> Member {
+        let membership = (self.fresh(keys, b"mbid", now_ms) as u32).max(1);
+        Member {
+            addr: src,
+            sender,
+            membership,
+            keys: session,
+            token: *token,
+            expires_unix_ms: TokenClaims::peek(token).expires_unix_s.saturating_mul(1000),
+            window: ReplayWindow {
+                highest: seq,
+                bitmap: u64::MAX,
+            },
+            tx_seq: 1,
+            tags: self.tags_on(policy),
+            last_seen_ms: now_ms,
+            unreachable_since_ms: None,
+            probe: None,
+            rebind: None,
+            rebind_sent_ms: None,
+            rebind_seq: 0,
+            check: None,
+            replies: ReplyBudget::full(policy.member_replies_per_s, now_ms),
+            echo: ReplyBudget::full(ECHO_REPLIES_PER_S, now_ms),
+            rtt_ms: None,
+            probed_ms: now_ms,
+            rate: RateBucket::full(policy, now_ms),
+        }
+    }
+
     fn join(&mut self, keys: &Keys, policy: &Policy, now: Now, src: SocketAddr, pkt: &Packet<&[u8]>) -> Outcome {
         let len = pkt.as_bytes().len();
         let sender = pkt.sender();
@@ -859,12 +1063,12 @@ impl Group {
         let Some(token) = pkt.join_token() else {
             return Outcome::drop(DropReason::Malformed(ParseError::BadPayload(Kind::Join)));
         };
-        let session =
+        let (claims, session) =
             match keys
                 .token_secret
                 .verify_token_keys(token, keys.reflector_id, self.port, sender, now.unix_ms)
             {
-                Ok((_, k)) => k,
+                Ok(ck) => ck,
                 Err(e) => {
                     let code = if e == TokenError::Expired {
                         ErrorCode::ExpiredToken
@@ -880,10 +1084,21 @@ impl Group {
             return Outcome::with_reply(Event::Dropped(DropReason::BadMac), err, len, Payer::Unverified);
         }
         let existing = self.by_player.get(&sender).copied();
+        // A member's JOIN with another token than the membership was made
+        // with: a client that restarted (new key, its counter from 1) if that
+        // token expires later; anything else (a captured older JOIN) is
+        // dropped unanswered.
+        let replaces = existing.is_some_and(|idx| self.members[idx].token != *token);
         if let Some(idx) = existing {
-            // A member's JOIN must carry a sequence number it has not used
-            // (checked, not yet taken): a captured one replayed causes nothing.
-            if !self.members[idx].window.fresh(pkt.seq()) {
+            if replaces {
+                let made = TokenClaims::peek(&self.members[idx].token).expires_unix_s;
+                if claims.expires_unix_s <= made {
+                    return Outcome::drop(DropReason::OlderToken);
+                }
+            } else if !self.members[idx].window.fresh(pkt.seq()) {
+                // A member's JOIN must carry a sequence number it has not
+                // used (checked, not yet taken): a captured one replayed
+                // causes nothing.
                 return Outcome::drop(DropReason::Replay);
             }
         }
@@ -914,14 +1129,15 @@ impl Group {
             return Outcome::with_reply(Event::Dropped(DropReason::BadCookie), err, len, Payer::Unverified);
         }
         // From here the cookie proved the address and the MAC the player.
-        let tags = self.tags.unwrap_or(policy.data_tags);
         let retry = SmallDatagram::error(self.port, sender, 0, ErrorCode::Retry);
         let occupied = Event::Dropped(DropReason::Occupied);
         let idx = match existing {
             Some(idx) => {
                 // The player again. The sequence number is taken now, so a
                 // captured JOIN replayed later moves nothing.
-                self.members[idx].window.accept(pkt.seq());
+                if !replaces {
+                    self.members[idx].window.accept(pkt.seq());
+                }
                 let old = self.members[idx].addr;
                 if old != src {
                     if let Some(&holder) = self.by_addr.get(&src) {
@@ -935,6 +1151,25 @@ impl Group {
                         }
                         return Outcome::paid(occupied, retry, len, Payer::Member, paid);
                     }
+                }
+                if replaces {
+                    // A new membership in the old one's place: its budgets
+                    // stay (the same player pays), the rest starts afresh,
+                    // and the backend drops the old entry (key, window) for
+                    // the new one even at the same address.
+                    let mut m = self.new_member(keys, policy, now_ms, src, sender, session, token, pkt.seq());
+                    let prev = self.members[idx];
+                    m.replies = prev.replies;
+                    m.echo = prev.echo;
+                    m.rate = prev.rate;
+                    self.members[idx] = m;
+                    self.by_addr.remove(&old);
+                    self.by_addr.insert(src, idx);
+                    self.address_removed(old);
+                    self.address_added(src);
+                    self.changes.push(Change::Removed(old));
+                    self.changes.push(Change::Added(src));
+                } else if old != src {
                     self.by_addr.remove(&old);
                     self.by_addr.insert(src, idx);
                     self.address_removed(old);
@@ -975,35 +1210,9 @@ impl Group {
                     let paid = self.player_pays(sender, 1, policy, now_ms);
                     return Outcome::paid(Event::Dropped(DropReason::AddressLimit), err, len, Payer::Player, paid);
                 }
-                let membership = (self.fresh(keys, b"mbid", now_ms) as u32).max(1);
-                // The echo's number starts the window, and every number below
-                // it counts as used (the client's numbers only grow): a
-                // captured first JOIN replayed later is no news either.
-                let window = ReplayWindow {
-                    highest: pkt.seq(),
-                    bitmap: u64::MAX,
-                };
                 let idx = self.members.len();
-                self.members.push(Member {
-                    addr: src,
-                    sender,
-                    membership,
-                    keys: session,
-                    window,
-                    tx_seq: 1,
-                    tags,
-                    last_seen_ms: now_ms,
-                    unreachable_since_ms: None,
-                    probe: None,
-                    rebind: None,
-                    rebind_sent_ms: None,
-                    rebind_seq: 0,
-                    check: None,
-                    replies: ReplyBudget::full(policy.member_replies_per_s, now_ms),
-                    rtt_ms: None,
-                    probed_ms: now_ms,
-                    rate: RateBucket::full(policy, now_ms),
-                });
+                let m = self.new_member(keys, policy, now_ms, src, sender, session, token, pkt.seq());
+                self.members.push(m);
                 self.address_added(src);
                 self.by_addr.insert(src, idx);
                 self.by_player.insert(sender, idx);
@@ -1012,32 +1221,21 @@ impl Group {
                 idx
             }
         };
-        let members = u16::try_from(self.members.len()).unwrap_or(u16::MAX);
-        let port = self.port;
         // A re-JOIN's JOIN_ACK is the member's to pay; a new member's is
         // free (its cookie and MAC verified; the group's size bounds them).
         let (payer, paid) = match existing {
             Some(idx) => (Payer::Member, self.member_pays(idx, 1, policy, now_ms)),
             None => (Payer::Nobody, Some(true)),
         };
-        let m = &mut self.members[idx];
-        let h = m.next_header(Kind::JoinAck, port);
-        let ack = JoinAck {
-            members,
-            keepalive_ms: policy.keepalive_ms,
-            flags: if m.tags { FLAG_TAGS } else { 0 },
-            checkpoint_port: policy.checkpoint_port,
-        };
-        let reply = SmallDatagram::join_ack(&h, ack, &m.keys);
-        Outcome::paid(
+        let reply = self.join_ack(idx, policy);
+        let event = if replaces {
+            Event::Replaced
+        } else {
             Event::Joined {
                 rejoin: existing.is_some(),
-            },
-            reply,
-            len,
-            payer,
-            paid,
-        )
+            }
+        };
+        Outcome::paid(event, reply, len, payer, paid)
     }
 
     /// Counts a member address in its IP's tally.
@@ -1141,10 +1339,12 @@ impl Group {
         Some((m.addr, nonce, SmallDatagram::nonce(&h, nonce, &m.keys)))
     }
 
-    /// Removes members silent for longer than the policy allows, and members
-    /// an ICMP error was about that have not been heard from since, for two
-    /// keepalive intervals. `now_ms` is the monotonic clock ([`Now::mono_ms`]).
-    pub fn expire(&mut self, policy: &Policy, now_ms: u64) -> Expired {
+    /// Removes members whose token expired (wall clock, [`Now::unix_ms`]:
+    /// they did not renew), members silent for longer than the policy
+    /// allows, and members an ICMP error was about that have not been heard
+    /// from since, for two keepalive intervals (monotonic, [`Now::mono_ms`]).
+    pub fn expire(&mut self, policy: &Policy, now: Now) -> Expired {
+        let now_ms = now.mono_ms;
         let mut out = Expired::default();
         let grace = 2 * u64::from(policy.keepalive_ms);
         let mut i = 0;
@@ -1156,7 +1356,12 @@ impl Group {
             let occupied = m
                 .check
                 .is_some_and(|c| c.probes >= 2 && now_ms.saturating_sub(c.sent_ms) >= OCCUPANCY_PROBE_GAP_MS);
-            if now_ms.saturating_sub(m.last_seen_ms) > policy.member_timeout_ms {
+            if now.unix_ms >= m.expires_unix_ms {
+                // Whatever else it sends: a membership lives at most as
+                // long as its latest token.
+                self.remove(i);
+                out.tokens += 1;
+            } else if now_ms.saturating_sub(m.last_seen_ms) > policy.member_timeout_ms {
                 self.remove(i);
                 out.silent += 1;
             } else if occupied {
@@ -1279,7 +1484,21 @@ mod tests {
         player: u32,
         first_seq: u64,
     ) -> (Player, Outcome) {
-        let t = token(k, player, PORT, 60);
+        join_with(g, k, p, now, src, player, first_seq, token(k, player, PORT, 60))
+    }
+
+    /// [`join_from`] with the token given.
+    #[allow(clippy::too_many_arguments)]
+    fn join_with(
+        g: &mut Group,
+        k: &Keys,
+        p: &Policy,
+        now: u64,
+        src: SocketAddr,
+        player: u32,
+        first_seq: u64,
+        t: [u8; TOKEN_LEN],
+    ) -> (Player, Outcome) {
         let req = JoinRequest {
             reflector: reflector_addr(),
             group: PORT,
@@ -1569,7 +1788,7 @@ mod tests {
         // Member 3 keeps talking, the rest fall silent.
         let ka = players[3].keepalive();
         assert_eq!(g.handle(&k, &p, at(T0 + 1400), addr(3), &ka).event, Event::Refreshed);
-        assert_eq!(g.expire(&p, T0 + 1600).silent, 3);
+        assert_eq!(g.expire(&p, at(T0 + 1600)).silent, 3);
         assert_eq!(g.len(), 1);
         assert_eq!(g.members()[0].sender, 3);
         assert_eq!(mirror(&mut g, &mut seen), [addr(3)].into_iter().collect());
@@ -1617,7 +1836,7 @@ mod tests {
     /// One sweep of the server's timer: expiry, then the PROBEs due, which
     /// the players listed (at their addresses) answer 2 ms later.
     fn sweep(g: &mut Group, k: &Keys, p: &Policy, now: u64, live: &mut [(SocketAddr, &mut Player)]) -> Expired {
-        let gone = g.expire(p, now);
+        let gone = g.expire(p, at(now));
         let mut out = Vec::new();
         g.probes(k, p, now, &mut out);
         for (to, probe) in out {
@@ -1787,7 +2006,7 @@ mod tests {
         let r = victim.answer(&out[0].1).unwrap();
         assert_eq!(g.handle(&k, &p, at(T0 + 1150), addr(0), &r).event, Event::Held);
         assert!(g.members()[0].check.is_none());
-        assert_eq!(g.expire(&p, T0 + 5000), Expired::default());
+        assert_eq!(g.expire(&p, at(T0 + 5000)), Expired::default());
     }
 
     /// Non-member traffic (spoofed floods of every kind) cannot spend the
@@ -1954,7 +2173,7 @@ mod tests {
         let o = g.handle(&k, &p, at(T0 + 900), addr(5), &d);
         assert_eq!(o.event, Event::Dropped(DropReason::Unvalidated));
         assert!(o.reply.is_none());
-        assert_eq!(g.expire(&p, T0 + 1001).silent, 1, "DATA alone did not keep it");
+        assert_eq!(g.expire(&p, at(T0 + 1001)).silent, 1, "DATA alone did not keep it");
         // A group may override the server's default.
         let mut tagged = Group::new(PORT);
         tagged.set_tags(true);
@@ -2106,7 +2325,7 @@ mod tests {
         assert!(g.note_unreachable(addr(0), T0 + 100));
         let ka = zero.keepalive();
         g.handle(&k, &p, at(T0 + 1500), addr(0), &ka);
-        assert_eq!(g.expire(&p, T0 + 5000), Expired::default());
+        assert_eq!(g.expire(&p, at(T0 + 5000)), Expired::default());
         // An error about member 1, silent since: it stays for two keepalive
         // intervals, then stops costing a send per datagram.
         assert!(g.note_unreachable(addr(1), T0 + 6000));
@@ -2114,13 +2333,14 @@ mod tests {
             g.note_unreachable(addr(1), T0 + 7000),
             "a later error keeps the first time"
         );
-        assert_eq!(g.expire(&p, T0 + 7999), Expired::default());
+        assert_eq!(g.expire(&p, at(T0 + 7999)), Expired::default());
         assert_eq!(
-            g.expire(&p, T0 + 8000),
+            g.expire(&p, at(T0 + 8000)),
             Expired {
                 silent: 0,
                 unreachable: 1,
                 occupied: 0,
+                tokens: 0,
             }
         );
         assert_eq!(g.len(), 1);
@@ -2207,7 +2427,7 @@ mod tests {
         assert!(g.handle(&k, &p, at(T0 + 1000), addr(10), j.as_bytes()).reply.is_some());
         // Full budgets are forgotten by the sweep.
         assert_eq!(g.players.len(), 1);
-        g.expire(&p, T0 + 2000);
+        g.expire(&p, at(T0 + 2000));
         assert!(g.players.is_empty());
         // A member's re-JOIN steps come from its own budget (2 a second):
         // a captured re-JOIN is not fresh and costs nothing.
@@ -2268,8 +2488,8 @@ mod tests {
             g.handle(&k, &p, jumped, addr(0), &d).event,
             Event::Forward { .. }
         ));
-        assert_eq!(g.expire(&p, T0 + 10).silent, 0);
-        assert_eq!(g.expire(&p, T0 + 1011).silent, 1);
+        assert_eq!(g.expire(&p, at(T0 + 10)).silent, 0);
+        assert_eq!(g.expire(&p, at(T0 + 1011)).silent, 1);
     }
 
     #[test]
@@ -2286,5 +2506,308 @@ mod tests {
         let j = SmallDatagram::join(&hdr(Kind::Join, 5, 0, 1), &t, None, &session_keys(&k, &t));
         let o = g.handle(&k, &p, at(T0), addr(0), j.as_bytes());
         assert_eq!(o.event, Event::Dropped(DropReason::Token(TokenError::WrongReflector)));
+    }
+
+    /// Wall clock `unix`, monotonic clock `mono`.
+    fn clocks(unix: u64, mono: u64) -> Now {
+        Now {
+            unix_ms: unix,
+            mono_ms: mono,
+        }
+    }
+
+    fn parsed(d: &SmallDatagram) -> Packet<Vec<u8>> {
+        Packet::parse(d.as_bytes().to_vec()).unwrap()
+    }
+
+    /// A member that does not renew is removed at its token's expiry (wall
+    /// clock), however alive it is, counted apart; the backend is told, and
+    /// its traffic is no longer fanned out.
+    #[test]
+    fn a_member_that_does_not_renew_is_removed_at_its_tokens_expiry() {
+        let (k, p) = (keys(), Policy::default());
+        let mut g = Group::new(PORT);
+        let (mut one, _) = join(&mut g, &k, &p, T0, addr(0), 1);
+        let (mut two, _) = join(&mut g, &k, &p, T0, addr(1), 2);
+        let mut seen = HashSet::new();
+        mirror(&mut g, &mut seen);
+        assert_eq!(g.members()[0].expires_unix_ms, T0 + 60_000);
+        // Alive throughout on the monotonic clock (a keepalive a second).
+        for s in 1..60u64 {
+            for (pl, a) in [(&mut one, addr(0)), (&mut two, addr(1))] {
+                let ka = pl.keepalive();
+                assert_eq!(g.handle(&k, &p, at(T0 + s * 1000), a, &ka).event, Event::Refreshed);
+            }
+        }
+        assert_eq!(g.expire(&p, at(T0 + 59_999)), Expired::default());
+        let gone = g.expire(&p, clocks(T0 + 60_000, T0 + 59_999));
+        assert_eq!(
+            gone,
+            Expired {
+                tokens: 2,
+                ..Expired::default()
+            }
+        );
+        assert!(g.is_empty());
+        assert!(mirror(&mut g, &mut seen).is_empty(), "the backend's entries go too");
+        let d = one.data(b"late");
+        let o = g.handle(&k, &p, at(T0 + 60_001), addr(0), &d);
+        assert_eq!(o.event, Event::Dropped(DropReason::NotMember));
+        assert_eq!(o.payer, Payer::Unverified);
+    }
+
+    /// A renewal (72 bytes, the membership's id and key, a newer token)
+    /// extends the membership and changes nothing else; retried, it is
+    /// answered again; replayed, from elsewhere, or with a bad token, it
+    /// renews nothing.
+    #[test]
+    fn a_renewal_extends_the_membership_and_changes_nothing_else() {
+        let (k, p) = (keys(), Policy::default());
+        let mut g = Group::new(PORT);
+        let (mut one, _) = join(&mut g, &k, &p, T0, addr(0), 1);
+        join(&mut g, &k, &p, T0, addr(1), 2);
+        let mut seen = HashSet::new();
+        mirror(&mut g, &mut seen);
+        let before = g.members()[0];
+        let mkeys = one.session.request().keys;
+        let newer = token(&k, 1, PORT, 120);
+        let seq = one.session.next_seq() + 10;
+        let renew = |seq: u64, t: &[u8; TOKEN_LEN]| {
+            SmallDatagram::renewal(&hdr(Kind::Join, 1, before.membership, seq), t, &mkeys)
+        };
+        let r = renew(seq, &newer);
+        assert_eq!(r.len(), 72);
+        let now = at(T0 + 40_000);
+        let o = g.handle(&k, &p, now, addr(0), r.as_bytes());
+        assert_eq!((o.event, o.payer), (Event::Renewed, Payer::Member));
+        let ack = parsed(&o.reply.expect("a JOIN_ACK"));
+        assert_eq!((ack.kind(), ack.membership()), (Kind::JoinAck, before.membership));
+        assert!(mkeys.verify(&ack), "under the membership's key");
+        let m = g.members()[0];
+        assert_eq!(m.expires_unix_ms, T0 + 120_000);
+        assert_eq!(
+            (m.membership, m.token, m.addr),
+            (before.membership, before.token, before.addr)
+        );
+        assert_eq!(m.keys.mac_key(), before.keys.mac_key());
+        assert_eq!(m.window.highest, seq);
+        assert_eq!(mirror(&mut g, &mut seen), [addr(0), addr(1)].into_iter().collect());
+        let mut changes = 0;
+        g.take_changes(|_, _| changes += 1);
+        assert_eq!(changes, 0, "no change for the backend");
+        // Its traffic goes on under the same key.
+        let d = one.data(b"x");
+        assert!(matches!(
+            g.handle(&k, &p, now, addr(0), &d).event,
+            Event::Forward { .. }
+        ));
+        // The same renewal replayed: nothing; retried (JOIN_ACK lost): answered.
+        assert_eq!(
+            g.handle(&k, &p, now, addr(0), r.as_bytes()).event,
+            Event::Dropped(DropReason::Replay)
+        );
+        let o = g.handle(&k, &p, now, addr(0), renew(seq + 100, &newer).as_bytes());
+        assert_eq!(o.event, Event::Renewed);
+        // An older token never shortens it.
+        let o = g.handle(
+            &k,
+            &p,
+            now,
+            addr(0),
+            renew(seq + 101, &token(&k, 1, PORT, 70)).as_bytes(),
+        );
+        assert_eq!(o.event, Event::Renewed);
+        assert_eq!(g.members()[0].expires_unix_ms, T0 + 120_000);
+        // From another address: a rebinding PROBE, no renewal.
+        let o = g.handle(
+            &k,
+            &p,
+            now,
+            addr(9),
+            renew(seq + 200, &token(&k, 1, PORT, 300)).as_bytes(),
+        );
+        assert_eq!(o.event, Event::Dropped(DropReason::Unvalidated));
+        assert_eq!(o.reply_kind(), Some(Kind::Probe));
+        assert_eq!(g.members()[0].expires_unix_ms, T0 + 120_000);
+        // Bad tokens: ERRORs nobody can verify, from the global budget.
+        for (i, (t, code)) in [
+            (token(&k, 2, PORT, 300), ErrorCode::BadToken),
+            (token(&k, 1, PORT + 1, 300), ErrorCode::BadToken),
+            (token(&k, 1, PORT, 30), ErrorCode::ExpiredToken),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let o = g.handle(&k, &p, now, addr(0), renew(seq + 300 + i as u64, &t).as_bytes());
+            assert!(matches!(o.event, Event::Dropped(DropReason::Token(_))), "{code:?}");
+            assert_eq!(o.payer, Payer::Unverified);
+            assert_eq!(parsed(&o.reply.unwrap()).error_code(), Some(Ok(code)));
+        }
+        // Under the new token's key, or the other member's id: not a renewal.
+        let wrong_key = SmallDatagram::renewal(
+            &hdr(Kind::Join, 1, before.membership, seq + 400),
+            &newer,
+            &session_keys(&k, &newer),
+        );
+        assert_eq!(
+            g.handle(&k, &p, now, addr(0), wrong_key.as_bytes()).event,
+            Event::Dropped(DropReason::BadMac)
+        );
+        let stale = SmallDatagram::renewal(&hdr(Kind::Join, 1, 12345, seq + 401), &newer, &mkeys);
+        assert_eq!(
+            g.handle(&k, &p, now, addr(0), stale.as_bytes()).event,
+            Event::Dropped(DropReason::StaleMembership)
+        );
+        // Renewed, it outlives its first token, and goes at the new one's end.
+        assert_eq!(g.expire(&p, clocks(T0 + 60_000, T0 + 1000)).tokens, 1, "player 2 only");
+        assert_eq!(g.members()[0].sender, 1);
+        assert_eq!(g.expire(&p, clocks(T0 + 120_000, T0 + 1000)).tokens, 1);
+        assert!(g.is_empty());
+    }
+
+    /// A client that restarted (a new token and key, its counter from 1)
+    /// replaces its membership; an older token's JOIN replaces nothing.
+    #[test]
+    fn a_restarted_client_replaces_its_membership() {
+        let (k, p) = (keys(), Policy::default());
+        let mut g = Group::new(PORT);
+        let (mut old, _) = join(&mut g, &k, &p, T0, addr(0), 1);
+        join(&mut g, &k, &p, T0, addr(1), 2);
+        let mut seen = HashSet::new();
+        mirror(&mut g, &mut seen);
+        let before = g.members()[0];
+        // The restarted client: a later token, sequence numbers from 1.
+        let t2 = token(&k, 1, PORT, 90);
+        let (mut new, o) = join_with(&mut g, &k, &p, T0 + 5000, addr(0), 1, 1, t2);
+        assert_eq!((o.event, o.payer), (Event::Replaced, Payer::Member));
+        let ack = parsed(&o.reply.unwrap());
+        assert!(session_keys(&k, &t2).verify(&ack));
+        let m = g.members()[0];
+        assert_ne!(m.membership, before.membership);
+        assert_eq!((m.token, m.expires_unix_ms, m.tx_seq), (t2, T0 + 90_000, 2));
+        assert_eq!(m.keys.mac_key(), session_keys(&k, &t2).mac_key());
+        assert_eq!(g.len(), 2);
+        // The backend re-adds the address with the new key.
+        let mut log = Vec::new();
+        g.take_changes(|c, m| log.push((c, m.map(|m| m.membership))));
+        assert_eq!(
+            log,
+            vec![
+                (Change::Removed(addr(0)), None),
+                (Change::Added(addr(0)), Some(g.members()[0].membership))
+            ]
+        );
+        let d = new.data(b"x");
+        assert!(matches!(
+            g.handle(&k, &p, at(T0 + 5000), addr(0), &d).event,
+            Event::Forward { .. }
+        ));
+        let d = old.data(b"x");
+        assert_eq!(
+            g.handle(&k, &p, at(T0 + 5000), addr(0), &d).event,
+            Event::Dropped(DropReason::StaleMembership)
+        );
+        // The first token's JOIN (a captured one, or the old process) and a
+        // token expiring no later replace nothing, unanswered.
+        for t in [token(&k, 1, PORT, 60), token(&k, 1, PORT, 90 - 1)] {
+            let j = SmallDatagram::join(&hdr(Kind::Join, 1, 0, 1), &t, None, &session_keys(&k, &t));
+            let o = g.handle(&k, &p, at(T0 + 5000), addr(0), j.as_bytes());
+            assert_eq!(o.event, Event::Dropped(DropReason::OlderToken));
+            assert!(o.reply.is_none());
+        }
+        // Onto another player's address: that one is checked first.
+        let t3 = token(&k, 1, PORT, 120);
+        let (_, o) = join_with(&mut g, &k, &p, T0 + 6000, addr(1), 1, 1, t3);
+        assert_eq!(o.event, Event::Dropped(DropReason::Occupied));
+        assert_eq!(parsed(&o.reply.unwrap()).error_code(), Some(Ok(ErrorCode::Retry)));
+        assert_eq!(g.members()[0].token, t2);
+        // From a free address: replaced and moved.
+        let (_, o) = join_with(&mut g, &k, &p, T0 + 7000, addr(5), 1, 1, t3);
+        assert_eq!(o.event, Event::Replaced);
+        assert_eq!(g.members()[0].addr, addr(5));
+        assert_eq!(mirror(&mut g, &mut seen), [addr(1), addr(5)].into_iter().collect());
+    }
+
+    /// ECHO from the member's address: a sign of life, answered with an
+    /// ECHO_REPLY of the same size and nonce under its key, 4 a second.
+    #[test]
+    fn echoes_are_answered_from_the_members_own_budget() {
+        let (k, p) = (
+            keys(),
+            Policy {
+                member_timeout_ms: 1000,
+                ..Policy::default()
+            },
+        );
+        let mut g = Group::new(PORT);
+        let (one, _) = join(&mut g, &k, &p, T0, addr(0), 1);
+        let mkeys = one.session.request().keys;
+        let id = g.members()[0].membership;
+        let mut seq = one.session.next_seq();
+        let mut echo = |nonce: u64| {
+            seq += 1;
+            SmallDatagram::nonce(&hdr(Kind::Echo, 1, id, seq), nonce, &mkeys)
+        };
+        let mut answered = 0u32;
+        for i in 0..6u64 {
+            let e = echo(100 + i);
+            let o = g.handle(&k, &p, at(T0 + 900), addr(0), e.as_bytes());
+            assert_eq!((o.event, o.payer), (Event::Echoed, Payer::Member));
+            if let Some(r) = o.reply {
+                answered += 1;
+                assert_eq!(r.len(), e.len(), "exactly as large as the request");
+                let r = parsed(&r);
+                assert_eq!(
+                    (r.kind(), r.nonce(), r.membership()),
+                    (Kind::EchoReply, Some(100 + i), id)
+                );
+                assert_eq!(r.seq(), g.members()[0].tx_seq);
+                assert!(mkeys.verify(&r));
+            } else {
+                assert_eq!(o.suppressed, Some(Kind::EchoReply));
+            }
+        }
+        assert_eq!(answered, ECHO_REPLIES_PER_S);
+        // A sign of life: not expired a second after the join.
+        assert_eq!(g.expire(&p, at(T0 + 1500)), Expired::default());
+        // 250 ms later one more; a replay and another address get none.
+        let e = echo(7);
+        let o = g.handle(&k, &p, at(T0 + 1150), addr(0), e.as_bytes());
+        assert_eq!(o.reply_kind(), Some(Kind::EchoReply));
+        let o = g.handle(&k, &p, at(T0 + 1150), addr(0), e.as_bytes());
+        assert_eq!((o.event, o.reply_kind()), (Event::Dropped(DropReason::Replay), None));
+        let o = g.handle(&k, &p, at(T0 + 1200), addr(9), echo(8).as_bytes());
+        assert_eq!(o.event, Event::Dropped(DropReason::Unvalidated));
+        assert_eq!(o.reply_kind(), Some(Kind::Probe), "a rebinding PROBE, not an answer");
+        // Forged: dropped, unanswered.
+        let forged = SmallDatagram::nonce(&hdr(Kind::Echo, 1, id, seq + 50), 9, &keys_guess());
+        let o = g.handle(&k, &p, at(T0 + 1300), addr(0), forged.as_bytes());
+        assert_eq!((o.event, o.reply_kind()), (Event::Dropped(DropReason::BadMac), None));
+    }
+
+    /// JOIN_ACK's instance flag: the policy's default, or the group's own.
+    #[test]
+    fn join_ack_announces_the_instance_flag_by_policy_and_group() {
+        let k = keys();
+        for (default, group, want) in [
+            (false, None, false),
+            (true, None, true),
+            (true, Some(false), false),
+            (false, Some(true), true),
+        ] {
+            let p = Policy {
+                data_instance: default,
+                ..Policy::default()
+            };
+            let mut g = Group::new(PORT);
+            if let Some(on) = group {
+                g.set_instance(on);
+            }
+            let (_, o) = join(&mut g, &k, &p, T0, addr(0), 1);
+            let ack = parsed(&o.reply.unwrap()).join_ack().unwrap();
+            assert_eq!(ack.instance(), want, "{default} {group:?}");
+            assert!(ack.tags(), "tags stay as they were");
+            assert_eq!(ack.flags & !(FLAG_TAGS | FLAG_INSTANCE), 0);
+        }
     }
 }

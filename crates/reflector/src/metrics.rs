@@ -82,6 +82,12 @@ counters! {
     rejoins: "counter", "JOINs from existing members, answered again.";
     leaves: "counter", "Members that left with LEAVE.";
     expired: "counter", "Members removed after going silent.";
+    expired_tokens: "counter", "Members removed because their token expired (wall clock) and they had not renewed it.";
+    renewals: "counter", "Renewals accepted: a member's JOIN with a newer token, under its membership's key; its expiry extended, nothing else changed.";
+    replaced: "counter", "Memberships replaced by a JOIN of the same player with another token expiring later (a restarted client).";
+    older_tokens: "counter", "JOINs of a member carrying another token that does not expire later than the membership's (a captured older JOIN), dropped.";
+    echo_replies: "counter", "ECHO_REPLYs sent to members' ECHOs.";
+    echo_suppressed: "counter", "ECHOs not answered: the member's echo budget (4 a second) was spent.";
     unreachable_removed: "counter", "Members removed because ICMP errors were reported about them and they had sent nothing since, for two keepalive intervals (an ICMP error alone removes nobody).";
     control_bytes_in: "counter", "Bytes of datagrams that were not member traffic (joins, strays, floods).";
     reply_bytes_out: "counter", "Bytes of replies (challenge, ack, error); never more than control_bytes_in.";
@@ -311,11 +317,17 @@ impl Registry {
             + t.group_full
             + t.address_limit
             + t.rate_limited
+            + t.older_tokens
             + t.unexpected;
         let _ = writeln!(
             out,
             "refused joins/other drops: {other}; icmp errors: {}; eagain waits: {}; send errors: {}; reply bytes {} <= control bytes {}",
             t.icmp_errors, t.eagain_waits, t.send_errors, t.reply_bytes_out, t.control_bytes_in
+        );
+        let _ = writeln!(
+            out,
+            "lifetime: {} renewals, {} expired tokens, {} replaced; echo: {} replies, {} suppressed",
+            t.renewals, t.expired_tokens, t.replaced, t.echo_replies, t.echo_suppressed
         );
         out
     }
@@ -379,5 +391,10 @@ mod tests {
         assert_eq!(r.total().received, 7);
         assert_eq!(r.to_json()["total"]["received"], 7);
         assert!(r.summary_table().contains("total"));
+        r.groups[0].1.expired_tokens.fetch_add(2, Relaxed);
+        assert!(r.summary_table().contains("2 expired tokens"), "{}", r.summary_table());
+        assert!(r
+            .prometheus()
+            .contains("reflector_expired_tokens_total{group=\"4000\",backend=\"sendto\"} 2"));
     }
 }

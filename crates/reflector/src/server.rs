@@ -80,6 +80,14 @@ pub struct ServeArgs {
     /// DATA tags of one group, unlike --data-tags: PORT=on or PORT=off (repeatable).
     #[arg(long = "group-data-tags", value_name = "PORT=on|off", value_parser = parse_group_tags)]
     pub group_data_tags: Vec<(u16, bool)>,
+    /// Instance ids: announce (JOIN_ACK flag bit 1) that every DATA's game payload starts with
+    /// the sender's 8-byte client instance id. The reflector never reads it; turn it on once
+    /// every client of the deployment sends it.
+    #[arg(long, value_enum, default_value_t = Toggle::Off)]
+    pub data_instance: Toggle,
+    /// The instance flag of one group, unlike --data-instance: PORT=on or PORT=off (repeatable).
+    #[arg(long = "group-data-instance", value_name = "PORT=on|off", value_parser = parse_group_tags)]
+    pub group_data_instance: Vec<(u16, bool)>,
     /// Members per source IP address in one group (further JOINs get ERROR(AddressLimit)): one
     /// host cannot fill a group and multiply its datagrams by the group's size, a household
     /// behind one NAT still fits. Raise it for load tests from one address.
@@ -264,6 +272,9 @@ pub struct ServerConfig {
     pub sndbuf: usize,
     /// Groups whose DATA tags differ from [`Policy::data_tags`]: (port, on).
     pub group_tags: Vec<(u16, bool)>,
+    /// Groups whose instance flag differs from [`Policy::data_instance`]:
+    /// (port, on).
+    pub group_instance: Vec<(u16, bool)>,
     /// The checkpoint channel, if any (its port goes into
     /// [`Policy::checkpoint_port`] once bound).
     pub checkpoint: Option<CheckpointConfig>,
@@ -408,6 +419,9 @@ impl Server {
             let mut group = Group::new(port);
             if let Some(&(_, on)) = cfg.group_tags.iter().find(|(p, _)| *p == port) {
                 group.set_tags(on);
+            }
+            if let Some(&(_, on)) = cfg.group_instance.iter().find(|(p, _)| *p == port) {
+                group.set_instance(on);
             }
             per_thread[i % nthreads].push(Slot {
                 sock,
@@ -782,6 +796,16 @@ impl Loop<'_> {
             }
             Event::Rebound { .. } => c.rebinds.fetch_add(1, Relaxed),
             Event::Held => c.occupancy_kept.fetch_add(1, Relaxed),
+            Event::Renewed => c.renewals.fetch_add(1, Relaxed),
+            // Counted below, as answered or suppressed.
+            Event::Echoed => 0,
+            Event::Replaced => {
+                // A new key and membership id for the channel.
+                if let Some(b) = &self.board {
+                    b.set_roster(slot.group.port(), slot.group.members());
+                }
+                c.replaced.fetch_add(1, Relaxed)
+            }
             // Counted below, as sent or suppressed.
             Event::Challenged => 0,
             Event::Joined { rejoin } => {
@@ -817,6 +841,7 @@ impl Loop<'_> {
                 Kind::JoinChallenge => c.challenges_suppressed.fetch_add(1, Relaxed),
                 Kind::Probe => c.rebind_probes_suppressed.fetch_add(1, Relaxed),
                 Kind::Error => c.error_replies_suppressed.fetch_add(1, Relaxed),
+                Kind::EchoReply => c.echo_suppressed.fetch_add(1, Relaxed),
                 _ => 0,
             };
         }
@@ -829,6 +854,7 @@ impl Loop<'_> {
                     Some(Kind::JoinChallenge) => c.challenges.fetch_add(1, Relaxed),
                     Some(Kind::Probe) => c.rebind_probes.fetch_add(1, Relaxed),
                     Some(Kind::Error) => c.error_replies.fetch_add(1, Relaxed),
+                    Some(Kind::EchoReply) => c.echo_replies.fetch_add(1, Relaxed),
                     _ => 0,
                 };
             }
@@ -857,7 +883,8 @@ impl Loop<'_> {
     /// Expiry: silent members, and members an ICMP error was about that have
     /// been silent since; the backend reports its counters.
     fn sweep(&mut self) {
-        let now_ms = mono_now_ms();
+        let now = crate::now();
+        let now_ms = now.mono_ms;
         let mut probes = Vec::new();
         for (i, s) in self.slots.iter_mut().enumerate() {
             // Signs of life and counters from the backend first (the kernel
@@ -866,7 +893,7 @@ impl Loop<'_> {
             self.fanout.sync(i, &s.counters, &mut |addr| {
                 group.heard_from(addr, now_ms);
             });
-            let gone = s.group.expire(self.policy, now_ms);
+            let gone = s.group.expire(self.policy, now);
             // Each member's RTT, measured by the reflector itself.
             probes.clear();
             let probed = s.group.probes(self.keys, self.policy, now_ms, &mut probes);
@@ -884,7 +911,7 @@ impl Loop<'_> {
                 Change::Removed(a) => fanout.member_removed(i, a),
             });
             if let Some(b) = &self.board {
-                if gone.silent + gone.unreachable + gone.occupied > 0 {
+                if gone.total() > 0 {
                     b.set_roster(s.group.port(), s.group.members());
                 }
                 // Paper 000 §3: the game state, asked of one member.
@@ -896,8 +923,9 @@ impl Loop<'_> {
                     }
                 }
             }
-            if gone.silent + gone.unreachable + gone.occupied > 0 {
+            if gone.total() > 0 {
                 s.counters.expired.fetch_add(gone.silent as u64, Relaxed);
+                s.counters.expired_tokens.fetch_add(gone.tokens as u64, Relaxed);
                 s.counters
                     .unreachable_removed
                     .fetch_add(gone.unreachable as u64, Relaxed);
@@ -919,6 +947,7 @@ fn count_drop(c: &GroupCounters, reason: DropReason) -> u64 {
         DropReason::BadTag => &c.bad_tag,
         DropReason::Replay => &c.replays,
         DropReason::Unvalidated => &c.unvalidated,
+        DropReason::OlderToken => &c.older_tokens,
         DropReason::Token(TokenError::Expired) => &c.expired_token,
         DropReason::Token(_) => &c.bad_token,
         DropReason::BadCookie => &c.bad_cookie,
@@ -1009,6 +1038,7 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
             player_replies_per_s: args.player_replies_per_s,
             member_replies_per_s: args.member_replies_per_s,
             data_tags: args.data_tags == Toggle::On,
+            data_instance: args.data_instance == Toggle::On,
             checkpoint_port: 0,
             max_per_ip: args.max_per_ip as usize,
             member_pps: args.member_rate_pps,
@@ -1020,6 +1050,7 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         rcvbuf: args.rcvbuf,
         sndbuf: args.sndbuf,
         group_tags: args.group_data_tags.clone(),
+        group_instance: args.group_data_instance.clone(),
         checkpoint: args.checkpoint_port.map(|port| CheckpointConfig {
             port,
             every_ms: args.checkpoint_every_ms,

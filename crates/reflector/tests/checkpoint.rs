@@ -47,6 +47,7 @@ fn start(groups: usize, ck: CheckpointConfig) -> Server {
         rcvbuf: 4 << 20,
         sndbuf: 4 << 20,
         group_tags: Vec::new(),
+        group_instance: Vec::new(),
         checkpoint: Some(ck),
     };
     Server::start(cfg, Arc::new(AtomicBool::new(false))).expect("server starts")

@@ -57,6 +57,7 @@ fn setup_full(
             rcvbuf: 4 << 20,
             sndbuf: 4 << 20,
             group_tags: Vec::new(),
+            group_instance: Vec::new(),
             checkpoint,
         },
         stop,

@@ -127,6 +127,7 @@ fn start_with(lab: &Lab, policy: Policy, backend: BackendKind, rcvbuf: usize, st
             rcvbuf,
             sndbuf: 1 << 20,
             group_tags: Vec::new(),
+            group_instance: Vec::new(),
             checkpoint: None,
         };
         Server::start(cfg, stop).expect("the eBPF backend starts, with no fallback")
@@ -679,6 +680,7 @@ fn members_behind_other_devices_and_a_router() {
             rcvbuf: 1 << 20,
             sndbuf: 1 << 20,
             group_tags: Vec::new(),
+            group_instance: Vec::new(),
             checkpoint: None,
         };
         Server::start(cfg, stop2).expect("the eBPF backend starts, with no fallback")

@@ -63,6 +63,7 @@ fn start(policy: Policy) -> Server {
         rcvbuf: 4 << 20,
         sndbuf: 4 << 20,
         group_tags: Vec::new(),
+        group_instance: Vec::new(),
         checkpoint: None,
     };
     Server::start(cfg, Arc::new(AtomicBool::new(false))).expect("server starts")

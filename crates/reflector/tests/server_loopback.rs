@@ -36,6 +36,7 @@ fn start(backend: BackendKind, groups: usize, policy: Policy) -> Server {
         rcvbuf: 4 << 20,
         sndbuf: 4 << 20,
         group_tags: Vec::new(),
+        group_instance: Vec::new(),
         checkpoint: None,
     };
     Server::start(cfg, Arc::new(AtomicBool::new(false))).expect("server starts")

@@ -127,6 +127,7 @@ fn no_loss_on_a_full_device_queue(backend: BackendKind) {
             rcvbuf: 1 << 20,
             sndbuf: 1 << 20,
             group_tags: Vec::new(),
+            group_instance: Vec::new(),
             checkpoint: None,
         };
         Server::start(cfg, server_stop).expect("server starts in the namespace")

@@ -41,6 +41,7 @@ pub(super) struct BotStats {
     pub(super) sent: u64,
     pub(super) joins: u64,
     pub(super) join_retries: u64,
+    pub(super) renewals: u64,
     pub(super) cell_changes: u64,
     pub(super) group_changes: u64,
     pub(super) errors: u64,
@@ -66,6 +67,9 @@ pub(super) struct Bot {
     /// When the last KEEPALIVE went out.
     pub(super) last_keepalive: Instant,
     pub(super) keepalive: Duration,
+    /// Not before then is a ticket asked for again to renew (after one
+    /// was asked for, or failed).
+    pub(super) renew_ask_at: Option<Instant>,
     pub(super) stats: BotStats,
     /// Moves made (carried in every DATA with the position).
     pub(super) moves: u32,
@@ -158,6 +162,7 @@ impl<E: Edge> Ctx<'_, E> {
             mem,
             session: Session::new(req, cfg, now),
         };
+        self.token_received(bot);
         self.flush(bot);
     }
 
@@ -228,6 +233,8 @@ impl<E: Edge> Ctx<'_, E> {
                     self.leave(bot, true);
                     bot.stats.group_changes += 1;
                     self.start_join(idx, bot, target, now);
+                } else {
+                    self.renew_with(bot, &target, now);
                 }
             }
             State::Idle => self.start_join(idx, bot, target, now),
@@ -308,8 +315,8 @@ impl<E: Edge> Ctx<'_, E> {
                 };
                 let (mem, group) = (*mem, session.request().group);
                 let event = session.handle(now, src, &pkt);
-                // Kept for a rejoin: the request and where its numbers got to.
-                let (mut again, next_seq) = (*session.request(), session.next_seq());
+                // Kept for a rejoin: the newest token and where the numbers got to.
+                let again = session.rejoin_request();
                 self.flush(bot);
                 match event {
                     Some(Event::Joined(ack)) => {
@@ -339,7 +346,6 @@ impl<E: Edge> Ctx<'_, E> {
                         // on), not with a new ticket, which a forged error
                         // would otherwise turn into a lockout by the rate limit.
                         self.ledger.ended(mem);
-                        again.first_seq = next_seq;
                         self.error(bot, format!("group {group} forgot this member; joining again"));
                         self.start_join(idx, bot, again, now);
                     }
@@ -366,6 +372,7 @@ impl<E: Edge> Ctx<'_, E> {
                         let tick = u64::from(bot.moves);
                         self.checkpoint_job(idx, bot, mem, port, CkOp::Upload { nonce, tick, state });
                     }
+                    Some(Event::Renewed) => bot.stats.renewals += 1,
                     Some(Event::Retransmitted) | Some(Event::Probed) | None => {}
                 }
             }
@@ -436,9 +443,13 @@ impl<E: Edge> Ctx<'_, E> {
                     }
                     bot.last_keepalive = now;
                 }
+                let renew_due = self.renew_tick(idx, bot, &mut session, now);
                 // The session's sequence number moved on.
                 bot.state = State::InGroup { mem, session };
                 let mut next = bot.last_keepalive + bot.keepalive;
+                if let Some(t) = renew_due {
+                    next = next.min(t);
+                }
                 if self.released && quota_left {
                     next = next.min(bot.next_send);
                 }
@@ -672,6 +683,7 @@ mod tests {
             last_send: start,
             last_keepalive: start,
             keepalive: Duration::from_secs(2),
+            renew_ask_at: None,
             stats: BotStats::default(),
             moves: 0,
             view: HashMap::new(),

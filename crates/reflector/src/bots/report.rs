@@ -15,6 +15,9 @@ pub struct BotReport {
     pub joins: u64,
     /// JOIN datagrams sent again after a timeout.
     pub join_retries: u64,
+    /// Memberships renewed with a fresh token (JOIN_ACK received).
+    #[serde(default)]
+    pub renewals: u64,
     /// Moves to another cell.
     pub cell_changes: u64,
     /// Moves that changed group (LEAVE + JOIN).
