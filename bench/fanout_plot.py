@@ -81,7 +81,7 @@ def main():
             ax.grid(True, alpha=0.3)
     axes[0][0].legend(fontsize=7)
     fig.suptitle(
-        "In-kernel fan-out over veth: CPU per copy at saturation of one measured CPU (paper 000 §5 grid)"
+        "In-kernel fan-out over veth (paper 000 §5 grid):\nCPU per copy at saturation of one measured CPU"
     )
     fig.tight_layout()
     fig.savefig(sys.argv[2], dpi=110)
