@@ -51,7 +51,10 @@ warm-up a phase of --seconds is cut into 200 ms windows; in each, ns per copy = 
 CPU's busy time (wall time - idle time, idle from cpuidle's residency counters, us; softirq \
 included) / copies counted, i.e. 1e9 / (copies per second / busy fraction); the phase's \
 figure is the median window (a burst of background work moves a window or two, not the \
-median). The busy fraction is printed (it should be >= 95 %). IP multicast, the physical \
+median). The busy fraction is printed (it should be >= 95 %), and so is the measured CPU's \
+busy fraction over 200 ms with nothing sent just before the phase (other work there is \
+counted as the implementation's: a quiet machine is needed). After the phase the copies still \
+in flight are counted and the total is checked against datagrams sent x R. IP multicast, the physical \
 reference for in-kernel replication: a relay pinned to the measured CPU receives each \
 datagram and sends it once to a group the R receivers joined; the clients' namespace's \
 kernel makes one copy per receiver socket, in the softirq of the measured CPU too (the relay \
@@ -557,6 +560,11 @@ struct CpuPhase {
     /// The measured CPU's busy fraction just before the phase, with nothing
     /// sent, %: work that is not ours (a quiet machine shows ~0).
     background_pct: f64,
+    /// Copies counted over the whole phase, warm-up and the tail in flight
+    /// included, per copy the datagrams sent should make (sent x R), %:
+    /// 100 (multicast: a hair under, the few copies left in the receivers'
+    /// buffers); below, copies were lost on the way; above, miscounted.
+    counted_vs_sent_pct: f64,
     /// Times the sender found nothing counted for a while with its window
     /// full and sent on (datagrams lost on the way: a queue overflowed).
     stalls: u64,
@@ -657,6 +665,12 @@ fn udp_rcvbuf_errors(f: &mut std::fs::File) -> Result<u64, String> {
     f.rewind().map_err(|e| format!("/proc/net/snmp: {e}"))?;
     f.read_to_string(&mut text)
         .map_err(|e| format!("/proc/net/snmp: {e}"))?;
+    parse_udp_rcvbuf_errors(&text)
+}
+
+/// `Udp: RcvbufErrors` from the text of `/proc/net/snmp` (a line of names,
+/// then a line of values).
+fn parse_udp_rcvbuf_errors(text: &str) -> Result<u64, String> {
     let mut udp = text.lines().filter(|l| l.starts_with("Udp: "));
     let (names, values) = (udp.next(), udp.next());
     let (Some(names), Some(values)) = (names, values) else {
@@ -671,10 +685,16 @@ fn udp_rcvbuf_errors(f: &mut std::fs::File) -> Result<u64, String> {
 }
 
 /// Packets each CPU's receive backlog has processed so far
-/// (`/proc/net/softnet_stat`: first field, CPU number in the 13th where the
-/// kernel gives it, else the line's position).
+/// (`/proc/net/softnet_stat`).
 fn softnet_processed() -> Result<Vec<(usize, u64)>, String> {
     let text = std::fs::read_to_string("/proc/net/softnet_stat").map_err(|e| format!("/proc/net/softnet_stat: {e}"))?;
+    parse_softnet_processed(&text)
+}
+
+/// (CPU, processed) per line of `/proc/net/softnet_stat`: the first field,
+/// the CPU number from the 13th where the kernel gives it, else the line's
+/// position; hexadecimal.
+fn parse_softnet_processed(text: &str) -> Result<Vec<(usize, u64)>, String> {
     text.lines()
         .enumerate()
         .map(|(i, l)| {
@@ -810,6 +830,20 @@ fn measured_phase(
         }
     }
     let rx1 = softnet_processed()?;
+    // What is still in flight is counted before the totals are compared
+    // (not measured): until the count stops for 50 ms, at most 1 s.
+    let (mut total, mut since, deadline) = (
+        count.total()?.wrapping_sub(c0),
+        Instant::now(),
+        Instant::now() + Duration::from_secs(1),
+    );
+    while Instant::now() < deadline && since.elapsed() < Duration::from_millis(50) {
+        std::thread::sleep(Duration::from_millis(5));
+        let now = count.total()?.wrapping_sub(c0);
+        if now != total {
+            (total, since) = (now, Instant::now());
+        }
+    }
     let copies_on_measured_pct = match (cpu0, count.per_cpu()) {
         (Some(a), Some(b)) => {
             let d: Vec<u64> = b
@@ -842,6 +876,7 @@ fn measured_phase(
         copies: last.2 - first.2,
         rx_on_measured_pct: rx_share(&rx0, &rx1, at.cpu),
         copies_on_measured_pct,
+        counted_vs_sent_pct: total as f64 * 100.0 / (sent * r).max(1) as f64,
         background_pct,
         stalls,
     })
@@ -1062,6 +1097,12 @@ fn bench(a: Args) -> Result<(), String> {
                     cell.delivered_per_s,
                     expected.saturating_sub(cell.delivered)
                 );
+                let (lo, hi) = cell.counted_vs_sent_pct;
+                if !(99.0..=100.0).contains(&lo) || !(99.0..=100.0).contains(&hi) {
+                    eprintln!(
+                        "  warning: copies counted were {lo:.2}-{hi:.2} % of datagrams sent x receivers (expected 100 %): some were lost on the way or miscounted"
+                    );
+                }
                 if cell.busy_pct < 95.0 {
                     eprintln!(
                         "  warning: the measured CPU was only {:.1} % busy: the sender did not saturate it, the figure includes idle-wake-up costs",
@@ -1112,6 +1153,8 @@ struct Cell {
     copies_on_measured_pct: f64,
     /// The highest busy fraction of the measured CPU before a phase.
     background_pct: f64,
+    /// The lowest and highest [`CpuPhase::counted_vs_sent_pct`].
+    counted_vs_sent_pct: (f64, f64),
     stalls: u64,
     sent: u64,
     delivered: u64,
@@ -1136,6 +1179,16 @@ impl Cell {
                 .map(|s| s.cpu.copies_on_measured_pct)
                 .fold(f64::NAN, f64::min),
             background_pct: samples.iter().map(|s| s.cpu.background_pct).fold(f64::NAN, f64::max),
+            counted_vs_sent_pct: (
+                samples
+                    .iter()
+                    .map(|s| s.cpu.counted_vs_sent_pct)
+                    .fold(f64::NAN, f64::min),
+                samples
+                    .iter()
+                    .map(|s| s.cpu.counted_vs_sent_pct)
+                    .fold(f64::NAN, f64::max),
+            ),
             stalls: samples.iter().map(|s| s.cpu.stalls).sum(),
             sent: samples.iter().map(|s| s.sent).sum(),
             delivered: samples.iter().map(|s| s.delivered).sum(),
@@ -1172,7 +1225,7 @@ fn write_csv(out: &PathBuf, rows: &[Row]) -> Result<(), String> {
     }
     let mut f = std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let mut text = String::from(
-        "size,receivers,impl,rate_dps,sent,expected,delivered,lost,copies_per_s,ns_per_copy,ns_per_copy_min,ns_per_copy_max,spread_pct,ns_per_copy_runs,cpu_copies,cpu_copies_per_s,busy_pct,background_pct,copies_on_measured_pct,rx_on_measured_pct,stalls,vs_sendto,vs_multicast\n",
+        "size,receivers,impl,rate_dps,sent,expected,delivered,lost,copies_per_s,ns_per_copy,ns_per_copy_min,ns_per_copy_max,spread_pct,ns_per_copy_runs,cpu_copies,cpu_copies_per_s,busy_pct,background_pct,copies_on_measured_pct,rx_on_measured_pct,counted_vs_sent_pct_min,counted_vs_sent_pct_max,stalls,vs_sendto,vs_multicast\n",
     );
     for r in rows {
         let c = &r.cell;
@@ -1183,7 +1236,7 @@ fn write_csv(out: &PathBuf, rows: &[Row]) -> Result<(), String> {
         };
         let ratio = |anchor: Option<f64>| anchor.map_or(String::new(), |x| format!("{:.3}", c.ns_per_copy / x));
         text.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{:.0},{:.1},{:.1},{:.1},{:.1},{},{},{:.0},{:.1},{:.1},{:.1},{:.1},{},{},{}\n",
+            "{},{},{},{},{},{},{},{},{:.0},{:.1},{:.1},{:.1},{:.1},{},{},{:.0},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{},{},{}\n",
             r.size,
             r.receivers,
             r.imp,
@@ -1204,6 +1257,8 @@ fn write_csv(out: &PathBuf, rows: &[Row]) -> Result<(), String> {
             c.background_pct,
             c.copies_on_measured_pct,
             c.rx_on_measured_pct,
+            c.counted_vs_sent_pct.0,
+            c.counted_vs_sent_pct.1,
             c.stalls,
             ratio(of("sendto")),
             ratio(of("multicast")),
@@ -1260,4 +1315,55 @@ fn summarize(rows: &[Row]) {
 fn getrandom(buf: &mut [u8]) -> Result<(), String> {
     let mut f = std::fs::File::open("/dev/urandom").map_err(|e| e.to_string())?;
     std::io::Read::read_exact(&mut f, buf).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rcvbuf_errors_are_read_from_the_udp_lines() {
+        let text = "Ip: Forwarding DefaultTTL\nIp: 1 64\n\
+            Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n\
+            Udp: 10 0 7 3 7 0\n\
+            UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n\
+            UdpLite: 0 0 0 0 99 0\n";
+        assert_eq!(parse_udp_rcvbuf_errors(text), Ok(7));
+        assert!(parse_udp_rcvbuf_errors("Ip: a\nIp: 1\n").is_err());
+    }
+
+    #[test]
+    fn softnet_lines_give_cpu_and_processed() {
+        let with_cpu = "00000010 0 0 0 0 0 0 0 0 0 0 0 00000000 0 0\n\
+                        000000ff 0 0 0 0 0 0 0 0 0 0 0 00000003 0 0\n";
+        assert_eq!(parse_softnet_processed(with_cpu), Ok(vec![(0, 16), (3, 255)]));
+        let old = "00000001 0 0\n00000002 0 0\n";
+        assert_eq!(parse_softnet_processed(old), Ok(vec![(0, 1), (1, 2)]));
+    }
+
+    #[test]
+    fn rx_share_is_the_measured_cpus_part_of_what_was_processed() {
+        let before = [(0, 100), (1, 1000)];
+        let after = [(0, 110), (1, 1090)];
+        assert_eq!(rx_share(&before, &after, 1), 90.0);
+        // The kernel's counters are 32 bits and wrap.
+        let before = [(0, 0xffff_fff0), (1, 0)];
+        let after = [(0, 0x10), (1, 0)];
+        assert_eq!(rx_share(&before, &after, 0), 100.0);
+        assert!(rx_share(&after, &after, 0).is_nan());
+    }
+
+    #[test]
+    fn a_cells_spread_is_max_minus_min_over_the_median() {
+        let s = |ns| Sample {
+            cpu: CpuPhase {
+                ns_per_copy: ns,
+                ..CpuPhase::default()
+            },
+            ..Sample::default()
+        };
+        let c = Cell::of(&[s(100.0), s(90.0), s(105.0)]);
+        assert_eq!((c.ns_per_copy, c.min(), c.max()), (100.0, 90.0, 105.0));
+        assert!((c.spread_pct() - 15.0).abs() < 1e-9);
+    }
 }
