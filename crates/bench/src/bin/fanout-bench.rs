@@ -51,7 +51,8 @@ warm-up a phase of --seconds is cut into 200 ms windows; in each, ns per copy = 
 CPU's busy time (wall time - idle time, idle from cpuidle's residency counters, us; softirq \
 included) / copies counted, i.e. 1e9 / (copies per second / busy fraction); the phase's \
 figure is the median window (a burst of background work moves a window or two, not the \
-median). The busy fraction is printed (it should be >= 95 %), and so is the measured CPU's \
+median). The busy fraction is printed (it should be >= 95 %), so is the sender's CPU's (the \
+sender sleeps while its window is full, so below 100 % it kept up), and so is the measured CPU's \
 busy fraction over 200 ms with nothing sent just before the phase (other work there is \
 counted as the implementation's: a quiet machine is needed). After the phase the copies still \
 in flight are counted and the total is checked against datagrams sent x R. IP multicast, the physical \
@@ -547,6 +548,10 @@ struct CpuPhase {
     ns_per_copy: f64,
     /// The measured CPU's busy fraction, %, the median window.
     busy_pct: f64,
+    /// The sender's CPU's busy fraction, %, the median window (the sender
+    /// sleeps while its window is full: below 100 it kept up with the
+    /// measured CPU; the fan-out there would show as a jump).
+    sender_busy_pct: f64,
     /// Copies per second over the measured windows (the saturation throughput).
     copies_per_s: f64,
     /// Copies counted over the measured windows.
@@ -779,7 +784,7 @@ fn measured_phase(
     let end = start + WARMUP + Duration::from_secs_f64(secs);
     let mut next_mark = start + WARMUP;
     // (time, busy ns of the measured CPU, copies) at each window's edge.
-    let mut marks: Vec<(Instant, f64, u64)> = Vec::new();
+    let mut marks: Vec<(Instant, f64, u64, f64)> = Vec::new();
     let (mut rx0, mut cpu0) = (Vec::new(), None);
     let (mut sent, mut lost, mut stalls) = (0u64, 0u64, 0u64);
     let mut progress = (start, 0u64);
@@ -792,7 +797,7 @@ fn measured_phase(
                 rx0 = softnet_processed()?;
                 cpu0 = count.per_cpu();
             }
-            marks.push((now, busy_ns_on(Some(at.cpu))?, copies));
+            marks.push((now, busy_ns_on(Some(at.cpu))?, copies, busy_ns_on(Some(at.sender_cpu))?));
             if now >= end {
                 break;
             }
@@ -811,6 +816,10 @@ fn measured_phase(
         // partial send leaves a gap in the sequence, which is allowed).
         let n = (copies / r + window).saturating_sub(sent - lost).min(BURST) as usize;
         if n == 0 {
+            // The window is full: the measured CPU has milliseconds of work
+            // queued. Sleeping (not spinning) leaves the sender's CPU busy
+            // only with sending, so its busy time is a diagnostic too.
+            std::thread::sleep(Duration::from_micros(100));
             continue;
         }
         for (b, l) in bufs.iter_mut().zip(lens.iter_mut()).take(n) {
@@ -857,13 +866,14 @@ fn measured_phase(
         }
         _ => f64::NAN,
     };
-    let (mut per_copy, mut busy) = (Vec::new(), Vec::new());
+    let (mut per_copy, mut busy, mut sender_busy) = (Vec::new(), Vec::new(), Vec::new());
     for w in marks.windows(2) {
-        let ((t0, b0, c0), (t1, b1, c1)) = (w[0], w[1]);
+        let ((t0, b0, c0, s0), (t1, b1, c1, s1)) = (w[0], w[1]);
         if c1 > c0 {
             per_copy.push((b1 - b0) / (c1 - c0) as f64);
         }
         busy.push((b1 - b0) * 100.0 / (t1 - t0).as_nanos().max(1) as f64);
+        sender_busy.push((s1 - s0) * 100.0 / (t1 - t0).as_nanos().max(1) as f64);
     }
     let (first, last) = (marks[0], marks[marks.len() - 1]);
     if per_copy.is_empty() {
@@ -872,6 +882,7 @@ fn measured_phase(
     Ok(CpuPhase {
         ns_per_copy: median(per_copy),
         busy_pct: median(busy),
+        sender_busy_pct: median(sender_busy),
         copies_per_s: (last.2 - first.2) as f64 / (last.0 - first.0).as_secs_f64(),
         copies: last.2 - first.2,
         rx_on_measured_pct: rx_share(&rx0, &rx1, at.cpu),
@@ -1063,13 +1074,14 @@ fn bench(a: Args) -> Result<(), String> {
                     child.stop();
                     let c = &run.cpu;
                     eprintln!(
-                        "  rep {}/{}: {size} B x {receivers} {imp}: {:.1} ns/copy ({:.3} M copies/s; measured CPU {:.1} % busy, {:.1} % before the phase; copies sent on it {}; packets received there, machine-wide {:.1} %{})",
+                        "  rep {}/{}: {size} B x {receivers} {imp}: {:.1} ns/copy ({:.3} M copies/s; measured CPU {:.1} % busy, {:.1} % before the phase; sender's CPU {:.1} % busy; copies sent on the measured CPU {}; packets received there, machine-wide {:.1} %{})",
                         samples.len() + 1,
                         a.repeat,
                         c.ns_per_copy,
                         c.copies_per_s / 1e6,
                         c.busy_pct,
                         c.background_pct,
+                        c.sender_busy_pct,
                         if c.copies_on_measured_pct.is_nan() {
                             "n/a".to_string()
                         } else {
@@ -1144,6 +1156,7 @@ struct Cell {
     runs: Vec<f64>,
     ns_per_copy: f64,
     busy_pct: f64,
+    sender_busy_pct: f64,
     cpu_copies_per_s: f64,
     /// Copies counted in the CPU phases' measured windows, all repetitions.
     cpu_copies: u64,
@@ -1168,6 +1181,7 @@ impl Cell {
             runs: samples.iter().map(|s| s.cpu.ns_per_copy).collect(),
             ns_per_copy: m(|s| s.cpu.ns_per_copy),
             busy_pct: m(|s| s.cpu.busy_pct),
+            sender_busy_pct: m(|s| s.cpu.sender_busy_pct),
             cpu_copies_per_s: m(|s| s.cpu.copies_per_s),
             cpu_copies: samples.iter().map(|s| s.cpu.copies).sum(),
             rx_on_measured_pct: samples
@@ -1225,7 +1239,7 @@ fn write_csv(out: &PathBuf, rows: &[Row]) -> Result<(), String> {
     }
     let mut f = std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let mut text = String::from(
-        "size,receivers,impl,rate_dps,sent,expected,delivered,lost,copies_per_s,ns_per_copy,ns_per_copy_min,ns_per_copy_max,spread_pct,ns_per_copy_runs,cpu_copies,cpu_copies_per_s,busy_pct,background_pct,copies_on_measured_pct,rx_on_measured_pct,counted_vs_sent_pct_min,counted_vs_sent_pct_max,stalls,vs_sendto,vs_multicast\n",
+        "size,receivers,impl,rate_dps,sent,expected,delivered,lost,copies_per_s,ns_per_copy,ns_per_copy_min,ns_per_copy_max,spread_pct,ns_per_copy_runs,cpu_copies,cpu_copies_per_s,busy_pct,sender_busy_pct,background_pct,copies_on_measured_pct,rx_on_measured_pct,counted_vs_sent_pct_min,counted_vs_sent_pct_max,stalls,vs_sendto,vs_multicast\n",
     );
     for r in rows {
         let c = &r.cell;
@@ -1236,7 +1250,7 @@ fn write_csv(out: &PathBuf, rows: &[Row]) -> Result<(), String> {
         };
         let ratio = |anchor: Option<f64>| anchor.map_or(String::new(), |x| format!("{:.3}", c.ns_per_copy / x));
         text.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{:.0},{:.1},{:.1},{:.1},{:.1},{},{},{:.0},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{},{},{}\n",
+            "{},{},{},{},{},{},{},{},{:.0},{:.1},{:.1},{:.1},{:.1},{},{},{:.0},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{},{},{}\n",
             r.size,
             r.receivers,
             r.imp,
@@ -1254,6 +1268,7 @@ fn write_csv(out: &PathBuf, rows: &[Row]) -> Result<(), String> {
             c.cpu_copies,
             c.cpu_copies_per_s,
             c.busy_pct,
+            c.sender_busy_pct,
             c.background_pct,
             c.copies_on_measured_pct,
             c.rx_on_measured_pct,
