@@ -776,6 +776,10 @@ fn measured_phase(
     let addrs = vec![Some(SockaddrIn::from(to)); BURST as usize];
     let mut headers = MultiHeaders::<SockaddrIn>::preallocate(BURST as usize, None);
     let fd = tx.sock.as_raw_fd();
+    // With RPS a datagram stays charged to the sender's socket until the
+    // measured CPU has dealt with it: a send buffer that holds the whole
+    // window, so that the sender never blocks on it.
+    oskit::sockopt::set_buffers(&tx.sock, 4 << 20, 16 << 20).map_err(|e| format!("the sender's buffers: {e}"))?;
     let r = receivers.max(1) as u64;
     let window = (IN_FLIGHT_COPIES / r).clamp(16, 1024);
     let background_pct = background_busy(at.cpu)?;
@@ -805,9 +809,11 @@ fn measured_phase(
         }
         if copies != progress.1 {
             progress = (now, copies);
-        } else if now - progress.0 > Duration::from_millis(100) && sent - lost >= copies / r + window {
-            // Nothing counted for 100 ms with the window full: what is in
-            // flight was lost (a queue overflowed); send on.
+        } else if now - progress.0 > Duration::from_millis(500) && sent - lost >= copies / r + window {
+            // Nothing counted for 500 ms with the window full: what is in
+            // flight was lost (a queue overflowed; a process merely held off
+            // the CPU by other work on a busy machine is back well before), so
+            // send on.
             lost = sent - copies / r;
             stalls += 1;
             progress = (now, copies);
@@ -819,7 +825,7 @@ fn measured_phase(
             // The window is full: the measured CPU has milliseconds of work
             // queued. Sleeping (not spinning) leaves the sender's CPU busy
             // only with sending, so its busy time is a diagnostic too.
-            std::thread::sleep(Duration::from_micros(100));
+            std::thread::sleep(Duration::from_micros(50));
             continue;
         }
         for (b, l) in bufs.iter_mut().zip(lens.iter_mut()).take(n) {
@@ -1035,6 +1041,9 @@ fn bench(a: Args) -> Result<(), String> {
             .ok_or("needs 2 CPUs: one for the sender, one measured")?,
     };
     oskit::cpu::pin_this_thread(sender_cpu).map_err(|e| format!("cannot pin to CPU {sender_cpu}: {e}"))?;
+    // The sender's short sleeps while its window is full end on time (the
+    // default slack is 50 us).
+    let _ = nix::sys::prctl::set_timerslack(1_000);
     let lab = Lab::new(
         a.receivers.iter().max().map_or(0, |r| r + 1),
         (!a.no_rps).then_some(cpu),
