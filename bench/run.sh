@@ -9,7 +9,7 @@ export BENCH_PYTHON
 parts=("$@")
 if [ ${#parts[@]} -eq 0 ]; then
   for f in bench/*.sh; do
-    n=$(basename "$f" .sh); [ "$n" = run ] && continue; parts+=("$n")
+    n=$(basename "$f" .sh); [ "$n" = run ] && continue; [[ "$n" == *_repro ]] && continue; parts+=("$n")
   done
 fi
 for p in "${parts[@]}"; do

@@ -2,24 +2,20 @@
 //! for the reflector's `sendto`, `sendmmsg` and `ebpf` backends and native
 //! IP multicast, in one run.
 //!
-//! On veth (as on loopback) the receive processing, a TC program included,
-//! runs in softirq on whichever CPU sent the packet and is charged to the
-//! *sending* process, so a per-process CPU figure for the in-kernel fan-out
-//! would be near zero and meaningless. The figure that counts is CPU per
-//! copy on the CPU that the sender and the implementation are pinned to,
-//! softirq included (from cpuidle's residency counters, median over short
-//! windows so that bursts of background work do not move it). To leave the
-//! receivers' work out of it,
-//! the CPU runs drop every DATA copy at the reflector's egress veth with a
-//! small counting TC program, the same for every implementation (its count
-//! is the delivered figure); the anchor is the same clients' datagrams
-//! dropped at the reflector's ingress, before anything else sees them; the
-//! reflector's share is the difference, per copy. Runs that deliver to the
-//! receivers give throughput and loss.
+//! The figure is the saturation throughput of one measured CPU: all of an
+//! implementation's work runs there (user-space backends pinned with
+//! taskset, the veth's receive softirq, where the ebpf program and the
+//! kernel's copies run, steered there with RPS), the sender runs on
+//! another CPU and keeps the measured one busy, and the figure is copies
+//! per busy second of the measured CPU, reported as ns per copy. Nothing is
+//! subtracted: an earlier method subtracted a clients-only anchor from a
+//! small busy-time signal and its figures did not survive a re-run (a
+//! negative share at 100 B x 90 receivers). See [`METHOD`].
 #![deny(unsafe_code)]
 
 use bench::lab::{busy_ns_on, sh, VethLab};
 use clap::{Parser, Subcommand};
+use nix::sys::socket::{sendmmsg, MsgFlags, MultiHeaders, SockaddrIn};
 use oskit::child::ChildGuard;
 use oskit::netns::NetNs;
 use reflector::kfanout::sink::Sink;
@@ -27,35 +23,51 @@ use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::blocking;
 use reflector_proto::client::{Config as ClientConfig, JoinRequest, Session};
 use reflector_proto::protocol::{self, Header, Kind, SessionKeys, DATA_PAYLOAD};
-use std::io::Write as _;
+use std::io::{IoSlice, Read as _, Seek as _, Write as _};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::os::fd::AsRawFd as _;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 const METHOD: &str = "\
-Method: the reflector (--threads 1) runs in one namespace, one sender and R receiver members \
-(real tokens, two-step JOIN, DATA tags on, each member at an address of its own) in another, \
-joined by a veth. Each phase sends at a \
-fixed datagram rate (--copies-per-s / R, at most 50,000/s) for --seconds. Delivery runs count \
-what the receivers get (throughput, loss). CPU runs drop every DATA copy at the reflector's \
-egress veth with a counting TC program (its count is the delivered figure); anchor runs drop \
-the clients' DATA at the reflector's ingress, before anything else. In CPU and anchor runs the \
-sender and the implementation are pinned to one CPU (--cpu) and CPU is that CPU's busy time \
-over the phase: wall time - idle time, idle from cpuidle's residency counters (us; /proc/stat's \
-10 ms ticks if the kernel has no cpuidle driver); softirq included: on veth the in-kernel \
-fan-out runs there, on the sender's CPU. Background work on the other CPUs is left out. A phase \
-is cut into 200 ms windows and its busy time per datagram is the median over them (a burst of \
-background work moves a window or two, not the median). The reflector's share per copy = \
-(CPU-run busy per datagram - anchor busy per datagram) / copies per datagram. \
-IP multicast, the physical reference for in-kernel replication: a relay in the reflector's \
-namespace receives each datagram and sends it once to a group the R receivers joined; the \
-receiving host's kernel makes one copy per receiver socket. Its CPU runs drop nothing: the \
-receivers do not read during the phase and count what their sockets hold afterwards, so the \
-kernel's replication is inside the measurement as the ebpf clones are. Each repetition runs \
-every implementation once, in turn (drift in background load hits them alike); figures are \
-medians of --repeat runs.";
+Method (saturation throughput of one measured CPU, nothing subtracted): the reflector \
+(--threads 1) runs in one namespace, one sender and R receiver members (real tokens, two-step \
+JOIN, DATA tags on, each member at an address of its own) in another, joined by a veth. Two \
+CPUs: the sender runs on one (--sender-cpu); ALL of the implementation's work runs on the \
+other, the measured CPU (--cpu): the reflector or relay process is pinned there (taskset), and \
+RPS on both ends of the veth (rx-0/rps_cpus) steers their receive softirq there, so the \
+reflector's socket receive, the ebpf backend's TC ingress program with its clones, and every \
+copy's transmit run on the measured CPU; the sender's CPU keeps only the sending. The share of \
+received packets that the measured CPU processed (softnet_stat) is printed per run as the \
+evidence (on veth without RPS, the receive softirq would run on the sender's CPU). In a CPU \
+phase every DATA copy is dropped at the reflector's egress veth by a counting TC program, the \
+same for every implementation (its count is the figure's numerator). The sender keeps the \
+measured CPU saturated without overrunning it: it sends as fast as it can while fewer than \
+about 16,000 copies' worth of datagrams are in flight (sent minus counted copies / R), so no \
+queue overflows and no work is spent on datagrams that are then dropped. After a 0.2 s \
+warm-up a phase of --seconds is cut into 200 ms windows; in each, ns per copy = the measured \
+CPU's busy time (wall time - idle time, idle from cpuidle's residency counters, us; softirq \
+included) / copies counted, i.e. 1e9 / (copies per second / busy fraction); the phase's \
+figure is the median window (a burst of background work moves a window or two, not the \
+median). The busy fraction is printed (it should be >= 95 %), so is the sender's CPU's (the \
+sender sleeps while its window is full, so below 100 % it kept up), and so is the measured CPU's \
+busy fraction over 200 ms with nothing sent just before the phase (other work there is \
+counted as the implementation's: a quiet machine is needed). After the phase the copies still \
+in flight are counted and the total is checked against datagrams sent x R. IP multicast, the physical \
+reference for in-kernel replication: a relay pinned to the measured CPU receives each \
+datagram and sends it once to a group the R receivers joined; the clients' namespace's \
+kernel makes one copy per receiver socket, in the softirq of the measured CPU too (the relay \
+sends from there and RPS on the clients' end points there). In its CPU phase the receivers' \
+buffers are set to the minimum and nobody reads, so each copy is made, offered to its socket \
+and freed there (counted as a UDP receive-buffer drop in the clients' namespace: the figure's \
+numerator), as each ebpf copy is made, transmitted and freed by the sink. Each repetition \
+runs every implementation once, in turn (drift in background load hits them alike); a cell's \
+figure is the median of --repeat repetitions, printed with each repetition's figure and the \
+spread (max - min, % of the median). Ratios (sendto/ebpf, ebpf/multicast, sendmmsg/sendto) \
+are ratios of these ns per copy in one run. Delivery phases (paced, --copies-per-s) count what \
+the receivers get: throughput and loss.";
 
 /// Set by Ctrl-C or SIGTERM: the run stops and the lab is removed.
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -116,8 +128,11 @@ const MCAST_PORT: u16 = 4601;
     about = "In-kernel fan-out benchmark: paper 000's grid over veth, sendto/sendmmsg/ebpf vs native IP multicast",
     long_about = "Reproduces paper 000's measurement grid (50, 100, 500, 1000 B x 3, 30, 60, 90 receivers, \
         and 256) over a veth lab for the reflector's sendto, sendmmsg and ebpf backends and native IP \
-        multicast, in one run. Reports CPU per copy on one pinned CPU, softirq included (the \
-        reflector's share, over an anchor measured in the same run), throughput and loss; writes a CSV. Needs root (namespaces, BPF) and \
+        multicast, in one run. Reports ns of CPU per copy: the saturation throughput of one measured \
+        CPU that carries all of the implementation's work (the process pinned there, the veth's receive \
+        softirq steered there with RPS), copies per busy second, nothing subtracted; each repetition's \
+        figure and the spread per cell; delivery throughput and loss; writes a CSV. The default grid \
+        with 3 repetitions takes about 12 minutes. Needs root (namespaces, BPF, RPS) and 2 CPUs, and \
         the release `reflector` binary next to this one (`make bench` builds both).",
     args_conflicts_with_subcommands = true
 )]
@@ -153,20 +168,31 @@ struct Args {
     /// Implementations: sendto, sendmmsg, ebpf, multicast.
     #[arg(long, default_value = "sendto,sendmmsg,ebpf,multicast", value_delimiter = ',')]
     impls: Vec<String>,
-    /// Seconds per phase.
-    #[arg(long, default_value_t = 1.5)]
+    /// Seconds measured per CPU phase (after a 0.2 s warm-up), cut into 200 ms windows.
+    #[arg(long, default_value_t = 1.2)]
     seconds: f64,
-    /// Target copies per second (the datagram rate is this / receivers, at most 50,000/s).
+    /// Seconds per delivery phase (paced at --copies-per-s; 0: no delivery phases).
+    #[arg(long, default_value_t = 0.4)]
+    delivery_seconds: f64,
+    /// Copies per second of the delivery phases (the datagram rate is this /
+    /// receivers, at most 50,000/s). CPU phases are not paced: they saturate
+    /// the measured CPU.
     #[arg(long, default_value_t = 120_000)]
     copies_per_s: u64,
-    /// Runs per (cell, implementation); figures are medians.
-    #[arg(long, default_value_t = 5)]
+    /// Repetitions per (cell, implementation), interleaved; figures are medians.
+    #[arg(long, default_value_t = 3)]
     repeat: usize,
-    /// The CPU that the sender and the implementation are pinned to in the
-    /// CPU and anchor runs, and whose busy time is measured (default: the
-    /// last CPU this process may use).
+    /// The measured CPU: the implementation is pinned there and the veth's
+    /// receive softirq steered there (default: the last CPU this process may use).
     #[arg(long)]
     cpu: Option<usize>,
+    /// The sender's CPU (default: another CPU this process may use).
+    #[arg(long)]
+    sender_cpu: Option<usize>,
+    /// Diagnostic: leave RPS off, to see where the veth's receive softirq
+    /// lands without it (the figures are then not the method's).
+    #[arg(long)]
+    no_rps: bool,
     /// Summary CSV.
     #[arg(long, default_value = "bench/results/fanout.csv")]
     out: PathBuf,
@@ -224,8 +250,9 @@ struct Lab {
 const BACKLOG: &str = "/proc/sys/net/core/netdev_max_backlog";
 
 impl Lab {
-    /// The lab, with addresses for `members` members.
-    fn new(members: usize) -> Result<Lab, String> {
+    /// The lab, with addresses for `members` members, and the receive
+    /// softirq of both ends of the veth steered to CPU `rps` (RPS).
+    fn new(members: usize, rps: Option<usize>) -> Result<Lab, String> {
         let veth = VethLab::new("fb", 210)?;
         let r = veth.r.clone();
         // Member addresses on the clients' side, a route and static
@@ -250,6 +277,10 @@ impl Lab {
         // Every clone waits in the sending CPU's backlog: a 256-member group
         // overflows the default 1,000 (the setting lives in the initial
         // namespace only; restored on drop).
+        if let Some(cpu) = rps {
+            steer_rx(&r, "vr", cpu)?;
+            steer_rx(&veth.c, "vc", cpu)?;
+        }
         let old = std::fs::read_to_string(BACKLOG).map_err(|e| format!("{BACKLOG}: {e}"))?;
         std::fs::write(BACKLOG, "30000").map_err(|e| format!("{BACKLOG}: {e}"))?;
         Ok(Lab {
@@ -261,6 +292,30 @@ impl Lab {
     fn ns(name: &str) -> Result<NetNs, String> {
         VethLab::ns(name)
     }
+}
+
+/// Steers the receive softirq of `dev` (in namespace `ns`) to `cpu` with
+/// RPS, and reads the mask back. sysfs shows the devices of the namespace
+/// that mounted it, hence `ip netns exec` (which mounts the namespace's own).
+fn steer_rx(ns: &str, dev: &str, cpu: usize) -> Result<(), String> {
+    if cpu >= 64 {
+        return Err(format!("--cpu {cpu}: RPS steering here supports CPUs 0..63"));
+    }
+    let mask = format!("{:x}", 1u64 << cpu);
+    let file = format!("/sys/class/net/{dev}/queues/rx-0/rps_cpus");
+    sh(&["ip", "netns", "exec", ns, "sh", "-c", &format!("echo {mask} > {file}")])?;
+    let o = Command::new("ip")
+        .args(["netns", "exec", ns, "cat", &file])
+        .output()
+        .map_err(|e| format!("cannot run ip: {e}"))?;
+    let got = String::from_utf8_lossy(&o.stdout);
+    let got = got.trim().replace(',', "");
+    if u64::from_str_radix(&got, 16) != Ok(1u64 << cpu) {
+        return Err(format!(
+            "RPS on {dev}: wrote {mask} to {file}, read back '{got}' (a kernel without CONFIG_RPS?)"
+        ));
+    }
+    Ok(())
 }
 
 impl Drop for Lab {
@@ -339,15 +394,9 @@ fn join_all(lab: &Lab, secret: &Secret, receivers: usize) -> Result<Clients, Str
     })
 }
 
-/// Receive buffer for a multicast receiver that holds a whole CPU-run
-/// phase unread: `datagrams` copies of a `size`-byte datagram, each
-/// charged at about the kernel's buffer (payload and headers rounded up to
-/// a power of two, plus the socket buffer's own structures), with margin.
-fn mcast_rcvbuf(size: usize, datagrams: u64) -> usize {
-    let truesize = (size + 128).next_power_of_two() + 1024;
-    let want = datagrams.saturating_mul(truesize as u64).saturating_mul(3) / 2;
-    want.clamp(4 << 20, 1 << 30) as usize
-}
+/// Receive buffer of a multicast receiver in delivery phases (they read
+/// as the copies come; CPU phases shrink it to the minimum).
+const MCAST_RCVBUF: usize = 2 << 20;
 
 fn mcast_clients(lab: &Lab, receivers: usize, rcvbuf: usize) -> Result<Clients, String> {
     let c = Lab::ns(&lab.veth.c)?;
@@ -481,115 +530,373 @@ fn drain_receivers(rs: &[UdpSocket], stop: &AtomicBool, got: &AtomicU64) {
     }
 }
 
+/// One repetition of one (cell, implementation).
 #[derive(Debug, Clone, Copy, Default)]
 struct Sample {
+    /// Delivery phase: datagrams sent, copies the receivers got, copies/s.
     sent: u64,
     delivered: u64,
     copies_per_s: f64,
-    cpu_copies: u64,
-    busy_ns_per_copy: f64,
-    anchor_ns_per_datagram: f64,
-    share_ns_per_copy: f64,
+    /// CPU phase.
+    cpu: CpuPhase,
 }
 
-/// Where the run happens: the lab, the measured CPU (the calling thread is
-/// pinned there) and another for the receivers in delivery runs.
+/// What a CPU phase measured.
+#[derive(Debug, Clone, Copy, Default)]
+struct CpuPhase {
+    /// Busy ns of the measured CPU per copy, the median window.
+    ns_per_copy: f64,
+    /// The measured CPU's busy fraction, %, the median window.
+    busy_pct: f64,
+    /// The sender's CPU's busy fraction, %, the median window (the sender
+    /// sleeps while its window is full: below 100 it kept up with the
+    /// measured CPU; the fan-out there would show as a jump).
+    sender_busy_pct: f64,
+    /// Copies per second over the measured windows (the saturation throughput).
+    copies_per_s: f64,
+    /// Copies counted over the measured windows.
+    copies: u64,
+    /// Of the packets that CPUs' receive backlogs processed during the
+    /// measured windows, the share the measured CPU processed, %.
+    rx_on_measured_pct: f64,
+    /// Of the copies the sink counted, the share whose transmit ran on the
+    /// measured CPU, % (NaN for multicast, whose copies the sink does not see).
+    copies_on_measured_pct: f64,
+    /// The measured CPU's busy fraction just before the phase, with nothing
+    /// sent, %: work that is not ours (a quiet machine shows ~0).
+    background_pct: f64,
+    /// Copies counted over the whole phase, warm-up and the tail in flight
+    /// included, per copy the datagrams sent should make (sent x R), %:
+    /// 100 (multicast: a hair under, the few copies left in the receivers'
+    /// buffers); below, copies were lost on the way; above, miscounted.
+    counted_vs_sent_pct: f64,
+    /// Times the sender found nothing counted for a while with its window
+    /// full and sent on (datagrams lost on the way: a queue overflowed).
+    stalls: u64,
+}
+
+/// Where the run happens: the lab, the measured CPU (the implementation is
+/// pinned there and the veth's receive softirq steered there) and the
+/// sender's CPU (the calling thread is pinned there, and the receivers'
+/// reading in delivery phases runs there too).
 struct Place<'a> {
     lab: &'a Lab,
     cpu: usize,
-    receivers_cpu: Option<usize>,
+    sender_cpu: usize,
 }
 
-/// One (cell, implementation) run: delivery, CPU with the egress sink (for
-/// multicast: with the copies held in the receivers' sockets), anchor with
-/// the ingress sink.
-fn one_run(at: &Place, cl: &mut Clients, size: usize, rate: u64, secs: f64, mcast: bool) -> Result<Sample, String> {
+/// One (cell, implementation) run: a delivery phase (paced; what the
+/// receivers get), then a CPU phase (saturated; copies counted by the
+/// egress sink, for multicast as receive-buffer drops at the receivers).
+fn one_run(at: &Place, cl: &mut Clients, size: usize, rate: u64, a: &Args, mcast: bool) -> Result<Sample, String> {
     let lab = at.lab;
-    // Delivery.
-    let stop = AtomicBool::new(false);
-    let got = AtomicU64::new(0);
-    let (tx, receivers) = (&mut cl.sender, &cl.receivers);
-    let sent = std::thread::scope(|s| {
-        let h = s.spawn(|| {
-            // The receivers' reading is not measured: off the measured CPU.
-            if let Some(c) = at.receivers_cpu {
-                let _ = oskit::cpu::pin_this_thread(c);
-            }
-            drain_receivers(receivers, &stop, &got)
+    let (mut sent, mut delivered) = (0, 0);
+    if a.delivery_seconds > 0.0 {
+        let stop = AtomicBool::new(false);
+        let got = AtomicU64::new(0);
+        let (tx, receivers) = (&mut cl.sender, &cl.receivers);
+        sent = std::thread::scope(|s| {
+            let h = s.spawn(|| {
+                let _ = oskit::cpu::pin_this_thread(at.sender_cpu);
+                drain_receivers(receivers, &stop, &got)
+            });
+            let sent = send_paced(tx, size, rate, a.delivery_seconds, |_| {});
+            stop.store(true, Relaxed);
+            let _ = h.join();
+            sent
         });
-        let sent = send_paced(tx, size, rate, secs, |_| {});
-        stop.store(true, Relaxed);
-        let _ = h.join();
-        sent
-    });
-    let delivered = got.load(Relaxed);
-    let copies_per_s = delivered as f64 / secs;
-    let rns = Lab::ns(&lab.veth.r)?;
-    // CPU: every DATA copy dropped at the reflector's egress; multicast's
-    // copies, made in the receiving host, left in the receivers' sockets
-    // and counted after the phase.
-    let sink = if mcast {
-        None
-    } else {
-        Some(
-            rns.run(|| Sink::attach("vr", Some("sinkd")))
-                .map_err(|e| e.to_string())??,
-        )
-    };
-    let (s_cpu, cpu_per_datagram) = measured_phase(at, &mut cl.sender, size, rate, secs)?;
-    let cpu_copies = match sink {
-        Some(sink) => sink.count(),
-        None => {
-            let (done, held) = (AtomicBool::new(true), AtomicU64::new(0));
-            drain_receivers(&cl.receivers, &done, &held);
-            let held = held.load(Relaxed);
-            let made = s_cpu * cl.receivers.len() as u64;
-            if held < made {
-                eprintln!(
-                    "fanout-bench: warning: the multicast receivers held {held} of {made} copies (a receive buffer overflowed); the figure is per held copy"
-                );
-            }
-            held
+        delivered = got.load(Relaxed);
+    }
+    let copies_per_s = delivered as f64 / a.delivery_seconds.max(1e-9);
+    let r = cl.receivers.len();
+    let cpu = if mcast {
+        // The copies are offered to receive buffers of the minimum size that
+        // nobody reads: each is made and freed in the clients' namespace,
+        // counted there as a receive-buffer drop.
+        for s in &cl.receivers {
+            nix::sys::socket::setsockopt(s, nix::sys::socket::sockopt::RcvBuf, &1).map_err(|e| e.to_string())?;
         }
+        let snmp = Lab::ns(&lab.veth.c)?
+            .run(|| std::fs::File::open("/proc/thread-self/net/snmp"))
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("/proc/net/snmp of the clients' namespace: {e}"))?;
+        measured_phase(at, &mut cl.sender, size, r, a.seconds, &mut Copies::Drops(snmp))?
+    } else {
+        let rns = Lab::ns(&lab.veth.r)?;
+        let sink = rns
+            .run(|| Sink::attach("vr", Some("sinkd")))
+            .map_err(|e| e.to_string())??;
+        measured_phase(at, &mut cl.sender, size, r, a.seconds, &mut Copies::Sink(&sink))?
     };
-    // Anchor: the clients' DATA dropped at the reflector's ingress.
-    let sink = rns.run(|| Sink::attach("vr", None)).map_err(|e| e.to_string())??;
-    let (_, anchor_per_datagram) = measured_phase(at, &mut cl.sender, size, rate, secs)?;
-    drop(sink);
-    let copies_per_datagram = cpu_copies as f64 / s_cpu.max(1) as f64;
-    let share = (cpu_per_datagram - anchor_per_datagram) / copies_per_datagram;
     Ok(Sample {
         sent,
         delivered,
         copies_per_s,
-        cpu_copies,
-        busy_ns_per_copy: cpu_per_datagram / copies_per_datagram,
-        anchor_ns_per_datagram: anchor_per_datagram,
-        share_ns_per_copy: share,
+        cpu,
     })
 }
 
-/// A measured phase: datagrams sent, and the measured CPU's busy time per
-/// datagram, the median over the phase's windows (background bursts, which
-/// hit a window or two, do not move it).
-fn measured_phase(at: &Place, tx: &mut Sender, size: usize, rate: u64, secs: f64) -> Result<(u64, f64), String> {
-    let mut per_datagram = Vec::new();
-    let mut last = (busy_ns_on(Some(at.cpu))?, 0u64);
-    let mut failed = None;
-    let sent = send_paced(tx, size, rate, secs, |sent| match busy_ns_on(Some(at.cpu)) {
-        Ok(busy) => {
-            if sent > last.1 {
-                per_datagram.push((busy - last.0) / (sent - last.1) as f64);
-            }
-            last = (busy, sent);
+/// What counts the copies of a CPU phase.
+enum Copies<'a> {
+    /// The counting sink at the reflector's egress.
+    Sink(&'a Sink),
+    /// UDP receive-buffer drops in the clients' namespace (multicast):
+    /// its `/proc/net/snmp`, open.
+    Drops(std::fs::File),
+}
+
+impl Copies<'_> {
+    /// Copies so far (a running total).
+    fn total(&mut self) -> Result<u64, String> {
+        match self {
+            Copies::Sink(s) => Ok(s.count()),
+            Copies::Drops(f) => udp_rcvbuf_errors(f),
         }
-        Err(e) => failed = Some(e),
-    });
-    if let Some(e) = failed {
-        return Err(e);
     }
-    stopped()?;
-    Ok((sent, median(per_datagram)))
+
+    /// Copies so far per CPU, where the counter knows it.
+    fn per_cpu(&self) -> Option<Vec<u64>> {
+        match self {
+            Copies::Sink(s) => Some(s.count_per_cpu()),
+            Copies::Drops(_) => None,
+        }
+    }
+}
+
+/// `Udp: RcvbufErrors` from an open `/proc/net/snmp` (of the namespace
+/// that opened it).
+fn udp_rcvbuf_errors(f: &mut std::fs::File) -> Result<u64, String> {
+    let mut text = String::new();
+    f.rewind().map_err(|e| format!("/proc/net/snmp: {e}"))?;
+    f.read_to_string(&mut text)
+        .map_err(|e| format!("/proc/net/snmp: {e}"))?;
+    parse_udp_rcvbuf_errors(&text)
+}
+
+/// `Udp: RcvbufErrors` from the text of `/proc/net/snmp` (a line of names,
+/// then a line of values).
+fn parse_udp_rcvbuf_errors(text: &str) -> Result<u64, String> {
+    let mut udp = text.lines().filter(|l| l.starts_with("Udp: "));
+    let (names, values) = (udp.next(), udp.next());
+    let (Some(names), Some(values)) = (names, values) else {
+        return Err("/proc/net/snmp has no Udp lines".into());
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == "RcvbufErrors")
+        .and_then(|(_, v)| v.parse().ok())
+        .ok_or_else(|| "/proc/net/snmp has no Udp RcvbufErrors".into())
+}
+
+/// Packets each CPU's receive backlog has processed so far
+/// (`/proc/net/softnet_stat`).
+fn softnet_processed() -> Result<Vec<(usize, u64)>, String> {
+    let text = std::fs::read_to_string("/proc/net/softnet_stat").map_err(|e| format!("/proc/net/softnet_stat: {e}"))?;
+    parse_softnet_processed(&text)
+}
+
+/// (CPU, processed) per line of `/proc/net/softnet_stat`: the first field,
+/// the CPU number from the 13th where the kernel gives it, else the line's
+/// position; hexadecimal.
+fn parse_softnet_processed(text: &str) -> Result<Vec<(usize, u64)>, String> {
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let hex =
+                |s: &str| u64::from_str_radix(s, 16).map_err(|_| format!("/proc/net/softnet_stat: bad field '{s}'"));
+            let cpu = match f.get(12) {
+                Some(c) => hex(c)? as usize,
+                None => i,
+            };
+            Ok((cpu, hex(f.first().copied().unwrap_or(""))?))
+        })
+        .collect()
+}
+
+/// The measured CPU's share of the packets processed between two
+/// [`softnet_processed`] readings, %.
+fn rx_share(before: &[(usize, u64)], after: &[(usize, u64)], cpu: usize) -> f64 {
+    let delta = |c: usize| {
+        let b = before.iter().find(|x| x.0 == c).map_or(0, |x| x.1);
+        let a = after.iter().find(|x| x.0 == c).map_or(0, |x| x.1);
+        a.wrapping_sub(b) & 0xffff_ffff
+    };
+    let total: u64 = after.iter().map(|x| delta(x.0)).sum();
+    if total == 0 {
+        return f64::NAN;
+    }
+    delta(cpu) as f64 * 100.0 / total as f64
+}
+
+/// Copies in flight the sender allows (in datagrams: this / receivers): a
+/// few ms of work queued for the measured CPU, well within the socket
+/// buffers (8 MiB at the reflector, 4 MiB at the relay) and the backlog.
+const IN_FLIGHT_COPIES: u64 = 16_384;
+
+/// Datagrams sent between two readings of the copy count (one sendmmsg).
+const BURST: u64 = 64;
+
+/// Warm-up at the start of a CPU phase, not measured.
+const WARMUP: Duration = Duration::from_millis(200);
+
+/// Above this busy fraction of the measured CPU with nothing sent, %, the
+/// run says that the machine was not quiet.
+const BACKGROUND_MAX_PCT: f64 = 3.0;
+
+/// The measured CPU's busy fraction over [`WINDOW`] with nothing sent, %.
+fn background_busy(cpu: usize) -> Result<f64, String> {
+    let (t0, b0) = (Instant::now(), busy_ns_on(Some(cpu))?);
+    std::thread::sleep(WINDOW);
+    let (t1, b1) = (Instant::now(), busy_ns_on(Some(cpu))?);
+    Ok((b1 - b0) * 100.0 / (t1 - t0).as_nanos().max(1) as f64)
+}
+
+/// A CPU phase: the sender (on its own CPU) keeps the measured CPU
+/// saturated, sending as fast as it can while fewer than
+/// [`IN_FLIGHT_COPIES`] copies' worth of datagrams are in flight, and every
+/// [`WINDOW`] after the warm-up the measured CPU's busy time and the copies
+/// counted (`count`, a running total) are read.
+fn measured_phase(
+    at: &Place,
+    tx: &mut Sender,
+    size: usize,
+    receivers: usize,
+    secs: f64,
+    count: &mut Copies,
+) -> Result<CpuPhase, String> {
+    let size = size.max(DATA_PAYLOAD);
+    let mut bufs = vec![vec![0x5au8; size]; BURST as usize];
+    let mut lens = vec![0usize; BURST as usize];
+    let body = vec![0x5au8; size - DATA_PAYLOAD];
+    let SocketAddr::V4(to) = tx.to else {
+        return Err(format!("{}: the lab is IPv4", tx.to));
+    };
+    let addrs = vec![Some(SockaddrIn::from(to)); BURST as usize];
+    let mut headers = MultiHeaders::<SockaddrIn>::preallocate(BURST as usize, None);
+    let fd = tx.sock.as_raw_fd();
+    // With RPS a datagram stays charged to the sender's socket until the
+    // measured CPU has dealt with it: a send buffer that holds the whole
+    // window, so that the sender never blocks on it.
+    oskit::sockopt::set_buffers(&tx.sock, 4 << 20, 16 << 20).map_err(|e| format!("the sender's buffers: {e}"))?;
+    let r = receivers.max(1) as u64;
+    let window = (IN_FLIGHT_COPIES / r).clamp(16, 1024);
+    let background_pct = background_busy(at.cpu)?;
+    let c0 = count.total()?;
+    let start = Instant::now();
+    let end = start + WARMUP + Duration::from_secs_f64(secs);
+    let mut next_mark = start + WARMUP;
+    // (time, busy ns of the measured CPU, copies) at each window's edge.
+    let mut marks: Vec<(Instant, f64, u64, f64)> = Vec::new();
+    let (mut rx0, mut cpu0) = (Vec::new(), None);
+    let (mut sent, mut lost, mut stalls) = (0u64, 0u64, 0u64);
+    let mut progress = (start, 0u64);
+    loop {
+        stopped()?;
+        let copies = count.total()?.wrapping_sub(c0);
+        let now = Instant::now();
+        if now >= next_mark {
+            if marks.is_empty() {
+                rx0 = softnet_processed()?;
+                cpu0 = count.per_cpu();
+            }
+            marks.push((now, busy_ns_on(Some(at.cpu))?, copies, busy_ns_on(Some(at.sender_cpu))?));
+            if now >= end {
+                break;
+            }
+            next_mark += WINDOW;
+        }
+        if copies != progress.1 {
+            progress = (now, copies);
+        } else if now - progress.0 > Duration::from_millis(500) && sent - lost >= copies / r + window {
+            // Nothing counted for 500 ms with the window full: what is in
+            // flight was lost (a queue overflowed; a process merely held off
+            // the CPU by other work on a busy machine is back well before), so
+            // send on.
+            lost = sent - copies / r;
+            stalls += 1;
+            progress = (now, copies);
+        }
+        // Up to a burst, sealed in order and sent with one sendmmsg (a
+        // partial send leaves a gap in the sequence, which is allowed).
+        let n = (copies / r + window).saturating_sub(sent - lost).min(BURST) as usize;
+        if n == 0 {
+            // The window is full: the measured CPU has milliseconds of work
+            // queued. Sleeping (not spinning) leaves the sender's CPU busy
+            // only with sending, so its busy time is a diagnostic too.
+            std::thread::sleep(Duration::from_micros(50));
+            continue;
+        }
+        for (b, l) in bufs.iter_mut().zip(lens.iter_mut()).take(n) {
+            *l = next_datagram(tx, size, b, &body);
+            if *l == 0 {
+                return Err(format!("cannot build a {size}-byte DATA datagram"));
+            }
+        }
+        let iovs: Vec<[IoSlice; 1]> = bufs
+            .iter()
+            .zip(&lens)
+            .take(n)
+            .map(|(b, &l)| [IoSlice::new(&b[..l])])
+            .collect();
+        if let Ok(done) = sendmmsg(fd, &mut headers, &iovs, &addrs[..n], [], MsgFlags::empty()) {
+            sent += done.count() as u64;
+        }
+    }
+    let rx1 = softnet_processed()?;
+    // What is still in flight is counted before the totals are compared
+    // (not measured): until the count stops for 50 ms, at most 1 s.
+    let (mut total, mut since, deadline) = (
+        count.total()?.wrapping_sub(c0),
+        Instant::now(),
+        Instant::now() + Duration::from_secs(1),
+    );
+    while Instant::now() < deadline && since.elapsed() < Duration::from_millis(50) {
+        std::thread::sleep(Duration::from_millis(5));
+        let now = count.total()?.wrapping_sub(c0);
+        if now != total {
+            (total, since) = (now, Instant::now());
+        }
+    }
+    let copies_on_measured_pct = match (cpu0, count.per_cpu()) {
+        (Some(a), Some(b)) => {
+            let d: Vec<u64> = b
+                .iter()
+                .zip(a.iter().chain(std::iter::repeat(&0)))
+                .map(|(b, a)| b.wrapping_sub(*a))
+                .collect();
+            let all: u64 = d.iter().sum();
+            d.get(at.cpu)
+                .map_or(f64::NAN, |&m| m as f64 * 100.0 / all.max(1) as f64)
+        }
+        _ => f64::NAN,
+    };
+    let (mut per_copy, mut busy, mut sender_busy) = (Vec::new(), Vec::new(), Vec::new());
+    for w in marks.windows(2) {
+        let ((t0, b0, c0, s0), (t1, b1, c1, s1)) = (w[0], w[1]);
+        if c1 > c0 {
+            per_copy.push((b1 - b0) / (c1 - c0) as f64);
+        }
+        busy.push((b1 - b0) * 100.0 / (t1 - t0).as_nanos().max(1) as f64);
+        sender_busy.push((s1 - s0) * 100.0 / (t1 - t0).as_nanos().max(1) as f64);
+    }
+    let (first, last) = (marks[0], marks[marks.len() - 1]);
+    if per_copy.is_empty() {
+        return Err("no copy was counted in a CPU phase: is the implementation running?".into());
+    }
+    Ok(CpuPhase {
+        ns_per_copy: median(per_copy),
+        busy_pct: median(busy),
+        sender_busy_pct: median(sender_busy),
+        copies_per_s: (last.2 - first.2) as f64 / (last.0 - first.0).as_secs_f64(),
+        copies: last.2 - first.2,
+        rx_on_measured_pct: rx_share(&rx0, &rx1, at.cpu),
+        copies_on_measured_pct,
+        counted_vs_sent_pct: total as f64 * 100.0 / (sent * r).max(1) as f64,
+        background_pct,
+        stalls,
+    })
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -720,16 +1027,44 @@ fn bench(a: Args) -> Result<(), String> {
         Some(c) => return Err(format!("--cpu {c}: this process may run on CPUs {allowed:?} only")),
         None => *allowed.last().ok_or("cannot read this process's CPU affinity")?,
     };
-    oskit::cpu::pin_this_thread(cpu).map_err(|e| format!("cannot pin to CPU {cpu}: {e}"))?;
-    let lab = Lab::new(a.receivers.iter().max().map_or(0, |r| r + 1))?;
+    let sender_cpu = match a.sender_cpu {
+        Some(c) if allowed.contains(&c) && c != cpu => c,
+        Some(c) => {
+            return Err(format!(
+                "--sender-cpu {c}: must be one of CPUs {allowed:?} (this process's) and not the measured CPU {cpu}"
+            ))
+        }
+        None => allowed
+            .iter()
+            .copied()
+            .find(|&c| c != cpu)
+            .ok_or("needs 2 CPUs: one for the sender, one measured")?,
+    };
+    oskit::cpu::pin_this_thread(sender_cpu).map_err(|e| format!("cannot pin to CPU {sender_cpu}: {e}"))?;
+    // The sender's short sleeps while its window is full end on time (the
+    // default slack is 50 us).
+    let _ = nix::sys::prctl::set_timerslack(1_000);
+    let lab = Lab::new(
+        a.receivers.iter().max().map_or(0, |r| r + 1),
+        (!a.no_rps).then_some(cpu),
+    )?;
     let at = Place {
         lab: &lab,
         cpu,
-        receivers_cpu: allowed.iter().copied().find(|&c| c != cpu),
+        sender_cpu,
     };
     eprintln!("{METHOD}\n");
-    eprintln!("measured CPU: {cpu}\n");
+    eprintln!(
+        "measured CPU: {cpu}; sender's CPU: {sender_cpu}; RPS: {}\n",
+        if a.no_rps {
+            "off (--no-rps: diagnostic, not the method)".to_string()
+        } else {
+            format!("both veth ends steered to CPU {cpu}")
+        }
+    );
+    let t0 = Instant::now();
     let mut rows = Vec::new();
+    let mut noisy = 0.0f64;
     for &size in &a.sizes {
         for &receivers in &a.receivers {
             let rate = (a.copies_per_s / receivers as u64).clamp(100, 50_000);
@@ -740,43 +1075,72 @@ fn bench(a: Args) -> Result<(), String> {
                     let mut child = start_impl(&at, imp, &reflector, &secret_file)?;
                     let mcast = imp == "multicast";
                     let mut cl = if mcast {
-                        let phase = (rate as f64 * a.seconds) as u64;
-                        mcast_clients(&lab, receivers, mcast_rcvbuf(size, phase))?
+                        mcast_clients(&lab, receivers, MCAST_RCVBUF)?
                     } else {
                         join_all(&lab, &secret, receivers)?
                     };
-                    let run = one_run(&at, &mut cl, size, rate, a.seconds, mcast)?;
+                    let run = one_run(&at, &mut cl, size, rate, &a, mcast)?;
                     child.stop();
+                    let c = &run.cpu;
                     eprintln!(
-                        "  run {}/{}: {size} B x {receivers} {imp}: share {:.0} ns/copy",
+                        "  rep {}/{}: {size} B x {receivers} {imp}: {:.1} ns/copy ({:.3} M copies/s; measured CPU {:.1} % busy, {:.1} % before the phase; sender's CPU {:.1} % busy; copies sent on the measured CPU {}; packets received there, machine-wide {:.1} %{})",
                         samples.len() + 1,
                         a.repeat,
-                        run.share_ns_per_copy
+                        c.ns_per_copy,
+                        c.copies_per_s / 1e6,
+                        c.busy_pct,
+                        c.background_pct,
+                        c.sender_busy_pct,
+                        if c.copies_on_measured_pct.is_nan() {
+                            "n/a".to_string()
+                        } else {
+                            format!("{:.1} %", c.copies_on_measured_pct)
+                        },
+                        c.rx_on_measured_pct,
+                        if c.stalls > 0 {
+                            format!(", {} stalls: datagrams lost on the way", c.stalls)
+                        } else {
+                            String::new()
+                        }
                     );
                     samples.push(run);
                 }
             }
             for (imp, samples) in a.impls.iter().zip(runs) {
-                let m = |f: fn(&Sample) -> f64| median(samples.iter().map(f).collect());
-                let s = Sample {
-                    sent: samples.iter().map(|s| s.sent).sum(),
-                    delivered: samples.iter().map(|s| s.delivered).sum(),
-                    copies_per_s: m(|s| s.copies_per_s),
-                    cpu_copies: samples.iter().map(|s| s.cpu_copies).sum(),
-                    busy_ns_per_copy: m(|s| s.busy_ns_per_copy),
-                    anchor_ns_per_datagram: m(|s| s.anchor_ns_per_datagram),
-                    share_ns_per_copy: m(|s| s.share_ns_per_copy),
-                };
-                let expected = s.sent * receivers as u64;
+                let cell = Cell::of(&samples);
+                let expected = cell.sent * receivers as u64;
                 eprintln!(
-                    "{size:5} B x {receivers:3} {imp:9}: share {:8.0} ns/copy (busy {:8.0}, anchor {:8.0} ns/datagram), {:9.0} copies/s delivered, lost {}",
-                    s.share_ns_per_copy,
-                    s.busy_ns_per_copy,
-                    s.anchor_ns_per_datagram,
-                    s.copies_per_s,
-                    expected.saturating_sub(s.delivered)
+                    "{size:5} B x {receivers:3} {imp:9}: {:7.1} ns/copy (runs {}; spread {:.1} %), measured CPU {:.1} % busy; delivery {:.0} copies/s, lost {}",
+                    cell.ns_per_copy,
+                    cell.runs.iter().map(|x| format!("{x:.1}")).collect::<Vec<_>>().join(", "),
+                    cell.spread_pct(),
+                    cell.busy_pct,
+                    cell.delivered_per_s,
+                    expected.saturating_sub(cell.delivered)
                 );
-                rows.push((size, receivers, imp.clone(), rate, s, expected));
+                let (lo, hi) = cell.counted_vs_sent_pct;
+                if !(99.0..=100.0).contains(&lo) || !(99.0..=100.0).contains(&hi) {
+                    eprintln!(
+                        "  warning: copies counted were {lo:.2}-{hi:.2} % of datagrams sent x receivers (expected 100 %): some were lost on the way or miscounted"
+                    );
+                }
+                if cell.busy_pct < 95.0 {
+                    eprintln!(
+                        "  warning: the measured CPU was only {:.1} % busy: the sender did not saturate it, the figure includes idle-wake-up costs",
+                        cell.busy_pct
+                    );
+                }
+                if cell.background_pct > BACKGROUND_MAX_PCT {
+                    noisy = noisy.max(cell.background_pct);
+                }
+                rows.push(Row {
+                    size,
+                    receivers,
+                    imp: imp.clone(),
+                    rate,
+                    cell,
+                    expected,
+                });
             }
         }
     }
@@ -784,10 +1148,99 @@ fn bench(a: Args) -> Result<(), String> {
     let _ = std::fs::remove_dir_all(&dir);
     write_csv(&a.out, &rows)?;
     summarize(&rows);
+    eprintln!("grid done in {:.0} s", t0.elapsed().as_secs_f64());
+    if noisy > 0.0 {
+        eprintln!(
+            "warning: NOT A QUIET MACHINE: the measured CPU was up to {noisy:.0} % busy with nothing sent (other work); \
+             it is counted as the implementation's, so these figures will not reproduce (background_pct in the CSV)"
+        );
+    }
     Ok(())
 }
 
-type Row = (usize, usize, String, u64, Sample, u64);
+/// One cell's figures over its repetitions.
+#[derive(Debug, Clone, Default)]
+struct Cell {
+    /// Each repetition's ns per copy, in run order.
+    runs: Vec<f64>,
+    ns_per_copy: f64,
+    busy_pct: f64,
+    sender_busy_pct: f64,
+    cpu_copies_per_s: f64,
+    /// Copies counted in the CPU phases' measured windows, all repetitions.
+    cpu_copies: u64,
+    /// The lowest share of received packets processed on the measured CPU.
+    rx_on_measured_pct: f64,
+    /// The lowest share of copies transmitted on the measured CPU.
+    copies_on_measured_pct: f64,
+    /// The highest busy fraction of the measured CPU before a phase.
+    background_pct: f64,
+    /// The lowest and highest [`CpuPhase::counted_vs_sent_pct`].
+    counted_vs_sent_pct: (f64, f64),
+    stalls: u64,
+    sent: u64,
+    delivered: u64,
+    delivered_per_s: f64,
+}
+
+impl Cell {
+    fn of(samples: &[Sample]) -> Cell {
+        let m = |f: fn(&Sample) -> f64| median(samples.iter().map(f).collect());
+        Cell {
+            runs: samples.iter().map(|s| s.cpu.ns_per_copy).collect(),
+            ns_per_copy: m(|s| s.cpu.ns_per_copy),
+            busy_pct: m(|s| s.cpu.busy_pct),
+            sender_busy_pct: m(|s| s.cpu.sender_busy_pct),
+            cpu_copies_per_s: m(|s| s.cpu.copies_per_s),
+            cpu_copies: samples.iter().map(|s| s.cpu.copies).sum(),
+            rx_on_measured_pct: samples
+                .iter()
+                .map(|s| s.cpu.rx_on_measured_pct)
+                .fold(f64::NAN, f64::min),
+            copies_on_measured_pct: samples
+                .iter()
+                .map(|s| s.cpu.copies_on_measured_pct)
+                .fold(f64::NAN, f64::min),
+            background_pct: samples.iter().map(|s| s.cpu.background_pct).fold(f64::NAN, f64::max),
+            counted_vs_sent_pct: (
+                samples
+                    .iter()
+                    .map(|s| s.cpu.counted_vs_sent_pct)
+                    .fold(f64::NAN, f64::min),
+                samples
+                    .iter()
+                    .map(|s| s.cpu.counted_vs_sent_pct)
+                    .fold(f64::NAN, f64::max),
+            ),
+            stalls: samples.iter().map(|s| s.cpu.stalls).sum(),
+            sent: samples.iter().map(|s| s.sent).sum(),
+            delivered: samples.iter().map(|s| s.delivered).sum(),
+            delivered_per_s: m(|s| s.copies_per_s),
+        }
+    }
+
+    fn min(&self) -> f64 {
+        self.runs.iter().copied().fold(f64::NAN, f64::min)
+    }
+
+    fn max(&self) -> f64 {
+        self.runs.iter().copied().fold(f64::NAN, f64::max)
+    }
+
+    /// (max - min) as % of the median.
+    fn spread_pct(&self) -> f64 {
+        (self.max() - self.min()) * 100.0 / self.ns_per_copy
+    }
+}
+
+struct Row {
+    size: usize,
+    receivers: usize,
+    imp: String,
+    rate: u64,
+    cell: Cell,
+    expected: u64,
+}
 
 fn write_csv(out: &PathBuf, rows: &[Row]) -> Result<(), String> {
     if let Some(d) = out.parent() {
@@ -795,25 +1248,42 @@ fn write_csv(out: &PathBuf, rows: &[Row]) -> Result<(), String> {
     }
     let mut f = std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let mut text = String::from(
-        "size,receivers,impl,rate_dps,sent,expected,delivered,lost,copies_per_s,cpu_copies,busy_ns_per_copy,anchor_ns_per_datagram,share_ns_per_copy,share_vs_sendto,share_vs_multicast\n",
+        "size,receivers,impl,rate_dps,sent,expected,delivered,lost,copies_per_s,ns_per_copy,ns_per_copy_min,ns_per_copy_max,spread_pct,ns_per_copy_runs,cpu_copies,cpu_copies_per_s,busy_pct,sender_busy_pct,background_pct,copies_on_measured_pct,rx_on_measured_pct,counted_vs_sent_pct_min,counted_vs_sent_pct_max,stalls,vs_sendto,vs_multicast\n",
     );
-    for (size, receivers, imp, rate, s, expected) in rows {
+    for r in rows {
+        let c = &r.cell;
         let of = |name: &str| {
             rows.iter()
-                .find(|r| r.0 == *size && r.1 == *receivers && r.2 == name)
-                .map(|r| r.4.share_ns_per_copy)
+                .find(|x| x.size == r.size && x.receivers == r.receivers && x.imp == name)
+                .map(|x| x.cell.ns_per_copy)
         };
-        let ratio = |anchor: Option<f64>| anchor.map_or(String::new(), |x| format!("{:.3}", s.share_ns_per_copy / x));
+        let ratio = |anchor: Option<f64>| anchor.map_or(String::new(), |x| format!("{:.3}", c.ns_per_copy / x));
         text.push_str(&format!(
-            "{size},{receivers},{imp},{rate},{},{expected},{},{},{:.0},{},{:.1},{:.1},{:.1},{},{}\n",
-            s.sent,
-            s.delivered,
-            expected.saturating_sub(s.delivered),
-            s.copies_per_s,
-            s.cpu_copies,
-            s.busy_ns_per_copy,
-            s.anchor_ns_per_datagram,
-            s.share_ns_per_copy,
+            "{},{},{},{},{},{},{},{},{:.0},{:.1},{:.1},{:.1},{:.1},{},{},{:.0},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{},{},{}\n",
+            r.size,
+            r.receivers,
+            r.imp,
+            r.rate,
+            c.sent,
+            r.expected,
+            c.delivered,
+            r.expected.saturating_sub(c.delivered),
+            c.delivered_per_s,
+            c.ns_per_copy,
+            c.min(),
+            c.max(),
+            c.spread_pct(),
+            c.runs.iter().map(|x| format!("{x:.1}")).collect::<Vec<_>>().join(";"),
+            c.cpu_copies,
+            c.cpu_copies_per_s,
+            c.busy_pct,
+            c.sender_busy_pct,
+            c.background_pct,
+            c.copies_on_measured_pct,
+            c.rx_on_measured_pct,
+            c.counted_vs_sent_pct.0,
+            c.counted_vs_sent_pct.1,
+            c.stalls,
             ratio(of("sendto")),
             ratio(of("multicast")),
         ));
@@ -826,28 +1296,37 @@ fn write_csv(out: &PathBuf, rows: &[Row]) -> Result<(), String> {
 /// The goals at 90 receivers (sendto/ebpf at least 4x, ebpf/multicast at
 /// most 1.5x), and clients per core at 100 B.
 fn summarize(rows: &[Row]) {
-    let share = |size: usize, r: usize, imp: &str| {
+    let ns = |size: usize, r: usize, imp: &str| {
         rows.iter()
-            .find(|x| x.0 == size && x.1 == r && x.2 == imp)
-            .map(|x| x.4.share_ns_per_copy)
+            .find(|x| x.size == size && x.receivers == r && x.imp == imp)
+            .map(|x| x.cell.ns_per_copy)
     };
-    for size in rows.iter().map(|r| r.0).collect::<std::collections::BTreeSet<_>>() {
-        if let (Some(e), Some(s), Some(m)) = (
-            share(size, 90, "ebpf"),
-            share(size, 90, "sendto"),
-            share(size, 90, "multicast"),
-        ) {
-            println!(
-                "{size} B, 90 receivers: sendto/ebpf = {:.2}x (goal >= 4), ebpf/multicast = {:.2}x (goal <= 1.5)",
-                s / e,
-                e / m
-            );
+    for size in rows.iter().map(|r| r.size).collect::<std::collections::BTreeSet<_>>() {
+        let (e, s, mm, m) = (
+            ns(size, 90, "ebpf"),
+            ns(size, 90, "sendto"),
+            ns(size, 90, "sendmmsg"),
+            ns(size, 90, "multicast"),
+        );
+        let head = format!("{size} B, 90 receivers (ns per copy, one run):");
+        let mut line = head.clone();
+        if let (Some(e), Some(s)) = (e, s) {
+            line += &format!(" sendto/ebpf = {:.2}x (goal >= 4)", s / e);
+        }
+        if let (Some(e), Some(m)) = (e, m) {
+            line += &format!(" ebpf/multicast = {:.2}x (goal <= 1.5)", e / m);
+        }
+        if let (Some(mm), Some(s)) = (mm, s) {
+            line += &format!(" sendmmsg/sendto = {:.2}x", mm / s);
+        }
+        if line != head {
+            println!("{line}");
         }
     }
     // Paper 000 §6: a client sends 8 kb/s in 100-byte datagrams, so each one
     // the reflector serves takes 10 copies/s of its output.
     for imp in ["sendto", "sendmmsg", "ebpf", "multicast"] {
-        if let Some(ns) = share(100, 90, imp).filter(|x| *x > 0.0) {
+        if let Some(ns) = ns(100, 90, imp).filter(|x| *x > 0.0) {
             println!(
                 "{imp}: one core makes {:.0} copies/s at 100 B, 90 receivers: {:.0} clients of 8 kb/s (paper: 7,500 per Fast-Ethernet reflector)",
                 1e9 / ns,
@@ -860,4 +1339,55 @@ fn summarize(rows: &[Row]) {
 fn getrandom(buf: &mut [u8]) -> Result<(), String> {
     let mut f = std::fs::File::open("/dev/urandom").map_err(|e| e.to_string())?;
     std::io::Read::read_exact(&mut f, buf).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rcvbuf_errors_are_read_from_the_udp_lines() {
+        let text = "Ip: Forwarding DefaultTTL\nIp: 1 64\n\
+            Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n\
+            Udp: 10 0 7 3 7 0\n\
+            UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n\
+            UdpLite: 0 0 0 0 99 0\n";
+        assert_eq!(parse_udp_rcvbuf_errors(text), Ok(7));
+        assert!(parse_udp_rcvbuf_errors("Ip: a\nIp: 1\n").is_err());
+    }
+
+    #[test]
+    fn softnet_lines_give_cpu_and_processed() {
+        let with_cpu = "00000010 0 0 0 0 0 0 0 0 0 0 0 00000000 0 0\n\
+                        000000ff 0 0 0 0 0 0 0 0 0 0 0 00000003 0 0\n";
+        assert_eq!(parse_softnet_processed(with_cpu), Ok(vec![(0, 16), (3, 255)]));
+        let old = "00000001 0 0\n00000002 0 0\n";
+        assert_eq!(parse_softnet_processed(old), Ok(vec![(0, 1), (1, 2)]));
+    }
+
+    #[test]
+    fn rx_share_is_the_measured_cpus_part_of_what_was_processed() {
+        let before = [(0, 100), (1, 1000)];
+        let after = [(0, 110), (1, 1090)];
+        assert_eq!(rx_share(&before, &after, 1), 90.0);
+        // The kernel's counters are 32 bits and wrap.
+        let before = [(0, 0xffff_fff0), (1, 0)];
+        let after = [(0, 0x10), (1, 0)];
+        assert_eq!(rx_share(&before, &after, 0), 100.0);
+        assert!(rx_share(&after, &after, 0).is_nan());
+    }
+
+    #[test]
+    fn a_cells_spread_is_max_minus_min_over_the_median() {
+        let s = |ns| Sample {
+            cpu: CpuPhase {
+                ns_per_copy: ns,
+                ..CpuPhase::default()
+            },
+            ..Sample::default()
+        };
+        let c = Cell::of(&[s(100.0), s(90.0), s(105.0)]);
+        assert_eq!((c.ns_per_copy, c.min(), c.max()), (100.0, 90.0, 105.0));
+        assert!((c.spread_pct() - 15.0).abs() < 1e-9);
+    }
 }

@@ -51,4 +51,13 @@ impl Sink {
     pub fn count(&self) -> u64 {
         self.sunk.get(&0, 0).map(|v| v.iter().sum()).unwrap_or(0)
     }
+
+    /// DATA datagrams dropped so far, per CPU (index = CPU number): where
+    /// the sink ran, which is where the datagram's transmit ran.
+    pub fn count_per_cpu(&self) -> Vec<u64> {
+        self.sunk
+            .get(&0, 0)
+            .map(|v| v.iter().copied().collect())
+            .unwrap_or_default()
+    }
 }
