@@ -199,11 +199,26 @@ struct Pending {
     nonce: u64,
 }
 
+impl GroupBoard {
+    /// A request went to `who`: the older of the two outstanding ones drops
+    /// out, a miss for its member if it was not answered.
+    fn asked(&mut self, who: (u32, u32), nonce: u64) {
+        if let Some(p) = self.pending[1].take() {
+            *self.misses.entry(p.who).or_insert(0) += 1;
+        }
+        self.pending[1] = self.pending[0].take();
+        self.pending[0] = Some(Pending { who, nonce });
+    }
+}
+
 #[derive(Debug, Default)]
 struct GroupBoard {
     /// (player, membership) -> its keys, for every current member.
     roster: HashMap<(u32, u32), SessionKeys>,
-    pending: Option<Pending>,
+    /// The last two requests sent, newest first, each until its upload
+    /// arrives: an upload on its way when the next request goes out still
+    /// counts (the member could not know it had been asked again).
+    pending: [Option<Pending>; 2],
     /// The latest stored upload, and the one before it (from another member
     /// than the latest when there was one).
     latest: Option<Kept>,
@@ -319,13 +334,7 @@ impl Board {
     pub fn requested(&self, port: u16, member: &Member, nonce: u64, now_ms: u64) {
         let Some((g, c)) = self.groups.get(&port) else { return };
         let mut g = lock(g);
-        if let Some(p) = g.pending.take() {
-            *g.misses.entry(p.who).or_insert(0) += 1;
-        }
-        g.pending = Some(Pending {
-            who: (member.sender, member.membership),
-            nonce,
-        });
+        g.asked((member.sender, member.membership), nonce);
         g.last_request_ms = Some(now_ms);
         c.checkpoint_requests.fetch_add(1, Relaxed);
     }
@@ -377,9 +386,13 @@ impl Board {
         };
         match req.op {
             Op::Upload => {
-                if !g.pending.is_some_and(|p| p.who == who && p.nonce == req.nonce) {
+                let Some(slot) = g
+                    .pending
+                    .iter()
+                    .position(|p| p.is_some_and(|p| p.who == who && p.nonce == req.nonce))
+                else {
                     return refuse(Refusal::NotRequested);
-                }
+                };
                 if req.body_len > self.cfg.max_bytes {
                     return refuse(Refusal::TooLarge);
                 }
@@ -388,7 +401,7 @@ impl Board {
                     return refuse(Refusal::Busy);
                 };
                 // The nonce is used once, whatever becomes of the body.
-                g.pending = None;
+                g.pending[slot] = None;
                 Decision::Receive(charge)
             }
             Op::Fetch | Op::FetchOther => {
@@ -1062,6 +1075,35 @@ mod tests {
     }
 
     #[test]
+    fn an_upload_answering_the_request_before_the_newest_still_counts() {
+        let (b, _reg) = board(CheckpointConfig::default());
+        join(&b);
+        let k = member_keys();
+        let authed = |nonce| Authed {
+            req: Request::upload(&who(&k), 1, nonce, 10, 42),
+            keys: k,
+            challenge: 1,
+        };
+        let now = Instant::now();
+        for nonce in [1, 2, 3] {
+            lock(&b.groups[&4000].0).asked(WHO, nonce);
+        }
+        // Request 1 dropped out unanswered; 2 was on its way when 3 went out.
+        assert_eq!(lock(&b.groups[&4000].0).misses.get(&WHO), Some(&1));
+        assert!(matches!(
+            b.decide(&authed(1), now),
+            Decision::Reply(Answer::Refused(Refusal::NotRequested))
+        ));
+        assert!(matches!(b.decide(&authed(2), now), Decision::Receive(_)));
+        assert!(matches!(b.decide(&authed(3), now), Decision::Receive(_)));
+        // Each nonce once.
+        assert!(matches!(
+            b.decide(&authed(2), now),
+            Decision::Reply(Answer::Refused(Refusal::NotRequested))
+        ));
+    }
+
+    #[test]
     fn an_upload_needs_the_pending_nonce_the_size_bound_and_room_in_memory() {
         let (b, reg) = board(CheckpointConfig {
             max_bytes: 1000,
@@ -1081,7 +1123,7 @@ mod tests {
         };
         let now = Instant::now();
         assert_eq!(refusal(b.decide(&authed(9, 10), now)), Some(Refusal::NotRequested));
-        lock(&b.groups[&4000].0).pending = Some(Pending { who: WHO, nonce: 9 });
+        lock(&b.groups[&4000].0).pending[0] = Some(Pending { who: WHO, nonce: 9 });
         assert_eq!(refusal(b.decide(&authed(8, 10), now)), Some(Refusal::NotRequested));
         assert_eq!(refusal(b.decide(&authed(9, 1001), now)), Some(Refusal::TooLarge));
         // 600 bytes held elsewhere: 1000 more would pass the bound.
