@@ -386,6 +386,63 @@ fn be64(b: &[u8]) -> u64 {
     u64::from_be_bytes(a)
 }
 
+fn le64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_le_bytes(a)
+}
+
+/// SipHash-2-4 of `d` under `key` with the 8-byte word at [`TAG`] read as
+/// zero: the same value as siphasher's streaming hasher fed the three
+/// pieces, computed a word at a time (the tag field is word-aligned), which
+/// costs about two thirds of the instructions on every DATA the reflector
+/// checks. `d` is at least [`TAG`]`.end` bytes long.
+fn siphash24_tag(key: &[u8; 16], d: &[u8]) -> u64 {
+    #[inline(always)]
+    fn round(v: &mut [u64; 4]) {
+        v[0] = v[0].wrapping_add(v[1]);
+        v[1] = v[1].rotate_left(13) ^ v[0];
+        v[0] = v[0].rotate_left(32);
+        v[2] = v[2].wrapping_add(v[3]);
+        v[3] = v[3].rotate_left(16) ^ v[2];
+        v[0] = v[0].wrapping_add(v[3]);
+        v[3] = v[3].rotate_left(21) ^ v[0];
+        v[2] = v[2].wrapping_add(v[1]);
+        v[1] = v[1].rotate_left(17) ^ v[2];
+        v[2] = v[2].rotate_left(32);
+    }
+    #[inline(always)]
+    fn absorb(v: &mut [u64; 4], m: u64) {
+        v[3] ^= m;
+        round(v);
+        round(v);
+        v[0] ^= m;
+    }
+    const _: () = assert!(TAG.start % 8 == 0 && TAG.end - TAG.start == 8);
+    let (k0, k1) = (le64(&key[..8]), le64(&key[8..]));
+    let mut v = [
+        k0 ^ 0x736f_6d65_7073_6575,
+        k1 ^ 0x646f_7261_6e64_6f6d,
+        k0 ^ 0x6c79_6765_6e65_7261,
+        k1 ^ 0x7465_6462_7974_6573,
+    ];
+    let words = d.chunks_exact(8);
+    let tail = words.remainder();
+    for (i, w) in words.enumerate() {
+        absorb(&mut v, if i == TAG.start / 8 { 0 } else { le64(w) });
+    }
+    let mut last = (d.len() as u64) << 56;
+    for (i, &b) in tail.iter().enumerate() {
+        last |= u64::from(b) << (8 * i);
+    }
+    absorb(&mut v, last);
+    v[2] ^= 0xff;
+    for _ in 0..4 {
+        round(&mut v);
+    }
+    v[0] ^ v[1] ^ v[2] ^ v[3]
+}
+
 /// A checked, borrowed view of one datagram.
 #[derive(Clone, Copy)]
 pub struct Packet<T: AsRef<[u8]>> {
@@ -636,11 +693,16 @@ impl SessionKeys {
     /// The DATA tag of `datagram` (the tag field itself read as zero):
     /// standard SipHash-2-4, which a BPF program computes the same.
     pub fn tag(&self, datagram: &[u8]) -> u64 {
-        let mut h = siphasher::sip::SipHasher24::new_with_key(&self.tag);
-        h.write(&datagram[..TAG.start]);
-        h.write(&[0u8; TAG_LEN]);
-        h.write(&datagram[TAG.end..]);
-        h.finish()
+        if datagram.len() < TAG.end {
+            // No tag field to read as zero (no DATA is this short): the
+            // streaming hasher panics on it as it always did.
+            let mut h = siphasher::sip::SipHasher24::new_with_key(&self.tag);
+            h.write(&datagram[..TAG.start]);
+            h.write(&[0u8; TAG_LEN]);
+            h.write(&datagram[TAG.end..]);
+            return h.finish();
+        }
+        siphash24_tag(&self.tag, datagram)
     }
 
     /// The MAC key `Km` (datagram MACs and the checkpoint channel's MACs).
@@ -971,6 +1033,19 @@ mod tests {
             sender: 77,
             membership: 0xdead_beef,
             seq: 5,
+        }
+    }
+
+    #[test]
+    fn the_word_wise_tag_is_the_streaming_siphash() {
+        let key: [u8; 16] = core::array::from_fn(|i| (i * 7 + 3) as u8);
+        let d: Vec<u8> = (0..1200u32).map(|i| (i * 31 + i / 7) as u8).collect();
+        for len in (TAG.end..=200).chain([511, 512, 513, 1000, 1199, 1200]) {
+            let mut h = siphasher::sip::SipHasher24::new_with_key(&key);
+            h.write(&d[..TAG.start]);
+            h.write(&[0u8; TAG_LEN]);
+            h.write(&d[TAG.end..len]);
+            assert_eq!(siphash24_tag(&key, &d[..len]), h.finish(), "{len} bytes");
         }
     }
 

@@ -763,7 +763,7 @@ impl Group {
             let err = SmallDatagram::error(self.port, sender, pkt.membership(), ErrorCode::NotMember);
             return Outcome::with_reply(Event::Dropped(DropReason::NotMember), err, len, Payer::Unverified);
         };
-        let m = self.members[idx];
+        let m = &self.members[idx];
         if pkt.membership() != m.membership {
             return Outcome::drop(DropReason::StaleMembership);
         }
