@@ -7,7 +7,16 @@ use netlab::netns::root_qdisc_bytes;
 use netlab::plan::DelayBackend;
 use netlab::probe;
 use netlab::topo::Builtin;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+/// One test at a time: each measures timing (a rate, a delay) that a
+/// neighbour saturating a link on one of two cores would distort.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn alone() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// The rate on the wire of h1's shaped interface (bytes as the qdisc charges
 /// them, i.e. with every segment's headers), measured while one TCP flow
@@ -49,6 +58,7 @@ fn htb_rate_within_5_percent() {
     if !need_root("htb_rate_within_5_percent") {
         return;
     }
+    let _alone = alone();
     for bw in [10_000_000u64, 50_000_000] {
         // Two seconds' worth at the configured rate.
         let (rate, goodput) = wire_rate(bw, bw / 8 * 2);
@@ -70,6 +80,7 @@ fn delay_line_latency_within_10_percent_or_100us() {
     if !need_root("delay_line_latency_within_10_percent_or_100us") {
         return;
     }
+    let _alone = alone();
     for delay_ns in [500_000u64, 2_000_000] {
         let mut o = opts();
         o.delay_backend = Some(DelayBackend::DelayLine);
@@ -103,6 +114,7 @@ fn delay_line_loss_is_applied() {
     if !need_root("delay_line_loss_is_applied") {
         return;
     }
+    let _alone = alone();
     let mut o = opts();
     o.delay_backend = Some(DelayBackend::DelayLine);
     let lab = up(
