@@ -144,6 +144,9 @@ pub struct CheckpointTally {
     pub requested: u64,
     pub uploaded: u64,
     pub upload_errors: u64,
+    /// Uploads refused because the bot had left that membership since it
+    /// was asked (not an error: it moved on).
+    pub uploads_overtaken: u64,
     /// Fetches after a join: with a checkpoint, empty (none yet), failed.
     pub fetched: u64,
     pub fetched_empty: u64,

@@ -10,6 +10,7 @@ use super::tickets::{join_request, Job, JobResult};
 use super::world::{cell_of, step, Rng};
 use super::{Histogram, Ledger, MemId, Receipt, JOIN_RETRY, MAX_MESSAGES, PAYLOAD_MIN, TICKET_RETRY};
 use crate::control::WorldInfo;
+use reflector_proto::checkpoint::Refusal;
 use reflector_proto::client::{self, Event, Failure, JoinRequest, Session, Transmit};
 use reflector_proto::protocol::{Kind, Packet, DATA_PAYLOAD};
 use std::collections::HashMap;
@@ -534,6 +535,12 @@ impl<E: Edge> Ctx<'_, E> {
                         self.error(bot, format!("checkpoint does not decode: {e}"));
                     }
                 }
+            }
+            // An upload for a membership the bot has left since it was
+            // asked (it moved on): the reflector rightly no longer knows
+            // that membership; nothing was lost.
+            Err(e) if !res.fetch && !current && e.contains(&Refusal::NotMember.to_string()) => {
+                self.ck.uploads_overtaken += 1;
             }
             Err(e) => {
                 if res.fetch {
