@@ -280,6 +280,35 @@ pub struct ServerConfig {
     pub checkpoint: Option<CheckpointConfig>,
 }
 
+impl ServerConfig {
+    /// A reflector on `bind` with one group on a port the kernel picks,
+    /// tokens checked under `token_secret` (reflector id 0), a fresh cookie
+    /// key, the default policy and `backend` with no fallback; one thread,
+    /// 4 MiB socket buffers, no checkpoint channel. Embedders and tests set
+    /// the rest with struct update syntax (`ServerConfig { threads: 2,
+    /// ..ServerConfig::new(..) }`).
+    pub fn new(bind: IpAddr, token_secret: Secret, backend: BackendKind) -> Self {
+        ServerConfig {
+            bind,
+            ports: vec![0],
+            keys: Keys {
+                token_secret: token_secret.into(),
+                reflector_id: 0,
+                cookie_key: Secret::random(),
+            },
+            policy: Policy::default(),
+            backend,
+            fallback: false,
+            threads: 1,
+            rcvbuf: 4 << 20,
+            sndbuf: 4 << 20,
+            group_tags: Vec::new(),
+            group_instance: Vec::new(),
+            checkpoint: None,
+        }
+    }
+}
+
 /// A running reflector.
 pub struct Server {
     registry: Registry,

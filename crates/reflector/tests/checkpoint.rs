@@ -9,7 +9,7 @@
 
 use reflector::backend::BackendKind;
 use reflector::checkpoint::CheckpointConfig;
-use reflector::membership::{Keys, Policy};
+use reflector::membership::Policy;
 use reflector::server::{Server, ServerConfig};
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::blocking;
@@ -29,26 +29,19 @@ const T: Duration = Duration::from_secs(5);
 
 fn start(groups: usize, ck: CheckpointConfig) -> Server {
     let cfg = ServerConfig {
-        bind: "127.0.0.1".parse().unwrap(),
         ports: vec![0; groups],
-        keys: Keys {
-            token_secret: Secret::new(&SECRET).unwrap().into(),
-            reflector_id: 0,
-            cookie_key: Secret::random(),
-        },
         policy: Policy {
             member_pps: 0,
             member_bytes_per_s: 0,
             ..Policy::default()
         },
-        backend: BackendKind::Sendmmsg,
-        fallback: false,
         threads: 2,
-        rcvbuf: 4 << 20,
-        sndbuf: 4 << 20,
-        group_tags: Vec::new(),
-        group_instance: Vec::new(),
         checkpoint: Some(ck),
+        ..ServerConfig::new(
+            [127, 0, 0, 1].into(),
+            Secret::new(&SECRET).unwrap(),
+            BackendKind::Sendmmsg,
+        )
     };
     Server::start(cfg, Arc::new(AtomicBool::new(false))).expect("server starts")
 }

@@ -7,7 +7,6 @@ use reflector::backend::BackendKind;
 use reflector::bots::{run_bots, BotsConfig};
 use reflector::checkpoint::CheckpointConfig;
 use reflector::control::{Assign, ControlConfig, ControlServer, ReflectorSpec, World};
-use reflector::membership::{Keys, Policy};
 use reflector::server::{Server, ServerConfig};
 use reflector_proto::auth::Secret;
 use std::net::IpAddr;
@@ -43,22 +42,10 @@ fn setup_full(
     let secret = Secret::new(&[0x5a; 32]).unwrap();
     let server = Server::start(
         ServerConfig {
-            bind: IpAddr::from(LOCAL),
             ports: vec![0; groups],
-            keys: Keys {
-                token_secret: secret.clone().into(),
-                reflector_id: 0,
-                cookie_key: Secret::random(),
-            },
-            policy: Policy::default(),
-            backend,
-            fallback: false,
             threads: 2,
-            rcvbuf: 4 << 20,
-            sndbuf: 4 << 20,
-            group_tags: Vec::new(),
-            group_instance: Vec::new(),
             checkpoint,
+            ..ServerConfig::new(IpAddr::from(LOCAL), secret.clone(), backend)
         },
         stop,
     )

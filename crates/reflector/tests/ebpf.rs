@@ -10,10 +10,10 @@
 mod common;
 use oskit::testing::{root_or_skip, sh, NetNsGuard};
 use reflector::backend::BackendKind;
-use reflector::membership::{Keys, Policy};
+use reflector::membership::Policy;
 use reflector::metrics::Snapshot;
 use reflector::server::{Server, ServerConfig};
-use reflector_proto::auth::{Secret, TokenClaims};
+use reflector_proto::auth::Secret;
 use reflector_proto::blocking;
 use reflector_proto::client::{Config as ClientConfig, JoinRequest, Session};
 use reflector_proto::protocol::{ErrorCode, Header, Kind, Packet, SessionKeys, DATA_PAYLOAD, TAG};
@@ -113,22 +113,10 @@ fn start_with(lab: &Lab, policy: Policy, backend: BackendKind, rcvbuf: usize, st
     let stop = Arc::clone(stop);
     lab.r.run(move || {
         let cfg = ServerConfig {
-            bind: REFLECTOR.into(),
-            ports: vec![0],
-            keys: Keys {
-                token_secret: Secret::new(&SECRET).unwrap().into(),
-                reflector_id: 0,
-                cookie_key: Secret::random(),
-            },
             policy,
-            backend,
-            fallback: false,
-            threads: 1,
             rcvbuf,
             sndbuf: 1 << 20,
-            group_tags: Vec::new(),
-            group_instance: Vec::new(),
-            checkpoint: None,
+            ..ServerConfig::new(REFLECTOR.into(), Secret::new(&SECRET).unwrap(), backend)
         };
         Server::start(cfg, stop).expect("the eBPF backend starts, with no fallback")
     })
@@ -154,22 +142,7 @@ fn token(group: u16, player: u32) -> JoinRequest {
 /// A join request whose sequence numbers start at `first_seq` (a player
 /// that joins again with the same key goes on from where it left).
 fn token_from(group: u16, player: u32, first_seq: u64) -> JoinRequest {
-    let secret = Secret::new(&SECRET).unwrap();
-    let t = TokenClaims {
-        player,
-        reflector: 0,
-        group,
-        expires_unix_s: reflector::unix_now_ms() / 1000 + 120,
-    }
-    .sign(&secret);
-    JoinRequest {
-        reflector: SocketAddr::from((REFLECTOR, group)),
-        group,
-        player,
-        token: t,
-        keys: SessionKeys::derive(&secret, &t),
-        first_seq,
-    }
+    common::join_request(&SECRET, SocketAddr::from((REFLECTOR, group)), player, 120, first_seq)
 }
 
 fn join(sock: &UdpSocket, group: u16, player: u32) -> Session {
@@ -178,13 +151,7 @@ fn join(sock: &UdpSocket, group: u16, player: u32) -> Session {
 
 fn join_from(sock: &UdpSocket, group: u16, player: u32, first_seq: u64) -> Session {
     sock.set_nonblocking(false).unwrap();
-    let cfg = ClientConfig {
-        give_up: Some(Duration::from_secs(5)),
-        ..ClientConfig::default()
-    };
-    let s = blocking::join(sock, token_from(group, player, first_seq), cfg)
-        .expect("the reflector admits us")
-        .0;
+    let s = common::join_blocking(sock, token_from(group, player, first_seq));
     sock.set_nonblocking(true).unwrap();
     s
 }
@@ -666,22 +633,9 @@ fn members_behind_other_devices_and_a_router() {
     let stop2 = Arc::clone(&stop);
     let server = r.run(move || {
         let cfg = ServerConfig {
-            bind: [0, 0, 0, 0].into(),
-            ports: vec![0],
-            keys: Keys {
-                token_secret: Secret::new(&SECRET).unwrap().into(),
-                reflector_id: 0,
-                cookie_key: Secret::random(),
-            },
-            policy: Policy::default(),
-            backend: BackendKind::Ebpf,
-            fallback: false,
-            threads: 1,
             rcvbuf: 1 << 20,
             sndbuf: 1 << 20,
-            group_tags: Vec::new(),
-            group_instance: Vec::new(),
-            checkpoint: None,
+            ..ServerConfig::new([0, 0, 0, 0].into(), Secret::new(&SECRET).unwrap(), BackendKind::Ebpf)
         };
         Server::start(cfg, stop2).expect("the eBPF backend starts, with no fallback")
     });

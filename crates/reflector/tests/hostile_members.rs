@@ -15,7 +15,7 @@
 use nix::sys::socket::{sendto, socket, AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType, SockaddrIn};
 use oskit::testing::root_or_skip;
 use reflector::backend::BackendKind;
-use reflector::membership::{Keys, Policy};
+use reflector::membership::Policy;
 use reflector::server::{Server, ServerConfig};
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::blocking;
@@ -49,22 +49,13 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 fn start(policy: Policy) -> Server {
     let cfg = ServerConfig {
-        bind: "127.0.0.1".parse().unwrap(),
-        ports: vec![0],
-        keys: Keys {
-            token_secret: Secret::new(&SECRET).unwrap().into(),
-            reflector_id: 0,
-            cookie_key: Secret::random(),
-        },
         policy,
-        backend: BackendKind::Sendmmsg,
         fallback: true,
-        threads: 1,
-        rcvbuf: 4 << 20,
-        sndbuf: 4 << 20,
-        group_tags: Vec::new(),
-        group_instance: Vec::new(),
-        checkpoint: None,
+        ..ServerConfig::new(
+            [127, 0, 0, 1].into(),
+            Secret::new(&SECRET).unwrap(),
+            BackendKind::Sendmmsg,
+        )
     };
     Server::start(cfg, Arc::new(AtomicBool::new(false))).expect("server starts")
 }

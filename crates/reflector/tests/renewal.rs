@@ -10,13 +10,12 @@ use oskit::testing::{root_or_skip, sh, NetNsGuard};
 use reflector::backend::BackendKind;
 use reflector::bots::{run_bots, BotsConfig};
 use reflector::control::{Assign, ControlConfig, ControlServer, ReflectorSpec, World};
-use reflector::membership::{Keys, Policy};
+use reflector::membership::Policy;
 use reflector::metrics::Snapshot;
 use reflector::server::{Server, ServerConfig};
-use reflector_proto::auth::{Secret, TokenClaims};
-use reflector_proto::blocking;
-use reflector_proto::client::{Config as ClientConfig, JoinRequest, Session};
-use reflector_proto::protocol::{Kind, Packet, SessionKeys, DATA_PAYLOAD};
+use reflector_proto::auth::Secret;
+use reflector_proto::client::Session;
+use reflector_proto::protocol::{Kind, Packet, DATA_PAYLOAD};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -34,22 +33,8 @@ static SERIAL: Mutex<()> = Mutex::new(());
 fn server(bind: IpAddr, backend: BackendKind, policy: Policy) -> Server {
     Server::start(
         ServerConfig {
-            bind,
-            ports: vec![0],
-            keys: Keys {
-                token_secret: Secret::new(&SECRET).unwrap().into(),
-                reflector_id: 0,
-                cookie_key: Secret::random(),
-            },
             policy,
-            backend,
-            fallback: false,
-            threads: 1,
-            rcvbuf: 4 << 20,
-            sndbuf: 4 << 20,
-            group_tags: Vec::new(),
-            group_instance: Vec::new(),
-            checkpoint: None,
+            ..ServerConfig::new(bind, Secret::new(&SECRET).unwrap(), backend)
         },
         Arc::new(AtomicBool::new(false)),
     )
@@ -176,28 +161,7 @@ fn renewing_bots_ebpf() {
 
 /// A member that does not renew: its token lives `ttl_s` seconds.
 fn member(sock: &UdpSocket, reflector: SocketAddr, player: u32, ttl_s: u64) -> Session {
-    let secret = Secret::new(&SECRET).unwrap();
-    let group = reflector.port();
-    let t = TokenClaims {
-        player,
-        reflector: 0,
-        group,
-        expires_unix_s: reflector::unix_now_ms() / 1000 + ttl_s,
-    }
-    .sign(&secret);
-    let req = JoinRequest {
-        reflector,
-        group,
-        player,
-        token: t,
-        keys: SessionKeys::derive(&secret, &t),
-        first_seq: 1,
-    };
-    let cfg = ClientConfig {
-        give_up: Some(Duration::from_secs(5)),
-        ..ClientConfig::default()
-    };
-    blocking::join(sock, req, cfg).expect("the reflector admits us").0
+    common::join_blocking(sock, common::join_request(&SECRET, reflector, player, ttl_s, 1))
 }
 
 fn data_received(sock: &UdpSocket, within: Duration) -> u64 {

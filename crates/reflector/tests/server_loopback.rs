@@ -4,7 +4,7 @@
 
 mod common;
 use reflector::backend::BackendKind;
-use reflector::membership::{Keys, Policy};
+use reflector::membership::Policy;
 use reflector::metrics::Snapshot;
 use reflector::server::{Server, ServerConfig};
 use reflector_proto::auth::{Secret, TokenClaims};
@@ -22,22 +22,10 @@ const SECRET: [u8; 32] = [0x5a; 32];
 
 fn start(backend: BackendKind, groups: usize, policy: Policy) -> Server {
     let cfg = ServerConfig {
-        bind: "127.0.0.1".parse().unwrap(),
         ports: vec![0; groups],
-        keys: Keys {
-            token_secret: Secret::new(&SECRET).unwrap().into(),
-            reflector_id: 0,
-            cookie_key: Secret::random(),
-        },
         policy,
-        backend,
-        fallback: false,
         threads: 2,
-        rcvbuf: 4 << 20,
-        sndbuf: 4 << 20,
-        group_tags: Vec::new(),
-        group_instance: Vec::new(),
-        checkpoint: None,
+        ..ServerConfig::new([127, 0, 0, 1].into(), Secret::new(&SECRET).unwrap(), backend)
     };
     Server::start(cfg, Arc::new(AtomicBool::new(false))).expect("server starts")
 }

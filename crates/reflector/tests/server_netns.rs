@@ -9,12 +9,10 @@
 mod common;
 use oskit::testing::{root_or_skip, sh, NetNsGuard};
 use reflector::backend::BackendKind;
-use reflector::membership::{Keys, Policy};
 use reflector::server::{Server, ServerConfig};
-use reflector_proto::auth::{Secret, TokenClaims};
-use reflector_proto::blocking;
-use reflector_proto::client::{Config as ClientConfig, JoinRequest, Session};
-use reflector_proto::protocol::{SessionKeys, DATA_PAYLOAD};
+use reflector_proto::auth::Secret;
+use reflector_proto::client::Session;
+use reflector_proto::protocol::DATA_PAYLOAD;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -78,28 +76,8 @@ impl Lab {
     }
 }
 
-fn join(sock: &UdpSocket, server: SocketAddr, group: u16, id: u32) -> Session {
-    let secret = Secret::new(&SECRET).unwrap();
-    let t = TokenClaims {
-        player: id,
-        reflector: 0,
-        group,
-        expires_unix_s: reflector::unix_now_ms() / 1000 + 60,
-    }
-    .sign(&secret);
-    let req = JoinRequest {
-        reflector: server,
-        group,
-        player: id,
-        token: t,
-        keys: SessionKeys::derive(&secret, &t),
-        first_seq: 1,
-    };
-    let cfg = ClientConfig {
-        give_up: Some(Duration::from_secs(5)),
-        ..ClientConfig::default()
-    };
-    blocking::join(sock, req, cfg).expect("the reflector admits us").0
+fn join(sock: &UdpSocket, server: SocketAddr, id: u32) -> Session {
+    common::join_blocking(sock, common::join_request(&SECRET, server, id, 60, 1))
 }
 
 fn no_loss_on_a_full_device_queue(backend: BackendKind) {
@@ -113,22 +91,9 @@ fn no_loss_on_a_full_device_queue(backend: BackendKind) {
     let server_stop = Arc::clone(&stop);
     let server = lab.a.run(move || {
         let cfg = ServerConfig {
-            bind: "10.201.0.1".parse().unwrap(),
-            ports: vec![0],
-            keys: Keys {
-                token_secret: Secret::new(&SECRET).unwrap().into(),
-                reflector_id: 0,
-                cookie_key: Secret::random(),
-            },
-            policy: Policy::default(),
-            backend,
-            fallback: false,
-            threads: 1,
             rcvbuf: 1 << 20,
             sndbuf: 1 << 20,
-            group_tags: Vec::new(),
-            group_instance: Vec::new(),
-            checkpoint: None,
+            ..ServerConfig::new([10, 201, 0, 1].into(), Secret::new(&SECRET).unwrap(), backend)
         };
         Server::start(cfg, server_stop).expect("server starts in the namespace")
     });
@@ -144,11 +109,7 @@ fn no_loss_on_a_full_device_queue(backend: BackendKind) {
             })
             .collect()
     });
-    let sessions: Vec<Session> = socks
-        .iter()
-        .enumerate()
-        .map(|(i, s)| join(s, addr, group, i as u32))
-        .collect();
+    let sessions: Vec<Session> = socks.iter().enumerate().map(|(i, s)| join(s, addr, i as u32)).collect();
     let mut sending = sessions[0];
     // Member 0 sends; the others count. Drain in threads so receivers never
     // overflow: any loss would then be the sender's.

@@ -6,8 +6,11 @@
 #![allow(dead_code, reason = "each test file uses a part of the helpers")]
 
 use reflector::backend::{BackendKind, Support};
-use reflector_proto::protocol::{Kind, Packet};
-use std::net::UdpSocket;
+use reflector_proto::auth::{Secret, TokenClaims};
+use reflector_proto::blocking;
+use reflector_proto::client::{Config as ClientConfig, JoinRequest, Session};
+use reflector_proto::protocol::{Kind, Packet, SessionKeys};
+use std::net::{SocketAddr, UdpSocket};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -84,4 +87,39 @@ pub fn count_data(receivers: &[UdpSocket], want: u32, within: Duration) -> Vec<J
             })
         })
         .collect()
+}
+
+/// A JOIN for `player` into the group on `reflector`'s port: a token signed
+/// under `secret` that expires `ttl_s` seconds from now, the session keys
+/// the control server would hand out with it, sequence numbers from
+/// `first_seq` (a player that joins again with the same key goes on from
+/// where it left).
+pub fn join_request(secret: &[u8; 32], reflector: SocketAddr, player: u32, ttl_s: u64, first_seq: u64) -> JoinRequest {
+    let secret = Secret::new(secret).unwrap();
+    let group = reflector.port();
+    let token = TokenClaims {
+        player,
+        reflector: 0,
+        group,
+        expires_unix_s: reflector::unix_now_ms() / 1000 + ttl_s,
+    }
+    .sign(&secret);
+    JoinRequest {
+        reflector,
+        group,
+        player,
+        token,
+        keys: SessionKeys::derive(&secret, &token),
+        first_seq,
+    }
+}
+
+/// Joins with `req` from `sock`, retrying as the bots do (every 250 ms):
+/// a join in a test's own lab that takes 5 s is broken.
+pub fn join_blocking(sock: &UdpSocket, req: JoinRequest) -> Session {
+    let cfg = ClientConfig {
+        retry: Duration::from_millis(250),
+        give_up: Some(Duration::from_secs(5)),
+    };
+    blocking::join(sock, req, cfg).expect("the reflector admits us").0
 }
