@@ -13,7 +13,7 @@
 
 use bytes::Bytes;
 use oskit::netns::NetNs;
-use reflector_proto::checkpoint::{self as channel, Member};
+use reflector_proto::checkpoint::{self as channel, ChannelError, Member, Refusal};
 use reflector_proto::protocol::SessionKeys;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -72,7 +72,7 @@ pub(super) struct CkResult {
     pub(super) mem: u32,
     pub(super) fetch: bool,
     pub(super) took: Duration,
-    pub(super) outcome: Result<CkDone, String>,
+    pub(super) outcome: Result<CkDone, ChannelError>,
 }
 
 pub(super) enum CkDone {
@@ -110,15 +110,17 @@ pub(super) fn ck_worker(
     }
 }
 
-fn run_job(namespaces: &[NetNs], job: &CkJob) -> Result<CkDone, String> {
+fn run_job(namespaces: &[NetNs], job: &CkJob) -> Result<CkDone, ChannelError> {
     // The socket is made in the bot's namespace; it stays there.
     let stream = match namespaces.get(job.bot % namespaces.len().max(1)) {
         Some(ns) => ns
             .run(|| channel::connect(job.addr, TIMEOUT))
-            .map_err(|e| e.to_string())?,
+            .map_err(|e| ChannelError::Io {
+                addr: job.addr,
+                source: std::io::Error::other(e),
+            })?,
         None => channel::connect(job.addr, TIMEOUT),
-    }
-    .map_err(|e| e.to_string())?;
+    }?;
     let who = Member {
         group: job.group,
         player: job.player,
@@ -127,14 +129,25 @@ fn run_job(namespaces: &[NetNs], job: &CkJob) -> Result<CkDone, String> {
     };
     match &job.op {
         CkOp::Upload { nonce, tick, state } => {
-            channel::upload_on(&stream, job.addr, who, *nonce, *tick, state.clone(), TIMEOUT)
-                .map(|_| CkDone::Uploaded)
-                .map_err(|e| e.to_string())
+            channel::upload_on(&stream, job.addr, who, *nonce, *tick, state.clone(), TIMEOUT).map(|_| CkDone::Uploaded)
         }
-        CkOp::Fetch => channel::fetch_on(&stream, job.addr, who, MAX_STATE, TIMEOUT)
-            .map(CkDone::Fetched)
-            .map_err(|e| e.to_string()),
+        CkOp::Fetch => channel::fetch_on(&stream, job.addr, who, MAX_STATE, TIMEOUT).map(CkDone::Fetched),
     }
+}
+
+/// Whether the reflector refused the exchange because it does not know
+/// the membership (whether or not the refusal could be authenticated).
+pub(super) fn refused_not_member(e: &ChannelError) -> bool {
+    matches!(
+        e,
+        ChannelError::Refused {
+            code: Refusal::NotMember,
+            ..
+        } | ChannelError::Unauthenticated {
+            refusal: Some(Refusal::NotMember),
+            ..
+        }
+    )
 }
 
 /// What the bots did with checkpoints, in the report.

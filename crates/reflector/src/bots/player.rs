@@ -4,13 +4,14 @@
 //! the [`Ledger`]. No sockets and no clock of its own: sends, ticket
 //! requests and time go through [`Edge`], so a test drives it exactly.
 
-use super::checkpoints::{compare, CheckpointTally, CkDone, CkJob, CkOp, CkResult, GameState, PlayerState, Verdict};
+use super::checkpoints::{
+    compare, refused_not_member, CheckpointTally, CkDone, CkJob, CkOp, CkResult, GameState, PlayerState, Verdict,
+};
 use super::config::BotsConfig;
 use super::tickets::{join_request, Job, JobResult};
 use super::world::{cell_of, step, Rng};
 use super::{Histogram, Ledger, MemId, Receipt, JOIN_RETRY, MAX_MESSAGES, PAYLOAD_MIN, TICKET_RETRY};
 use crate::control::WorldInfo;
-use reflector_proto::checkpoint::Refusal;
 use reflector_proto::client::{self, Event, Failure, JoinRequest, Session, Transmit};
 use reflector_proto::protocol::{Kind, Packet, DATA_PAYLOAD};
 use std::collections::HashMap;
@@ -539,7 +540,7 @@ impl<E: Edge> Ctx<'_, E> {
             // An upload for a membership the bot has left since it was
             // asked (it moved on): the reflector rightly no longer knows
             // that membership; nothing was lost.
-            Err(e) if !res.fetch && !current && e.contains(&Refusal::NotMember.to_string()) => {
+            Err(e) if !res.fetch && !current && refused_not_member(&e) => {
                 self.ck.uploads_overtaken += 1;
             }
             Err(e) => {
