@@ -552,6 +552,18 @@ class Checker:
             self.r.fail("file", "section %r is not a list" % name)
         return []
 
+    def entries(self, group, label, items):
+        """(index, description, entry) for each entry of items that is an
+        object; any other entry is a failure of the group."""
+        for i, e in enumerate(items):
+            what = "%s[%d]" % (label, i)
+            if isinstance(e, dict) and "name" in e:
+                what += " (%s)" % e["name"]
+            if not isinstance(e, dict):
+                self.r.fail(group, "%s is not an object" % what)
+                continue
+            yield i, what, e
+
     def token_at(self, idx, what):
         """The derived-key record for token index idx, or raises Bad."""
         if isinstance(idx, bool) or not isinstance(idx, int):
@@ -571,12 +583,9 @@ class Checker:
 
     def check_tokens(self):
         G = "tokens"
-        for i, t in enumerate(self.section_list("tokens")):
-            what = "tokens[%d]" % i
-            self.tokens.append(None)
-            if not isinstance(t, dict):
-                self.r.fail(G, "%s is not an object" % what)
-                continue
+        listed = self.section_list("tokens")
+        self.tokens = [None] * len(listed)
+        for i, what, t in self.entries(G, "tokens", listed):
             try:
                 tok = hexbytes(t.get("token"), what + ".token", 32)
             except Bad as e:
@@ -627,11 +636,7 @@ class Checker:
 
     def check_cookies(self):
         G = "cookies"
-        for i, c in enumerate(self.section_list("cookies")):
-            what = "cookies[%d]" % i
-            if not isinstance(c, dict):
-                self.r.fail(G, "%s is not an object" % what)
-                continue
+        for _, what, c in self.entries(G, "cookies", self.section_list("cookies")):
             try:
                 ip, port = parse_address(c.get("address"))
                 group = as_int(c.get("group"), what + ".group")
@@ -673,13 +678,7 @@ class Checker:
     def check_datagrams(self):
         G = "datagrams"
         seen = set()
-        for i, d in enumerate(self.section_list("datagrams")):
-            what = "datagrams[%d]" % i
-            if isinstance(d, dict) and "name" in d:
-                what += " (%s)" % d["name"]
-            if not isinstance(d, dict):
-                self.r.fail(G, "%s is not an object" % what)
-                continue
+        for _, what, d in self.entries(G, "datagrams", self.section_list("datagrams")):
             for k in ("name", "type", "keys", "hex"):
                 if k not in d:
                     self.r.fail(G, "%s: %r missing (Test vectors)" % (what, k))
@@ -1067,13 +1066,7 @@ class Checker:
         self.body = None
         seen_ops, seen_status, seen = set(), set(), set()
         parsed = []
-        for i, m in enumerate(msgs):
-            what = "channel.messages[%d]" % i
-            if isinstance(m, dict) and "name" in m:
-                what += " (%s)" % m["name"]
-            if not isinstance(m, dict):
-                self.r.fail(G, "%s is not an object" % what)
-                continue
+        for i, what, m in self.entries(G, "channel.messages", msgs):
             self.r.check(G, "name" in m and "hex" in m, "%s: name or hex missing (Test vectors)" % what)
             try:
                 b = hexbytes(m.get("hex"), what + ".hex")
@@ -1400,13 +1393,7 @@ class Checker:
     def check_invalid(self):
         G = "invalid"
         kinds = set()
-        for i, e in enumerate(self.section_list("invalid")):
-            what = "invalid[%d]" % i
-            if isinstance(e, dict) and "name" in e:
-                what += " (%s)" % e["name"]
-            if not isinstance(e, dict):
-                self.r.fail(G, "%s is not an object" % what)
-                continue
+        for _, what, e in self.entries(G, "invalid", self.section_list("invalid")):
             if not self.r.check(G, "why" in e and "hex" in e, "%s: hex or why missing (Test vectors)" % what):
                 continue
             self.r.check(G, isinstance(e.get("why"), str) and e["why"].strip(),

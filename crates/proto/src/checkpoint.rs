@@ -891,17 +891,6 @@ pub fn fetch_other(
     fetch_op_on(&connect(addr, timeout)?, addr, who, Op::FetchOther, max_state, timeout)
 }
 
-/// [`fetch_other`] on a stream the caller connected to `addr`.
-pub fn fetch_other_on(
-    s: &TcpStream,
-    addr: SocketAddr,
-    who: Member<'_>,
-    max_state: u64,
-    timeout: Duration,
-) -> Result<Option<Fetched>, ChannelError> {
-    fetch_op_on(s, addr, who, Op::FetchOther, max_state, timeout)
-}
-
 fn fetch_op_on(
     s: &TcpStream,
     addr: SocketAddr,

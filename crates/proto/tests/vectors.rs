@@ -593,42 +593,32 @@ fn invalid(tk: &[([u8; TOKEN_LEN], SessionKeys)]) -> Vec<J> {
         b[REQUEST_SIGNED_LEN..].copy_from_slice(&request_mac(k0, CHALLENGE, &signed));
         b
     };
-    let mut b = fetch.encode();
-    b[21] = 1;
-    ch(
-        "REQUEST with a non-zero reserved byte",
-        "byte 21 (reserved, 20..24) is 1; the MAC is right",
-        "REQUEST",
-        &remac(b),
-        vec![],
-    );
-    let mut b = fetch.encode();
-    b[7] = 1;
-    ch(
-        "REQUEST with non-zero flags",
-        "byte 7 (flags) is 1; the MAC is right",
-        "REQUEST",
-        &remac(b),
-        vec![],
-    );
-    let mut b = fetch.encode();
-    b[6] = 4;
-    ch(
-        "REQUEST with an unknown op",
-        "op 4; the MAC is right",
-        "REQUEST",
-        &remac(b),
-        vec![],
-    );
-    let mut b = fetch.encode();
-    b[31] = 1;
-    ch(
-        "FETCH with a non-zero nonce",
-        "the nonce of a FETCH must be zero; the MAC is right",
-        "REQUEST",
-        &remac(b),
-        vec![],
-    );
+    // Each breaks one rule of a FETCH request that is otherwise right.
+    for (byte, value, name, why) in [
+        (
+            21,
+            1,
+            "REQUEST with a non-zero reserved byte",
+            "byte 21 (reserved, 20..24) is 1; the MAC is right",
+        ),
+        (
+            7,
+            1,
+            "REQUEST with non-zero flags",
+            "byte 7 (flags) is 1; the MAC is right",
+        ),
+        (6, 4, "REQUEST with an unknown op", "op 4; the MAC is right"),
+        (
+            31,
+            1,
+            "FETCH with a non-zero nonce",
+            "the nonce of a FETCH must be zero; the MAC is right",
+        ),
+    ] {
+        let mut b = fetch.encode();
+        b[byte] = value;
+        ch(name, why, "REQUEST", &remac(b), vec![]);
+    }
     let mut b = up.encode();
     b[63] ^= 0x01;
     ch(
