@@ -391,6 +391,22 @@ fn sweep_quietly() {
     }
 }
 
+/// Writes `lines` to stdout. A reader that stops early (`netlab plan |
+/// head`) ends the output quietly, as with other Unix tools, where
+/// `println!` would panic.
+fn print_lines(lines: impl IntoIterator<Item = String>) -> Result<(), LabError> {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let written = lines
+        .into_iter()
+        .try_for_each(|line| writeln!(out, "{line}"))
+        .and_then(|()| out.flush());
+    match written {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.map_err(|e| LabError::io("standard output", e)),
+    }
+}
+
 fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
     match cli.cmd {
         Cmd::Plan { scenario, build } => {
@@ -403,14 +419,12 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
                 ecmp_seed: s.ecmp_seed,
             };
             let p = build_plan(&s.topology, &Naming::new("RUN"), &o)?;
-            println!(
+            let head = format!(
                 "# {} ({} operations; RUN is the run id chosen at `up`)",
                 s.topology.name,
                 p.ops.len()
             );
-            for op in &p.ops {
-                println!("{op}");
-            }
+            print_lines(std::iter::once(head).chain(p.ops.iter().map(|op| op.to_string())))?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::DelayLine(a) => run_delay_line(a),
