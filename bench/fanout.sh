@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # In-kernel fan-out benchmark (paper 000 §4-5 over veth): the reflector's
-# sendto, sendmmsg and ebpf backends and native IP multicast, datagram size x
+# sendto, sendmmsg and ebpf backends, native IP multicast and the raw sendto
+# loop (the anchors), datagram size x
 # receivers. The figure is ns of CPU per copy at saturation of one measured
 # CPU that carries all of the implementation's work (the process pinned
 # there, the veth's receive softirq steered there with RPS; the sender on the
@@ -9,7 +10,7 @@
 # and 2 CPUs. Builds nothing: `make bench` builds the release binaries first.
 # Extra arguments for fanout-bench may be given in FANOUT_BENCH_ARGS
 # (e.g. FANOUT_BENCH_ARGS="--sizes 100,1000 --receivers 3,90,256" make bench BENCH=fanout).
-# The full grid (3 repetitions) takes about 12 minutes on a quiet machine;
+# The full grid (3 repetitions) takes about 15 minutes on a quiet machine;
 # bench/fanout_repro.sh runs it several times and checks that the runs agree.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -4,7 +4,7 @@ CPU per copy at saturation, softirq included, nothing subtracted) vs
 receivers, with each cell's spread over its repetitions as error bars.
 
 One column per datagram size, one line per implementation (sendto, sendmmsg,
-ebpf, native IP multicast). Rows: ns per copy (log scale; bars from the
+ebpf, native IP multicast, and the raw sendto loop where it was measured). Rows: ns per copy (log scale; bars from the
 lowest to the highest repetition), the same as a ratio to the sendto
 backend's, and as a ratio to native multicast's (ratios of medians of one
 run).
@@ -24,10 +24,11 @@ STYLE = {
     "sendmmsg": dict(color="tab:orange", marker="^", label="reflector sendmmsg"),
     "ebpf": dict(color="tab:red", marker="o", label="reflector ebpf (in-kernel fan-out)"),
     "multicast": dict(color="black", marker="x", linestyle="--", label="native IP multicast (reference)"),
+    "raw-loop": dict(color="tab:gray", marker="+", linestyle=":", label="raw sendto loop (reflector-bench's anchor)"),
 }
 # (column, label, log scale, error-bar columns)
 ROWS = [
-    ("ns_per_copy", "CPU per copy (ns),\nmin-max of repetitions", True, ("ns_per_copy_min", "ns_per_copy_max")),
+    ("ns_per_copy", "CPU per copy (ns),\nrepetitions' min-max", True, ("ns_per_copy_min", "ns_per_copy_max")),
     ("vs_sendto", "per copy / sendto's", False, None),
     ("vs_multicast", "per copy / multicast's", False, None),
 ]
