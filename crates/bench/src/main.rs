@@ -6,7 +6,6 @@ use bench::grid::{self, Amount};
 use bench::loadgen::{self, Harness, WorkDir};
 use bench::{rawloop, report, BenchError};
 use clap::{Parser, Subcommand};
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -50,15 +49,7 @@ struct Cli {
 enum Cmd {
     /// The anchor, run as a child by the benchmark: recv, then sendto each --to address.
     #[command(hide = true)]
-    RawLoop {
-        #[arg(long)]
-        bind: SocketAddr,
-        /// Comma-separated destination addresses.
-        #[arg(long, value_delimiter = ',', required = true)]
-        to: Vec<SocketAddr>,
-        #[arg(long, default_value_t = 4 << 20)]
-        bufsize: usize,
-    },
+    RawLoop(rawloop::Args),
 }
 
 #[derive(clap::Args)]
@@ -111,7 +102,7 @@ struct BenchArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Some(Cmd::RawLoop { bind, to, bufsize }) => rawloop::run(bind, &to, bufsize).map(|_| ExitCode::SUCCESS),
+        Some(Cmd::RawLoop(r)) => rawloop::run(r.bind, &r.to, r.bufsize).map(|_| ExitCode::SUCCESS),
         None => bench(cli.args),
     };
     match result {

@@ -51,6 +51,19 @@ impl RawLoopStats {
     }
 }
 
+/// The loop's command line, the hidden subcommand by which each benchmark
+/// starts it as a child process.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[arg(long)]
+    pub bind: SocketAddr,
+    /// Comma-separated destination addresses.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub to: Vec<SocketAddr>,
+    #[arg(long, default_value_t = 4 << 20)]
+    pub bufsize: usize,
+}
+
 /// Runs the loop until a zero-length datagram arrives.
 pub fn run(bind: SocketAddr, dests: &[SocketAddr], bufsize: usize) -> Result<RawLoopStats, BenchError> {
     let sock = UdpSocket::bind(bind).map_err(|source| BenchError::Sys { call: "bind", source })?;

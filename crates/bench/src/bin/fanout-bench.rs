@@ -164,15 +164,7 @@ enum Cmd {
     /// The raw-loop anchor, run by the benchmark: recv, then one blocking
     /// sendto per receiver (the same loop as reflector-bench's).
     #[command(hide = true)]
-    RawLoop {
-        #[arg(long)]
-        bind: SocketAddr,
-        /// Comma-separated receiver addresses.
-        #[arg(long, value_delimiter = ',', required = true)]
-        to: Vec<SocketAddr>,
-        #[arg(long, default_value_t = 8 << 20)]
-        bufsize: usize,
-    },
+    RawLoop(bench::rawloop::Args),
 }
 
 #[derive(clap::Args)]
@@ -228,7 +220,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
         Some(Cmd::McastRelay { bind, group, ifaddr }) => mcast_relay(bind, group, ifaddr),
-        Some(Cmd::RawLoop { bind, to, bufsize }) => bench::rawloop::run(bind, &to, bufsize)
+        Some(Cmd::RawLoop(r)) => bench::rawloop::run(r.bind, &r.to, r.bufsize)
             .map(|_| ())
             .map_err(|e| e.to_string()),
         None => bench(cli.args),
@@ -368,19 +360,7 @@ struct Clients {
 }
 
 fn join_all(lab: &Lab, secret: &Secret, receivers: usize) -> Result<Clients, String> {
-    let c = Lab::ns(&lab.veth.c)?;
-    let socks: Vec<UdpSocket> = c
-        .run(|| {
-            (0..=receivers)
-                .map(|i| {
-                    let s = UdpSocket::bind(SocketAddr::from((member_ip(i), 0)))?;
-                    let _ = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBufForce, &(4 << 20));
-                    Ok(s)
-                })
-                .collect::<std::io::Result<Vec<_>>>()
-        })
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+    let socks = member_sockets(lab, receivers)?;
     let to = SocketAddr::from((REFLECTOR_IP, PORT));
     let mut sessions = Vec::new();
     for (i, s) in socks.iter().enumerate() {
@@ -420,11 +400,10 @@ fn join_all(lab: &Lab, secret: &Secret, receivers: usize) -> Result<Clients, Str
     })
 }
 
-/// The raw loop's clients: the same member sockets as [`join_all`]'s, no
-/// JOIN (the loop has no membership); the sender's DATA is not sealed.
-fn raw_clients(lab: &Lab, receivers: usize) -> Result<Clients, String> {
-    let c = Lab::ns(&lab.veth.c)?;
-    let mut socks = c
+/// The sender's socket and `receivers` more, each at a member address of
+/// its own in the clients' namespace.
+fn member_sockets(lab: &Lab, receivers: usize) -> Result<Vec<UdpSocket>, String> {
+    Lab::ns(&lab.veth.c)?
         .run(|| {
             (0..=receivers)
                 .map(|i| {
@@ -435,8 +414,13 @@ fn raw_clients(lab: &Lab, receivers: usize) -> Result<Clients, String> {
                 .collect::<std::io::Result<Vec<_>>>()
         })
         .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?
-        .into_iter();
+        .map_err(|e| e.to_string())
+}
+
+/// The raw loop's clients: the same member sockets as [`join_all`]'s, no
+/// JOIN (the loop has no membership); the sender's DATA is not sealed.
+fn raw_clients(lab: &Lab, receivers: usize) -> Result<Clients, String> {
+    let mut socks = member_sockets(lab, receivers)?.into_iter();
     let sock = socks.next().ok_or("no sender")?;
     Ok(Clients {
         sender: Sender {
@@ -1003,6 +987,9 @@ fn start_impl(
             &format!("{REFLECTOR_IP}:{PORT}"),
             "--to",
             &to.join(","),
+            // The reflector's buffers (--rcvbuf, --sndbuf below).
+            "--bufsize",
+            "8388608",
         ]);
     } else if imp == "multicast" {
         let me = std::env::current_exe().map_err(|e| e.to_string())?;
