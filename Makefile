@@ -1,9 +1,12 @@
 # make test  — install what is missing, then fmt check, clippy -D warnings, all tests
 # make demo  — the main scenario on its embedded default
 # make bench — the benchmarks; CSV + PNG under bench/results/
+# make install — every binary of the workspace into $(DESTDIR)$(PREFIX)/bin (default /usr/local/bin)
 CARGO ?= cargo
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
 
-.PHONY: deps build test lint vectors demo bench clean
+.PHONY: deps build test lint vectors demo bench install uninstall clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -41,6 +44,22 @@ demo: deps
 bench: deps
 	$(CARGO) build --release --workspace --bins
 	bash bench/run.sh $(BENCH)
+
+# The workspace's binaries, from cargo's own metadata (a new binary is
+# installed without editing this file); the one release build is reused.
+WORKSPACE_BINS = $(CARGO) metadata --no-deps --format-version 1 | python3 -c 'import json, sys; \
+	print(" ".join(sorted({t["name"] for p in json.load(sys.stdin)["packages"] for t in p["targets"] if "bin" in t["kind"]})))'
+
+install:
+	$(CARGO) build --release --workspace --bins
+	install -d "$(DESTDIR)$(BINDIR)"
+	@for b in $$($(WORKSPACE_BINS)); do \
+		install -m 0755 "target/release/$$b" "$(DESTDIR)$(BINDIR)/$$b" || exit 1; \
+		echo "installed $(DESTDIR)$(BINDIR)/$$b"; \
+	done
+
+uninstall:
+	@for b in $$($(WORKSPACE_BINS)); do rm -fv "$(DESTDIR)$(BINDIR)/$$b"; done
 
 clean:
 	$(CARGO) clean

@@ -27,6 +27,12 @@ pub enum CaptureError {
     },
     #[error("capture mode {mode} is not available here: {reason}")]
     ModeUnsupported { mode: &'static str, reason: String },
+    #[error("cannot read {}: {source}", path.display())]
+    Input {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot write {}: {source}", path.display())]
     Output {
         path: PathBuf,

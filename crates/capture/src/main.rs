@@ -234,7 +234,7 @@ struct GenArgs {
     #[arg(long, default_value_t = 0)]
     rate: u64,
     /// Number of packets.
-    #[arg(short = 'c', value_name = "COUNT")]
+    #[arg(short = 'c', long = "count", value_name = "COUNT")]
     count: Option<u64>,
     /// Seconds to send for.
     #[arg(long, value_name = "SECS")]

@@ -57,7 +57,7 @@ enum Packing {
 
 fn sniff(path: &Path) -> Result<Packing> {
     let mut magic = [0u8; 4];
-    let mut f = std::fs::File::open(path).map_err(|e| CaptureError::Output {
+    let mut f = std::fs::File::open(path).map_err(|e| CaptureError::Input {
         path: path.to_path_buf(),
         source: e,
     })?;

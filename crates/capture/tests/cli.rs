@@ -22,6 +22,16 @@ fn unknown_interface_is_named() {
 }
 
 #[test]
+fn a_missing_file_to_read_is_named_as_read_not_written() {
+    let (code, err) = run(&["-r", "/nonexistent-dir-for-capture/nothere.pcap"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("cannot read /nonexistent-dir-for-capture/nothere.pcap") && !err.contains("cannot write"),
+        "{err}"
+    );
+}
+
+#[test]
 fn bad_filter_shows_libpcap_message() {
     let (code, err) = run(&["-i", "lo", "-c", "1", "udp", "prot", "9"]);
     assert_eq!(code, 1);

@@ -31,7 +31,7 @@ netlab call after a crash.\n\n\
 SCENARIO is a TOML file (see the README) or a built-in topology written as \
 KIND[:SIZE]: pair, star:N (N hosts on a switch), linear:N (N switches, a host on each), \
 chain:N (two hosts through N switches), fattree:K (K-ary fat tree of ECMP routers).\n\n\
-Examples:\n  sudo netlab run scenarios/star.toml\n  sudo netlab up star:4 --bw 100mbit --delay 1ms\n  \
+Examples:\n  sudo netlab run crates/netlab/scenarios/star.toml   (from the repository root)\n  sudo netlab up star:4 --bw 100mbit --delay 1ms\n  \
 sudo netlab exec h1 -- ip addr\n  sudo netlab check\n  sudo netlab down\n  sudo netlab clean"
 )]
 struct Cli {
