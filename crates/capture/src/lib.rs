@@ -28,6 +28,7 @@ pub mod read;
 pub mod session;
 pub mod source;
 pub mod sys;
+mod vlan;
 pub mod xdp;
 
 pub use error::{CaptureError, Result};

@@ -19,6 +19,7 @@ use crate::error::{CaptureError, Result};
 use crate::filter::LinkType;
 use crate::sys::xsk::{BindMode, XskSocket};
 use crate::sys::{self, BpfInsn, PacketSocket, RawStats, Ring};
+use crate::vlan::vlan_of;
 use crate::xdp::{self, XdpProgram};
 
 /// Capture mode (backend).
@@ -217,10 +218,7 @@ const TPACKET_V2: libc::c_int = 1;
 const TPACKET_V3: libc::c_int = 2;
 const TP_STATUS_USER: u32 = 1;
 const TP_STATUS_KERNEL: u32 = 0;
-const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
-const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
 const ETH_P_ALL: u16 = 0x0003;
-const ETH_P_8021Q: u16 = 0x8100;
 /// TPACKET2_HDRLEN: aligned tpacket2_hdr plus sockaddr_ll.
 const TPACKET2_HDRLEN: u32 = 32 + 20;
 const PAGE: u32 = 4096;
@@ -785,19 +783,6 @@ fn block_count(buffer: u64, block_size: u64) -> u32 {
     (buffer / block_size.max(1)).clamp(1, u64::from(u32::MAX)) as u32
 }
 
-/// The VLAN tag the kernel reports in a ring frame's or auxdata's status.
-pub(crate) fn vlan_of(status: u32, tci: u16, tpid: u16) -> Option<(u16, u16)> {
-    if status & TP_STATUS_VLAN_VALID == 0 {
-        return None;
-    }
-    let tpid = if status & TP_STATUS_VLAN_TPID_VALID != 0 && tpid != 0 {
-        tpid
-    } else {
-        ETH_P_8021Q
-    };
-    Some((tpid, tci))
-}
-
 fn ring_err(
     mode: &'static str,
     block_size: u32,
@@ -1034,15 +1019,5 @@ mod tests {
             assert!(got.iter().all(|g| g.len() <= 4096));
             let _ = mal;
         }
-    }
-
-    #[test]
-    fn vlan_metadata() {
-        assert_eq!(vlan_of(0, 5, 0), None);
-        assert_eq!(vlan_of(TP_STATUS_VLAN_VALID, 5, 0), Some((0x8100, 5)));
-        assert_eq!(
-            vlan_of(TP_STATUS_VLAN_VALID | TP_STATUS_VLAN_TPID_VALID, 5, 0x88a8),
-            Some((0x88a8, 5))
-        );
     }
 }

@@ -449,7 +449,7 @@ impl PacketSocket {
                 }
                 if (*c).cmsg_level == libc::SOL_PACKET && (*c).cmsg_type == libc::PACKET_AUXDATA {
                     let a: libc::tpacket_auxdata = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                    vlan = crate::source::vlan_of(a.tp_status, a.tp_vlan_tci, a.tp_vlan_tpid);
+                    vlan = crate::vlan::vlan_of(a.tp_status, a.tp_vlan_tci, a.tp_vlan_tpid);
                 }
                 c = libc::CMSG_NXTHDR(&msg, c);
             }

@@ -7,14 +7,16 @@
 //! command line and netlab's library API; neither of them knows it.
 #![deny(unsafe_code)]
 
+pub mod error;
 pub mod place;
 pub mod scenario;
 pub mod wire;
 
+use error::DemoError;
 use netlab::scenario::LinkSpec;
 use place::{LabShape, Placement};
 use reflector::backend::BackendKind;
-use scenario::{checkpoint_table, table, DemoError, Scenario, TempDir};
+use scenario::{checkpoint_table, table, Scenario, TempDir};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 

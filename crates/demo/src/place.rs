@@ -2,7 +2,7 @@
 //! netlab star, started through the lab's launcher (the only door into a
 //! host, so whatever the run decides for its processes reaches them).
 
-use crate::scenario::DemoError;
+use crate::error::DemoError;
 use netlab::lab::{Lab, LabOptions};
 use netlab::model::LinkParams;
 use netlab::topo::Builtin;

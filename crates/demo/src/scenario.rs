@@ -8,6 +8,7 @@
 //! divided by the datagrams the bots received; `ip netns exec` execs the
 //! program, so the reflector is our direct child in the lab too.
 
+use crate::error::DemoError;
 use crate::place::{Placement, Role};
 use crate::DemoArgs;
 use nix::sys::resource::{getrusage, UsageWho};
@@ -22,9 +23,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
-
-/// Errors of the demo: a message for the user.
-pub type DemoError = Box<dyn std::error::Error + Send + Sync>;
 
 /// One line of the demo table.
 #[derive(Debug, Clone, Serialize)]

@@ -4,7 +4,7 @@
 //! among them and checks that count against the reflector's and the bots',
 //! so "no datagram lost" is seen on the wire, not only at the endpoints.
 
-use crate::scenario::DemoError;
+use crate::error::DemoError;
 use reflector_proto::protocol::{Kind, Packet};
 use std::collections::HashSet;
 use std::net::Ipv4Addr;

@@ -7,7 +7,7 @@
 //! route through a router on their segment.
 
 use crate::error::ModelError;
-use crate::model::{NodeKind, Topology, UnionFind};
+use crate::model::{segments, NodeKind, Topology};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv4Addr;
@@ -164,53 +164,6 @@ impl Addressing {
     pub fn addr_of(&self, node: &str) -> Option<Ipv4Addr> {
         self.ifaces.iter().find(|i| i.node == node).map(|i| i.addr)
     }
-}
-
-/// Segment membership of each link end: `seg[link][side]` is the segment of
-/// the interface at that end, or `None` if that end is a switch.
-pub(crate) struct SegmentMap {
-    pub count: usize,
-    pub of_link: Vec<usize>,
-}
-
-/// Groups links into layer-2 segments.
-pub(crate) fn segments(t: &Topology) -> Result<SegmentMap, ModelError> {
-    let idx: HashMap<&str, usize> = t.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
-    let is_sw = |name: &str| t.nodes[idx[name]].kind == NodeKind::Switch;
-    let mut uf = UnionFind::new(t.nodes.len());
-    for l in &t.links {
-        if is_sw(&l.a) && is_sw(&l.b) {
-            uf.union(idx[l.a.as_str()], idx[l.b.as_str()]);
-        }
-    }
-    let mut key_to_seg: HashMap<(bool, usize), usize> = HashMap::new();
-    let mut of_link = Vec::with_capacity(t.links.len());
-    let mut members: HashMap<usize, Vec<&str>> = HashMap::new();
-    for (i, l) in t.links.iter().enumerate() {
-        let key = if is_sw(&l.a) {
-            (true, uf.find(idx[l.a.as_str()]))
-        } else if is_sw(&l.b) {
-            (true, uf.find(idx[l.b.as_str()]))
-        } else {
-            (false, i)
-        };
-        let n = key_to_seg.len();
-        let seg = *key_to_seg.entry(key).or_insert(n);
-        of_link.push(seg);
-        for end in [&l.a, &l.b] {
-            if !is_sw(end) {
-                let m = members.entry(seg).or_default();
-                if m.contains(&end.as_str()) {
-                    return Err(ModelError::HostTwiceOnSegment(end.clone()));
-                }
-                m.push(end);
-            }
-        }
-    }
-    Ok(SegmentMap {
-        count: key_to_seg.len(),
-        of_link,
-    })
 }
 
 /// Computes interfaces, subnets and routes.

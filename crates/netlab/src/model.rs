@@ -2,6 +2,7 @@
 
 use crate::error::ModelError;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 
 /// What a node is, which decides how it is built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -206,7 +207,7 @@ impl Topology {
             l.params.validate(&format!("link {} ({} - {})", i, l.a, l.b))?;
         }
         self.check_switch_loops()?;
-        crate::addr::segments(self).map(|_| ())
+        segments(self).map(|_| ())
     }
 
     fn check_switch_loops(&self) -> Result<(), ModelError> {
@@ -220,6 +221,53 @@ impl Topology {
         }
         Ok(())
     }
+}
+
+/// Segment membership of each link end: `seg[link][side]` is the segment of
+/// the interface at that end, or `None` if that end is a switch.
+pub(crate) struct SegmentMap {
+    pub count: usize,
+    pub of_link: Vec<usize>,
+}
+
+/// Groups links into layer-2 segments.
+pub(crate) fn segments(t: &Topology) -> Result<SegmentMap, ModelError> {
+    let idx: HashMap<&str, usize> = t.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+    let is_sw = |name: &str| t.nodes[idx[name]].kind == NodeKind::Switch;
+    let mut uf = UnionFind::new(t.nodes.len());
+    for l in &t.links {
+        if is_sw(&l.a) && is_sw(&l.b) {
+            uf.union(idx[l.a.as_str()], idx[l.b.as_str()]);
+        }
+    }
+    let mut key_to_seg: HashMap<(bool, usize), usize> = HashMap::new();
+    let mut of_link = Vec::with_capacity(t.links.len());
+    let mut members: HashMap<usize, Vec<&str>> = HashMap::new();
+    for (i, l) in t.links.iter().enumerate() {
+        let key = if is_sw(&l.a) {
+            (true, uf.find(idx[l.a.as_str()]))
+        } else if is_sw(&l.b) {
+            (true, uf.find(idx[l.b.as_str()]))
+        } else {
+            (false, i)
+        };
+        let n = key_to_seg.len();
+        let seg = *key_to_seg.entry(key).or_insert(n);
+        of_link.push(seg);
+        for end in [&l.a, &l.b] {
+            if !is_sw(end) {
+                let m = members.entry(seg).or_default();
+                if m.contains(&end.as_str()) {
+                    return Err(ModelError::HostTwiceOnSegment(end.clone()));
+                }
+                m.push(end);
+            }
+        }
+    }
+    Ok(SegmentMap {
+        count: key_to_seg.len(),
+        of_link,
+    })
 }
 
 /// Minimal union-find over node indices.
