@@ -4,13 +4,19 @@
 //! Pure code: time comes in as an argument (`now_ms`, milliseconds since the
 //! Unix epoch), so expiry and cookie windows are tested with an injected clock.
 
-use crate::protocol::{COOKIE_LEN, MAC_LEN, TOKEN_LEN};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
 type HmacSha256 = Hmac<Sha256>;
+
+/// Length of a join token issued by the control server.
+pub const TOKEN_LEN: usize = 32;
+/// Length of the stateless join cookie.
+pub const COOKIE_LEN: usize = 16;
+/// MAC length of control datagrams (and of tokens and cookies).
+pub const MAC_LEN: usize = 16;
 
 /// Shortest secret we accept: 128 bits.
 pub const MIN_SECRET_LEN: usize = 16;
@@ -170,32 +176,6 @@ pub fn keyed_value(key: &Secret, label: &[u8], input: &[u8]) -> u64 {
     m.update(input);
     let out = m.finalize().into_bytes();
     u64::from_be_bytes(out[..8].try_into().expect("32 bytes of output"))
-}
-
-impl SecretRing {
-    /// [`SecretRing::verify_token`], and the token's session keys, derived
-    /// under the secret that verified it (`docs/protocol.md`, Keys).
-    pub fn verify_token_keys(
-        &self,
-        token: &[u8; TOKEN_LEN],
-        reflector: u16,
-        group: u16,
-        sender: u32,
-        now_ms: u64,
-    ) -> Result<(TokenClaims, crate::protocol::SessionKeys), TokenError> {
-        use crate::protocol::SessionKeys;
-        match verify_token(&self.current, token, reflector, group, sender, now_ms) {
-            Ok(c) => Ok((c, SessionKeys::derive(&self.current, token))),
-            Err(TokenError::BadMac) => match &self.previous {
-                Some((old, until)) if now_ms < until.saturating_mul(1000) => {
-                    verify_token(old, token, reflector, group, sender, now_ms)
-                        .map(|c| (c, SessionKeys::derive(old, token)))
-                }
-                _ => Err(TokenError::BadMac),
-            },
-            Err(e) => Err(e),
-        }
-    }
 }
 
 fn secret_from_text(text: &str) -> Result<Secret, SecretError> {

@@ -8,7 +8,7 @@
 //! `Ok`, no accessor can panic, whatever bytes came off the network. Errors
 //! are a small `Copy` enum so the hot path never allocates on bad input.
 
-use crate::auth::Secret;
+use crate::auth::{verify_token, Secret, SecretRing, TokenClaims, TokenError};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::fmt;
@@ -45,12 +45,9 @@ pub const MAX_GAME_PAYLOAD: usize = MAX_DATAGRAM_KERNEL - DATA_PAYLOAD;
 /// in a group whose JOIN_ACK has [`FLAG_INSTANCE`].
 pub const INSTANCE_LEN: usize = 8;
 
-/// Length of a join token issued by the control server.
-pub const TOKEN_LEN: usize = 32;
-/// Length of the stateless join cookie.
-pub const COOKIE_LEN: usize = 16;
-/// MAC length of control datagrams (and of tokens and cookies).
-pub const MAC_LEN: usize = 16;
+// The sizes of tokens, cookies and MACs are the authentication's (auth.rs);
+// the datagram layout uses them.
+pub use crate::auth::{COOKIE_LEN, MAC_LEN, TOKEN_LEN};
 /// MAC length of the 40-byte PROBE, PROBE_REPLY, CHECKPOINT_REQUEST, ECHO
 /// and ECHO_REPLY.
 pub const SHORT_MAC_LEN: usize = 8;
@@ -635,6 +632,33 @@ impl JoinAck {
         b[4] = self.flags;
         b[6..8].copy_from_slice(&self.checkpoint_port.to_be_bytes());
         b
+    }
+}
+
+// The key schedule's side of token verification: here rather than in
+// auth.rs, so that authentication does not depend on the datagram layer.
+impl SecretRing {
+    /// [`SecretRing::verify_token`], and the token's session keys, derived
+    /// under the secret that verified it (`docs/protocol.md`, Keys).
+    pub fn verify_token_keys(
+        &self,
+        token: &[u8; TOKEN_LEN],
+        reflector: u16,
+        group: u16,
+        sender: u32,
+        now_ms: u64,
+    ) -> Result<(TokenClaims, SessionKeys), TokenError> {
+        match verify_token(&self.current, token, reflector, group, sender, now_ms) {
+            Ok(c) => Ok((c, SessionKeys::derive(&self.current, token))),
+            Err(TokenError::BadMac) => match &self.previous {
+                Some((old, until)) if now_ms < until.saturating_mul(1000) => {
+                    verify_token(old, token, reflector, group, sender, now_ms)
+                        .map(|c| (c, SessionKeys::derive(old, token)))
+                }
+                _ => Err(TokenError::BadMac),
+            },
+            Err(e) => Err(e),
+        }
     }
 }
 
