@@ -10,7 +10,7 @@ pub enum CaptureError {
     #[error("no interface named '{0}' (list them with `ip link`)")]
     NoSuchInterface(String),
     #[error("{call} was refused: needs root or CAP_NET_RAW (run with sudo)")]
-    NeedsRoot { call: &'static str },
+    NeedsRoot { call: String },
     #[error("bad filter expression '{expr}': {message}")]
     Filter { expr: String, message: String },
     #[error(

@@ -196,7 +196,7 @@ pub fn read_file(path: &Path, filter: Option<&str>, count: Option<u64>, sink: Re
     if let Some((mut f, enc, buf, _)) = file {
         f.write_chunk(&buf)?;
         let footer = enc.footer(
-            crate::sys::realtime_ns(),
+            oskit::clock::realtime_ns(),
             &FooterStats {
                 filter_accept: report.passed,
                 os_drop: 0,

@@ -646,7 +646,7 @@ impl Capture {
                 .map_err(|_| CaptureError::Config("output lock poisoned by a failed thread".into()))?;
             let k = report.kernel();
             let footer = f.encoding.footer(
-                sys::realtime_ns(),
+                oskit::clock::realtime_ns(),
                 &FooterStats {
                     filter_accept: k.packets,
                     os_drop: k.drops,

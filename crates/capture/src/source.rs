@@ -543,7 +543,7 @@ impl Source {
                     return Ok(0);
                 }
                 // One clock read per batch for frames the program could not stamp.
-                let now = sys::realtime_ns();
+                let now = oskit::clock::realtime_ns();
                 let snaplen = self.snaplen as usize;
                 let mut n = 0usize;
                 let invalid = xsk.receive(xdp::META_LEN, &mut |meta, frame| {
@@ -580,7 +580,11 @@ impl Source {
                 match self.sock.recv_one(buf).map_err(CaptureError::from_sys)? {
                     None => Ok(0),
                     Some(r) => {
-                        let ts = if r.ts_ns == 0 { sys::realtime_ns() } else { r.ts_ns };
+                        let ts = if r.ts_ns == 0 {
+                            oskit::clock::realtime_ns()
+                        } else {
+                            r.ts_ns
+                        };
                         let p = PacketView {
                             ts_ns: ts,
                             wire_len: r.wire as u32,

@@ -22,27 +22,9 @@ use std::time::Duration;
 
 pub mod xsk;
 
-/// A syscall that failed, with the call's name.
-#[derive(Debug, thiserror::Error)]
-#[error("{call}: {source}")]
-pub struct SysError {
-    pub call: &'static str,
-    #[source]
-    pub source: io::Error,
-}
-
-impl SysError {
-    fn last(call: &'static str) -> Self {
-        SysError {
-            call,
-            source: io::Error::last_os_error(),
-        }
-    }
-    /// The errno of the failure, if it came from the OS.
-    pub fn errno(&self) -> Option<i32> {
-        self.source.raw_os_error()
-    }
-}
+/// A syscall that failed, with the call's name: the workspace's one
+/// error of that kind.
+pub use oskit::SysError;
 
 pub type SysResult<T> = Result<T, SysError>;
 
@@ -119,10 +101,7 @@ fn wait_for(fd: RawFd, events: libc::c_short, timeout: Duration) -> SysResult<bo
         if e.kind() == io::ErrorKind::Interrupted {
             return Ok(false);
         }
-        return Err(SysError {
-            call: "poll",
-            source: e,
-        });
+        return Err(SysError::new("poll", e));
     }
     Ok(rc > 0)
 }
@@ -429,10 +408,7 @@ impl PacketSocket {
             let e = io::Error::last_os_error();
             return match e.kind() {
                 io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
-                _ => Err(SysError {
-                    call: "recvmsg",
-                    source: e,
-                }),
+                _ => Err(SysError::new("recvmsg", e)),
             };
         }
         let wire = n as usize;
@@ -486,10 +462,7 @@ impl PacketSocket {
             {
                 return Ok(());
             }
-            return Err(SysError {
-                call: "send(TX ring)",
-                source: e,
-            });
+            return Err(SysError::new("send(TX ring)", e));
         }
         Ok(())
     }
@@ -526,10 +499,8 @@ impl PacketSocket {
         if p == libc::MAP_FAILED {
             return Err(SysError::last("mmap(packet ring)"));
         }
-        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| SysError {
-            call: "mmap(packet ring)",
-            source: io::Error::other("null mapping"),
-        })?;
+        let ptr = NonNull::new(p.cast::<u8>())
+            .ok_or_else(|| SysError::new("mmap(packet ring)", io::Error::other("null mapping")))?;
         Ok(Ring { ptr, len })
     }
 
@@ -633,10 +604,8 @@ impl Ring {
         if p == libc::MAP_FAILED {
             return Err(SysError::last("mmap(anonymous)"));
         }
-        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| SysError {
-            call: "mmap(anonymous)",
-            source: io::Error::other("null mapping"),
-        })?;
+        let ptr = NonNull::new(p.cast::<u8>())
+            .ok_or_else(|| SysError::new("mmap(anonymous)", io::Error::other("null mapping")))?;
         Ok(Ring { ptr, len })
     }
 }
@@ -675,9 +644,11 @@ impl UdpSender {
             dst: sockaddr_in(dst),
         };
         if let Some(dev) = device {
-            let c = CString::new(dev).map_err(|e| SysError {
-                call: "setsockopt(SO_BINDTODEVICE)",
-                source: io::Error::new(io::ErrorKind::InvalidInput, e),
+            let c = CString::new(dev).map_err(|e| {
+                SysError::new(
+                    "setsockopt(SO_BINDTODEVICE)",
+                    io::Error::new(io::ErrorKind::InvalidInput, e),
+                )
             })?;
             let b = c.as_bytes_with_nul();
             // SAFETY: pointer/len of a live NUL-terminated string.
@@ -770,10 +741,7 @@ fn sendmmsg_to(fd: RawFd, bufs: &[&[u8]], dst: Option<&libc::sockaddr_in>) -> Sy
         {
             return Ok(0);
         }
-        return Err(SysError {
-            call: "sendmmsg",
-            source: e,
-        });
+        return Err(SysError::new("sendmmsg", e));
     }
     Ok(n as usize)
 }
@@ -789,14 +757,6 @@ pub fn thread_cpu_time() -> (Duration, Duration) {
     }
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
     (tv(ru.ru_utime), tv(ru.ru_stime))
-}
-
-/// Wall-clock time in ns since the epoch.
-pub fn realtime_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
 }
 
 /// `fmt` formatted by the C library's strftime for `unix_secs` in local

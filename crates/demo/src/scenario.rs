@@ -304,7 +304,7 @@ impl Scenario<'_> {
                 );
                 let pid = children.get("capture").map_or(0, |c| c.id());
                 wait_until("the wire capture", stop, &mut children, || {
-                    crate::wire::capture_started(pid)
+                    oskit::procfs::has_bound_packet_socket(pid)
                 })?;
                 Some((ip, log))
             }

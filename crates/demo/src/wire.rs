@@ -6,7 +6,6 @@
 
 use crate::error::DemoError;
 use reflector_proto::protocol::{Kind, Packet};
-use std::collections::HashSet;
 use std::net::Ipv4Addr;
 use std::path::Path;
 
@@ -17,34 +16,6 @@ pub fn filter(reflector: Ipv4Addr, ports: &[u16]) -> String {
         ports.iter().max().copied().unwrap_or(0),
     );
     format!("udp and src host {reflector} and src portrange {lo}-{hi}")
-}
-
-/// True once process `pid` has a packet socket bound to an interface (its
-/// capture has started), from `/proc/<pid>/net/packet` and its descriptors.
-pub fn capture_started(pid: u32) -> bool {
-    let Ok(table) = std::fs::read_to_string(format!("/proc/{pid}/net/packet")) else {
-        return false;
-    };
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return false;
-    };
-    let inodes: HashSet<String> = fds
-        .filter_map(|e| e.ok())
-        .filter_map(|e| std::fs::read_link(e.path()).ok())
-        .filter_map(|l| {
-            l.to_str()
-                .and_then(|s| s.strip_prefix("socket:[")?.strip_suffix(']').map(String::from))
-        })
-        .collect();
-    bound_packet_socket(&table, &inodes)
-}
-
-/// Parses a `/proc/net/packet` table: is one of `inodes` bound (Iface ≠ 0)?
-pub fn bound_packet_socket(table: &str, inodes: &HashSet<String>) -> bool {
-    table.lines().skip(1).any(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        f.len() >= 9 && f[4] != "0" && inodes.contains(f[8])
-    })
 }
 
 /// DATA datagrams in an Ethernet pcap file from `src` on one of `ports`.
@@ -129,15 +100,5 @@ mod tests {
             filter(src, &[4001, 4000, 4015]),
             "udp and src host 10.0.0.1 and src portrange 4000-4015"
         );
-    }
-
-    #[test]
-    fn packet_table() {
-        let t = "sk RefCnt Type Proto  Iface R Rmem User Inode\n\
-                 ffff 3 3 0003 2 1 0 0 4242\nffff 3 3 0003 0 1 0 0 4343\n";
-        let ino = |s: &str| [s.to_string()].into_iter().collect::<HashSet<_>>();
-        assert!(bound_packet_socket(t, &ino("4242")));
-        assert!(!bound_packet_socket(t, &ino("4343")), "unbound");
-        assert!(!bound_packet_socket(t, &ino("1")));
     }
 }

@@ -143,12 +143,6 @@ pub fn now_ns() -> u64 {
     t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
 }
 
-fn realtime_ns() -> u64 {
-    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME)
-        .unwrap_or_else(|_| nix::sys::time::TimeSpec::new(0, 0));
-    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
-}
-
 pub struct Config {
     pub a: String,
     pub b: String,
@@ -239,7 +233,7 @@ pub fn run(cfg: &Config, stop: &AtomicBool, ready: impl FnOnce()) -> io::Result<
         // Take in everything that has arrived. Arrival is the kernel's
         // receive stamp, moved from the wall clock to the monotonic one.
         let mono = now_ns();
-        let offset = realtime_ns().saturating_sub(mono);
+        let offset = oskit::clock::realtime_ns().saturating_sub(mono);
         for (i, s) in socks.iter().enumerate() {
             for _ in 0..256 {
                 match s.recv_stamped(&mut buf) {

@@ -37,9 +37,68 @@ pub fn allowed_cpus() -> Vec<usize> {
     }
 }
 
+/// Idle time so far of every CPU, or of one, microseconds, from cpuidle's
+/// per-state residency counters, and how many CPUs that covers; `None`
+/// without a cpuidle driver.
+fn cpuidle_us(only: Option<usize>) -> Option<(u64, usize)> {
+    let mut total = 0u64;
+    let mut cpus = 0;
+    for cpu in std::fs::read_dir("/sys/devices/system/cpu").ok()?.flatten() {
+        let name = cpu.file_name();
+        let name = name.to_string_lossy();
+        let Some(n) = name.strip_prefix("cpu").and_then(|n| n.parse::<usize>().ok()) else {
+            continue;
+        };
+        if only.is_some_and(|c| c != n) {
+            continue;
+        }
+        let Ok(states) = std::fs::read_dir(cpu.path().join("cpuidle")) else {
+            continue;
+        };
+        cpus += 1;
+        for st in states.flatten() {
+            let t = std::fs::read_to_string(st.path().join("time")).ok()?;
+            total += t.trim().parse::<u64>().ok()?;
+        }
+    }
+    (cpus > 0).then_some((total, cpus))
+}
+
+/// Busy time so far of one CPU (`Some`) or of all, ns (only differences
+/// mean anything): wall time x CPUs - idle time, with idle time from
+/// cpuidle (microseconds) where the kernel has it. `/proc/stat` counts in
+/// 10 ms ticks, too coarse over a benchmark phase of a second or two; it is
+/// the fallback.
+pub fn busy_ns(cpu: Option<usize>) -> Result<f64, SysError> {
+    static T0: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let t0 = *T0.get_or_init(std::time::Instant::now);
+    if let Some((idle_us, cpus)) = cpuidle_us(cpu) {
+        let wall = t0.elapsed().as_nanos() as f64;
+        return Ok(wall * cpus as f64 - idle_us as f64 * 1e3);
+    }
+    let busy_ticks = match cpu {
+        Some(c) => crate::procfs::cpu_busy_ticks(c)?,
+        None => crate::procfs::system_ticks()?.busy,
+    };
+    Ok(busy_ticks as f64 * 1e9 / crate::procfs::ticks_per_second() as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn busy_time_grows_while_a_cpu_works() {
+        let cpu = allowed_cpus()[0];
+        let before = busy_ns(None).unwrap();
+        let one_before = busy_ns(Some(cpu)).unwrap();
+        let end = std::time::Instant::now() + std::time::Duration::from_millis(30);
+        while std::time::Instant::now() < end {
+            std::hint::black_box(0u64);
+        }
+        assert!(busy_ns(None).unwrap() > before);
+        assert!(busy_ns(Some(cpu)).unwrap() >= one_before);
+    }
 
     #[test]
     fn a_thread_pinned_to_an_allowed_cpu_stays_there() {

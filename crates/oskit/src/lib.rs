@@ -11,6 +11,7 @@
 
 pub mod caps;
 pub mod child;
+pub mod clock;
 pub mod cpu;
 pub mod netns;
 pub mod procfs;
@@ -37,6 +38,16 @@ impl SysError {
             call: call.into(),
             source: source.into(),
         }
+    }
+
+    /// `call` failed with the calling thread's `errno`.
+    pub fn last(call: impl Into<String>) -> SysError {
+        SysError::new(call, io::Error::last_os_error())
+    }
+
+    /// The errno of the failure, if it came from the OS.
+    pub fn errno(&self) -> Option<i32> {
+        self.source.raw_os_error()
     }
 }
 

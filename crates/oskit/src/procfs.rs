@@ -222,9 +222,90 @@ pub fn parse_bound_ports(text: &str, state: Option<&str>) -> HashSet<u16> {
         .collect()
 }
 
+/// One CPU's busy ticks from its `/proc/stat` line (everything but idle
+/// and iowait).
+pub fn cpu_busy_ticks(cpu: usize) -> Result<u64, SysError> {
+    let text = std::fs::read_to_string("/proc/stat").map_err(|e| SysError::new("read /proc/stat", e))?;
+    parse_cpu_busy_ticks(&text, cpu).ok_or_else(|| {
+        SysError::new(
+            "read /proc/stat",
+            std::io::Error::other(format!("no readable line for cpu{cpu}")),
+        )
+    })
+}
+
+/// Parses the `cpuN` line of `/proc/stat` into its busy ticks.
+pub fn parse_cpu_busy_ticks(text: &str, cpu: usize) -> Option<u64> {
+    let label = format!("cpu{cpu}");
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(label.as_str()))?;
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal ...
+    Some(
+        fields
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 3 && *i != 4)
+            .map(|(_, v)| v)
+            .sum(),
+    )
+}
+
+/// True once process `pid` has a packet socket bound to an interface (a
+/// capture that has started), from `/proc/<pid>/net/packet` and its
+/// descriptors.
+pub fn has_bound_packet_socket(pid: u32) -> bool {
+    let Ok(table) = std::fs::read_to_string(format!("/proc/{pid}/net/packet")) else {
+        return false;
+    };
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    let inodes: HashSet<String> = fds
+        .filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter_map(|l| {
+            l.to_str()
+                .and_then(|s| s.strip_prefix("socket:[")?.strip_suffix(']').map(String::from))
+        })
+        .collect();
+    bound_packet_socket(&table, &inodes)
+}
+
+/// Parses a `/proc/net/packet` table: is one of `inodes` bound (Iface ≠ 0)?
+pub fn bound_packet_socket(table: &str, inodes: &HashSet<String>) -> bool {
+    table.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() >= 9 && f[4] != "0" && inodes.contains(f[8])
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn packet_table() {
+        let t = "sk RefCnt Type Proto  Iface R Rmem User Inode\n\
+                 ffff 3 3 0003 2 1 0 0 4242\nffff 3 3 0003 0 1 0 0 4343\n";
+        let ino = |s: &str| [s.to_string()].into_iter().collect::<HashSet<_>>();
+        assert!(bound_packet_socket(t, &ino("4242")));
+        assert!(!bound_packet_socket(t, &ino("4343")), "unbound");
+        assert!(!bound_packet_socket(t, &ino("1")));
+    }
+
+    #[test]
+    fn one_cpus_busy_ticks_leave_out_idle_and_iowait() {
+        let text = "cpu  9 9 9 9 9 9 9 9 0 0\ncpu0 1 2 3 100 200 4 5 6 0 0\ncpu1 1 1 1 1 1 1 1 1 0 0\n";
+        assert_eq!(parse_cpu_busy_ticks(text, 0), Some(1 + 2 + 3 + 4 + 5 + 6));
+        assert_eq!(parse_cpu_busy_ticks(text, 7), None);
+        assert_eq!(parse_cpu_busy_ticks("cpu0 1 x 3\n", 0), None);
+    }
 
     #[test]
     fn pid_stat_with_awkward_command_name() {

@@ -7,7 +7,7 @@
 //! from then on) and costs nothing beside plain copies.
 #![deny(unsafe_code)]
 
-use bench::lab::{busy_ns, VethLab};
+use bench::lab::VethLab;
 use bytes::Bytes;
 use clap::Parser;
 use oskit::child::ChildGuard;
@@ -230,7 +230,7 @@ fn fetch_all(lab: &VethLab, joiners: &[Joined], want: &Bytes, pid: u32) -> Resul
             })
             .collect();
         let c0 = procfs::process_ticks(pid).map_err(|e| e.to_string())?;
-        let b0 = busy_ns()?;
+        let b0 = oskit::cpu::busy_ns(None).map_err(|e| e.to_string())?;
         let t0 = Instant::now();
         go.wait();
         let mut last = t0;
@@ -242,7 +242,7 @@ fn fetch_all(lab: &VethLab, joiners: &[Joined], want: &Bytes, pid: u32) -> Resul
             }
             last = last.max(done);
         }
-        let busy = busy_ns()? - b0;
+        let busy = oskit::cpu::busy_ns(None).map_err(|e| e.to_string())? - b0;
         let cpu = procfs::process_ticks(pid).map_err(|e| e.to_string())?.since(&c0);
         Ok(Sample {
             wall_ms: last.duration_since(t0).as_secs_f64() * 1e3,

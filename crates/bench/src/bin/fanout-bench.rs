@@ -13,7 +13,7 @@
 //! negative share at 100 B x 90 receivers). See [`METHOD`].
 #![deny(unsafe_code)]
 
-use bench::lab::{busy_ns_on, sh, VethLab};
+use bench::lab::{sh, VethLab};
 use clap::{Parser, Subcommand};
 use nix::sys::socket::{sendmmsg, MsgFlags, MultiHeaders, SockaddrIn};
 use oskit::child::ChildGuard;
@@ -787,11 +787,17 @@ const WARMUP: Duration = Duration::from_millis(200);
 /// run says that the machine was not quiet.
 const BACKGROUND_MAX_PCT: f64 = 3.0;
 
+/// Busy ns so far of one CPU (cpuidle residency; only differences mean
+/// anything).
+fn busy_of(cpu: usize) -> Result<f64, String> {
+    oskit::cpu::busy_ns(Some(cpu)).map_err(|e| e.to_string())
+}
+
 /// The measured CPU's busy fraction over [`WINDOW`] with nothing sent, %.
 fn background_busy(cpu: usize) -> Result<f64, String> {
-    let (t0, b0) = (Instant::now(), busy_ns_on(Some(cpu))?);
+    let (t0, b0) = (Instant::now(), busy_of(cpu)?);
     std::thread::sleep(WINDOW);
-    let (t1, b1) = (Instant::now(), busy_ns_on(Some(cpu))?);
+    let (t1, b1) = (Instant::now(), busy_of(cpu)?);
     Ok((b1 - b0) * 100.0 / (t1 - t0).as_nanos().max(1) as f64)
 }
 
@@ -843,7 +849,7 @@ fn measured_phase(
                 rx0 = softnet_processed()?;
                 cpu0 = count.per_cpu();
             }
-            marks.push((now, busy_ns_on(Some(at.cpu))?, copies, busy_ns_on(Some(at.sender_cpu))?));
+            marks.push((now, busy_of(at.cpu)?, copies, busy_of(at.sender_cpu)?));
             if now >= end {
                 break;
             }

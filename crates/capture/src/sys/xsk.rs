@@ -85,10 +85,7 @@ impl RingMap {
         if p == libc::MAP_FAILED {
             return Err(SysError::last(what));
         }
-        let base = NonNull::new(p.cast::<u8>()).ok_or_else(|| SysError {
-            call: what,
-            source: io::Error::other("null mapping"),
-        })?;
+        let base = NonNull::new(p.cast::<u8>()).ok_or_else(|| SysError::new(what, io::Error::other("null mapping")))?;
         let ring = RingMap {
             base,
             map_len,
@@ -101,10 +98,10 @@ impl RingMap {
         // access is in bounds.
         for o in [ring.producer, ring.consumer] {
             if o % 4 != 0 || o + 4 > map_len {
-                return Err(SysError {
-                    call: what,
-                    source: io::Error::other("ring offsets outside the mapping"),
-                });
+                return Err(SysError::new(
+                    what,
+                    io::Error::other("ring offsets outside the mapping"),
+                ));
             }
         }
         Ok(ring)
@@ -207,10 +204,8 @@ impl XskSocket {
             return Err(SysError::last("mmap(UMEM)"));
         }
         let umem = Umem {
-            base: NonNull::new(p.cast::<u8>()).ok_or_else(|| SysError {
-                call: "mmap(UMEM)",
-                source: io::Error::other("null mapping"),
-            })?,
+            base: NonNull::new(p.cast::<u8>())
+                .ok_or_else(|| SysError::new("mmap(UMEM)", io::Error::other("null mapping")))?,
             len,
         };
         // SAFETY: xdp_umem_reg is plain old data; all-zero is valid.
