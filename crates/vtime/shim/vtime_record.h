@@ -35,6 +35,10 @@
 #define VTIME_BASE_MONOTONIC_RAW 3 /* CLOCK_MONOTONIC_RAW */
 #define VTIME_BASE_TAI 4           /* CLOCK_TAI */
 #define VTIME_NBASES 5
+/* The domain's factor is managed by the program that created it, which
+   changes more than the clock with it (a netlab lab re-rates its links):
+   `vtime set` refuses to change it alone unless forced. */
+#define VTIME_FLAG_MANAGED 1u
 
 struct vtime_record {
     uint64_t magic;     /* VTIME_MAGIC once the record is initialised */
@@ -51,7 +55,7 @@ struct vtime_record {
     uint64_t div_shift;
     uint64_t changes;     /* number of TDF changes since creation */
     uint32_t creator_pid; /* the process that created the domain */
-    uint32_t flags;       /* reserved, 0 */
+    uint32_t flags;       /* VTIME_FLAG_*; the clock reads ignore them */
     int64_t epoch[VTIME_NBASES]; /* each base's real value at creation, ns */
     /* Each base's current piece: real and virtual ns since creation at its
        start. One piece per base, because the bases do not tick together. */

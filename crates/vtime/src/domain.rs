@@ -10,7 +10,7 @@ use nix::fcntl::{Flock, FlockArg};
 
 use crate::error::Error;
 use crate::model::{ClockBase, Tdf};
-use crate::record::Snapshot;
+use crate::record::{Snapshot, FLAG_MANAGED};
 use crate::sys::{self, Mapping, MAP_LEN};
 
 /// Environment variable that overrides where records live.
@@ -62,6 +62,18 @@ impl Domain {
     /// starting at the real ones. Refuses a name in use by a live process;
     /// takes over one left behind by a dead one.
     pub fn create(dir: &Path, name: &str, tdf: Tdf) -> Result<Domain, Error> {
+        Domain::create_with(dir, name, tdf, 0)
+    }
+
+    /// [`Domain::create`] for a program that changes more than the clock
+    /// when the factor changes (a netlab lab re-rates its links): the record
+    /// says so ([`FLAG_MANAGED`]), and [`Domain::set_tdf_from_outside`]
+    /// refuses to change the clock alone unless forced.
+    pub fn create_managed(dir: &Path, name: &str, tdf: Tdf) -> Result<Domain, Error> {
+        Domain::create_with(dir, name, tdf, FLAG_MANAGED)
+    }
+
+    fn create_with(dir: &Path, name: &str, tdf: Tdf, flags: u32) -> Result<Domain, Error> {
         validate_name(name)?;
         let path = record_path(dir, name);
         // Made under a private name and linked into place, so nobody ever
@@ -78,7 +90,7 @@ impl Domain {
         let made = (|| {
             file.set_len(MAP_LEN as u64).map_err(Error::io("resize", &tmp))?;
             let map = Mapping::new(&file).map_err(Error::io("mmap", &tmp))?;
-            map.record().init(sys::now_all(), tdf, std::process::id());
+            map.record().init(sys::now_all(), tdf, std::process::id(), flags);
             for attempt in 0..2 {
                 match fs::hard_link(&tmp, &path) {
                     Ok(()) => return Ok(map),
@@ -186,6 +198,20 @@ impl Domain {
 
     /// Changes the factor now. Virtual clocks continue from where they are;
     /// waits in progress in dilated processes follow within one slice.
+    /// [`Domain::set_tdf`] by someone other than the domain's creator (`vtime
+    /// set`): refused for a managed domain unless `force`, since its
+    /// creator changes more than the clock with the factor.
+    pub fn set_tdf_from_outside(&self, tdf: Tdf, force: bool) -> Result<Snapshot, Error> {
+        let now = self.snapshot();
+        if now.flags & FLAG_MANAGED != 0 && !force {
+            return Err(Error::Managed {
+                name: self.name.clone(),
+                pid: now.creator_pid,
+            });
+        }
+        self.set_tdf(tdf)
+    }
+
     pub fn set_tdf(&self, tdf: Tdf) -> Result<Snapshot, Error> {
         // Writers are serialised by a lock on the file; readers never lock.
         let dup = self.file.try_clone().map_err(Error::io("dup", &self.path))?;
@@ -333,6 +359,30 @@ mod tests {
         drop(d);
         assert!(list_domains(&dir).unwrap().is_empty(), "the owner removes its record");
         assert!(matches!(Domain::open(&dir, "lab"), Err(Error::UnknownDomain { .. })));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_managed_domain_is_changed_from_outside_only_when_forced() {
+        let dir = tmpdir("managed");
+        let d = Domain::create_managed(&dir, "lab", Tdf::new(4, 1).unwrap()).unwrap();
+        let o = Domain::open(&dir, "lab").unwrap();
+        assert!(matches!(
+            o.set_tdf_from_outside(Tdf::new(2, 1).unwrap(), false),
+            Err(Error::Managed { .. })
+        ));
+        assert_eq!(o.snapshot().timeline.tdf(), Tdf::new(4, 1).unwrap());
+        let s = o.set_tdf_from_outside(Tdf::new(2, 1).unwrap(), true).unwrap();
+        assert_eq!(s.timeline.tdf(), Tdf::new(2, 1).unwrap());
+        assert_eq!(s.flags, FLAG_MANAGED, "a change keeps the flag");
+        // Its creator changes it as it likes, and a plain domain is open to all.
+        d.set_tdf(Tdf::new(3, 1).unwrap()).unwrap();
+        let plain = Domain::create(&dir, "plain", Tdf::ONE).unwrap();
+        Domain::open(&dir, "plain")
+            .unwrap()
+            .set_tdf_from_outside(Tdf::new(2, 1).unwrap(), false)
+            .unwrap();
+        drop((o, d, plain));
         fs::remove_dir_all(&dir).unwrap();
     }
 

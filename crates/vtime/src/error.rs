@@ -15,6 +15,12 @@ pub enum Error {
     UnknownDomain { name: String, dir: PathBuf },
     #[error("clock domain {name:?} is in use by process {pid}: pick another name, or change its TDF with `vtime set {name} N`")]
     InUse { name: String, pid: u32 },
+    #[error(
+        "clock domain {name:?} is managed by the program that created it (pid {pid}), which changes more than \
+         the clock with its factor: for a netlab lab, `netlab tdf N` re-rates the links too; `vtime set --force` \
+         changes the clock alone"
+    )]
+    Managed { name: String, pid: u32 },
     #[error("{}: not a vtime clock record ({why})", path.display())]
     BadRecord { path: PathBuf, why: String },
     #[error("{call} {}: {source}", path.display())]

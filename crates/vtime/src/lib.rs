@@ -32,7 +32,7 @@ pub mod target;
 pub use domain::{default_dir, list_domains, remove_stale, validate_name, Domain, Listed, DIR_ENV, RECORD_ENV};
 pub use error::Error;
 pub use model::{ClockBase, Divider, Segment, Tdf, TdfError, Timeline};
-pub use record::Snapshot;
+pub use record::{Snapshot, FLAG_MANAGED};
 
 /// Real value of a clock base now (ns): what a controller compares virtual
 /// clocks with.

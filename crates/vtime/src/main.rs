@@ -56,6 +56,10 @@ enum Cmd {
         /// The new factor: a positive decimal (4, 2.5, 0.5) or fraction (1/3).
         #[arg(value_parser = parse_tdf_arg, allow_hyphen_values = true)]
         tdf: Tdf,
+        /// Change a managed domain's clock alone (one a netlab lab created:
+        /// its links keep the rates of the old factor; `netlab tdf` changes both).
+        #[arg(long)]
+        force: bool,
     },
     /// Show each clock domain: factor, virtual clock, owner.
     Status {
@@ -113,7 +117,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Run(args) => run(&cli.dir, args),
-        Cmd::Set { name, tdf } => set(&cli.dir, &name, tdf),
+        Cmd::Set { name, tdf, force } => set(&cli.dir, &name, tdf, force),
         Cmd::Status { name } => status(&cli.dir, name.as_deref()),
         Cmd::Header => {
             print!("{}", vtime::shim::RECORD_HEADER);
@@ -203,10 +207,10 @@ fn run(dir: &Path, args: RunArgs) -> Result<ExitCode, Failure> {
     Ok(ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1)))
 }
 
-fn set(dir: &Path, name: &str, tdf: Tdf) -> Result<ExitCode, Failure> {
+fn set(dir: &Path, name: &str, tdf: Tdf, force: bool) -> Result<ExitCode, Failure> {
     let domain = Domain::open(dir, name)?;
     let before = domain.snapshot().timeline.tdf();
-    domain.set_tdf(tdf)?;
+    domain.set_tdf_from_outside(tdf, force)?;
     println!("{name}: TDF {before} -> {tdf}");
     Ok(ExitCode::SUCCESS)
 }

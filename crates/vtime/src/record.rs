@@ -53,11 +53,19 @@ const _: () = {
 
 pub const RECORD_SIZE: usize = size_of::<RawRecord>();
 
+/// The domain's factor is managed by the program that created it, which
+/// changes more than the clock with it (a netlab lab re-rates its links):
+/// `vtime set` refuses to change it alone unless forced.
+/// (`VTIME_FLAG_MANAGED` in the C header.)
+pub const FLAG_MANAGED: u32 = 1;
+
 /// A consistent copy of a record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Snapshot {
     pub timeline: Timeline,
     pub creator_pid: u32,
+    /// [`FLAG_MANAGED`] and any later flags.
+    pub flags: u32,
     pub changes: u64,
 }
 
@@ -80,14 +88,14 @@ impl RawRecord {
 
     /// Fills a fresh (zeroed, not yet visible) record; the magic is stored
     /// last so a reader never accepts a half-made one.
-    pub fn init(&self, epochs: [i64; NBASES], tdf: Tdf, creator_pid: u32) {
+    pub fn init(&self, epochs: [i64; NBASES], tdf: Tdf, creator_pid: u32, flags: u32) {
         self.seq.store(0, Ordering::Relaxed);
         self.store_timeline(&Timeline::start(epochs, tdf));
         for (slot, e) in self.epoch.iter().zip(epochs) {
             slot.store(e, Ordering::Relaxed);
         }
         self.creator_pid.store(creator_pid, Ordering::Relaxed);
-        self.flags.store(0, Ordering::Relaxed);
+        self.flags.store(flags, Ordering::Relaxed);
         self.changes.store(0, Ordering::Relaxed);
         self.version.store(VERSION, Ordering::Relaxed);
         self.size.store(RECORD_SIZE as u32, Ordering::Relaxed);
@@ -141,6 +149,7 @@ impl RawRecord {
         Snapshot {
             timeline: Timeline { epochs, segs },
             creator_pid: self.creator_pid.load(Ordering::Relaxed),
+            flags: self.flags.load(Ordering::Relaxed),
             changes: self.changes.load(Ordering::Relaxed),
         }
     }
@@ -166,6 +175,7 @@ impl RawRecord {
         Snapshot {
             timeline,
             creator_pid: cur.creator_pid,
+            flags: cur.flags,
             changes: cur.changes + 1,
         }
     }
@@ -204,7 +214,7 @@ mod tests {
         let mut epochs = [0; NBASES];
         epochs[ClockBase::Monotonic as usize] = 100 * NS_PER_SEC;
         let four = Tdf::new(4, 1).unwrap();
-        r.init(epochs, four, 7);
+        r.init(epochs, four, 7, 0);
         r.check().unwrap();
         let s = r.snapshot();
         assert_eq!(s.timeline, Timeline::start(epochs, four));
@@ -230,7 +240,7 @@ mod tests {
     #[test]
     fn seqlock_readers_never_see_torn_state() {
         let r = Arc::new(blank());
-        r.init([0; NBASES], Tdf::ONE, 1);
+        r.init([0; NBASES], Tdf::ONE, 1, 0);
         let stop = Arc::new(AtomicBool::new(false));
         let reader = {
             let (r, stop) = (r.clone(), stop.clone());

@@ -268,7 +268,9 @@ impl Lab {
             })?;
             let dir = vtime::default_dir();
             let name = format!("netlab-{run_id}");
-            let domain = vtime::Domain::create(&dir, &name, tdf)?;
+            // Managed: a bare `vtime set` would change the clock without
+            // the links' rates, so it refuses and points to `netlab tdf`.
+            let domain = vtime::Domain::create_managed(&dir, &name, tdf)?;
             let shim = vtime::shim::InstalledShim::install_in(&lab.dir)?;
             lab.state.clock = Some(ClockInfo {
                 domain: name,
@@ -280,7 +282,7 @@ impl Lab {
             if opts.verbose {
                 eprintln!(
                     "netlab: virtual time: every process in the lab runs under the vtime shim at TDF {} \
-                     (clock domain {}; `vtime set` changes it)",
+                     (clock domain {}; `netlab tdf` changes it with the links' rates)",
                     opts.dilation.tdf,
                     lab.state.clock.as_ref().map_or("", |c| c.domain.as_str())
                 );
