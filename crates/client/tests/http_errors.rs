@@ -1,5 +1,6 @@
 //! The control server's refusals, as the client reports them: down, 401,
 //! 403 and 429 are distinct errors (each calls for something else).
+#![cfg(feature = "http")]
 
 mod common;
 

@@ -5,10 +5,9 @@
 
 mod common;
 
-use common::net::{ticket_json, Relay};
+use common::net::Relay;
 use common::{client, join_all, pump_until, token, Reflector, KEEPALIVE_MS};
-use reflector_client::{Client, Config, ControlServer, Event, RejoinReason, SendError, TokenSource};
-use reflector_proto::protocol::{ErrorCode, SmallDatagram};
+use reflector_client::{Client, Config, Event, RejoinReason, SendError, TokenSource};
 use std::time::{Duration, Instant};
 
 const KEEPALIVE: Duration = Duration::from_millis(KEEPALIVE_MS as u64);
@@ -25,10 +24,12 @@ fn stream(a: &mut Client, b: &mut Client, n: u32) -> (Vec<(u32, u64, u32)>, u64,
             first = seq;
         }
         last = seq;
-        // Paced under the reflector's per-member rate cap (500/s).
-        if i % 50 == 49 {
+        // Paced under the reflector's per-member rate cap (500/s), and
+        // long enough that the sender's keepalives fall in the stream.
+        if i % 10 == 9 {
             std::thread::sleep(Duration::from_millis(20));
         }
+        a.update(Instant::now());
         b.update(Instant::now());
         while let Some(d) = b.recv() {
             got.push((d.sender, d.seq, u32::from_be_bytes(d.payload.try_into().unwrap())));
@@ -70,6 +71,7 @@ fn two_clients_hear_each_other_without_loss() {
         let gaps = after.streams.gaps - before.streams.gaps;
         let controls = (last - first + 1) - u64::from(N);
         assert_eq!(gaps, controls, "gaps are the sender's control datagrams only");
+        assert!(controls >= 1, "the stream spans a keepalive interval");
     }
     // The receiver heard the sender's instance id.
     let mut events = Vec::new();
@@ -145,7 +147,11 @@ fn a_duplicate_is_dropped_and_counted() {
 }
 
 #[test]
+#[cfg(feature = "http")]
 fn forged_not_member_rejoins_with_the_held_token_without_the_control_server() {
+    use common::net::ticket_json;
+    use reflector_client::ControlServer;
+    use reflector_proto::protocol::{ErrorCode, SmallDatagram};
     let r = Reflector::start(0, false);
     let relay = Relay::start(r.addr());
     let t = token(9, r.port, relay.addr, 300);
@@ -164,6 +170,7 @@ fn forged_not_member_rejoins_with_the_held_token_without_the_control_server() {
     let ev = join_all(&mut [&mut c]);
     assert!(ev.iter().any(|(_, e)| *e == Event::TokenRequested));
     assert_eq!(stub.requests(), 1);
+    let before = c.send(b"before").expect("a member sends");
     // ERROR carries no MAC: anyone who knows the player id can send it.
     let forged = SmallDatagram::error(r.port, 9, 0, ErrorCode::NotMember);
     relay.inject(forged.as_bytes());
@@ -178,6 +185,8 @@ fn forged_not_member_rejoins_with_the_held_token_without_the_control_server() {
     assert_eq!(stub.requests(), 1, "a forged error never reaches the control server");
     assert_eq!(c.stats().token_requests, 1);
     assert_eq!(c.stats().rejoins, 1);
+    // One counter for the client: the new session goes on from the old one.
+    assert!(c.send(b"after").expect("a member again") > before + 2);
     r.stop();
 }
 
@@ -239,5 +248,45 @@ fn a_rebound_client_receives_again_within_one_keepalive_interval() {
     // the margin is for the round trip and a busy machine.
     assert!(took < KEEPALIVE + Duration::from_millis(250), "took {took:?}");
     assert!(!ev.iter().any(|(_, e)| matches!(e, Event::Rejoining(_))), "{ev:?}");
+    r.stop();
+}
+
+#[test]
+#[cfg(feature = "http")]
+fn renewal_fetches_a_new_token_ahead_of_expiry_and_keeps_the_membership() {
+    use reflector_client::ControlServer;
+    let r = Reflector::start(0, false);
+    // The first token expires in 11 s: its renewal moment (10 s before
+    // expiry) comes within about a second; the second lasts.
+    let short = common::net::ticket_json(&token(4, r.port, r.addr(), 11));
+    let long = common::net::ticket_json(&token(4, r.port, r.addr(), 300));
+    let served = std::sync::atomic::AtomicU64::new(0);
+    let stub = common::net::HttpStub::start(move || {
+        let n = served.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        (200, vec![], if n == 0 { short.clone() } else { long.clone() })
+    });
+    let cfg = Config {
+        local: "127.0.0.1:0".into(),
+        ..Config::new(TokenSource::Control(ControlServer {
+            url: stub.url.clone(),
+            ticket: None,
+            player: 4,
+            position: (0.0, 0.0),
+        }))
+    };
+    let mut c = Client::new(cfg).unwrap();
+    join_all(&mut [&mut c]);
+    let mut ev = Vec::new();
+    pump_until(&mut [&mut c], Duration::from_secs(4), &mut ev, |_, ev| {
+        ev.iter().any(|(_, e)| matches!(e, Event::Renewed { .. }))
+    });
+    assert_eq!(stub.requests(), 2);
+    assert!(
+        !ev.iter()
+            .any(|(_, e)| matches!(e, Event::Rejoining(_) | Event::Joined { .. })),
+        "{ev:?}"
+    );
+    assert!(c.is_member());
+    assert_eq!(c.stats().renewals, 1);
     r.stop();
 }
