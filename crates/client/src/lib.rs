@@ -12,7 +12,8 @@
 //!
 //! The handshake, renewal and PROBE answers are `reflector_proto::client::Session`
 //! (sans I/O); this crate adds what each caller of it had to write itself:
-//! the socket (a non-blocking std [`UdpSocket`] the client owns), keepalives
+//! the socket (a non-blocking std UDP socket the client owns, behind the
+//! [`Driver`] seam), keepalives
 //! (as ECHOs, which also time the round trip), the token (handed in, or
 //! fetched from the control server on a helper thread), renewal before
 //! expiry, the rejoin rules, the client instance id and one client-wide
@@ -29,9 +30,11 @@
 //!   renewal moment, make it ask for a new token.
 #![deny(unsafe_code)]
 
+mod driver;
 mod streams;
 mod token;
 
+pub use driver::{Driver, UdpDriver};
 pub use streams::{SenderKey, StreamCounters};
 pub use token::{fetch as fetch_token, ControlError, ControlServer, Token};
 
@@ -42,7 +45,7 @@ use reflector_proto::protocol::{
 };
 use std::collections::VecDeque;
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use streams::{Streams, Verdict};
@@ -296,9 +299,10 @@ struct Membership {
 }
 
 /// One player's membership, its socket and its timers; see the crate docs.
-pub struct Client {
+/// `D` is the socket ([`UdpDriver`] unless told otherwise).
+pub struct Client<D: Driver = UdpDriver> {
     cfg: Config,
-    sock: UdpSocket,
+    sock: D,
     instance: u64,
     /// The client-wide sequence counter: every datagram of every membership
     /// takes the next number (docs/protocol.md, "Client instance").
@@ -331,13 +335,31 @@ fn random_u64() -> u64 {
     u64::from_ne_bytes(b)
 }
 
-impl Client {
-    /// Binds the socket (non-blocking) and starts: a given token is joined
-    /// with at once, a control server asked for one on a helper thread.
+/// The reflector's address of the local socket's family, through the
+/// system resolver (a name works as well as an address).
+fn resolve(addr: &str, local: SocketAddr) -> Result<SocketAddr, Error> {
+    let err = |message: String| Error::Resolve {
+        addr: addr.to_string(),
+        message,
+    };
+    let mut all = addr.to_socket_addrs().map_err(|e| err(e.to_string()))?;
+    all.find(|a| a.is_ipv4() == local.is_ipv4())
+        .ok_or_else(|| err(format!("no address of the local socket's family ({local})")))
+}
+
+impl Client<UdpDriver> {
+    /// Binds a non-blocking std UDP socket on [`Config::local`] and starts
+    /// (see [`Client::with_driver`]).
     pub fn new(cfg: Config) -> Result<Client, Error> {
-        let sock = UdpSocket::bind(cfg.local.as_str()).map_err(|e| Error::socket("bind", e))?;
-        sock.set_nonblocking(true)
-            .map_err(|e| Error::socket("set_nonblocking", e))?;
+        let sock = UdpDriver::bind(cfg.local.as_str()).map_err(|e| Error::socket("bind", e))?;
+        Client::with_driver(cfg, sock)
+    }
+}
+
+impl<D: Driver> Client<D> {
+    /// Starts on `sock`: a given token is joined with at once, a control
+    /// server asked for one on a helper thread.
+    pub fn with_driver(cfg: Config, sock: D) -> Result<Client<D>, Error> {
         let now = Instant::now();
         let mut c = Client {
             instance: loop {
@@ -481,16 +503,7 @@ impl Client {
     /// network change would: the reflector follows once the next datagram
     /// from there has answered its PROBE, with nothing else done.
     pub fn rebind(&mut self) -> Result<SocketAddr, Error> {
-        let ip = self
-            .sock
-            .local_addr()
-            .map_err(|e| Error::socket("getsockname", e))?
-            .ip();
-        let sock = UdpSocket::bind(SocketAddr::new(ip, 0)).map_err(|e| Error::socket("bind", e))?;
-        sock.set_nonblocking(true)
-            .map_err(|e| Error::socket("set_nonblocking", e))?;
-        self.sock = sock;
-        self.sock.local_addr().map_err(|e| Error::socket("getsockname", e))
+        self.sock.rebind().map_err(|e| Error::socket("rebind", e))
     }
 
     /// Leaves the group (one LEAVE, not retried: the reflector expires a
@@ -718,21 +731,11 @@ impl Client {
         self.flush();
     }
 
-    fn resolve(addr: &str, local: SocketAddr) -> Result<SocketAddr, Error> {
-        let err = |message: String| Error::Resolve {
-            addr: addr.to_string(),
-            message,
-        };
-        let mut all = addr.to_socket_addrs().map_err(|e| err(e.to_string()))?;
-        all.find(|a| a.is_ipv4() == local.is_ipv4())
-            .ok_or_else(|| err(format!("no address of the local socket's family ({local})")))
-    }
-
     /// A new token: renews the membership of the same group, else joins.
     fn take_token(&mut self, t: Token, now: Instant) -> Result<(), Error> {
         let received = reflector_proto::unix_now_ms();
         let local = self.sock.local_addr().map_err(|e| Error::socket("getsockname", e))?;
-        let reflector = Client::resolve(&t.reflector, local)?;
+        let reflector = resolve(&t.reflector, local)?;
         let keys = SessionKeys::from_session(t.session_key);
         self.token_needed_said = false;
         let same = self
@@ -907,10 +910,75 @@ impl Client {
     }
 }
 
-impl Drop for Client {
+impl<D: Driver> Drop for Client<D> {
     /// A client dropped leaves, so its group stops fanning out to it now
     /// rather than at the reflector's member timeout.
     fn drop(&mut self) {
         self.leave_quietly();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reflector_proto::protocol::TOKEN_LEN;
+
+    /// A network in memory: what the client sent, and what it will receive.
+    #[derive(Default)]
+    struct Mem {
+        sent: Vec<(Vec<u8>, SocketAddr)>,
+        inbox: VecDeque<(Vec<u8>, SocketAddr)>,
+    }
+
+    impl Driver for Mem {
+        fn send_to(&mut self, d: &[u8], to: SocketAddr) -> io::Result<usize> {
+            self.sent.push((d.to_vec(), to));
+            Ok(d.len())
+        }
+        fn recv_from(&mut self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+            let (d, from) = self.inbox.pop_front().ok_or(io::ErrorKind::WouldBlock)?;
+            buf[..d.len()].copy_from_slice(&d);
+            Ok((d.len(), from))
+        }
+        fn local_addr(&self) -> io::Result<SocketAddr> {
+            Ok(SocketAddr::from(([127, 0, 0, 1], 5555)))
+        }
+        fn rebind(&mut self) -> io::Result<SocketAddr> {
+            self.local_addr()
+        }
+    }
+
+    fn given() -> Config {
+        Config::new(TokenSource::Given(Token {
+            reflector: "127.0.0.1:4000".into(),
+            group: 4000,
+            player: 7,
+            token: [1; TOKEN_LEN],
+            session_key: [2; 32],
+            expires_unix_s: reflector_proto::unix_now_ms() / 1000 + 300,
+        }))
+    }
+
+    #[test]
+    fn a_given_token_is_joined_at_once_and_errors_while_joining_change_nothing() {
+        let mut c = Client::with_driver(given(), Mem::default()).unwrap();
+        let reflector = SocketAddr::from(([127, 0, 0, 1], 4000));
+        let (join, to) = c.sock.sent.pop().expect("a JOIN");
+        let p = Packet::parse(&join[..]).unwrap();
+        assert_eq!((p.kind(), p.seq(), to, join.len()), (Kind::Join, 1, reflector, 72));
+        assert_eq!(c.send(b"x"), Err(SendError::NotMember));
+        assert_eq!(c.max_payload(), None);
+        // A NotMember while joining answers nothing of ours; a datagram
+        // from elsewhere is ignored.
+        let e = SmallDatagram::error(4000, 7, 0, ErrorCode::NotMember);
+        c.sock.inbox.push_back((e.as_bytes().to_vec(), reflector));
+        c.sock
+            .inbox
+            .push_back((e.as_bytes().to_vec(), SocketAddr::from(([127, 0, 0, 1], 4001))));
+        c.update(Instant::now());
+        assert_eq!(c.poll_event(), None);
+        assert_eq!(c.stats().ignored, 1);
+        assert_eq!(c.stats().rejoins, 0);
+        assert!(c.instance() != 0);
     }
 }
