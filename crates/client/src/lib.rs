@@ -981,4 +981,24 @@ mod tests {
         assert_eq!(c.stats().rejoins, 0);
         assert!(c.instance() != 0);
     }
+
+    #[test]
+    fn error_retry_waits_the_protocols_second_before_joining_again() {
+        let mut c = Client::with_driver(given(), Mem::default()).unwrap();
+        let reflector = SocketAddr::from(([127, 0, 0, 1], 4000));
+        let t0 = Instant::now();
+        c.sock.sent.clear();
+        let e = SmallDatagram::error(4000, 7, 0, ErrorCode::Retry);
+        c.sock.inbox.push_back((e.as_bytes().to_vec(), reflector));
+        c.update(t0);
+        // Not even the join's own 250 ms retry goes out during the wait.
+        c.update(t0 + session::RETRY_AFTER - Duration::from_millis(1));
+        assert!(c.sock.sent.is_empty(), "nothing sent while waiting");
+        c.update(t0 + session::RETRY_AFTER);
+        let (join, _) = c.sock.sent.pop().expect("the JOIN again");
+        let p = Packet::parse(&join[..]).unwrap();
+        assert_eq!((p.kind(), p.join_cookie()), (Kind::Join, None));
+        assert!(p.seq() > 1, "numbers go on");
+        assert_eq!(c.poll_event(), None);
+    }
 }
