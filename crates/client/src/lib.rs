@@ -1,0 +1,1004 @@
+//! The one client a game links: one player's membership of its group on a
+//! reflector, driven from the game loop.
+//!
+//! ```text
+//! loop {
+//!     client.update(Instant::now());            // all I/O that is due
+//!     while let Some(ev) = client.poll_event() { .. }
+//!     while let Some(d) = client.recv() { .. }   // group, sender, seq, payload
+//!     client.send(&state)?;
+//! }
+//! ```
+//!
+//! The handshake, renewal and PROBE answers are `reflector_proto::client::Session`
+//! (sans I/O); this crate adds what each caller of it had to write itself:
+//! the socket (a non-blocking std UDP socket the client owns, behind the
+//! [`Driver`] seam), keepalives
+//! (as ECHOs, which also time the round trip), the token (handed in, or
+//! fetched from the control server on a helper thread), renewal before
+//! expiry, the rejoin rules, the client instance id and one client-wide
+//! sequence counter (docs/protocol.md, revision 2.1), and receive-side
+//! deduplication and counting. Nothing is left for the caller to drain or
+//! schedule: a PROBE is answered in the [`Client::update`] that receives it,
+//! so NAT rebinding needs nothing from the game.
+//!
+//! Rejoin rules (ERROR cannot be authenticated):
+//! - `ERROR(NotMember)` to a member, a reflector silent for
+//!   [`SILENT_INTERVALS`] keepalive intervals, or a refused join other than
+//!   for the token: join again with the token and key held;
+//! - only `ERROR(ExpiredToken)`/`ERROR(BadToken)` answering a JOIN, or the
+//!   renewal moment, make it ask for a new token.
+#![deny(unsafe_code)]
+
+mod driver;
+mod streams;
+mod token;
+
+pub use driver::{Driver, UdpDriver};
+pub use streams::{SenderKey, StreamCounters};
+pub use token::{fetch as fetch_token, ControlError, ControlServer, Token};
+
+use reflector_proto::client::{self as session, Event as SessionEvent, Failure, JoinRequest, Session};
+use reflector_proto::protocol::{
+    ErrorCode, Header, Kind, Packet, SessionKeys, SmallDatagram, DATA_PAYLOAD, INSTANCE_LEN, MAX_DATAGRAM,
+    MAX_DATAGRAM_KERNEL, MAX_GAME_PAYLOAD,
+};
+use std::collections::VecDeque;
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use streams::{Streams, Verdict};
+
+/// A member rejoins when its reflector has sent nothing authenticated (no
+/// PROBE, no ECHO_REPLY) for this many keepalive intervals: the reflector
+/// PROBEs every member about once an interval, so three missed in a row is
+/// a reflector gone (or restarted without saying so), not a lost datagram.
+pub const SILENT_INTERVALS: u32 = 3;
+
+/// The largest game payload of one DATA when the group does not carry
+/// instance ids (docs/protocol.md, "Maximum payload").
+pub const MAX_PAYLOAD: usize = MAX_GAME_PAYLOAD;
+
+/// The largest game payload when it does (the instance id takes 8 bytes).
+pub const MAX_PAYLOAD_WITH_INSTANCE: usize = MAX_GAME_PAYLOAD - INSTANCE_LEN;
+
+/// How long after a failed token request (or a refused join) the next try
+/// waits, unless the control server said longer (`Retry-After`).
+pub const TOKEN_RETRY: Duration = Duration::from_secs(1);
+
+/// Where the token comes from.
+#[derive(Debug, Clone)]
+pub enum TokenSource {
+    /// The game hands tokens in: this one now, later ones with
+    /// [`Client::set_token`] when [`Event::TokenNeeded`] asks.
+    Given(Token),
+    /// The client asks the control server itself (feature `http`).
+    Control(ControlServer),
+}
+
+/// What a client needs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub token: TokenSource,
+    /// The local address to bind, `host:port` (port 0: any).
+    pub local: String,
+    /// A JOIN step unanswered this long is sent again.
+    pub join_retry: Duration,
+    /// A sender unheard this long is reported ([`Event::SenderSilent`]).
+    pub sender_silent_after: Duration,
+    /// Senders tracked at once (memory is taken at start).
+    pub max_senders: usize,
+    /// Received DATA held until [`Client::recv`] takes it; beyond that new
+    /// DATA is dropped and counted (`Stats::inbox_full`).
+    pub inbox: usize,
+}
+
+impl Config {
+    /// A client with `token`, bound to any local port, with the bots'
+    /// retry timing.
+    pub fn new(token: TokenSource) -> Config {
+        Config {
+            token,
+            local: "0.0.0.0:0".into(),
+            join_retry: Duration::from_millis(250),
+            sender_silent_after: Duration::from_secs(3),
+            max_senders: 1024,
+            inbox: 256,
+        }
+    }
+}
+
+/// Why something went wrong, reported as [`Event::Error`] or returned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    #[error("{call} failed: {message}")]
+    Socket { call: &'static str, message: String },
+    #[error("cannot resolve reflector address '{addr}': {message}")]
+    Resolve { addr: String, message: String },
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    #[error("join of group {group} refused: {failure}")]
+    JoinRefused { group: u16, failure: Failure },
+}
+
+impl Error {
+    fn socket(call: &'static str, e: io::Error) -> Error {
+        Error::Socket {
+            call,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Why [`Client::send`] refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    #[error("payload of {len} bytes is larger than the {max} a DATA may carry here (one Ethernet frame): split it")]
+    TooLarge { len: usize, max: usize },
+    #[error("not a member of a group yet (wait for Event::Joined)")]
+    NotMember,
+    #[error("sendto failed: {0}")]
+    Io(String),
+}
+
+/// Why the client is joining again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejoinReason {
+    /// `ERROR(NotMember)`: the reflector forgot us (or someone forged it).
+    NotMember,
+    /// Nothing authenticated from the reflector for [`SILENT_INTERVALS`]
+    /// keepalive intervals.
+    ReflectorSilent,
+    /// The join was refused for something a retry may cure.
+    Refused,
+    /// A new token for another group (the player moved).
+    NewGroup,
+}
+
+/// Something the game may want to know; from [`Client::poll_event`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A member of `group` (the first time, or again after a rejoin).
+    Joined {
+        group: u16,
+        members: u16,
+        rejoin: bool,
+    },
+    /// Joining again with the token and key held, for this reason.
+    Rejoining(RejoinReason),
+    /// The membership now lasts until this (Unix s).
+    Renewed {
+        expires_unix_s: u64,
+    },
+    /// Asking the control server for a token.
+    TokenRequested,
+    /// The game hands tokens in and a new one is needed (renewal is due,
+    /// or the reflector refused the held one): call [`Client::set_token`].
+    TokenNeeded,
+    /// The first DATA of a sender (or the first since it went silent).
+    SenderHeard {
+        player: u32,
+        instance: u64,
+    },
+    /// A sender unheard for [`Config::sender_silent_after`].
+    SenderSilent {
+        player: u32,
+        instance: u64,
+    },
+    /// The membership was left ([`Client::leave`]).
+    Left,
+    Error(Error),
+}
+
+/// One received DATA, borrowed from the client until the next call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Datagram<'a> {
+    pub group: u16,
+    pub sender: u32,
+    /// The sender's client instance id (0 if the group does not carry it).
+    pub instance: u64,
+    /// The sender's client-wide sequence number.
+    pub seq: u64,
+    pub payload: &'a [u8],
+}
+
+/// Counters since the client started.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Stats {
+    pub data_sent: u64,
+    pub bytes_sent: u64,
+    pub data_received: u64,
+    pub bytes_received: u64,
+    pub streams: StreamCounters,
+    /// DATA dropped because the inbox was full (the game did not `recv`).
+    pub inbox_full: u64,
+    /// DATA larger than [`MAX_DATAGRAM_KERNEL`], dropped.
+    pub oversize: u64,
+    /// Datagrams that did not parse, or came from elsewhere than the reflector.
+    pub ignored: u64,
+    pub probes_answered: u64,
+    pub echoes_sent: u64,
+    pub echoes_answered: u64,
+    /// The last ECHO round trip.
+    pub rtt_last: Option<Duration>,
+    /// Smoothed round trip (RFC 6298's 1/8 gain).
+    pub rtt_smoothed: Option<Duration>,
+    pub rtt_min: Option<Duration>,
+    pub joins: u64,
+    pub rejoins: u64,
+    pub renewals: u64,
+    pub token_requests: u64,
+}
+
+struct Slot {
+    group: u16,
+    sender: u32,
+    instance: u64,
+    seq: u64,
+    len: usize,
+    buf: Box<[u8; MAX_GAME_PAYLOAD]>,
+}
+
+/// Received DATA waiting for [`Client::recv`]: fixed slots allocated at
+/// start, so receiving never allocates.
+struct Inbox {
+    slots: Vec<Slot>,
+    head: usize,
+    len: usize,
+}
+
+impl Inbox {
+    fn new(n: usize) -> Inbox {
+        let slots = (0..n.max(1))
+            .map(|_| Slot {
+                group: 0,
+                sender: 0,
+                instance: 0,
+                seq: 0,
+                len: 0,
+                buf: Box::new([0; MAX_GAME_PAYLOAD]),
+            })
+            .collect();
+        Inbox { slots, head: 0, len: 0 }
+    }
+
+    fn push(&mut self) -> Option<&mut Slot> {
+        if self.len == self.slots.len() {
+            return None;
+        }
+        let i = (self.head + self.len) % self.slots.len();
+        self.len += 1;
+        Some(&mut self.slots[i])
+    }
+
+    fn pop(&mut self) -> Option<&Slot> {
+        if self.len == 0 {
+            return None;
+        }
+        let i = self.head;
+        self.head = (self.head + 1) % self.slots.len();
+        self.len -= 1;
+        Some(&self.slots[i])
+    }
+}
+
+/// When (Unix ms) the token held was received: the renewal moment is
+/// reckoned from it.
+struct Held {
+    received_unix_ms: u64,
+}
+
+/// The membership being joined or held, with its reflector.
+struct Membership {
+    session: Session,
+    reflector: SocketAddr,
+    rejoin: bool,
+    keepalive: Duration,
+    instance_flag: bool,
+}
+
+/// One player's membership, its socket and its timers; see the crate docs.
+/// `D` is the socket ([`UdpDriver`] unless told otherwise).
+pub struct Client<D: Driver = UdpDriver> {
+    cfg: Config,
+    sock: D,
+    instance: u64,
+    /// The client-wide sequence counter: every datagram of every membership
+    /// takes the next number (docs/protocol.md, "Client instance").
+    next_seq: u64,
+    held: Option<Held>,
+    member: Option<Membership>,
+    left: bool,
+    last_keepalive: Instant,
+    /// Last authenticated datagram from the reflector.
+    last_heard: Instant,
+    echo: Option<(u64, Instant)>,
+    /// A token request in flight on a helper thread.
+    fetching: Option<mpsc::Receiver<Result<Token, ControlError>>>,
+    fetch_not_before: Option<Instant>,
+    token_needed_said: bool,
+    /// A refused join is tried again then, with the token held.
+    rejoin_at: Option<Instant>,
+    events: VecDeque<Event>,
+    inbox: Inbox,
+    streams: Streams,
+    stats: Stats,
+    rx: Box<[u8]>,
+    tx: Box<[u8; MAX_DATAGRAM_KERNEL]>,
+}
+
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    // Without the OS RNG there is no safe instance id or nonce at all.
+    getrandom::getrandom(&mut b).expect("the OS random source is available");
+    u64::from_ne_bytes(b)
+}
+
+/// The reflector's address of the local socket's family, through the
+/// system resolver (a name works as well as an address).
+fn resolve(addr: &str, local: SocketAddr) -> Result<SocketAddr, Error> {
+    let err = |message: String| Error::Resolve {
+        addr: addr.to_string(),
+        message,
+    };
+    let mut all = addr.to_socket_addrs().map_err(|e| err(e.to_string()))?;
+    all.find(|a| a.is_ipv4() == local.is_ipv4())
+        .ok_or_else(|| err(format!("no address of the local socket's family ({local})")))
+}
+
+impl Client<UdpDriver> {
+    /// Binds a non-blocking std UDP socket on [`Config::local`] and starts
+    /// (see [`Client::with_driver`]).
+    pub fn new(cfg: Config) -> Result<Client, Error> {
+        let sock = UdpDriver::bind(cfg.local.as_str()).map_err(|e| Error::socket("bind", e))?;
+        Client::with_driver(cfg, sock)
+    }
+}
+
+impl<D: Driver> Client<D> {
+    /// Starts on `sock`: a given token is joined with at once, a control
+    /// server asked for one on a helper thread.
+    pub fn with_driver(cfg: Config, sock: D) -> Result<Client<D>, Error> {
+        let now = Instant::now();
+        let mut c = Client {
+            instance: loop {
+                let v = random_u64();
+                if v != 0 {
+                    break v;
+                }
+            },
+            next_seq: 1,
+            held: None,
+            member: None,
+            left: false,
+            last_keepalive: now,
+            last_heard: now,
+            echo: None,
+            fetching: None,
+            fetch_not_before: None,
+            token_needed_said: false,
+            rejoin_at: None,
+            events: VecDeque::with_capacity(64),
+            inbox: Inbox::new(cfg.inbox),
+            streams: Streams::new(cfg.max_senders, cfg.sender_silent_after),
+            stats: Stats::default(),
+            rx: vec![0u8; MAX_DATAGRAM].into_boxed_slice(),
+            tx: Box::new([0u8; MAX_DATAGRAM_KERNEL]),
+            sock,
+            cfg,
+        };
+        match c.cfg.token.clone() {
+            TokenSource::Given(t) => c.take_token(t, now)?,
+            TokenSource::Control(_) => c.request_token(now),
+        }
+        Ok(c)
+    }
+
+    /// This process's client instance id (random, never 0).
+    pub fn instance(&self) -> u64 {
+        self.instance
+    }
+
+    /// The local address of the socket.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.sock.local_addr()
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> Stats {
+        Stats {
+            streams: self.streams.counters,
+            ..self.stats
+        }
+    }
+
+    /// Senders tracked now (heard and not yet silent).
+    pub fn senders(&self) -> usize {
+        self.streams.tracked()
+    }
+
+    /// Whether the client is a member of its group now.
+    pub fn is_member(&self) -> bool {
+        self.member.as_ref().is_some_and(|m| m.session.is_member())
+    }
+
+    /// The group of the membership (joined or being joined).
+    pub fn group(&self) -> Option<u16> {
+        self.member.as_ref().map(|m| m.session.request().group)
+    }
+
+    /// The largest payload [`Client::send`] takes now: 1,440 bytes, or 1,432
+    /// where the group carries instance ids; `None` before the first join.
+    pub fn max_payload(&self) -> Option<usize> {
+        let m = self.member.as_ref().filter(|m| m.session.is_member())?;
+        Some(if m.instance_flag {
+            MAX_PAYLOAD_WITH_INSTANCE
+        } else {
+            MAX_PAYLOAD
+        })
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// The next received DATA, if any.
+    pub fn recv(&mut self) -> Option<Datagram<'_>> {
+        let s = self.inbox.pop()?;
+        Some(Datagram {
+            group: s.group,
+            sender: s.sender,
+            instance: s.instance,
+            seq: s.seq,
+            payload: &s.buf[..s.len],
+        })
+    }
+
+    /// Sends `payload` to the player's group; returns the sequence number
+    /// it took. Refused above [`Client::max_payload`]: the in-kernel
+    /// fan-out replicates only one-frame datagrams, and a larger one would
+    /// be fragmented to every member.
+    pub fn send(&mut self, payload: &[u8]) -> Result<u64, SendError> {
+        let max = self.max_payload().ok_or(SendError::NotMember)?;
+        if payload.len() > max {
+            return Err(SendError::TooLarge {
+                len: payload.len(),
+                max,
+            });
+        }
+        let m = self.member.as_mut().ok_or(SendError::NotMember)?;
+        let mut at = DATA_PAYLOAD;
+        if m.instance_flag {
+            self.tx[at..at + INSTANCE_LEN].copy_from_slice(&self.instance.to_be_bytes());
+            at += INSTANCE_LEN;
+        }
+        self.tx[at..at + payload.len()].copy_from_slice(payload);
+        let body = at - DATA_PAYLOAD + payload.len();
+        let seq = m.session.next_seq();
+        let n = match m.session.seal_data(body, &mut self.tx[..]) {
+            Some(Ok(n)) => n,
+            // The buffer holds the largest DATA allowed, checked above.
+            Some(Err(e)) => return Err(SendError::Io(e.to_string())),
+            None => return Err(SendError::NotMember),
+        };
+        self.next_seq = m.session.next_seq();
+        self.sock
+            .send_to(&self.tx[..n], m.reflector)
+            .map_err(|e| SendError::Io(e.to_string()))?;
+        self.stats.data_sent += 1;
+        self.stats.bytes_sent += payload.len() as u64;
+        Ok(seq)
+    }
+
+    /// Hands in a new token (for a game whose backend fetches them): it
+    /// renews the membership if it is for the same group, else the client
+    /// joins there.
+    pub fn set_token(&mut self, token: Token) -> Result<(), Error> {
+        self.take_token(token, Instant::now())
+    }
+
+    /// Moves to a new local port (same address), as a NAT rebinding or a
+    /// network change would: the reflector follows once the next datagram
+    /// from there has answered its PROBE, with nothing else done.
+    pub fn rebind(&mut self) -> Result<SocketAddr, Error> {
+        self.sock.rebind().map_err(|e| Error::socket("rebind", e))
+    }
+
+    /// Leaves the group (one LEAVE, not retried: the reflector expires a
+    /// silent member anyway) and stops.
+    pub fn leave(&mut self) {
+        if let Some(mut m) = self.member.take() {
+            if let Some(t) = m.session.leave() {
+                let _ = self.sock.send_to(t.datagram.as_bytes(), t.to);
+            }
+            self.events.push_back(Event::Left);
+        }
+        self.left = true;
+    }
+
+    /// Does all I/O due at `now`: receives everything waiting (answering
+    /// PROBEs at once), sends keepalives (ECHOs), retries joins, renews,
+    /// rejoins, and reports silent senders.
+    pub fn update(&mut self, now: Instant) {
+        if self.left {
+            return;
+        }
+        self.poll_fetch(now);
+        self.receive(now);
+        self.timers(now);
+        while let Some((player, instance)) = self.streams.poll_silent(now) {
+            self.events.push_back(Event::SenderSilent { player, instance });
+        }
+    }
+
+    fn receive(&mut self, now: Instant) {
+        // Bounded, so a flood cannot keep the game loop here.
+        for _ in 0..4096 {
+            let (n, src) = match self.sock.recv_from(&mut self.rx) {
+                Ok(r) => r,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                // ICMP errors of earlier sends and the like: the timers retry.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
+                Err(e) => {
+                    self.events.push_back(Event::Error(Error::socket("recvfrom", e)));
+                    return;
+                }
+            };
+            self.datagram(n, src, now);
+        }
+    }
+
+    fn datagram(&mut self, n: usize, src: SocketAddr, now: Instant) {
+        let Some(m) = self.member.as_mut() else {
+            self.stats.ignored += 1;
+            return;
+        };
+        let Ok(pkt) = Packet::parse(&self.rx[..n]) else {
+            self.stats.ignored += 1;
+            return;
+        };
+        let group = m.session.request().group;
+        if src != m.reflector || pkt.group() != group {
+            self.stats.ignored += 1;
+            return;
+        }
+        match pkt.kind() {
+            Kind::Data => {
+                if !m.session.is_member() {
+                    self.stats.ignored += 1;
+                    return;
+                }
+                let mut payload = pkt.payload();
+                let mut instance = 0;
+                if m.instance_flag {
+                    if payload.len() < INSTANCE_LEN {
+                        self.stats.ignored += 1;
+                        return;
+                    }
+                    let (id, rest) = payload.split_at(INSTANCE_LEN);
+                    instance = u64::from_be_bytes(id.try_into().unwrap_or_default());
+                    payload = rest;
+                }
+                if payload.len() > MAX_GAME_PAYLOAD {
+                    self.stats.oversize += 1;
+                    return;
+                }
+                let (sender, seq) = (pkt.sender(), pkt.seq());
+                match self.streams.accept((sender, instance), seq, now) {
+                    Verdict::Fresh { first } => {
+                        if first {
+                            self.events.push_back(Event::SenderHeard {
+                                player: sender,
+                                instance,
+                            });
+                        }
+                    }
+                    Verdict::Duplicate | Verdict::TooLate | Verdict::TableFull => return,
+                }
+                self.stats.data_received += 1;
+                self.stats.bytes_received += payload.len() as u64;
+                let Some(slot) = self.inbox.push() else {
+                    self.stats.inbox_full += 1;
+                    return;
+                };
+                slot.group = group;
+                slot.sender = sender;
+                slot.instance = instance;
+                slot.seq = seq;
+                slot.len = payload.len();
+                slot.buf[..payload.len()].copy_from_slice(payload);
+            }
+            Kind::EchoReply => {
+                let keys = m.session.request().keys;
+                let ours = Some(pkt.membership()) == m.session.membership()
+                    && pkt.sender() == m.session.request().player
+                    && keys.verify(&pkt);
+                match (self.echo, pkt.nonce()) {
+                    (Some((nonce, sent)), Some(got)) if ours && nonce == got => {
+                        self.echo = None;
+                        self.last_heard = now;
+                        self.stats.echoes_answered += 1;
+                        self.rtt(now.saturating_duration_since(sent));
+                    }
+                    _ => self.stats.ignored += 1,
+                }
+            }
+            _ => {
+                let ev = m.session.handle(now, src, &pkt);
+                self.session_event(ev, now);
+            }
+        }
+    }
+
+    fn rtt(&mut self, sample: Duration) {
+        let s = &mut self.stats;
+        s.rtt_last = Some(sample);
+        s.rtt_min = Some(s.rtt_min.map_or(sample, |m| m.min(sample)));
+        s.rtt_smoothed = Some(s.rtt_smoothed.map_or(sample, |r| (r * 7 + sample) / 8));
+    }
+
+    /// Sends what the session queued and keeps the client-wide counter.
+    fn flush(&mut self) {
+        let Some(m) = self.member.as_mut() else {
+            return;
+        };
+        if let Some(t) = m.session.poll_transmit() {
+            // A lost control datagram is resent by the session's timers.
+            let _ = self.sock.send_to(t.datagram.as_bytes(), t.to);
+        }
+        self.next_seq = self.next_seq.max(m.session.next_seq());
+    }
+
+    fn session_event(&mut self, ev: Option<SessionEvent>, now: Instant) {
+        self.flush();
+        let Some(ev) = ev else { return };
+        match ev {
+            SessionEvent::Joined(ack) => {
+                let Some(m) = self.member.as_mut() else { return };
+                m.keepalive = Duration::from_millis(u64::from(ack.keepalive_ms.max(50)));
+                m.instance_flag = ack.instance();
+                self.last_heard = now;
+                self.last_keepalive = now;
+                self.stats.joins += 1;
+                self.events.push_back(Event::Joined {
+                    group: m.session.request().group,
+                    members: ack.members,
+                    rejoin: m.rejoin,
+                });
+            }
+            SessionEvent::Probed => {
+                self.last_heard = now;
+                self.stats.probes_answered += 1;
+            }
+            SessionEvent::Renewed => {
+                self.last_heard = now;
+                self.stats.renewals += 1;
+                if let Some(m) = &self.member {
+                    self.events.push_back(Event::Renewed {
+                        expires_unix_s: m.session.expires_unix_s(),
+                    });
+                }
+            }
+            SessionEvent::MembershipLost => self.rejoin(RejoinReason::NotMember, now),
+            SessionEvent::Failed(Failure::ExpiredToken)
+            | SessionEvent::Failed(Failure::Refused(Ok(ErrorCode::BadToken))) => {
+                // The one case where the held token is no good: a new one.
+                self.need_token(now);
+            }
+            SessionEvent::Failed(f) => {
+                let group = self.group().unwrap_or(0);
+                self.events
+                    .push_back(Event::Error(Error::JoinRefused { group, failure: f }));
+                self.rejoin_at = Some(now + TOKEN_RETRY);
+            }
+            SessionEvent::Retransmitted | SessionEvent::Restarted | SessionEvent::CheckpointRequested { .. } => {}
+        }
+    }
+
+    /// Joins again with the token and key held (never asks for a new token).
+    fn rejoin(&mut self, why: RejoinReason, now: Instant) {
+        let Some(m) = self.member.take() else { return };
+        let req = JoinRequest {
+            first_seq: self.next_seq.max(m.session.next_seq()),
+            ..m.session.rejoin_request()
+        };
+        self.stats.rejoins += 1;
+        self.events.push_back(Event::Rejoining(why));
+        self.start(req, m.reflector, true, now);
+    }
+
+    fn start(&mut self, req: JoinRequest, reflector: SocketAddr, rejoin: bool, now: Instant) {
+        let cfg = session::Config {
+            retry: self.cfg.join_retry,
+            give_up: None,
+        };
+        let mut s = Session::new(req, cfg, now);
+        if let Some(h) = &self.held {
+            s.set_token_received(h.received_unix_ms);
+        }
+        self.member = Some(Membership {
+            session: s,
+            reflector,
+            rejoin,
+            keepalive: Duration::from_secs(2),
+            instance_flag: false,
+        });
+        self.last_heard = now;
+        self.echo = None;
+        self.rejoin_at = None;
+        self.flush();
+    }
+
+    /// A new token: renews the membership of the same group, else joins.
+    fn take_token(&mut self, t: Token, now: Instant) -> Result<(), Error> {
+        let received = reflector_proto::unix_now_ms();
+        let local = self.sock.local_addr().map_err(|e| Error::socket("getsockname", e))?;
+        let reflector = resolve(&t.reflector, local)?;
+        let keys = SessionKeys::from_session(t.session_key);
+        self.token_needed_said = false;
+        let same = self
+            .member
+            .as_ref()
+            .is_some_and(|m| m.reflector == reflector && m.session.request().group == t.group);
+        let req = JoinRequest {
+            reflector,
+            group: t.group,
+            player: t.player,
+            token: t.token,
+            keys,
+            first_seq: self.next_seq,
+        };
+        self.held = Some(Held {
+            received_unix_ms: received,
+        });
+        match self.member.as_mut() {
+            Some(m) if same && m.session.is_member() => {
+                if m.session.renew(req.token, keys, received, now) {
+                    self.flush();
+                }
+            }
+            Some(_) if !same => {
+                self.leave_quietly();
+                self.stats.rejoins += 1;
+                self.events.push_back(Event::Rejoining(RejoinReason::NewGroup));
+                self.start(req, reflector, true, now);
+            }
+            _ => {
+                let rejoin = self.stats.joins > 0;
+                self.start(req, reflector, rejoin, now);
+            }
+        }
+        Ok(())
+    }
+
+    fn leave_quietly(&mut self) {
+        if let Some(mut m) = self.member.take() {
+            if let Some(t) = m.session.leave() {
+                let _ = self.sock.send_to(t.datagram.as_bytes(), t.to);
+            }
+            self.next_seq = self.next_seq.max(m.session.next_seq());
+        }
+    }
+
+    fn need_token(&mut self, now: Instant) {
+        match &self.cfg.token {
+            TokenSource::Control(_) => self.request_token(now),
+            TokenSource::Given(_) => {
+                if !self.token_needed_said {
+                    self.token_needed_said = true;
+                    self.events.push_back(Event::TokenNeeded);
+                }
+            }
+        }
+    }
+
+    fn request_token(&mut self, now: Instant) {
+        let TokenSource::Control(c) = &self.cfg.token else {
+            return;
+        };
+        if self.fetching.is_some() || self.fetch_not_before.is_some_and(|t| now < t) {
+            return;
+        }
+        let c = c.clone();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(token::fetch(&c));
+        });
+        self.fetching = Some(rx);
+        self.stats.token_requests += 1;
+        self.events.push_back(Event::TokenRequested);
+    }
+
+    fn poll_fetch(&mut self, now: Instant) {
+        let Some(rx) = &self.fetching else { return };
+        let res = match rx.try_recv() {
+            Ok(r) => r,
+            Err(mpsc::TryRecvError::Empty) => return,
+            Err(mpsc::TryRecvError::Disconnected) => Err(ControlError::BadAnswer("the request thread ended".into())),
+        };
+        self.fetching = None;
+        match res {
+            Ok(t) => {
+                self.fetch_not_before = None;
+                if let Err(e) = self.take_token(t, now) {
+                    self.events.push_back(Event::Error(e));
+                    self.fetch_not_before = Some(now + TOKEN_RETRY);
+                }
+            }
+            Err(e) => {
+                let wait = match &e {
+                    ControlError::RateLimited { retry_after_s, .. } => {
+                        Duration::from_secs(*retry_after_s).max(TOKEN_RETRY)
+                    }
+                    _ => TOKEN_RETRY,
+                };
+                self.fetch_not_before = Some(now + wait);
+                self.events.push_back(Event::Error(Error::Control(e)));
+            }
+        }
+    }
+
+    fn timers(&mut self, now: Instant) {
+        if self.fetching.is_none()
+            && self.fetch_not_before.is_some_and(|t| now >= t)
+            && (self.member.is_none()
+                || self
+                    .member
+                    .as_ref()
+                    .is_some_and(|m| m.session.phase() == session::Phase::Done))
+        {
+            self.fetch_not_before = None;
+            self.request_token(now);
+        }
+        if self.rejoin_at.is_some_and(|t| now >= t) {
+            self.rejoin_at = None;
+            self.rejoin(RejoinReason::Refused, now);
+            return;
+        }
+        let Some(m) = self.member.as_mut() else { return };
+        if m.session.poll_timeout().is_some_and(|t| now >= t) {
+            let ev = m.session.handle_timeout(now);
+            self.session_event(ev, now);
+        }
+        let Some(m) = self.member.as_mut() else { return };
+        if !m.session.is_member() {
+            return;
+        }
+        let interval = m.keepalive;
+        if now.saturating_duration_since(self.last_heard) >= interval * SILENT_INTERVALS {
+            self.rejoin(RejoinReason::ReflectorSilent, now);
+            return;
+        }
+        if now.saturating_duration_since(self.last_keepalive) >= interval {
+            self.last_keepalive = now;
+            self.send_echo(now);
+        }
+        if let Some(at) = self.member.as_ref().and_then(|m| m.session.renew_at()) {
+            if reflector_proto::unix_now_ms() >= at {
+                self.need_token(now);
+            }
+        }
+    }
+
+    /// The keepalive: an ECHO, a sign of life like KEEPALIVE that the
+    /// reflector also answers, so each interval times the round trip.
+    fn send_echo(&mut self, now: Instant) {
+        let Some(m) = self.member.as_mut() else { return };
+        // The session numbers and MACs its datagrams and has no call that
+        // builds an ECHO: a KEEPALIVE it builds (and we do not send) takes
+        // the next number, which the ECHO then uses under the same key.
+        let Some(ka) = m.session.keepalive() else { return };
+        self.next_seq = m.session.next_seq();
+        let Ok(p) = Packet::parse(ka.datagram.as_bytes()) else {
+            return;
+        };
+        let h = Header {
+            kind: Kind::Echo,
+            group: p.group(),
+            sender: p.sender(),
+            membership: p.membership(),
+            seq: p.seq(),
+        };
+        let nonce = random_u64();
+        let d = SmallDatagram::nonce(&h, nonce, &m.session.request().keys);
+        if self.sock.send_to(d.as_bytes(), m.reflector).is_ok() {
+            self.echo = Some((nonce, now));
+            self.stats.echoes_sent += 1;
+        }
+    }
+}
+
+impl<D: Driver> Drop for Client<D> {
+    /// A client dropped leaves, so its group stops fanning out to it now
+    /// rather than at the reflector's member timeout.
+    fn drop(&mut self) {
+        self.leave_quietly();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reflector_proto::protocol::TOKEN_LEN;
+
+    /// A network in memory: what the client sent, and what it will receive.
+    #[derive(Default)]
+    struct Mem {
+        sent: Vec<(Vec<u8>, SocketAddr)>,
+        inbox: VecDeque<(Vec<u8>, SocketAddr)>,
+    }
+
+    impl Driver for Mem {
+        fn send_to(&mut self, d: &[u8], to: SocketAddr) -> io::Result<usize> {
+            self.sent.push((d.to_vec(), to));
+            Ok(d.len())
+        }
+        fn recv_from(&mut self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+            let (d, from) = self.inbox.pop_front().ok_or(io::ErrorKind::WouldBlock)?;
+            buf[..d.len()].copy_from_slice(&d);
+            Ok((d.len(), from))
+        }
+        fn local_addr(&self) -> io::Result<SocketAddr> {
+            Ok(SocketAddr::from(([127, 0, 0, 1], 5555)))
+        }
+        fn rebind(&mut self) -> io::Result<SocketAddr> {
+            self.local_addr()
+        }
+    }
+
+    fn given() -> Config {
+        Config::new(TokenSource::Given(Token {
+            reflector: "127.0.0.1:4000".into(),
+            group: 4000,
+            player: 7,
+            token: [1; TOKEN_LEN],
+            session_key: [2; 32],
+            expires_unix_s: reflector_proto::unix_now_ms() / 1000 + 300,
+        }))
+    }
+
+    #[test]
+    fn a_given_token_is_joined_at_once_and_errors_while_joining_change_nothing() {
+        let mut c = Client::with_driver(given(), Mem::default()).unwrap();
+        let reflector = SocketAddr::from(([127, 0, 0, 1], 4000));
+        let (join, to) = c.sock.sent.pop().expect("a JOIN");
+        let p = Packet::parse(&join[..]).unwrap();
+        assert_eq!((p.kind(), p.seq(), to, join.len()), (Kind::Join, 1, reflector, 72));
+        assert_eq!(c.send(b"x"), Err(SendError::NotMember));
+        assert_eq!(c.max_payload(), None);
+        // A NotMember while joining answers nothing of ours; a datagram
+        // from elsewhere is ignored.
+        let e = SmallDatagram::error(4000, 7, 0, ErrorCode::NotMember);
+        c.sock.inbox.push_back((e.as_bytes().to_vec(), reflector));
+        c.sock
+            .inbox
+            .push_back((e.as_bytes().to_vec(), SocketAddr::from(([127, 0, 0, 1], 4001))));
+        c.update(Instant::now());
+        assert_eq!(c.poll_event(), None);
+        assert_eq!(c.stats().ignored, 1);
+        assert_eq!(c.stats().rejoins, 0);
+        assert!(c.instance() != 0);
+    }
+
+    #[test]
+    fn error_retry_waits_the_protocols_second_before_joining_again() {
+        let mut c = Client::with_driver(given(), Mem::default()).unwrap();
+        let reflector = SocketAddr::from(([127, 0, 0, 1], 4000));
+        let t0 = Instant::now();
+        c.sock.sent.clear();
+        let e = SmallDatagram::error(4000, 7, 0, ErrorCode::Retry);
+        c.sock.inbox.push_back((e.as_bytes().to_vec(), reflector));
+        c.update(t0);
+        // Not even the join's own 250 ms retry goes out during the wait.
+        c.update(t0 + session::RETRY_AFTER - Duration::from_millis(1));
+        assert!(c.sock.sent.is_empty(), "nothing sent while waiting");
+        c.update(t0 + session::RETRY_AFTER);
+        let (join, _) = c.sock.sent.pop().expect("the JOIN again");
+        let p = Packet::parse(&join[..]).unwrap();
+        assert_eq!((p.kind(), p.join_cookie()), (Kind::Join, None));
+        assert!(p.seq() > 1, "numbers go on");
+        assert_eq!(c.poll_event(), None);
+    }
+}

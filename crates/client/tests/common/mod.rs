@@ -1,0 +1,130 @@
+//! Test helpers. Every use of the `reflector` crate (the server under
+//! test) is in this one module, so that when the server moves to its own
+//! crate only this file changes.
+
+#![allow(dead_code, reason = "each test file uses a part of the helpers")]
+
+pub mod net;
+
+use reflector::backend::BackendKind;
+use reflector::membership::Policy;
+use reflector::server::{Server, ServerConfig};
+use reflector_client::{Client, Config, Event, Token, TokenSource};
+use reflector_proto::auth::{Secret, TokenClaims};
+use reflector_proto::protocol::SessionKeys;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The secret the reflectors and the tests' tokens share.
+pub const SECRET: [u8; 32] = [0x3c; 32];
+
+/// The keepalive interval the test reflectors announce: short, so
+/// rejoins and rebinding happen within a test's time.
+pub const KEEPALIVE_MS: u16 = 500;
+
+/// A reflector on 127.0.0.1 with one group.
+pub struct Reflector {
+    server: Server,
+    pub port: u16,
+}
+
+impl Reflector {
+    /// One group on `port` (0: any), DATA tags on, instance ids on or off.
+    pub fn start(port: u16, instance: bool) -> Reflector {
+        let cfg = ServerConfig {
+            ports: vec![port],
+            policy: Policy {
+                keepalive_ms: KEEPALIVE_MS,
+                data_instance: instance,
+                ..Policy::default()
+            },
+            ..ServerConfig::new(
+                [127, 0, 0, 1].into(),
+                Secret::new(&SECRET).expect("a valid secret"),
+                BackendKind::Sendto,
+            )
+        };
+        let server = Server::start(cfg, Arc::new(AtomicBool::new(false))).expect("the reflector starts");
+        let port = server.ports()[0];
+        Reflector { server, port }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// Stops it and waits until its sockets are closed (the port is free).
+    pub fn stop(self) {
+        self.server.stop();
+        self.server.join().expect("the reflector stops cleanly");
+    }
+}
+
+/// A token for `player` in `group`, valid `ttl_s`, as the control server
+/// would issue it, naming `reflector` as the address to send to.
+pub fn token(player: u32, group: u16, reflector: SocketAddr, ttl_s: u64) -> Token {
+    let secret = Secret::new(&SECRET).expect("a valid secret");
+    let expires_unix_s = reflector_proto::unix_now_ms() / 1000 + ttl_s;
+    let token = TokenClaims {
+        player,
+        reflector: 0,
+        group,
+        expires_unix_s,
+    }
+    .sign(&secret);
+    Token {
+        reflector: reflector.to_string(),
+        group,
+        player,
+        token,
+        session_key: SessionKeys::derive(&secret, &token).session,
+        expires_unix_s,
+    }
+}
+
+/// A client on 127.0.0.1 with a token handed in.
+pub fn client(player: u32, r: &Reflector) -> Client {
+    let cfg = Config {
+        local: "127.0.0.1:0".into(),
+        ..Config::new(TokenSource::Given(token(player, r.port, r.addr(), 300)))
+    };
+    Client::new(cfg).expect("the client starts")
+}
+
+/// Updates `clients` every millisecond until `done` holds, collecting
+/// their events; panics after `within`.
+pub fn pump_until(
+    clients: &mut [&mut Client],
+    within: Duration,
+    events: &mut Vec<(usize, Event)>,
+    mut done: impl FnMut(&mut [&mut Client], &[(usize, Event)]) -> bool,
+) {
+    let deadline = Instant::now() + within;
+    loop {
+        for (i, c) in clients.iter_mut().enumerate() {
+            c.update(Instant::now());
+            while let Some(e) = c.poll_event() {
+                events.push((i, e));
+            }
+        }
+        if done(clients, events) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not done within {within:?}; events: {events:?}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Pumps until every client is a member.
+pub fn join_all(clients: &mut [&mut Client]) -> Vec<(usize, Event)> {
+    let mut ev = Vec::new();
+    pump_until(clients, Duration::from_secs(5), &mut ev, |cs, _| {
+        cs.iter().all(|c| c.is_member())
+    });
+    ev
+}
