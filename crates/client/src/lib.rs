@@ -40,8 +40,8 @@ pub use token::{fetch as fetch_token, ControlError, ControlServer, Token};
 
 use reflector_proto::client::{self as session, Event as SessionEvent, Failure, JoinRequest, Session};
 use reflector_proto::protocol::{
-    ErrorCode, Header, Kind, Packet, SessionKeys, SmallDatagram, DATA_PAYLOAD, INSTANCE_LEN, MAX_DATAGRAM,
-    MAX_DATAGRAM_KERNEL, MAX_GAME_PAYLOAD,
+    ErrorCode, Kind, Packet, SessionKeys, DATA_PAYLOAD, INSTANCE_LEN, MAX_DATAGRAM, MAX_DATAGRAM_KERNEL,
+    MAX_GAME_PAYLOAD,
 };
 use std::collections::VecDeque;
 use std::io;
@@ -886,24 +886,10 @@ impl<D: Driver> Client<D> {
     /// reflector also answers, so each interval times the round trip.
     fn send_echo(&mut self, now: Instant) {
         let Some(m) = self.member.as_mut() else { return };
-        // The session numbers and MACs its datagrams and has no call that
-        // builds an ECHO: a KEEPALIVE it builds (and we do not send) takes
-        // the next number, which the ECHO then uses under the same key.
-        let Some(ka) = m.session.keepalive() else { return };
-        self.next_seq = m.session.next_seq();
-        let Ok(p) = Packet::parse(ka.datagram.as_bytes()) else {
-            return;
-        };
-        let h = Header {
-            kind: Kind::Echo,
-            group: p.group(),
-            sender: p.sender(),
-            membership: p.membership(),
-            seq: p.seq(),
-        };
         let nonce = random_u64();
-        let d = SmallDatagram::nonce(&h, nonce, &m.session.request().keys);
-        if self.sock.send_to(d.as_bytes(), m.reflector).is_ok() {
+        let Some(echo) = m.session.echo(nonce) else { return };
+        self.next_seq = m.session.next_seq();
+        if self.sock.send_to(echo.datagram.as_bytes(), m.reflector).is_ok() {
             self.echo = Some((nonce, now));
             self.stats.echoes_sent += 1;
         }
@@ -921,7 +907,7 @@ impl<D: Driver> Drop for Client<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use reflector_proto::protocol::TOKEN_LEN;
+    use reflector_proto::protocol::{SmallDatagram, TOKEN_LEN};
 
     /// A network in memory: what the client sent, and what it will receive.
     #[derive(Default)]

@@ -525,6 +525,22 @@ impl Session {
         self.is_member().then(|| self.simple(Kind::Keepalive))
     }
 
+    /// An ECHO carrying `nonce` (only while a member): a sign of life like
+    /// KEEPALIVE that the reflector also answers with an ECHO_REPLY of the
+    /// same nonce, MAC'd under this session's key, so the caller times the
+    /// round trip.
+    pub fn echo(&mut self, nonce: u64) -> Option<Transmit> {
+        if !self.is_member() {
+            return None;
+        }
+        let h = self.header(Kind::Echo);
+        Some(Transmit {
+            to: self.req.reflector,
+            datagram: SmallDatagram::nonce(&h, nonce, &self.req.keys),
+            echoes_cookie: false,
+        })
+    }
+
     /// Seals a DATA whose game payload (`payload_len` bytes) the caller
     /// wrote at `out[DATA_PAYLOAD..]`: header, our next sequence number, and
     /// the tag if the group wants tags. Returns the datagram's length; only
