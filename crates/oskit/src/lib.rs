@@ -11,9 +11,11 @@
 
 pub mod caps;
 pub mod child;
+pub mod clock;
 pub mod cpu;
 pub mod netns;
 pub mod procfs;
+pub mod rlimit;
 pub mod signal;
 pub mod sockopt;
 #[cfg(feature = "testing")]

@@ -20,9 +20,9 @@
 //! The mapping and the request handling are pure functions, unit-tested
 //! without a socket; [`ControlServer`] is the thin HTTP layer.
 
-use crate::server::parse_ports;
 use crate::CliError;
 use reflector_proto::auth::{Secret, TokenClaims};
+use reflector_proto::control::{parse_ports, JoinGrant};
 use reflector_proto::protocol::SessionKeys;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -315,33 +315,6 @@ impl World {
     }
 }
 
-/// The answer to `GET /join`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Ticket {
-    pub player: u32,
-    pub cell: [u32; 2],
-    /// `ip:port` of the group to send to.
-    pub reflector: String,
-    /// Which reflector (position of its `--reflector` option); the token is bound to it.
-    pub reflector_id: u16,
-    /// The group id, which is the reflector port.
-    pub group: u16,
-    /// The join token, hex.
-    pub token: String,
-    /// The session key for this token, hex (32 bytes): it MACs the player's
-    /// datagrams, so it travels only here, over the control channel.
-    pub session_key: String,
-    pub expires_unix_s: u64,
-}
-
-/// The world as `GET /world` describes it (what bots need to move around).
-#[derive(Debug, Clone, Deserialize)]
-pub struct WorldInfo {
-    pub grid: [u32; 2],
-    pub cell_size: f64,
-    pub size: [f64; 2],
-}
-
 /// Everything the control server needs, independent of the CLI.
 #[derive(Debug, Clone)]
 pub struct ControlConfig {
@@ -525,7 +498,7 @@ pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u3
         expires_unix_s,
     }
     .sign(&cfg.secret);
-    let ticket = Ticket {
+    let grant = JoinGrant {
         player,
         cell: [cell.0, cell.1],
         reflector: target.to_string(),
@@ -537,7 +510,7 @@ pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u3
     };
     Reply {
         status: 200,
-        body: serde_json::to_value(ticket).unwrap_or_default(),
+        body: serde_json::to_value(grant).unwrap_or_default(),
         retry_after_s: None,
     }
 }
@@ -584,7 +557,7 @@ impl ControlServer {
                     retry_after_s: None,
                 };
             }
-            let now_s = crate::unix_now_ms() / 1000;
+            let now_s = reflector_proto::unix_now_ms() / 1000;
             let (path, query) = req.target.split_once('?').unwrap_or((req.target, ""));
             let reply = match (&cfg.auth, req.method, path) {
                 (Some(auth), "GET", "/join") => {
@@ -774,7 +747,8 @@ mod tests {
 
     #[test]
     fn tickets_decide_the_player_and_floods_get_429_with_retry_after() {
-        use crate::players::{JoinAuth, TicketMinter, TicketVerifier};
+        use crate::players::{JoinAuth, TicketVerifier};
+        use reflector_proto::ticket::TicketMinter;
         let dir = std::env::temp_dir().join(format!("reflector-authorize-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let keys = dir.join("keys.toml");
@@ -834,7 +808,7 @@ mod tests {
         let c = cfg();
         let r = handle(&c, "GET", "/join?player=42&x=15&y=5", 1_000);
         assert_eq!(r.status, 200, "{}", r.body);
-        let t: Ticket = serde_json::from_value(r.body).unwrap();
+        let t: JoinGrant = serde_json::from_value(r.body).unwrap();
         assert_eq!(t.cell, [1, 0]);
         assert_eq!(t.reflector, "10.0.0.1:4001");
         assert_eq!(t.group, 4001);
@@ -884,7 +858,7 @@ mod tests {
     fn world_json_describes_the_mapping() {
         let r = handle(&cfg(), "GET", "/world", 0);
         assert_eq!(r.status, 200);
-        let info: WorldInfo = serde_json::from_value(r.body.clone()).unwrap();
+        let info: reflector_proto::control::WorldInfo = serde_json::from_value(r.body.clone()).unwrap();
         assert_eq!(info.grid, [4, 2]);
         assert_eq!(info.size, [40.0, 20.0]);
         assert_eq!(r.body["cells"].as_array().unwrap().len(), 8);

@@ -427,7 +427,7 @@ struct Ctx {
 /// one if needed, and lowers the cap (saying so once) if even that is short.
 fn fit_connection_cap(want: usize) -> usize {
     let need = want as u64 + FD_RESERVE;
-    match raise_nofile_limit(need) {
+    match oskit::rlimit::raise_nofile_limit(need) {
         Ok(soft) if soft >= need => want,
         Ok(soft) => {
             let cap = soft.saturating_sub(FD_RESERVE).max(1) as usize;
@@ -441,19 +441,6 @@ fn fit_connection_cap(want: usize) -> usize {
             want
         }
     }
-}
-
-/// Lifts the soft limit on open files to `need` if the hard limit allows,
-/// else as far as it allows. Returns the soft limit now in force.
-pub fn raise_nofile_limit(need: u64) -> io::Result<u64> {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
-    if soft >= need {
-        return Ok(soft);
-    }
-    let target = need.min(hard);
-    setrlimit(Resource::RLIMIT_NOFILE, target, hard)?;
-    Ok(target)
 }
 
 /// Logs one line per reason at most once a second.
