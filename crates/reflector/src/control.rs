@@ -86,7 +86,7 @@ pub struct ControlArgs {
     #[arg(long, default_value_t = 20.0)]
     pub ticket_rate_ip: f64,
     #[command(flatten)]
-    pub http: crate::http::HttpArgs,
+    pub http: reflector_http::HttpArgs,
 }
 
 /// Refuses plain HTTP on an address others can reach unless told
@@ -518,12 +518,12 @@ pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u3
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
     #[error("control server: {0}")]
-    Http(#[from] crate::http::HttpError),
+    Http(#[from] reflector_http::HttpError),
 }
 
 /// A running control server.
 pub struct ControlServer {
-    http: crate::http::HttpServer,
+    http: reflector_http::HttpServer,
     scheme: &'static str,
 }
 
@@ -531,15 +531,15 @@ impl ControlServer {
     /// Binds (so a busy port is reported here) and serves until stopped.
     /// Port 0 in `cfg.listen` picks a free port; see [`ControlServer::addr`].
     pub fn start(cfg: ControlConfig, stop: Arc<AtomicBool>) -> Result<ControlServer, ControlError> {
-        ControlServer::start_with(cfg, crate::http::Limits::default(), None, stop)
+        ControlServer::start_with(cfg, reflector_http::Limits::default(), None, stop)
     }
 
     /// [`ControlServer::start`] with explicit HTTP limits, and over TLS
     /// when given a certificate.
     pub fn start_with(
         cfg: ControlConfig,
-        limits: crate::http::Limits,
-        tls: Option<crate::http::Tls>,
+        limits: reflector_http::Limits,
+        tls: Option<reflector_http::Tls>,
         stop: Arc<AtomicBool>,
     ) -> Result<ControlServer, ControlError> {
         let scheme = if tls.is_some() { "https" } else { "http" };
@@ -547,10 +547,10 @@ impl ControlServer {
         // The world never changes while serving: serialise it once rather
         // than per request (64x64 cells make 350 KB of JSON), so asking for
         // it over and over costs the server a copy-free send, not CPU.
-        let world = crate::http::Bytes::from(format!("{}\n", cfg.world.to_json()));
-        let handler: crate::http::Handler = Arc::new(move |req: &crate::http::Request<'_>| {
+        let world = reflector_http::Bytes::from(format!("{}\n", cfg.world.to_json()));
+        let handler: reflector_http::Handler = Arc::new(move |req: &reflector_http::Request<'_>| {
             if req.method == "GET" && req.target.split('?').next() == Some("/world") {
-                return crate::http::Response {
+                return reflector_http::Response {
                     status: 200,
                     content_type: "application/json",
                     body: world.clone(),
@@ -578,14 +578,14 @@ impl ControlServer {
                     reply.body
                 );
             }
-            crate::http::Response {
+            reflector_http::Response {
                 status: reply.status,
                 content_type: "application/json",
                 body: format!("{}\n", reply.body).into(),
                 retry_after_s: reply.retry_after_s,
             }
         });
-        let http = crate::http::HttpServer::start("control", listen, limits, tls, handler, stop)?;
+        let http = reflector_http::HttpServer::start("control", listen, limits, tls, handler, stop)?;
         Ok(ControlServer { http, scheme })
     }
 
@@ -600,11 +600,11 @@ impl ControlServer {
     }
 
     /// What the HTTP layer has done so far (requests, refusals, ...).
-    pub fn stats(&self) -> crate::http::Stats {
+    pub fn stats(&self) -> reflector_http::Stats {
         self.http.stats()
     }
 
-    /// Stops serving (within [`crate::http::SHUTDOWN_GRACE`] of the last
+    /// Stops serving (within [`reflector_http::SHUTDOWN_GRACE`] of the last
     /// poll of the stop flag) and waits; returns requests served.
     pub fn stop(self) -> u64 {
         self.http.stop().requests

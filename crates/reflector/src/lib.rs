@@ -11,7 +11,6 @@
 //! - [`server`]: the event loops that tie sockets, membership and backends together;
 //! - [`metrics`]: counters, Prometheus exposition and the final summary;
 //! - [`control`]: the control server mapping virtual locations to groups;
-//! - [`http`]: the bounded HTTP server under `control` and `/metrics`;
 //! - [`bots`]: simulated players that measure delivery, loss and latency.
 #![deny(unsafe_code)]
 
@@ -19,7 +18,6 @@ pub mod backend;
 pub mod bots;
 pub mod checkpoint;
 pub mod control;
-pub mod http;
 pub mod kfanout;
 pub mod membership;
 pub mod metrics;

@@ -164,7 +164,7 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value_t = Toggle::On)]
     pub checkpoint_zerocopy: Toggle,
     #[command(flatten)]
-    pub http: crate::http::HttpArgs,
+    pub http: reflector_http::HttpArgs,
 }
 
 /// `PORT=on|off`.
@@ -921,32 +921,32 @@ fn count_drop(c: &GroupCounters, reason: DropReason) -> u64 {
 /// Binds the metrics listener (before the server starts, so a taken
 /// address fails early and leaves nothing running).
 pub fn bind_metrics(addr: SocketAddr) -> Result<std::net::TcpListener, CliError> {
-    crate::http::bind(addr).map_err(|e| format!("cannot serve metrics: {e}").into())
+    reflector_http::bind(addr).map_err(|e| format!("cannot serve metrics: {e}").into())
 }
 
 /// Serves `/metrics` (OpenMetrics text) until stopped or until `stop` is set.
 pub fn serve_metrics(
     listener: std::net::TcpListener,
-    limits: crate::http::Limits,
-    tls: Option<crate::http::Tls>,
+    limits: reflector_http::Limits,
+    tls: Option<reflector_http::Tls>,
     registry: Registry,
     stop: Arc<AtomicBool>,
-) -> Result<crate::http::HttpServer, CliError> {
+) -> Result<reflector_http::HttpServer, CliError> {
     let exposition = crate::metrics::Exposition::new(registry);
-    let handler: crate::http::Handler =
+    let handler: reflector_http::Handler =
         Arc::new(
-            move |req: &crate::http::Request<'_>| match (req.method, req.target.split('?').next()) {
-                ("GET", Some("/metrics")) => crate::http::Response {
+            move |req: &reflector_http::Request<'_>| match (req.method, req.target.split('?').next()) {
+                ("GET", Some("/metrics")) => reflector_http::Response {
                     status: 200,
                     content_type: crate::metrics::EXPOSITION_CONTENT_TYPE,
                     body: exposition.encode().into(),
                     retry_after_s: None,
                 },
-                ("GET", _) => crate::http::Response::text(404, "not found: try /metrics\n"),
-                (m, _) => crate::http::Response::text(405, format!("method {m} not allowed: use GET /metrics\n")),
+                ("GET", _) => reflector_http::Response::text(404, "not found: try /metrics\n"),
+                (m, _) => reflector_http::Response::text(405, format!("method {m} not allowed: use GET /metrics\n")),
             },
         );
-    Ok(crate::http::HttpServer::start_on(
+    Ok(reflector_http::HttpServer::start_on(
         "metrics", listener, limits, tls, handler, stop,
     )?)
 }

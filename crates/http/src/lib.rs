@@ -1,5 +1,8 @@
-//! The HTTP front of the control server and of `/metrics`: hyper (HTTP/1.1)
-//! on a small tokio runtime of its own, one thread, off the data path.
+//! The hardened HTTP server under the reflector's control server and its
+//! `/metrics` listener: hyper (HTTP/1.1) on a small tokio runtime of its
+//! own, one thread, off the data path. A user hands it a [`Handler`] (a
+//! request in, a [`Response`] out) and its [`Limits`]; neither the control
+//! server nor the data plane sees hyper or tokio.
 //!
 //! Whatever the clients do, the server stays within stated bounds, each a
 //! field of [`Limits`] with its default:
@@ -21,6 +24,7 @@
 //!   whatever the clients are doing;
 //! - with a certificate ([`Tls`]) every connection is TLS (rustls, HTTP/1.1
 //!   by ALPN); the handshake must finish within `header_read_timeout`.
+#![deny(unsafe_code)]
 
 use http_body_util::Full;
 pub use hyper::body::Bytes;
