@@ -10,18 +10,15 @@
 //! - [`backend`]: fan-out backends (`sendto` loop, `sendmmsg`) behind one trait;
 //! - [`server`]: the event loops that tie sockets, membership and backends together;
 //! - [`metrics`]: counters, Prometheus exposition and the final summary;
-//! - [`control`]: the control server mapping virtual locations to groups;
 //! - [`bots`]: simulated players that measure delivery, loss and latency.
 #![deny(unsafe_code)]
 
 pub mod backend;
 pub mod bots;
 pub mod checkpoint;
-pub mod control;
 pub mod kfanout;
 pub mod membership;
 pub mod metrics;
-pub mod players;
 pub mod privileges;
 pub mod server;
 

@@ -18,9 +18,18 @@
 //!   share a group (fewer group changes when players move).
 //!
 //! The mapping and the request handling are pure functions, unit-tested
-//! without a socket; [`ControlServer`] is the thin HTTP layer.
+//! without a socket; [`ControlServer`] is the thin HTTP layer over
+//! `reflector-http`. Players are authenticated by [`players`]. What the
+//! server answers (`JoinGrant`, `WorldInfo`) is defined in
+//! `reflector_proto::control`, which its clients share; this crate does
+//! not depend on the reflector's data plane.
+#![deny(unsafe_code)]
 
-use crate::CliError;
+pub mod players;
+
+/// Boxed error for command entry points: `main` prints it with its causes.
+pub type CliError = Box<dyn std::error::Error + Send + Sync>;
+
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::control::{parse_ports, JoinGrant};
 use reflector_proto::protocol::SessionKeys;
