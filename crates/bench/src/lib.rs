@@ -11,6 +11,7 @@ pub mod lab;
 pub mod loadgen;
 pub mod rawloop;
 pub mod report;
+pub mod sink;
 
 use std::io;
 use std::net::UdpSocket;

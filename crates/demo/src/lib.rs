@@ -142,7 +142,7 @@ fn validate(args: &DemoArgs) -> Result<(), DemoError> {
     if !(args.duration.is_finite() && (0.5..=3600.0).contains(&args.duration)) {
         return Err(format!("--duration must be between 0.5 and 3600 seconds, got {}", args.duration).into());
     }
-    reflector::control::parse_grid(&args.grid).map_err(|e| format!("--grid: {e}"))?;
+    reflector_control::parse_grid(&args.grid).map_err(|e| format!("--grid: {e}"))?;
     if !(args.checkpoint_every == 0.0 || (args.checkpoint_every.is_finite() && args.checkpoint_every >= 0.1)) {
         return Err(format!(
             "--checkpoint-every must be 0 (off) or at least 0.1 seconds, got {}",

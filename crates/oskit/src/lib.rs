@@ -15,6 +15,7 @@ pub mod clock;
 pub mod cpu;
 pub mod netns;
 pub mod procfs;
+pub mod rlimit;
 pub mod signal;
 pub mod sockopt;
 #[cfg(feature = "testing")]

@@ -16,7 +16,12 @@
 //!   TCP, fixed binary, every message MAC'd), their MACs, and a blocking
 //!   client for uploads and fetches;
 //! - [`blocking`]: that state machine driven over a blocking
-//!   [`std::net::UdpSocket`], for simple clients (tests, benchmarks).
+//!   [`std::net::UdpSocket`], for simple clients (tests, benchmarks);
+//! - [`control`]: what the control server answers (the join grant, the
+//!   world) as JSON types, and the group-port syntax it shares with the
+//!   reflectors;
+//! - `ticket` (feature `tickets`): the player ticket a game backend signs
+//!   for the control server (claims, key file, minting).
 //!
 //! Everything but [`blocking`] and [`auth::Secret::random`] is pure: time
 //! comes in as an argument, bytes go out as values.
@@ -26,7 +31,10 @@ pub mod auth;
 pub mod blocking;
 pub mod checkpoint;
 pub mod client;
+pub mod control;
 pub mod protocol;
+#[cfg(feature = "tickets")]
+pub mod ticket;
 
 /// Milliseconds since the Unix epoch from the system clock. Token expiry is
 /// wall-clock time shared between hosts; callers read it here once and pass

@@ -28,23 +28,24 @@
 
 mod checkpoints;
 mod config;
+mod grants;
 mod hist;
 mod ledger;
 mod player;
 mod renew;
 mod report;
-mod tickets;
 mod world;
 
 pub use checkpoints::{CheckpointTally, GameState, PlayerState};
 pub use config::{BotsArgs, BotsConfig, BotsError};
+pub use grants::{fetch_grant, fetch_world};
 pub use hist::Histogram;
 pub use ledger::{Ledger, MemId, Receipt, Tally};
 pub use report::{BotReport, BotsReport, Latency};
-pub use tickets::{fetch_ticket, fetch_world};
 
 use crate::CliError;
 use checkpoints::{ck_worker, CkJob, CkResult};
+use grants::{http_worker, Job, JobResult};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use player::{Bot, BotStats, Ctx, Edge, State};
 use reflector_proto::protocol::{DATA_PAYLOAD, MAX_DATAGRAM};
@@ -54,8 +55,7 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tickets::{http_worker, Job, JobResult};
+use std::time::{Duration, Instant};
 use world::Rng;
 
 /// Payload bytes the bots need: timestamp, epoch (membership), DATA number,
@@ -66,19 +66,13 @@ pub const MIN_SIZE: usize = DATA_PAYLOAD + PAYLOAD_MIN;
 /// A JOIN step unanswered for this long is sent again.
 const JOIN_RETRY: Duration = Duration::from_millis(250);
 /// Pause before asking the control server again after a failure.
-const TICKET_RETRY: Duration = Duration::from_millis(500);
+const GRANT_RETRY: Duration = Duration::from_millis(500);
 /// The event loop wakes at least this often (HTTP answers arrive on a channel).
 const MAX_WAIT_MS: u16 = 5;
 /// In the grace period, how often to check whether anything is still missing.
 const MISSING_CHECK: Duration = Duration::from_millis(20);
 /// Error messages kept for the report (the count is always exact).
 const MAX_MESSAGES: usize = 20;
-
-fn realtime_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
 
 /// The event loop's side of [`Edge`]: one socket per bot, the HTTP
 /// helpers' job channel, and the real clocks.
@@ -95,7 +89,7 @@ impl Edge for SocketEdge {
         self.socks[bot].send_to(datagram, to)
     }
 
-    fn ask_ticket(&mut self, job: Job) {
+    fn ask_grant(&mut self, job: Job) {
         if let Some(jobs) = &self.jobs {
             // The receiver lives until the loop ends.
             let _ = jobs.send(job);
@@ -109,18 +103,18 @@ impl Edge for SocketEdge {
     }
 
     fn wall_ns(&self) -> u64 {
-        realtime_ns()
+        oskit::clock::realtime_ns()
     }
 
     fn mono_ns(&self) -> u64 {
-        crate::mono_now_ns()
+        oskit::clock::mono_now_ns()
     }
 }
 
 /// One socket per bot: lift the soft open-file limit towards the hard one
 /// if the default (often 1024) is too small.
 fn raise_fd_limit(need: u64) -> Result<(), BotsError> {
-    match crate::http::raise_nofile_limit(need) {
+    match oskit::rlimit::raise_nofile_limit(need) {
         Ok(soft) if soft >= need => Ok(()),
         Ok(soft) => Err(BotsError::Config(format!(
             "{need} open files needed (one socket per bot) but the hard limit is {soft}: \
@@ -215,7 +209,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
     let mut workers = Vec::new();
     let minter = match &cfg.ticket_key {
         Some(p) => Some(Arc::new(
-            crate::players::TicketMinter::from_file(p).map_err(|e| BotsError::Config(e.to_string()))?,
+            reflector_proto::ticket::TicketMinter::from_file(p).map_err(|e| BotsError::Config(e.to_string()))?,
         )),
         None => None,
     };
@@ -296,7 +290,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
         while let Ok(res) = res_rx.try_recv() {
             let i = res.bot;
             if let Some(bot) = bots.get_mut(i) {
-                ctx.on_ticket(i, bot, res, now);
+                ctx.on_grant(i, bot, res, now);
             }
             // A new join has a retry timer to schedule.
             next_due = now;

@@ -10,20 +10,15 @@
 //! - [`backend`]: fan-out backends (`sendto` loop, `sendmmsg`) behind one trait;
 //! - [`server`]: the event loops that tie sockets, membership and backends together;
 //! - [`metrics`]: counters, Prometheus exposition and the final summary;
-//! - [`control`]: the control server mapping virtual locations to groups;
-//! - [`http`]: the bounded HTTP server under `control` and `/metrics`;
 //! - [`bots`]: simulated players that measure delivery, loss and latency.
 #![deny(unsafe_code)]
 
 pub mod backend;
 pub mod bots;
 pub mod checkpoint;
-pub mod control;
-pub mod http;
 pub mod kfanout;
 pub mod membership;
 pub mod metrics;
-pub mod players;
 pub mod privileges;
 pub mod server;
 
@@ -33,23 +28,11 @@ pub fn unix_now_ms() -> u64 {
     reflector_proto::unix_now_ms()
 }
 
-/// Milliseconds on the monotonic clock since the first call in this
-/// process: for liveness and intervals, immune to steps of the system clock.
-pub fn mono_now_ms() -> u64 {
-    mono_now_ns() / 1_000_000
-}
-
-/// Nanoseconds on the same monotonic clock as [`mono_now_ms`].
-pub fn mono_now_ns() -> u64 {
-    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    EPOCH.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
-}
-
 /// Both clocks, read once per batch of datagrams.
 pub fn now() -> membership::Now {
     membership::Now {
         unix_ms: unix_now_ms(),
-        mono_ms: mono_now_ms(),
+        mono_ms: oskit::clock::mono_now_ms(),
     }
 }
 

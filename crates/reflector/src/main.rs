@@ -3,7 +3,7 @@
 #![deny(unsafe_code)]
 
 use clap::{Parser, Subcommand};
-use reflector::{bots, control, privileges, server};
+use reflector::{bots, privileges, server};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -32,7 +32,7 @@ enum Command {
     /// Run the reflector: one UDP port per group, fan-out to members.
     Serve(server::ServeArgs),
     /// Run the control server: maps world cells to groups, issues join tokens.
-    Control(control::ControlArgs),
+    Control(reflector_control::ControlArgs),
     /// Run simulated players that join, move, send and measure loss and latency.
     Bots(bots::BotsArgs),
 }
@@ -68,7 +68,7 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Serve(a) => server::run(a, stop).map(|()| 0),
-        Command::Control(a) => control::run(a, stop).map(|()| 0),
+        Command::Control(a) => reflector_control::run(a, stop).map(|()| 0),
         Command::Bots(a) => bots::run(a, stop),
     };
     match result {

@@ -15,11 +15,13 @@ use crate::checkpoint::{Board, Channel, CheckpointConfig};
 use crate::kfanout::{EbpfFanout, KernelPath, RateCaps, ResendTarget};
 use crate::membership::{Change, DropReason, Event, Group, Keys, Now, Policy, ReplyBudget};
 use crate::metrics::{GroupCounters, Registry};
-use crate::{mono_now_ms, CliError};
+use crate::CliError;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
+use oskit::clock::mono_now_ms;
 use reflector_proto::auth::Secret;
+use reflector_proto::control::{parse_ports, PortList};
 use reflector_proto::protocol::{strip_tag, version1_error, Kind, ParseError, MAX_DATAGRAM};
 use sendpath::errqueue::{ErrEntry, ErrKind};
 use sendpath::{RecvBatch, SendOne};
@@ -162,12 +164,8 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value_t = Toggle::On)]
     pub checkpoint_zerocopy: Toggle,
     #[command(flatten)]
-    pub http: crate::http::HttpArgs,
+    pub http: reflector_http::HttpArgs,
 }
-
-/// Ports parsed from `--ports`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PortList(pub Vec<u16>);
 
 /// `PORT=on|off`.
 pub fn parse_group_tags(s: &str) -> Result<(u16, bool), String> {
@@ -190,46 +188,6 @@ pub fn parse_group_tags(s: &str) -> Result<(u16, bool), String> {
 pub enum Toggle {
     On,
     Off,
-}
-
-/// Parses `4000-4015,5000` into a sorted list of distinct ports.
-pub fn parse_ports(s: &str) -> Result<PortList, String> {
-    let mut out = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let parse = |t: &str| {
-            t.trim()
-                .parse::<u16>()
-                .map_err(|_| format!("'{t}' in '{s}' is not a port number (1-65535)"))
-        };
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b) = (parse(a)?, parse(b)?);
-                if a == 0 || b < a {
-                    return Err(format!("port range '{part}' is empty or starts at 0"));
-                }
-                out.extend(a..=b);
-            }
-            None => {
-                let p = parse(part)?;
-                if p == 0 {
-                    return Err("port 0 is not a group port".into());
-                }
-                out.push(p);
-            }
-        }
-    }
-    out.sort_unstable();
-    out.dedup();
-    if out.is_empty() {
-        return Err(format!("no ports in '{s}'"));
-    }
-    if out.len() > 4096 {
-        return Err(format!(
-            "{} ports requested; at most 4096 groups per reflector",
-            out.len()
-        ));
-    }
-    Ok(PortList(out))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -992,32 +950,32 @@ fn count_drop(c: &GroupCounters, reason: DropReason) -> u64 {
 /// Binds the metrics listener (before the server starts, so a taken
 /// address fails early and leaves nothing running).
 pub fn bind_metrics(addr: SocketAddr) -> Result<std::net::TcpListener, CliError> {
-    crate::http::bind(addr).map_err(|e| format!("cannot serve metrics: {e}").into())
+    reflector_http::bind(addr).map_err(|e| format!("cannot serve metrics: {e}").into())
 }
 
 /// Serves `/metrics` (OpenMetrics text) until stopped or until `stop` is set.
 pub fn serve_metrics(
     listener: std::net::TcpListener,
-    limits: crate::http::Limits,
-    tls: Option<crate::http::Tls>,
+    limits: reflector_http::Limits,
+    tls: Option<reflector_http::Tls>,
     registry: Registry,
     stop: Arc<AtomicBool>,
-) -> Result<crate::http::HttpServer, CliError> {
+) -> Result<reflector_http::HttpServer, CliError> {
     let exposition = crate::metrics::Exposition::new(registry);
-    let handler: crate::http::Handler =
+    let handler: reflector_http::Handler =
         Arc::new(
-            move |req: &crate::http::Request<'_>| match (req.method, req.target.split('?').next()) {
-                ("GET", Some("/metrics")) => crate::http::Response {
+            move |req: &reflector_http::Request<'_>| match (req.method, req.target.split('?').next()) {
+                ("GET", Some("/metrics")) => reflector_http::Response {
                     status: 200,
                     content_type: crate::metrics::EXPOSITION_CONTENT_TYPE,
                     body: exposition.encode().into(),
                     retry_after_s: None,
                 },
-                ("GET", _) => crate::http::Response::text(404, "not found: try /metrics\n"),
-                (m, _) => crate::http::Response::text(405, format!("method {m} not allowed: use GET /metrics\n")),
+                ("GET", _) => reflector_http::Response::text(404, "not found: try /metrics\n"),
+                (m, _) => reflector_http::Response::text(405, format!("method {m} not allowed: use GET /metrics\n")),
             },
         );
-    Ok(crate::http::HttpServer::start_on(
+    Ok(reflector_http::HttpServer::start_on(
         "metrics", listener, limits, tls, handler, stop,
     )?)
 }
@@ -1157,15 +1115,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn port_lists() {
-        assert_eq!(parse_ports("4000-4002").unwrap().0, vec![4000, 4001, 4002]);
-        assert_eq!(parse_ports("5000, 4000-4001,4000").unwrap().0, vec![4000, 4001, 5000]);
-        assert!(parse_ports("4002-4000").unwrap_err().contains("empty"));
-        assert!(parse_ports("abc").unwrap_err().contains("not a port"));
-        assert!(parse_ports("0").is_err());
-        assert!(parse_ports("70000").is_err());
-        assert!(parse_ports("").is_err());
-        assert!(parse_ports("1-65535").unwrap_err().contains("4096"));
+    fn group_tags() {
         assert_eq!(parse_group_tags("4001=off"), Ok((4001, false)));
         assert_eq!(parse_group_tags(" 4002 = on "), Ok((4002, true)));
         assert!(parse_group_tags("4001").unwrap_err().contains("PORT=on"));

@@ -6,8 +6,8 @@ mod common;
 use reflector::backend::BackendKind;
 use reflector::bots::{run_bots, BotsConfig};
 use reflector::checkpoint::CheckpointConfig;
-use reflector::control::{Assign, ControlConfig, ControlServer, ReflectorSpec, World};
 use reflector::server::{Server, ServerConfig};
+use reflector_control::{Assign, ControlConfig, ControlServer, ReflectorSpec, World};
 use reflector_proto::auth::Secret;
 use std::net::IpAddr;
 use std::sync::atomic::AtomicBool;
@@ -36,7 +36,7 @@ fn setup_full(
     groups: usize,
     grid: (u32, u32),
     stop: Arc<AtomicBool>,
-    auth: Option<Arc<reflector::players::JoinAuth>>,
+    auth: Option<Arc<reflector_control::players::JoinAuth>>,
     checkpoint: Option<CheckpointConfig>,
 ) -> Setup {
     let secret = Secret::new(&[0x5a; 32]).unwrap();
@@ -291,7 +291,7 @@ backend_matrix!(fixed_count);
 /// by the control server and never join.
 #[test]
 fn bots_with_tickets_join_and_bots_without_are_refused() {
-    use reflector::players::{JoinAuth, TicketVerifier};
+    use reflector_control::players::{JoinAuth, TicketVerifier};
     let dir = std::env::temp_dir().join(format!("reflector-bots-tickets-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let keys = dir.join("keys.toml");

@@ -14,11 +14,11 @@
 #![deny(unsafe_code)]
 
 use bench::lab::{sh, VethLab};
+use bench::sink::Sink;
 use clap::{Parser, Subcommand};
 use nix::sys::socket::{sendmmsg, MsgFlags, MultiHeaders, SockaddrIn};
 use oskit::child::ChildGuard;
 use oskit::netns::NetNs;
-use reflector::kfanout::sink::Sink;
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::blocking;
 use reflector_proto::client::{Config as ClientConfig, JoinRequest, Session};

@@ -1,18 +1,18 @@
-//! One bot's life as a state machine: ask for a ticket, join (the
+//! One bot's life as a state machine: ask for a join grant, join (the
 //! protocol crate's client session), send DATA at the game profile, keep
 //! alive, move and change groups, leave; and what it receives, recorded in
-//! the [`Ledger`]. No sockets and no clock of its own: sends, ticket
+//! the [`Ledger`]. No sockets and no clock of its own: sends, grant
 //! requests and time go through [`Edge`], so a test drives it exactly.
 
 use super::checkpoints::{
     compare, refused_not_member, CheckpointTally, CkDone, CkJob, CkOp, CkResult, GameState, PlayerState, Verdict,
 };
 use super::config::BotsConfig;
-use super::tickets::{join_request, Job, JobResult};
+use super::grants::{join_request, Job, JobResult};
 use super::world::{cell_of, step, Rng};
-use super::{Histogram, Ledger, MemId, Receipt, JOIN_RETRY, MAX_MESSAGES, PAYLOAD_MIN, TICKET_RETRY};
-use crate::control::WorldInfo;
+use super::{Histogram, Ledger, MemId, Receipt, GRANT_RETRY, JOIN_RETRY, MAX_MESSAGES, PAYLOAD_MIN};
 use reflector_proto::client::{self, Event, Failure, JoinRequest, Session, Transmit};
+use reflector_proto::control::WorldInfo;
 use reflector_proto::protocol::{Kind, Packet, DATA_PAYLOAD};
 use std::collections::HashMap;
 use std::io;
@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
     reason = "a bot is in a group nearly all the time, so the size is paid anyway; a box would cost an allocation per join"
 )]
 pub(super) enum State {
-    /// Waiting for a ticket (or for the time to ask again).
+    /// Waiting for a join grant (or for the time to ask again).
     Idle,
     /// Joining or a member, as `session` says; `mem` is the ledger's
     /// record of this membership.
@@ -59,7 +59,7 @@ pub(super) struct Bot {
     pub(super) pos: (f64, f64),
     pub(super) cell: Option<[u32; 2]>,
     pub(super) state: State,
-    /// Ticket request generation; answers to older requests are ignored.
+    /// Grant request generation; answers to older requests are ignored.
     pub(super) gen: u64,
     pub(super) http_busy: bool,
     pub(super) ask_at: Option<Instant>,
@@ -69,7 +69,7 @@ pub(super) struct Bot {
     /// When the last KEEPALIVE went out.
     pub(super) last_keepalive: Instant,
     pub(super) keepalive: Duration,
-    /// Not before then is a ticket asked for again to renew (after one
+    /// Not before then is a grant asked for again to renew (after one
     /// was asked for, or failed).
     pub(super) renew_ask_at: Option<Instant>,
     pub(super) stats: BotStats,
@@ -83,12 +83,12 @@ pub(super) struct Bot {
 }
 
 /// What the bots need from the world outside them: sending a datagram from
-/// a bot's socket, asking the control server for a ticket, and the clocks.
+/// a bot's socket, asking the control server for a join grant, and the clocks.
 /// The event loop implements it over sockets and HTTP threads; tests
 /// implement it with a record of what was sent and a clock they set.
 pub(super) trait Edge {
     fn send(&mut self, bot: usize, datagram: &[u8], to: SocketAddr) -> io::Result<usize>;
-    fn ask_ticket(&mut self, job: Job);
+    fn ask_grant(&mut self, job: Job);
     /// Hands a checkpoint upload or fetch to a helper thread.
     fn checkpoint(&mut self, job: CkJob);
     /// Wall-clock ns since the epoch (DATA send timestamps, latency).
@@ -125,11 +125,11 @@ impl<E: Edge> Ctx<'_, E> {
         }
     }
 
-    pub(super) fn ask_ticket(&mut self, idx: usize, bot: &mut Bot) {
+    pub(super) fn ask_grant(&mut self, idx: usize, bot: &mut Bot) {
         bot.gen += 1;
         bot.http_busy = true;
         bot.ask_at = None;
-        self.edge.ask_ticket(Job {
+        self.edge.ask_grant(Job {
             bot: idx,
             gen: bot.gen,
             player: bot.player,
@@ -203,29 +203,29 @@ impl<E: Edge> Ctx<'_, E> {
         }
     }
 
-    pub(super) fn on_ticket(&mut self, idx: usize, bot: &mut Bot, res: JobResult, now: Instant) {
+    pub(super) fn on_grant(&mut self, idx: usize, bot: &mut Bot, res: JobResult, now: Instant) {
         if res.gen != bot.gen {
             return;
         }
         bot.http_busy = false;
-        let ticket = match res.result {
+        let grant = match res.result {
             Ok(t) => t,
             Err(e) => {
                 self.error(bot, e);
                 if matches!(bot.state, State::Idle) {
-                    bot.ask_at = Some(now + TICKET_RETRY);
+                    bot.ask_at = Some(now + GRANT_RETRY);
                 }
                 return;
             }
         };
-        let target = match join_request(&ticket, bot.player) {
+        let target = match join_request(&grant, bot.player) {
             Ok(t) => t,
             Err(e) => {
                 self.error(bot, e);
                 return;
             }
         };
-        bot.cell = Some(ticket.cell);
+        bot.cell = Some(grant.cell);
         if !self.sending {
             return;
         }
@@ -240,7 +240,7 @@ impl<E: Edge> Ctx<'_, E> {
                 }
             }
             State::Idle => self.start_join(idx, bot, target, now),
-            // Tickets are asked for only when Idle or a member.
+            // Grants are asked for only when Idle or a member.
             State::InGroup { .. } => {}
         }
     }
@@ -345,7 +345,7 @@ impl<E: Edge> Ctx<'_, E> {
                     Some(Event::MembershipLost) => {
                         // ERROR(NotMember) cannot be authenticated: join again
                         // with the token and key held (sequence numbers going
-                        // on), not with a new ticket, which a forged error
+                        // on), not with a new grant, which a forged error
                         // would otherwise turn into a lockout by the rate limit.
                         self.ledger.ended(mem);
                         self.error(bot, format!("group {group} forgot this member; joining again"));
@@ -355,13 +355,13 @@ impl<E: Edge> Ctx<'_, E> {
                         self.ledger.join_failed(mem);
                         bot.state = State::Idle;
                         if !bot.http_busy {
-                            self.ask_ticket(idx, bot);
+                            self.ask_grant(idx, bot);
                         }
                     }
                     Some(Event::Failed(f)) => {
                         self.ledger.join_failed(mem);
                         bot.state = State::Idle;
-                        bot.ask_at = Some(now + TICKET_RETRY);
+                        bot.ask_at = Some(now + GRANT_RETRY);
                         self.error(bot, format!("group {group}: {f}"));
                     }
                     Some(Event::CheckpointRequested { nonce }) => {
@@ -400,7 +400,7 @@ impl<E: Edge> Ctx<'_, E> {
                 if !bot.http_busy {
                     match bot.ask_at {
                         Some(t) if t > now => return t,
-                        _ => self.ask_ticket(idx, bot),
+                        _ => self.ask_grant(idx, bot),
                     }
                 }
                 far
@@ -429,7 +429,7 @@ impl<E: Edge> Ctx<'_, E> {
                         let cell = cell_of(bot.pos, world);
                         if Some(cell) != bot.cell {
                             bot.stats.cell_changes += 1;
-                            self.ask_ticket(idx, bot);
+                            self.ask_grant(idx, bot);
                         }
                     }
                 }
@@ -600,9 +600,9 @@ impl<E: Edge> Ctx<'_, E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::Ticket;
     use crate::membership::{Event as GroupEvent, Group, Keys, Now, Policy};
     use reflector_proto::auth::{Secret, TokenClaims};
+    use reflector_proto::control::JoinGrant;
 
     /// Records what the bots send and ask for; its clocks are set by the test.
     #[derive(Default)]
@@ -619,7 +619,7 @@ mod tests {
             self.sent.push((bot, datagram.to_vec(), to));
             Ok(datagram.len())
         }
-        fn ask_ticket(&mut self, job: Job) {
+        fn ask_grant(&mut self, job: Job) {
             self.jobs.push((job.bot, job.gen, job.player));
         }
         fn checkpoint(&mut self, job: CkJob) {
@@ -636,7 +636,7 @@ mod tests {
     const T0_MS: u64 = 1_700_000_000_000;
 
     /// One bot against a real group (the reflector's pure membership core):
-    /// it asks for a ticket, joins in two steps, sends DATA at its rate with
+    /// it asks for a join grant, joins in two steps, sends DATA at its rate with
     /// the edge's timestamps, and leaves — all on an injected clock.
     #[test]
     fn a_bot_asks_joins_sends_at_its_rate_and_leaves_deterministically() {
@@ -707,7 +707,7 @@ mod tests {
             expires_unix_s: T0_MS / 1000 + 60,
         }
         .sign(&keys.token_secret.current);
-        let ticket = Ticket {
+        let grant = JoinGrant {
             player: 42,
             cell: [0, 0],
             reflector: reflector.to_string(),
@@ -719,13 +719,13 @@ mod tests {
             ),
             expires_unix_s: T0_MS / 1000 + 60,
         };
-        ctx.on_ticket(
+        ctx.on_grant(
             0,
             &mut bot,
             JobResult {
                 bot: 0,
                 gen: 1,
-                result: Ok(ticket),
+                result: Ok(grant),
             },
             start,
         );
@@ -853,7 +853,7 @@ mod tests {
         ctx.edge.sent.clear();
         // An ERROR(NotMember) (forgeable: it carries no MAC) makes the bot
         // join again with the token and key it holds, numbers going on; it
-        // does not ask the control server for a new ticket.
+        // does not ask the control server for a new grant.
         let jobs_before = ctx.edge.jobs.len();
         let forged = reflector_proto::protocol::SmallDatagram::error(
             4000,
@@ -862,7 +862,7 @@ mod tests {
             reflector_proto::protocol::ErrorCode::NotMember,
         );
         ctx.on_datagram(0, &mut bot, forged.as_bytes(), reflector, start);
-        assert_eq!(ctx.edge.jobs.len(), jobs_before, "no new ticket asked for");
+        assert_eq!(ctx.edge.jobs.len(), jobs_before, "no new grant asked for");
         let (_, join, _) = ctx.edge.sent.pop().expect("a JOIN again");
         let join = Packet::parse(&join[..]).unwrap();
         assert_eq!(join.kind(), Kind::Join);

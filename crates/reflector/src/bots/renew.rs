@@ -1,12 +1,12 @@
 //! Renewal: a member asks the control server for a fresh token at its
-//! session's renewal moment (the same ticket request a join makes) and
+//! session's renewal moment (the same grant request a join makes) and
 //! renews its membership with it (`docs/protocol.md`, "Membership lifetime
 //! and renewal"), so no bot loses its membership to its token's expiry.
 //! The session sends the renewal JOIN and resends it until its JOIN_ACK;
 //! nothing else changes, so DATA flows on throughout.
 
 use super::player::{Bot, Ctx, Edge, State};
-use super::TICKET_RETRY;
+use super::GRANT_RETRY;
 use reflector_proto::client::{JoinRequest, Session};
 use std::time::{Duration, Instant};
 
@@ -16,8 +16,8 @@ impl<E: Edge> Ctx<'_, E> {
     }
 
     /// A member's renewal timers: a renewal JOIN unanswered for the retry
-    /// interval goes again, and at the renewal moment a ticket is asked for
-    /// (again after [`TICKET_RETRY`] if that fails). Returns when the bot
+    /// interval goes again, and at the renewal moment a grant is asked for
+    /// (again after [`GRANT_RETRY`] if that fails). Returns when the bot
     /// next needs attention for them.
     pub(super) fn renew_tick(
         &mut self,
@@ -41,8 +41,8 @@ impl<E: Edge> Ctx<'_, E> {
             let due = now + Duration::from_millis(at_ms.saturating_sub(wall_ms));
             let due = bot.renew_ask_at.map_or(due, |t| t.max(due));
             if now >= due && !bot.http_busy {
-                self.ask_ticket(idx, bot);
-                bot.renew_ask_at = Some(now + TICKET_RETRY);
+                self.ask_grant(idx, bot);
+                bot.renew_ask_at = Some(now + GRANT_RETRY);
             } else {
                 next = Some(next.map_or(due, |n: Instant| n.min(due)));
             }
@@ -50,8 +50,8 @@ impl<E: Edge> Ctx<'_, E> {
         next
     }
 
-    /// A ticket for the group the bot is a member of: once the renewal
-    /// moment has come, the membership is renewed with its token (a ticket
+    /// A grant for the group the bot is a member of: once the renewal
+    /// moment has come, the membership is renewed with its token (a grant
     /// asked for a move within the group is not needed before then).
     pub(super) fn renew_with(&mut self, bot: &mut Bot, target: &JoinRequest, now: Instant) {
         let wall_ms = self.wall_ms();

@@ -1,7 +1,7 @@
 //! Where the bots walk: a seedable generator, steps inside the world, and
 //! the cell of a position as the control server computes it. Pure.
 
-use crate::control::WorldInfo;
+use reflector_proto::control::WorldInfo;
 
 /// splitmix64: small, seedable, good enough for positions and phases.
 pub(super) struct Rng(pub(super) u64);

@@ -32,7 +32,6 @@
 //! empty with no fenced LEAVE for `RESYNC_AGE` (`drained`).
 
 mod route;
-pub mod sink;
 mod sys;
 
 use crate::backend::{Fanout, Next, Progress, Support, UserFanout, Waiter, Wake};

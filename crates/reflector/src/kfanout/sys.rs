@@ -127,9 +127,3 @@ pub fn object() -> &'static [u8] {
     static OBJ: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/fanout.bpf.o")));
     &OBJ.0
 }
-
-/// The counting sink (`ebpf/sink.bpf.c`).
-pub fn sink_object() -> &'static [u8] {
-    static OBJ: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/sink.bpf.o")));
-    &OBJ.0
-}

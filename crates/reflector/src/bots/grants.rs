@@ -1,9 +1,9 @@
-//! Tickets from the control server: HTTP on helper threads, so a slow
+//! Join grants from the control server: HTTP on helper threads, so a slow
 //! answer never stalls the data path; the answers come back on a channel.
 
 use super::BotsError;
-use crate::control::{Ticket, WorldInfo};
 use reflector_proto::client::JoinRequest;
+use reflector_proto::control::{JoinGrant, WorldInfo};
 use reflector_proto::protocol::{SessionKeys, SESSION_KEY_LEN, TOKEN_LEN};
 use std::net::SocketAddr;
 use std::sync::mpsc;
@@ -20,7 +20,7 @@ pub(super) struct Job {
 pub(super) struct JobResult {
     pub(super) bot: usize,
     pub(super) gen: u64,
-    pub(super) result: Result<Ticket, String>,
+    pub(super) result: Result<JoinGrant, String>,
 }
 
 fn agent() -> ureq::Agent {
@@ -56,13 +56,13 @@ pub fn fetch_world(control: &str) -> Result<WorldInfo, BotsError> {
 }
 
 /// `GET /join?player=..&x=..&y=..`.
-pub fn fetch_ticket(
+pub fn fetch_grant(
     agent: &ureq::Agent,
     control: &str,
     player: u32,
     pos: (f64, f64),
     ticket: Option<&str>,
-) -> Result<Ticket, String> {
+) -> Result<JoinGrant, String> {
     let mut req = agent.get(&format!("{control}/join"));
     if let Some(t) = ticket {
         req = req.set("Authorization", &format!("Bearer {t}"));
@@ -72,7 +72,7 @@ pub fn fetch_ticket(
         .query("y", &pos.1.to_string())
         .call()
         .map_err(|e| format!("control server {control}: /join {}", http_error(e)))?
-        .into_json::<Ticket>()
+        .into_json::<JoinGrant>()
         .map_err(|e| format!("control server {control}: bad /join answer: {e}"))
 }
 
@@ -81,7 +81,7 @@ const TICKET_TTL_S: u64 = 60;
 
 pub(super) fn http_worker(
     control: String,
-    minter: Option<Arc<crate::players::TicketMinter>>,
+    minter: Option<Arc<reflector_proto::ticket::TicketMinter>>,
     jobs: Arc<Mutex<mpsc::Receiver<Job>>>,
     results: mpsc::Sender<JobResult>,
 ) {
@@ -96,8 +96,8 @@ pub(super) fn http_worker(
         };
         let ticket = minter
             .as_ref()
-            .map(|m| m.mint(job.player, crate::unix_now_ms() / 1000, TICKET_TTL_S));
-        let result = fetch_ticket(&agent, &control, job.player, job.pos, ticket.as_deref());
+            .map(|m| m.mint(job.player, reflector_proto::unix_now_ms() / 1000, TICKET_TTL_S));
+        let result = fetch_grant(&agent, &control, job.player, job.pos, ticket.as_deref());
         if results
             .send(JobResult {
                 bot: job.bot,
@@ -111,8 +111,8 @@ pub(super) fn http_worker(
     }
 }
 
-/// A ticket made usable: where to send and the token bytes.
-pub(super) fn join_request(t: &Ticket, player: u32) -> Result<JoinRequest, String> {
+/// A join grant made usable: where to send and the token bytes.
+pub(super) fn join_request(t: &JoinGrant, player: u32) -> Result<JoinRequest, String> {
     let reflector: SocketAddr = t
         .reflector
         .parse()
@@ -131,7 +131,7 @@ pub(super) fn join_request(t: &Ticket, player: u32) -> Result<JoinRequest, Strin
         player,
         token,
         keys: SessionKeys::from_session(session),
-        // A new ticket is a new key: its sequence numbers start afresh.
+        // A new grant is a new key: its sequence numbers start afresh.
         first_seq: 1,
     })
 }

@@ -1,5 +1,8 @@
-//! The HTTP front of the control server and of `/metrics`: hyper (HTTP/1.1)
-//! on a small tokio runtime of its own, one thread, off the data path.
+//! The hardened HTTP server under the reflector's control server and its
+//! `/metrics` listener: hyper (HTTP/1.1) on a small tokio runtime of its
+//! own, one thread, off the data path. A user hands it a [`Handler`] (a
+//! request in, a [`Response`] out) and its [`Limits`]; neither the control
+//! server nor the data plane sees hyper or tokio.
 //!
 //! Whatever the clients do, the server stays within stated bounds, each a
 //! field of [`Limits`] with its default:
@@ -21,6 +24,7 @@
 //!   whatever the clients are doing;
 //! - with a certificate ([`Tls`]) every connection is TLS (rustls, HTTP/1.1
 //!   by ALPN); the handshake must finish within `header_read_timeout`.
+#![deny(unsafe_code)]
 
 use http_body_util::Full;
 pub use hyper::body::Bytes;
@@ -427,7 +431,7 @@ struct Ctx {
 /// one if needed, and lowers the cap (saying so once) if even that is short.
 fn fit_connection_cap(want: usize) -> usize {
     let need = want as u64 + FD_RESERVE;
-    match raise_nofile_limit(need) {
+    match oskit::rlimit::raise_nofile_limit(need) {
         Ok(soft) if soft >= need => want,
         Ok(soft) => {
             let cap = soft.saturating_sub(FD_RESERVE).max(1) as usize;
@@ -441,19 +445,6 @@ fn fit_connection_cap(want: usize) -> usize {
             want
         }
     }
-}
-
-/// Lifts the soft limit on open files to `need` if the hard limit allows,
-/// else as far as it allows. Returns the soft limit now in force.
-pub fn raise_nofile_limit(need: u64) -> io::Result<u64> {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
-    if soft >= need {
-        return Ok(soft);
-    }
-    let target = need.min(hard);
-    setrlimit(Resource::RLIMIT_NOFILE, target, hard)?;
-    Ok(target)
 }
 
 /// Logs one line per reason at most once a second.

@@ -17,7 +17,10 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-#include "fanout.h"
+/* The protocol's magic and the DATA type (docs/protocol.md), mirrored in
+ * src/sink.rs and checked there against reflector-proto. */
+#define PROTO_MAGIC 0x5246
+#define PROTO_DATA 6
 
 #ifndef TCX_NEXT
 #define TCX_NEXT -1

@@ -18,11 +18,20 @@
 //!   share a group (fewer group changes when players move).
 //!
 //! The mapping and the request handling are pure functions, unit-tested
-//! without a socket; [`ControlServer`] is the thin HTTP layer.
+//! without a socket; [`ControlServer`] is the thin HTTP layer over
+//! `reflector-http`. Players are authenticated by [`players`]. What the
+//! server answers (`JoinGrant`, `WorldInfo`) is defined in
+//! `reflector_proto::control`, which its clients share; this crate does
+//! not depend on the reflector's data plane.
+#![deny(unsafe_code)]
 
-use crate::server::parse_ports;
-use crate::CliError;
+pub mod players;
+
+/// Boxed error for command entry points: `main` prints it with its causes.
+pub type CliError = Box<dyn std::error::Error + Send + Sync>;
+
 use reflector_proto::auth::{Secret, TokenClaims};
+use reflector_proto::control::{parse_ports, JoinGrant};
 use reflector_proto::protocol::SessionKeys;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -86,7 +95,7 @@ pub struct ControlArgs {
     #[arg(long, default_value_t = 20.0)]
     pub ticket_rate_ip: f64,
     #[command(flatten)]
-    pub http: crate::http::HttpArgs,
+    pub http: reflector_http::HttpArgs,
 }
 
 /// Refuses plain HTTP on an address others can reach unless told
@@ -315,33 +324,6 @@ impl World {
     }
 }
 
-/// The answer to `GET /join`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Ticket {
-    pub player: u32,
-    pub cell: [u32; 2],
-    /// `ip:port` of the group to send to.
-    pub reflector: String,
-    /// Which reflector (position of its `--reflector` option); the token is bound to it.
-    pub reflector_id: u16,
-    /// The group id, which is the reflector port.
-    pub group: u16,
-    /// The join token, hex.
-    pub token: String,
-    /// The session key for this token, hex (32 bytes): it MACs the player's
-    /// datagrams, so it travels only here, over the control channel.
-    pub session_key: String,
-    pub expires_unix_s: u64,
-}
-
-/// The world as `GET /world` describes it (what bots need to move around).
-#[derive(Debug, Clone, Deserialize)]
-pub struct WorldInfo {
-    pub grid: [u32; 2],
-    pub cell_size: f64,
-    pub size: [f64; 2],
-}
-
 /// Everything the control server needs, independent of the CLI.
 #[derive(Debug, Clone)]
 pub struct ControlConfig {
@@ -525,7 +507,7 @@ pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u3
         expires_unix_s,
     }
     .sign(&cfg.secret);
-    let ticket = Ticket {
+    let grant = JoinGrant {
         player,
         cell: [cell.0, cell.1],
         reflector: target.to_string(),
@@ -537,7 +519,7 @@ pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u3
     };
     Reply {
         status: 200,
-        body: serde_json::to_value(ticket).unwrap_or_default(),
+        body: serde_json::to_value(grant).unwrap_or_default(),
         retry_after_s: None,
     }
 }
@@ -545,12 +527,12 @@ pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u3
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
     #[error("control server: {0}")]
-    Http(#[from] crate::http::HttpError),
+    Http(#[from] reflector_http::HttpError),
 }
 
 /// A running control server.
 pub struct ControlServer {
-    http: crate::http::HttpServer,
+    http: reflector_http::HttpServer,
     scheme: &'static str,
 }
 
@@ -558,15 +540,15 @@ impl ControlServer {
     /// Binds (so a busy port is reported here) and serves until stopped.
     /// Port 0 in `cfg.listen` picks a free port; see [`ControlServer::addr`].
     pub fn start(cfg: ControlConfig, stop: Arc<AtomicBool>) -> Result<ControlServer, ControlError> {
-        ControlServer::start_with(cfg, crate::http::Limits::default(), None, stop)
+        ControlServer::start_with(cfg, reflector_http::Limits::default(), None, stop)
     }
 
     /// [`ControlServer::start`] with explicit HTTP limits, and over TLS
     /// when given a certificate.
     pub fn start_with(
         cfg: ControlConfig,
-        limits: crate::http::Limits,
-        tls: Option<crate::http::Tls>,
+        limits: reflector_http::Limits,
+        tls: Option<reflector_http::Tls>,
         stop: Arc<AtomicBool>,
     ) -> Result<ControlServer, ControlError> {
         let scheme = if tls.is_some() { "https" } else { "http" };
@@ -574,17 +556,17 @@ impl ControlServer {
         // The world never changes while serving: serialise it once rather
         // than per request (64x64 cells make 350 KB of JSON), so asking for
         // it over and over costs the server a copy-free send, not CPU.
-        let world = crate::http::Bytes::from(format!("{}\n", cfg.world.to_json()));
-        let handler: crate::http::Handler = Arc::new(move |req: &crate::http::Request<'_>| {
+        let world = reflector_http::Bytes::from(format!("{}\n", cfg.world.to_json()));
+        let handler: reflector_http::Handler = Arc::new(move |req: &reflector_http::Request<'_>| {
             if req.method == "GET" && req.target.split('?').next() == Some("/world") {
-                return crate::http::Response {
+                return reflector_http::Response {
                     status: 200,
                     content_type: "application/json",
                     body: world.clone(),
                     retry_after_s: None,
                 };
             }
-            let now_s = crate::unix_now_ms() / 1000;
+            let now_s = reflector_proto::unix_now_ms() / 1000;
             let (path, query) = req.target.split_once('?').unwrap_or((req.target, ""));
             let reply = match (&cfg.auth, req.method, path) {
                 (Some(auth), "GET", "/join") => {
@@ -605,14 +587,14 @@ impl ControlServer {
                     reply.body
                 );
             }
-            crate::http::Response {
+            reflector_http::Response {
                 status: reply.status,
                 content_type: "application/json",
                 body: format!("{}\n", reply.body).into(),
                 retry_after_s: reply.retry_after_s,
             }
         });
-        let http = crate::http::HttpServer::start("control", listen, limits, tls, handler, stop)?;
+        let http = reflector_http::HttpServer::start("control", listen, limits, tls, handler, stop)?;
         Ok(ControlServer { http, scheme })
     }
 
@@ -627,11 +609,11 @@ impl ControlServer {
     }
 
     /// What the HTTP layer has done so far (requests, refusals, ...).
-    pub fn stats(&self) -> crate::http::Stats {
+    pub fn stats(&self) -> reflector_http::Stats {
         self.http.stats()
     }
 
-    /// Stops serving (within [`crate::http::SHUTDOWN_GRACE`] of the last
+    /// Stops serving (within [`reflector_http::SHUTDOWN_GRACE`] of the last
     /// poll of the stop flag) and waits; returns requests served.
     pub fn stop(self) -> u64 {
         self.http.stop().requests
@@ -774,7 +756,8 @@ mod tests {
 
     #[test]
     fn tickets_decide_the_player_and_floods_get_429_with_retry_after() {
-        use crate::players::{JoinAuth, TicketMinter, TicketVerifier};
+        use crate::players::{JoinAuth, TicketVerifier};
+        use reflector_proto::ticket::TicketMinter;
         let dir = std::env::temp_dir().join(format!("reflector-authorize-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let keys = dir.join("keys.toml");
@@ -834,7 +817,7 @@ mod tests {
         let c = cfg();
         let r = handle(&c, "GET", "/join?player=42&x=15&y=5", 1_000);
         assert_eq!(r.status, 200, "{}", r.body);
-        let t: Ticket = serde_json::from_value(r.body).unwrap();
+        let t: JoinGrant = serde_json::from_value(r.body).unwrap();
         assert_eq!(t.cell, [1, 0]);
         assert_eq!(t.reflector, "10.0.0.1:4001");
         assert_eq!(t.group, 4001);
@@ -884,7 +867,7 @@ mod tests {
     fn world_json_describes_the_mapping() {
         let r = handle(&cfg(), "GET", "/world", 0);
         assert_eq!(r.status, 200);
-        let info: WorldInfo = serde_json::from_value(r.body.clone()).unwrap();
+        let info: reflector_proto::control::WorldInfo = serde_json::from_value(r.body.clone()).unwrap();
         assert_eq!(info.grid, [4, 2]);
         assert_eq!(info.size, [40.0, 20.0]);
         assert_eq!(r.body["cells"].as_array().unwrap().len(), 8);

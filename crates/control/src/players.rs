@@ -6,26 +6,11 @@
 //! changes, so keys rotate without a restart. Ticket issuance is
 //! rate-limited per player and per source address.
 //!
-//! Key file (TOML), one `[[key]]` per key:
-//!
-//! ```toml
-//! [[key]]
-//! kid = "game-2026-11"
-//! alg = "HS256"            # shared secret: the backend and this server
-//! secret_hex = "5f3a..."   # at least 32 bytes
-//!
-//! [[key]]
-//! kid = "backend-ed"
-//! alg = "EdDSA"            # or ES256: only the public key is here
-//! public_pem = """
-//! -----BEGIN PUBLIC KEY-----
-//! ...
-//! -----END PUBLIC KEY-----
-//! """
-//! ```
+//! The key file format, the claims and the minting side are
+//! `reflector_proto::ticket`, shared with the bots and any game backend.
 
-use jsonwebtoken::{decode, decode_header, encode, Algorithm, DecodingKey, EncodingKey, Header, Validation};
-use serde::{Deserialize, Serialize};
+use jsonwebtoken::{decode, decode_header, Algorithm, DecodingKey, Validation};
+use reflector_proto::ticket::{read_key_file, Claims, KeyFileError};
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::net::IpAddr;
@@ -38,29 +23,6 @@ use std::time::{Duration, SystemTime};
 pub const LEEWAY_S: u64 = 30;
 /// How often the key file's modification time is looked at.
 pub const RELOAD_CHECK: Duration = Duration::from_secs(1);
-
-#[derive(Debug, thiserror::Error)]
-pub enum KeyFileError {
-    #[error("cannot read ticket key file {path}: {source}")]
-    Read { path: String, source: std::io::Error },
-    #[error("ticket key file {path}: {msg}")]
-    Bad { path: String, msg: String },
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct KeyFile {
-    key: Vec<KeyEntry>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct KeyEntry {
-    kid: String,
-    alg: String,
-    secret_hex: Option<String>,
-    public_pem: Option<String>,
-}
 
 /// Why a ticket was refused; each reason has a counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -120,13 +82,6 @@ impl Refusal {
     }
 }
 
-/// The claims of a player ticket.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Claims {
-    pub sub: String,
-    pub exp: u64,
-}
-
 struct Keys {
     by_kid: HashMap<String, (Algorithm, DecodingKey)>,
 }
@@ -143,16 +98,12 @@ fn parse_alg(s: &str) -> Option<Algorithm> {
 fn load(path: &Path) -> Result<Keys, KeyFileError> {
     let p = path.display().to_string();
     let bad = |msg: String| KeyFileError::Bad { path: p.clone(), msg };
-    let text = std::fs::read_to_string(path).map_err(|source| KeyFileError::Read {
-        path: p.clone(),
-        source,
-    })?;
-    let file: KeyFile = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
-    if file.key.is_empty() {
+    let entries = read_key_file(path)?;
+    if entries.is_empty() {
         return Err(bad("no [[key]] entries".into()));
     }
     let mut by_kid = HashMap::new();
-    for k in file.key {
+    for k in entries {
         let alg = parse_alg(&k.alg)
             .ok_or_else(|| bad(format!("key '{}': alg '{}' is not HS256, EdDSA or ES256", k.kid, k.alg)))?;
         let key = match (alg, &k.secret_hex, &k.public_pem) {
@@ -262,56 +213,6 @@ impl TicketVerifier {
     }
 }
 
-/// Mints tickets as a game backend does (bots, the demo): HS256 with a key
-/// of the key file format that has a secret.
-pub struct TicketMinter {
-    kid: String,
-    key: EncodingKey,
-}
-
-impl TicketMinter {
-    /// The first HS256 key of a key file.
-    pub fn from_file(path: &Path) -> Result<TicketMinter, KeyFileError> {
-        let p = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| KeyFileError::Read {
-            path: p.clone(),
-            source,
-        })?;
-        let file: KeyFile = toml::from_str(&text).map_err(|e| KeyFileError::Bad {
-            path: p.clone(),
-            msg: e.to_string(),
-        })?;
-        let k = file
-            .key
-            .into_iter()
-            .find(|k| k.alg == "HS256" && k.secret_hex.is_some())
-            .ok_or_else(|| KeyFileError::Bad {
-                path: p.clone(),
-                msg: "no HS256 key with a secret_hex to sign tickets with".into(),
-            })?;
-        let secret = hex::decode(k.secret_hex.unwrap_or_default().trim()).map_err(|e| KeyFileError::Bad {
-            path: p,
-            msg: format!("key '{}': secret_hex: {e}", k.kid),
-        })?;
-        Ok(TicketMinter {
-            kid: k.kid,
-            key: EncodingKey::from_secret(&secret),
-        })
-    }
-
-    /// A ticket for `player`, valid for `ttl_s` from `now_s`.
-    pub fn mint(&self, player: u32, now_s: u64, ttl_s: u64) -> String {
-        let mut h = Header::new(Algorithm::HS256);
-        h.kid = Some(self.kid.clone());
-        let claims = Claims {
-            sub: player.to_string(),
-            exp: now_s + ttl_s,
-        };
-        // HMAC signing of a serialisable struct cannot fail.
-        encode(&h, &claims, &self.key).unwrap_or_default()
-    }
-}
-
 /// A token bucket per key (player, address): `per_s` tokens a second, at
 /// most `burst` saved. Buckets that are full again are forgotten when the
 /// table grows large, so a flood of distinct keys cannot grow memory without
@@ -401,6 +302,8 @@ impl JoinAuth {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use jsonwebtoken::{encode, EncodingKey, Header};
+    use reflector_proto::ticket::TicketMinter;
     use ring::signature::KeyPair;
 
     const NOW: u64 = 1_700_000_000;
@@ -524,10 +427,7 @@ mod tests {
             .unwrap();
         assert_eq!(v.verify(&ticket, NOW), Ok(9));
         // The old key is gone.
-        let old = TicketMinter {
-            kid: "old".into(),
-            key: EncodingKey::from_secret(&hex::decode(SECRET).unwrap()),
-        };
+        let old = TicketMinter::hs256("old", &hex::decode(SECRET).unwrap());
         assert_eq!(v.verify(&old.mint(9, NOW, 60), NOW), Err(Refusal::UnknownKey));
         // A broken file keeps the keys in force.
         std::fs::write(&f, "garbage = [").unwrap();

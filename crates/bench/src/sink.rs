@@ -1,14 +1,29 @@
-//! A counting sink for tests and benchmarks (`ebpf/sink.bpf.c`): every DATA
-//! datagram crossing a device's egress (or ingress) is counted and taken
-//! away. Attached with a TCX link held by this value: dropping it detaches
-//! it.
+//! A counting sink for the benchmarks (`ebpf/sink.bpf.c`, compiled by
+//! `build.rs`): every DATA datagram crossing a device's egress (or ingress)
+//! is counted and taken away. Attached with a TCX link held by this value:
+//! dropping it detaches it.
 
-use super::sys;
 use aya::maps::{MapData, PerCpuArray};
 use aya::programs::links::LinkOrder;
 use aya::programs::tc::TcAttachOptions;
 use aya::programs::{SchedClassifier, TcAttachType};
 use aya::Ebpf;
+
+/// `PROTO_MAGIC` and `PROTO_DATA` in `ebpf/sink.bpf.c`: how the program
+/// tells our DATA datagrams from everything else.
+const PROTO_MAGIC: u16 = 0x5246;
+const PROTO_DATA: u8 = 6;
+const _: () = assert!(PROTO_MAGIC == reflector_proto::protocol::MAGIC);
+const _: () = assert!(PROTO_DATA == reflector_proto::protocol::Kind::Data as u8);
+
+#[repr(C, align(8))]
+struct Aligned<T: ?Sized>(T);
+
+/// The compiled program, 8-byte aligned as the ELF parser wants it.
+fn object() -> &'static [u8] {
+    static OBJ: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/sink.bpf.o")));
+    &OBJ.0
+}
 
 pub struct Sink {
     _ebpf: Ebpf,
@@ -28,7 +43,7 @@ impl Sink {
         };
         let mut ebpf = aya::EbpfLoader::new()
             .override_global("sink_ifindex", &target, true)
-            .load(sys::sink_object())
+            .load(object())
             .map_err(|e| format!("cannot load the sink: {e}"))?;
         let prog: &mut SchedClassifier = ebpf
             .program_mut("reflector_sink")

@@ -1,0 +1,138 @@
+//! What the control server and its clients exchange over HTTP+JSON, and
+//! the group-port syntax the control server and the reflectors share:
+//! - [`JoinGrant`]: the answer to `GET /join?player=ID&x=X&y=Y` (the
+//!   player's group and a signed join token with its session key);
+//! - [`WorldInfo`]: the part of `GET /world` a client needs to move around;
+//! - [`parse_ports`]: `4000-4015,5000`, as `reflector serve --ports` and the
+//!   control server's `--reflector IP:PORTS` take it.
+//!
+//! The JSON field names are the wire format of the control server: they
+//! are the Rust field names, unchanged from the control server's first
+//! version, and a renamed field here would break every deployed client.
+
+use serde::{Deserialize, Serialize};
+
+/// The answer to `GET /join`: where the player's group is and the join
+/// token that opens it. (A *ticket*, by contrast, is the JWT a game backend
+/// gives a player to ask for this.)
+///
+/// Its JSON fields are named as its Rust fields, as they always were.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinGrant {
+    pub player: u32,
+    pub cell: [u32; 2],
+    /// `ip:port` of the group to send to.
+    pub reflector: String,
+    /// Which reflector (position of its `--reflector` option); the token is bound to it.
+    pub reflector_id: u16,
+    /// The group id, which is the reflector port.
+    pub group: u16,
+    /// The join token, hex.
+    pub token: String,
+    /// The session key for this token, hex (32 bytes): it MACs the player's
+    /// datagrams, so it travels only here, over the control channel.
+    pub session_key: String,
+    pub expires_unix_s: u64,
+}
+
+/// The world as `GET /world` describes it (what bots need to move around).
+/// The answer has more fields (the mapping); these are the ones a client
+/// reads, under their JSON names.
+#[derive(Debug, Clone, Deserialize)]
+pub struct WorldInfo {
+    pub grid: [u32; 2],
+    pub cell_size: f64,
+    pub size: [f64; 2],
+}
+
+/// Group ports, each one group, sorted and distinct.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortList(pub Vec<u16>);
+
+/// Parses `4000-4015,5000` into a sorted list of distinct ports.
+pub fn parse_ports(s: &str) -> Result<PortList, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let parse = |t: &str| {
+            t.trim()
+                .parse::<u16>()
+                .map_err(|_| format!("'{t}' in '{s}' is not a port number (1-65535)"))
+        };
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (parse(a)?, parse(b)?);
+                if a == 0 || b < a {
+                    return Err(format!("port range '{part}' is empty or starts at 0"));
+                }
+                out.extend(a..=b);
+            }
+            None => {
+                let p = parse(part)?;
+                if p == 0 {
+                    return Err("port 0 is not a group port".into());
+                }
+                out.push(p);
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    if out.is_empty() {
+        return Err(format!("no ports in '{s}'"));
+    }
+    if out.len() > 4096 {
+        return Err(format!(
+            "{} ports requested; at most 4096 groups per reflector",
+            out.len()
+        ));
+    }
+    Ok(PortList(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_lists() {
+        assert_eq!(parse_ports("4000-4002").unwrap().0, vec![4000, 4001, 4002]);
+        assert_eq!(parse_ports("5000, 4000-4001,4000").unwrap().0, vec![4000, 4001, 5000]);
+        assert!(parse_ports("4002-4000").unwrap_err().contains("empty"));
+        assert!(parse_ports("abc").unwrap_err().contains("not a port"));
+        assert!(parse_ports("0").is_err());
+        assert!(parse_ports("70000").is_err());
+        assert!(parse_ports("").is_err());
+        assert!(parse_ports("1-65535").unwrap_err().contains("4096"));
+    }
+
+    #[test]
+    fn join_grant_json_keeps_its_field_names() {
+        let g = JoinGrant {
+            player: 42,
+            cell: [1, 0],
+            reflector: "10.0.0.1:4001".into(),
+            reflector_id: 0,
+            group: 4001,
+            token: "ab".into(),
+            session_key: "cd".into(),
+            expires_unix_s: 1_060,
+        };
+        let v = serde_json::to_value(&g).unwrap();
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "cell",
+                "expires_unix_s",
+                "group",
+                "player",
+                "reflector",
+                "reflector_id",
+                "session_key",
+                "token"
+            ]
+        );
+        assert_eq!(serde_json::from_value::<JoinGrant>(v).unwrap(), g);
+    }
+}
