@@ -13,7 +13,7 @@ pub mod wire;
 
 use netlab::scenario::LinkSpec;
 use place::{LabShape, Placement};
-use reflector::backend::BackendKind;
+use reflector_server::backend::BackendKind;
 use scenario::{checkpoint_table, table, DemoError, Scenario, TempDir};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;

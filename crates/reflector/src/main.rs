@@ -3,7 +3,8 @@
 #![deny(unsafe_code)]
 
 use clap::{Parser, Subcommand};
-use reflector::{bots, privileges, server};
+use reflector::{bots, privileges};
+use reflector_server::server;
 use std::process::ExitCode;
 
 #[derive(Parser)]

@@ -7,16 +7,15 @@
 //! every case checks the program's own copy count, so a silent fallback to
 //! user space fails it. Needs root.
 
-mod common;
 use oskit::testing::{root_or_skip, sh, NetNsGuard};
-use reflector::backend::BackendKind;
-use reflector::membership::{Keys, Policy};
-use reflector::metrics::Snapshot;
-use reflector::server::{Server, ServerConfig};
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::blocking;
 use reflector_proto::client::{Config as ClientConfig, JoinRequest, Session};
 use reflector_proto::protocol::{ErrorCode, Header, Kind, Packet, SessionKeys, DATA_PAYLOAD, TAG};
+use reflector_server::backend::BackendKind;
+use reflector_server::membership::{Keys, Policy};
+use reflector_server::metrics::Snapshot;
+use reflector_server::server::{Server, ServerConfig};
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -159,7 +158,7 @@ fn token_from(group: u16, player: u32, first_seq: u64) -> JoinRequest {
         player,
         reflector: 0,
         group,
-        expires_unix_s: reflector::unix_now_ms() / 1000 + 120,
+        expires_unix_s: reflector_proto::unix_now_ms() / 1000 + 120,
     }
     .sign(&secret);
     JoinRequest {
@@ -558,7 +557,7 @@ fn no_loss_on_a_full_device_queue() {
         .collect();
     wait_for("all members", 5, || counters(&server).members == RECEIVERS as u64 + 1);
     let (sender, receivers) = socks.split_first().unwrap();
-    let counts = common::count_data(receivers, SENT, Duration::from_secs(30));
+    let counts = reflector_server::testing::count_data(receivers, SENT, Duration::from_secs(30));
     for seq in 0..SENT {
         let (bytes, _) = data(&mut sessions[0], 1, seq, 100);
         sender.send_to(&bytes, from).unwrap();

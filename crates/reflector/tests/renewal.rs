@@ -5,18 +5,18 @@
 //! goes with it). Loopback for the user-space backends; the eBPF cases in
 //! namespaces of their own (root).
 
-mod common;
 use oskit::testing::{root_or_skip, sh, NetNsGuard};
-use reflector::backend::BackendKind;
 use reflector::bots::{run_bots, BotsConfig};
-use reflector::membership::{Keys, Policy};
-use reflector::metrics::Snapshot;
-use reflector::server::{Server, ServerConfig};
 use reflector_control::{Assign, ControlConfig, ControlServer, ReflectorSpec, World};
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::blocking;
 use reflector_proto::client::{Config as ClientConfig, JoinRequest, Session};
 use reflector_proto::protocol::{Kind, Packet, SessionKeys, DATA_PAYLOAD};
+use reflector_server::backend::BackendKind;
+use reflector_server::backend_matrix;
+use reflector_server::membership::{Keys, Policy};
+use reflector_server::metrics::Snapshot;
+use reflector_server::server::{Server, ServerConfig};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -182,7 +182,7 @@ fn member(sock: &UdpSocket, reflector: SocketAddr, player: u32, ttl_s: u64) -> S
         player,
         reflector: 0,
         group,
-        expires_unix_s: reflector::unix_now_ms() / 1000 + ttl_s,
+        expires_unix_s: reflector_proto::unix_now_ms() / 1000 + ttl_s,
     }
     .sign(&secret);
     let req = JoinRequest {

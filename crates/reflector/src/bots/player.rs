@@ -599,9 +599,9 @@ impl<E: Edge> Ctx<'_, E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::membership::{Event as GroupEvent, Group, Keys, Now, Policy};
     use reflector_proto::auth::{Secret, TokenClaims};
     use reflector_proto::control::JoinGrant;
+    use reflector_server::membership::{Event as GroupEvent, Group, Keys, Now, Policy};
 
     /// Records what the bots send and ask for; its clocks are set by the test.
     #[derive(Default)]

@@ -6,15 +6,15 @@
 //! member still receives every datagram. Needs root; creates and removes its
 //! own namespaces.
 
-mod common;
 use oskit::testing::{root_or_skip, sh, NetNsGuard};
-use reflector::backend::BackendKind;
-use reflector::membership::{Keys, Policy};
-use reflector::server::{Server, ServerConfig};
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::blocking;
 use reflector_proto::client::{Config as ClientConfig, JoinRequest, Session};
 use reflector_proto::protocol::{SessionKeys, DATA_PAYLOAD};
+use reflector_server::backend::BackendKind;
+use reflector_server::backend_matrix;
+use reflector_server::membership::{Keys, Policy};
+use reflector_server::server::{Server, ServerConfig};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -84,7 +84,7 @@ fn join(sock: &UdpSocket, server: SocketAddr, group: u16, id: u32) -> Session {
         player: id,
         reflector: 0,
         group,
-        expires_unix_s: reflector::unix_now_ms() / 1000 + 60,
+        expires_unix_s: reflector_proto::unix_now_ms() / 1000 + 60,
     }
     .sign(&secret);
     let req = JoinRequest {
@@ -153,7 +153,7 @@ fn no_loss_on_a_full_device_queue(backend: BackendKind) {
     // Member 0 sends; the others count. Drain in threads so receivers never
     // overflow: any loss would then be the sender's.
     let (sender, receivers) = socks.split_first().unwrap();
-    let counts = common::count_data(receivers, SENT, Duration::from_secs(20));
+    let counts = reflector_server::testing::count_data(receivers, SENT, Duration::from_secs(20));
     let mut b = [0xabu8; 100];
     for seq in 0..SENT {
         sending.seal_data(100 - DATA_PAYLOAD, &mut b).unwrap().unwrap();
