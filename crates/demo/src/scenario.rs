@@ -12,7 +12,7 @@ use crate::place::{Placement, Role};
 use crate::DemoArgs;
 use nix::sys::resource::{getrusage, UsageWho};
 use oskit::child::ChildGuard;
-use reflector::bots::BotsReport;
+use reflector_bots::BotsReport;
 use reflector_server::backend::BackendKind;
 use serde::Serialize;
 use std::fmt::Write as _;

@@ -6,7 +6,7 @@
 //! namespaces of their own (root).
 
 use oskit::testing::{root_or_skip, sh, NetNsGuard};
-use reflector::bots::{run_bots, BotsConfig};
+use reflector_bots::{run_bots, BotsConfig};
 use reflector_control::{Assign, ControlConfig, ControlServer, ReflectorSpec, World};
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::blocking;

@@ -2,7 +2,7 @@
 //! (library calls, not the CLI), on 127.0.0.1 only, with free ports.
 //! Every run is bounded by the bots' duration and grace period.
 
-use reflector::bots::{run_bots, BotsConfig};
+use reflector_bots::{run_bots, BotsConfig};
 use reflector_control::{Assign, ControlConfig, ControlServer, ReflectorSpec, World};
 use reflector_proto::auth::Secret;
 use reflector_server::backend::BackendKind;
