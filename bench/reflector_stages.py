@@ -19,11 +19,11 @@ import sys
 STAGES = [
     ("receive (recvmmsg, epoll)", r"sendpath::sys::RecvBatch::(recv|get|get_mut|slot)\b|nix::sys::epoll::Epoll::wait\b|\brecvmmsg\b|\bepoll_wait\b"),
     ("tag check (SipHash)", r"SessionKeys::verify_tag\b|SessionKeys::tag\b|\bsiphasher::"),
-    ("membership + auth", r"reflector::membership::Group::handle\b|reflector::membership::Group::decide\b|reflector::membership::Group::member_datagram\b"),
-    ("fan-out (sendmmsg/sendto)", r"as reflector::backend::Fanout>::fanout\b|reflector::backend::UserFanout::fanout\b|\bsendmmsg\b|\bsendto\b"),
+    ("membership + auth", r"reflector(_server)?::membership::Group::handle\b|reflector(_server)?::membership::Group::decide\b|reflector(_server)?::membership::Group::member_datagram\b"),
+    ("fan-out (sendmmsg/sendto)", r"as reflector(_server)?::backend::Fanout>::fanout\b|reflector(_server)?::backend::UserFanout::fanout\b|\bsendmmsg\b|\bsendto\b"),
 ]
 # The whole per-datagram path in user space.
-LOOP = r"reflector::server::Loop::run\b|reflector::server::event_loop\b"
+LOOP = r"reflector(_server)?::server::Loop::run\b|reflector(_server)?::server::event_loop\b"
 
 
 def callgrind(path):

@@ -15,7 +15,7 @@ pub mod wire;
 use error::DemoError;
 use netlab::scenario::LinkSpec;
 use place::{LabShape, Placement};
-use reflector::backend::BackendKind;
+use reflector_server::backend::BackendKind;
 use scenario::{checkpoint_table, table, Scenario, TempDir};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;

@@ -1,9 +1,14 @@
 //! `reflector`: the multicast reflector server, its control server and bot
-//! clients, as subcommands of one binary.
+//! clients, as subcommands of one binary. Each role is a library crate
+//! (`reflector-server`, `reflector-control`, `reflector-bots`); this is the
+//! command line over them and the check of what each needs from the OS.
 #![deny(unsafe_code)]
 
+mod privileges;
+
 use clap::{Parser, Subcommand};
-use reflector::{bots, privileges, server};
+use reflector_bots as bots;
+use reflector_server::server;
 use std::process::ExitCode;
 
 #[derive(Parser)]

@@ -7,10 +7,6 @@
 //! connections neither grow the reflector's memory nor lock a member out;
 //! SIGTERM ends `serve` within a second whatever the channel's peers do.
 
-use reflector::backend::BackendKind;
-use reflector::checkpoint::CheckpointConfig;
-use reflector::membership::Policy;
-use reflector::server::{Server, ServerConfig};
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::blocking;
 use reflector_proto::checkpoint::{
@@ -18,6 +14,10 @@ use reflector_proto::checkpoint::{
 };
 use reflector_proto::client::{Config as ClientConfig, Event, JoinRequest, Session};
 use reflector_proto::protocol::{JoinAck, Kind, Packet, SessionKeys, DATA_PAYLOAD, TOKEN_LEN};
+use reflector_server::backend::BackendKind;
+use reflector_server::checkpoint::CheckpointConfig;
+use reflector_server::membership::Policy;
+use reflector_server::server::{Server, ServerConfig};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -63,7 +63,7 @@ impl Client {
         // Room for a whole burst of the test's DATA, read afterwards.
         oskit::sockopt::set_buffers(&sock, 8 << 20, 1 << 20).unwrap();
         let server = SocketAddr::from(([127, 0, 0, 1], group));
-        let now = (reflector::unix_now_ms() / 1000) + 60;
+        let now = (reflector_proto::unix_now_ms() / 1000) + 60;
         let token: [u8; TOKEN_LEN] = TokenClaims {
             player,
             reflector: 0,

@@ -7,16 +7,15 @@
 //! every case checks the program's own copy count, so a silent fallback to
 //! user space fails it. Needs root.
 
-mod common;
 use oskit::testing::{root_or_skip, sh, NetNsGuard};
-use reflector::backend::BackendKind;
-use reflector::membership::Policy;
-use reflector::metrics::Snapshot;
-use reflector::server::{Server, ServerConfig};
 use reflector_proto::auth::Secret;
 use reflector_proto::blocking;
 use reflector_proto::client::{Config as ClientConfig, JoinRequest, Session};
 use reflector_proto::protocol::{ErrorCode, Header, Kind, Packet, SessionKeys, DATA_PAYLOAD, TAG};
+use reflector_server::backend::BackendKind;
+use reflector_server::membership::Policy;
+use reflector_server::metrics::Snapshot;
+use reflector_server::server::{Server, ServerConfig};
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -142,7 +141,7 @@ fn token(group: u16, player: u32) -> JoinRequest {
 /// A join request whose sequence numbers start at `first_seq` (a player
 /// that joins again with the same key goes on from where it left).
 fn token_from(group: u16, player: u32, first_seq: u64) -> JoinRequest {
-    common::join_request(&SECRET, SocketAddr::from((REFLECTOR, group)), player, 120, first_seq)
+    reflector_server::testing::join_request(&SECRET, SocketAddr::from((REFLECTOR, group)), player, 120, first_seq)
 }
 
 fn join(sock: &UdpSocket, group: u16, player: u32) -> Session {
@@ -151,7 +150,7 @@ fn join(sock: &UdpSocket, group: u16, player: u32) -> Session {
 
 fn join_from(sock: &UdpSocket, group: u16, player: u32, first_seq: u64) -> Session {
     sock.set_nonblocking(false).unwrap();
-    let s = common::join_blocking(sock, token_from(group, player, first_seq));
+    let s = reflector_server::testing::join_blocking(sock, token_from(group, player, first_seq));
     sock.set_nonblocking(true).unwrap();
     s
 }
@@ -525,7 +524,7 @@ fn no_loss_on_a_full_device_queue() {
         .collect();
     wait_for("all members", 5, || counters(&server).members == RECEIVERS as u64 + 1);
     let (sender, receivers) = socks.split_first().unwrap();
-    let counts = common::count_data(receivers, SENT, Duration::from_secs(30));
+    let counts = reflector_server::testing::count_data(receivers, SENT, Duration::from_secs(30));
     for seq in 0..SENT {
         let (bytes, _) = data(&mut sessions[0], 1, seq, 100);
         sender.send_to(&bytes, from).unwrap();

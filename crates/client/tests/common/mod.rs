@@ -6,12 +6,12 @@
 
 pub mod net;
 
-use reflector::backend::BackendKind;
-use reflector::membership::Policy;
-use reflector::server::{Server, ServerConfig};
 use reflector_client::{Client, Config, Event, Token, TokenSource};
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::protocol::SessionKeys;
+use reflector_server::backend::BackendKind;
+use reflector_server::membership::Policy;
+use reflector_server::server::{Server, ServerConfig};
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;

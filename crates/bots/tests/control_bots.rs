@@ -2,13 +2,13 @@
 //! (library calls, not the CLI), on 127.0.0.1 only, with free ports.
 //! Every run is bounded by the bots' duration and grace period.
 
-mod common;
-use reflector::backend::BackendKind;
-use reflector::bots::{run_bots, BotsConfig};
-use reflector::checkpoint::CheckpointConfig;
-use reflector::server::{Server, ServerConfig};
+use reflector_bots::{run_bots, BotsConfig};
 use reflector_control::{Assign, ControlConfig, ControlServer, ReflectorSpec, World};
 use reflector_proto::auth::Secret;
+use reflector_server::backend::BackendKind;
+use reflector_server::backend_matrix;
+use reflector_server::checkpoint::CheckpointConfig;
+use reflector_server::server::{Server, ServerConfig};
 use std::net::IpAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;

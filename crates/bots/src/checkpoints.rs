@@ -49,6 +49,8 @@ pub(super) struct CkJob {
     /// The bot's membership (the ledger's id) when the job was made: a
     /// result for an older one is ignored.
     pub(super) mem: u32,
+    /// The bot's count of CHECKPOINT_REQUESTs when the job was made.
+    pub(super) requests_then: u64,
     pub(super) addr: SocketAddr,
     pub(super) group: u16,
     pub(super) player: u32,
@@ -70,6 +72,8 @@ pub(super) enum CkOp {
 pub(super) struct CkResult {
     pub(super) bot: usize,
     pub(super) mem: u32,
+    /// As [`CkJob::requests_then`].
+    pub(super) requests_then: u64,
     pub(super) fetch: bool,
     pub(super) took: Duration,
     pub(super) outcome: Result<CkDone, ChannelError>,
@@ -100,6 +104,7 @@ pub(super) fn ck_worker(
         let r = CkResult {
             bot: job.bot,
             mem: job.mem,
+            requests_then: job.requests_then,
             fetch: matches!(job.op, CkOp::Fetch),
             took: t0.elapsed(),
             outcome,
@@ -133,6 +138,21 @@ fn run_job(namespaces: &[NetNs], job: &CkJob) -> Result<CkDone, ChannelError> {
         }
         CkOp::Fetch => channel::fetch_on(&stream, job.addr, who, MAX_STATE, TIMEOUT).map(CkDone::Fetched),
     }
+}
+
+/// Whether the reflector refused an upload because no request with its
+/// nonce is pending for the member any more (authenticated or not).
+pub(super) fn refused_not_requested(e: &ChannelError) -> bool {
+    matches!(
+        e,
+        ChannelError::Refused {
+            code: Refusal::NotRequested,
+            ..
+        } | ChannelError::Unauthenticated {
+            refusal: Some(Refusal::NotRequested),
+            ..
+        }
+    )
 }
 
 /// Whether the reflector refused the exchange because it does not know

@@ -2,17 +2,17 @@
 //! counts per backend, hostile traffic interleaved with real traffic, the
 //! amplification bound, leave and expiry.
 
-mod common;
-use reflector::backend::BackendKind;
-use reflector::membership::Policy;
-use reflector::metrics::Snapshot;
-use reflector::server::{Server, ServerConfig};
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::blocking;
 use reflector_proto::client::{Config as ClientConfig, JoinRequest, Session};
 use reflector_proto::protocol::{
     emit, ErrorCode, Header, Kind, Packet, SessionKeys, SmallDatagram, DATA_PAYLOAD, TOKEN_LEN,
 };
+use reflector_server::backend::BackendKind;
+use reflector_server::backend_matrix;
+use reflector_server::membership::Policy;
+use reflector_server::metrics::Snapshot;
+use reflector_server::server::{Server, ServerConfig};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -47,7 +47,7 @@ fn hdr(kind: Kind, group: u16, sender: u32, membership: u32, seq: u64) -> Header
 }
 
 fn token(player: u32, group: u16, ttl_s: i64) -> [u8; TOKEN_LEN] {
-    let now = (reflector::unix_now_ms() / 1000) as i64;
+    let now = (reflector_proto::unix_now_ms() / 1000) as i64;
     TokenClaims {
         player,
         reflector: 0,

@@ -1,6 +1,6 @@
-//! A software multicast reflector for multiplayer games (Bauer & Rooney,
-//! "The Performance of Software Multicast-Reflector Implementations for
-//! Multi-Player Online Games").
+//! The reflector's data plane (Bauer & Rooney, "The Performance of Software
+//! Multicast-Reflector Implementations for Multi-Player Online Games"),
+//! `reflector serve`.
 //!
 //! Clients send unicast UDP to a group's port; the reflector forwards each
 //! datagram to every other member of that group. The datagram format, join
@@ -8,30 +8,32 @@
 //! `reflector-proto` crate, shared with every client; this crate holds:
 //! - [`membership`]: groups and members, a pure state machine with an injected clock;
 //! - [`backend`]: fan-out backends (`sendto` loop, `sendmmsg`) behind one trait;
+//! - [`kfanout`]: the in-kernel fan-out (`--backend ebpf`);
 //! - [`server`]: the event loops that tie sockets, membership and backends together;
+//! - [`checkpoint`]: game-state checkpoints and their TCP channel;
 //! - [`metrics`]: counters, Prometheus exposition and the final summary;
-//! - [`bots`]: simulated players that measure delivery, loss and latency.
+//! - `testing` (feature): the backend test matrix for integration tests.
+//!
+//! It serves `/metrics` through `reflector-http` and knows nothing of the
+//! control server or the bots.
 #![deny(unsafe_code)]
 
 pub mod backend;
-pub mod bots;
 pub mod checkpoint;
 pub mod kfanout;
 pub mod membership;
 pub mod metrics;
-pub mod privileges;
 pub mod server;
+#[cfg(feature = "testing")]
+pub mod testing;
 
-/// Milliseconds since the Unix epoch from the system clock: the only place
-/// the real clock is read; everything below takes `now_ms` as an argument.
-pub fn unix_now_ms() -> u64 {
-    reflector_proto::unix_now_ms()
-}
-
-/// Both clocks, read once per batch of datagrams.
+/// Both clocks, read once per batch of datagrams: the system clock (token
+/// expiry is wall-clock time shared between hosts) and the process's
+/// monotonic one (liveness, intervals); the pure core below takes them as
+/// arguments.
 pub fn now() -> membership::Now {
     membership::Now {
-        unix_ms: unix_now_ms(),
+        unix_ms: reflector_proto::unix_now_ms(),
         mono_ms: oskit::clock::mono_now_ms(),
     }
 }

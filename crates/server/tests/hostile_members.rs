@@ -14,13 +14,13 @@
 
 use nix::sys::socket::{sendto, socket, AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType, SockaddrIn};
 use oskit::testing::root_or_skip;
-use reflector::backend::BackendKind;
-use reflector::membership::Policy;
-use reflector::server::{Server, ServerConfig};
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::blocking;
 use reflector_proto::client::{Config as ClientConfig, JoinRequest, Session};
 use reflector_proto::protocol::{ErrorCode, Header, Kind, Packet, SessionKeys, SmallDatagram, DATA_PAYLOAD, TOKEN_LEN};
+use reflector_server::backend::BackendKind;
+use reflector_server::membership::Policy;
+use reflector_server::server::{Server, ServerConfig};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -65,7 +65,7 @@ fn token(player: u32, group: u16) -> [u8; TOKEN_LEN] {
         player,
         reflector: 0,
         group,
-        expires_unix_s: reflector::unix_now_ms() / 1000 + 60,
+        expires_unix_s: reflector_proto::unix_now_ms() / 1000 + 60,
     }
     .sign(&Secret::new(&SECRET).unwrap())
 }

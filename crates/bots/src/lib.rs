@@ -1,6 +1,7 @@
-//! Bots: simulated players that get their group from the control server,
-//! join with the two-step JOIN, move across cells (LEAVE + JOIN), send
-//! position updates at a game profile, and measure what they receive.
+//! The reflector's bots (`reflector bots`): simulated players that get
+//! their group from the control server, join with the two-step JOIN, move
+//! across cells (LEAVE + JOIN), send position updates at a game profile,
+//! and measure what they receive.
 //!
 //! All bots live in one process and are driven by ONE thread with epoll
 //! over their sockets (one UDP socket per bot, unconnected so late
@@ -9,7 +10,7 @@
 //!
 //! Because every bot is in this process, the [`Ledger`] knows exactly who
 //! was in which group when, so the expected deliveries are known and loss is
-//! exact (see `bots/ledger.rs` for why). DATA payload layout (after the
+//! exact (see `ledger.rs` for why). DATA payload layout (after the
 //! 16-byte header, whose `seq` is the per-membership sequence number):
 //!
 //! | bytes | field |
@@ -24,7 +25,13 @@
 //! Positions and move counts make the bots' game state: each bot keeps the
 //! players of its group as it hears them, uploads that when the reflector
 //! asks for a checkpoint, and checks a fetched checkpoint against the DATA
-//! that follows (see `bots/checkpoints.rs`).
+//! that follows (see `checkpoints.rs`).
+//!
+//! The bots speak to the control server through the types it answers with
+//! (`reflector_proto::control`) and sign their player tickets with
+//! `reflector_proto::ticket`; they depend on neither the control server nor
+//! the data plane.
+#![deny(unsafe_code)]
 
 mod checkpoints;
 mod config;
@@ -43,7 +50,9 @@ pub use hist::Histogram;
 pub use ledger::{Ledger, MemId, Receipt, Tally};
 pub use report::{BotReport, BotsReport, Latency};
 
-use crate::CliError;
+/// Boxed error for command entry points: `main` prints it with its causes.
+pub type CliError = Box<dyn std::error::Error + Send + Sync>;
+
 use checkpoints::{ck_worker, CkJob, CkResult};
 use grants::{http_worker, Job, JobResult};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
@@ -201,6 +210,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
             moves: 0,
             view: Default::default(),
             check: Default::default(),
+            ck_requests: 0,
         });
     }
     let (job_tx, job_rx) = mpsc::channel::<Job>();

@@ -5,7 +5,8 @@
 //! requests and time go through [`Edge`], so a test drives it exactly.
 
 use super::checkpoints::{
-    compare, refused_not_member, CheckpointTally, CkDone, CkJob, CkOp, CkResult, GameState, PlayerState, Verdict,
+    compare, refused_not_member, refused_not_requested, CheckpointTally, CkDone, CkJob, CkOp, CkResult, GameState,
+    PlayerState, Verdict,
 };
 use super::config::BotsConfig;
 use super::grants::{join_request, Job, JobResult};
@@ -80,6 +81,8 @@ pub(super) struct Bot {
     pub(super) view: HashMap<u32, PlayerState>,
     /// Entries of a fetched checkpoint not yet compared with the player's DATA.
     pub(super) check: HashMap<u32, PlayerState>,
+    /// CHECKPOINT_REQUESTs received so far (all memberships).
+    pub(super) ck_requests: u64,
 }
 
 /// What the bots need from the world outside them: sending a datagram from
@@ -366,6 +369,7 @@ impl<E: Edge> Ctx<'_, E> {
                     }
                     Some(Event::CheckpointRequested { nonce }) => {
                         self.ck.requested += 1;
+                        bot.ck_requests += 1;
                         let port = match &bot.state {
                             State::InGroup { session, .. } => session.ack().map_or(0, |a| a.checkpoint_port),
                             State::Idle => 0,
@@ -490,6 +494,7 @@ impl<E: Edge> Ctx<'_, E> {
         self.edge.checkpoint(CkJob {
             bot: idx,
             mem,
+            requests_then: bot.ck_requests,
             addr: SocketAddr::new(req.reflector.ip(), port),
             group: req.group,
             player: req.player,
@@ -541,6 +546,12 @@ impl<E: Edge> Ctx<'_, E> {
             // asked (it moved on): the reflector rightly no longer knows
             // that membership; nothing was lost.
             Err(e) if !res.fetch && !current && refused_not_member(&e) => {
+                self.ck.uploads_overtaken += 1;
+            }
+            // An upload that answered a request two newer requests have
+            // replaced since (the reflector keeps the last two): the bot's
+            // answer to a newer one stands; nothing was lost.
+            Err(e) if !res.fetch && refused_not_requested(&e) && bot.ck_requests >= res.requests_then + 2 => {
                 self.ck.uploads_overtaken += 1;
             }
             Err(e) => {
@@ -600,9 +611,9 @@ impl<E: Edge> Ctx<'_, E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::membership::{Event as GroupEvent, Group, Keys, Now, Policy};
     use reflector_proto::auth::{Secret, TokenClaims};
     use reflector_proto::control::JoinGrant;
+    use reflector_server::membership::{Event as GroupEvent, Group, Keys, Now, Policy};
 
     /// Records what the bots send and ask for; its clocks are set by the test.
     #[derive(Default)]
@@ -696,6 +707,7 @@ mod tests {
             moves: 0,
             view: HashMap::new(),
             check: HashMap::new(),
+            ck_requests: 0,
         };
         let mut rng = Rng(1);
         ctx.tick(0, &mut bot, start, &world, &mut rng);
@@ -816,6 +828,7 @@ mod tests {
             CkResult {
                 bot: 0,
                 mem,
+                requests_then: 0,
                 fetch: true,
                 took: Duration::from_millis(3),
                 outcome: Ok(CkDone::Fetched(Some({

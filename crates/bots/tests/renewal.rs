@@ -5,17 +5,17 @@
 //! goes with it). Loopback for the user-space backends; the eBPF cases in
 //! namespaces of their own (root).
 
-mod common;
 use oskit::testing::{root_or_skip, sh, NetNsGuard};
-use reflector::backend::BackendKind;
-use reflector::bots::{run_bots, BotsConfig};
-use reflector::membership::Policy;
-use reflector::metrics::Snapshot;
-use reflector::server::{Server, ServerConfig};
+use reflector_bots::{run_bots, BotsConfig};
 use reflector_control::{Assign, ControlConfig, ControlServer, ReflectorSpec, World};
 use reflector_proto::auth::Secret;
 use reflector_proto::client::Session;
 use reflector_proto::protocol::{Kind, Packet, DATA_PAYLOAD};
+use reflector_server::backend::BackendKind;
+use reflector_server::backend_matrix;
+use reflector_server::membership::Policy;
+use reflector_server::metrics::Snapshot;
+use reflector_server::server::{Server, ServerConfig};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -161,7 +161,10 @@ fn renewing_bots_ebpf() {
 
 /// A member that does not renew: its token lives `ttl_s` seconds.
 fn member(sock: &UdpSocket, reflector: SocketAddr, player: u32, ttl_s: u64) -> Session {
-    common::join_blocking(sock, common::join_request(&SECRET, reflector, player, ttl_s, 1))
+    reflector_server::testing::join_blocking(
+        sock,
+        reflector_server::testing::join_request(&SECRET, reflector, player, ttl_s, 1),
+    )
 }
 
 fn data_received(sock: &UdpSocket, within: Duration) -> u64 {

@@ -1,12 +1,12 @@
 //! Everything the network can send reaches `Packet::parse` and then the
 //! membership logic; neither may panic, and no reply may exceed the request.
-//! Run: `cd crates/reflector/fuzz && cargo +nightly fuzz run parse_datagram`.
+//! Run: `cd crates/server/fuzz && cargo +nightly fuzz run parse_datagram`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use reflector::membership::{Group, Keys, Policy};
 use reflector_proto::auth::Secret;
 use reflector_proto::protocol::Packet;
+use reflector_server::membership::{Group, Keys, Policy};
 use std::net::SocketAddr;
 
 fuzz_target!(|data: &[u8]| {
@@ -27,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut g = Group::new(u16::from_be_bytes([data.first().copied().unwrap_or(0), 0]));
     let src = SocketAddr::from(([10, 0, 0, 1], 5000));
-    let now = reflector::membership::Now {
+    let now = reflector_server::membership::Now {
         unix_ms: 1_700_000_000_000,
         mono_ms: 1,
     };

@@ -6,13 +6,13 @@
 //! member still receives every datagram. Needs root; creates and removes its
 //! own namespaces.
 
-mod common;
 use oskit::testing::{root_or_skip, sh, NetNsGuard};
-use reflector::backend::BackendKind;
-use reflector::server::{Server, ServerConfig};
 use reflector_proto::auth::Secret;
 use reflector_proto::client::Session;
 use reflector_proto::protocol::DATA_PAYLOAD;
+use reflector_server::backend::BackendKind;
+use reflector_server::backend_matrix;
+use reflector_server::server::{Server, ServerConfig};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -77,7 +77,10 @@ impl Lab {
 }
 
 fn join(sock: &UdpSocket, server: SocketAddr, id: u32) -> Session {
-    common::join_blocking(sock, common::join_request(&SECRET, server, id, 60, 1))
+    reflector_server::testing::join_blocking(
+        sock,
+        reflector_server::testing::join_request(&SECRET, server, id, 60, 1),
+    )
 }
 
 fn no_loss_on_a_full_device_queue(backend: BackendKind) {
@@ -114,7 +117,7 @@ fn no_loss_on_a_full_device_queue(backend: BackendKind) {
     // Member 0 sends; the others count. Drain in threads so receivers never
     // overflow: any loss would then be the sender's.
     let (sender, receivers) = socks.split_first().unwrap();
-    let counts = common::count_data(receivers, SENT, Duration::from_secs(20));
+    let counts = reflector_server::testing::count_data(receivers, SENT, Duration::from_secs(20));
     let mut b = [0xabu8; 100];
     for seq in 0..SENT {
         sending.seal_data(100 - DATA_PAYLOAD, &mut b).unwrap().unwrap();
