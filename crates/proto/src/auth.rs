@@ -154,14 +154,28 @@ impl SecretRing {
         sender: u32,
         now_ms: u64,
     ) -> Result<TokenClaims, TokenError> {
+        self.verify_token_by(token, reflector, group, sender, now_ms)
+            .map(|(claims, _)| claims)
+    }
+
+    /// [`SecretRing::verify_token`], and the secret that verified it.
+    pub fn verify_token_by(
+        &self,
+        token: &[u8; TOKEN_LEN],
+        reflector: u16,
+        group: u16,
+        sender: u32,
+        now_ms: u64,
+    ) -> Result<(TokenClaims, &Secret), TokenError> {
         match verify_token(&self.current, token, reflector, group, sender, now_ms) {
+            Ok(c) => Ok((c, &self.current)),
             Err(TokenError::BadMac) => match &self.previous {
                 Some((old, until)) if now_ms < until.saturating_mul(1000) => {
-                    verify_token(old, token, reflector, group, sender, now_ms)
+                    verify_token(old, token, reflector, group, sender, now_ms).map(|c| (c, old))
                 }
                 _ => Err(TokenError::BadMac),
             },
-            other => other,
+            Err(e) => Err(e),
         }
     }
 }

@@ -8,7 +8,7 @@
 //! `Ok`, no accessor can panic, whatever bytes came off the network. Errors
 //! are a small `Copy` enum so the hot path never allocates on bad input.
 
-use crate::auth::{verify_token, Secret, SecretRing, TokenClaims, TokenError};
+use crate::auth::{Secret, SecretRing, TokenClaims, TokenError};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::fmt;
@@ -648,17 +648,8 @@ impl SecretRing {
         sender: u32,
         now_ms: u64,
     ) -> Result<(TokenClaims, SessionKeys), TokenError> {
-        match verify_token(&self.current, token, reflector, group, sender, now_ms) {
-            Ok(c) => Ok((c, SessionKeys::derive(&self.current, token))),
-            Err(TokenError::BadMac) => match &self.previous {
-                Some((old, until)) if now_ms < until.saturating_mul(1000) => {
-                    verify_token(old, token, reflector, group, sender, now_ms)
-                        .map(|c| (c, SessionKeys::derive(old, token)))
-                }
-                _ => Err(TokenError::BadMac),
-            },
-            Err(e) => Err(e),
-        }
+        self.verify_token_by(token, reflector, group, sender, now_ms)
+            .map(|(claims, secret)| (claims, SessionKeys::derive(secret, token)))
     }
 }
 
