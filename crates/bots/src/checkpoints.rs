@@ -49,8 +49,6 @@ pub(super) struct CkJob {
     /// The bot's membership (the ledger's id) when the job was made: a
     /// result for an older one is ignored.
     pub(super) mem: u32,
-    /// The bot's count of CHECKPOINT_REQUESTs when the job was made.
-    pub(super) requests_then: u64,
     pub(super) addr: SocketAddr,
     pub(super) group: u16,
     pub(super) player: u32,
@@ -72,8 +70,6 @@ pub(super) enum CkOp {
 pub(super) struct CkResult {
     pub(super) bot: usize,
     pub(super) mem: u32,
-    /// As [`CkJob::requests_then`].
-    pub(super) requests_then: u64,
     pub(super) fetch: bool,
     pub(super) took: Duration,
     pub(super) outcome: Result<CkDone, ChannelError>,
@@ -104,7 +100,6 @@ pub(super) fn ck_worker(
         let r = CkResult {
             bot: job.bot,
             mem: job.mem,
-            requests_then: job.requests_then,
             fetch: matches!(job.op, CkOp::Fetch),
             took: t0.elapsed(),
             outcome,

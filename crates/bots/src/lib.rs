@@ -210,7 +210,6 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
             moves: 0,
             view: Default::default(),
             check: Default::default(),
-            ck_requests: 0,
         });
     }
     let (job_tx, job_rx) = mpsc::channel::<Job>();
