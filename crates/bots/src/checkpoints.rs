@@ -13,7 +13,7 @@
 
 use bytes::Bytes;
 use oskit::netns::NetNs;
-use reflector_proto::checkpoint::{self as channel, ChannelError, Member, Refusal};
+use reflector_proto::checkpoint::{self as channel, ChannelError, Member};
 use reflector_proto::protocol::SessionKeys;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -133,36 +133,6 @@ fn run_job(namespaces: &[NetNs], job: &CkJob) -> Result<CkDone, ChannelError> {
         }
         CkOp::Fetch => channel::fetch_on(&stream, job.addr, who, MAX_STATE, TIMEOUT).map(CkDone::Fetched),
     }
-}
-
-/// Whether the reflector refused an upload because no request with its
-/// nonce is pending for the member any more (authenticated or not).
-pub(super) fn refused_not_requested(e: &ChannelError) -> bool {
-    matches!(
-        e,
-        ChannelError::Refused {
-            code: Refusal::NotRequested,
-            ..
-        } | ChannelError::Unauthenticated {
-            refusal: Some(Refusal::NotRequested),
-            ..
-        }
-    )
-}
-
-/// Whether the reflector refused the exchange because it does not know
-/// the membership (whether or not the refusal could be authenticated).
-pub(super) fn refused_not_member(e: &ChannelError) -> bool {
-    matches!(
-        e,
-        ChannelError::Refused {
-            code: Refusal::NotMember,
-            ..
-        } | ChannelError::Unauthenticated {
-            refusal: Some(Refusal::NotMember),
-            ..
-        }
-    )
 }
 
 /// What the bots did with checkpoints, in the report.

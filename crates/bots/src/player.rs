@@ -4,14 +4,12 @@
 //! the [`Ledger`]. No sockets and no clock of its own: sends, grant
 //! requests and time go through [`Edge`], so a test drives it exactly.
 
-use super::checkpoints::{
-    compare, refused_not_member, refused_not_requested, CheckpointTally, CkDone, CkJob, CkOp, CkResult, GameState,
-    PlayerState, Verdict,
-};
+use super::checkpoints::{compare, CheckpointTally, CkDone, CkJob, CkOp, CkResult, GameState, PlayerState, Verdict};
 use super::config::BotsConfig;
 use super::grants::{join_request, Job, JobResult};
 use super::world::{cell_of, step, Rng};
 use super::{Histogram, Ledger, MemId, Receipt, GRANT_RETRY, JOIN_RETRY, MAX_MESSAGES, PAYLOAD_MIN};
+use reflector_proto::checkpoint::Refusal;
 use reflector_proto::client::{self, Event, Failure, JoinRequest, Session, Transmit};
 use reflector_proto::control::WorldInfo;
 use reflector_proto::protocol::{Kind, Packet, DATA_PAYLOAD};
@@ -541,14 +539,14 @@ impl<E: Edge> Ctx<'_, E> {
             // An upload for a membership the bot has left since it was
             // asked (it moved on): the reflector rightly no longer knows
             // that membership; nothing was lost.
-            Err(e) if !res.fetch && !current && refused_not_member(&e) => {
+            Err(e) if !res.fetch && !current && e.refusal() == Some(Refusal::NotMember) => {
                 self.ck.uploads_overtaken += 1;
             }
             // An upload whose request the reflector no longer holds: it keeps
             // its group's last two, and newer ones (to this bot or to other
             // members) replaced it while the upload waited on a busy
             // machine. A newer checkpoint stands; nothing was lost.
-            Err(e) if !res.fetch && refused_not_requested(&e) => {
+            Err(e) if !res.fetch && e.refusal() == Some(Refusal::NotRequested) => {
                 self.ck.uploads_overtaken += 1;
             }
             Err(e) => {

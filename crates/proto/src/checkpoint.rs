@@ -681,6 +681,18 @@ pub enum ChannelError {
     NoChannel,
 }
 
+impl ChannelError {
+    /// The reflector's refusal code, whether or not the refusal could be
+    /// authenticated (`None` for every other failure).
+    pub fn refusal(&self) -> Option<Refusal> {
+        match self {
+            ChannelError::Refused { code, .. } => Some(*code),
+            ChannelError::Unauthenticated { refusal, .. } => *refusal,
+            _ => None,
+        }
+    }
+}
+
 /// Who is asking: a member's identity and keys.
 #[derive(Debug, Clone, Copy)]
 pub struct Member<'a> {
@@ -943,6 +955,22 @@ fn fetch_op_on(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_is_read_whether_or_not_it_was_authenticated() {
+        let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let signed = ChannelError::Refused {
+            addr,
+            code: Refusal::NotMember,
+        };
+        let bare = ChannelError::Unauthenticated {
+            addr,
+            refusal: Some(Refusal::NotRequested),
+        };
+        assert_eq!(signed.refusal(), Some(Refusal::NotMember));
+        assert_eq!(bare.refusal(), Some(Refusal::NotRequested));
+        assert_eq!(ChannelError::BadMac { addr }.refusal(), None);
+    }
     use std::net::TcpListener;
 
     fn keys() -> SessionKeys {
