@@ -97,15 +97,28 @@ fn delay_line_latency_within_10_percent_or_100us() {
             probe::udp_rtts(&eps[0], &eps[1], 200, Duration::from_millis(1), Duration::from_secs(1)).unwrap();
         assert_eq!(rtts.len(), 200, "no probe may be lost on a loss-free link");
         rtts.sort();
-        // Each direction is delayed: one way is half the round trip.
-        let one_way = rtts[rtts.len() / 2].as_nanos() as f64 / 2.0;
+        // Each direction is delayed: one way is half the round trip. The
+        // figure is the lower quartile, not the median: scheduling delay on a
+        // loaded machine (a CI run on two cores hit +108 us at the median) can
+        // only lengthen a round trip, so the least disturbed quarter measures
+        // the delay line; the minimum proves no frame left early.
+        let half = |d: Duration| d.as_nanos() as f64 / 2.0;
+        let one_way = half(rtts[rtts.len() / 4]);
+        let fastest = half(rtts[0]);
+        let median = half(rtts[rtts.len() / 2]);
         let err = (one_way - delay_ns as f64).abs();
-        println!("delay line {delay_ns} ns: median one-way {one_way:.0} ns (error {err:.0} ns)");
+        println!(
+            "delay line {delay_ns} ns: one way lower quartile {one_way:.0} ns (error {err:.0} ns), \
+             fastest {fastest:.0} ns, median {median:.0} ns"
+        );
         assert!(
             err <= (delay_ns as f64 * 0.1).max(100_000.0),
-            "delay {delay_ns} ns measured {one_way:.0} ns one way"
+            "delay {delay_ns} ns measured {one_way:.0} ns one way (lower quartile)"
         );
-        assert!(one_way >= delay_ns as f64 * 0.99, "a frame left before its time");
+        assert!(
+            fastest >= delay_ns as f64 * 0.99,
+            "a frame left before its time: fastest one way {fastest:.0} ns"
+        );
     }
 }
 
