@@ -16,7 +16,7 @@ use error::DemoError;
 use netlab::scenario::LinkSpec;
 use place::{LabShape, Placement};
 use reflector_server::backend::BackendKind;
-use scenario::{checkpoint_table, table, Scenario, TempDir};
+use scenario::{checkpoint_table, cost_table, table, Scenario, TempDir};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 
@@ -39,9 +39,9 @@ pub enum Where {
     after_help = "As root (default --where auto): builds a netlab star of --clients client hosts h2.. around a \
 reflector host h1, every link shaped to Fast Ethernet (100 Mb/s; --gigabit for 1 Gb/s), starts the control \
 server and the reflector on h1 and one bots process whose sockets are spread over the client hosts, all through \
-the lab's launcher; runs the scenario once per backend in --backends; prints one table (datagrams sent, fanned \
-out by the reflector, expected and received by the bots, lost, reflector CPU per delivered datagram, latency) and \
-removes the lab. Without root the same scenario runs on 127.0.0.1.\n\n\
+the lab's launcher; runs the scenario once per backend in --backends; prints titled tables (delivery: what the \
+reflector forwarded and fanned out against what the bots received, with every column the reconciliation needs; \
+cost and latency: reflector CPU per arrived datagram, one-way latency; checkpoints) and removes the lab. Without root the same scenario runs on 127.0.0.1.\n\n\
 Exit status: 0 no loss, 1 loss, 2 errors, 130 interrupted.\n\n\
 Examples:\n  sudo reflector-demo\n  sudo reflector-demo --clients 16 --gigabit --delay 1ms\n  \
 reflector-demo --where loopback --bots 32 --duration 5"
@@ -153,6 +153,11 @@ fn validate(args: &DemoArgs) -> Result<(), DemoError> {
     Ok(())
 }
 
+/// Where the ebpf row's CPU is (not) counted: printed under the cost table
+/// and carried into the JSON for the plot.
+pub const SOFTIRQ_NOTE: &str = "ebpf: reflector cpu is the reflector process only; its in-kernel copies run in \
+softirq, which on veth is charged to the sending bots: `make bench` measures CPU per copy with softirq included";
+
 /// Runs the demo; returns the exit status.
 pub fn run(args: DemoArgs, stop: &AtomicBool) -> Result<i32, DemoError> {
     validate(&args)?;
@@ -242,8 +247,8 @@ pub fn run(args: DemoArgs, stop: &AtomicBool) -> Result<i32, DemoError> {
         );
         rows.push(row);
     }
-    println!(
-        "\nreflector demo {}{}: {} bots, {} s per backend, {} Hz x {} B, moves every {} s, {} groups\n",
+    let parameters = format!(
+        "reflector demo {}{}: {} bots, {} s per backend, {} Hz x {} B, moves every {} s, {} groups",
         place.describe(),
         if args.tdf > 1 {
             format!(" at TDF {} (times are virtual)", args.tdf)
@@ -257,20 +262,25 @@ pub fn run(args: DemoArgs, stop: &AtomicBool) -> Result<i32, DemoError> {
         args.move_every,
         args.groups
     );
+    println!("\n{parameters}\n");
     place.finish()?;
     print!("{}", table(&rows));
+    print!("\n{}", cost_table(&rows));
+    let softirq_note = args.backends.contains(&BackendKind::Ebpf).then_some(SOFTIRQ_NOTE);
+    if let Some(note) = softirq_note {
+        // The per-process figure would flatter the kernel path: say so.
+        println!("  ({note})");
+    }
     if args.checkpoint_every > 0.0 {
         print!("\n{}", checkpoint_table(&rows));
     }
-    if args.backends.contains(&BackendKind::Ebpf) {
-        // The per-process figure would flatter the kernel path: say so.
-        println!(
-            "  (ebpf: cpu/delivered is the reflector process only; its in-kernel copies run in softirq, which on \
-             veth is charged to the sending bots: `make bench` measures CPU per copy with softirq included)"
-        );
-    }
     if let Some(p) = &args.json {
-        std::fs::write(p, serde_json::to_string_pretty(&rows)?)
+        let doc = serde_json::json!({
+            "parameters": parameters,
+            "cpu_note": softirq_note,
+            "rows": rows,
+        });
+        std::fs::write(p, serde_json::to_string_pretty(&doc)?)
             .map_err(|e| format!("cannot write {}: {e}", p.display()))?;
     }
     let lost: u64 = rows.iter().map(|r| r.lost).sum();

@@ -33,6 +33,15 @@ pub struct DemoRow {
     pub fanned_out: u64,
     pub expected: u64,
     pub received: u64,
+    /// Arrivals beyond the distinct required ones (see the bots' ledger):
+    /// a datagram that came again, one in the uncertain start of a
+    /// membership (join retried), one outside every membership window.
+    pub duplicates: u64,
+    pub uncertain: u64,
+    pub unexpected: u64,
+    /// Every DATA that reached a bot socket: received + duplicates +
+    /// uncertain + unexpected; equals `fanned_out` when nothing is lost.
+    pub arrived: u64,
     pub lost: u64,
     pub errors: u64,
     pub group_changes: u64,
@@ -411,6 +420,10 @@ impl Scenario<'_> {
             fanned_out,
             expected: t.expected,
             received: t.received,
+            duplicates: t.duplicates,
+            uncertain: t.uncertain,
+            unexpected: t.unexpected,
+            arrived,
             lost: report.lost,
             errors: report.error_count,
             group_changes: report.group_changes,
@@ -435,41 +448,77 @@ impl Scenario<'_> {
     }
 }
 
-/// The demo table.
+/// How a row's counters must add up; printed under the delivery table so
+/// the arithmetic can be checked on screen.
+pub const RECONCILE: &str = "  counters `match` when forwarded = sent, arrived = fanned out (= on wire, in the lab), \
+and arrived = received + dup + uncertain + unexpected;\n  lost = expected - received (datagrams owed to a bot while \
+it was a member that never came)";
+
+/// The delivery table: what the reflector counted against what the bots
+/// counted, with every column the reconciliation needs.
 pub fn table(rows: &[DemoRow]) -> String {
-    let mut out = String::new();
+    let mut out = String::from("Delivery: reflector counters against bot counters\n");
     let _ = writeln!(
         out,
-        "{:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>6} {:>7} {:>14} {:>9} {:>9} {:>8}",
+        "{:>9} {:>8} {:>9} {:>10} {:>9} | {:>9} {:>5} {:>9} {:>10} {:>9} {:>8} | {:>9} {:>5}",
         "backend",
         "sent",
+        "forwarded",
         "fanned out",
         "on wire",
-        "expected",
         "received",
-        "lost",
-        "moves",
-        "cpu/delivered",
-        "p50",
-        "p99",
-        "counters"
+        "dup",
+        "uncertain",
+        "unexpected",
+        "arrived",
+        "counters",
+        "expected",
+        "lost"
     );
     for r in rows {
         let _ = writeln!(
             out,
-            "{:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>6} {:>7} {:>11.0} ns {:>6.0} us {:>6.0} us {:>8}",
+            "{:>9} {:>8} {:>9} {:>10} {:>9} | {:>9} {:>5} {:>9} {:>10} {:>9} {:>8} | {:>9} {:>5}",
             r.backend,
             r.sent,
+            r.forwarded,
             r.fanned_out,
             r.wire_data.map_or_else(|| "-".to_string(), |w| w.to_string()),
-            r.expected,
             r.received,
+            r.duplicates,
+            r.uncertain,
+            r.unexpected,
+            r.arrived,
+            if r.counters_match { "match" } else { "DIFFER" },
+            r.expected,
             r.lost,
+        );
+    }
+    let _ = writeln!(out, "{RECONCILE}");
+    out
+}
+
+/// The cost and latency table: the reflector's CPU per datagram that
+/// arrived, and the bots' one-way latency.
+pub fn cost_table(rows: &[DemoRow]) -> String {
+    let mut out = String::from("Cost and latency\n");
+    let _ = writeln!(
+        out,
+        "{:>9} {:>7} {:>13} {:>9} {:>14} {:>9} {:>9} {:>9}",
+        "backend", "moves", "reflector cpu", "arrived", "cpu/arrived", "p50", "p99", "max"
+    );
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "{:>9} {:>7} {:>11.3} s {:>9} {:>11.0} ns {:>6.0} us {:>6.0} us {:>6.0} us",
+            r.backend,
             r.group_changes,
+            r.reflector_cpu_s,
+            r.arrived,
             r.cpu_ns_per_delivered,
             r.p50_us,
             r.p99_us,
-            if r.counters_match { "match" } else { "DIFFER" }
+            r.max_us,
         );
     }
     out
@@ -478,7 +527,8 @@ pub fn table(rows: &[DemoRow]) -> String {
 /// The checkpoints of each run: what the reflector stored and served, how
 /// long the bots' fetches took, and how their checks came out.
 pub fn checkpoint_table(rows: &[DemoRow]) -> String {
-    let mut out = String::new();
+    let mut out =
+        String::from("Checkpoints: stored and served by the reflector, fetched and checked by joining bots\n");
     let _ = writeln!(
         out,
         "{:>9} {:>8} {:>8} {:>10} {:>11} {:>10} {:>8} {:>6} {:>10}",
@@ -534,7 +584,11 @@ mod tests {
             forwarded: 10,
             fanned_out: 90,
             expected: 90,
-            received: 90,
+            received: 88,
+            duplicates: 1,
+            uncertain: 1,
+            unexpected: 0,
+            arrived: 90,
             lost: 0,
             errors: 0,
             group_changes: 3,
@@ -555,12 +609,27 @@ mod tests {
             checkpoint_mismatched: 0,
         };
         let ck = checkpoint_table(std::slice::from_ref(&row));
-        assert!(ck.contains("1.5 ms") && ck.lines().count() == 2, "{ck}");
-        let t = table(&[row]);
-        assert_eq!(t.lines().count(), 2);
-        assert!(
-            t.contains("sendto") && t.contains("match") && t.contains("11111 ns"),
+        assert!(ck.contains("1.5 ms") && ck.lines().count() == 3, "{ck}");
+        assert!(ck.starts_with("Checkpoints"), "every table has a title: {ck}");
+        let t = table(std::slice::from_ref(&row));
+        assert!(t.starts_with("Delivery"), "{t}");
+        // Title, header, one row, then the reconciliation rule.
+        let data = t.lines().nth(2).unwrap();
+        let cells: Vec<&str> = data.split_whitespace().filter(|c| *c != "|").collect();
+        assert_eq!(
+            cells,
+            ["sendto", "10", "10", "90", "90", "88", "1", "1", "0", "90", "match", "90", "0"],
             "{t}"
+        );
+        // The columns shown add up as the printed rule says.
+        let n = |i: usize| cells[i].parse::<u64>().unwrap();
+        assert_eq!(n(5) + n(6) + n(7) + n(8), n(9), "{t}");
+        assert_eq!(n(9), n(3), "{t}");
+        assert!(t.contains(RECONCILE), "{t}");
+        let c = cost_table(&[row]);
+        assert!(
+            c.starts_with("Cost") && c.contains("11111 ns") && c.contains("120 us"),
+            "{c}"
         );
     }
 }

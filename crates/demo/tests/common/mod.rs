@@ -63,15 +63,26 @@ pub fn short_run_without_loss(extra: &[&str], backends: usize) -> (String, Vec<s
     let all = text(&o);
     assert!(o.status.success(), "{all}");
     assert!(all.contains("OK: no loss"), "{all}");
-    let rows: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     std::fs::remove_file(&json).unwrap();
-    let rows = rows.as_array().unwrap();
+    assert!(
+        doc["parameters"].as_str().is_some_and(|p| p.contains("bots")),
+        "the JSON carries the run's parameters: {doc}"
+    );
+    let rows = doc["rows"].as_array().unwrap();
     assert_eq!(rows.len(), backends, "{all}");
     for r in rows {
         assert_eq!(r["lost"], 0, "{r}");
         assert_eq!(r["counters_match"], true, "{r}");
         assert!(r["received"].as_u64().unwrap() > 0, "{r}");
         assert_eq!(r["received"], r["expected"], "{r}");
+        let n = |k: &str| r[k].as_u64().unwrap();
+        assert_eq!(
+            n("received") + n("duplicates") + n("uncertain") + n("unexpected"),
+            n("arrived"),
+            "{r}"
+        );
+        assert_eq!(n("arrived"), n("fanned_out"), "{r}");
         assert!(r["wire_data"].is_null() || r["wire_data"] == r["fanned_out"], "{r}");
     }
     (all, rows.clone())
