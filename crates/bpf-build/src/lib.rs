@@ -30,6 +30,9 @@ pub fn compile(name: &str, needs: &str) {
     let status = Command::new(&clang)
         .args(["-O2", "-g", "-target", "bpf", "-Wall", "-Werror"])
         .arg(format!("-I{multiarch}"))
+        // Headers the build script generated (e.g. the server's protocol
+        // constants from reflector-proto) sit in OUT_DIR.
+        .arg(format!("-I{}", out.parent().expect("OUT_DIR").display()))
         .args(["-c", &src, "-o"])
         .arg(&out)
         .status();

@@ -55,7 +55,10 @@ pub const NONCE_LEN: usize = 8;
 /// Length of a session key.
 pub const SESSION_KEY_LEN: usize = 32;
 
-mod field {
+/// Where each header field sits in a datagram (docs/protocol.md, "Header").
+/// Public so the in-kernel fan-out's loader and its generated C constants
+/// (`c_defines`) read the same offsets.
+pub mod field {
     use std::ops::Range;
     pub const MAGIC: Range<usize> = 0..2;
     pub const VERSION: usize = 2;
@@ -1032,6 +1035,39 @@ pub fn version1_error(request: &[u8]) -> Option<[u8; VERSION1_ERROR_LEN]> {
     Some(out)
 }
 
+/// The protocol's facts a C program needs (the in-kernel fan-out, built by
+/// the server's build script), as `#define` lines: the one place they are
+/// written is this crate, so the eBPF program cannot drift from it.
+pub fn c_defines() -> String {
+    let defines: [(&str, usize); 16] = [
+        ("PROTO_MAGIC", usize::from(MAGIC)),
+        ("PROTO_VERSION", usize::from(VERSION)),
+        ("PROTO_DATA", Kind::Data as usize),
+        ("PROTO_LEAVE", Kind::Leave as usize),
+        ("PROTO_LEAVE_LEN", size::LEAVE),
+        ("PROTO_HEADER_LEN", HEADER_LEN),
+        ("PROTO_TAG_OFF", TAG.start),
+        ("PROTO_DATA_MIN", size::DATA_MIN),
+        ("PROTO_OFF_VERSION", field::VERSION),
+        ("PROTO_OFF_KIND", field::KIND),
+        ("PROTO_OFF_GROUP", field::GROUP.start),
+        ("PROTO_OFF_LENGTH", field::LENGTH.start),
+        ("PROTO_OFF_SENDER", field::SENDER.start),
+        ("PROTO_OFF_MEMBERSHIP", field::MEMBERSHIP.start),
+        ("PROTO_OFF_SEQ", field::SEQ.start),
+        ("PROTO_MAX_DATAGRAM_KERNEL", MAX_DATAGRAM_KERNEL),
+    ];
+    let mut out = String::from(
+        "/* Generated from reflector-proto (protocol::c_defines) by the build script: do not edit. */\n\
+         #ifndef REFLECTOR_PROTO_H\n#define REFLECTOR_PROTO_H\n",
+    );
+    for (name, value) in defines {
+        out.push_str(&format!("#define {name} {value:#x}\n"));
+    }
+    out.push_str("#endif\n");
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1039,6 +1075,41 @@ mod tests {
 
     fn keys() -> SessionKeys {
         SessionKeys::derive(&Secret::new(&[7u8; 32]).unwrap(), &[9u8; TOKEN_LEN])
+    }
+
+    #[test]
+    fn c_defines_say_what_the_encoder_does() {
+        let h = c_defines();
+        let value = |name: &str| {
+            let line = h
+                .lines()
+                .find(|l| l.split_whitespace().nth(1) == Some(name))
+                .unwrap_or_else(|| panic!("{name} missing from\n{h}"));
+            usize::from_str_radix(line.split_whitespace().nth(2).unwrap().trim_start_matches("0x"), 16).unwrap()
+        };
+        // Read the offsets off an encoded DATA, not off the constants.
+        let mut d = [0u8; HEADER_LEN];
+        let h0 = Header {
+            seq: 0x0102_0304_0506_0708,
+            ..hdr(Kind::Data)
+        };
+        put_header(&h0, size::DATA_MIN, &mut d);
+        let at = |name: &str, n: usize| &d[value(name)..value(name) + n];
+        assert_eq!(at("PROTO_OFF_GROUP", 2), h0.group.to_be_bytes());
+        assert_eq!(
+            at("PROTO_OFF_LENGTH", 2),
+            ((size::DATA_MIN - HEADER_LEN) as u16).to_be_bytes()
+        );
+        assert_eq!(at("PROTO_OFF_SENDER", 4), h0.sender.to_be_bytes());
+        assert_eq!(at("PROTO_OFF_MEMBERSHIP", 4), h0.membership.to_be_bytes());
+        assert_eq!(d[value("PROTO_OFF_KIND")], Kind::Data as u8);
+        assert_eq!(d[value("PROTO_OFF_KIND")] as usize, value("PROTO_DATA"));
+        assert_eq!(d[value("PROTO_OFF_VERSION")] as usize, value("PROTO_VERSION"));
+        assert_eq!(usize::from(be16(&d[..2])), value("PROTO_MAGIC"));
+        let seq = value("PROTO_OFF_SEQ");
+        assert_eq!(d[seq..seq + 8], 0x0102_0304_0506_0708u64.to_be_bytes());
+        assert_eq!(value("PROTO_HEADER_LEN"), d.len());
+        assert!(h.starts_with("/* Generated") && h.trim_end().ends_with("#endif"));
     }
 
     fn hdr(kind: Kind) -> Header {

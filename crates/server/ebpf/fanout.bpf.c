@@ -39,6 +39,9 @@ _Static_assert(sizeof(struct fanout_member_key) == 8, "fanout_member_key layout"
 _Static_assert(sizeof(struct fanout_member) == 80, "fanout_member layout");
 _Static_assert(sizeof(struct fanout_counters) == 96, "fanout_counters layout");
 _Static_assert(PROTO_LEAVE_LEN == PROTO_HEADER_LEN + 16, "a LEAVE is the header and a MAC");
+_Static_assert(PROTO_OFF_SEQ + 8 <= PROTO_HEADER_LEN && PROTO_OFF_MEMBERSHIP + 4 <= PROTO_HEADER_LEN,
+	       "every field read lies in the header the bounds check covers");
+_Static_assert(FANOUT_RESEND_MAX == PROTO_MAX_DATAGRAM_KERNEL, "the kernel path's largest DATA is the protocol's");
 _Static_assert(sizeof(struct fanout_resend) == 16 + FANOUT_RESEND_BUF, "fanout_resend layout");
 _Static_assert(FANOUT_RESEND_MAX <= FANOUT_RESEND_BUF && (FANOUT_RESEND_BUF & (FANOUT_RESEND_BUF - 1)) == 0,
 	       "the resend room is a mask");
@@ -521,22 +524,23 @@ int reflector_fanout(struct __sk_buff *skb)
 	if (dlen < 8 + PROTO_HEADER_LEN || bpf_ntohs(ip->tot_len) != 20 + dlen)
 		goto pass_up;
 	dlen -= 8;
-	if (p[0] != (PROTO_MAGIC >> 8) || p[1] != (PROTO_MAGIC & 0xff) || p[2] != PROTO_VERSION ||
-	    *(__u16 *)(p + 4) != group_port || (((__u32)p[6] << 8) | p[7]) != dlen - PROTO_HEADER_LEN)
+	if (p[0] != (PROTO_MAGIC >> 8) || p[1] != (PROTO_MAGIC & 0xff) || p[PROTO_OFF_VERSION] != PROTO_VERSION ||
+	    *(__u16 *)(p + PROTO_OFF_GROUP) != group_port ||
+	    (((__u32)p[PROTO_OFF_LENGTH] << 8) | p[PROTO_OFF_LENGTH + 1]) != dlen - PROTO_HEADER_LEN)
 		goto pass_up;
 	mk.ip = ip->saddr;
 	mk.port = udp->source;
 	mk.group = group_port;
-	player = *(__u32 *)(p + 8);
-	membership = *(__u32 *)(p + 12);
+	player = *(__u32 *)(p + PROTO_OFF_SENDER);
+	membership = *(__u32 *)(p + PROTO_OFF_MEMBERSHIP);
 	/* Judged before the group's mode: user space counts every such LEAVE
 	 * it judges, whatever the mode was when it arrived. */
-	if (p[3] == PROTO_LEAVE) {
+	if (p[PROTO_OFF_KIND] == PROTO_LEAVE) {
 		if (dlen == PROTO_LEAVE_LEN)
 			leave_fence(&mk, player, membership, gid, cnt);
 		goto pass_up;
 	}
-	if (p[3] != PROTO_DATA || dlen < PROTO_DATA_MIN)
+	if (p[PROTO_OFF_KIND] != PROTO_DATA || dlen < PROTO_DATA_MIN)
 		goto pass_up;
 	if (dlen > FANOUT_RESEND_MAX)
 		goto pass_up; /* a failed copy could not be handed up for resending */
@@ -550,7 +554,7 @@ int reflector_fanout(struct __sk_buff *skb)
 		goto pass_up; /* not a member: user space answers ERROR(NotMember) */
 	if (player != m->player || membership != m->membership)
 		goto pass_up; /* an earlier membership: user space counts it */
-	seq = bpf_be64_to_cpu(*(__u64 *)(p + 16));
+	seq = bpf_be64_to_cpu(*(__u64 *)(p + PROTO_OFF_SEQ));
 	src_ip = ip->saddr;
 	src_port = udp->source;
 	group_ip = ip->daddr;

@@ -42,7 +42,7 @@ use aya::programs::links::LinkOrder;
 use aya::programs::tc::TcAttachOptions;
 use aya::programs::{SchedClassifier, TcAttachType};
 use aya::Ebpf;
-use reflector_proto::protocol::ReplayWindow;
+use reflector_proto::protocol::{field, ReplayWindow};
 use route::{NextHop, Resolver, Unresolved};
 use std::collections::HashMap;
 use std::io;
@@ -668,11 +668,11 @@ impl KernelPath {
             return false;
         };
         let length = (PROTO_LEAVE_LEN - reflector_proto::protocol::HEADER_LEN) as u16;
-        if h[..2] != reflector_proto::protocol::MAGIC.to_be_bytes()
-            || h[2] != reflector_proto::protocol::VERSION
-            || h[3] != PROTO_LEAVE
-            || h[4..6] != port.to_be_bytes()
-            || h[6..8] != length.to_be_bytes()
+        if h[field::MAGIC] != reflector_proto::protocol::MAGIC.to_be_bytes()
+            || h[field::VERSION] != reflector_proto::protocol::VERSION
+            || h[field::KIND] != PROTO_LEAVE
+            || h[field::GROUP] != port.to_be_bytes()
+            || h[field::LENGTH] != length.to_be_bytes()
         {
             return false;
         }
@@ -680,7 +680,7 @@ impl KernelPath {
             return false;
         };
         // Both as they sit in the packet.
-        h[8..12] == v.player.to_ne_bytes() && h[12..16] == v.membership.to_ne_bytes()
+        h[field::SENDER] == v.player.to_ne_bytes() && h[field::MEMBERSHIP] == v.membership.to_ne_bytes()
     }
 
     /// A fenced LEAVE was judged (the member removed first if it was
@@ -732,7 +732,7 @@ impl KernelPath {
             return true;
         };
         let Some(seq) = datagram
-            .get(16..24)
+            .get(field::SEQ)
             .and_then(|b| b.try_into().ok())
             .map(u64::from_be_bytes)
         else {
@@ -975,7 +975,7 @@ impl Fanout for EbpfFanout {
 
     fn leave_arrived(&mut self, g: usize, from: SocketAddr, datagram: &[u8]) -> bool {
         // Most datagrams are not LEAVEs: no lock for them.
-        if datagram.len() != PROTO_LEAVE_LEN || datagram[3] != PROTO_LEAVE {
+        if datagram.len() != PROTO_LEAVE_LEN || datagram[field::KIND] != PROTO_LEAVE {
             return false;
         }
         self.port(g)

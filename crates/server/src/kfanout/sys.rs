@@ -88,14 +88,14 @@ pub struct Counters {
 }
 
 /// `PROTO_LEAVE`, `PROTO_LEAVE_LEN`: the datagrams the program fences a
-/// group for (the LEAVE fence, see `leave_seen` in fanout.h).
-pub const PROTO_LEAVE: u8 = 4;
-pub const PROTO_LEAVE_LEN: usize = 40;
-const _: () = assert!(PROTO_LEAVE == reflector_proto::protocol::Kind::Leave as u8);
-const _: () = assert!(PROTO_LEAVE_LEN == reflector_proto::protocol::size::LEAVE);
+/// group for (the LEAVE fence, see `leave_seen` in fanout.h). The C side's
+/// constants are generated from the same `reflector-proto` values.
+pub const PROTO_LEAVE: u8 = reflector_proto::protocol::Kind::Leave as u8;
+pub const PROTO_LEAVE_LEN: usize = reflector_proto::protocol::size::LEAVE;
 
-/// `FANOUT_RESEND_MAX`.
-pub const RESEND_MAX: usize = 1472;
+/// `FANOUT_RESEND_MAX` (fanout.bpf.c asserts it equals the generated
+/// `PROTO_MAX_DATAGRAM_KERNEL`).
+pub const RESEND_MAX: usize = reflector_proto::protocol::MAX_DATAGRAM_KERNEL;
 /// Bytes of `struct fanout_resend` before the datagram.
 pub const RESEND_HEAD: usize = 16;
 
