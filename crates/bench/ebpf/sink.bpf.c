@@ -17,10 +17,9 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-/* The protocol's magic and the DATA type (docs/protocol.md), mirrored in
- * src/sink.rs and checked there against reflector-proto. */
-#define PROTO_MAGIC 0x5246
-#define PROTO_DATA 6
+/* The protocol's magic, the DATA type and the type's offset
+ * (docs/protocol.md): generated from reflector-proto by build.rs. */
+#include "reflector_proto.h"
 
 #ifndef TCX_NEXT
 #define TCX_NEXT -1
@@ -56,9 +55,9 @@ int reflector_sink(struct __sk_buff *skb)
 		return TCX_NEXT;
 	udp = (void *)(ip + 1);
 	p = (void *)(udp + 1);
-	if ((void *)(p + 4) > end)
+	if ((void *)(p + PROTO_OFF_KIND + 1) > end)
 		return TCX_NEXT;
-	if (p[0] != (PROTO_MAGIC >> 8) || p[1] != (PROTO_MAGIC & 0xff) || p[3] != PROTO_DATA)
+	if (p[0] != (PROTO_MAGIC >> 8) || p[1] != (PROTO_MAGIC & 0xff) || p[PROTO_OFF_KIND] != PROTO_DATA)
 		return TCX_NEXT;
 	n = bpf_map_lookup_elem(&sunk, &zero);
 	if (n)

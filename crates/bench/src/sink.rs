@@ -9,12 +9,8 @@ use aya::programs::tc::TcAttachOptions;
 use aya::programs::{SchedClassifier, TcAttachType};
 use aya::Ebpf;
 
-/// `PROTO_MAGIC` and `PROTO_DATA` in `ebpf/sink.bpf.c`: how the program
-/// tells our DATA datagrams from everything else.
-const PROTO_MAGIC: u16 = 0x5246;
-const PROTO_DATA: u8 = 6;
-const _: () = assert!(PROTO_MAGIC == reflector_proto::protocol::MAGIC);
-const _: () = assert!(PROTO_DATA == reflector_proto::protocol::Kind::Data as u8);
+// The program tells our DATA datagrams from everything else by the magic,
+// the type and its offset, generated from reflector-proto by build.rs.
 
 #[repr(C, align(8))]
 struct Aligned<T: ?Sized>(T);
