@@ -7,6 +7,8 @@ use std::sync::atomic::Ordering;
 
 fn main() -> ExitCode {
     let args = demo::DemoArgs::parse();
+    // The lab's notes (netlab's events) on stderr, one plain line each.
+    netlab::log::init_plain();
     // A second Ctrl-C must not cut the lab's removal short.
     let stop = match oskit::signal::flag_on(
         &[oskit::signal::SIGINT, oskit::signal::SIGTERM],

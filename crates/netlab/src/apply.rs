@@ -113,12 +113,12 @@ fn interrupted_or(e: LabError, stop: &AtomicBool) -> LabError {
     }
 }
 
-/// With NETLAB_TRACE=1 in the environment, every op (or batch) and the time
-/// it took is printed on stderr: the way to find what makes a build slow.
+/// Every op (or batch) and the time it took, as a debug event of target
+/// `netlab::trace`: the way to find what makes a build slow (the netlab
+/// binary shows them with NETLAB_TRACE=1).
 fn trace(line: impl FnOnce() -> String) {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if *ON.get_or_init(|| std::env::var_os("NETLAB_TRACE").is_some_and(|v| v == "1")) {
-        eprintln!("netlab trace: {}", line());
+    if tracing::enabled!(target: "netlab::trace", tracing::Level::DEBUG) {
+        tracing::debug!(target: "netlab::trace", "netlab trace: {}", line());
     }
 }
 

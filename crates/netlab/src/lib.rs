@@ -14,6 +14,7 @@ pub mod apply;
 pub mod delayline;
 pub mod error;
 pub mod lab;
+pub mod log;
 pub mod model;
 pub mod netns;
 pub mod plan;

@@ -285,6 +285,7 @@ struct DelayLineArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    netlab::log::init_plain();
     use oskit::signal::{flag_on, Second, SIGHUP, SIGINT, SIGTERM};
     // A second signal must not cut the lab's removal short. Registration
     // only fails for forbidden signals, which these are not.

@@ -46,7 +46,7 @@ pub fn run_commands(lab: &Lab, cmds: &[HostCommand], stop: &AtomicBool, out_dir:
                 cmd: c.cmd.clone(),
                 source: e,
             })?;
-            eprintln!(
+            tracing::info!(
                 "netlab: [{:>6.2}s] {}: {}{}",
                 t0.elapsed().as_secs_f64(),
                 c.host,

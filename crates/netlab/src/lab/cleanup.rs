@@ -30,7 +30,7 @@ pub fn remove_run(dir: &Path, run_id: &str, recorded: &[String]) -> Result<(), L
     let _ = std::fs::remove_dir_all(dir);
     if let Some(state_dir) = dir.parent() {
         for line in super::limits::restore_if_idle(state_dir)? {
-            eprintln!("netlab: last lab removed: {line}");
+            tracing::info!("netlab: last lab removed: {line}");
         }
     }
     Ok(())

@@ -194,12 +194,12 @@ impl Lab {
         topo.validate()?;
         let swept = sweep(&opts.state_dir, SweepMode::DeadOnly)?;
         if opts.verbose && !swept.removed.is_empty() {
-            eprintln!("netlab: removed leftovers of dead runs: {}", swept.removed.join(", "));
+            tracing::info!("netlab: removed leftovers of dead runs: {}", swept.removed.join(", "));
         }
         let (backend, why) = choose_delay_backend(opts.delay_backend)?;
         let needs_delay = topo.links.iter().any(|l| l.params.needs_delay_stage());
         if opts.verbose && needs_delay {
-            eprintln!("netlab: {why}");
+            tracing::info!("netlab: {why}");
         }
         let (run_id, dir) = alloc_run(&opts.state_dir)?;
         let naming = Naming::new(&run_id);
@@ -280,7 +280,7 @@ impl Lab {
             lab.clock = Some((domain, shim));
             write_state(&lab.dir, &lab.state)?;
             if opts.verbose {
-                eprintln!(
+                tracing::info!(
                     "netlab: virtual time: every process in the lab runs under the vtime shim at TDF {} \
                      (clock domain {}; `netlab tdf` changes it with the links' rates)",
                     opts.dilation.tdf,
@@ -300,12 +300,12 @@ impl Lab {
         let raised = limits::raise(&opts.state_dir, &needs)?;
         for change in &raised.changes {
             if opts.verbose {
-                eprintln!("netlab: raised a machine-wide limit this lab needs (restored when the last lab is removed): {change}");
+                tracing::info!("netlab: raised a machine-wide limit this lab needs (restored when the last lab is removed): {change}");
             }
         }
         if let Some(note) = raised.note() {
             if opts.verbose {
-                eprintln!("netlab: note: {note}");
+                tracing::warn!("netlab: note: {note}");
             }
         }
         let t0 = Instant::now();
@@ -431,7 +431,7 @@ fn lab_label(run: &str) -> String {
 impl Drop for Lab {
     fn drop(&mut self) {
         if let Err(e) = self.teardown() {
-            eprintln!(
+            tracing::error!(
                 "netlab: removing run {} failed: {e}; run `netlab clean`",
                 self.state.run_id
             );
