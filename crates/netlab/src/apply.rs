@@ -169,6 +169,11 @@ fn run_one(op: &Op) -> Result<(), LabError> {
             c
         }
         Op::Sysctl { ns, key, value } => return crate::netns::sysctl(ns, key, value),
+        Op::Ethtool { ns, args } => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, "ethtool"]).args(args);
+            c
+        }
         Op::Cmd { ns, tool, args } => {
             let mut c = Command::new(tool_name(*tool));
             if let Some(ns) = ns {

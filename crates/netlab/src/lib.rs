@@ -16,6 +16,7 @@ pub mod error;
 pub mod lab;
 pub mod log;
 pub mod model;
+pub mod monitor;
 pub mod netns;
 pub mod plan;
 pub mod probe;

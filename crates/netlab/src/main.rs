@@ -152,48 +152,6 @@ enum Cmd {
     DelayLine(DelayLineArgs),
 }
 
-/// The shell script that makes monitor port `name` in a node: a veth pair
-/// (`name-tx` sends, `name` receives), VLAN offload off on the sending end
-/// so tags travel in the frame, IPv6 off on both (no address, no traffic of
-/// their own), and on every other interface of the node a clsact qdisc
-/// (kept if there is one) with filters that mirror its ingress and egress
-/// to `name-tx`. `u32 match u32 0 0` matches every frame (this kernel has no
-/// `matchall`).
-fn monitor_script(name: &str) -> String {
-    format!(
-        r#"set -e
-m={name}; t={name}-tx
-ip link add "$t" type veth peer name "$m"
-ip link set "$t" up
-ip link set "$m" up
-ethtool -K "$t" txvlan off >/dev/null 2>&1 || true
-sysctl -qw "net.ipv6.conf.$t.disable_ipv6=1" "net.ipv6.conf.$m.disable_ipv6=1" 2>/dev/null || true
-for d in $(ip -o link show | awk -F': ' '{{print $2}}' | cut -d@ -f1); do
-  case "$d" in lo|"$m"|"$t") continue;; esac
-  tc qdisc add dev "$d" clsact 2>/dev/null || true
-  tc filter add dev "$d" ingress pref 49000 u32 match u32 0 0 action mirred egress mirror dev "$t"
-  tc filter add dev "$d" egress pref 49000 u32 match u32 0 0 action mirred egress mirror dev "$t"
-done
-"#
-    )
-}
-
-/// Undoes [`monitor_script`]: the mirroring filters (by their priority),
-/// then the pair.
-fn monitor_remove_script(name: &str) -> String {
-    format!(
-        r#"m={name}; t={name}-tx
-ip link show "$t" >/dev/null 2>&1 || {{ echo "no monitor port $m here" >&2; exit 1; }}
-for d in $(ip -o link show | awk -F': ' '{{print $2}}' | cut -d@ -f1); do
-  case "$d" in lo|"$m"|"$t") continue;; esac
-  tc filter del dev "$d" ingress pref 49000 2>/dev/null || true
-  tc filter del dev "$d" egress pref 49000 2>/dev/null || true
-done
-ip link del "$t"
-"#
-    )
-}
-
 #[derive(Subcommand)]
 enum ProbeCmd {
     /// TCP throughput from one host to another.
@@ -563,30 +521,12 @@ fn real_main(cli: Cli, stop: &AtomicBool) -> Result<ExitCode, LabError> {
         } => {
             lab::require_caps()?;
             sweep_quietly();
-            if name.len() > 12 || name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
-                return Err(LabError::Monitor(format!(
-                    "--name '{name}': use 1 to 12 letters, digits or '-' (the sending end adds '-tx')"
-                )));
-            }
+            netlab::monitor::check_name(&name)?;
             let st = lab::find_run(&state_dir(), run.as_deref())?;
-            let script = if remove {
-                monitor_remove_script(&name)
+            if remove {
+                netlab::monitor::remove(&st, &host, &name)?;
             } else {
-                monitor_script(&name)
-            };
-            let cmd = vec!["sh".to_string(), "-c".to_string(), script];
-            let status = Launcher::for_run(&st)
-                .command(&host, &cmd)?
-                .status()
-                .map_err(|e| LabError::Spawn {
-                    cmd: "sh -c (monitor port)".into(),
-                    source: e,
-                })?;
-            if !status.success() {
-                return Err(LabError::Monitor(format!(
-                    "could not {} the monitor port {name} in '{host}' (see the messages above)",
-                    if remove { "remove" } else { "set up" }
-                )));
+                netlab::monitor::add(&st, &host, &name)?;
             }
             if remove {
                 println!("removed monitor port {name} from {host}");

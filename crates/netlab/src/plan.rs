@@ -121,6 +121,9 @@ pub enum Op {
         tool: Tool,
         args: Vec<String>,
     },
+    /// An `ethtool` command on a device of namespace `ns` (offload
+    /// settings; ethtool has no `-n`, so it runs under `ip netns exec`).
+    Ethtool { ns: String, args: Vec<String> },
     /// A delay-line process moving frames between ports `a` and `b` of the
     /// fabric namespace.
     DelayLine {
@@ -139,6 +142,7 @@ impl fmt::Display for Op {
         match self {
             Op::AddNetns(n) => write!(f, "ip netns add {n}"),
             Op::Sysctl { ns, key, value } => write!(f, "ip netns exec {ns} sysctl -qw {key}={value}"),
+            Op::Ethtool { ns, args } => write!(f, "ip netns exec {ns} ethtool {}", args.join(" ")),
             Op::Cmd { ns, tool, args } => {
                 let t = match tool {
                     Tool::Ip => "ip",
@@ -390,7 +394,7 @@ impl Buckets {
         }
         match &op {
             Op::AddNetns(_) => self.netns.push(op),
-            Op::Sysctl { .. } => self.sysctl.push(op),
+            Op::Sysctl { .. } | Op::Ethtool { .. } => self.sysctl.push(op),
             Op::DelayLine { .. } => self.delay.push(op),
             Op::Cmd { ns: None, .. } => self.veths.push(op),
             Op::Cmd {
