@@ -76,8 +76,24 @@ pub fn add_ops(ns: &str, name: &str, ifaces: &[Iface]) -> Vec<Op> {
                 ns,
                 Tool::Tc,
                 &[
-                    "filter", "add", "dev", &i.name, hook, "pref", MIRROR_PREF, "u32", "match", "u32", "0", "0",
-                    "action", "mirred", "egress", "mirror", "dev", &t,
+                    "filter",
+                    "add",
+                    "dev",
+                    &i.name,
+                    hook,
+                    "pref",
+                    MIRROR_PREF,
+                    "u32",
+                    "match",
+                    "u32",
+                    "0",
+                    "0",
+                    "action",
+                    "mirred",
+                    "egress",
+                    "mirror",
+                    "dev",
+                    &t,
                 ],
             ));
         }
@@ -202,9 +218,15 @@ mod tests {
         assert!(text.contains(&"ip netns exec ns1 ethtool -K mon0-tx txvlan off".to_string()));
         assert!(text.contains(&"tc -n ns1 qdisc add dev eth0 clsact".to_string()));
         assert!(!text.iter().any(|t| t.contains("qdisc add dev eth1")), "{text:?}");
-        let mirrors = text.iter().filter(|t| t.contains("mirred egress mirror dev mon0-tx")).count();
+        let mirrors = text
+            .iter()
+            .filter(|t| t.contains("mirred egress mirror dev mon0-tx"))
+            .count();
         assert_eq!(mirrors, 4, "ingress and egress of both: {text:?}");
-        let rm: Vec<String> = remove_ops("ns1", "mon0", &ifaces).iter().map(|o| o.to_string()).collect();
+        let rm: Vec<String> = remove_ops("ns1", "mon0", &ifaces)
+            .iter()
+            .map(|o| o.to_string())
+            .collect();
         assert_eq!(
             rm,
             [

@@ -123,7 +123,10 @@ pub enum Op {
     },
     /// An `ethtool` command on a device of namespace `ns` (offload
     /// settings; ethtool has no `-n`, so it runs under `ip netns exec`).
-    Ethtool { ns: String, args: Vec<String> },
+    Ethtool {
+        ns: String,
+        args: Vec<String>,
+    },
     /// A delay-line process moving frames between ports `a` and `b` of the
     /// fabric namespace.
     DelayLine {
