@@ -1,6 +1,7 @@
 //! Where a client's join token comes from: handed in by the game (its
-//! backend fetched it), or asked of the control server over HTTP (feature
-//! `http`) with the player's ticket from the game backend.
+//! backend fetched it), or asked of the control server over HTTPS (feature
+//! `http`; plain HTTP only when asked for) with the player's ticket from
+//! the game backend.
 
 use reflector_proto::protocol::{SESSION_KEY_LEN, TOKEN_LEN};
 
@@ -35,7 +36,8 @@ impl std::fmt::Debug for Token {
 /// How to ask the control server for a token.
 #[derive(Clone, PartialEq)]
 pub struct ControlServer {
-    /// `http://host:port` of the control server.
+    /// `https://host:port` of the control server (`http://` only with
+    /// [`ControlServer::allow_plain_http`]).
     pub url: String,
     /// The player's ticket from the game backend (a JWT), sent as
     /// `Authorization: Bearer`; `None` for a control server with anonymous
@@ -45,6 +47,28 @@ pub struct ControlServer {
     pub player: u32,
     /// The player's position in the world: it picks the cell, so the group.
     pub position: (f64, f64),
+    /// A PEM file of CA certificates to trust instead of the built-in roots
+    /// (Mozilla's, from webpki-roots): a studio's private CA, or a test's.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Plain HTTP: the ticket and the session key cross the network in
+    /// clear, so anyone on the path can take the membership. Only for
+    /// closed labs; off by default, and an `http://` URL is refused then.
+    pub allow_plain_http: bool,
+}
+
+impl ControlServer {
+    /// A control server at `url` (HTTPS, trusting the built-in roots), no
+    /// ticket: set the fields for more.
+    pub fn new(url: impl Into<String>, player: u32, position: (f64, f64)) -> ControlServer {
+        ControlServer {
+            url: url.into(),
+            ticket: None,
+            player,
+            position,
+            ca_file: None,
+            allow_plain_http: false,
+        }
+    }
 }
 
 impl std::fmt::Debug for ControlServer {
@@ -53,6 +77,8 @@ impl std::fmt::Debug for ControlServer {
             .field("url", &self.url)
             .field("player", &self.player)
             .field("position", &self.position)
+            .field("ca_file", &self.ca_file)
+            .field("allow_plain_http", &self.allow_plain_http)
             .finish_non_exhaustive()
     }
 }
@@ -75,12 +101,25 @@ pub enum ControlError {
     BadAnswer(String),
     #[error("this build has no HTTP client (feature `http` is off): hand tokens in with Client::set_token")]
     NoHttp,
+    #[error(
+        "refusing plain HTTP to {url}: the ticket and session key would cross the network in clear; use https://, \
+         or set allow_plain_http for a closed lab"
+    )]
+    PlainHttp { url: String },
+    #[error("control server URL {url} is neither https:// nor http://")]
+    BadUrl { url: String },
+    #[error("TLS with control server {url} failed ({reason}): is its certificate signed by a CA this client trusts (ControlServer::ca_file)?")]
+    Tls { url: String, reason: String },
+    #[error("cannot use the CA file {path}: {reason}")]
+    BadCaFile { path: String, reason: String },
 }
 
 #[cfg(feature = "http")]
 mod http {
     use super::{ControlError, ControlServer, Token};
     use reflector_proto::protocol::{SESSION_KEY_LEN, TOKEN_LEN};
+    use std::path::Path;
+    use std::sync::Arc;
     use std::time::Duration;
 
     /// The control server's `/join` answer (fields this crate reads).
@@ -99,13 +138,68 @@ mod http {
         error: String,
     }
 
+    /// The rustls configuration trusting exactly the CAs of a PEM file
+    /// (on ring, as the rest of the workspace).
+    fn tls_config(path: &Path) -> Result<Arc<rustls::ClientConfig>, ControlError> {
+        use rustls_pki_types::pem::PemObject;
+        let bad = |reason: String| ControlError::BadCaFile {
+            path: path.display().to_string(),
+            reason,
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        let certs = rustls_pki_types::CertificateDer::pem_file_iter(path).map_err(|e| bad(e.to_string()))?;
+        for c in certs {
+            roots
+                .add(c.map_err(|e| bad(e.to_string()))?)
+                .map_err(|e| bad(e.to_string()))?;
+        }
+        if roots.is_empty() {
+            return Err(bad("no certificate in it".into()));
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        Ok(Arc::new(
+            rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map_err(|e| bad(e.to_string()))?
+                .with_root_certificates(roots)
+                .with_no_client_auth(),
+        ))
+    }
+
+    /// A TLS failure somewhere in a transport error's causes.
+    fn tls_failure(t: &ureq::Transport) -> Option<String> {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(t);
+        while let Some(e) = cause {
+            if let Some(r) = e.downcast_ref::<rustls::Error>() {
+                return Some(r.to_string());
+            }
+            if let Some(inner) = e.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+                if let Some(r) = inner.downcast_ref::<rustls::Error>() {
+                    return Some(r.to_string());
+                }
+            }
+            cause = e.source();
+        }
+        None
+    }
+
     /// `GET /join` with short timeouts: it runs on a helper thread, but a
     /// renewal must not wait a long time on a dead server either.
     pub fn fetch(c: &ControlServer) -> Result<Token, ControlError> {
-        let agent = ureq::AgentBuilder::new()
+        if c.url.starts_with("http://") {
+            if !c.allow_plain_http {
+                return Err(ControlError::PlainHttp { url: c.url.clone() });
+            }
+        } else if !c.url.starts_with("https://") {
+            return Err(ControlError::BadUrl { url: c.url.clone() });
+        }
+        let mut builder = ureq::AgentBuilder::new()
             .timeout_connect(Duration::from_secs(2))
-            .timeout(Duration::from_secs(5))
-            .build();
+            .timeout(Duration::from_secs(5));
+        if let Some(path) = &c.ca_file {
+            builder = builder.tls_config(tls_config(path)?);
+        }
+        let agent = builder.build();
         let mut req = agent
             .get(&format!("{}/join", c.url.trim_end_matches('/')))
             .query("player", &c.player.to_string())
@@ -135,9 +229,15 @@ mod http {
                 });
             }
             Err(ureq::Error::Transport(t)) => {
-                return Err(ControlError::Unreachable {
-                    url: c.url.clone(),
-                    reason: t.to_string(),
+                return Err(match tls_failure(&t) {
+                    Some(reason) => ControlError::Tls {
+                        url: c.url.clone(),
+                        reason,
+                    },
+                    None => ControlError::Unreachable {
+                        url: c.url.clone(),
+                        reason: t.to_string(),
+                    },
                 })
             }
         };

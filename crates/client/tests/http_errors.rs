@@ -14,6 +14,8 @@ fn control(url: &str) -> ControlServer {
         ticket: Some("t".into()),
         player: 5,
         position: (0.0, 0.0),
+        ca_file: None,
+        allow_plain_http: true,
     }
 }
 

@@ -164,6 +164,8 @@ fn forged_not_member_rejoins_with_the_held_token_without_the_control_server() {
             ticket: Some("a.ticket.jwt".into()),
             player: 9,
             position: (1.0, 2.0),
+            ca_file: None,
+            allow_plain_http: true,
         }))
     };
     let mut c = Client::new(cfg).unwrap();
@@ -275,6 +277,8 @@ fn renewal_fetches_a_new_token_ahead_of_expiry_and_keeps_the_membership() {
             ticket: None,
             player: 4,
             position: (0.0, 0.0),
+            ca_file: None,
+            allow_plain_http: true,
         }))
     };
     let mut c = Client::new(cfg).unwrap();
