@@ -32,8 +32,12 @@
 
 mod driver;
 mod streams;
+#[cfg(target_os = "linux")]
+mod sys;
 mod token;
 
+#[cfg(target_os = "linux")]
+pub use driver::MmsgDriver;
 pub use driver::{Driver, UdpDriver};
 pub use streams::{SenderKey, StreamCounters};
 pub use token::{fetch as fetch_token, ControlError, ControlServer, Token};

@@ -53,3 +53,8 @@ impl Driver for UdpDriver {
         self.sock.local_addr()
     }
 }
+
+#[cfg(target_os = "linux")]
+mod mmsg;
+#[cfg(target_os = "linux")]
+pub use mmsg::MmsgDriver;
