@@ -6,52 +6,99 @@ use std::mem::{size_of, zeroed};
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::AsRawFd;
 
-/// Receives up to `out.len()` datagrams without waiting: datagram `i` into
-/// `slots[i * slot..][..slot]`, its length and source into `out[i]`.
-/// Returns how many arrived (0 when none was waiting).
-pub fn recvmmsg(sock: &UdpSocket, slots: &mut [u8], slot: usize, out: &mut [(usize, SocketAddr)]) -> io::Result<usize> {
-    const MAX: usize = 64;
-    let n = out.len().min(MAX).min(slots.len() / slot.max(1));
-    // SAFETY: plain C structs for which all-zero bytes are a valid value.
-    let mut addrs: [libc::sockaddr_storage; MAX] = unsafe { zeroed() };
-    let mut iovs: [libc::iovec; MAX] = unsafe { zeroed() };
-    let mut hdrs: [libc::mmsghdr; MAX] = unsafe { zeroed() };
-    let base = slots.as_mut_ptr();
-    for i in 0..n {
-        // SAFETY: i * slot + slot <= slots.len(), checked by `n` above.
-        iovs[i] = libc::iovec {
-            iov_base: unsafe { base.add(i * slot) }.cast(),
-            iov_len: slot,
+/// `count` receive slots of `slot` bytes and the kernel's headers for
+/// them, built once: a `recvmmsg` call then only resets two fields per
+/// header. The headers point into the boxes this owns, whose heap blocks
+/// do not move when the struct does.
+pub struct RecvSlots {
+    slot: usize,
+    buf: Box<[u8]>,
+    _iovs: Box<[libc::iovec]>,
+    names: Box<[libc::sockaddr_storage]>,
+    hdrs: Box<[libc::mmsghdr]>,
+    count: usize,
+}
+
+// SAFETY: the raw pointers inside the headers point only into this
+// struct's own boxes, so moving it to another thread moves what they point
+// at with it; nothing is shared.
+unsafe impl Send for RecvSlots {}
+
+impl RecvSlots {
+    pub fn new(count: usize, slot: usize) -> RecvSlots {
+        let mut buf = vec![0u8; count * slot].into_boxed_slice();
+        // SAFETY: plain C structs for which all-zero bytes are valid.
+        let mut names: Box<[libc::sockaddr_storage]> = (0..count).map(|_| unsafe { zeroed() }).collect();
+        let mut iovs: Box<[libc::iovec]> = (0..count)
+            .map(|i| libc::iovec {
+                // In bounds: i < count, and buf has count * slot bytes.
+                iov_base: buf[i * slot..].as_mut_ptr().cast(),
+                iov_len: slot,
+            })
+            .collect();
+        let hdrs = (0..count)
+            .map(|i| {
+                // SAFETY: as above.
+                let mut h: libc::mmsghdr = unsafe { zeroed() };
+                h.msg_hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
+                h.msg_hdr.msg_iov = &mut iovs[i];
+                h.msg_hdr.msg_iovlen = 1;
+                h
+            })
+            .collect();
+        RecvSlots {
+            slot,
+            buf,
+            _iovs: iovs,
+            names,
+            hdrs,
+            count: 0,
+        }
+    }
+
+    /// Receives what is waiting, up to the slot count, without blocking;
+    /// returns how many arrived (0 when none was waiting).
+    pub fn recv(&mut self, sock: &UdpSocket) -> io::Result<usize> {
+        for h in self.hdrs.iter_mut() {
+            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_hdr.msg_flags = 0;
+        }
+        // SAFETY: every header points at this struct's own iovec, buffer
+        // slot and name, alive and unmoved for the call; the kernel writes
+        // at most the lengths they give.
+        let got = unsafe {
+            libc::recvmmsg(
+                sock.as_raw_fd(),
+                self.hdrs.as_mut_ptr(),
+                self.hdrs.len() as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
         };
-        hdrs[i].msg_hdr.msg_name = (&mut addrs[i] as *mut libc::sockaddr_storage).cast();
-        hdrs[i].msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        hdrs[i].msg_hdr.msg_iov = &mut iovs[i];
-        hdrs[i].msg_hdr.msg_iovlen = 1;
+        self.count = 0;
+        if got < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::WouldBlock {
+                Ok(0)
+            } else {
+                Err(e)
+            };
+        }
+        self.count = got as usize;
+        Ok(self.count)
     }
-    // SAFETY: every header points at live buffers of the lengths given, all
-    // of which outlive the call; the kernel writes at most those lengths.
-    let got = unsafe {
-        libc::recvmmsg(
-            sock.as_raw_fd(),
-            hdrs.as_mut_ptr(),
-            n as libc::c_uint,
-            libc::MSG_DONTWAIT,
-            std::ptr::null_mut(),
-        )
-    };
-    if got < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::WouldBlock {
-            Ok(0)
-        } else {
-            Err(e)
-        };
+
+    /// Datagram `i` of the last call and its source.
+    pub fn get(&self, i: usize) -> Option<(&[u8], SocketAddr)> {
+        if i >= self.count {
+            return None;
+        }
+        let len = (self.hdrs[i].msg_len as usize).min(self.slot);
+        Some((
+            &self.buf[i * self.slot..i * self.slot + len],
+            to_socket_addr(&self.names[i]),
+        ))
     }
-    let got = got as usize;
-    for i in 0..got {
-        out[i] = (hdrs[i].msg_len as usize, to_socket_addr(&addrs[i]));
-    }
-    Ok(got)
 }
 
 fn to_socket_addr(a: &libc::sockaddr_storage) -> SocketAddr {

@@ -6,7 +6,7 @@
 //! times the kernel is entered per frame of a game loop.
 
 use super::Driver;
-use crate::sys;
+use crate::sys::RecvSlots;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 
@@ -22,8 +22,7 @@ const SLOT: usize = reflector_proto::protocol::MAX_DATAGRAM;
 /// A non-blocking UDP socket read with `recvmmsg`.
 pub struct MmsgDriver {
     sock: UdpSocket,
-    slots: Box<[u8]>,
-    got: [(usize, SocketAddr); BATCH],
+    slots: RecvSlots,
     next: usize,
     filled: usize,
 }
@@ -44,8 +43,7 @@ impl MmsgDriver {
         sock.set_nonblocking(true)?;
         Ok(MmsgDriver {
             sock,
-            slots: vec![0u8; BATCH * SLOT].into_boxed_slice(),
-            got: [(0, SocketAddr::from(([0, 0, 0, 0], 0))); BATCH],
+            slots: RecvSlots::new(BATCH, SLOT),
             next: 0,
             filled: 0,
         })
@@ -61,18 +59,17 @@ impl Driver for MmsgDriver {
         if self.next == self.filled {
             self.next = 0;
             self.filled = 0;
-            self.filled = sys::recvmmsg(&self.sock, &mut self.slots, SLOT, &mut self.got)?;
+            self.filled = self.slots.recv(&self.sock)?;
             if self.filled == 0 {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
         }
-        let i = self.next;
+        let (bytes, src) = self.slots.get(self.next).ok_or(io::ErrorKind::WouldBlock)?;
         self.next += 1;
-        let (n, src) = self.got[i];
         // The client's buffer is MAX_DATAGRAM long, as a slot is; a shorter
         // one gets what fits, as recv_from would give it.
-        let n = n.min(buf.len());
-        buf[..n].copy_from_slice(&self.slots[i * SLOT..i * SLOT + n]);
+        let n = bytes.len().min(buf.len());
+        buf[..n].copy_from_slice(&bytes[..n]);
         Ok((n, src))
     }
 
