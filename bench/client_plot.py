@@ -33,6 +33,7 @@ for n in names[1:]:
     )
 b.axhline(1.2, color="red", linestyle="--", label="1.2x (criterion)")
 b.axhline(1.0, color="gray", linestyle=":")
+b.set_xticks(sorted({int(r["rep"]) for r in rows}))
 b.set_xlabel("repetition")
 b.set_ylabel("CPU per datagram / raw recvmmsg loop")
 b.set_ylim(bottom=0)

@@ -8,6 +8,7 @@
 //! instance id and starts a new one.
 
 use reflector_proto::protocol::ReplayWindow;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -76,15 +77,20 @@ impl Streams {
 
     /// Judges DATA number `seq` from `key`, received at `now`.
     pub fn accept(&mut self, key: SenderKey, seq: u64, now: Instant) -> Verdict {
-        if !self.map.contains_key(&key) && self.map.len() >= self.cap {
-            self.counters.table_full += 1;
-            return Verdict::TableFull;
-        }
-        let s = self.map.entry(key).or_insert(Stream {
-            window: ReplayWindow::default(),
-            last_heard: now,
-            silent: true,
-        });
+        // One hash of the key per datagram (contains_key then entry was two).
+        let full = self.map.len() >= self.cap;
+        let s = match self.map.entry(key) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(_) if full => {
+                self.counters.table_full += 1;
+                return Verdict::TableFull;
+            }
+            Entry::Vacant(v) => v.insert(Stream {
+                window: ReplayWindow::default(),
+                last_heard: now,
+                silent: true,
+            }),
+        };
         if !s.window.fresh(seq) {
             if seq <= s.window.highest && s.window.highest - seq >= 64 {
                 self.counters.too_late += 1;
