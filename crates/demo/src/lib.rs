@@ -207,7 +207,7 @@ pub fn run(args: DemoArgs, stop: &AtomicBool) -> Result<i32, DemoError> {
             clients: args.clients as usize,
             link: spec.apply_to("link", &Default::default())?,
             netlab_bin: sibling(&args.netlab_bin, "netlab", "--netlab-bin")?,
-            tdf: args.tdf,
+            tdf: netlab::plan::Tdf::new(u64::from(args.tdf), 1).map_err(|e| format!("--tdf {}: {e}", args.tdf))?,
         };
         Placement::lab(&shape, stop)?
     } else {

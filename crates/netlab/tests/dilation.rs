@@ -60,6 +60,10 @@ const FRAME: f64 = 1442.0;
 /// rate the receiver measured on its (dilated) clock and the rate through
 /// h1's shaper over the middle of the run on this (undilated) process's
 /// clock, both in bits per second.
+fn tdf(s: &str) -> netlab::plan::Tdf {
+    netlab::plan::parse_tdf(s).unwrap()
+}
+
 fn measure(lab: &netlab::lab::Lab, virtual_secs: f64) -> (f64, f64) {
     let l = lab.launcher();
     let h2 = lab.state.host("h2").unwrap().addr.unwrap().to_string();
@@ -85,7 +89,7 @@ fn measure(lab: &netlab::lab::Lab, virtual_secs: f64) -> (f64, f64) {
         .find(|f| f.node == "h1")
         .map(|f| f.ifname.clone())
         .unwrap();
-    let real = Duration::from_secs_f64(virtual_secs * f64::from(lab.state.tdf));
+    let real = Duration::from_secs_f64(virtual_secs * lab.state.tdf.as_f64());
     // The window starts once the sender is sending (starting Python under
     // the shim takes from 0.1 s to most of a second on a busy machine, and
     // a window opened by the clock alone then measured 0.35-0.9x of R/TDF).
@@ -128,17 +132,18 @@ fn a_program_in_a_dilated_lab_sees_the_configured_rate() {
         ..Default::default()
     };
     let mut o = opts();
-    o.dilation.tdf = 4;
+    o.dilation.tdf = tdf("4");
     let mut lab = up(&Builtin::Pair.build(&params), &o);
     assert!(lab.state.clock.is_some(), "a dilated lab records its clock");
-    // TDF 4, then changed at run time to 2: the links are re-rated to R/TDF
-    // and the clock follows; inside, the program measures ≈R each time.
-    for (tdf, virtual_secs) in [(4u32, 1.5), (2, 1.0)] {
+    // TDF 4, then changed at run time to 2.5 (vtime's TDF is a ratio, end to
+    // end): the links are re-rated to R/TDF and the clock follows; inside,
+    // the program measures ≈R each time.
+    for (tdf, virtual_secs) in [(tdf("4"), 1.5), (tdf("2.5"), 1.0)] {
         if tdf != lab.state.tdf {
             lab.set_tdf(tdf).unwrap();
         }
         let (inside, real) = measure(&lab, virtual_secs);
-        let real_r = r / f64::from(tdf);
+        let real_r = r / tdf.as_f64();
         eprintln!(
             "configured {r} b/s at TDF {tdf}: inside {inside:.0} b/s ({:.3}x), real wire {real:.0} b/s ({:.3}x of R/TDF)",
             inside / r,
@@ -175,10 +180,10 @@ fn the_delay_line_follows_a_tdf_change() {
         ..Default::default()
     };
     let mut o = opts();
-    o.dilation.tdf = 2;
+    o.dilation.tdf = tdf("2");
     o.delay_backend = Some(netlab::plan::DelayBackend::DelayLine);
     let mut lab = up(&Builtin::Pair.build(&params), &o);
-    for tdf in [2u32, 4, 1] {
+    for tdf in [tdf("2"), tdf("4"), tdf("1")] {
         if tdf != lab.state.tdf {
             lab.set_tdf(tdf).unwrap();
         }
@@ -189,7 +194,7 @@ fn the_delay_line_follows_a_tdf_change() {
         rtts.sort();
         let median = rtts[rtts.len() / 2].as_secs_f64();
         // Two traversals of a 4 ms x TDF link, plus the stack (well under 1 ms).
-        let want = 2.0 * 0.004 * f64::from(tdf);
+        let want = 2.0 * 0.004 * tdf.as_f64();
         eprintln!(
             "TDF {tdf}: median real RTT {:.2} ms, {:.2} ms expected",
             median * 1e3,

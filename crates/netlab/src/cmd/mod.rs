@@ -62,9 +62,10 @@ pub struct BuildArgs {
     /// or per-op (one process per operation, like Mininet).
     #[arg(long, value_enum, default_value = "batch")]
     pub apply: ApplyMode,
-    /// Time dilation factor: link rates are divided and delays multiplied by it.
-    #[arg(long)]
-    pub tdf: Option<u32>,
+    /// Time dilation factor (4, 2.5 or 3/2; 1 to 1000): link rates are divided and delays
+    /// multiplied by it.
+    #[arg(long, value_parser = netlab::plan::parse_tdf)]
+    pub tdf: Option<netlab::plan::Tdf>,
     /// Fixed ECMP hash seed for all routers (reproducible paths).
     #[arg(long)]
     pub ecmp_seed: Option<u32>,
@@ -121,15 +122,7 @@ pub fn load_scenario(spec: &str, b: &BuildArgs) -> Result<Scenario, LabError> {
         s.delay_backend = parse_delay_backend(d)?;
     }
     if let Some(t) = b.tdf {
-        if !(1..=1000).contains(&t) {
-            return Err(ModelError::OutOfRange {
-                item: "--tdf".into(),
-                value: t.to_string(),
-                range: "between 1 and 1000".into(),
-            }
-            .into());
-        }
-        s.tdf = Some(t);
+        s.tdf = Some(netlab::plan::check_tdf("--tdf", t)?);
     }
     if b.ecmp_seed.is_some() {
         s.ecmp_seed = b.ecmp_seed;
@@ -144,7 +137,7 @@ pub fn lab_options(s: &Scenario, b: &BuildArgs) -> Result<LabOptions, LabError> 
     o.delay_backend = s.delay_backend;
     o.apply_mode = b.apply;
     o.dilation = Dilation {
-        tdf: s.tdf.unwrap_or(1),
+        tdf: s.tdf.unwrap_or(netlab::plan::Tdf::ONE),
     };
     o.ecmp_seed = s.ecmp_seed;
     o.verbose = !b.quiet;

@@ -8,7 +8,7 @@ pub fn run(a: ScenarioArgs) -> Result<ExitCode, LabError> {
     let o = PlanOptions {
         delay_backend: s.delay_backend.unwrap_or(netlab::plan::DelayBackend::DelayLine),
         dilation: Dilation {
-            tdf: s.tdf.unwrap_or(1),
+            tdf: s.tdf.unwrap_or(netlab::plan::Tdf::ONE),
         },
         ecmp_seed: s.ecmp_seed,
     };

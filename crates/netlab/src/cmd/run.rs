@@ -41,7 +41,11 @@ pub fn run(a: RunArgs, stop: &AtomicBool) -> Result<ExitCode, LabError> {
             .into());
         }
         o.virtual_time = true;
-        o.dilation.tdf = o.dilation.tdf.clamp(min, max);
+        let whole = |n: u32| {
+            netlab::plan::Tdf::new(u64::from(n), 1)
+                .map_err(|e| LabError::io("--adaptive-tdf", std::io::Error::other(e)))
+        };
+        o.dilation.tdf = o.dilation.tdf.clamp(whole(min)?, whole(max)?);
     }
     let lab = Lab::up(&s.topology, &o, stop)?;
     eprint!("{}", lab.summary());

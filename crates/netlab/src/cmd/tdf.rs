@@ -6,9 +6,9 @@ use super::*;
 pub struct TdfArgs {
     #[arg(long)]
     pub run: Option<String>,
-    /// The new factor (a whole number, 1 or more).
-    #[arg(value_parser = clap::value_parser!(u32).range(1..=1000))]
-    pub tdf: u32,
+    /// The new factor (4, 2.5 or 3/2; 1 to 1000).
+    #[arg(value_parser = netlab::plan::parse_tdf)]
+    pub tdf: netlab::plan::Tdf,
 }
 
 pub fn run(a: TdfArgs) -> Result<ExitCode, LabError> {

@@ -6,7 +6,7 @@ pub fn run(a: ScenarioArgs, stop: &AtomicBool) -> Result<ExitCode, LabError> {
     let ScenarioArgs { scenario, build } = a;
     let s = load_scenario(&scenario, &build)?;
     lab::require_caps()?;
-    if s.tdf.unwrap_or(1) > 1 {
+    if s.tdf.is_some_and(|t| t > netlab::plan::Tdf::ONE) {
         return Err(LabError::DetachedClock);
     }
     let lab = Lab::up(&s.topology, &lab_options(&s, &build)?, stop)?;

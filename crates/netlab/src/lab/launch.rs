@@ -99,7 +99,7 @@ mod tests {
             owner_start: None,
             phase: super::super::Phase::Running,
             delay_backend: DelayBackend::DelayLine,
-            tdf: 4,
+            tdf: vtime::Tdf::new(4, 1).unwrap(),
             namespaces: vec![],
             hosts: vec![host("h1", None), host("h2", Some("1"))],
             clock: None,

@@ -259,13 +259,10 @@ impl Lab {
             build_time: Duration::ZERO,
             clock: None,
         };
-        if opts.dilation.tdf > 1 || opts.virtual_time {
+        if opts.dilation.dilated() || opts.virtual_time {
             // One record per lab: every host shares one virtual epoch.
             // On error `lab` is dropped, which removes what was made.
-            let tdf = vtime::Tdf::new(u64::from(opts.dilation.tdf), 1).map_err(|reason| vtime::Error::BadTdf {
-                input: opts.dilation.tdf.to_string(),
-                reason,
-            })?;
+            let tdf = opts.dilation.tdf;
             let dir = vtime::default_dir();
             let name = format!("netlab-{run_id}");
             // Managed: a bare `vtime set` would change the clock without
@@ -379,7 +376,7 @@ impl Lab {
     /// Changes the lab's time dilation factor while it runs: every link's
     /// HTB rate becomes rate/TDF, then the lab's clock runs TDF times slower
     /// (see [`set_tdf`]).
-    pub fn set_tdf(&mut self, tdf: u32) -> Result<Vec<String>, LabError> {
+    pub fn set_tdf(&mut self, tdf: vtime::Tdf) -> Result<Vec<String>, LabError> {
         let lines = set_tdf(&self.state, tdf)?;
         self.state.tdf = tdf;
         write_state(&self.dir, &self.state)?;
@@ -444,17 +441,15 @@ impl Drop for Lab {
 /// slows down (so no link runs too fast for a moment) and last when it speeds
 /// up. Delay-line and netem delays keep the factor they were built with.
 /// Returns a line per change.
-pub fn set_tdf(state: &RunState, tdf: u32) -> Result<Vec<String>, LabError> {
+pub fn set_tdf(state: &RunState, tdf: vtime::Tdf) -> Result<Vec<String>, LabError> {
     let Some(clock) = &state.clock else {
         return Err(LabError::io(
             format!("change the TDF of run {}", state.run_id),
             std::io::Error::other("the lab was built without a clock (TDF 1): build it with --tdf 2 or more"),
         ));
     };
-    let new = vtime::Tdf::new(u64::from(tdf), 1).map_err(|reason| vtime::Error::BadTdf {
-        input: tdf.to_string(),
-        reason,
-    })?;
+    crate::plan::check_tdf("the new TDF", tdf)?;
+    let new = tdf;
     let d = crate::plan::Dilation { tdf };
     let rerate = |lines: &mut Vec<String>| -> Result<(), LabError> {
         let mut ops: Vec<_> = state

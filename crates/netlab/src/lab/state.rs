@@ -42,7 +42,8 @@ pub struct RunState {
     pub owner_start: Option<u64>,
     pub phase: Phase,
     pub delay_backend: DelayBackend,
-    pub tdf: u32,
+    #[serde(with = "crate::plan::tdf_serde")]
+    pub tdf: vtime::Tdf,
     pub namespaces: Vec<String>,
     pub hosts: Vec<HostInfo>,
     /// The run's clock when it is dilated (TDF > 1): every process started
