@@ -78,10 +78,11 @@ pub struct BotsArgs {
     /// it on the way to the reflector. 0 where every path keeps order.
     #[arg(long, default_value_t = 20)]
     pub settle_ms: u64,
-    /// Key file (the control server's `--ticket-keys` format) whose first HS256 key signs a
-    /// player ticket for every token request, as the game's backend would.
-    #[arg(long)]
-    pub ticket_key: Option<std::path::PathBuf>,
+    /// Ticket key file (what `reflector control --ticket-keys` reads; `reflector ticket` writes
+    /// one for development) whose first HS256 key signs a player ticket for every token request,
+    /// as the game's backend would. Needed unless the control server runs --anonymous-joins.
+    #[arg(long, value_name = "FILE", alias = "ticket-key")]
+    pub ticket_keys: Option<std::path::PathBuf>,
 }
 
 /// Everything a bots run needs, independent of the CLI.
@@ -113,7 +114,7 @@ pub struct BotsConfig {
     /// DATA sent this close before a receiver's LEAVE is uncertain.
     pub settle: Duration,
     /// Key file to sign player tickets with (none: anonymous requests).
-    pub ticket_key: Option<std::path::PathBuf>,
+    pub ticket_keys: Option<std::path::PathBuf>,
 }
 
 impl BotsConfig {
@@ -136,7 +137,7 @@ impl BotsConfig {
             sync_start: false,
             netns: Vec::new(),
             settle: Duration::from_millis(20),
-            ticket_key: None,
+            ticket_keys: None,
         }
     }
 
@@ -202,7 +203,7 @@ impl TryFrom<&BotsArgs> for BotsConfig {
             sync_start: a.sync_start,
             netns: a.netns.clone(),
             settle: Duration::from_millis(a.settle_ms),
-            ticket_key: a.ticket_key.clone(),
+            ticket_keys: a.ticket_keys.clone(),
         };
         if a.first_player.checked_add(a.count as u32 - 1).is_none() {
             return Err(BotsError::Config(

@@ -216,7 +216,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
     let (res_tx, res_rx) = mpsc::channel::<JobResult>();
     let job_rx = Arc::new(Mutex::new(job_rx));
     let mut workers = Vec::new();
-    let minter = match &cfg.ticket_key {
+    let minter = match &cfg.ticket_keys {
         Some(p) => Some(Arc::new(
             reflector_proto::ticket::TicketMinter::from_file(p).map_err(|e| BotsError::Config(e.to_string()))?,
         )),

@@ -315,7 +315,7 @@ fn bots_with_tickets_join_and_bots_without_are_refused() {
     cfg.move_every = None;
     cfg.sync_start = true;
     cfg.duration = Duration::from_secs(10);
-    cfg.ticket_key = Some(keys.clone());
+    cfg.ticket_keys = Some(keys.clone());
     let report = run_bots(&cfg, &AtomicBool::new(false)).unwrap();
     assert_eq!(report.error_count, 0, "{:?}", report.errors);
     assert_eq!((report.lost, report.joins), (0, 4));

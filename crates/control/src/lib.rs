@@ -44,11 +44,13 @@ use std::time::{Duration, Instant};
 #[derive(clap::Args, Debug, Clone)]
 #[command(after_help = "Endpoints (GET, JSON answers):\n  \
 /join?player=ID&x=X&y=Y  the player's cell, its reflector ip:port and group, a signed token \
-valid for --token-ttl seconds\n  \
+valid for --token-ttl seconds; needs `Authorization: Bearer <ticket>` unless --anonymous-joins\n  \
 /world                   the grid and the cell -> group mapping\n  \
 /healthz                 liveness\n\
 Bad parameters get 400 with {\"error\": \"...\"} naming the problem.\n\n\
-Example: reflector control --secret-file secret --reflector 127.0.0.1:4000-4015 --grid 8x8")]
+Example (a development ticket key file first; `reflector ticket --help`):\n  \
+reflector ticket --ticket-keys tickets.toml > /dev/null\n  \
+reflector control --secret-file secret --reflector 127.0.0.1:4000-4015 --ticket-keys tickets.toml --grid 8x8")]
 pub struct ControlArgs {
     /// HTTP address to listen on.
     #[arg(long, default_value = "127.0.0.1:8700")]
@@ -620,6 +622,20 @@ impl ControlServer {
     }
 }
 
+/// The start-up line's suggestion: a request that gets a join token from
+/// this server as configured (with tickets, the ticket comes from
+/// `reflector ticket`, which reads the same key file).
+pub fn try_hint(url: &str, ticket_keys: Option<&std::path::Path>) -> String {
+    let join = format!("'{url}/join?player=1&x=0&y=0'");
+    match ticket_keys {
+        Some(keys) => format!(
+            "curl -s -H \"Authorization: Bearer $(reflector ticket --ticket-keys {} --player 1)\" {join}",
+            keys.display()
+        ),
+        None => format!("curl -s {join}"),
+    }
+}
+
 /// `reflector control`.
 pub fn run(args: ControlArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
     args.http.validate()?;
@@ -660,11 +676,11 @@ pub fn run(args: ControlArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
     let (cols, rows, ntargets) = (cfg.world.cols, cfg.world.rows, cfg.world.targets.len());
     let server = ControlServer::start_with(cfg, args.http.limits(), tls, Arc::clone(&stop))?;
     tracing::info!(
-        "control server at {}: {cols}x{rows} cells of {} units onto {ntargets} group(s) ({}); try {}/join?player=1&x=0&y=0",
+        "control server at {}: {cols}x{rows} cells of {} units onto {ntargets} group(s) ({}); try: {}",
         server.addr(),
         args.cell_size,
         args.assign,
-        server.url()
+        try_hint(&server.url(), args.ticket_keys.as_deref())
     );
     let started = Instant::now();
     while !stop.load(Relaxed) {

@@ -316,7 +316,7 @@ impl Scenario<'_> {
         if !bots_netns.is_empty() {
             bots.arg("--netns").arg(bots_netns.join(","));
         }
-        bots.arg("--ticket-key").arg(&self.ticket_keys);
+        bots.arg("--ticket-keys").arg(&self.ticket_keys);
         bots.args([
             "--control",
             &format!("http://{control}"),

@@ -2,9 +2,11 @@
 //! clients, as subcommands of one binary. Each role is a library crate
 //! (`reflector-server`, `reflector-control`, `reflector-bots`); this is the
 //! command line over them and the check of what each needs from the OS.
+//! `reflector ticket` plays the game backend for a local test.
 #![deny(unsafe_code)]
 
 mod privileges;
+mod ticket;
 
 use clap::{Parser, Subcommand};
 use reflector_bots as bots;
@@ -20,11 +22,14 @@ use std::process::ExitCode;
         Clients send unicast UDP to a group's port; the reflector forwards every datagram \
         to all other members of that group. Membership needs a token from the control \
         server and a stateless address check, so the reflector cannot be used as an amplifier.\n\n\
-        Typical set-up (one secret shared by control server and reflectors):\n  \
+        Typical set-up on one machine (one secret shared by control server and reflectors; \
+        a development ticket key file, since the control server issues tokens only to players \
+        with a ticket from the game's backend); each server in a terminal of its own:\n  \
         od -An -tx1 -N32 /dev/urandom | tr -d ' \\n' > secret\n  \
-        reflector serve --ports 4000-4015 --secret-file secret\n  \
-        reflector control --secret-file secret --reflector 127.0.0.1:4000-4015\n  \
-        reflector bots --control http://127.0.0.1:8700 --count 20 --duration 10\n\n\
+        reflector ticket --ticket-keys tickets.toml > /dev/null\n  \
+        reflector serve --bind 127.0.0.1 --ports 4000-4015 --secret-file secret\n  \
+        reflector control --secret-file secret --reflector 127.0.0.1:4000-4015 --ticket-keys tickets.toml\n  \
+        reflector bots --control http://127.0.0.1:8700 --ticket-keys tickets.toml --count 20 --duration 10\n\n\
         All three together, in an emulated network: reflector-demo"
 )]
 struct Cli {
@@ -40,10 +45,21 @@ enum Command {
     Control(reflector_control::ControlArgs),
     /// Run simulated players that join, move, send and measure loss and latency.
     Bots(bots::BotsArgs),
+    /// For a local test: write a development ticket key file and print a player ticket.
+    Ticket(ticket::TicketArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Ticket(a) = &cli.command {
+        return match ticket::run(a) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("reflector: error: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -66,6 +82,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => ("serve", privileges::for_serve(&a.ports.0, a.metrics, unprivileged_from)),
         Command::Control(a) => ("control", privileges::for_control(a.listen, unprivileged_from)),
         Command::Bots(a) => ("bots", privileges::for_bots(&a.netns)),
+        Command::Ticket(_) => ("ticket", Vec::new()),
     };
     if let Err(msg) = privileges::check(command, &needs) {
         eprintln!("reflector: error: {msg}");
@@ -75,6 +92,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => server::run(a, stop).map(|()| 0),
         Command::Control(a) => reflector_control::run(a, stop).map(|()| 0),
         Command::Bots(a) => bots::run(a, stop),
+        Command::Ticket(_) => Ok(0),
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
