@@ -221,6 +221,14 @@ pub enum BotsError {
     Config(String),
     #[error("control server {url}: {msg} (is `reflector control` running there?)")]
     Control { url: String, msg: String },
+    /// The control server refused a player ticket: every bot's ticket is
+    /// made alike, so the run stops at the first refusal.
+    #[error("{msg}: {}", ticket_hint(*status, keys.as_deref()))]
+    Ticket {
+        status: u16,
+        msg: String,
+        keys: Option<std::path::PathBuf>,
+    },
     #[error("bot socket setup failed in {call}: {source}")]
     Socket {
         call: &'static str,
@@ -233,6 +241,25 @@ pub enum BotsError {
         #[source]
         source: io::Error,
     },
+}
+
+/// Why the control server refused the bots' tickets, and what to change.
+pub fn ticket_hint(status: u16, keys: Option<&std::path::Path>) -> String {
+    match (status, keys) {
+        (_, None) => "the control server wants a player ticket with each token request: give --ticket-keys FILE, \
+             the key file the control server reads with its --ticket-keys (`reflector ticket --ticket-keys FILE` \
+             writes one for development), unless it is meant to run --anonymous-joins"
+            .to_string(),
+        (403, Some(k)) => format!(
+            "the control server took the tickets signed with {} for other players than asked",
+            k.display()
+        ),
+        (_, Some(k)) => format!(
+            "the control server does not accept the tickets signed with {}: is it the file the control server reads \
+             with --ticket-keys (and are both clocks right)?",
+            k.display()
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -268,7 +268,7 @@ impl Counters {
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
-    #[error("cannot listen on {addr}: {source} (is another server running there?)")]
+    #[error("cannot listen on {addr}: {source} ({})", listen_hint(addr, source))]
     Listen {
         addr: SocketAddr,
         #[source]
@@ -284,6 +284,22 @@ pub enum HttpError {
     Limits(String),
     #[error("TLS: {path} {what}")]
     Tls { path: String, what: String },
+}
+
+/// What most likely made listening on `addr` fail, by the error's cause.
+pub fn listen_hint(addr: &SocketAddr, e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::AddrNotAvailable => format!(
+            "{} is not an address of this host: listen on one of its addresses (`ip -brief address`), or 127.0.0.1",
+            addr.ip()
+        ),
+        io::ErrorKind::AddrInUse => format!("is another server running on port {}?", addr.port()),
+        io::ErrorKind::PermissionDenied => format!(
+            "port {} is below net.ipv4.ip_unprivileged_port_start: run as root or with CAP_NET_BIND_SERVICE, or use a higher port",
+            addr.port()
+        ),
+        _ => "check the address".to_string(),
+    }
 }
 
 /// Binds a listening socket for [`HttpServer::start_on`].

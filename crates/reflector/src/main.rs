@@ -68,11 +68,13 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    // `bots` documents 2 for errors (1 is loss).
+    let fail = if matches!(cli.command, Command::Bots(_)) { 2 } else { 1 };
     let stop = match oskit::signal::stop_flag() {
         Ok(s) => s,
         Err(e) => {
             eprintln!("reflector: cannot install signal handlers: {e}");
-            return ExitCode::from(1);
+            return ExitCode::from(fail);
         }
     };
     // What the configuration needs from the OS is checked before anything
@@ -86,7 +88,7 @@ fn main() -> ExitCode {
     };
     if let Err(msg) = privileges::check(command, &needs) {
         eprintln!("reflector: error: {msg}");
-        return ExitCode::from(1);
+        return ExitCode::from(fail);
     }
     let result = match cli.command {
         Command::Serve(a) => server::run(a, stop).map(|()| 0),
@@ -108,7 +110,7 @@ fn main() -> ExitCode {
                 src = s.source();
             }
             eprintln!("{msg}");
-            ExitCode::from(1)
+            ExitCode::from(fail)
         }
     }
 }

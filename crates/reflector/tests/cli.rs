@@ -133,3 +133,216 @@ fn help_examples_name_the_required_options() {
         assert!(help.contains("reflector ticket --ticket-keys"), "{help}");
     }
 }
+
+/// An address this host does not have (TEST-NET-1, RFC 5737).
+const NOT_HERE: &str = "192.0.2.1";
+
+#[test]
+fn binding_an_address_this_host_lacks_names_the_address() {
+    let dir = scratch("bind");
+    let secret = dir.join("secret");
+    std::fs::write(&secret, "ab".repeat(32)).unwrap();
+    let s = secret.to_str().unwrap();
+    let o = reflector(&[
+        "serve",
+        "--bind",
+        NOT_HERE,
+        "--ports",
+        "4000",
+        "--secret-file",
+        s,
+        "--duration",
+        "1",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(
+        e.contains("192.0.2.1 is not an address of this host") && e.contains("--bind"),
+        "{e}"
+    );
+    assert!(!e.contains("another reflector"), "{e}");
+
+    let metrics = format!("{NOT_HERE}:9100");
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let o = reflector(&[
+        "serve",
+        "--bind",
+        "127.0.0.1",
+        "--ports",
+        &port,
+        "--secret-file",
+        s,
+        "--metrics",
+        &metrics,
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("192.0.2.1 is not an address of this host"),
+        "{}",
+        stderr(&o)
+    );
+
+    let listen = format!("{NOT_HERE}:8700");
+    let o = reflector(&[
+        "control",
+        "--secret-file",
+        s,
+        "--reflector",
+        "127.0.0.1:4000",
+        "--anonymous-joins",
+        "--insecure-http",
+        "--listen",
+        &listen,
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("192.0.2.1 is not an address of this host"), "{e}");
+    assert!(!e.contains("another server"), "{e}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn bots_exit_2_when_the_control_server_is_unreachable_as_their_help_says() {
+    let help = String::from_utf8(reflector(&["bots", "--help"]).stdout).unwrap();
+    assert!(
+        help.contains("2 errors") && help.contains("control server unreachable"),
+        "{help}"
+    );
+    // Nothing listens on a port this test bound and closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let o = reflector(&["bots", "--control", &url, "--count", "1", "--duration", "1", "--quiet"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("unreachable"), "{}", stderr(&o));
+}
+
+/// A control server on a free loopback port, with tickets from `keys`; its
+/// URL from its start-up line. Killed on drop.
+struct Control {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Control {
+    fn start(secret: &str, keys: &str) -> Control {
+        use std::io::BufRead;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_reflector"))
+            .args(["control", "--listen", "127.0.0.1:0", "--secret-file", secret])
+            .args(["--reflector", "127.0.0.1:4000", "--ticket-keys", keys])
+            .env("RUST_LOG", "info")
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let err = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut url = None;
+        for line in err.lines().take(20) {
+            let line = line.unwrap();
+            if let Some(rest) = line.split("control server at ").nth(1) {
+                url = Some(format!(
+                    "http://{}",
+                    rest.split(':').take(2).collect::<Vec<_>>().join(":")
+                ));
+                // The suggestion must be a request with a ticket from this key file.
+                assert!(
+                    line.contains(&format!("reflector ticket --ticket-keys {keys}")),
+                    "{line}"
+                );
+                break;
+            }
+        }
+        let url = url.expect("the control server's start-up line");
+        Control { child, url }
+    }
+}
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs bots for at most a minute of sending; returns their output and
+/// whether they ended within `limit` (a refusal must end the run, not be
+/// retried for all of it).
+fn bots_until(args: &[&str], limit: std::time::Duration) -> (Output, bool) {
+    let start = std::time::Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_reflector"))
+        .arg("bots")
+        .args(args)
+        .args(["--count", "2", "--duration", "60", "--quiet"])
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ended = false;
+    while start.elapsed() < limit {
+        if child.try_wait().unwrap().is_some() {
+            ended = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    if !ended {
+        let _ = child.kill();
+    }
+    (child.wait_with_output().unwrap(), ended)
+}
+
+#[test]
+fn bots_refused_for_their_ticket_name_the_ticket_and_stop() {
+    let dir = scratch("bots401");
+    let secret = dir.join("secret");
+    std::fs::write(&secret, "ab".repeat(32)).unwrap();
+    let keys = dir.join("tickets.toml");
+    let other = dir.join("other.toml");
+    for k in [&keys, &other] {
+        assert!(reflector(&["ticket", "--ticket-keys", k.to_str().unwrap()])
+            .status
+            .success());
+    }
+    let control = Control::start(secret.to_str().unwrap(), keys.to_str().unwrap());
+    let limit = std::time::Duration::from_secs(30);
+
+    // No ticket key file: the message asks for one, and does not blame the reflector.
+    let (o, ended) = bots_until(&["--control", &control.url], limit);
+    assert!(ended, "bots kept retrying a 401: {}", stderr(&o));
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.contains("401") && e.contains("--ticket-keys FILE") && e.contains("reflector ticket"),
+        "{e}"
+    );
+    assert!(!e.contains("reflector running"), "{e}");
+
+    // The wrong key file: named.
+    let (o, ended) = bots_until(
+        &["--control", &control.url, "--ticket-keys", other.to_str().unwrap()],
+        limit,
+    );
+    assert!(ended, "bots kept retrying a 401: {}", stderr(&o));
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("401") && e.contains("other.toml"), "{e}");
+
+    // The old spelling still reads the same file (and gets past the ticket check).
+    // With no reflector behind the control server the bots keep trying to
+    // join: still running after a few seconds means the tickets were taken.
+    let (o, ended) = bots_until(
+        &["--control", &control.url, "--ticket-key", keys.to_str().unwrap()],
+        std::time::Duration::from_secs(3),
+    );
+    assert!(!ended && !stderr(&o).contains("401"), "{}", stderr(&o));
+    drop(control);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -192,7 +192,7 @@ pub enum Toggle {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error("cannot bind group port {addr}: {source} (is another reflector running, or is the port below 1024 without root?)")]
+    #[error("cannot bind group port {addr}: {source} ({})", bind_hint(addr, source))]
     Bind { addr: SocketAddr, source: io::Error },
     #[error("socket setup for group port {port} failed in {call}: {source}")]
     Setup {
@@ -210,6 +210,26 @@ pub enum ServeError {
         #[source]
         source: io::Error,
     },
+}
+
+/// What most likely made binding `addr` fail, by the error's cause.
+pub fn bind_hint(addr: &SocketAddr, e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::AddrNotAvailable => format!(
+            "{} is not an address of this host: give --bind one of its addresses (`ip -brief address`), or 0.0.0.0 for all",
+            addr.ip()
+        ),
+        io::ErrorKind::AddrInUse => format!(
+            "port {} is taken on {}: is another reflector running, or another program on that port?",
+            addr.port(),
+            addr.ip()
+        ),
+        io::ErrorKind::PermissionDenied => format!(
+            "port {} is below net.ipv4.ip_unprivileged_port_start: run as root or with CAP_NET_BIND_SERVICE, or use a higher port",
+            addr.port()
+        ),
+        _ => "check --bind and --ports".to_string(),
+    }
 }
 
 /// Everything a server needs, independent of the CLI.
@@ -1113,6 +1133,20 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bind_failures_name_their_cause() {
+        let at: SocketAddr = "10.9.9.9:4000".parse().unwrap();
+        let hint = |errno| bind_hint(&at, &io::Error::from_raw_os_error(errno));
+        let h = hint(libc::EADDRNOTAVAIL);
+        assert!(
+            h.contains("10.9.9.9 is not an address of this host") && h.contains("--bind"),
+            "{h}"
+        );
+        assert!(!h.contains("another reflector"), "{h}");
+        assert!(hint(libc::EADDRINUSE).contains("another reflector"));
+        assert!(hint(libc::EACCES).contains("CAP_NET_BIND_SERVICE"));
+    }
 
     #[test]
     fn group_tags() {
