@@ -5,10 +5,11 @@
 //! `reflector ticket` plays the game backend for a local test.
 #![deny(unsafe_code)]
 
+mod config;
 mod privileges;
 mod ticket;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use reflector_bots as bots;
 use reflector_server::server;
 use std::process::ExitCode;
@@ -50,7 +51,19 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cmd = config::with_config_args(Cli::command());
+    let matches = match config::parse(cmd, std::env::args_os().collect()) {
+        Ok(config::Parsed::Run(m)) => m,
+        Ok(config::Parsed::Print(text)) => {
+            print!("{text}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("reflector: error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Command::Ticket(a) = &cli.command {
         return match ticket::run(a) {
             Ok(()) => ExitCode::SUCCESS,

@@ -346,3 +346,155 @@ fn bots_refused_for_their_ticket_name_the_ticket_and_stop() {
     drop(control);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// `serve` with a secret in `dir`, a config file there with `toml`.
+fn config_dir(name: &str, toml: &str) -> (std::path::PathBuf, String, String) {
+    let dir = scratch(name);
+    let secret = dir.join("secret");
+    std::fs::write(&secret, "ab".repeat(32)).unwrap();
+    let file = dir.join("config.toml");
+    std::fs::write(&file, toml.replace("SECRET", secret.to_str().unwrap())).unwrap();
+    let s = secret.to_str().unwrap().to_string();
+    (dir, file.to_str().unwrap().to_string(), s)
+}
+
+fn key_line<'a>(printed: &'a str, key: &str) -> &'a str {
+    let prefix = format!("{key} = ");
+    printed.lines().find(|l| l.starts_with(&prefix)).unwrap_or("")
+}
+
+#[test]
+fn config_file_flags_override_it_and_print_config_shows_the_result() {
+    let (dir, file, _) = config_dir(
+        "config-precedence",
+        "secret_file = \"SECRET\"\nreplies_per_s = 7\nmax_members = 64\ngroup_data_tags = [\"4001=off\"]\nstrict_backend = true\n",
+    );
+    let o = reflector(&["serve", "--config", &file, "--max-members", "99", "--print-config"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let p = stdout(&o);
+    assert_eq!(key_line(&p, "replies_per_s"), "replies_per_s = 7", "{p}");
+    assert_eq!(key_line(&p, "max_members"), "max_members = 99", "{p}");
+    assert_eq!(
+        key_line(&p, "group_data_tags"),
+        "group_data_tags = [\"4001=off\"]",
+        "{p}"
+    );
+    assert_eq!(key_line(&p, "strict_backend"), "strict_backend = true", "{p}");
+    // Defaults show too.
+    assert_eq!(key_line(&p, "member_rate_pps"), "member_rate_pps = 500", "{p}");
+    // A conflicting option on the command line wins over the file's key.
+    let keys = dir.join("keys.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "secret_file = \"s\"\nreflector = [\"127.0.0.1:4000-4001\"]\nticket_keys = \"{}\"\n",
+            keys.display()
+        ),
+    )
+    .unwrap();
+    let o = reflector(&["control", "--config", &file, "--anonymous-joins", "--print-config"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let p = stdout(&o);
+    assert_eq!(key_line(&p, "anonymous_joins"), "anonymous_joins = true", "{p}");
+    assert_eq!(key_line(&p, "ticket_keys"), "", "{p}");
+    assert_eq!(
+        key_line(&p, "reflector"),
+        "reflector = [\"127.0.0.1:4000-4001\"]",
+        "{p}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn config_file_unknown_keys_and_bad_values_are_named() {
+    let (dir, file, _) = config_dir(
+        "config-unknown",
+        "secret_file = \"SECRET\"\nmember_timeoutt = \"10s\"\n",
+    );
+    let o = reflector(&["serve", "--config", &file]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("unknown key 'member_timeoutt'"), "{}", stderr(&o));
+    std::fs::write(&file, "secret_file = \"s\"\nmember_rate_pps = \"lots\"\n").unwrap();
+    let o = reflector(&["serve", "--config", &file]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.contains("config.toml") && e.contains("lots") && e.contains("--member-rate-pps"),
+        "{e}"
+    );
+    std::fs::write(&file, "secret_file = \"s\"\nstrict_backend = \"yes\"\n").unwrap();
+    let o = reflector(&["serve", "--config", &file]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("'strict_backend' wants true or false"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::write(&file, "secret_file = [[\n").unwrap();
+    let o = reflector(&["serve", "--config", &file]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("config.toml"), "{}", stderr(&o));
+    let o = reflector(&["serve", "--config", dir.join("nothere.toml").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("nothere.toml"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn print_config_reads_back_as_the_same_configuration() {
+    let (dir, file, secret) = config_dir("config-roundtrip", "");
+    let cases: [Vec<&str>; 2] = [
+        vec![
+            "serve",
+            "--secret-file",
+            &secret,
+            "--bind",
+            "127.0.0.1",
+            "--ports",
+            "4000-4003,4010",
+        ],
+        vec![
+            "control",
+            "--secret-file",
+            &secret,
+            "--reflector",
+            "127.0.0.1:4000-4015",
+            "--reflector",
+            "127.0.0.2:5000",
+            "--ticket-keys",
+            "keys.toml",
+            "--cell-size",
+            "2.5",
+        ],
+    ];
+    for args in cases {
+        let mut first = args.clone();
+        first.extend(["--group-data-tags", "4001=off"].iter().filter(|_| args[0] == "serve"));
+        first.push("--print-config");
+        let o = reflector(&first);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let printed = stdout(&o);
+        std::fs::write(&file, &printed).unwrap();
+        let o = reflector(&[args[0], "--config", &file, "--print-config"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert_eq!(stdout(&o), printed);
+    }
+    // And the file runs: a reflector from the config file alone.
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    std::fs::write(
+        &file,
+        format!("secret_file = \"{secret}\"\nbind = \"127.0.0.1\"\nports = {port}\nduration = 0.2\nthreads = 1\n"),
+    )
+    .unwrap();
+    let o = reflector(&["serve", "--config", &file]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(dir);
+}
