@@ -1,6 +1,7 @@
 //! The bots' command line and configuration, checked before anything runs.
 
 use super::MIN_SIZE;
+use oskit::units::{duration_in, secs_or_duration_in};
 use reflector_proto::protocol::MAX_DATAGRAM;
 use std::io;
 use std::net::IpAddr;
@@ -23,20 +24,21 @@ pub struct BotsArgs {
     /// Number of bots (all in this process, on one thread).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=20_000))]
     pub count: u64,
-    /// Seconds of sending; then a grace period for datagrams in flight.
-    #[arg(long, default_value_t = 10.0)]
-    pub duration: f64,
+    /// How long the bots send (e.g. 10s, 2m; a bare number is seconds); then a grace period
+    /// for datagrams in flight.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = secs_or_duration_in(Duration::from_millis(1), Duration::from_secs(10_000_000)))]
+    pub duration: Duration,
     /// DATA per second per bot.
     #[arg(long, default_value_t = 10.0)]
     pub rate: f64,
     /// Size of each DATA datagram in bytes, header included (UDP payload).
     #[arg(long, default_value_t = 100)]
     pub size: usize,
-    /// Seconds between moves to a new position (a step of up to one cell
-    /// per axis); on a cell change the bot asks the control server for its
+    /// Time between moves to a new position (e.g. 3s; a bare number is seconds; a step of up
+    /// to one cell per axis); on a cell change the bot asks the control server for its
     /// group and, if it differs, leaves the old group and joins the new. 0 = never.
-    #[arg(long, default_value_t = 3.0)]
-    pub move_every: f64,
+    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = secs_or_duration_in(Duration::ZERO, Duration::from_secs(10_000_000)))]
+    pub move_every: Duration,
     /// Local address for the bots' sockets.
     #[arg(long, default_value = "0.0.0.0")]
     pub bind: IpAddr,
@@ -49,9 +51,10 @@ pub struct BotsArgs {
     /// Player id of the first bot; the others follow.
     #[arg(long, default_value_t = 1)]
     pub first_player: u32,
-    /// Longest wait, in seconds, for datagrams in flight after sending stops.
-    #[arg(long, default_value_t = 2.0)]
-    pub grace: f64,
+    /// Longest wait for datagrams in flight after sending stops (e.g. 2s; a bare number is
+    /// seconds).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = secs_or_duration_in(Duration::ZERO, Duration::from_secs(10_000_000)))]
+    pub grace: Duration,
     /// Receive buffer per bot socket, bytes (SO_RCVBUFFORCE when root).
     #[arg(long, default_value_t = 1 << 20)]
     pub rcvbuf: usize,
@@ -73,11 +76,14 @@ pub struct BotsArgs {
     /// server is still asked from this process's own namespace.
     #[arg(long, value_delimiter = ',')]
     pub netns: Vec<String>,
-    /// Milliseconds: DATA sent this close before a receiver's LEAVE counts as uncertain
+    /// DATA sent this close before a receiver's LEAVE (e.g. 20ms) counts as uncertain
     /// (accepted, not required), since over a lab's separate links the LEAVE may overtake
-    /// it on the way to the reflector. 0 where every path keeps order.
-    #[arg(long, default_value_t = 20)]
-    pub settle_ms: u64,
+    /// it on the way to the reflector. 0s where every path keeps order.
+    #[arg(long, value_name = "DURATION", default_value = "20ms", value_parser = duration_in(Duration::ZERO, Duration::from_secs(3600)))]
+    pub settle: Duration,
+    /// Old spelling of --settle, in milliseconds.
+    #[arg(long, hide = true, conflicts_with = "settle")]
+    pub settle_ms: Option<u64>,
     /// Ticket key file (what `reflector control --ticket-keys` reads; `reflector ticket` writes
     /// one for development) whose first HS256 key signs a player ticket for every token request,
     /// as the game's backend would. Needed unless the control server runs --anonymous-joins.
@@ -171,38 +177,27 @@ impl BotsConfig {
     }
 }
 
-pub(super) fn secs(name: &str, v: f64, allow_zero: bool) -> Result<Duration, BotsError> {
-    if v.is_finite() && (v > 0.0 || (allow_zero && v == 0.0)) && v < 1e7 {
-        Ok(Duration::from_secs_f64(v))
-    } else {
-        Err(BotsError::Config(format!(
-            "--{name} must be a {} number of seconds, got {v}",
-            if allow_zero { "non-negative" } else { "positive" }
-        )))
-    }
-}
-
 impl TryFrom<&BotsArgs> for BotsConfig {
     type Error = BotsError;
     fn try_from(a: &BotsArgs) -> Result<BotsConfig, BotsError> {
-        let move_every = secs("move-every", a.move_every, true)?;
+        let move_every = a.move_every;
         let cfg = BotsConfig {
             control: a.control.trim_end_matches('/').to_string(),
             count: a.count as usize,
             first_player: a.first_player,
-            duration: secs("duration", a.duration, false)?,
+            duration: a.duration,
             rate_hz: a.rate,
             size: a.size,
             move_every: (!move_every.is_zero()).then_some(move_every),
             bind: a.bind,
             seed: a.seed,
-            grace: secs("grace", a.grace, true)?,
+            grace: a.grace,
             rcvbuf: a.rcvbuf,
             progress: !a.quiet,
             max_datagrams: a.max_datagrams,
             sync_start: a.sync_start,
             netns: a.netns.clone(),
-            settle: Duration::from_millis(a.settle_ms),
+            settle: a.settle_ms.map_or(a.settle, Duration::from_millis),
             ticket_keys: a.ticket_keys.clone(),
         };
         if a.first_player.checked_add(a.count as u32 - 1).is_none() {
@@ -279,8 +274,5 @@ mod tests {
         let mut c = ok.clone();
         c.control = "127.0.0.1:8700".into();
         assert!(c.validate().unwrap_err().to_string().contains("http://"));
-        assert!(secs("duration", -1.0, false).is_err());
-        assert!(secs("duration", f64::NAN, false).is_err());
-        assert!(secs("move-every", 0.0, true).is_ok());
     }
 }

@@ -326,7 +326,10 @@ fn bots_with_tickets_join_and_bots_without_are_refused() {
     // Without tickets the run stops at the first refusal (every bot's
     // request is alike) and says what is missing.
     let err = run_bots(&anon, &AtomicBool::new(false)).unwrap_err();
-    assert!(matches!(err, reflector_bots::BotsError::Ticket { status: 401, .. }), "{err}");
+    assert!(
+        matches!(err, reflector_bots::BotsError::Ticket { status: 401, .. }),
+        "{err}"
+    );
     let msg = err.to_string();
     assert!(
         msg.contains("401") && msg.contains("Authorization: Bearer") && msg.contains("--ticket-keys"),

@@ -247,8 +247,8 @@ impl Scenario<'_> {
         if a.checkpoint_every > 0.0 {
             let port = if in_lab { 8701 } else { free_tcp_port()? };
             serve.args(["--checkpoint-port", &port.to_string()]).args([
-                "--checkpoint-every-ms",
-                &((a.checkpoint_every * 1000.0).round().max(100.0) as u64).to_string(),
+                "--checkpoint-every",
+                &format!("{}ms", (a.checkpoint_every * 1000.0).round().max(100.0) as u64),
             ]);
         }
         children.add(

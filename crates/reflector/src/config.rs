@@ -155,7 +155,17 @@ pub fn file_args(sub_cmd: &Command, given: &ArgMatches, path: &Path) -> Result<V
     let table: toml::Table = toml::from_str(&text).map_err(|e| format!("config file {p}: {e}"))?;
     let mut out = Vec::new();
     for (key, value) in &table {
-        let Some(arg) = keys(sub_cmd).find(|a| key_of(a) == *key && !a.is_hide_set()) else {
+        if let Some(old) = keys(sub_cmd).find(|a| key_of(a) == *key && a.is_hide_set()) {
+            let new = sub_cmd
+                .get_arg_conflicts_with(old)
+                .first()
+                .map(|a| key_of(a))
+                .unwrap_or_default();
+            return Err(format!(
+                "config file {p}: '{key}' is the old spelling of '{new}', which takes a unit (e.g. {new} = \"10s\" or \"500ms\")"
+            ));
+        }
+        let Some(arg) = keys(sub_cmd).find(|a| key_of(a) == *key) else {
             return Err(format!(
                 "config file {p}: unknown key '{key}' (the keys are the long options of `reflector {}` \
                  with '_' for '-'; `reflector {} --print-config` lists them)",
@@ -225,9 +235,20 @@ fn value_of(text: &str) -> toml::Value {
 /// the command's order with its help as a comment; unset ones commented out.
 pub fn print_config(name: &str, sub_cmd: &Command, m: &ArgMatches) -> String {
     let mut out = format!("# reflector {name}: effective configuration (read it back with --config FILE)\n");
+    // Hidden options are old spellings in milliseconds (`--member-timeout-ms`);
+    // one that was given shows as the value of the option it stands for.
+    let mut instead: Vec<(String, toml::Value)> = Vec::new();
+    for old in keys(sub_cmd).filter(|a| a.is_hide_set()) {
+        let id = old.get_id().as_str();
+        if let (true, Some(raw)) = (id.ends_with("_ms"), m.get_raw(id).and_then(|mut v| v.next())) {
+            if let Some(new) = sub_cmd.get_arg_conflicts_with(old).first() {
+                let text = format!("{}ms", raw.to_string_lossy());
+                instead.push((new.get_id().to_string(), toml::Value::String(text)));
+            }
+        }
+    }
     for arg in keys(sub_cmd) {
         let id = arg.get_id().as_str();
-        // Hidden options are old spellings; their effect shows in the new key.
         if arg.is_hide_set() {
             continue;
         }
@@ -247,6 +268,11 @@ pub fn print_config(name: &str, sub_cmd: &Command, m: &ArgMatches) -> String {
             ArgAction::Append if !raw.is_empty() => Some(toml::Value::Array(raw.iter().map(|t| value_of(t)).collect())),
             _ => raw.first().map(|t| value_of(t)),
         };
+        let value = instead
+            .iter()
+            .find(|(new, _)| new == id)
+            .map(|(_, v)| v.clone())
+            .or(value);
         let key = key_of(arg);
         match value {
             Some(v) => {

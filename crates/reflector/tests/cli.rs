@@ -498,3 +498,63 @@ fn print_config_reads_back_as_the_same_configuration() {
     assert!(o.status.success(), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// New duration options take a unit; each old one in milliseconds stays,
+/// hidden, reads its old unit and conflicts with the new one.
+#[test]
+fn durations_take_units_and_old_millisecond_options_keep_their_unit() {
+    let (dir, _, secret) = config_dir("units", "");
+    let base = ["serve", "--secret-file", secret.as_str(), "--print-config"];
+    let printed = |extra: &[&str]| {
+        let o = reflector(&[&base[..], extra].concat());
+        (o.status.code(), stdout(&o), stderr(&o))
+    };
+    let (code, p, e) = printed(&["--member-timeout", "1500ms", "--checkpoint-every", "2s"]);
+    assert_eq!(code, Some(0), "{e}");
+    assert_eq!(key_line(&p, "member_timeout"), "member_timeout = \"1500ms\"");
+    assert_eq!(key_line(&p, "checkpoint_every"), "checkpoint_every = \"2s\"");
+    let (code, p, e) = printed(&["--member-timeout-ms", "1500", "--checkpoint-hello-timeout-ms", "300"]);
+    assert_eq!(code, Some(0), "{e}");
+    assert_eq!(key_line(&p, "member_timeout"), "member_timeout = \"1500ms\"");
+    assert_eq!(
+        key_line(&p, "checkpoint_hello_timeout"),
+        "checkpoint_hello_timeout = \"300ms\""
+    );
+    assert_eq!(key_line(&p, "member_timeout_ms"), "", "{p}");
+    let (code, _, e) = printed(&["--member-timeout", "1500"]);
+    assert_eq!(code, Some(2));
+    assert!(e.contains("no unit") && e.contains("1500ms"), "{e}");
+    let (code, _, e) = printed(&["--member-timeout", "2s", "--member-timeout-ms", "2000"]);
+    assert_eq!(code, Some(2));
+    assert!(e.contains("cannot be used with"), "{e}");
+    let (code, _, e) = printed(&["--member-timeout", "50ms"]);
+    assert_eq!(code, Some(2));
+    assert!(e.contains("100ms"), "{e}");
+    let help = stdout(&reflector(&["serve", "--help"]));
+    assert!(
+        help.contains("--member-timeout <DURATION>") && !help.contains("-ms"),
+        "{help}"
+    );
+    // Options that always counted seconds still read a bare number as seconds.
+    let o = reflector(
+        &[
+            "control",
+            "--secret-file",
+            &secret,
+            "--reflector",
+            "127.0.0.1:4000",
+            "--anonymous-joins",
+        ]
+        .iter()
+        .chain(&["--token-ttl", "90", "--http-idle-timeout", "1m", "--print-config"])
+        .copied()
+        .collect::<Vec<_>>(),
+    );
+    let p = stdout(&o);
+    assert_eq!(key_line(&p, "token_ttl"), "token_ttl = 90", "{}", stderr(&o));
+    assert_eq!(key_line(&p, "http_idle_timeout"), "http_idle_timeout = \"1m\"");
+    let o = reflector(&["bots", "--settle", "20", "--control", "http://127.0.0.1:9"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--settle"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(dir);
+}
