@@ -31,7 +31,8 @@ pub const CONFIGURABLE: [&str; 2] = ["serve", "control"];
 /// Ids of the arguments that are not configuration.
 const NOT_KEYS: [&str; 4] = ["config", "print_config", "help", "version"];
 
-/// Adds `--config` and `--print-config` to the configurable subcommands.
+/// Adds `--config`, `--log-format` and `--print-config` to the
+/// configurable subcommands.
 pub fn with_config_args(cmd: Command) -> Command {
     CONFIGURABLE.iter().fold(cmd, |cmd, name| {
         cmd.mut_subcommand(name, |s| {
@@ -46,6 +47,14 @@ pub fn with_config_args(cmd: Command) -> Command {
                     ),
             )
             .arg(
+                Arg::new("log_format")
+                    .long("log-format")
+                    .value_name("FORMAT")
+                    .value_parser(["text", "json"])
+                    .default_value("text")
+                    .help("Logs on stderr as text, or as one JSON object per line (for a log collector)"),
+            )
+            .arg(
                 Arg::new("print_config")
                     .long("print-config")
                     .action(ArgAction::SetTrue)
@@ -53,6 +62,14 @@ pub fn with_config_args(cmd: Command) -> Command {
             )
         })
     })
+}
+
+/// `--log-format json` for the subcommand of `m`.
+pub fn json_logs(m: &ArgMatches) -> bool {
+    m.subcommand()
+        .filter(|(name, _)| CONFIGURABLE.contains(name))
+        .and_then(|(_, sub)| sub.get_one::<String>("log_format"))
+        .is_some_and(|f| f == "json")
 }
 
 /// What the command line asks for.

@@ -75,14 +75,27 @@ fn main() -> ExitCode {
             }
         };
     }
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(std::io::stderr);
+    let json = config::json_logs(&matches);
+    // A collector of JSON logs gets the final error as JSON too.
+    let report = |msg: &str| {
+        if json {
+            tracing::error!("{msg}");
+        } else {
+            eprintln!("{msg}");
+        }
+    };
+    if json {
+        logs.json().init();
+    } else {
+        logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
+    }
     // `bots` documents 2 for errors (1 is loss).
     let fail = if matches!(cli.command, Command::Bots(_)) { 2 } else { 1 };
     let stop = match oskit::signal::stop_flag() {
@@ -102,7 +115,7 @@ fn main() -> ExitCode {
         Command::Ticket(_) => ("ticket", Vec::new()),
     };
     if let Err(msg) = privileges::check(command, &needs) {
-        eprintln!("reflector: error: {msg}");
+        report(&format!("reflector: error: {msg}"));
         return ExitCode::from(fail);
     }
     let result = match cli.command {
@@ -124,7 +137,7 @@ fn main() -> ExitCode {
                 }
                 src = s.source();
             }
-            eprintln!("{msg}");
+            report(&msg);
             ExitCode::from(fail)
         }
     }

@@ -558,3 +558,75 @@ fn durations_take_units_and_old_millisecond_options_keep_their_unit() {
     assert!(stderr(&o).contains("--settle"), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `--log-format json`: every line on stderr is one JSON object, the
+/// final error included.
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let (dir, _, secret) = config_dir("json-logs", "");
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let runs: [(Vec<&str>, bool); 2] = [
+        (
+            vec![
+                "serve",
+                "--secret-file",
+                &secret,
+                "--bind",
+                "127.0.0.1",
+                "--ports",
+                &port,
+                "--duration",
+                "200ms",
+            ],
+            true,
+        ),
+        (
+            vec![
+                "control",
+                "--secret-file",
+                &secret,
+                "--reflector",
+                "127.0.0.1:4000",
+                "--anonymous-joins",
+            ]
+            .into_iter()
+            .chain(["--listen", "192.0.2.1:8700", "--insecure-http"])
+            .collect(),
+            false,
+        ),
+    ];
+    for (args, ok) in runs {
+        let o = Command::new(env!("CARGO_BIN_EXE_reflector"))
+            .args(&args)
+            .args(["--log-format", "json"])
+            .env("RUST_LOG", "info")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.success(), ok, "{}", stderr(&o));
+        let lines: Vec<serde_json::Value> = stderr(&o)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect();
+        assert!(!lines.is_empty(), "{args:?}");
+        for l in &lines {
+            assert!(l["level"].is_string() && l["fields"]["message"].is_string(), "{l}");
+        }
+        if !ok {
+            let last = &lines[lines.len() - 1];
+            assert_eq!(last["level"], "ERROR");
+            assert!(
+                last["fields"]["message"].as_str().unwrap().contains("192.0.2.1"),
+                "{last}"
+            );
+        }
+    }
+    let o = reflector(&["serve", "--secret-file", &secret, "--log-format", "xml"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("xml"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(dir);
+}
