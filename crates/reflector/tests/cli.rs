@@ -226,10 +226,11 @@ fn bots_exit_2_when_the_control_server_is_unreachable_as_their_help_says() {
 }
 
 /// A control server on a free loopback port, with tickets from `keys`; its
-/// URL from its start-up line. Killed on drop.
+/// URL and suggested request from its start-up line. Killed on drop.
 struct Control {
     child: std::process::Child,
     url: String,
+    hint: String,
 }
 
 impl Control {
@@ -243,24 +244,18 @@ impl Control {
             .spawn()
             .unwrap();
         let err = std::io::BufReader::new(child.stderr.take().unwrap());
-        let mut url = None;
+        let mut found = None;
         for line in err.lines().take(20) {
             let line = line.unwrap();
             if let Some(rest) = line.split("control server at ").nth(1) {
-                url = Some(format!(
-                    "http://{}",
-                    rest.split(':').take(2).collect::<Vec<_>>().join(":")
-                ));
-                // The suggestion must be a request with a ticket from this key file.
-                assert!(
-                    line.contains(&format!("reflector ticket --ticket-keys {keys}")),
-                    "{line}"
-                );
+                let url = format!("http://{}", rest.split(':').take(2).collect::<Vec<_>>().join(":"));
+                let hint = line.split("try: ").nth(1).unwrap_or_default().to_string();
+                found = Some((url, hint));
                 break;
             }
         }
-        let url = url.expect("the control server's start-up line");
-        Control { child, url }
+        let (url, hint) = found.expect("the control server's start-up line");
+        Control { child, url, hint }
     }
 }
 
@@ -269,6 +264,26 @@ impl Drop for Control {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A GET of `path` from `url` (http://IP:PORT), with a bearer ticket; the
+/// whole answer.
+fn http_get(url: &str, path: &str, ticket: Option<&str>) -> String {
+    use std::io::{Read, Write};
+    let addr = url.strip_prefix("http://").unwrap();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    let auth = ticket
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    answer
 }
 
 /// Runs bots for at most a minute of sending; returns their output and
@@ -313,6 +328,31 @@ fn bots_refused_for_their_ticket_name_the_ticket_and_stop() {
     }
     let control = Control::start(secret.to_str().unwrap(), keys.to_str().unwrap());
     let limit = std::time::Duration::from_secs(30);
+
+    // The start-up line's suggestion works as written: a ticket from
+    // `reflector ticket` with this key file, then /join with it.
+    let h = &control.hint;
+    let ticket_cmd = h
+        .split("$(")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .unwrap_or_default();
+    let words: Vec<&str> = ticket_cmd.split_whitespace().collect();
+    assert_eq!(words.first(), Some(&"reflector"), "{h}");
+    assert!(ticket_cmd.contains(keys.to_str().unwrap()), "{h}");
+    let o = reflector(&words[1..]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let ticket = stdout(&o).trim().to_string();
+    let target = h.rsplit('\'').nth(1).unwrap_or_default();
+    let path = target
+        .strip_prefix(control.url.as_str())
+        .unwrap_or_else(|| panic!("{h}"));
+    assert_eq!(
+        http_get(&control.url, path, Some(&ticket)).lines().next(),
+        Some("HTTP/1.1 200 OK"),
+        "{h}"
+    );
+    assert!(http_get(&control.url, path, None).starts_with("HTTP/1.1 401"));
 
     // No ticket key file: the message asks for one, and does not blame the reflector.
     let (o, ended) = bots_until(&["--control", &control.url], limit);
