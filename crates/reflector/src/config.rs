@@ -100,6 +100,13 @@ pub fn parse(cmd: Command, argv: Vec<OsString>) -> Result<Parsed, String> {
                 .find_subcommand(&name)
                 .ok_or_else(|| format!("no subcommand {name}"))?;
             let extra = file_args(sub_cmd, &sub_matches, &path)?;
+            // An error of the command line alone is reported as clap
+            // reports it; one that needs the file's values names the file.
+            if let Err(e) = cmd.clone().try_get_matches_from(&argv) {
+                if e.kind() != clap::error::ErrorKind::MissingRequiredArgument {
+                    e.exit();
+                }
+            }
             let mut argv = argv;
             argv.extend(extra);
             let matches = cmd.clone().try_get_matches_from(&argv).map_err(|e| {

@@ -458,6 +458,12 @@ fn config_file_unknown_keys_and_bad_values_are_named() {
     let o = reflector(&["serve", "--config", &file]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("unknown key 'member_timeoutt'"), "{}", stderr(&o));
+    // A mistake on the command line is not blamed on the file.
+    std::fs::write(&file, "secret_file = \"s\"\n").unwrap();
+    let o = reflector(&["serve", "--config", &file, "--bogus"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("'--bogus'") && !e.contains("config.toml"), "{e}");
     std::fs::write(&file, "secret_file = \"s\"\nmember_rate_pps = \"lots\"\n").unwrap();
     let o = reflector(&["serve", "--config", &file]);
     assert_eq!(o.status.code(), Some(2));
