@@ -232,7 +232,7 @@ impl Harness {
                 .arg(&self.secret_file)
                 .args(["--backend", backend, "--threads", "1", "--data-tags", data_tags])
                 // Receivers never send, and must not expire during a run.
-                .args(["--member-timeout-ms", "3600000"])
+                .args(["--member-timeout", "1h"])
                 // Every member on one address, one sender at full speed:
                 // the caps that stop a real host from taking a group.
                 .args([

@@ -1,6 +1,7 @@
 //! The bots' command line and configuration, checked before anything runs.
 
 use super::MIN_SIZE;
+use oskit::units::{duration_in, secs_or_duration_in};
 use reflector_proto::protocol::MAX_DATAGRAM;
 use std::io;
 use std::net::IpAddr;
@@ -23,20 +24,21 @@ pub struct BotsArgs {
     /// Number of bots (all in this process, on one thread).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=20_000))]
     pub count: u64,
-    /// Seconds of sending; then a grace period for datagrams in flight.
-    #[arg(long, default_value_t = 10.0)]
-    pub duration: f64,
+    /// How long the bots send (e.g. 10s, 2m; a bare number is seconds); then a grace period
+    /// for datagrams in flight.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = secs_or_duration_in(Duration::from_millis(1), Duration::from_secs(10_000_000)))]
+    pub duration: Duration,
     /// DATA per second per bot.
     #[arg(long, default_value_t = 10.0)]
     pub rate: f64,
     /// Size of each DATA datagram in bytes, header included (UDP payload).
     #[arg(long, default_value_t = 100)]
     pub size: usize,
-    /// Seconds between moves to a new position (a step of up to one cell
-    /// per axis); on a cell change the bot asks the control server for its
+    /// Time between moves to a new position (e.g. 3s; a bare number is seconds; a step of up
+    /// to one cell per axis); on a cell change the bot asks the control server for its
     /// group and, if it differs, leaves the old group and joins the new. 0 = never.
-    #[arg(long, default_value_t = 3.0)]
-    pub move_every: f64,
+    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = secs_or_duration_in(Duration::ZERO, Duration::from_secs(10_000_000)))]
+    pub move_every: Duration,
     /// Local address for the bots' sockets.
     #[arg(long, default_value = "0.0.0.0")]
     pub bind: IpAddr,
@@ -49,9 +51,10 @@ pub struct BotsArgs {
     /// Player id of the first bot; the others follow.
     #[arg(long, default_value_t = 1)]
     pub first_player: u32,
-    /// Longest wait, in seconds, for datagrams in flight after sending stops.
-    #[arg(long, default_value_t = 2.0)]
-    pub grace: f64,
+    /// Longest wait for datagrams in flight after sending stops (e.g. 2s; a bare number is
+    /// seconds).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = secs_or_duration_in(Duration::ZERO, Duration::from_secs(10_000_000)))]
+    pub grace: Duration,
     /// Receive buffer per bot socket, bytes (SO_RCVBUFFORCE when root).
     #[arg(long, default_value_t = 1 << 20)]
     pub rcvbuf: usize,
@@ -73,15 +76,19 @@ pub struct BotsArgs {
     /// server is still asked from this process's own namespace.
     #[arg(long, value_delimiter = ',')]
     pub netns: Vec<String>,
-    /// Milliseconds: DATA sent this close before a receiver's LEAVE counts as uncertain
+    /// DATA sent this close before a receiver's LEAVE (e.g. 20ms) counts as uncertain
     /// (accepted, not required), since over a lab's separate links the LEAVE may overtake
-    /// it on the way to the reflector. 0 where every path keeps order.
-    #[arg(long, default_value_t = 20)]
-    pub settle_ms: u64,
-    /// Key file (the control server's `--ticket-keys` format) whose first HS256 key signs a
-    /// player ticket for every token request, as the game's backend would.
-    #[arg(long)]
-    pub ticket_key: Option<std::path::PathBuf>,
+    /// it on the way to the reflector. 0s where every path keeps order.
+    #[arg(long, value_name = "DURATION", default_value = "20ms", value_parser = duration_in(Duration::ZERO, Duration::from_secs(3600)))]
+    pub settle: Duration,
+    /// Old spelling of --settle, in milliseconds.
+    #[arg(long, hide = true, conflicts_with = "settle")]
+    pub settle_ms: Option<u64>,
+    /// Ticket key file (what `reflector control --ticket-keys` reads; `reflector ticket` writes
+    /// one for development) whose first HS256 key signs a player ticket for every token request,
+    /// as the game's backend would. Needed unless the control server runs --anonymous-joins.
+    #[arg(long, value_name = "FILE", alias = "ticket-key")]
+    pub ticket_keys: Option<std::path::PathBuf>,
 }
 
 /// Everything a bots run needs, independent of the CLI.
@@ -113,7 +120,7 @@ pub struct BotsConfig {
     /// DATA sent this close before a receiver's LEAVE is uncertain.
     pub settle: Duration,
     /// Key file to sign player tickets with (none: anonymous requests).
-    pub ticket_key: Option<std::path::PathBuf>,
+    pub ticket_keys: Option<std::path::PathBuf>,
 }
 
 impl BotsConfig {
@@ -136,7 +143,7 @@ impl BotsConfig {
             sync_start: false,
             netns: Vec::new(),
             settle: Duration::from_millis(20),
-            ticket_key: None,
+            ticket_keys: None,
         }
     }
 
@@ -170,39 +177,28 @@ impl BotsConfig {
     }
 }
 
-pub(super) fn secs(name: &str, v: f64, allow_zero: bool) -> Result<Duration, BotsError> {
-    if v.is_finite() && (v > 0.0 || (allow_zero && v == 0.0)) && v < 1e7 {
-        Ok(Duration::from_secs_f64(v))
-    } else {
-        Err(BotsError::Config(format!(
-            "--{name} must be a {} number of seconds, got {v}",
-            if allow_zero { "non-negative" } else { "positive" }
-        )))
-    }
-}
-
 impl TryFrom<&BotsArgs> for BotsConfig {
     type Error = BotsError;
     fn try_from(a: &BotsArgs) -> Result<BotsConfig, BotsError> {
-        let move_every = secs("move-every", a.move_every, true)?;
+        let move_every = a.move_every;
         let cfg = BotsConfig {
             control: a.control.trim_end_matches('/').to_string(),
             count: a.count as usize,
             first_player: a.first_player,
-            duration: secs("duration", a.duration, false)?,
+            duration: a.duration,
             rate_hz: a.rate,
             size: a.size,
             move_every: (!move_every.is_zero()).then_some(move_every),
             bind: a.bind,
             seed: a.seed,
-            grace: secs("grace", a.grace, true)?,
+            grace: a.grace,
             rcvbuf: a.rcvbuf,
             progress: !a.quiet,
             max_datagrams: a.max_datagrams,
             sync_start: a.sync_start,
             netns: a.netns.clone(),
-            settle: Duration::from_millis(a.settle_ms),
-            ticket_key: a.ticket_key.clone(),
+            settle: a.settle_ms.map_or(a.settle, Duration::from_millis),
+            ticket_keys: a.ticket_keys.clone(),
         };
         if a.first_player.checked_add(a.count as u32 - 1).is_none() {
             return Err(BotsError::Config(
@@ -220,6 +216,14 @@ pub enum BotsError {
     Config(String),
     #[error("control server {url}: {msg} (is `reflector control` running there?)")]
     Control { url: String, msg: String },
+    /// The control server refused a player ticket: every bot's ticket is
+    /// made alike, so the run stops at the first refusal.
+    #[error("{msg}: {}", ticket_hint(*status, keys.as_deref()))]
+    Ticket {
+        status: u16,
+        msg: String,
+        keys: Option<std::path::PathBuf>,
+    },
     #[error("bot socket setup failed in {call}: {source}")]
     Socket {
         call: &'static str,
@@ -232,6 +236,25 @@ pub enum BotsError {
         #[source]
         source: io::Error,
     },
+}
+
+/// Why the control server refused the bots' tickets, and what to change.
+pub fn ticket_hint(status: u16, keys: Option<&std::path::Path>) -> String {
+    match (status, keys) {
+        (_, None) => "the control server wants a player ticket with each token request: give --ticket-keys FILE, \
+             the key file the control server reads with its --ticket-keys (`reflector ticket --ticket-keys FILE` \
+             writes one for development), unless it is meant to run --anonymous-joins"
+            .to_string(),
+        (403, Some(k)) => format!(
+            "the control server took the tickets signed with {} for other players than asked",
+            k.display()
+        ),
+        (_, Some(k)) => format!(
+            "the control server does not accept the tickets signed with {}: is it the file the control server reads \
+             with --ticket-keys (and are both clocks right)?",
+            k.display()
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -251,8 +274,5 @@ mod tests {
         let mut c = ok.clone();
         c.control = "127.0.0.1:8700".into();
         assert!(c.validate().unwrap_err().to_string().contains("http://"));
-        assert!(secs("duration", -1.0, false).is_err());
-        assert!(secs("duration", f64::NAN, false).is_err());
-        assert!(secs("move-every", 0.0, true).is_ok());
     }
 }

@@ -21,6 +21,10 @@ pub(super) struct JobResult {
     pub(super) bot: usize,
     pub(super) gen: u64,
     pub(super) result: Result<JoinGrant, String>,
+    /// The control server refused the player ticket (401, or 403 for
+    /// another player's ticket): the status. Every bot's tickets are made
+    /// alike, so the run cannot succeed and is not retried.
+    pub(super) refused: Option<u16>,
 }
 
 fn agent() -> ureq::Agent {
@@ -63,6 +67,17 @@ pub fn fetch_grant(
     pos: (f64, f64),
     ticket: Option<&str>,
 ) -> Result<JoinGrant, String> {
+    fetch_grant_or_status(agent, control, player, pos, ticket).map_err(|(_, msg)| msg)
+}
+
+/// [`fetch_grant`], and the HTTP status of a refusal.
+fn fetch_grant_or_status(
+    agent: &ureq::Agent,
+    control: &str,
+    player: u32,
+    pos: (f64, f64),
+    ticket: Option<&str>,
+) -> Result<JoinGrant, (Option<u16>, String)> {
     let mut req = agent.get(&format!("{control}/join"));
     if let Some(t) = ticket {
         req = req.set("Authorization", &format!("Bearer {t}"));
@@ -71,9 +86,15 @@ pub fn fetch_grant(
         .query("x", &pos.0.to_string())
         .query("y", &pos.1.to_string())
         .call()
-        .map_err(|e| format!("control server {control}: /join {}", http_error(e)))?
+        .map_err(|e| {
+            let status = match &e {
+                ureq::Error::Status(code, _) => Some(*code),
+                ureq::Error::Transport(_) => None,
+            };
+            (status, format!("control server {control}: /join {}", http_error(e)))
+        })?
         .into_json::<JoinGrant>()
-        .map_err(|e| format!("control server {control}: bad /join answer: {e}"))
+        .map_err(|e| (None, format!("control server {control}: bad /join answer: {e}")))
 }
 
 /// Player tickets live this long: a minute, as a game backend would hand out.
@@ -97,12 +118,16 @@ pub(super) fn http_worker(
         let ticket = minter
             .as_ref()
             .map(|m| m.mint(job.player, reflector_proto::unix_now_ms() / 1000, TICKET_TTL_S));
-        let result = fetch_grant(&agent, &control, job.player, job.pos, ticket.as_deref());
+        let (result, refused) = match fetch_grant_or_status(&agent, &control, job.player, job.pos, ticket.as_deref()) {
+            Ok(g) => (Ok(g), None),
+            Err((status, msg)) => (Err(msg), status.filter(|s| matches!(s, 401 | 403))),
+        };
         if results
             .send(JobResult {
                 bot: job.bot,
                 gen: job.gen,
                 result,
+                refused,
             })
             .is_err()
         {

@@ -216,7 +216,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
     let (res_tx, res_rx) = mpsc::channel::<JobResult>();
     let job_rx = Arc::new(Mutex::new(job_rx));
     let mut workers = Vec::new();
-    let minter = match &cfg.ticket_key {
+    let minter = match &cfg.ticket_keys {
         Some(p) => Some(Arc::new(
             reflector_proto::ticket::TicketMinter::from_file(p).map_err(|e| BotsError::Config(e.to_string()))?,
         )),
@@ -297,6 +297,13 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
             }
         }
         while let Ok(res) = res_rx.try_recv() {
+            if let (Some(status), Err(msg)) = (res.refused, &res.result) {
+                return Err(BotsError::Ticket {
+                    status,
+                    msg: msg.clone(),
+                    keys: cfg.ticket_keys.clone(),
+                });
+            }
             let i = res.bot;
             if let Some(bot) = bots.get_mut(i) {
                 ctx.on_grant(i, bot, res, now);
@@ -401,10 +408,17 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
         if s.joins == 0 {
             ctx.error_count += 1;
             if ctx.errors.len() < MAX_MESSAGES {
-                ctx.errors.push(format!(
-                    "bot {} never joined a group (is the reflector running, with the control server's secret?)",
-                    bot.player
-                ));
+                ctx.errors.push(if s.grants == 0 {
+                    format!(
+                        "bot {} never got a join token from the control server (its answers are in the errors above)",
+                        bot.player
+                    )
+                } else {
+                    format!(
+                        "bot {} never joined a group (is the reflector running, with the control server's secret?)",
+                        bot.player
+                    )
+                });
             }
         }
         per_bot.push(BotReport {

@@ -40,6 +40,8 @@ impl State {
 #[derive(Debug, Default)]
 pub(super) struct BotStats {
     pub(super) sent: u64,
+    /// Join grants (tokens) the control server gave.
+    pub(super) grants: u64,
     pub(super) joins: u64,
     pub(super) join_retries: u64,
     pub(super) renewals: u64,
@@ -208,7 +210,10 @@ impl<E: Edge> Ctx<'_, E> {
         }
         bot.http_busy = false;
         let grant = match res.result {
-            Ok(t) => t,
+            Ok(t) => {
+                bot.stats.grants += 1;
+                t
+            }
             Err(e) => {
                 self.error(bot, e);
                 if matches!(bot.state, State::Idle) {
@@ -732,6 +737,7 @@ mod tests {
                 bot: 0,
                 gen: 1,
                 result: Ok(grant),
+                refused: None,
             },
             start,
         );

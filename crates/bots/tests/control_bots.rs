@@ -315,7 +315,7 @@ fn bots_with_tickets_join_and_bots_without_are_refused() {
     cfg.move_every = None;
     cfg.sync_start = true;
     cfg.duration = Duration::from_secs(10);
-    cfg.ticket_key = Some(keys.clone());
+    cfg.ticket_keys = Some(keys.clone());
     let report = run_bots(&cfg, &AtomicBool::new(false)).unwrap();
     assert_eq!(report.error_count, 0, "{:?}", report.errors);
     assert_eq!((report.lost, report.joins), (0, 4));
@@ -323,18 +323,20 @@ fn bots_with_tickets_join_and_bots_without_are_refused() {
     let mut anon = bots(&s.control, 2);
     anon.duration = Duration::from_secs(1);
     anon.grace = Duration::from_millis(200);
-    let report = run_bots(&anon, &AtomicBool::new(false)).unwrap();
-    assert_eq!(report.joins, 0);
+    // Without tickets the run stops at the first refusal (every bot's
+    // request is alike) and says what is missing.
+    let err = run_bots(&anon, &AtomicBool::new(false)).unwrap_err();
     assert!(
-        report
-            .errors
-            .iter()
-            .any(|e| e.contains("401") && e.contains("Authorization: Bearer")),
-        "{:?}",
-        report.errors
+        matches!(err, reflector_bots::BotsError::Ticket { status: 401, .. }),
+        "{err}"
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("401") && msg.contains("Authorization: Bearer") && msg.contains("--ticket-keys"),
+        "{msg}"
     );
     let refused: std::collections::HashMap<_, _> = auth.refused().into_iter().collect();
-    assert!(refused["missing"] >= 2, "{refused:?}");
+    assert!((1..=2).contains(&refused["missing"]), "{refused:?}");
     s.server.stop();
     s.server.join().unwrap();
     s.control.stop();

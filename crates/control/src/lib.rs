@@ -44,11 +44,13 @@ use std::time::{Duration, Instant};
 #[derive(clap::Args, Debug, Clone)]
 #[command(after_help = "Endpoints (GET, JSON answers):\n  \
 /join?player=ID&x=X&y=Y  the player's cell, its reflector ip:port and group, a signed token \
-valid for --token-ttl seconds\n  \
+valid for --token-ttl; needs `Authorization: Bearer <ticket>` unless --anonymous-joins\n  \
 /world                   the grid and the cell -> group mapping\n  \
 /healthz                 liveness\n\
 Bad parameters get 400 with {\"error\": \"...\"} naming the problem.\n\n\
-Example: reflector control --secret-file secret --reflector 127.0.0.1:4000-4015 --grid 8x8")]
+Example (a development ticket key file first; `reflector ticket --help`):\n  \
+reflector ticket --ticket-keys tickets.toml > /dev/null\n  \
+reflector control --secret-file secret --reflector 127.0.0.1:4000-4015 --ticket-keys tickets.toml --grid 8x8")]
 pub struct ControlArgs {
     /// HTTP address to listen on.
     #[arg(long, default_value = "127.0.0.1:8700")]
@@ -70,9 +72,10 @@ pub struct ControlArgs {
     /// different groups) or blocks (contiguous runs of cells per group).
     #[arg(long, value_enum, default_value_t = Assign::RoundRobin)]
     pub assign: Assign,
-    /// Lifetime of issued join tokens, seconds.
-    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
-    pub token_ttl: u64,
+    /// Lifetime of issued join tokens (e.g. 5m; a bare number is seconds), from 1s to a day;
+    /// whole seconds.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = token_ttl)]
+    pub token_ttl: std::time::Duration,
     /// Serve plain HTTP on a non-loopback --listen address. The control server hands out
     /// join tokens, so anywhere but loopback it wants --tls-cert/--tls-key; say this only
     /// where the network is yours (a lab's private links, a test).
@@ -96,6 +99,11 @@ pub struct ControlArgs {
     pub ticket_rate_ip: f64,
     #[command(flatten)]
     pub http: reflector_http::HttpArgs,
+}
+
+/// `--token-ttl`: 1 s to a day (tokens carry whole seconds).
+fn token_ttl(s: &str) -> Result<Duration, String> {
+    oskit::units::secs_or_duration_in(Duration::from_secs(1), Duration::from_secs(86_400))(s)
 }
 
 /// Refuses plain HTTP on an address others can reach unless told
@@ -620,9 +628,22 @@ impl ControlServer {
     }
 }
 
+/// The start-up line's suggestion: a request that gets a join token from
+/// this server as configured (with tickets, the ticket comes from
+/// `reflector ticket`, which reads the same key file).
+pub fn try_hint(url: &str, ticket_keys: Option<&std::path::Path>) -> String {
+    let join = format!("'{url}/join?player=1&x=0&y=0'");
+    match ticket_keys {
+        Some(keys) => format!(
+            "curl -s -H \"Authorization: Bearer $(reflector ticket --ticket-keys {} --player 1)\" {join}",
+            keys.display()
+        ),
+        None => format!("curl -s {join}"),
+    }
+}
+
 /// `reflector control`.
 pub fn run(args: ControlArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
-    args.http.validate()?;
     let tls = args.http.tls()?;
     check_transport(args.listen, tls.is_some(), args.insecure_http)?;
     let secret = Secret::from_file(&args.secret_file)?;
@@ -654,17 +675,17 @@ pub fn run(args: ControlArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         listen: args.listen,
         world,
         secret,
-        token_ttl_s: args.token_ttl,
+        token_ttl_s: args.token_ttl.as_secs(),
         auth,
     };
     let (cols, rows, ntargets) = (cfg.world.cols, cfg.world.rows, cfg.world.targets.len());
     let server = ControlServer::start_with(cfg, args.http.limits(), tls, Arc::clone(&stop))?;
     tracing::info!(
-        "control server at {}: {cols}x{rows} cells of {} units onto {ntargets} group(s) ({}); try {}/join?player=1&x=0&y=0",
+        "control server at {}: {cols}x{rows} cells of {} units onto {ntargets} group(s) ({}); try: {}",
         server.addr(),
         args.cell_size,
         args.assign,
-        server.url()
+        try_hint(&server.url(), args.ticket_keys.as_deref())
     );
     let started = Instant::now();
     while !stop.load(Relaxed) {

@@ -66,8 +66,8 @@ pub struct DemoArgs {
     /// time pass TDF times slower, and links run at rate/TDF in real time (lab only).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub tdf: u32,
-    /// Seconds of traffic per backend.
-    #[arg(long, default_value_t = 10.0)]
+    /// Traffic per backend (e.g. 10s, 1m; a bare number is seconds).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = seconds)]
     pub duration: f64,
     /// DATA per second per bot.
     #[arg(long, default_value_t = 10.0)]
@@ -75,12 +75,13 @@ pub struct DemoArgs {
     /// Datagram size in bytes, header included.
     #[arg(long, default_value_t = 100)]
     pub size: usize,
-    /// Seconds between bot moves (0 = never).
-    #[arg(long, default_value_t = 4.0)]
+    /// Time between bot moves (e.g. 4s; a bare number is seconds; 0 = never).
+    #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = seconds)]
     pub move_every: f64,
-    /// Seconds between the reflector's checkpoint requests per group (0: no checkpoints). Bots
-    /// upload their view of the group when asked and fetch the checkpoint on every join.
-    #[arg(long, default_value_t = 1.0)]
+    /// Time between the reflector's checkpoint requests per group (e.g. 1s, 500ms; a bare
+    /// number is seconds; 0: no checkpoints). Bots upload their view of the group when asked
+    /// and fetch the checkpoint on every join.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = seconds)]
     pub checkpoint_every: f64,
     /// Backends to run in turn, comma separated. Default: ebpf,sendmmsg,sendto in the lab;
     /// sendmmsg,sendto on loopback (the eBPF fan-out replicates on devices, not on loopback).
@@ -135,6 +136,11 @@ fn sibling(given: &Option<PathBuf>, name: &str, flag: &str) -> Result<PathBuf, D
         .into());
     }
     Ok(p)
+}
+
+/// A duration with its unit, or bare seconds, as seconds.
+fn seconds(s: &str) -> Result<f64, String> {
+    oskit::units::secs_or_duration(s).map(|d| d.as_secs_f64())
 }
 
 /// Checks everything that can be checked before anything starts.

@@ -256,8 +256,8 @@ impl Scenario<'_> {
         if a.checkpoint_every > 0.0 {
             let port = if in_lab { 8701 } else { free_tcp_port()? };
             serve.args(["--checkpoint-port", &port.to_string()]).args([
-                "--checkpoint-every-ms",
-                &((a.checkpoint_every * 1000.0).round().max(100.0) as u64).to_string(),
+                "--checkpoint-every",
+                &format!("{}ms", (a.checkpoint_every * 1000.0).round().max(100.0) as u64),
             ]);
         }
         children.add(
@@ -325,7 +325,7 @@ impl Scenario<'_> {
         if !bots_netns.is_empty() {
             bots.arg("--netns").arg(bots_netns.join(","));
         }
-        bots.arg("--ticket-key").arg(&self.ticket_keys);
+        bots.arg("--ticket-keys").arg(&self.ticket_keys);
         bots.args([
             "--control",
             &format!("http://{control}"),

@@ -88,13 +88,14 @@ pub struct HttpArgs {
     /// (the open-file limit is raised to fit).
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub http_max_connections: u64,
-    /// HTTP: seconds a client may take to send a request's headers; slower ones are
-    /// disconnected (slow-header attacks).
-    #[arg(long, default_value_t = 5.0)]
-    pub http_header_timeout: f64,
-    /// HTTP: seconds a connection may stay without a byte either way.
-    #[arg(long, default_value_t = 30.0)]
-    pub http_idle_timeout: f64,
+    /// HTTP: how long a client may take to send a request's headers (e.g. 5s; a bare number is
+    /// seconds); slower ones are disconnected (slow-header attacks).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = timeout)]
+    pub http_header_timeout: Duration,
+    /// HTTP: how long a connection may stay without a byte either way (e.g. 30s; a bare number
+    /// is seconds).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = timeout)]
+    pub http_idle_timeout: Duration,
     /// HTTP: largest request line plus headers, bytes (431 above; at least 8192).
     #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(8192..=1 << 20))]
     pub http_max_header_bytes: u64,
@@ -108,14 +109,11 @@ pub struct HttpArgs {
 
 impl HttpArgs {
     pub fn limits(&self) -> Limits {
-        // Out-of-range seconds fall back to the default: clap has checked
-        // the numbers parse, and `secs` below rejects the rest at start.
-        let d = Limits::default();
         Limits {
             max_header_bytes: self.http_max_header_bytes as usize,
-            max_body_bytes: d.max_body_bytes,
-            header_read_timeout: secs(self.http_header_timeout).unwrap_or(d.header_read_timeout),
-            idle_timeout: secs(self.http_idle_timeout).unwrap_or(d.idle_timeout),
+            max_body_bytes: Limits::default().max_body_bytes,
+            header_read_timeout: self.http_header_timeout,
+            idle_timeout: self.http_idle_timeout,
             max_connections: self.http_max_connections as usize,
         }
     }
@@ -127,25 +125,11 @@ impl HttpArgs {
             _ => Ok(None),
         }
     }
-
-    /// Checks what clap cannot: the timeouts are positive numbers of seconds.
-    pub fn validate(&self) -> Result<(), String> {
-        for (name, v) in [
-            ("--http-header-timeout", self.http_header_timeout),
-            ("--http-idle-timeout", self.http_idle_timeout),
-        ] {
-            if secs(v).is_none() {
-                return Err(format!(
-                    "{name} must be a positive number of seconds (at most a day), got {v}"
-                ));
-            }
-        }
-        Ok(())
-    }
 }
 
-fn secs(v: f64) -> Option<Duration> {
-    (v.is_finite() && v > 0.0 && v <= 86_400.0).then(|| Duration::from_secs_f64(v))
+/// An HTTP timeout: above zero, at most a day.
+fn timeout(s: &str) -> Result<Duration, String> {
+    oskit::units::secs_or_duration_in(Duration::from_millis(1), Duration::from_secs(86_400))(s)
 }
 
 /// A server certificate and key, ready for rustls.
@@ -268,7 +252,7 @@ impl Counters {
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
-    #[error("cannot listen on {addr}: {source} (is another server running there?)")]
+    #[error("cannot listen on {addr}: {source} ({})", listen_hint(addr, source))]
     Listen {
         addr: SocketAddr,
         #[source]
@@ -284,6 +268,22 @@ pub enum HttpError {
     Limits(String),
     #[error("TLS: {path} {what}")]
     Tls { path: String, what: String },
+}
+
+/// What most likely made listening on `addr` fail, by the error's cause.
+pub fn listen_hint(addr: &SocketAddr, e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::AddrNotAvailable => format!(
+            "{} is not an address of this host: listen on one of its addresses (`ip -brief address`), or 127.0.0.1",
+            addr.ip()
+        ),
+        io::ErrorKind::AddrInUse => format!("is another server running on port {}?", addr.port()),
+        io::ErrorKind::PermissionDenied => format!(
+            "port {} is below net.ipv4.ip_unprivileged_port_start: run as root or with CAP_NET_BIND_SERVICE, or use a higher port",
+            addr.port()
+        ),
+        _ => "check the address".to_string(),
+    }
 }
 
 /// Binds a listening socket for [`HttpServer::start_on`].
@@ -820,21 +820,18 @@ mod tests {
             .err()
             .unwrap();
         assert!(e.to_string().contains("8192"), "{e}");
-        let args = HttpArgs {
+        assert!(timeout("0").is_err());
+        assert!(timeout("2d").is_err());
+        let ok = HttpArgs {
             http_max_connections: 10,
-            http_header_timeout: 0.0,
-            http_idle_timeout: 1.0,
+            http_header_timeout: timeout("2.5").unwrap(),
+            http_idle_timeout: timeout("1500ms").unwrap(),
             http_max_header_bytes: 8192,
             tls_cert: None,
             tls_key: None,
         };
-        assert!(args.validate().unwrap_err().contains("--http-header-timeout"));
-        let ok = HttpArgs {
-            http_header_timeout: 2.5,
-            ..args
-        };
-        assert!(ok.validate().is_ok());
         assert_eq!(ok.limits().header_read_timeout, Duration::from_millis(2500));
+        assert_eq!(ok.limits().idle_timeout, Duration::from_millis(1500));
         assert_eq!(ok.limits().max_connections, 10);
     }
 }

@@ -20,6 +20,7 @@ pub mod signal;
 pub mod sockopt;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod units;
 
 use std::io;
 

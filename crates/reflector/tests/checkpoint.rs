@@ -676,7 +676,7 @@ impl Serve {
             .args(["--ports", &group.to_string(), "--checkpoint-port", &ck.to_string()])
             .args(["--secret-file", secret.to_str().unwrap()])
             .args(["--summary-json", summary.to_str().unwrap()])
-            .args(["--checkpoint-every-ms", "600000"])
+            .args(["--checkpoint-every", "10m"])
             .args(extra)
             .env("RUST_LOG", "warn")
             .stdin(std::process::Stdio::null())
@@ -753,12 +753,7 @@ const MAX_RSS_GROWTH_KIB: u64 = 8 << 10;
 
 #[test]
 fn silent_and_stalled_connections_from_8_addresses_neither_grow_memory_nor_lock_out_a_member() {
-    let serve = Serve::start(&[
-        "--checkpoint-hello-timeout-ms",
-        "20000",
-        "--checkpoint-fetch-every-ms",
-        "0",
-    ]);
+    let serve = Serve::start(&["--checkpoint-hello-timeout", "20s", "--checkpoint-fetch-every", "0s"]);
     let mut a = Client::join(serve.group, 1);
     let nonce = a.wait_request(Duration::from_secs(3)).expect("a request");
     let st = state(64 << 10, 5);

@@ -20,6 +20,7 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use oskit::clock::mono_now_ms;
+use oskit::units::{duration_in, secs_or_duration_in};
 use reflector_proto::auth::Secret;
 use reflector_proto::control::{parse_ports, PortList};
 use reflector_proto::protocol::{strip_tag, version1_error, Kind, ParseError, MAX_DATAGRAM};
@@ -105,9 +106,12 @@ pub struct ServeArgs {
     /// Event-loop threads; groups are spread over them. Default: one per core.
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Remove a member after this many milliseconds without DATA or KEEPALIVE.
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..))]
-    pub member_timeout_ms: u64,
+    /// Remove a member after this long without DATA or KEEPALIVE (e.g. 10s, 1500ms).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration_in(ms(100), DAY))]
+    pub member_timeout: Duration,
+    /// Old spelling of --member-timeout, in milliseconds.
+    #[arg(long, hide = true, conflicts_with = "member_timeout", value_parser = clap::value_parser!(u64).range(100..))]
+    pub member_timeout_ms: Option<u64>,
     /// Maximum members per group.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(2..=65535))]
     pub max_members: u64,
@@ -120,30 +124,40 @@ pub struct ServeArgs {
     /// Socket send buffer per group, bytes.
     #[arg(long, default_value_t = 4 << 20)]
     pub sndbuf: usize,
-    /// Stop after this many seconds (default: run until Ctrl-C / SIGTERM).
-    #[arg(long)]
-    pub duration: Option<f64>,
+    /// Stop after this long (e.g. 30s, 2m; a bare number is seconds). Default: run until
+    /// Ctrl-C / SIGTERM.
+    #[arg(long, value_name = "DURATION", value_parser = secs_or_duration_in(ms(1), 3650 * DAY))]
+    pub duration: Option<Duration>,
     /// Write the final counters as JSON to this file.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
     /// Checkpoints: serve the groups' game state on this TCP port (announced in JOIN_ACK): every
-    /// --checkpoint-every-ms the reflector asks one member per group (the lowest RTT) for its
+    /// --checkpoint-every the reflector asks one member per group (the lowest RTT) for its
     /// state, keeps the latest, and hands it to joiners and to members that resync. Off unless given.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub checkpoint_port: Option<u16>,
-    /// How often each group is asked for a checkpoint, milliseconds.
-    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(100..))]
-    pub checkpoint_every_ms: u64,
+    /// How often each group is asked for a checkpoint (e.g. 5s).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration_in(ms(100), DAY))]
+    pub checkpoint_every: Duration,
+    /// Old spelling of --checkpoint-every, in milliseconds.
+    #[arg(long, hide = true, conflicts_with = "checkpoint_every", value_parser = clap::value_parser!(u64).range(100..))]
+    pub checkpoint_every_ms: Option<u64>,
     /// Largest game state stored per group, bytes (larger uploads are refused before they are read).
     #[arg(long, default_value_t = 16 << 20, value_parser = clap::value_parser!(u64).range(1..=(1 << 30)))]
     pub checkpoint_max_bytes: u64,
-    /// Deadline of one checkpoint exchange, milliseconds: a peer that stops reading is cut off.
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..))]
-    pub checkpoint_timeout_ms: u64,
-    /// Checkpoint connections that have not sent their request within this many milliseconds
-    /// are closed (the HELLO tells the client).
-    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(10..=600_000))]
-    pub checkpoint_hello_timeout_ms: u64,
+    /// Deadline of one checkpoint exchange (e.g. 10s): a peer that stops reading is cut off.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration_in(ms(100), DAY))]
+    pub checkpoint_timeout: Duration,
+    /// Old spelling of --checkpoint-timeout, in milliseconds.
+    #[arg(long, hide = true, conflicts_with = "checkpoint_timeout", value_parser = clap::value_parser!(u64).range(100..))]
+    pub checkpoint_timeout_ms: Option<u64>,
+    /// Checkpoint connections that have not sent their request within this time (e.g. 2s) are
+    /// closed (the HELLO tells the client).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = duration_in(ms(10), ms(600_000)))]
+    pub checkpoint_hello_timeout: Duration,
+    /// Old spelling of --checkpoint-hello-timeout, in milliseconds.
+    #[arg(long, hide = true, conflicts_with = "checkpoint_hello_timeout", value_parser = clap::value_parser!(u64).range(10..=600_000))]
+    pub checkpoint_hello_timeout_ms: Option<u64>,
     /// Bytes of stored checkpoint states plus upload bodies being received, over all groups;
     /// an upload that would pass it is refused as busy and counted (checkpoint_memory_refused).
     #[arg(long, default_value_t = 256 << 20, value_parser = clap::value_parser!(u64).range(1..))]
@@ -156,15 +170,61 @@ pub struct ServeArgs {
     /// Checkpoint connections at once from one source address.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub checkpoint_conns_per_ip: u64,
-    /// One fetch per member per this many milliseconds (a fetch flood is refused and counted).
-    #[arg(long, default_value_t = 500)]
-    pub checkpoint_fetch_every_ms: u64,
+    /// One fetch per member per this time (e.g. 500ms; a fetch flood is refused and counted).
+    #[arg(long, value_name = "DURATION", default_value = "500ms", value_parser = duration_in(Duration::ZERO, DAY))]
+    pub checkpoint_fetch_every: Duration,
+    /// Old spelling of --checkpoint-fetch-every, in milliseconds.
+    #[arg(long, hide = true, conflicts_with = "checkpoint_fetch_every")]
+    pub checkpoint_fetch_every_ms: Option<u64>,
     /// Send checkpoints with MSG_ZEROCOPY (off: always copy). Local peers make the kernel copy
     /// anyway; the reflector then switches to copies by itself and says so.
     #[arg(long, value_enum, default_value_t = Toggle::On)]
     pub checkpoint_zerocopy: Toggle,
     #[command(flatten)]
     pub http: reflector_http::HttpArgs,
+}
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+const fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+impl ServeArgs {
+    /// --member-timeout, or its old spelling in milliseconds.
+    pub fn member_timeout(&self) -> Duration {
+        self.member_timeout_ms
+            .map_or(self.member_timeout, Duration::from_millis)
+    }
+
+    /// --checkpoint-every, or its old spelling in milliseconds.
+    pub fn checkpoint_every(&self) -> Duration {
+        self.checkpoint_every_ms
+            .map_or(self.checkpoint_every, Duration::from_millis)
+    }
+
+    /// --checkpoint-timeout, or its old spelling in milliseconds.
+    pub fn checkpoint_timeout(&self) -> Duration {
+        self.checkpoint_timeout_ms
+            .map_or(self.checkpoint_timeout, Duration::from_millis)
+    }
+
+    /// --checkpoint-hello-timeout, or its old spelling in milliseconds.
+    pub fn checkpoint_hello_timeout(&self) -> Duration {
+        self.checkpoint_hello_timeout_ms
+            .map_or(self.checkpoint_hello_timeout, Duration::from_millis)
+    }
+
+    /// --checkpoint-fetch-every, or its old spelling in milliseconds.
+    pub fn checkpoint_fetch_every(&self) -> Duration {
+        self.checkpoint_fetch_every_ms
+            .map_or(self.checkpoint_fetch_every, Duration::from_millis)
+    }
+}
+
+/// Whole milliseconds, saturating.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// `PORT=on|off`.
@@ -192,7 +252,7 @@ pub enum Toggle {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error("cannot bind group port {addr}: {source} (is another reflector running, or is the port below 1024 without root?)")]
+    #[error("cannot bind group port {addr}: {source} ({})", bind_hint(addr, source))]
     Bind { addr: SocketAddr, source: io::Error },
     #[error("socket setup for group port {port} failed in {call}: {source}")]
     Setup {
@@ -210,6 +270,26 @@ pub enum ServeError {
         #[source]
         source: io::Error,
     },
+}
+
+/// What most likely made binding `addr` fail, by the error's cause.
+pub fn bind_hint(addr: &SocketAddr, e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::AddrNotAvailable => format!(
+            "{} is not an address of this host: give --bind one of its addresses (`ip -brief address`), or 0.0.0.0 for all",
+            addr.ip()
+        ),
+        io::ErrorKind::AddrInUse => format!(
+            "port {} is taken on {}: is another reflector running, or another program on that port?",
+            addr.port(),
+            addr.ip()
+        ),
+        io::ErrorKind::PermissionDenied => format!(
+            "port {} is below net.ipv4.ip_unprivileged_port_start: run as root or with CAP_NET_BIND_SERVICE, or use a higher port",
+            addr.port()
+        ),
+        _ => "check --bind and --ports".to_string(),
+    }
 }
 
 /// Everything a server needs, independent of the CLI.
@@ -989,11 +1069,6 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
     if threads == 0 {
         return Err("--threads must be at least 1".into());
     }
-    if let Some(d) = args.duration {
-        if !(d.is_finite() && d > 0.0) {
-            return Err(format!("--duration must be a positive number of seconds, got {d}").into());
-        }
-    }
     let backend = match args.backend {
         Some(b) => b,
         None => {
@@ -1018,9 +1093,9 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
             cookie_key: Secret::random(),
         },
         policy: Policy {
-            member_timeout_ms: args.member_timeout_ms,
+            member_timeout_ms: millis(args.member_timeout()),
             max_members: args.max_members as usize,
-            keepalive_ms: u16::try_from((args.member_timeout_ms / 4).clamp(50, 60_000)).unwrap_or(u16::MAX),
+            keepalive_ms: u16::try_from((millis(args.member_timeout()) / 4).clamp(50, 60_000)).unwrap_or(u16::MAX),
             replies_per_s: args.replies_per_s,
             player_replies_per_s: args.player_replies_per_s,
             member_replies_per_s: args.member_replies_per_s,
@@ -1040,18 +1115,17 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         group_instance: args.group_data_instance.clone(),
         checkpoint: args.checkpoint_port.map(|port| CheckpointConfig {
             port,
-            every_ms: args.checkpoint_every_ms,
+            every_ms: millis(args.checkpoint_every()),
             max_bytes: args.checkpoint_max_bytes,
-            timeout: Duration::from_millis(args.checkpoint_timeout_ms),
-            hello_timeout: Duration::from_millis(args.checkpoint_hello_timeout_ms),
+            timeout: args.checkpoint_timeout(),
+            hello_timeout: args.checkpoint_hello_timeout(),
             memory: args.checkpoint_memory,
             max_conns: args.checkpoint_conns as usize,
             max_conns_per_ip: args.checkpoint_conns_per_ip as usize,
-            fetch_every_ms: args.checkpoint_fetch_every_ms,
+            fetch_every_ms: millis(args.checkpoint_fetch_every()),
             zero_copy: args.checkpoint_zerocopy == Toggle::On,
         }),
     };
-    args.http.validate()?;
     // Certificate problems are reported before anything starts.
     let tls = args.http.tls()?;
     let scheme = if tls.is_some() { "https" } else { "http" };
@@ -1060,9 +1134,9 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
     let ports = server.ports();
     if let Some(p) = server.checkpoint_port() {
         tracing::info!(
-            "checkpoint channel on tcp {}:{p}: one request per group every {} ms",
+            "checkpoint channel on tcp {}:{p}: one request per group every {:?}",
             args.bind,
-            args.checkpoint_every_ms
+            args.checkpoint_every()
         );
     }
     tracing::info!(
@@ -1090,7 +1164,7 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         }
         None => None,
     };
-    let deadline = args.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
+    let deadline = args.duration.map(|d| Instant::now() + d);
     while !stop.load(Relaxed) {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break;
@@ -1113,6 +1187,20 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bind_failures_name_their_cause() {
+        let at: SocketAddr = "10.9.9.9:4000".parse().unwrap();
+        let hint = |errno| bind_hint(&at, &io::Error::from_raw_os_error(errno));
+        let h = hint(libc::EADDRNOTAVAIL);
+        assert!(
+            h.contains("10.9.9.9 is not an address of this host") && h.contains("--bind"),
+            "{h}"
+        );
+        assert!(!h.contains("another reflector"), "{h}");
+        assert!(hint(libc::EADDRINUSE).contains("another reflector"));
+        assert!(hint(libc::EACCES).contains("CAP_NET_BIND_SERVICE"));
+    }
 
     #[test]
     fn group_tags() {

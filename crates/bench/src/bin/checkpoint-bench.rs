@@ -287,20 +287,15 @@ fn start_reflector(
             &GROUP.to_string(),
         ])
         .args(["--backend", "sendmmsg", "--threads", "1", "--max-per-ip", "1000"])
-        .args([
-            "--checkpoint-port",
-            &CK_PORT.to_string(),
-            "--checkpoint-every-ms",
-            "100",
-        ])
+        .args(["--checkpoint-port", &CK_PORT.to_string(), "--checkpoint-every", "100ms"])
         .args([
             "--checkpoint-max-bytes",
             &max.to_string(),
-            "--checkpoint-fetch-every-ms",
-            "0",
+            "--checkpoint-fetch-every",
+            "0s",
         ])
         .args(["--checkpoint-conns", "1024", "--checkpoint-conns-per-ip", "1024"])
-        .args(["--checkpoint-timeout-ms", "60000"])
+        .args(["--checkpoint-timeout", "60s"])
         .args(["--checkpoint-zerocopy", if zc { "on" } else { "off" }])
         .arg("--secret-file")
         .arg(secret)
