@@ -30,7 +30,7 @@ Examples:\n\
   capture -i eth0 -c 10 udp port 53           print 10 DNS packets\n\
   capture -i eth0 -w out.pcap --duration 10   write 10 s of traffic\n\
   capture -i eth0 -w out.pcapng --pcapng --threads 2 --cpus 0,1\n\
-  capture gen -i veth0 --via txring --rate 100000 -c 1000000 --dst 10.0.0.2:9000",
+  capture gen -i eth0 --via txring --rate 100000 -c 1000000 --dst 10.0.0.2:9000",
     args_conflicts_with_subcommands = true
 )]
 struct Cli {

@@ -48,7 +48,8 @@ valid for --token-ttl; needs `Authorization: Bearer <ticket>` unless --anonymous
 /world                   the grid and the cell -> group mapping\n  \
 /healthz                 liveness\n\
 Bad parameters get 400 with {\"error\": \"...\"} naming the problem.\n\n\
-Example (a development ticket key file first; `reflector ticket --help`):\n  \
+Example (a shared secret and a development ticket key file first; `reflector ticket --help`):\n  \
+od -An -tx1 -N32 /dev/urandom | tr -d ' \\n' > secret\n  \
 reflector ticket --ticket-keys tickets.toml > /dev/null\n  \
 reflector control --secret-file secret --reflector 127.0.0.1:4000-4015 --ticket-keys tickets.toml --grid 8x8")]
 pub struct ControlArgs {

@@ -14,9 +14,11 @@ use std::time::Duration;
 `reflector bots --ticket-keys` read. If FILE does not exist, a DEVELOPMENT key file is written \
 there (mode 0600, one random HS256 key, marked as for development in its first lines); a \
 production game backend signs tickets with its own key and never runs this command.\n\n\
-Example (a ticket for player 1, then a join token with it):\n  \
+Example (a ticket for player 1, then a join token with it from a control server on the same key file):\n  \
+od -An -tx1 -N32 /dev/urandom | tr -d ' \\n' > secret\n  \
 reflector ticket --ticket-keys tickets.toml --player 1 > ticket\n  \
-curl -s -H \"Authorization: Bearer $(cat ticket)\" 'http://127.0.0.1:8700/join?player=1&x=0&y=0'")]
+reflector control --secret-file secret --reflector 127.0.0.1:4000-4015 --ticket-keys tickets.toml\n  \
+curl -sf -H \"Authorization: Bearer $(cat ticket)\" 'http://127.0.0.1:8700/join?player=1&x=0&y=0'")]
 pub struct TicketArgs {
     /// Ticket key file (TOML): written as a development key file if it does not exist, then its
     /// first HS256 key signs the ticket.

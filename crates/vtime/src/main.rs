@@ -31,8 +31,8 @@ which never go through the C library for time. Kernel timers of TCP (retransmiss
 ACK) always run in real time.
 
 Examples:
-  vtime run --tdf 4 -- ./server --port 4000    # 1 s of its time = 4 s of real time
-  vtime run --tdf 4 --clock lab -- ./a & vtime set lab 2
+  vtime run --tdf 4 -- sleep 1                  # 1 s of its time = 4 s of real time
+  vtime run --tdf 4 --clock lab -- sleep 3 & sleep 0.5; vtime set lab 2
   vtime status";
 
 #[derive(Parser)]
