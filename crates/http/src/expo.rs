@@ -331,6 +331,37 @@ pub fn build_info(e: &mut Exposition, prefix: &str, labels: &[(&str, &str)]) {
     .sample(&all, 1u64);
 }
 
+/// An HTTP server's [`crate::Stats`] as `{prefix}_http_*_total` counters.
+pub fn http_stats(e: &mut Exposition, prefix: &str, s: &crate::Stats) {
+    for (name, help, v) in [
+        ("requests", "Requests answered by the handler.", s.requests),
+        ("connections", "Connections accepted.", s.connections),
+        (
+            "over_cap_connections",
+            "Connections closed at once because the connection cap was reached.",
+            s.over_cap,
+        ),
+        (
+            "idle_closed_connections",
+            "Connections closed after the idle timeout without traffic.",
+            s.idle_closed,
+        ),
+        (
+            "body_refused_requests",
+            "Requests refused for their body (413).",
+            s.body_refused,
+        ),
+        ("h2_refused_connections", "HTTP/2 prefaces answered 505.", s.h2_refused),
+        (
+            "tls_failed_connections",
+            "TLS handshakes that failed or took longer than the header timeout.",
+            s.tls_failed,
+        ),
+    ] {
+        e.counter(&format!("{prefix}_http_{name}"), help).sample(&[], v);
+    }
+}
+
 /// This process's resources from `/proc/self`, named as Prometheus' client
 /// libraries name them. A file that cannot be read leaves its metric out
 /// (and says so in the log) rather than failing the scrape.

@@ -200,6 +200,9 @@ pub struct Request<'a> {
     /// The `Accept` header, if any (and if it is text): the metrics
     /// endpoints choose their exposition format by it.
     pub accept: Option<&'a str>,
+    /// What this server has done so far, this request counted (for the
+    /// server's own `/metrics`).
+    pub stats: Stats,
 }
 
 /// A handler's answer.
@@ -631,6 +634,7 @@ fn answer(ctx: &Ctx, req: &hyper::Request<Incoming>, peer: SocketAddr) -> hyper:
                 .get(hyper::header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok()),
             accept: req.headers().get(hyper::header::ACCEPT).and_then(|v| v.to_str().ok()),
+            stats: ctx.counters.stats(),
         })
     };
     let status = hyper::StatusCode::from_u16(r.status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
