@@ -539,20 +539,23 @@ pub fn metrics(cfg: &ControlConfig, http: &reflector_http::Stats, format: reflec
     let auth = if cfg.auth.is_some() { "tickets" } else { "open" };
     expo::build_info(&mut e, "reflector_control", &[("join_auth", auth)]);
     expo::http_stats(&mut e, "reflector_control", http);
-    if let Some(a) = &cfg.auth {
-        let mut f = e.counter(
-            "reflector_control_join_refusals",
-            "Token requests refused, by reason (bad or missing tickets, other players).",
-        );
-        for (reason, n) in a.refused() {
-            f.sample(&[("reason", reason)], n);
-        }
-        e.counter(
-            "reflector_control_join_rate_limited",
-            "Token requests refused 429 by the per-player or per-address rate limit.",
-        )
-        .sample(&[], a.rate_limited.load(Relaxed));
+    // Zero with anonymous joins: the same series either way.
+    let refused: Vec<(&str, u64)> = match &cfg.auth {
+        Some(a) => a.refused(),
+        None => crate::players::Refusal::ALL.iter().map(|r| (r.name(), 0)).collect(),
+    };
+    let mut f = e.counter(
+        "reflector_control_join_refusals",
+        "Token requests refused, by reason (bad or missing tickets, other players).",
+    );
+    for (reason, n) in refused {
+        f.sample(&[("reason", reason)], n);
     }
+    e.counter(
+        "reflector_control_join_rate_limited",
+        "Token requests refused 429 by the per-player or per-address rate limit.",
+    )
+    .sample(&[], cfg.auth.as_ref().map_or(0, |a| a.rate_limited.load(Relaxed)));
     expo::process(&mut e);
     e.finish()
 }

@@ -249,3 +249,189 @@ fn promtool_accepts_both_endpoints() {
     let (_, _, text) = get(cport, "/metrics", None);
     promtool_check_metrics(promtool, "the control server", &text);
 }
+
+fn deploy_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/prometheus")
+}
+
+#[test]
+fn promtool_accepts_the_shipped_rules_and_config() {
+    let Some(promtool) = promtool() else { return };
+    for args in [["check", "rules", "alerts.yml"], ["check", "config", "prometheus.yml"]] {
+        let out = Command::new(promtool)
+            .args(args)
+            .current_dir(deploy_dir())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "promtool {}: {}\n{}{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// Every `reflector_*` and `process_*` name in `text` (a metric name runs
+/// over lower-case letters, digits and '_'; one ending in '_' is a prefix).
+fn metric_names(text: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    let b = text.as_bytes();
+    let word = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_';
+    for prefix in ["reflector_", "process_"] {
+        for (i, _) in text.match_indices(prefix) {
+            if i > 0 && (word(b[i - 1]) || b[i - 1].is_ascii_uppercase()) {
+                continue;
+            }
+            let end = b[i..].iter().position(|&c| !word(c)).map_or(b.len(), |n| i + n);
+            // A family prefix in prose ("reflector_group_*") is not a name.
+            if !text[i..end].ends_with('_') {
+                names.insert(text[i..end].to_string());
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn the_rules_and_the_dashboard_read_only_served_metrics() {
+    let (_r, rport, _) = start_reflector(&["--metrics-per-group"]);
+    let (_c, cport) = start_control();
+    let served = format!("{}{}", get(rport, "/metrics", None).2, get(cport, "/metrics", None).2);
+    let is_served = |name: &str| {
+        served
+            .lines()
+            .any(|l| l.strip_prefix(name).is_some_and(|r| r.starts_with([' ', '{'])))
+    };
+    for file in ["alerts.yml", "grafana-dashboard.json"] {
+        let text = std::fs::read_to_string(deploy_dir().join(file)).unwrap();
+        let names = metric_names(&text);
+        assert!(names.len() >= 8, "{file}: only {names:?}");
+        let missing: Vec<&String> = names.iter().filter(|n| !is_served(n)).collect();
+        assert!(missing.is_empty(), "{file} reads metrics nobody serves: {missing:?}");
+    }
+    // The check itself finds a name that is not served.
+    assert!(!is_served("reflector_rtt_us_sum_total"));
+}
+
+/// One HTTP/1.0 GET (no chunked answers): the body if the status is 200.
+fn get10(port: u16, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let (head, body) = out.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.0 200").then(|| body.to_string())
+}
+
+/// Debian's `prometheus` on 127.0.0.1 (its own temp dir, a free port, 1 s
+/// scrapes, the shipped alert rules) scraping a reflector and a control
+/// server: both targets up with no scrape error, `up == 1` for both, and
+/// every shipped rule evaluated without error.
+#[test]
+fn a_real_prometheus_scrapes_both_and_evaluates_the_rules() {
+    let prometheus = "prometheus";
+    if !Command::new(prometheus)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        assert!(
+            std::env::var("REQUIRE_ROOT_TESTS").as_deref() != Ok("1"),
+            "prometheus not found (Debian package prometheus; scripts/install-deps.sh) and REQUIRE_ROOT_TESTS=1"
+        );
+        eprintln!("skipped: prometheus not found (install Debian's prometheus package: scripts/install-deps.sh)");
+        return;
+    }
+    let (_r, rport, _) = start_reflector(&[]);
+    let (_c, cport) = start_control();
+    let dir = std::env::temp_dir().join(format!(
+        "reflector-prometheus-test-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    struct RmDir(std::path::PathBuf);
+    impl Drop for RmDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _rm = RmDir(dir.clone());
+    let rules = deploy_dir().join("alerts.yml").canonicalize().unwrap();
+    std::fs::write(
+        dir.join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {rules:?}\n\
+             scrape_configs:\n  - job_name: reflector\n    static_configs:\n      - targets: [\"127.0.0.1:{rport}\"]\n  \
+             - job_name: reflector-control\n    static_configs:\n      - targets: [\"127.0.0.1:{cport}\"]\n"
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let child = Command::new(prometheus)
+        .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
+        .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut prom = Proc(child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = String::new();
+    let done = loop {
+        if Instant::now() > deadline {
+            break false;
+        }
+        if let Ok(Some(status)) = prom.0.try_wait() {
+            let mut err = String::new();
+            if let Some(mut e) = prom.0.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            panic!("prometheus exited early: {status}\n{err}");
+        }
+        std::thread::sleep(Duration::from_millis(250));
+        let (Some(targets), Some(up), Some(rules)) = (
+            get10(port, "/api/v1/targets?state=active"),
+            get10(port, "/api/v1/query?query=up"),
+            get10(port, "/api/v1/rules"),
+        ) else {
+            continue;
+        };
+        last = format!("{targets}\n{up}\n{rules}");
+        let targets: serde_json::Value = serde_json::from_str(&targets).unwrap();
+        let active = targets["data"]["activeTargets"].as_array().cloned().unwrap_or_default();
+        let targets_ok = active.len() == 2 && active.iter().all(|t| t["health"] == "up" && t["lastError"] == "");
+        let up: serde_json::Value = serde_json::from_str(&up).unwrap();
+        let ups = up["data"]["result"].as_array().cloned().unwrap_or_default();
+        let up_ok = ups.len() == 2 && ups.iter().all(|r| r["value"][1] == "1");
+        let rules: serde_json::Value = serde_json::from_str(&rules).unwrap();
+        let all: Vec<serde_json::Value> = rules["data"]["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+            .collect();
+        let rules_ok = !all.is_empty() && all.iter().all(|r| r["health"] == "ok");
+        if targets_ok && up_ok && rules_ok {
+            break true;
+        }
+    };
+    let _ = prom.0.kill();
+    let _ = prom.0.wait();
+    let mut err = String::new();
+    if let Some(mut e) = prom.0.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    assert!(
+        done,
+        "within 30 s: both targets up without scrape errors, up == 1, every rule healthy. Last answers:\n{last}\n\
+         prometheus' log:\n{}",
+        err.lines().rev().take(20).collect::<Vec<_>>().join("\n")
+    );
+}
