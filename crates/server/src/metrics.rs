@@ -169,9 +169,12 @@ impl RttHistogram {
 
 const RTT_HELP: &str = "Round-trip times of members' PROBE answers, seconds (microsecond resolution).";
 
+/// One row of samples: its labels and a snapshot's fields.
+type Row<'a> = (Vec<(&'a str, &'a str)>, Vec<Field>);
+
 /// Writes one snapshot's counters as families `{prefix}{name}`, each with
 /// one sample per `(labels, snapshot)`.
-fn write_counters(e: &mut reflector_http::expo::Exposition, prefix: &str, rows: &[(Vec<(&str, &str)>, Vec<Field>)]) {
+fn write_counters(e: &mut reflector_http::expo::Exposition, prefix: &str, rows: &[Row<'_>]) {
     for (i, (name, kind, help, _)) in Snapshot::default().fields().iter().enumerate() {
         let full = format!("{prefix}{name}");
         let mut family = match *kind {
@@ -259,7 +262,7 @@ impl Exposition {
         )
         .sample(&[], ch.memory_bytes.load(Relaxed));
         if self.per_group {
-            let rows: Vec<(Vec<(&str, &str)>, Vec<Field>)> = snaps
+            let rows: Vec<Row<'_>> = snaps
                 .iter()
                 .map(|(p, s, _)| (vec![("group", p.as_str())], s.fields()))
                 .collect();
