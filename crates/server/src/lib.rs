@@ -21,6 +21,7 @@
 pub mod backend;
 pub mod checkpoint;
 pub mod kfanout;
+pub mod liveness;
 pub mod membership;
 pub mod metrics;
 pub mod server;
