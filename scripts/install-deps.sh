@@ -19,7 +19,8 @@ set -euo pipefail
 #   systemd      systemd-analyze: the tests verify the shipped units in deploy/systemd
 #   util-linux   setpriv: the tests run those units' commands with only their capabilities
 #   libfaketime  anchor for the vtime clock-overhead benchmark (the LD_PRELOAD clock shim vtime is compared with)
-packages=(iproute2 libpcap-dev tcpdump tshark netsniff-ng clang llvm libbpf-dev ethtool pkg-config python3 procps systemd util-linux libfaketime)
+#   prometheus   promtool checks /metrics and deploy/prometheus' rules; the tests run a real Prometheus scraping a reflector
+packages=(iproute2 libpcap-dev tcpdump tshark netsniff-ng clang llvm libbpf-dev ethtool pkg-config python3 procps systemd util-linux libfaketime prometheus)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -745,6 +745,7 @@ mod tests {
         let now = Now {
             unix_ms: T0_MS,
             mono_ms: 1,
+            mono_us: 1_000,
         };
         for expect in [GroupEvent::Challenged, GroupEvent::Joined { rejoin: false }] {
             let (_, join, to) = ctx.edge.sent.pop().expect("a JOIN was sent");

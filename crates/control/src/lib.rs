@@ -46,7 +46,8 @@ use std::time::{Duration, Instant};
 /join?player=ID&x=X&y=Y  the player's cell, its reflector ip:port and group, a signed token \
 valid for --token-ttl; needs `Authorization: Bearer <ticket>` unless --anonymous-joins\n  \
 /world                   the grid and the cell -> group mapping\n  \
-/healthz                 liveness\n\
+/healthz                 liveness\n  \
+/metrics                 Prometheus metrics (text 0.0.4; OpenMetrics if Accept asks for it)\n\
 Bad parameters get 400 with {\"error\": \"...\"} naming the problem.\n\n\
 Example (a shared secret and a development ticket key file first; `reflector ticket --help`):\n  \
 od -An -tx1 -N32 /dev/urandom | tr -d ' \\n' > secret\n  \
@@ -471,7 +472,7 @@ pub fn handle(cfg: &ControlConfig, method: &str, url: &str, now_unix_s: u64) -> 
         "/join" => join(cfg, query, now_unix_s, None),
         _ => bad(
             404,
-            format!("no such endpoint {path}: try /join?player=ID&x=X&y=Y, /world or /healthz"),
+            format!("no such endpoint {path}: try /join?player=ID&x=X&y=Y, /world, /healthz or /metrics"),
         ),
     }
 }
@@ -539,6 +540,35 @@ pub enum ControlError {
     Http(#[from] reflector_http::HttpError),
 }
 
+/// The control server's `/metrics`: its HTTP server's counters, its join
+/// refusals by reason (with tickets), build and process metrics.
+pub fn metrics(cfg: &ControlConfig, http: &reflector_http::Stats, format: reflector_http::expo::Format) -> String {
+    use reflector_http::expo;
+    let mut e = expo::Exposition::new(format);
+    let auth = if cfg.auth.is_some() { "tickets" } else { "open" };
+    expo::build_info(&mut e, "reflector_control", &[("join_auth", auth)]);
+    expo::http_stats(&mut e, "reflector_control", http);
+    // Zero with anonymous joins: the same series either way.
+    let refused: Vec<(&str, u64)> = match &cfg.auth {
+        Some(a) => a.refused(),
+        None => crate::players::Refusal::ALL.iter().map(|r| (r.name(), 0)).collect(),
+    };
+    let mut f = e.counter(
+        "reflector_control_join_refusals",
+        "Token requests refused, by reason (bad or missing tickets, other players).",
+    );
+    for (reason, n) in refused {
+        f.sample(&[("reason", reason)], n);
+    }
+    e.counter(
+        "reflector_control_join_rate_limited",
+        "Token requests refused 429 by the per-player or per-address rate limit.",
+    )
+    .sample(&[], cfg.auth.as_ref().map_or(0, |a| a.rate_limited.load(Relaxed)));
+    expo::process(&mut e);
+    e.finish()
+}
+
 /// A running control server.
 pub struct ControlServer {
     http: reflector_http::HttpServer,
@@ -567,6 +597,15 @@ impl ControlServer {
         // it over and over costs the server a copy-free send, not CPU.
         let world = reflector_http::Bytes::from(format!("{}\n", cfg.world.to_json()));
         let handler: reflector_http::Handler = Arc::new(move |req: &reflector_http::Request<'_>| {
+            if req.method == "GET" && req.target.split('?').next() == Some("/metrics") {
+                let format = reflector_http::expo::Format::negotiate(req.accept);
+                return reflector_http::Response {
+                    status: 200,
+                    content_type: format.content_type(),
+                    body: metrics(&cfg, &req.stats, format).into(),
+                    retry_after_s: None,
+                };
+            }
             if req.method == "GET" && req.target.split('?').next() == Some("/world") {
                 return reflector_http::Response {
                     status: 200,

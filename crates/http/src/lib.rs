@@ -26,6 +26,7 @@
 //!   by ALPN); the handshake must finish within `header_read_timeout`.
 #![deny(unsafe_code)]
 
+pub mod expo;
 use http_body_util::Full;
 pub use hyper::body::Bytes;
 use hyper::body::Incoming;
@@ -180,6 +181,12 @@ pub struct Request<'a> {
     pub peer: SocketAddr,
     /// The `Authorization` header, if any (and if it is text).
     pub authorization: Option<&'a str>,
+    /// The `Accept` header, if any (and if it is text): the metrics
+    /// endpoints choose their exposition format by it.
+    pub accept: Option<&'a str>,
+    /// What this server has done so far, this request counted (for the
+    /// server's own `/metrics`).
+    pub stats: Stats,
 }
 
 /// A handler's answer.
@@ -626,6 +633,8 @@ fn answer(ctx: &Ctx, req: &hyper::Request<Incoming>, peer: SocketAddr) -> hyper:
                 .headers()
                 .get(hyper::header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok()),
+            accept: req.headers().get(hyper::header::ACCEPT).and_then(|v| v.to_str().ok()),
+            stats: ctx.counters.stats(),
         })
     };
     let status = hyper::StatusCode::from_u16(r.status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);

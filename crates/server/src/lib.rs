@@ -21,6 +21,7 @@
 pub mod backend;
 pub mod checkpoint;
 pub mod kfanout;
+pub mod liveness;
 pub mod membership;
 pub mod metrics;
 pub mod server;
@@ -32,9 +33,11 @@ pub mod testing;
 /// monotonic one (liveness, intervals); the pure core below takes them as
 /// arguments.
 pub fn now() -> membership::Now {
+    let mono_ns = oskit::clock::mono_now_ns();
     membership::Now {
         unix_ms: reflector_proto::unix_now_ms(),
-        mono_ms: oskit::clock::mono_now_ms(),
+        mono_ms: mono_ns / 1_000_000,
+        mono_us: mono_ns / 1_000,
     }
 }
 

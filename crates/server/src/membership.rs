@@ -141,6 +141,9 @@ pub struct Keys {
 pub struct Now {
     pub unix_ms: u64,
     pub mono_ms: u64,
+    /// The monotonic clock in microseconds (the same instant as `mono_ms`):
+    /// PROBE round trips are timed with it.
+    pub mono_us: u64,
 }
 
 /// Why a datagram was dropped. Each maps to a counter.
@@ -195,9 +198,10 @@ pub enum Event {
     },
     Left,
     Refreshed,
-    /// A PROBE_REPLY from the member's address: its RTT was measured.
+    /// A PROBE_REPLY from the member's address: its RTT was measured, in
+    /// microseconds.
     Probed {
-        rtt_ms: u64,
+        rtt_us: u64,
     },
     /// A PROBE_REPLY from a new address under the key: the member moved.
     Rebound {
@@ -425,6 +429,8 @@ pub struct PendingProbe {
     pub addr: SocketAddr,
     pub nonce: u64,
     pub sent_ms: u64,
+    /// When it went, monotonic microseconds ([`Now::mono_us`]).
+    pub sent_us: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -829,13 +835,14 @@ impl Group {
             }
             Kind::ProbeReply => match m.probe {
                 Some(p) if Some(p.nonce) == pkt.nonce() => {
-                    let rtt = now.mono_ms.saturating_sub(p.sent_ms);
+                    let rtt_us = now.mono_us.saturating_sub(p.sent_us);
+                    let rtt = rtt_us as f64 / 1000.0;
                     m.rtt_ms = Some(match m.rtt_ms {
-                        Some(s) => s + (rtt as f64 - s) / 8.0,
-                        None => rtt as f64,
+                        Some(s) => s + (rtt - s) / 8.0,
+                        None => rtt,
                     });
                     m.probe = None;
-                    Outcome::silent(Event::Probed { rtt_ms: rtt })
+                    Outcome::silent(Event::Probed { rtt_us })
                 }
                 _ => Outcome::silent(Event::Refreshed),
             },
@@ -921,6 +928,7 @@ impl Group {
             addr: src,
             nonce,
             sent_ms: now.mono_ms,
+            sent_us: now.mono_us,
         });
         mm.rebind_sent_ms = Some(now.mono_ms);
         mm.rebind_seq = seq;
@@ -1274,9 +1282,10 @@ impl Group {
         &mut self,
         keys: &Keys,
         policy: &Policy,
-        now_ms: u64,
+        now: Now,
         out: &mut Vec<(SocketAddr, SmallDatagram)>,
     ) -> Probed {
+        let now_ms = now.mono_ms;
         let every = u64::from(policy.keepalive_ms).max(1);
         let mut done = Probed::default();
         for i in 0..self.members.len() {
@@ -1313,6 +1322,7 @@ impl Group {
                 addr: m.addr,
                 nonce,
                 sent_ms: now_ms,
+                sent_us: now.mono_us,
             });
             let h = m.next_header(Kind::Probe, port);
             out.push((m.addr, SmallDatagram::nonce(&h, nonce, &m.keys)));
@@ -1420,6 +1430,7 @@ mod tests {
         Now {
             unix_ms: ms,
             mono_ms: ms,
+            mono_us: ms * 1000,
         }
     }
 
@@ -1838,7 +1849,7 @@ mod tests {
     fn sweep(g: &mut Group, k: &Keys, p: &Policy, now: u64, live: &mut [(SocketAddr, &mut Player)]) -> Expired {
         let gone = g.expire(p, at(now));
         let mut out = Vec::new();
-        g.probes(k, p, now, &mut out);
+        g.probes(k, p, at(now), &mut out);
         for (to, probe) in out {
             if let Some((a, pl)) = live.iter_mut().find(|(a, _)| *a == to) {
                 if let Some(r) = pl.answer(&probe) {
@@ -1976,7 +1987,7 @@ mod tests {
             "a rebinding PROBE"
         );
         let mut out = Vec::new();
-        assert_eq!(g.probes(&k, &p, T0 + 1000, &mut out).rtt, 1);
+        assert_eq!(g.probes(&k, &p, at(T0 + 1000), &mut out).rtt, 1);
         let before = g.members()[0];
         assert!(before.probe.is_some() && before.rebind.is_some());
         let (_, o) = join_from(&mut g, &k, &p, T0 + 1001, addr(0), 66, 1);
@@ -1997,7 +2008,7 @@ mod tests {
         assert_eq!(o.event, Event::Dropped(DropReason::Occupied));
         assert_eq!(g.players[&67].tokens, 3);
         out.clear();
-        let sent = g.probes(&k, &p, T0 + 1100, &mut out);
+        let sent = g.probes(&k, &p, at(T0 + 1100), &mut out);
         assert_eq!((sent.rtt, sent.occupancy, sent.checks_started), (0, 1, 1));
         assert_eq!(out[0].0, addr(0));
         let m = g.members()[0];
@@ -2197,16 +2208,22 @@ mod tests {
         let mut g = Group::new(PORT);
         let (mut one, _) = join(&mut g, &k, &p, T0, addr(0), 1);
         let mut out = Vec::new();
-        g.probes(&k, &p, T0 + 500, &mut out);
+        g.probes(&k, &p, at(T0 + 500), &mut out);
         assert!(out.is_empty(), "not due yet");
-        g.probes(&k, &p, T0 + 1000, &mut out);
+        g.probes(&k, &p, at(T0 + 1000), &mut out);
         assert_eq!(out.len(), 1);
         let (to, probe) = out.pop().unwrap();
         assert_eq!(to, addr(0));
         let reply = one.answer(&probe).expect("answered at once");
-        let o = g.handle(&k, &p, at(T0 + 1042), addr(0), &reply);
-        assert_eq!(o.event, Event::Probed { rtt_ms: 42 });
-        assert_eq!(g.members()[0].rtt_ms, Some(42.0));
+        // Answered 137 us later, within the same millisecond: measured in
+        // microseconds, not rounded to 0 ms.
+        let answered = Now {
+            mono_us: (T0 + 1000) * 1000 + 137,
+            ..at(T0 + 1000)
+        };
+        let o = g.handle(&k, &p, answered, addr(0), &reply);
+        assert_eq!(o.event, Event::Probed { rtt_us: 137 });
+        assert_eq!(g.members()[0].rtt_ms, Some(0.137));
         // Answered again (a replay): nothing measured twice.
         assert_eq!(
             g.handle(&k, &p, at(T0 + 1100), addr(0), &reply).event,
@@ -2482,6 +2499,7 @@ mod tests {
         let jumped = Now {
             unix_ms: T0 + 86_400_000,
             mono_ms: T0 + 10,
+            mono_us: (T0 + 10) * 1000,
         };
         let d = one.data(b"x");
         assert!(matches!(
@@ -2513,6 +2531,7 @@ mod tests {
         Now {
             unix_ms: unix,
             mono_ms: mono,
+            mono_us: mono * 1000,
         }
     }
 

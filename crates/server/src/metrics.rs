@@ -8,12 +8,16 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
+use reflector_http::expo::{Format, Histogram};
+
 macro_rules! counters {
-    ($( $(#[$doc:meta])* $name:ident : $kind:literal, $help:literal; )*) => {
+    ($( $(#[$doc:meta])* $name:ident $(as $metric:literal)? : $kind:literal, $help:literal; )*) => {
         /// Counters of one group.
         #[derive(Debug, Default)]
         pub struct GroupCounters {
             $( $(#[$doc])* pub $name: AtomicU64, )*
+            /// Measured member round-trip times.
+            pub rtt: RttHistogram,
         }
 
         /// A plain copy of [`GroupCounters`] taken at one moment.
@@ -29,9 +33,9 @@ macro_rules! counters {
         }
 
         impl Snapshot {
-            /// (name, prometheus type, help, value) for every counter.
+            /// (metric name, kind, help, value) for every counter.
             pub fn fields(&self) -> Vec<Field> {
-                vec![ $( (stringify!($name), $kind, $help, self.$name), )* ]
+                vec![ $( (metric_name!($name $(, $metric)?), $kind, $help, self.$name), )* ]
             }
 
             pub fn add(&mut self, o: &Snapshot) {
@@ -41,12 +45,22 @@ macro_rules! counters {
     };
 }
 
+/// A counter's metric name: its field's name unless given (`as "..."`).
+macro_rules! metric_name {
+    ($name:ident) => {
+        stringify!($name)
+    };
+    ($name:ident, $metric:literal) => {
+        $metric
+    };
+}
+
 counters! {
     received: "counter", "Datagrams received on the group's port.";
-    bytes_in: "counter", "Bytes received on the group's port.";
+    bytes_in as "received_bytes": "counter", "Bytes received on the group's port.";
     forwarded: "counter", "DATA datagrams from members accepted for fan-out.";
     fanned_out: "counter", "Copies sent to members (one per receiver).";
-    bytes_out: "counter", "Bytes of fan-out copies sent.";
+    bytes_out as "fanned_out_bytes": "counter", "Bytes of fan-out copies sent.";
     dropped_non_member: "counter", "DATA, KEEPALIVE, LEAVE or PROBE_REPLY from players that are not members.";
     malformed: "counter", "Datagrams that failed to parse (truncated, bad magic/version/type/length).";
     wrong_group: "counter", "Datagrams whose header names another group than their port.";
@@ -61,12 +75,11 @@ counters! {
     rebind_probes: "counter", "Rebinding PROBEs sent to a member's new address (at most one a second per member, from the member's own reply budget).";
     rebind_probes_suppressed: "counter", "Rebinding PROBEs not sent: one went to that member within the second, or its reply budget (--member-replies-per-s) was spent.";
     probe_replies: "counter", "PROBE_REPLYs with a measured round-trip time.";
-    rtt_us_sum: "counter", "Sum of measured member round-trip times, microseconds (divide by probe_replies).";
     version_errors: "counter", "Datagrams of another protocol version, answered with ERROR(Version) when no larger.";
     bad_token: "counter", "JOINs whose token failed to verify.";
     expired_token: "counter", "JOINs with an expired token.";
     bad_cookie: "counter", "JOINs echoing a wrong or stale cookie.";
-    group_full: "counter", "JOINs refused because the group is full.";
+    group_full as "joins_refused_group_full": "counter", "JOINs refused because the group is full.";
     occupied: "counter", "JOINs (answered ERROR(Retry)) and rebinds refused because another member holds the address; that member is checked with PROBEs under its own key.";
     occupancy_checks: "counter", "Occupancy checks begun: a member whose address someone else wanted, PROBEd under its own key.";
     occupancy_kept: "counter", "Occupancy checks the member answered: it kept its address.";
@@ -89,8 +102,8 @@ counters! {
     echo_replies: "counter", "ECHO_REPLYs sent to members' ECHOs.";
     echo_suppressed: "counter", "ECHOs not answered: the member's echo budget (4 a second) was spent.";
     unreachable_removed: "counter", "Members removed because ICMP errors were reported about them and they had sent nothing since, for two keepalive intervals (an ICMP error alone removes nobody).";
-    control_bytes_in: "counter", "Bytes of datagrams that were not member traffic (joins, strays, floods).";
-    reply_bytes_out: "counter", "Bytes of replies (challenge, ack, error); never more than control_bytes_in.";
+    control_bytes_in as "control_received_bytes": "counter", "Bytes of datagrams that were not member traffic (joins, strays, floods).";
+    reply_bytes_out as "reply_sent_bytes": "counter", "Bytes of replies (challenge, ack, error); never more than control_received_bytes.";
     replies_suppressed: "counter", "Replies of every kind not sent because their budget was spent (includes challenges_suppressed, error_replies_suppressed, rebind_probes_suppressed).";
     enobufs_waits: "counter", "Sends that hit ENOBUFS (device queue full) and were retried after a wait.";
     eagain_waits: "counter", "Sends that hit EAGAIN (socket buffer full) and waited for POLLOUT.";
@@ -106,10 +119,10 @@ counters! {
     kernel_leave_resyncs: "counter", "LEAVE fences taken down after a drain of the socket because fenced LEAVEs never reached it (a full receive buffer).";
     checkpoint_requests: "counter", "CHECKPOINT_REQUESTs sent (one member per group per --checkpoint-every-ms, lowest RTT first).";
     checkpoints_stored: "counter", "Checkpoint uploads stored (answering the pending request, MAC verified, within the size bound).";
-    checkpoint_bytes_stored: "counter", "Bytes of game state stored from uploads.";
+    checkpoint_bytes_stored as "checkpoint_stored_bytes": "counter", "Bytes of game state stored from uploads.";
     checkpoints_served: "counter", "Checkpoints sent whole to members that fetched them (joiners, resyncs).";
-    checkpoint_bytes_served: "counter", "Bytes of game state served.";
-    checkpoint_serve_us_sum: "counter", "Time from a fetch's decision to its last byte handed to the kernel, microseconds (divide by checkpoints_served).";
+    checkpoint_bytes_served as "checkpoint_served_bytes": "counter", "Bytes of game state served.";
+    checkpoint_serve_us_sum as "checkpoint_serve_seconds": "counter_us", "Time from a fetch's decision to its last byte handed to the kernel, seconds (divide by checkpoints_served).";
     checkpoint_empty_fetches: "counter", "Fetches answered with 'no checkpoint yet'.";
     checkpoint_refused: "counter", "Checkpoint requests refused: not a member, bad MAC, not requested, too large, fetch too soon, memory bound.";
     checkpoint_memory_refused: "counter", "Checkpoint uploads refused Busy because stored states plus bodies being received would pass --checkpoint-memory (also in checkpoint_refused).";
@@ -119,111 +132,148 @@ counters! {
     members: "gauge", "Current members.";
 }
 
-/// The content type of [`Registry::prometheus`].
-pub const EXPOSITION_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// Upper bounds of the RTT histogram's buckets, microseconds (exposed in
+/// seconds): loopback and LAN below a millisecond, the Internet above.
+pub const RTT_BOUNDS_US: [u64; 10] = [
+    100, 500, 1_000, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000,
+];
+/// [`RTT_BOUNDS_US`] in seconds.
+pub const RTT_BOUNDS_S: [f64; 10] = [0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
 
-/// The counters as a `prometheus-client` registry. They stay the event
-/// loops' own atomics (no lock, no second copy on the data path); a
-/// collector reads them at scrape time.
-#[derive(Debug)]
+/// Round-trip times of one group's members, measured in microseconds; one
+/// more bucket than [`RTT_BOUNDS_US`] for longer ones.
+#[derive(Debug, Default)]
+pub struct RttHistogram {
+    counts: [AtomicU64; RTT_BOUNDS_US.len() + 1],
+    sum_us: AtomicU64,
+}
+
+impl RttHistogram {
+    pub fn observe_us(&self, us: u64) {
+        let i = RTT_BOUNDS_US
+            .iter()
+            .position(|&b| us <= b)
+            .unwrap_or(RTT_BOUNDS_US.len());
+        self.counts[i].fetch_add(1, Relaxed);
+        self.sum_us.fetch_add(us, Relaxed);
+    }
+
+    pub fn snapshot(&self) -> Histogram {
+        Histogram {
+            bounds: &RTT_BOUNDS_S,
+            counts: self.counts.iter().map(|c| c.load(Relaxed)).collect(),
+            sum: self.sum_us.load(Relaxed) as f64 / 1e6,
+        }
+    }
+}
+
+const RTT_HELP: &str = "Round-trip times of members' PROBE answers, seconds (microsecond resolution).";
+
+/// One row of samples: its labels and a snapshot's fields.
+type Row<'a> = (Vec<(&'a str, &'a str)>, Vec<Field>);
+
+/// Writes one snapshot's counters as families `{prefix}{name}`, each with
+/// one sample per `(labels, snapshot)`.
+fn write_counters(e: &mut reflector_http::expo::Exposition, prefix: &str, rows: &[Row<'_>]) {
+    for (i, (name, kind, help, _)) in Snapshot::default().fields().iter().enumerate() {
+        let full = format!("{prefix}{name}");
+        let mut family = match *kind {
+            "gauge" => e.gauge(&full, help),
+            _ => e.counter(&full, help),
+        };
+        for (labels, fields) in rows {
+            let v = fields[i].3;
+            match *kind {
+                // Kept in microseconds, exposed in seconds.
+                "counter_us" => family.sample(labels, v as f64 / 1e6),
+                _ => family.sample(labels, v),
+            }
+        }
+    }
+}
+
+/// The exposition of a reflector's metrics; the counters stay the event
+/// loops' own atomics (no lock, no second copy on the data path) and are
+/// read at scrape time.
+#[derive(Debug, Clone)]
 pub struct Exposition {
-    prom: prometheus_client::registry::Registry,
+    registry: Registry,
+    per_group: bool,
 }
 
 impl Exposition {
-    pub fn new(registry: Registry) -> Exposition {
-        let mut prom = prometheus_client::registry::Registry::with_prefix("reflector");
-        prom.register_collector(Box::new(GroupCollector(registry)));
-        Exposition { prom }
+    /// Aggregates over all groups (`reflector_*`), and with `per_group`
+    /// also families of one series per group (`reflector_group_*{group}`).
+    pub fn new(registry: Registry, per_group: bool) -> Exposition {
+        Exposition { registry, per_group }
     }
 
-    /// One scrape.
-    pub fn encode(&self) -> String {
-        let mut out = String::new();
-        // Writing to a String cannot fail; an error would be a bug in the
-        // encoder, and a truncated scrape is the most useful answer then.
-        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.prom) {
-            tracing::warn!("metrics exposition failed: {e}");
-        }
-        out
-    }
-}
-
-#[derive(Debug)]
-struct GroupCollector(Registry);
-
-impl prometheus_client::collector::Collector for GroupCollector {
-    fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        use prometheus_client::encoding::EncodeMetric;
-        use prometheus_client::metrics::counter::ConstCounter;
-        use prometheus_client::metrics::gauge::ConstGauge;
-        use prometheus_client::metrics::MetricType;
-        // One snapshot and one field list per group per scrape.
-        let snaps: Vec<(String, Vec<Field>)> = self
-            .0
+    /// One scrape in `format`.
+    pub fn encode(&self, format: Format) -> String {
+        let r = &self.registry;
+        let mut e = reflector_http::expo::Exposition::new(format);
+        reflector_http::expo::build_info(&mut e, "reflector", &[("backend", r.backend)]);
+        let snaps: Vec<(String, Snapshot, Histogram)> = r
             .groups
             .iter()
-            .map(|(p, g)| (p.to_string(), g.snapshot().fields()))
+            .map(|(p, g)| (p.to_string(), g.snapshot(), g.rtt.snapshot()))
             .collect();
-        for (i, (name, kind, help, _)) in Snapshot::default().fields().iter().enumerate() {
-            let metric_type = if *kind == "gauge" {
-                MetricType::Gauge
-            } else {
-                MetricType::Counter
-            };
-            let mut family = encoder.encode_descriptor(name, help, None, metric_type)?;
-            for (port, fields) in &snaps {
-                let labels = [("group", port.as_str()), ("backend", self.0.backend)];
-                let metric = family.encode_family(&labels)?;
-                let v = fields[i].3;
-                match metric_type {
-                    MetricType::Gauge => ConstGauge::new(v).encode(metric)?,
-                    _ => ConstCounter::new(v).encode(metric)?,
-                }
-            }
+        let mut total = Snapshot::default();
+        let mut rtt = RttHistogram::default().snapshot();
+        for (_, s, h) in &snaps {
+            total.add(s);
+            rtt.add(h);
         }
-        let ch = &self.0.channel;
+        write_counters(&mut e, "reflector_", &[(vec![], total.fields())]);
+        e.histogram("reflector_rtt_seconds", RTT_HELP).histogram(&[], &rtt);
+        let ch = &r.channel;
         for (name, help, v) in [
             (
-                "checkpoint_channel_busy",
+                "reflector_checkpoint_channel_busy",
                 "Checkpoint connections refused at once: too many overall or from one address.",
                 &ch.busy,
             ),
             (
-                "checkpoint_channel_malformed",
+                "reflector_checkpoint_channel_malformed",
                 "Checkpoint requests that did not decode, were over the size bound, or named no group here.",
                 &ch.malformed,
             ),
             (
-                "checkpoint_channel_timeouts",
+                "reflector_checkpoint_channel_timeouts",
                 "Checkpoint exchanges cut off at their deadline (a peer that stopped reading or writing).",
                 &ch.timeouts,
             ),
             (
-                "checkpoint_channel_hello_timeouts",
+                "reflector_checkpoint_channel_hello_timeouts",
                 "Checkpoint connections closed because no request came within --checkpoint-hello-timeout-ms.",
                 &ch.hello_timeouts,
             ),
             (
-                "checkpoint_channel_evicted",
+                "reflector_checkpoint_channel_evicted",
                 "Unauthenticated checkpoint connections closed, oldest first, to make room for a new one.",
                 &ch.evicted,
             ),
         ] {
-            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-            let labels = [("backend", self.0.backend)];
-            let metric = family.encode_family(&labels)?;
-            ConstCounter::new(v.load(Relaxed)).encode(metric)?;
+            e.counter(name, help).sample(&[], v.load(Relaxed));
         }
-        let mut family = encoder.encode_descriptor(
-            "checkpoint_memory_bytes",
+        e.gauge(
+            "reflector_checkpoint_memory_bytes",
             "Bytes of stored checkpoint states plus upload bodies being received (bounded by --checkpoint-memory).",
-            None,
-            MetricType::Gauge,
-        )?;
-        let labels = [("backend", self.0.backend)];
-        ConstGauge::new(ch.memory_bytes.load(Relaxed)).encode(family.encode_family(&labels)?)?;
-        Ok(())
+        )
+        .sample(&[], ch.memory_bytes.load(Relaxed));
+        if self.per_group {
+            let rows: Vec<Row<'_>> = snaps
+                .iter()
+                .map(|(p, s, _)| (vec![("group", p.as_str())], s.fields()))
+                .collect();
+            write_counters(&mut e, "reflector_group_", &rows);
+            let mut family = e.histogram("reflector_group_rtt_seconds", RTT_HELP);
+            for (p, _, h) in &snaps {
+                family.histogram(&[("group", p.as_str())], h);
+            }
+        }
+        reflector_http::expo::process(&mut e);
+        e.finish()
     }
 }
 
@@ -256,11 +306,10 @@ impl Registry {
         t
     }
 
-    /// The exposition (OpenMetrics text, [`EXPOSITION_CONTENT_TYPE`]) of
-    /// every counter, one series per group, through the `prometheus-client`
-    /// crate. Counters get the `_total` suffix the format requires.
-    pub fn prometheus(&self) -> String {
-        Exposition::new(self.clone()).encode()
+    /// One scrape in the classic text format: aggregates only, or with
+    /// every group's own series too.
+    pub fn prometheus(&self, per_group: bool) -> String {
+        Exposition::new(self.clone(), per_group).encode(Format::Text)
     }
 
     /// A human summary: totals, then the groups that saw traffic.
@@ -361,40 +410,106 @@ impl Registry {
 mod tests {
     use super::*;
 
+    /// The samples of a classic-text scrape (lines not starting with '#').
+    fn series(text: &str) -> Vec<&str> {
+        text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).collect()
+    }
+
     #[test]
-    fn exposition_has_every_counter_per_group() {
+    fn aggregates_by_default_and_groups_on_request() {
         let r = Registry::new("sendto", &[4000, 4001]);
         r.groups[0].1.received.fetch_add(5, Relaxed);
         r.groups[1].1.received.fetch_add(2, Relaxed);
         r.groups[1].1.members.fetch_add(3, Relaxed);
-        let text = r.prometheus();
+        r.groups[0].1.bytes_in.fetch_add(100, Relaxed);
+        r.groups[0].1.checkpoint_serve_us_sum.fetch_add(1_500_000, Relaxed);
+        r.groups[0].1.rtt.observe_us(150);
+        r.groups[1].1.rtt.observe_us(2_000_000);
+        let text = r.prometheus(false);
+        assert!(text.contains("\nreflector_received_total 7\n"), "{text}");
+        assert!(text.contains("\nreflector_received_bytes_total 100\n"), "{text}");
         assert!(
-            text.contains("reflector_received_total{group=\"4000\",backend=\"sendto\"} 5"),
+            text.contains("\nreflector_checkpoint_serve_seconds_total 1.5\n"),
             "{text}"
         );
-        assert!(text.contains("reflector_received_total{group=\"4001\",backend=\"sendto\"} 2"));
-        assert!(text.contains("reflector_members{group=\"4001\",backend=\"sendto\"} 3"));
+        assert!(text.contains("\nreflector_members 3\n"), "{text}");
         assert!(text.contains("# TYPE reflector_members gauge"));
-        assert!(text.contains("# TYPE reflector_received counter"));
-        assert!(text.contains("# HELP reflector_received Datagrams received on the group's port."));
-        assert!(text.trim_end().ends_with("# EOF"));
-        // One family per group counter, and the checkpoint channel's five
-        // counters and its memory gauge.
-        let n = Snapshot::default().fields().len() + 6;
-        assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE")).count(), n);
-        r.channel.busy.fetch_add(4, Relaxed);
+        assert!(text.contains("# TYPE reflector_received_total counter"));
+        assert!(text.contains("# HELP reflector_received_total Datagrams received on the group's port."));
+        assert!(text.contains("reflector_build_info{version=\"") && text.contains("backend=\"sendto\"} 1"));
         assert!(
-            r.prometheus()
-                .contains("reflector_checkpoint_channel_busy_total{backend=\"sendto\"} 4"),
+            text.contains("reflector_rtt_seconds_bucket{le=\"0.0005\"} 1\n"),
             "{text}"
         );
+        assert!(text.contains("reflector_rtt_seconds_bucket{le=\"+Inf\"} 2\n"), "{text}");
+        assert!(text.contains("reflector_rtt_seconds_count 2\n"), "{text}");
+        assert!(text.contains("reflector_rtt_seconds_sum 2.00015\n"), "{text}");
+        assert!(!text.contains("group="), "no per-group series by default:\n{text}");
+        // The backend names only the build-info series.
+        assert_eq!(text.lines().filter(|l| l.contains("backend=")).count(), 1, "{text}");
+        assert!(!text.contains("# EOF"));
+        assert!(!text.contains("_us"), "no microsecond names: {text}");
+
+        let per = r.prometheus(true);
+        assert!(
+            per.contains("reflector_group_received_total{group=\"4000\"} 5\n"),
+            "{per}"
+        );
+        assert!(per.contains("reflector_group_received_total{group=\"4001\"} 2\n"));
+        assert!(per.contains("reflector_group_members{group=\"4001\"} 3\n"));
+        assert!(
+            per.contains("reflector_group_rtt_seconds_count{group=\"4001\"} 1\n"),
+            "{per}"
+        );
+        // Every family is all labelled or all unlabelled (the aggregates
+        // stay, under their own names).
+        assert!(per.contains("\nreflector_received_total 7\n"));
+        for l in series(&per) {
+            let name = l.split(['{', ' ']).next().unwrap();
+            if name.starts_with("reflector_group_") {
+                assert!(l.contains("group=\""), "{l}");
+            } else {
+                assert!(!l.contains("group="), "{l}");
+            }
+        }
+
+        let om = Exposition::new(r.clone(), false).encode(Format::OpenMetrics);
+        assert!(om.contains("# TYPE reflector_received counter\n"), "{om}");
+        assert!(om.contains("\nreflector_received_total 7\n"));
+        assert!(om.ends_with("# EOF\n"));
+
+        r.channel.busy.fetch_add(4, Relaxed);
+        assert!(r
+            .prometheus(false)
+            .contains("\nreflector_checkpoint_channel_busy_total 4\n"));
         assert_eq!(r.total().received, 7);
         assert_eq!(r.to_json()["total"]["received"], 7);
         assert!(r.summary_table().contains("total"));
         r.groups[0].1.expired_tokens.fetch_add(2, Relaxed);
         assert!(r.summary_table().contains("2 expired tokens"), "{}", r.summary_table());
-        assert!(r
-            .prometheus()
-            .contains("reflector_expired_tokens_total{group=\"4000\",backend=\"sendto\"} 2"));
+    }
+
+    #[test]
+    fn few_series_at_the_group_cap_unless_per_group() {
+        let ports: Vec<u16> = (10_000..10_000 + 4096).collect();
+        let r = Registry::new("sendmmsg", &ports);
+        for (_, g) in &r.groups {
+            g.received.fetch_add(1, Relaxed);
+            g.rtt.observe_us(300);
+        }
+        let agg = r.prometheus(false);
+        let n = series(&agg).len();
+        assert!(n < 100, "{n} series with per-group off:\n{agg}");
+        assert!(agg.contains("\nreflector_received_total 4096\n"));
+        assert!(agg.contains("\nreflector_rtt_seconds_count 4096\n"));
+        let per = r.prometheus(true);
+        let groups: std::collections::HashSet<&str> = series(&per)
+            .iter()
+            .filter_map(|l| l.strip_prefix("reflector_group_received_total{group=\""))
+            .map(|l| l.split('"').next().unwrap())
+            .collect();
+        assert_eq!(groups.len(), 4096);
+        assert!(per.contains("reflector_group_received_total{group=\"14095\"} 1\n"));
+        assert!(series(&per).len() > 4096 * 80, "{}", series(&per).len());
     }
 }

@@ -13,6 +13,7 @@
 use crate::backend::{BackendKind, Fanout, Progress, Support, Wake};
 use crate::checkpoint::{Board, Channel, CheckpointConfig};
 use crate::kfanout::{EbpfFanout, KernelPath, RateCaps, ResendTarget};
+use crate::liveness::Liveness;
 use crate::membership::{Change, DropReason, Event, Group, Keys, Now, Policy, ReplyBudget};
 use crate::metrics::{GroupCounters, Registry};
 use crate::CliError;
@@ -182,6 +183,10 @@ pub struct ServeArgs {
     pub checkpoint_zerocopy: Toggle,
     #[command(flatten)]
     pub http: reflector_http::HttpArgs,
+    /// Also expose every group's own series on /metrics (reflector_group_*{group}): about 87 series per
+    /// group. Off: aggregates over all groups only.
+    #[arg(long)]
+    pub metrics_per_group: bool,
 }
 
 const DAY: Duration = Duration::from_secs(86_400);
@@ -353,6 +358,7 @@ pub struct Server {
     ports: Vec<u16>,
     channel: Option<Channel>,
     threads: Vec<JoinHandle<Result<(), ServeError>>>,
+    liveness: Liveness,
     stop: Arc<AtomicBool>,
 }
 
@@ -499,6 +505,7 @@ impl Server {
             });
         }
         let mut threads = Vec::new();
+        let mut flags = Vec::new();
         for (t, slots) in per_thread.into_iter().enumerate() {
             let (keys, policy, stop2) = (cfg.keys.clone(), cfg.policy, Arc::clone(&stop));
             let board = board.clone();
@@ -506,9 +513,9 @@ impl Server {
                 Some(k) => Box::new(EbpfFanout::new(Arc::clone(k))),
                 None => backend.build(),
             };
-            let h = std::thread::Builder::new()
-                .name(format!("reflector-{t}"))
-                .spawn(move || event_loop(slots, &keys, &policy, fanout, board, &stop2));
+            let h = Liveness::spawn(&mut flags, format!("reflector-{t}"), move || {
+                event_loop(slots, &keys, &policy, fanout, board, &stop2)
+            });
             match h {
                 Ok(h) => threads.push(h),
                 Err(e) => {
@@ -529,8 +536,14 @@ impl Server {
             ports,
             channel,
             threads,
+            liveness: Liveness::new(flags),
             stop,
         })
+    }
+
+    /// Whether every event-loop thread still runs (`/healthz`).
+    pub fn liveness(&self) -> Liveness {
+        self.liveness.clone()
     }
 
     /// The bound group ports, in the order given.
@@ -856,9 +869,9 @@ impl Loop<'_> {
                 return fanout.fanout(i, slot.sock.as_fd(), datagram, from, c);
             }
             Event::Refreshed => return Progress::Done,
-            Event::Probed { rtt_ms } => {
+            Event::Probed { rtt_us } => {
                 c.probe_replies.fetch_add(1, Relaxed);
-                c.rtt_us_sum.fetch_add(rtt_ms * 1000, Relaxed);
+                c.rtt.observe_us(rtt_us);
                 return Progress::Done;
             }
             Event::Rebound { .. } => c.rebinds.fetch_add(1, Relaxed),
@@ -963,7 +976,7 @@ impl Loop<'_> {
             let gone = s.group.expire(self.policy, now);
             // Each member's RTT, measured by the reflector itself.
             probes.clear();
-            let probed = s.group.probes(self.keys, self.policy, now_ms, &mut probes);
+            let probed = s.group.probes(self.keys, self.policy, now, &mut probes);
             s.counters
                 .occupancy_checks
                 .fetch_add(probed.checks_started as u64, Relaxed);
@@ -1033,25 +1046,34 @@ pub fn bind_metrics(addr: SocketAddr) -> Result<std::net::TcpListener, CliError>
     reflector_http::bind(addr).map_err(|e| format!("cannot serve metrics: {e}").into())
 }
 
-/// Serves `/metrics` (OpenMetrics text) until stopped or until `stop` is set.
+/// Serves `/metrics` (the classic text format, or OpenMetrics when the
+/// scraper's `Accept` asks for it) and `/healthz` until `stop` is set.
+/// `alive` answers `/healthz`: `Err(name)` names a dead event-loop thread.
 pub fn serve_metrics(
     listener: std::net::TcpListener,
     limits: reflector_http::Limits,
     tls: Option<reflector_http::Tls>,
-    registry: Registry,
+    exposition: crate::metrics::Exposition,
+    alive: Arc<dyn Fn() -> Result<(), String> + Send + Sync>,
     stop: Arc<AtomicBool>,
 ) -> Result<reflector_http::HttpServer, CliError> {
-    let exposition = crate::metrics::Exposition::new(registry);
     let handler: reflector_http::Handler =
         Arc::new(
             move |req: &reflector_http::Request<'_>| match (req.method, req.target.split('?').next()) {
-                ("GET", Some("/metrics")) => reflector_http::Response {
-                    status: 200,
-                    content_type: crate::metrics::EXPOSITION_CONTENT_TYPE,
-                    body: exposition.encode().into(),
-                    retry_after_s: None,
+                ("GET", Some("/metrics")) => {
+                    let format = reflector_http::expo::Format::negotiate(req.accept);
+                    reflector_http::Response {
+                        status: 200,
+                        content_type: format.content_type(),
+                        body: exposition.encode(format).into(),
+                        retry_after_s: None,
+                    }
+                }
+                ("GET", Some("/healthz")) => match alive() {
+                    Ok(()) => reflector_http::Response::text(200, "ok\n"),
+                    Err(dead) => reflector_http::Response::text(503, format!("{dead}\n")),
                 },
-                ("GET", _) => reflector_http::Response::text(404, "not found: try /metrics\n"),
+                ("GET", _) => reflector_http::Response::text(404, "not found: try /metrics or /healthz\n"),
                 (m, _) => reflector_http::Response::text(405, format!("method {m} not allowed: use GET /metrics\n")),
             },
         );
@@ -1154,11 +1176,13 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
             if let Some(addr) = args.metrics {
                 tracing::info!("metrics at {scheme}://{addr}/metrics");
             }
+            let liveness = server.liveness();
             Some(serve_metrics(
                 listener,
                 args.http.limits(),
                 tls,
-                server.registry().clone(),
+                crate::metrics::Exposition::new(server.registry().clone(), args.metrics_per_group),
+                Arc::new(move || liveness.check()),
                 Arc::clone(&stop),
             )?)
         }

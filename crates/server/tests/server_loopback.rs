@@ -560,3 +560,55 @@ fn a_flooding_member_is_capped_and_the_others_unaffected() {
     );
     drop((flood, polite));
 }
+
+/// A member that answers the reflector's PROBEs as a real client does: the
+/// RTT histogram's count and sum move, and the sum is not 0 (a loopback
+/// round trip is well under a millisecond, so whole milliseconds would
+/// give 0).
+#[test]
+fn rtt_histogram_moves_with_real_probe_answers() {
+    use reflector_http::expo::Format;
+    use reflector_server::metrics::Exposition;
+    let server = start(
+        BackendKind::Sendto,
+        1,
+        Policy {
+            keepalive_ms: 50,
+            ..Policy::default()
+        },
+    );
+    let group = server.ports()[0];
+    let mut c = Client::join(group, 7);
+    c.sock.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.registry().total().probe_replies < 3 && Instant::now() < deadline {
+        let Some(d) = c.recv().map(<[u8]>::to_vec) else {
+            continue;
+        };
+        let Ok(p) = Packet::parse(d) else { continue };
+        let server_addr = c.server;
+        c.session().handle(Instant::now(), server_addr, &p);
+        while let Some(t) = c.session().poll_transmit() {
+            c.sock.send_to(t.datagram.as_bytes(), t.to).unwrap();
+        }
+    }
+    let replies = server.registry().total().probe_replies;
+    assert!(replies >= 3, "only {replies} PROBE answers measured in 5 s");
+    let text = Exposition::new(server.registry().clone(), false).encode(Format::Text);
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+            .unwrap_or_else(|| panic!("{name} missing:\n{text}"))
+            .parse()
+            .unwrap()
+    };
+    let count = value("reflector_rtt_seconds_count");
+    let sum = value("reflector_rtt_seconds_sum");
+    assert!(count >= replies as f64, "count {count} < {replies} replies");
+    assert!(sum > 0.0, "RTT sum is 0 after {count} answers:\n{text}");
+    // A loopback round trip: positive and far below a second on average.
+    assert!(sum / count < 1.0, "mean RTT {} s", sum / count);
+    assert!(value("reflector_probe_replies_total") >= replies as f64);
+    server.stop();
+    server.join().unwrap();
+}

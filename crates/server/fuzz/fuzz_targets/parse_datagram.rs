@@ -30,6 +30,7 @@ fuzz_target!(|data: &[u8]| {
     let now = reflector_server::membership::Now {
         unix_ms: 1_700_000_000_000,
         mono_ms: 1,
+        mono_us: 1_000,
     };
     let out = g.handle(&keys, &Policy::default(), now, src, data);
     if let Some(r) = out.reply {
