@@ -1,7 +1,7 @@
 //! The C example (examples/c/grid.c): built with `cc` against the
-//! committed header and the built library, run with three players (three
-//! handles in one process) against a real reflector; each must hear the
-//! two others.
+//! committed header and the built library, run against a real reflector
+//! with several players (several handles in one process); each must hear
+//! every other.
 
 mod common;
 
@@ -9,20 +9,28 @@ use common::{assert_all_heard, build_grid, heard, mint, run, tool, Reflector};
 use std::process::Command;
 use std::time::Duration;
 
-#[test]
-fn c_grid_players_hear_each_other() {
+fn grid_players_hear_each_other(static_lib: bool, players: &[u32]) {
     let Some(cc) = tool("cc") else { return };
-    let grid = build_grid(&cc);
+    let grid = build_grid(&cc, static_lib);
     let r = Reflector::start();
-    let players = [11u32, 12, 13];
     let mut cmd = Command::new(&grid);
     cmd.arg(r.addr().to_string()).arg("3");
-    for p in players {
+    for &p in players {
         cmd.arg(mint(p, &r).spec());
     }
     let (out, err, ok) = run(cmd, Duration::from_secs(30));
     assert!(ok, "grid failed:\n{out}\n{err}");
     assert!(out.contains("hears player"), "it prints what it hears:\n{out}");
-    assert_all_heard(&heard(&out), &players, &out);
+    assert_all_heard(&heard(&out), players, &out);
     r.stop();
+}
+
+#[test]
+fn c_grid_players_hear_each_other() {
+    grid_players_hear_each_other(false, &[11, 12, 13]);
+}
+
+#[test]
+fn c_grid_linked_statically() {
+    grid_players_hear_each_other(true, &[14, 15]);
 }

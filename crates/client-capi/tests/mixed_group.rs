@@ -15,7 +15,7 @@ use std::time::Duration;
 fn c_python_csharp_and_rust_players_hear_each_other() {
     let tools = (tool("cc"), tool("python3"), tool("mcs"), tool("mono"));
     let (Some(cc), Some(python), Some(mcs), Some(mono)) = tools else { return };
-    let grid = build_grid(&cc);
+    let grid = build_grid(&cc, false);
     let exe = build_player_exe(&mcs);
     let r = Reflector::start();
     let addr = r.addr().to_string();

@@ -232,20 +232,26 @@ pub fn assert_all_heard(heard: &BTreeSet<(u32, u32)>, players: &[u32], output: &
     );
 }
 
-/// Compiles examples/c/grid.c against the header and the shared library.
-pub fn build_grid(cc: &Path) -> PathBuf {
-    let out = scratch("c").join("grid");
+/// Compiles examples/c/grid.c against the header and the shared library
+/// (`static_lib`: the static one, with the system libraries Rust's std
+/// needs on Linux).
+pub fn build_grid(cc: &Path, static_lib: bool) -> PathBuf {
     let lib = lib_dir();
+    let out = scratch("c").join(if static_lib { "grid-static" } else { "grid" });
     let mut cmd = Command::new(cc);
     cmd.args(["-std=c99", "-D_POSIX_C_SOURCE=200809L", "-Wall", "-Wextra", "-Werror", "-I"])
         .arg(crate_dir().join("include"))
         .arg(crate_dir().join("examples/c/grid.c"))
         .arg("-o")
-        .arg(&out)
-        .arg("-L")
-        .arg(&lib)
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .arg("-lreflector_c");
+        .arg(&out);
+    if static_lib {
+        cmd.arg(lib.join("libreflector_c.a")).args(["-lpthread", "-ldl", "-lm"]);
+    } else {
+        cmd.arg("-L")
+            .arg(&lib)
+            .arg(format!("-Wl,-rpath,{}", lib.display()))
+            .arg("-lreflector_c");
+    }
     let (o, e, ok) = run(cmd, Duration::from_secs(120));
     assert!(ok, "grid.c does not build:\n{o}\n{e}");
     out
