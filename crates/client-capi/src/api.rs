@@ -59,7 +59,8 @@ pub fn now_ms() -> u64 {
 
 fn instant(now_ms: u64) -> Instant {
     let e = epoch();
-    e.checked_add(Duration::from_millis(now_ms)).unwrap_or_else(Instant::now)
+    e.checked_add(Duration::from_millis(now_ms))
+        .unwrap_or_else(Instant::now)
 }
 
 fn status_of(e: &Error) -> rc_status {

@@ -13,7 +13,10 @@
 //! checked against the handle table.
 
 #![allow(unsafe_code, reason = "the C ABI's boundary; fenced in this one file")]
-#![allow(clippy::missing_safety_doc, reason = "the contract is in the module docs and the header")]
+#![allow(
+    clippy::missing_safety_doc,
+    reason = "the contract is in the module docs and the header"
+)]
 
 use crate::api::{self, fail, ControlParts, Res, TokenParts};
 use crate::types::*;
@@ -258,12 +261,7 @@ pub unsafe extern "C" fn rc_poll_event(h: rc_handle, event: *mut rc_event) -> rc
 /// `RC_OK`, or `RC_NONE` when nothing is waiting. A payload longer than
 /// `cap` is cut (`info->truncated`, `info->len` its full length).
 #[no_mangle]
-pub unsafe extern "C" fn rc_recv(
-    h: rc_handle,
-    buf: *mut u8,
-    cap: usize,
-    info: *mut rc_datagram_info,
-) -> rc_status {
+pub unsafe extern "C" fn rc_recv(h: rc_handle, buf: *mut u8, cap: usize, info: *mut rc_datagram_info) -> rc_status {
     call(|| {
         if info.is_null() {
             return Err(null("info"));
@@ -405,4 +403,53 @@ pub extern "C" fn rc_leave(h: rc_handle) -> rc_status {
 #[no_mangle]
 pub extern "C" fn rc_free(h: rc_handle) -> rc_status {
     call(|| done(api::free(h)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message() -> String {
+        let mut b = [0u8; 256];
+        let n = api::last_error(&mut b);
+        String::from_utf8_lossy(&b[..n.min(255)]).into_owned()
+    }
+
+    #[test]
+    fn a_panic_becomes_a_status_and_a_message() {
+        assert_eq!(call(|| panic!("boom in a call")), rc_status::RC_ERR_PANIC);
+        assert!(message().contains("boom in a call"), "{}", message());
+        assert_eq!(guard(-7i64, || panic!("{} formatted", 42)), -7);
+        assert!(message().contains("42 formatted"), "{}", message());
+    }
+
+    #[test]
+    fn null_pointers_are_errors() {
+        let mut h: rc_handle = 0;
+        // SAFETY: NULL strings with valid lengths: the checks under test.
+        let st = unsafe {
+            rc_client_new_with_token(
+                std::ptr::null(),
+                32,
+                [0u8; 32].as_ptr(),
+                32,
+                1,
+                1,
+                c"127.0.0.1:9".as_ptr(),
+                0,
+                std::ptr::null(),
+                &mut h,
+            )
+        };
+        assert_eq!(st, rc_status::RC_ERR_NULL);
+        assert!(message().contains("token is NULL"), "{}", message());
+        // SAFETY: a NULL event pointer: the check under test.
+        assert_eq!(
+            unsafe { rc_poll_event(1, std::ptr::null_mut()) },
+            rc_status::RC_ERR_NULL
+        );
+        // SAFETY: a zero capacity with NULL: allowed, asks the length.
+        let n = unsafe { rc_last_error(std::ptr::null_mut(), 0) };
+        assert_eq!(n, message().len());
+    }
 }

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 #[test]
 fn csharp_player_and_rust_player_hear_each_other() {
-    let (Some(mcs), Some(mono)) = (tool("mcs"), tool("mono")) else { return };
+    let (Some(mcs), Some(mono)) = (tool("mcs"), tool("mono")) else {
+        return;
+    };
     let exe = build_player_exe(&mcs);
     let r = Reflector::start();
     let (cs, rs) = (mint(31, &r), mint(32, &r));

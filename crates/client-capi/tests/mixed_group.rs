@@ -5,8 +5,7 @@
 mod common;
 
 use common::{
-    assert_all_heard, build_grid, build_player_exe, crate_dir, heard, lib_dir, mint, run, rust_player, tool,
-    Reflector,
+    assert_all_heard, build_grid, build_player_exe, crate_dir, heard, lib_dir, mint, run, rust_player, tool, Reflector,
 };
 use std::process::Command;
 use std::time::Duration;
@@ -14,7 +13,9 @@ use std::time::Duration;
 #[test]
 fn c_python_csharp_and_rust_players_hear_each_other() {
     let tools = (tool("cc"), tool("python3"), tool("mcs"), tool("mono"));
-    let (Some(cc), Some(python), Some(mcs), Some(mono)) = tools else { return };
+    let (Some(cc), Some(python), Some(mcs), Some(mono)) = tools else {
+        return;
+    };
     let grid = build_grid(&cc, false);
     let exe = build_player_exe(&mcs);
     let r = Reflector::start();
@@ -32,7 +33,10 @@ fn c_python_csharp_and_rust_players_hear_each_other() {
         .env("REFLECTOR_C_LIB", lib_dir().join("libreflector_c.so"))
         .args(["player.py", &addr, secs, &py.spec()]);
     let mut cs_cmd = Command::new(mono);
-    cs_cmd.env("LD_LIBRARY_PATH", lib_dir()).arg(&exe).args([&addr, secs, &cs.spec()]);
+    cs_cmd
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .arg(&exe)
+        .args([&addr, secs, &cs.spec()]);
 
     let within = Duration::from_secs(60);
     let (mut all, outputs) = std::thread::scope(|s| {

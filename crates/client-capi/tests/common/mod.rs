@@ -198,7 +198,10 @@ pub fn run(mut cmd: Command, within: Duration) -> (String, String, bool) {
         std::thread::sleep(Duration::from_millis(20));
     };
     let (o, e) = (t_out.join().unwrap_or_default(), t_err.join().unwrap_or_default());
-    assert!(status.is_some(), "{what} did not end within {within:?}; stdout:\n{o}\nstderr:\n{e}");
+    assert!(
+        status.is_some(),
+        "{what} did not end within {within:?}; stdout:\n{o}\nstderr:\n{e}"
+    );
     (o, e, status.is_some_and(|s| s.success()))
 }
 
@@ -239,11 +242,18 @@ pub fn build_grid(cc: &Path, static_lib: bool) -> PathBuf {
     let lib = lib_dir();
     let out = scratch("c").join(if static_lib { "grid-static" } else { "grid" });
     let mut cmd = Command::new(cc);
-    cmd.args(["-std=c99", "-D_POSIX_C_SOURCE=200809L", "-Wall", "-Wextra", "-Werror", "-I"])
-        .arg(crate_dir().join("include"))
-        .arg(crate_dir().join("examples/c/grid.c"))
-        .arg("-o")
-        .arg(&out);
+    cmd.args([
+        "-std=c99",
+        "-D_POSIX_C_SOURCE=200809L",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-I",
+    ])
+    .arg(crate_dir().join("include"))
+    .arg(crate_dir().join("examples/c/grid.c"))
+    .arg("-o")
+    .arg(&out);
     if static_lib {
         cmd.arg(lib.join("libreflector_c.a")).args(["-lpthread", "-ldl", "-lm"]);
     } else {
