@@ -20,7 +20,9 @@ set -euo pipefail
 #   util-linux   setpriv: the tests run those units' commands with only their capabilities
 #   libfaketime  anchor for the vtime clock-overhead benchmark (the LD_PRELOAD clock shim vtime is compared with)
 #   prometheus   promtool checks /metrics and deploy/prometheus' rules; the tests run a real Prometheus scraping a reflector
-packages=(iproute2 libpcap-dev tcpdump tshark netsniff-ng clang llvm libbpf-dev ethtool pkg-config python3 procps systemd util-linux libfaketime prometheus)
+#   mono-mcs     Mono's C# compiler: the client C ABI's C# binding is built with it in tests (C# 7, as Unity takes)
+#   mono-runtime the mono command: runs that C# binding's example player against a real reflector in tests
+packages=(iproute2 libpcap-dev tcpdump tshark netsniff-ng clang llvm libbpf-dev ethtool pkg-config python3 procps systemd util-linux libfaketime prometheus mono-mcs mono-runtime)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,271 @@
+// The reflector client from C#: P/Invoke over libreflector_c's C ABI
+// (include/reflector_client.h). C# 7, no dependency beyond the base
+// library: builds with Mono's mcs and in Unity (Mono or IL2CPP: no
+// callbacks cross the boundary, events are polled).
+//
+// The native library's name is Native.Lib ("reflector_c": the loader
+// looks for libreflector_c.so); change that one constant if you ship it
+// under another name. A handle is used from one thread at a time (a
+// game's main loop); errors throw ReflectorException with the library's
+// message.
+
+using System;
+using System.Collections.Generic;
+using System.Runtime.InteropServices;
+using System.Text;
+
+namespace Reflector
+{
+    public enum Status
+    {
+        Ok = 0,
+        None = 1,
+        ErrNull = -1,
+        ErrInvalidArgument = -2,
+        ErrBadHandle = -3,
+        ErrNotMember = -4,
+        ErrTooLarge = -5,
+        ErrIo = -6,
+        ErrResolve = -7,
+        ErrControl = -8,
+        ErrJoinRefused = -9,
+        ErrPanic = -10,
+        ErrTableFull = -11,
+    }
+
+    public enum EventKind
+    {
+        None = 0,
+        Joined = 1,
+        Rejoining = 2,
+        Renewed = 3,
+        TokenRequested = 4,
+        TokenNeeded = 5,
+        SenderHeard = 6,
+        SenderSilent = 7,
+        Left = 8,
+        Error = 9,
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    public struct Event
+    {
+        public EventKind Kind;
+        public ushort Group;
+        public ushort Members;
+        public byte Rejoin;
+        public int Reason;
+        public uint Player;
+        public ulong Instance;
+        public ulong ExpiresUnixS;
+        public Status Error;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    public struct DatagramInfo
+    {
+        public ushort Group;
+        public uint Sender;
+        public ulong Instance;
+        public ulong Seq;
+        public UIntPtr Len;
+        public byte Truncated;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    public struct Stats
+    {
+        public ulong DataSent, BytesSent, DataReceived, BytesReceived;
+        public ulong Duplicates, Reordered, Gaps, TooLate, InboxFull;
+        public ulong RttLastUs, RttSmoothedUs, RttMinUs;
+        public ulong Joins, Rejoins, Renewals, TokenRequests;
+    }
+
+    /// <summary>One received datagram, its payload copied out.</summary>
+    public struct Datagram
+    {
+        public ushort Group;
+        public uint Sender;
+        public ulong Instance;
+        public ulong Seq;
+        public byte[] Payload;
+    }
+
+    public class ReflectorException : Exception
+    {
+        public readonly Status Status;
+
+        public ReflectorException(Status status, string message) : base(message + " (status " + (int)status + ")")
+        {
+            Status = status;
+        }
+    }
+
+    /// <summary>The C functions, one to one.</summary>
+    public static class Native
+    {
+        /// <summary>The native library's name, without "lib" and ".so".</summary>
+        public const string Lib = "reflector_c";
+        public const int VersionMajor = 1;
+        public const int TokenLen = 32;
+        public const int SessionKeyLen = 32;
+        public const int MaxPayload = 1440;
+
+        [DllImport(Lib)] public static extern uint rc_version();
+        [DllImport(Lib)] public static extern ulong rc_now_ms();
+        [DllImport(Lib)] public static extern UIntPtr rc_last_error(byte[] buf, UIntPtr cap);
+
+        [DllImport(Lib)]
+        public static extern Status rc_client_new_with_token(byte[] token, UIntPtr tokenLen, byte[] sessionKey,
+            UIntPtr sessionKeyLen, uint player, ushort group, byte[] reflector, ulong expiresUnixS, byte[] local,
+            out ulong handle);
+
+        [DllImport(Lib)]
+        public static extern Status rc_client_new_control(byte[] url, byte[] ticket, uint player, double x, double y,
+            byte[] caFile, int allowPlainHttp, byte[] local, out ulong handle);
+
+        [DllImport(Lib)] public static extern Status rc_update(ulong h, ulong nowMs);
+        [DllImport(Lib)] public static extern Status rc_poll_event(ulong h, out Event ev);
+        [DllImport(Lib)] public static extern Status rc_recv(ulong h, byte[] buf, UIntPtr cap, out DatagramInfo info);
+        [DllImport(Lib)] public static extern Status rc_send(ulong h, byte[] data, UIntPtr len, out ulong seq);
+        [DllImport(Lib)] public static extern Status rc_stats(ulong h, out Stats stats);
+        [DllImport(Lib)] public static extern long rc_max_payload(ulong h);
+        [DllImport(Lib)] public static extern int rc_is_member(ulong h);
+        [DllImport(Lib)] public static extern Status rc_leave(ulong h);
+        [DllImport(Lib)] public static extern Status rc_free(ulong h);
+
+        /// <summary>This thread's last error message.</summary>
+        public static string LastError()
+        {
+            var n = (int)rc_last_error(null, UIntPtr.Zero);
+            var buf = new byte[n + 1];
+            rc_last_error(buf, (UIntPtr)buf.Length);
+            return Encoding.UTF8.GetString(buf, 0, n);
+        }
+
+        /// <summary>A NUL-terminated UTF-8 string (null stays null).</summary>
+        public static byte[] Utf8(string s)
+        {
+            if (s == null) return null;
+            var b = Encoding.UTF8.GetBytes(s);
+            Array.Resize(ref b, b.Length + 1);
+            return b;
+        }
+
+        public static long Check(long code)
+        {
+            if (code < 0) throw new ReflectorException((Status)code, LastError());
+            return code;
+        }
+
+        public static Status Check(Status s)
+        {
+            Check((long)s);
+            return s;
+        }
+    }
+
+    /// <summary>One reflector client (one handle).</summary>
+    public sealed class Client : IDisposable
+    {
+        public readonly ulong Handle;
+        private readonly byte[] buf = new byte[Native.MaxPayload];
+        private bool freed;
+
+        private Client(ulong handle)
+        {
+            Handle = handle;
+        }
+
+        private static void CheckVersion()
+        {
+            var major = Native.rc_version() >> 16;
+            if (major != Native.VersionMajor)
+                throw new ReflectorException(Status.ErrInvalidArgument,
+                    "library major version " + major + ", this binding " + Native.VersionMajor);
+        }
+
+        /// <summary>A client with a token handed in (from the game's backend).</summary>
+        public static Client WithToken(byte[] token, byte[] sessionKey, uint player, ushort group, string reflector,
+            ulong expiresUnixS, string local = null)
+        {
+            CheckVersion();
+            ulong h;
+            Native.Check(Native.rc_client_new_with_token(token, (UIntPtr)token.Length, sessionKey,
+                (UIntPtr)sessionKey.Length, player, group, Native.Utf8(reflector), expiresUnixS, Native.Utf8(local),
+                out h));
+            return new Client(h);
+        }
+
+        /// <summary>A client that asks the control server for its tokens.</summary>
+        public static Client WithControl(string url, string ticket, uint player, double x, double y,
+            string caFile = null, bool allowPlainHttp = false, string local = null)
+        {
+            CheckVersion();
+            ulong h;
+            Native.Check(Native.rc_client_new_control(Native.Utf8(url), Native.Utf8(ticket), player, x, y,
+                Native.Utf8(caFile), allowPlainHttp ? 1 : 0, Native.Utf8(local), out h));
+            return new Client(h);
+        }
+
+        /// <summary>All the I/O that is due; call it every frame.</summary>
+        public void Update()
+        {
+            Native.Check(Native.rc_update(Handle, Native.rc_now_ms()));
+        }
+
+        /// <summary>The next event, or false when there is none.</summary>
+        public bool PollEvent(out Event ev)
+        {
+            return Native.Check(Native.rc_poll_event(Handle, out ev)) == Status.Ok;
+        }
+
+        /// <summary>The next datagram, or false when none is waiting.</summary>
+        public bool Recv(out Datagram d)
+        {
+            DatagramInfo info;
+            d = default(Datagram);
+            if (Native.Check(Native.rc_recv(Handle, buf, (UIntPtr)buf.Length, out info)) != Status.Ok) return false;
+            var n = Math.Min((int)(ulong)info.Len, buf.Length);
+            var payload = new byte[n];
+            Buffer.BlockCopy(buf, 0, payload, 0, n);
+            d = new Datagram
+            {
+                Group = info.Group, Sender = info.Sender, Instance = info.Instance, Seq = info.Seq, Payload = payload,
+            };
+            return true;
+        }
+
+        /// <summary>Sends to the group; the datagram's sequence number.</summary>
+        public ulong Send(byte[] payload)
+        {
+            ulong seq;
+            Native.Check(Native.rc_send(Handle, payload, (UIntPtr)payload.Length, out seq));
+            return seq;
+        }
+
+        public Stats GetStats()
+        {
+            Stats s;
+            Native.Check(Native.rc_stats(Handle, out s));
+            return s;
+        }
+
+        public long MaxPayload { get { return Native.Check(Native.rc_max_payload(Handle)); } }
+
+        public bool IsMember { get { return Native.Check(Native.rc_is_member(Handle)) == 1; } }
+
+        public void Leave()
+        {
+            Native.Check(Native.rc_leave(Handle));
+        }
+
+        /// <summary>Frees the handle (once; later calls on it throw).</summary>
+        public void Dispose()
+        {
+            if (freed) return;
+            freed = true;
+            Native.Check(Native.rc_free(Handle));
+        }
+    }
+}

@@ -1,0 +1,246 @@
+"""The reflector client from Python: ctypes over libreflector_c's C ABI
+(include/reflector_client.h), no other dependency.
+
+    import reflector_client as rc
+    lib = rc.load()                              # or rc.load("/path/to/libreflector_c.so")
+    c = rc.Client.with_token(lib, token, key, player, group, "host:port", expires)
+    while playing:
+        c.update()                               # every frame
+        for ev in c.events(): ...
+        for d in c.datagrams(): ...              # d.sender, d.seq, d.payload
+        c.send(b"...")
+    c.close()
+
+A handle is used from one thread at a time; errors raise ReflectorError
+with the library's message.
+"""
+
+import ctypes
+import os
+
+REFLECTOR_C_VERSION_MAJOR = 1
+RC_TOKEN_LEN = 32
+RC_SESSION_KEY_LEN = 32
+RC_MAX_PAYLOAD = 1440
+
+RC_OK = 0
+RC_NONE = 1
+RC_ERR_BAD_HANDLE = -3
+RC_ERR_NOT_MEMBER = -4
+RC_ERR_TOO_LARGE = -5
+
+RC_EVENT_NONE = 0
+RC_EVENT_JOINED = 1
+RC_EVENT_REJOINING = 2
+RC_EVENT_RENEWED = 3
+RC_EVENT_TOKEN_REQUESTED = 4
+RC_EVENT_TOKEN_NEEDED = 5
+RC_EVENT_SENDER_HEARD = 6
+RC_EVENT_SENDER_SILENT = 7
+RC_EVENT_LEFT = 8
+RC_EVENT_ERROR = 9
+
+EVENT_NAMES = {
+    RC_EVENT_JOINED: "joined",
+    RC_EVENT_REJOINING: "rejoining",
+    RC_EVENT_RENEWED: "renewed",
+    RC_EVENT_TOKEN_REQUESTED: "token_requested",
+    RC_EVENT_TOKEN_NEEDED: "token_needed",
+    RC_EVENT_SENDER_HEARD: "sender_heard",
+    RC_EVENT_SENDER_SILENT: "sender_silent",
+    RC_EVENT_LEFT: "left",
+    RC_EVENT_ERROR: "error",
+}
+
+
+class Event(ctypes.Structure):
+    _fields_ = [
+        ("kind", ctypes.c_int),
+        ("group", ctypes.c_uint16),
+        ("members", ctypes.c_uint16),
+        ("rejoin", ctypes.c_uint8),
+        ("reason", ctypes.c_int),
+        ("player", ctypes.c_uint32),
+        ("instance", ctypes.c_uint64),
+        ("expires_unix_s", ctypes.c_uint64),
+        ("error", ctypes.c_int),
+    ]
+
+    @property
+    def name(self):
+        return EVENT_NAMES.get(self.kind, "unknown")
+
+
+class DatagramInfo(ctypes.Structure):
+    _fields_ = [
+        ("group", ctypes.c_uint16),
+        ("sender", ctypes.c_uint32),
+        ("instance", ctypes.c_uint64),
+        ("seq", ctypes.c_uint64),
+        ("len", ctypes.c_size_t),
+        ("truncated", ctypes.c_uint8),
+    ]
+
+
+class Stats(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_uint64)
+        for name in (
+            "data_sent", "bytes_sent", "data_received", "bytes_received",
+            "duplicates", "reordered", "gaps", "too_late", "inbox_full",
+            "rtt_last_us", "rtt_smoothed_us", "rtt_min_us",
+            "joins", "rejoins", "renewals", "token_requests",
+        )
+    ]
+
+
+class Datagram:
+    """One received datagram (its payload copied out)."""
+
+    __slots__ = ("group", "sender", "instance", "seq", "payload")
+
+    def __init__(self, info, payload):
+        self.group = info.group
+        self.sender = info.sender
+        self.instance = info.instance
+        self.seq = info.seq
+        self.payload = payload
+
+
+class ReflectorError(Exception):
+    def __init__(self, code, message):
+        super().__init__("%s (status %d)" % (message, code))
+        self.code = code
+        self.message = message
+
+
+def load(path=None):
+    """Loads the library: `path`, else $REFLECTOR_C_LIB, else
+    libreflector_c.so from the loader's search path."""
+    path = path or os.environ.get("REFLECTOR_C_LIB") or "libreflector_c.so"
+    lib = ctypes.CDLL(path)
+    u64, u32, u16, size = ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint16, ctypes.c_size_t
+    bytes_p, char_p = ctypes.POINTER(ctypes.c_uint8), ctypes.c_char_p
+    sigs = {
+        "rc_version": (u32, []),
+        "rc_now_ms": (u64, []),
+        "rc_last_error": (size, [ctypes.c_char_p, size]),
+        "rc_client_new_with_token": (ctypes.c_int, [
+            bytes_p, size, bytes_p, size, u32, u16, char_p, u64, char_p, ctypes.POINTER(u64)]),
+        "rc_client_new_control": (ctypes.c_int, [
+            char_p, char_p, u32, ctypes.c_double, ctypes.c_double, char_p, ctypes.c_int, char_p,
+            ctypes.POINTER(u64)]),
+        "rc_update": (ctypes.c_int, [u64, u64]),
+        "rc_poll_event": (ctypes.c_int, [u64, ctypes.POINTER(Event)]),
+        "rc_recv": (ctypes.c_int, [u64, bytes_p, size, ctypes.POINTER(DatagramInfo)]),
+        "rc_send": (ctypes.c_int, [u64, bytes_p, size, ctypes.POINTER(u64)]),
+        "rc_stats": (ctypes.c_int, [u64, ctypes.POINTER(Stats)]),
+        "rc_max_payload": (ctypes.c_int64, [u64]),
+        "rc_is_member": (ctypes.c_int, [u64]),
+        "rc_leave": (ctypes.c_int, [u64]),
+        "rc_free": (ctypes.c_int, [u64]),
+    }
+    for name, (res, args) in sigs.items():
+        f = getattr(lib, name)
+        f.restype, f.argtypes = res, args
+    major = lib.rc_version() >> 16
+    if major != REFLECTOR_C_VERSION_MAJOR:
+        raise ReflectorError(-2, "library major version %d, this binding %d" % (major, REFLECTOR_C_VERSION_MAJOR))
+    return lib
+
+
+def last_error(lib):
+    n = lib.rc_last_error(None, 0)
+    buf = ctypes.create_string_buffer(n + 1)
+    lib.rc_last_error(buf, n + 1)
+    return buf.value.decode("utf-8", "replace")
+
+
+def _check(lib, code):
+    if code < 0:
+        raise ReflectorError(code, last_error(lib))
+    return code
+
+
+def _bytes(b):
+    return (ctypes.c_uint8 * len(b)).from_buffer_copy(bytes(b)), len(b)
+
+
+class Client:
+    """One reflector client (one handle)."""
+
+    def __init__(self, lib, handle):
+        self._lib = lib
+        self.handle = handle
+        self._buf = (ctypes.c_uint8 * RC_MAX_PAYLOAD)()
+
+    @classmethod
+    def with_token(cls, lib, token, session_key, player, group, reflector, expires_unix_s, local=None):
+        t, tl = _bytes(token)
+        k, kl = _bytes(session_key)
+        h = ctypes.c_uint64()
+        _check(lib, lib.rc_client_new_with_token(
+            t, tl, k, kl, player, group, reflector.encode(), expires_unix_s,
+            local.encode() if local else None, ctypes.byref(h)))
+        return cls(lib, h.value)
+
+    @classmethod
+    def with_control(cls, lib, url, ticket, player, x, y, ca_file=None, allow_plain_http=False, local=None):
+        h = ctypes.c_uint64()
+        _check(lib, lib.rc_client_new_control(
+            url.encode(), ticket.encode() if ticket else None, player, x, y,
+            ca_file.encode() if ca_file else None, 1 if allow_plain_http else 0,
+            local.encode() if local else None, ctypes.byref(h)))
+        return cls(lib, h.value)
+
+    def update(self, now_ms=None):
+        _check(self._lib, self._lib.rc_update(self.handle, self._lib.rc_now_ms() if now_ms is None else now_ms))
+
+    def events(self):
+        """The events waiting, in order."""
+        out = []
+        while True:
+            ev = Event()
+            if _check(self._lib, self._lib.rc_poll_event(self.handle, ctypes.byref(ev))) == RC_NONE:
+                return out
+            out.append(ev)
+
+    def datagrams(self):
+        """The datagrams waiting, in order."""
+        out = []
+        info = DatagramInfo()
+        while _check(self._lib, self._lib.rc_recv(self.handle, self._buf, len(self._buf), ctypes.byref(info))) == RC_OK:
+            n = min(info.len, len(self._buf))
+            out.append(Datagram(info, bytes(self._buf[:n])))
+        return out
+
+    def send(self, payload):
+        """Sends to the group; the datagram's sequence number."""
+        d, n = _bytes(payload)
+        seq = ctypes.c_uint64()
+        _check(self._lib, self._lib.rc_send(self.handle, d, n, ctypes.byref(seq)))
+        return seq.value
+
+    def stats(self):
+        s = Stats()
+        _check(self._lib, self._lib.rc_stats(self.handle, ctypes.byref(s)))
+        return s
+
+    def max_payload(self):
+        return _check(self._lib, self._lib.rc_max_payload(self.handle))
+
+    def is_member(self):
+        return _check(self._lib, self._lib.rc_is_member(self.handle)) == 1
+
+    def leave(self):
+        _check(self._lib, self._lib.rc_leave(self.handle))
+
+    def close(self):
+        """Frees the handle (a second close raises: the handle is dead)."""
+        _check(self._lib, self._lib.rc_free(self.handle))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,348 @@
+//! The C ABI's operations in safe Rust: the handle table of clients, the
+//! last-error message, and the conversions between the client's types and
+//! the header's. `ffi.rs` only turns pointers into slices and strings and
+//! calls these.
+
+use crate::handles::{lock, HandleError, Table};
+use crate::types::*;
+use reflector_client::{Client, Config, ControlServer, Error, Event, RejoinReason, SendError, Token, TokenSource};
+use std::cell::RefCell;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+static CLIENTS: Mutex<Table<Client>> = Mutex::new(Table::new(RC_MAX_CLIENTS));
+static EPOCH: OnceLock<Instant> = OnceLock::new();
+
+thread_local! {
+    static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// A call's result: the error is the status to return, its message
+/// already stored as this thread's last error.
+pub type Res<T> = Result<T, rc_status>;
+
+/// Stores `message` as this thread's last error and returns `code`.
+pub fn fail(code: rc_status, message: impl Into<String>) -> rc_status {
+    let message = message.into();
+    LAST_ERROR.with(|e| *e.borrow_mut() = message);
+    code
+}
+
+/// Copies this thread's last error message into `buf` (NUL-terminated,
+/// cut to fit) and returns its full length in bytes, without the NUL.
+pub fn last_error(buf: &mut [u8]) -> usize {
+    LAST_ERROR.with(|e| {
+        let e = e.borrow();
+        if let Some(room) = buf.len().checked_sub(1) {
+            let n = e.len().min(room);
+            buf[..n].copy_from_slice(&e.as_bytes()[..n]);
+            buf[n] = 0;
+        }
+        e.len()
+    })
+}
+
+/// `(major << 16) | minor`.
+pub fn version() -> u32 {
+    (REFLECTOR_C_VERSION_MAJOR << 16) | REFLECTOR_C_VERSION_MINOR
+}
+
+fn epoch() -> Instant {
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// Milliseconds of the library's monotonic clock (the time base of
+/// `rc_update`).
+pub fn now_ms() -> u64 {
+    u64::try_from(epoch().elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+fn instant(now_ms: u64) -> Instant {
+    let e = epoch();
+    e.checked_add(Duration::from_millis(now_ms))
+        .unwrap_or_else(Instant::now)
+}
+
+fn status_of(e: &Error) -> rc_status {
+    match e {
+        Error::Socket { .. } => rc_status::RC_ERR_IO,
+        Error::Resolve { .. } => rc_status::RC_ERR_RESOLVE,
+        Error::Control(_) => rc_status::RC_ERR_CONTROL,
+        Error::JoinRefused { .. } => rc_status::RC_ERR_JOIN_REFUSED,
+    }
+}
+
+fn client_error(e: &Error) -> rc_status {
+    fail(status_of(e), e.to_string())
+}
+
+fn bad_handle(h: rc_handle, e: HandleError) -> rc_status {
+    match e {
+        HandleError::Bad => fail(
+            rc_status::RC_ERR_BAD_HANDLE,
+            format!("handle {h:#x} is not a live client (never made, or already freed)"),
+        ),
+        HandleError::Full => fail(
+            rc_status::RC_ERR_TABLE_FULL,
+            format!("{RC_MAX_CLIENTS} clients are live already; free some"),
+        ),
+    }
+}
+
+/// A token handed in, from its parts.
+pub struct TokenParts<'a> {
+    pub token: &'a [u8],
+    pub session_key: &'a [u8],
+    pub player: u32,
+    pub group: u16,
+    pub reflector: &'a str,
+    pub expires_unix_s: u64,
+}
+
+fn token(p: &TokenParts<'_>) -> Res<Token> {
+    let arg = |what: &str, len: usize, want: usize| {
+        fail(
+            rc_status::RC_ERR_INVALID_ARGUMENT,
+            format!("{what} is {len} bytes; it must be {want}"),
+        )
+    };
+    let token = p
+        .token
+        .try_into()
+        .map_err(|_| arg("the token", p.token.len(), RC_TOKEN_LEN))?;
+    let session_key = p
+        .session_key
+        .try_into()
+        .map_err(|_| arg("the session key", p.session_key.len(), RC_SESSION_KEY_LEN))?;
+    if p.reflector.is_empty() {
+        return Err(fail(
+            rc_status::RC_ERR_INVALID_ARGUMENT,
+            "the reflector address is empty (want host:port)",
+        ));
+    }
+    Ok(Token {
+        reflector: p.reflector.to_string(),
+        group: p.group,
+        player: p.player,
+        token,
+        session_key,
+        expires_unix_s: p.expires_unix_s,
+    })
+}
+
+fn start(source: TokenSource, local: Option<&str>) -> Res<rc_handle> {
+    let mut cfg = Config::new(source);
+    if let Some(local) = local {
+        cfg.local = local.to_string();
+    }
+    // The clock's epoch is taken before any client exists, so every
+    // `rc_now_ms()` value maps to an instant after the client started.
+    epoch();
+    let c = Client::new(cfg).map_err(|e| client_error(&e))?;
+    let inserted = lock(&CLIENTS).insert(c);
+    inserted.map_err(|e| bad_handle(0, e))
+}
+
+/// A client with a token handed in; `local` is the address to bind
+/// (`None`: any).
+pub fn new_with_token(p: &TokenParts<'_>, local: Option<&str>) -> Res<rc_handle> {
+    start(TokenSource::Given(token(p)?), local)
+}
+
+/// What a client that asks the control server needs.
+pub struct ControlParts<'a> {
+    pub url: &'a str,
+    pub ticket: Option<&'a str>,
+    pub player: u32,
+    pub x: f64,
+    pub y: f64,
+    pub ca_file: Option<&'a str>,
+    pub allow_plain_http: bool,
+}
+
+/// A client that gets its tokens from the control server.
+pub fn new_control(p: &ControlParts<'_>, local: Option<&str>) -> Res<rc_handle> {
+    let mut c = ControlServer::new(p.url, p.player, (p.x, p.y));
+    c.ticket = p.ticket.map(str::to_string);
+    c.ca_file = p.ca_file.map(Into::into);
+    c.allow_plain_http = p.allow_plain_http;
+    start(TokenSource::Control(c), local)
+}
+
+/// Runs `f` on the client behind `h`, holding that client's lock (not
+/// the table's).
+fn with<R>(h: rc_handle, f: impl FnOnce(&mut Client) -> Res<R>) -> Res<R> {
+    let entry = lock(&CLIENTS).get(h).map_err(|e| bad_handle(h, e))?;
+    let mut c = lock(&entry);
+    f(&mut c)
+}
+
+/// Frees a client (it leaves its group first). The handle is dead after.
+pub fn free(h: rc_handle) -> Res<()> {
+    let entry = lock(&CLIENTS).remove(h).map_err(|e| bad_handle(h, e))?;
+    drop(entry);
+    Ok(())
+}
+
+/// Live clients (for tests and leak checks).
+pub fn live() -> usize {
+    lock(&CLIENTS).len()
+}
+
+pub fn update(h: rc_handle, now_ms: u64) -> Res<()> {
+    with(h, |c| {
+        c.update(instant(now_ms));
+        Ok(())
+    })
+}
+
+fn reason(r: RejoinReason) -> rc_rejoin_reason {
+    match r {
+        RejoinReason::NotMember => rc_rejoin_reason::RC_REJOIN_NOT_MEMBER,
+        RejoinReason::ReflectorSilent => rc_rejoin_reason::RC_REJOIN_REFLECTOR_SILENT,
+        RejoinReason::Refused => rc_rejoin_reason::RC_REJOIN_REFUSED,
+        RejoinReason::NewGroup => rc_rejoin_reason::RC_REJOIN_NEW_GROUP,
+    }
+}
+
+/// The header's form of an event. An error event's message becomes this
+/// thread's last error.
+pub fn event(e: Event) -> rc_event {
+    use rc_event_kind::*;
+    let mut out = rc_event::NONE;
+    match e {
+        Event::Joined { group, members, rejoin } => {
+            out.kind = RC_EVENT_JOINED;
+            out.group = group;
+            out.members = members;
+            out.rejoin = u8::from(rejoin);
+        }
+        Event::Rejoining(r) => {
+            out.kind = RC_EVENT_REJOINING;
+            out.reason = reason(r);
+        }
+        Event::Renewed { expires_unix_s } => {
+            out.kind = RC_EVENT_RENEWED;
+            out.expires_unix_s = expires_unix_s;
+        }
+        Event::TokenRequested => out.kind = RC_EVENT_TOKEN_REQUESTED,
+        Event::TokenNeeded => out.kind = RC_EVENT_TOKEN_NEEDED,
+        Event::SenderHeard { player, instance } => {
+            out.kind = RC_EVENT_SENDER_HEARD;
+            out.player = player;
+            out.instance = instance;
+        }
+        Event::SenderSilent { player, instance } => {
+            out.kind = RC_EVENT_SENDER_SILENT;
+            out.player = player;
+            out.instance = instance;
+        }
+        Event::Left => out.kind = RC_EVENT_LEFT,
+        Event::Error(e) => {
+            out.kind = RC_EVENT_ERROR;
+            out.error = client_error(&e);
+        }
+    }
+    out
+}
+
+/// The next event, or `None`.
+pub fn poll_event(h: rc_handle) -> Res<Option<rc_event>> {
+    with(h, |c| Ok(c.poll_event().map(event)))
+}
+
+/// The next datagram copied into `buf` (cut to fit, said in the info),
+/// or `None`.
+pub fn recv(h: rc_handle, buf: &mut [u8]) -> Res<Option<rc_datagram_info>> {
+    with(h, |c| {
+        Ok(c.recv().map(|d| {
+            let n = d.payload.len().min(buf.len());
+            buf[..n].copy_from_slice(&d.payload[..n]);
+            rc_datagram_info {
+                group: d.group,
+                sender: d.sender,
+                instance: d.instance,
+                seq: d.seq,
+                len: d.payload.len(),
+                truncated: u8::from(n < d.payload.len()),
+            }
+        }))
+    })
+}
+
+/// Sends `data` to the group; its sequence number.
+pub fn send(h: rc_handle, data: &[u8]) -> Res<u64> {
+    with(h, |c| {
+        c.send(data).map_err(|e| {
+            let code = match e {
+                SendError::TooLarge { .. } => rc_status::RC_ERR_TOO_LARGE,
+                SendError::NotMember => rc_status::RC_ERR_NOT_MEMBER,
+                SendError::Io(_) => rc_status::RC_ERR_IO,
+            };
+            fail(code, e.to_string())
+        })
+    })
+}
+
+fn us(d: Option<Duration>) -> u64 {
+    d.map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+pub fn stats(h: rc_handle) -> Res<rc_client_stats> {
+    with(h, |c| {
+        let s = c.stats();
+        Ok(rc_client_stats {
+            data_sent: s.data_sent,
+            bytes_sent: s.bytes_sent,
+            data_received: s.data_received,
+            bytes_received: s.bytes_received,
+            duplicates: s.streams.duplicates,
+            reordered: s.streams.reordered,
+            gaps: s.streams.gaps,
+            too_late: s.streams.too_late,
+            inbox_full: s.inbox_full,
+            rtt_last_us: us(s.rtt_last),
+            rtt_smoothed_us: us(s.rtt_smoothed),
+            rtt_min_us: us(s.rtt_min),
+            joins: s.joins,
+            rejoins: s.rejoins,
+            renewals: s.renewals,
+            token_requests: s.token_requests,
+        })
+    })
+}
+
+/// The largest payload `send` takes now (0 while not a member).
+pub fn max_payload(h: rc_handle) -> Res<usize> {
+    with(h, |c| Ok(c.max_payload().unwrap_or(0)))
+}
+
+pub fn is_member(h: rc_handle) -> Res<bool> {
+    with(h, |c| Ok(c.is_member()))
+}
+
+/// The group the client is in (`None` while not a member).
+pub fn group(h: rc_handle) -> Res<Option<u16>> {
+    with(h, |c| Ok(c.group()))
+}
+
+/// The client's instance id.
+pub fn instance(h: rc_handle) -> Res<u64> {
+    with(h, |c| Ok(c.instance()))
+}
+
+pub fn leave(h: rc_handle) -> Res<()> {
+    with(h, |c| {
+        c.leave();
+        Ok(())
+    })
+}
+
+pub fn set_token(h: rc_handle, p: &TokenParts<'_>) -> Res<()> {
+    let t = token(p)?;
+    with(h, |c| c.set_token(t).map_err(|e| client_error(&e)))
+}
+
+pub fn rebind(h: rc_handle) -> Res<()> {
+    with(h, |c| c.rebind().map(drop).map_err(|e| client_error(&e)))
+}

@@ -1,0 +1,455 @@
+//! Every `extern "C"` entry point, and the crate's only unsafe code: raw
+//! pointers from C become slices, strings and out-values here, and
+//! nothing else happens here; the work is in `api.rs`, in safe Rust.
+//!
+//! Each entry point runs its body under `catch_unwind`: a panic never
+//! crosses into C, it becomes `RC_ERR_PANIC` (or the documented fallback
+//! value) with the panic's message as the last error.
+//!
+//! What C must uphold (the header says the same per function): a pointer
+//! with a length points to that many readable (or writable) bytes, or is
+//! NULL with length 0; a string is NUL-terminated; out-pointers point to
+//! writable memory of their type. Handles need no care: any value is
+//! checked against the handle table.
+
+#![allow(unsafe_code, reason = "the C ABI's boundary; fenced in this one file")]
+#![allow(
+    clippy::missing_safety_doc,
+    reason = "the contract is in the module docs and the header"
+)]
+
+use crate::api::{self, fail, ControlParts, Res, TokenParts};
+use crate::types::*;
+use std::ffi::{c_char, c_int, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    let what = p
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into());
+    format!("internal error (a panic in the library, caught): {what}")
+}
+
+/// Runs `f`, turning a panic into `fallback` (after storing its message).
+fn guard<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(p) => {
+            fail(rc_status::RC_ERR_PANIC, panic_message(&*p));
+            fallback
+        }
+    }
+}
+
+/// `guard` for calls that return a status.
+fn call(f: impl FnOnce() -> Res<rc_status>) -> rc_status {
+    guard(rc_status::RC_ERR_PANIC, || f().unwrap_or_else(|e| e))
+}
+
+fn null(what: &str) -> rc_status {
+    fail(rc_status::RC_ERR_NULL, format!("{what} is NULL"))
+}
+
+/// A required string argument.
+unsafe fn text<'a>(p: *const c_char, what: &str) -> Res<&'a str> {
+    if p.is_null() {
+        return Err(null(what));
+    }
+    // SAFETY: C passes a NUL-terminated string (the header's contract).
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_str()
+        .map_err(|_| fail(rc_status::RC_ERR_INVALID_ARGUMENT, format!("{what} is not UTF-8")))
+}
+
+/// An optional string argument (NULL: none).
+unsafe fn opt_text<'a>(p: *const c_char, what: &str) -> Res<Option<&'a str>> {
+    if p.is_null() {
+        Ok(None)
+    } else {
+        // SAFETY: as `text`.
+        unsafe { text(p, what) }.map(Some)
+    }
+}
+
+/// `len` bytes at `p` (NULL allowed when `len` is 0).
+unsafe fn bytes<'a>(p: *const u8, len: usize, what: &str) -> Res<&'a [u8]> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(null(what));
+    }
+    // SAFETY: C passes `len` readable bytes at `p` (the header's contract).
+    Ok(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+/// `cap` writable bytes at `p` (NULL allowed when `cap` is 0).
+unsafe fn bytes_mut<'a>(p: *mut u8, cap: usize, what: &str) -> Res<&'a mut [u8]> {
+    if cap == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return Err(null(what));
+    }
+    // SAFETY: C passes `cap` writable bytes at `p` (the header's contract).
+    Ok(unsafe { std::slice::from_raw_parts_mut(p, cap) })
+}
+
+/// Writes `v` through an out-pointer.
+unsafe fn put<T>(p: *mut T, v: T, what: &str) -> Res<()> {
+    if p.is_null() {
+        return Err(null(what));
+    }
+    // SAFETY: C passes a writable `T` (the header's contract); `write`
+    // does not read or drop what was there.
+    unsafe { p.write(v) };
+    Ok(())
+}
+
+fn done(r: Res<()>) -> Res<rc_status> {
+    r.map(|()| rc_status::RC_OK)
+}
+
+/// The library's version: `(major << 16) | minor`. Compare the major part
+/// with `REFLECTOR_C_VERSION_MAJOR` from the header you built with.
+#[no_mangle]
+pub extern "C" fn rc_version() -> u32 {
+    guard(0, api::version)
+}
+
+/// Milliseconds of the library's monotonic clock: the time `rc_update`
+/// wants.
+#[no_mangle]
+pub extern "C" fn rc_now_ms() -> u64 {
+    guard(0, api::now_ms)
+}
+
+/// Copies this thread's last error message (of the last call that failed
+/// on this thread) into `buf`, NUL-terminated and cut to `cap`; returns
+/// the message's full length without the NUL (call with `cap` 0 to ask).
+#[no_mangle]
+pub unsafe extern "C" fn rc_last_error(buf: *mut c_char, cap: usize) -> usize {
+    guard(0, || {
+        // SAFETY: `cap` writable bytes at `buf` (the header's contract).
+        match unsafe { bytes_mut(buf.cast::<u8>(), cap, "buf") } {
+            Ok(b) => api::last_error(b),
+            Err(_) => api::last_error(&mut []),
+        }
+    })
+}
+
+/// Live client handles in this process.
+#[no_mangle]
+pub extern "C" fn rc_live_clients() -> usize {
+    guard(0, api::live)
+}
+
+/// A client with a token handed in (the game's backend got it from the
+/// control server): `token` (`RC_TOKEN_LEN` bytes), `session_key`
+/// (`RC_SESSION_KEY_LEN` bytes), the `player` and `group` it is for, the
+/// reflector's `"host:port"`, when it expires (Unix s), and the local
+/// address to bind (`NULL`: any). The new handle goes to `*out`.
+#[no_mangle]
+pub unsafe extern "C" fn rc_client_new_with_token(
+    token: *const u8,
+    token_len: usize,
+    session_key: *const u8,
+    session_key_len: usize,
+    player: u32,
+    group: u16,
+    reflector: *const c_char,
+    expires_unix_s: u64,
+    local: *const c_char,
+    out: *mut rc_handle,
+) -> rc_status {
+    call(|| {
+        // SAFETY: each pointer as the header says, checked for NULL.
+        let p = unsafe {
+            TokenParts {
+                token: bytes(token, token_len, "token")?,
+                session_key: bytes(session_key, session_key_len, "session_key")?,
+                player,
+                group,
+                reflector: text(reflector, "reflector")?,
+                expires_unix_s,
+            }
+        };
+        // SAFETY: as above.
+        let local = unsafe { opt_text(local, "local")? };
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let h = api::new_with_token(&p, local)?;
+        // SAFETY: `out` is a writable handle (checked for NULL above, so
+        // the client is not leaked by a failed write).
+        done(unsafe { put(out, h, "out") })
+    })
+}
+
+/// A client that asks the control server at `url` for its tokens, with
+/// the game backend's `ticket` (`NULL`: none), for `player` at (`x`,
+/// `y`); `ca_file` (`NULL`: the usual roots) a PEM file of a private CA;
+/// `allow_plain_http` non-zero to allow `http://` (closed labs only);
+/// `local` the address to bind (`NULL`: any). The handle goes to `*out`.
+#[no_mangle]
+pub unsafe extern "C" fn rc_client_new_control(
+    url: *const c_char,
+    ticket: *const c_char,
+    player: u32,
+    x: f64,
+    y: f64,
+    ca_file: *const c_char,
+    allow_plain_http: c_int,
+    local: *const c_char,
+    out: *mut rc_handle,
+) -> rc_status {
+    call(|| {
+        // SAFETY: each pointer as the header says, checked for NULL.
+        let (p, local) = unsafe {
+            (
+                ControlParts {
+                    url: text(url, "url")?,
+                    ticket: opt_text(ticket, "ticket")?,
+                    player,
+                    x,
+                    y,
+                    ca_file: opt_text(ca_file, "ca_file")?,
+                    allow_plain_http: allow_plain_http != 0,
+                },
+                opt_text(local, "local")?,
+            )
+        };
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let h = api::new_control(&p, local)?;
+        // SAFETY: `out` is a writable handle, checked for NULL above.
+        done(unsafe { put(out, h, "out") })
+    })
+}
+
+/// Does all the I/O that is due (receive, join, keepalive, probe answers,
+/// renewal, rejoin). Call it every frame with `rc_now_ms()`.
+#[no_mangle]
+pub extern "C" fn rc_update(h: rc_handle, now_ms: u64) -> rc_status {
+    call(|| done(api::update(h, now_ms)))
+}
+
+/// The next event into `*event`: `RC_OK`, or `RC_NONE` (and kind
+/// `RC_EVENT_NONE`) when there is none.
+#[no_mangle]
+pub unsafe extern "C" fn rc_poll_event(h: rc_handle, event: *mut rc_event) -> rc_status {
+    call(|| {
+        if event.is_null() {
+            return Err(null("event"));
+        }
+        let e = api::poll_event(h)?;
+        // SAFETY: `event` is a writable rc_event (checked for NULL).
+        unsafe { put(event, e.unwrap_or(rc_event::NONE), "event")? };
+        Ok(if e.is_some() {
+            rc_status::RC_OK
+        } else {
+            rc_status::RC_NONE
+        })
+    })
+}
+
+/// The next received datagram: its payload copied into `buf` (`cap`
+/// bytes; `RC_MAX_PAYLOAD` never truncates) and what it is into `*info`.
+/// `RC_OK`, or `RC_NONE` when nothing is waiting. A payload longer than
+/// `cap` is cut (`info->truncated`, `info->len` its full length).
+#[no_mangle]
+pub unsafe extern "C" fn rc_recv(h: rc_handle, buf: *mut u8, cap: usize, info: *mut rc_datagram_info) -> rc_status {
+    call(|| {
+        if info.is_null() {
+            return Err(null("info"));
+        }
+        // SAFETY: `cap` writable bytes at `buf` (the header's contract).
+        let buf = unsafe { bytes_mut(buf, cap, "buf")? };
+        match api::recv(h, buf)? {
+            None => Ok(rc_status::RC_NONE),
+            // SAFETY: `info` is a writable rc_datagram_info (checked).
+            Some(i) => done(unsafe { put(info, i, "info") }),
+        }
+    })
+}
+
+/// Sends `len` bytes at `data` to the group; its sequence number goes to
+/// `*seq` (`seq` may be NULL).
+#[no_mangle]
+pub unsafe extern "C" fn rc_send(h: rc_handle, data: *const u8, len: usize, seq: *mut u64) -> rc_status {
+    call(|| {
+        // SAFETY: `len` readable bytes at `data` (the header's contract).
+        let data = unsafe { bytes(data, len, "data")? };
+        let s = api::send(h, data)?;
+        if !seq.is_null() {
+            // SAFETY: a non-NULL `seq` is a writable u64.
+            unsafe { put(seq, s, "seq")? };
+        }
+        Ok(rc_status::RC_OK)
+    })
+}
+
+/// The client's counters into `*stats`.
+#[no_mangle]
+pub unsafe extern "C" fn rc_stats(h: rc_handle, stats: *mut rc_client_stats) -> rc_status {
+    call(|| {
+        if stats.is_null() {
+            return Err(null("stats"));
+        }
+        let s = api::stats(h)?;
+        // SAFETY: `stats` is a writable rc_client_stats (checked for NULL).
+        done(unsafe { put(stats, s, "stats") })
+    })
+}
+
+/// The largest payload `rc_send` takes now, 0 while not a member; a
+/// negative `rc_status` for a bad handle.
+#[no_mangle]
+pub extern "C" fn rc_max_payload(h: rc_handle) -> i64 {
+    guard(rc_status::RC_ERR_PANIC as i64, || match api::max_payload(h) {
+        Ok(n) => i64::try_from(n).unwrap_or(i64::MAX),
+        Err(e) => e as i64,
+    })
+}
+
+/// 1 if the client is a member of a group, 0 if not; a negative
+/// `rc_status` for a bad handle.
+#[no_mangle]
+pub extern "C" fn rc_is_member(h: rc_handle) -> c_int {
+    guard(rc_status::RC_ERR_PANIC as c_int, || match api::is_member(h) {
+        Ok(m) => c_int::from(m),
+        Err(e) => e as c_int,
+    })
+}
+
+/// The group the client is in into `*group`: `RC_OK`, or `RC_NONE` while
+/// not a member.
+#[no_mangle]
+pub unsafe extern "C" fn rc_group(h: rc_handle, group: *mut u16) -> rc_status {
+    call(|| {
+        if group.is_null() {
+            return Err(null("group"));
+        }
+        match api::group(h)? {
+            None => Ok(rc_status::RC_NONE),
+            // SAFETY: `group` is a writable u16 (checked for NULL).
+            Some(g) => done(unsafe { put(group, g, "group") }),
+        }
+    })
+}
+
+/// The client's instance id (the `instance` its receivers see) into
+/// `*instance`.
+#[no_mangle]
+pub unsafe extern "C" fn rc_instance(h: rc_handle, instance: *mut u64) -> rc_status {
+    call(|| {
+        if instance.is_null() {
+            return Err(null("instance"));
+        }
+        let i = api::instance(h)?;
+        // SAFETY: `instance` is a writable u64 (checked for NULL).
+        done(unsafe { put(instance, i, "instance") })
+    })
+}
+
+/// Hands in a new token (after `RC_EVENT_TOKEN_NEEDED`, or to move to
+/// another group); arguments as `rc_client_new_with_token`.
+#[no_mangle]
+pub unsafe extern "C" fn rc_set_token(
+    h: rc_handle,
+    token: *const u8,
+    token_len: usize,
+    session_key: *const u8,
+    session_key_len: usize,
+    player: u32,
+    group: u16,
+    reflector: *const c_char,
+    expires_unix_s: u64,
+) -> rc_status {
+    call(|| {
+        // SAFETY: each pointer as the header says, checked for NULL.
+        let p = unsafe {
+            TokenParts {
+                token: bytes(token, token_len, "token")?,
+                session_key: bytes(session_key, session_key_len, "session_key")?,
+                player,
+                group,
+                reflector: text(reflector, "reflector")?,
+                expires_unix_s,
+            }
+        };
+        done(api::set_token(h, &p))
+    })
+}
+
+/// A new local socket (as after a network change); the membership moves
+/// to it.
+#[no_mangle]
+pub extern "C" fn rc_rebind(h: rc_handle) -> rc_status {
+    call(|| done(api::rebind(h)))
+}
+
+/// Leaves the group (`RC_EVENT_LEFT` follows); the handle stays live.
+#[no_mangle]
+pub extern "C" fn rc_leave(h: rc_handle) -> rc_status {
+    call(|| done(api::leave(h)))
+}
+
+/// Frees the client (it leaves its group first). The handle is dead
+/// after; freeing it again returns `RC_ERR_BAD_HANDLE`.
+#[no_mangle]
+pub extern "C" fn rc_free(h: rc_handle) -> rc_status {
+    call(|| done(api::free(h)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message() -> String {
+        let mut b = [0u8; 256];
+        let n = api::last_error(&mut b);
+        String::from_utf8_lossy(&b[..n.min(255)]).into_owned()
+    }
+
+    #[test]
+    fn a_panic_becomes_a_status_and_a_message() {
+        assert_eq!(call(|| panic!("boom in a call")), rc_status::RC_ERR_PANIC);
+        assert!(message().contains("boom in a call"), "{}", message());
+        assert_eq!(guard(-7i64, || panic!("{} formatted", 42)), -7);
+        assert!(message().contains("42 formatted"), "{}", message());
+    }
+
+    #[test]
+    fn null_pointers_are_errors() {
+        let mut h: rc_handle = 0;
+        // SAFETY: NULL strings with valid lengths: the checks under test.
+        let st = unsafe {
+            rc_client_new_with_token(
+                std::ptr::null(),
+                32,
+                [0u8; 32].as_ptr(),
+                32,
+                1,
+                1,
+                c"127.0.0.1:9".as_ptr(),
+                0,
+                std::ptr::null(),
+                &mut h,
+            )
+        };
+        assert_eq!(st, rc_status::RC_ERR_NULL);
+        assert!(message().contains("token is NULL"), "{}", message());
+        // SAFETY: a NULL event pointer: the check under test.
+        assert_eq!(
+            unsafe { rc_poll_event(1, std::ptr::null_mut()) },
+            rc_status::RC_ERR_NULL
+        );
+        // SAFETY: a zero capacity with NULL: allowed, asks the length.
+        let n = unsafe { rc_last_error(std::ptr::null_mut(), 0) };
+        assert_eq!(n, message().len());
+    }
+}

@@ -1,0 +1,62 @@
+//! The Python binding (bindings/python, ctypes over the C ABI): a Python
+//! player and a Rust player in one group against a real reflector; each
+//! hears the other.
+
+mod common;
+
+use common::{assert_all_heard, crate_dir, heard, lib_dir, mint, run, rust_player, tool, Reflector};
+use std::process::Command;
+use std::time::Duration;
+
+#[test]
+fn python_player_and_rust_player_hear_each_other() {
+    let Some(python) = tool("python3") else { return };
+    let r = Reflector::start();
+    let (py, rs) = (mint(21, &r), mint(22, &r));
+    let mut cmd = Command::new(python);
+    cmd.current_dir(crate_dir().join("bindings/python"))
+        .env("REFLECTOR_C_LIB", lib_dir().join("libreflector_c.so"))
+        .args(["player.py", &r.addr().to_string(), "3", &py.spec()]);
+    let (mut all, out) = std::thread::scope(|s| {
+        let rust = s.spawn(|| rust_player(&r, &rs, 3));
+        let (out, err, ok) = run(cmd, Duration::from_secs(30));
+        assert!(ok, "player.py failed:\n{out}\n{err}");
+        (rust.join().expect("the Rust player"), out)
+    });
+    assert!(out.contains("hears player 22: pos"), "it prints what it hears:\n{out}");
+    all.extend(heard(&out));
+    assert_all_heard(&all, &[21, 22], &out);
+    r.stop();
+}
+
+/// Errors surface as ReflectorError with the library's code and message:
+/// a bad token length, and a second close (a double free).
+#[test]
+fn python_errors_are_exceptions_with_the_message() {
+    let Some(python) = tool("python3") else { return };
+    let script = r#"
+import reflector_client as rc
+lib = rc.load()
+try:
+    rc.Client.with_token(lib, b"x" * 5, b"k" * 32, 1, 1, "127.0.0.1:9", 2**40)
+    raise SystemExit("a 5-byte token was taken")
+except rc.ReflectorError as e:
+    print("refused", e.code, e.message)
+c = rc.Client.with_token(lib, b"t" * 32, b"k" * 32, 1, 1, "127.0.0.1:9", 2**40, local="127.0.0.1:0")
+c.update()
+c.close()
+try:
+    c.close()
+    raise SystemExit("a double free was taken")
+except rc.ReflectorError as e:
+    print("double free", e.code)
+"#;
+    let mut cmd = Command::new(python);
+    cmd.current_dir(crate_dir().join("bindings/python"))
+        .env("REFLECTOR_C_LIB", lib_dir().join("libreflector_c.so"))
+        .args(["-c", script]);
+    let (out, err, ok) = run(cmd, Duration::from_secs(30));
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("refused -2 the token is 5 bytes; it must be 32"), "{out}");
+    assert!(out.contains("double free -3"), "{out}");
+}
