@@ -1,4 +1,4 @@
-# make test  — install what is missing, then fmt check, clippy -D warnings, all tests
+# make test  — install what is missing, then fmt check, clippy -D warnings, all tests, every README and --help example
 # make demo  — the main scenario on its embedded default
 # make bench — the benchmarks; CSV + PNG under bench/results/
 # make install — every binary of the workspace into $(DESTDIR)$(PREFIX)/bin (default /usr/local/bin)
@@ -36,6 +36,7 @@ vectors:
 
 test: lint vectors
 	$(CARGO) test --workspace
+	python3 scripts/run-examples.py --bin-dir "$${CARGO_TARGET_DIR:-target}/debug"
 
 demo: deps
 	$(CARGO) build --release --workspace --bins
