@@ -117,7 +117,7 @@ counters! {
     kernel_passed_up: "counter", "Datagrams to the group's port the eBPF program left to user space (control, non-members, fragments, user-space mode).";
     kernel_leave_fences: "counter", "LEAVEs from a member's address with its ids that the eBPF program fenced the group for: the group's DATA went up behind each until user space had judged it.";
     kernel_leave_resyncs: "counter", "LEAVE fences taken down after a drain of the socket because fenced LEAVEs never reached it (a full receive buffer).";
-    checkpoint_requests: "counter", "CHECKPOINT_REQUESTs sent (one member per group per --checkpoint-every-ms, lowest RTT first).";
+    checkpoint_requests: "counter", "CHECKPOINT_REQUESTs sent (one member per group per --checkpoint-every, lowest RTT first).";
     checkpoints_stored: "counter", "Checkpoint uploads stored (answering the pending request, MAC verified, within the size bound).";
     checkpoint_bytes_stored as "checkpoint_stored_bytes": "counter", "Bytes of game state stored from uploads.";
     checkpoints_served: "counter", "Checkpoints sent whole to members that fetched them (joiners, resyncs).";
@@ -245,7 +245,7 @@ impl Exposition {
             ),
             (
                 "reflector_checkpoint_channel_hello_timeouts",
-                "Checkpoint connections closed because no request came within --checkpoint-hello-timeout-ms.",
+                "Checkpoint connections closed because no request came within --checkpoint-hello-timeout.",
                 &ch.hello_timeouts,
             ),
             (
