@@ -42,3 +42,16 @@ pub fn set_socket_buffers(sock: &UdpSocket, bytes: usize) -> Result<(), BenchErr
     oskit::sockopt::set_buffers(sock, bytes, bytes)?;
     Ok(())
 }
+
+/// The calling thread's user + system CPU time (getrusage RUSAGE_THREAD);
+/// zero if the call fails.
+pub fn thread_cpu() -> std::time::Duration {
+    use nix::sys::resource::{getrusage, UsageWho};
+    getrusage(UsageWho::RUSAGE_THREAD)
+        .map(|u| {
+            let t =
+                |tv: nix::sys::time::TimeVal| std::time::Duration::new(tv.tv_sec() as u64, tv.tv_usec() as u32 * 1000);
+            t(u.user_time()) + t(u.system_time())
+        })
+        .unwrap_or_default()
+}

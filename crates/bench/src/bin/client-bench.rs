@@ -4,8 +4,8 @@
 //! with no allocation per datagram).
 #![deny(unsafe_code)]
 
+use bench::thread_cpu;
 use clap::Parser;
-use nix::sys::resource::{getrusage, UsageWho};
 use reflector_client::{Client, Config, Driver, MmsgDriver, Token, TokenSource, UdpDriver};
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::protocol::{SessionKeys, MAX_DATAGRAM};
@@ -104,15 +104,6 @@ mod counting {
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-fn thread_cpu() -> Duration {
-    getrusage(UsageWho::RUSAGE_THREAD)
-        .map(|u| {
-            let t = |tv: nix::sys::time::TimeVal| Duration::new(tv.tv_sec() as u64, tv.tv_usec() as u32 * 1000);
-            t(u.user_time()) + t(u.system_time())
-        })
-        .unwrap_or_default()
-}
 
 /// The reflector child, killed on drop.
 struct Reflector(Child);

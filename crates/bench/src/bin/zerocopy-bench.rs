@@ -5,8 +5,8 @@
 //! veth drops them, so completions come back uncopied, as a NIC's would).
 #![deny(unsafe_code)]
 
+use bench::thread_cpu;
 use clap::Parser;
-use nix::sys::resource::{getrusage, UsageWho};
 use oskit::procfs;
 use sendpath::zerocopy::{Sent, ZeroCopySender};
 use std::net::{SocketAddr, UdpSocket};
@@ -138,15 +138,6 @@ struct Run {
     system_busy_s: f64,
     copied_sends: u64,
     completed_copied: u64,
-}
-
-fn thread_cpu() -> Duration {
-    getrusage(UsageWho::RUSAGE_THREAD)
-        .map(|u| {
-            let t = |tv: nix::sys::time::TimeVal| Duration::new(tv.tv_sec() as u64, tv.tv_usec() as u32 * 1000);
-            t(u.user_time()) + t(u.system_time())
-        })
-        .unwrap_or_default()
 }
 
 fn measure(mode: Mode, size: usize, secs: f64, stop: &AtomicBool) -> Result<Run, String> {
