@@ -55,7 +55,7 @@ install:
 	$(CARGO) build --release --workspace --bins
 	install -d "$(DESTDIR)$(BINDIR)"
 	@for b in $$($(WORKSPACE_BINS)); do \
-		install -m 0755 "target/release/$$b" "$(DESTDIR)$(BINDIR)/$$b" || exit 1; \
+		install -m 0755 "$${CARGO_TARGET_DIR:-target}/release/$$b" "$(DESTDIR)$(BINDIR)/$$b" || exit 1; \
 		echo "installed $(DESTDIR)$(BINDIR)/$$b"; \
 	done
 
