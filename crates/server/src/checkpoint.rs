@@ -46,6 +46,7 @@
 //! lobby shuts every connection down, so blocked workers return at once.
 
 use crate::membership::Member;
+pub use crate::metrics::ChannelCounters;
 use crate::metrics::{GroupCounters, Registry};
 use bytes::Bytes;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -59,7 +60,7 @@ use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -117,24 +118,6 @@ const ACCEPTS_PER_ROUND: usize = 64;
 /// How long a worker waits for zero-copy completions between looks at the
 /// stop flag.
 const DRAIN_SLICE: Duration = Duration::from_millis(100);
-
-/// The channel's counters that name no group, and the memory it holds.
-#[derive(Debug, Default)]
-pub struct ChannelCounters {
-    /// Connections refused at once: caps reached and every connection held
-    /// authenticated.
-    pub busy: AtomicU64,
-    /// Requests that did not decode or named no group here.
-    pub malformed: AtomicU64,
-    /// Exchanges that passed their deadline (a peer that stopped reading or writing).
-    pub timeouts: AtomicU64,
-    /// Connections closed because no REQUEST came within the hello deadline.
-    pub hello_timeouts: AtomicU64,
-    /// Unauthenticated connections closed to make room for a new one.
-    pub evicted: AtomicU64,
-    /// Gauge: bytes of stored states plus bodies being received.
-    pub memory_bytes: AtomicU64,
-}
 
 /// Bytes counted against `--checkpoint-memory` while this lives: a body
 /// being received, then the stored state (and every fetch that still sends

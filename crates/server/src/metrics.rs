@@ -286,7 +286,7 @@ pub struct Registry {
     pub backend: &'static str,
     pub groups: Vec<(u16, Arc<GroupCounters>)>,
     /// The checkpoint channel's refusals that name no group.
-    pub channel: Arc<crate::checkpoint::ChannelCounters>,
+    pub channel: Arc<ChannelCounters>,
 }
 
 impl Registry {
@@ -404,6 +404,26 @@ impl Registry {
             "checkpoint_channel": channel,
         })
     }
+}
+
+/// The checkpoint channel's counters that name no group, and the memory
+/// it holds (kept here with the other counters; the channel in
+/// `checkpoint` updates them).
+#[derive(Debug, Default)]
+pub struct ChannelCounters {
+    /// Connections refused at once: caps reached and every connection held
+    /// authenticated.
+    pub busy: AtomicU64,
+    /// Requests that did not decode or named no group here.
+    pub malformed: AtomicU64,
+    /// Exchanges that passed their deadline (a peer that stopped reading or writing).
+    pub timeouts: AtomicU64,
+    /// Connections closed because no REQUEST came within the hello deadline.
+    pub hello_timeouts: AtomicU64,
+    /// Unauthenticated connections closed to make room for a new one.
+    pub evicted: AtomicU64,
+    /// Gauge: bytes of stored states plus bodies being received.
+    pub memory_bytes: AtomicU64,
 }
 
 #[cfg(test)]

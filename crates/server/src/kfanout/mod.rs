@@ -34,7 +34,7 @@
 mod route;
 mod sys;
 
-use crate::backend::{Fanout, Next, Progress, Support, UserFanout, Waiter, Wake};
+use crate::backend::user::{Fanout, Next, Progress, Support, UserFanout, Waiter, Wake};
 use crate::membership::Member;
 use crate::metrics::GroupCounters;
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};

@@ -1,12 +1,4 @@
-//! Fan-out backends: how one datagram reaches every other member.
-//!
-//! One contract ([`Fanout`]), several backends chosen at run time
-//! (`--backend`): `sendto`, the paper's user-space loop (§4.1), and
-//! `sendmmsg`, the same copies with one syscall per batch of members. An
-//! in-kernel backend plugs in at the same seam: it gets every group's socket
-//! ([`Fanout::attach`]), every membership change ([`Fanout::member_added`],
-//! [`Fanout::member_removed`]), the error-queue entries of its sockets, and
-//! reports its counters at every sweep ([`Fanout::sync_counters`]).
+//! The fan-out contract and the user-space backends (`sendto`, `sendmmsg`).
 //!
 //! Contract: a fan-out either completes ([`Progress::Done`]: every other
 //! member has the datagram, or was given up for a counted reason) or is
@@ -30,83 +22,6 @@ use std::ops::Range;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
-
-/// The fan-out backends.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackendKind {
-    /// One `sendmmsg` per batch of members.
-    Sendmmsg,
-    /// One `sendto` per member (the paper's user-space loop).
-    Sendto,
-    /// Replication inside the kernel: a TC program clones each member's
-    /// DATA to every other member (paper 000 §4.2 on a stock kernel); what
-    /// it leaves to user space goes through `sendmmsg`.
-    Ebpf,
-}
-
-impl BackendKind {
-    /// The user-space backends, best first: what the default picks from
-    /// and what the loopback test matrix runs.
-    pub const ALL: [BackendKind; 2] = [BackendKind::Sendmmsg, BackendKind::Sendto];
-    /// Every backend, for names.
-    pub const NAMED: [BackendKind; 3] = [BackendKind::Ebpf, BackendKind::Sendmmsg, BackendKind::Sendto];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendKind::Sendmmsg => "sendmmsg",
-            BackendKind::Sendto => "sendto",
-            BackendKind::Ebpf => "ebpf",
-        }
-    }
-
-    /// Asks the kernel, without sending anything. For `ebpf` this loads the
-    /// program (the verifier's verdict and the privileges) and unloads it.
-    pub fn probe(self) -> Support {
-        match self {
-            BackendKind::Sendto => Support::Supported,
-            BackendKind::Sendmmsg => match sendpath::probe_sendmmsg() {
-                Ok(()) => Support::Supported,
-                Err(e) => Support::Unsupported(format!("sendmmsg is not available: {e}")),
-            },
-            BackendKind::Ebpf => crate::kfanout::probe(),
-        }
-    }
-
-    /// The best user-space backend the probe allows.
-    pub fn best() -> BackendKind {
-        BackendKind::ALL
-            .into_iter()
-            .find(|b| b.probe() == Support::Supported)
-            .unwrap_or(BackendKind::Sendto)
-    }
-
-    /// A user-space backend; `ebpf` is built by [`crate::kfanout`] around
-    /// the program the server loaded, and asks for `sendmmsg` here for what
-    /// it passes up.
-    pub fn build(self) -> Box<dyn Fanout> {
-        Box::new(UserFanout::new(match self {
-            BackendKind::Sendto => Mode::Sendto,
-            BackendKind::Sendmmsg | BackendKind::Ebpf => Mode::Sendmmsg,
-        }))
-    }
-}
-
-impl std::str::FromStr for BackendKind {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<BackendKind, String> {
-        BackendKind::NAMED.into_iter().find(|b| b.name() == s).ok_or_else(|| {
-            let names: Vec<&str> = BackendKind::NAMED.iter().map(|b| b.name()).collect();
-            format!("unknown backend '{s}'; choose one of: {}", names.join(", "))
-        })
-    }
-}
-
-impl std::fmt::Display for BackendKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// When a pending fan-out wants to be resumed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,7 +168,7 @@ impl Waiter {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     Sendto,
     Sendmmsg,
 }
@@ -285,7 +200,7 @@ impl UserFanout {
         UserFanout::new(Mode::Sendmmsg)
     }
 
-    fn new(mode: Mode) -> UserFanout {
+    pub(crate) fn new(mode: Mode) -> UserFanout {
         UserFanout {
             mode,
             groups: Vec::new(),
@@ -440,23 +355,6 @@ mod tests {
     use std::os::fd::AsFd;
 
     #[test]
-    fn backends_by_name_and_probe() {
-        let e = "dpdk".parse::<BackendKind>().unwrap_err();
-        assert!(
-            e.contains("sendmmsg") && e.contains("sendto") && e.contains("ebpf"),
-            "{e}"
-        );
-        for b in BackendKind::ALL {
-            assert_eq!(b.name().parse::<BackendKind>(), Ok(b));
-            assert_eq!(b.build().name(), b.name());
-        }
-        assert_eq!("ebpf".parse::<BackendKind>(), Ok(BackendKind::Ebpf));
-        // Linux has had sendmmsg since 3.0.
-        assert_eq!(BackendKind::Sendmmsg.probe(), Support::Supported);
-        assert_eq!(BackendKind::best(), BackendKind::Sendmmsg);
-    }
-
-    #[test]
     fn the_waiter_turns_errors_into_waits_retries_and_skips() {
         let c = GroupCounters::default();
         let mut w = Waiter::new();
@@ -508,10 +406,10 @@ mod tests {
 
     #[test]
     fn every_member_but_the_sender_gets_one_copy_through_membership_changes() {
-        for kind in BackendKind::ALL {
+        for mode in [Mode::Sendmmsg, Mode::Sendto] {
             let tx = rx();
             let members: Vec<UdpSocket> = (0..6).map(|_| rx()).collect();
-            let mut f = kind.build();
+            let mut f = UserFanout::new(mode);
             f.attach(0, tx.as_fd(), 0, false).unwrap();
             for m in &members {
                 f.member_added(0, m.local_addr().unwrap(), None);
@@ -521,7 +419,7 @@ mod tests {
             let from = members[2].local_addr().unwrap();
             assert_eq!(f.fanout(0, tx.as_fd(), b"hello", from, &c), Progress::Done);
             let got: Vec<usize> = members.iter().map(drain).collect();
-            assert_eq!(got, vec![1, 1, 0, 1, 1, 0], "{kind}");
+            assert_eq!(got, vec![1, 1, 0, 1, 1, 0], "{}", f.name());
             assert_eq!(c.snapshot().fanned_out, 4);
             assert_eq!(c.snapshot().bytes_out, 20);
         }

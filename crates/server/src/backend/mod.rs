@@ -1,0 +1,130 @@
+//! Fan-out backends: how one datagram reaches every other member.
+//!
+//! One contract ([`Fanout`]), several backends chosen at run time
+//! (`--backend`): `sendto`, the paper's user-space loop (§4.1), and
+//! `sendmmsg`, the same copies with one syscall per batch of members. An
+//! in-kernel backend plugs in at the same seam: it gets every group's socket
+//! ([`Fanout::attach`]), every membership change ([`Fanout::member_added`],
+//! [`Fanout::member_removed`]), the error-queue entries of its sockets, and
+//! reports its counters at every sweep ([`Fanout::sync_counters`]).
+//!
+//! This module is the registry: [`BackendKind`] names every backend, probes
+//! it and builds it; the contract and the user-space backends are in
+//! [`user`], the in-kernel one in [`crate::kfanout`] (which depends on
+//! `user` only, so the registry is the one place that knows them all).
+//!
+//! Contract: a fan-out either completes ([`Progress::Done`]: every other
+//! member has the datagram, or was given up for a counted reason) or is
+//! [`Progress::Pending`]: the socket buffer or the device queue is full, and
+//! the event loop resumes it ([`Fanout::resume`]) when the socket is
+//! writable or the back-off timer fires, serving its other groups meanwhile.
+//! A full queue is never a reason to drop: with `IP_RECVERR` the kernel
+//! reports it as ENOBUFS, and we wait and resend (paper §4.1). A pending
+//! fan-out keeps a snapshot of the destinations it still owes and its own
+//! copy of the datagram, so members joining or leaving (or the receive
+//! buffer being reused) before it resumes change nothing for it.
+
+pub mod user;
+
+pub use user::*;
+
+use user::{Mode, UserFanout};
+
+/// The fan-out backends.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// One `sendmmsg` per batch of members.
+    Sendmmsg,
+    /// One `sendto` per member (the paper's user-space loop).
+    Sendto,
+    /// Replication inside the kernel: a TC program clones each member's
+    /// DATA to every other member (paper 000 §4.2 on a stock kernel); what
+    /// it leaves to user space goes through `sendmmsg`.
+    Ebpf,
+}
+
+impl BackendKind {
+    /// The user-space backends, best first: what the default picks from
+    /// and what the loopback test matrix runs.
+    pub const ALL: [BackendKind; 2] = [BackendKind::Sendmmsg, BackendKind::Sendto];
+    /// Every backend, for names.
+    pub const NAMED: [BackendKind; 3] = [BackendKind::Ebpf, BackendKind::Sendmmsg, BackendKind::Sendto];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Sendmmsg => "sendmmsg",
+            BackendKind::Sendto => "sendto",
+            BackendKind::Ebpf => "ebpf",
+        }
+    }
+
+    /// Asks the kernel, without sending anything. For `ebpf` this loads the
+    /// program (the verifier's verdict and the privileges) and unloads it.
+    pub fn probe(self) -> Support {
+        match self {
+            BackendKind::Sendto => Support::Supported,
+            BackendKind::Sendmmsg => match sendpath::probe_sendmmsg() {
+                Ok(()) => Support::Supported,
+                Err(e) => Support::Unsupported(format!("sendmmsg is not available: {e}")),
+            },
+            BackendKind::Ebpf => crate::kfanout::probe(),
+        }
+    }
+
+    /// The best user-space backend the probe allows.
+    pub fn best() -> BackendKind {
+        BackendKind::ALL
+            .into_iter()
+            .find(|b| b.probe() == Support::Supported)
+            .unwrap_or(BackendKind::Sendto)
+    }
+
+    /// A user-space backend; `ebpf` is built by [`crate::kfanout`] around
+    /// the program the server loaded, and asks for `sendmmsg` here for what
+    /// it passes up.
+    pub fn build(self) -> Box<dyn Fanout> {
+        Box::new(UserFanout::new(match self {
+            BackendKind::Sendto => Mode::Sendto,
+            BackendKind::Sendmmsg | BackendKind::Ebpf => Mode::Sendmmsg,
+        }))
+    }
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<BackendKind, String> {
+        BackendKind::NAMED.into_iter().find(|b| b.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = BackendKind::NAMED.iter().map(|b| b.name()).collect();
+            format!("unknown backend '{s}'; choose one of: {}", names.join(", "))
+        })
+    }
+}
+
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backends_by_name_and_probe() {
+        let e = "dpdk".parse::<BackendKind>().unwrap_err();
+        assert!(
+            e.contains("sendmmsg") && e.contains("sendto") && e.contains("ebpf"),
+            "{e}"
+        );
+        for b in BackendKind::ALL {
+            assert_eq!(b.name().parse::<BackendKind>(), Ok(b));
+            assert_eq!(b.build().name(), b.name());
+        }
+        assert_eq!("ebpf".parse::<BackendKind>(), Ok(BackendKind::Ebpf));
+        // Linux has had sendmmsg since 3.0.
+        assert_eq!(BackendKind::Sendmmsg.probe(), Support::Supported);
+        assert_eq!(BackendKind::best(), BackendKind::Sendmmsg);
+    }
+}
