@@ -12,6 +12,7 @@ pub mod loadgen;
 pub mod rawloop;
 pub mod report;
 pub mod sink;
+pub mod sys;
 
 use std::io;
 use std::net::UdpSocket;

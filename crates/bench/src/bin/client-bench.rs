@@ -10,13 +10,12 @@ use reflector_client::{Client, Config, Driver, MmsgDriver, Token, TokenSource, U
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::protocol::{SessionKeys, MAX_DATAGRAM};
 use sendpath::RecvBatch;
-use std::cell::Cell;
 use std::io::Write as _;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
@@ -64,46 +63,9 @@ struct Args {
     out: PathBuf,
 }
 
-// ---- counting allocator (only the measured thread counts) ----
-
-struct Counting;
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-}
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-#[allow(
-    unsafe_code,
-    reason = "a global allocator that counts and forwards to the system allocator"
-)]
-mod counting {
-    use super::{Counting, ALLOCATIONS, COUNTING};
-    use std::alloc::{GlobalAlloc, Layout, System};
-    use std::sync::atomic::Ordering::Relaxed;
-
-    // SAFETY (all three): forwarded unchanged to the system allocator.
-    unsafe impl GlobalAlloc for Counting {
-        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-            if COUNTING.with(|c| c.get()) {
-                ALLOCATIONS.fetch_add(1, Relaxed);
-            }
-            unsafe { System.alloc(layout) }
-        }
-        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-            unsafe { System.dealloc(ptr, layout) }
-        }
-        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-            if COUNTING.with(|c| c.get()) {
-                ALLOCATIONS.fetch_add(1, Relaxed);
-            }
-            unsafe { System.realloc(ptr, layout, new_size) }
-        }
-    }
-}
-
+// Allocations are counted on the measured thread only.
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: bench::sys::CountingAlloc = bench::sys::CountingAlloc;
 
 /// The reflector child, killed on drop.
 struct Reflector(Child);
@@ -221,7 +183,7 @@ fn client_loop<D: Driver>(
         if now_open && !open {
             cpu0 = thread_cpu();
             if count_allocs {
-                COUNTING.with(|c| c.set(true));
+                bench::sys::count_this_thread(true);
             }
         }
         c.update(Instant::now());
@@ -234,12 +196,12 @@ fn client_loop<D: Driver>(
             m.datagrams += n;
         }
         if !now_open && open {
-            COUNTING.with(|c| c.set(false));
+            bench::sys::count_this_thread(false);
             m.cpu = thread_cpu() - cpu0;
         }
         open = now_open;
     }
-    m.allocations = if count_allocs { ALLOCATIONS.load(Relaxed) } else { 0 };
+    m.allocations = if count_allocs { bench::sys::allocations() } else { 0 };
     m
 }
 
@@ -326,7 +288,7 @@ fn one_rep(a: &Args, setup: &Setup, rep: usize) -> Result<(Vec<Measured>, u64), 
     };
     let frame = Duration::from_micros(a.frame_us);
     let ready = Barrier::new(4);
-    ALLOCATIONS.store(0, Relaxed);
+    bench::sys::reset_allocations();
     let payload = vec![0x5au8; a.size];
     let (results, sent) = std::thread::scope(|s| {
         let h1 = s.spawn(|| client_loop(mmsg, &w, frame, &ready, true));
@@ -340,7 +302,7 @@ fn one_rep(a: &Args, setup: &Setup, rep: usize) -> Result<(Vec<Measured>, u64), 
         let t0 = Instant::now();
         let tick = Duration::from_millis(1);
         let per_tick = f64::from(a.rate) / 1000.0;
-        let (mut owed, mut sent) = (0.0f64, 0u64);
+        let mut owed = 0.0f64;
         let mut counted = 0u64;
         while t0.elapsed() < warm + total {
             let in_window = t0.elapsed() >= warm;
@@ -350,11 +312,8 @@ fn one_rep(a: &Args, setup: &Setup, rep: usize) -> Result<(Vec<Measured>, u64), 
             owed += per_tick;
             while owed >= 1.0 {
                 for c in senders.iter_mut() {
-                    if c.send(&payload).is_ok() {
-                        sent += 1;
-                        if in_window {
-                            counted += 1;
-                        }
+                    if c.send(&payload).is_ok() && in_window {
+                        counted += 1;
                     }
                 }
                 owed -= 1.0;
@@ -370,7 +329,6 @@ fn one_rep(a: &Args, setup: &Setup, rep: usize) -> Result<(Vec<Measured>, u64), 
         w.measuring.store(false, Relaxed);
         std::thread::sleep(frame * 3 + Duration::from_millis(20));
         w.stop.store(true, Relaxed);
-        let _ = sent; // every send, warm-up included; `counted` is the window's
         let r = vec![
             h1.join().unwrap_or_default(),
             h2.join().unwrap_or_default(),
