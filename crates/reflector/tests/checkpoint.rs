@@ -221,9 +221,18 @@ fn raw_exchange(addr: SocketAddr, request: impl FnOnce(&Hello) -> Vec<u8>) -> (R
 }
 
 /// Whether the reflector closed the stream (EOF or reset within `T`).
+/// The server closed `s` (end of stream or a reset), rather than the read
+/// timing out or data arriving.
 fn closed(s: &mut TcpStream) -> bool {
     let mut b = [0u8; 64];
-    matches!(s.read(&mut b), Ok(0) | Err(_)) && !matches!(s.read(&mut b), Ok(n) if n > 0)
+    match s.read(&mut b) {
+        Ok(0) => true,
+        Err(e) => matches!(
+            e.kind(),
+            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
+        ),
+        Ok(_) => false,
+    }
 }
 
 #[test]
@@ -575,7 +584,9 @@ fn silent_connections_are_closed_at_the_hello_deadline_evicted_first_at_the_cap_
             max_bytes: 64 << 20,
             max_conns: 3,
             max_conns_per_ip: 3,
-            hello_timeout: Duration::from_millis(600),
+            // Long enough that the member below arrives before the silent
+            // ones time out on a loaded machine (else nothing is evicted).
+            hello_timeout: Duration::from_millis(1_500),
             timeout: Duration::from_secs(4),
             ..CheckpointConfig::default()
         },
@@ -593,7 +604,7 @@ fn silent_connections_are_closed_at_the_hello_deadline_evicted_first_at_the_cap_
     for s in &mut silent {
         assert!(closed(s));
     }
-    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
     let until = Instant::now() + Duration::from_secs(2);
     while ch.hello_timeouts.load(Relaxed) < 2 && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(10));
