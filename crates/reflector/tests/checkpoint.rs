@@ -575,6 +575,24 @@ fn the_memory_bound_refuses_uploads_as_busy_and_counts_them() {
     );
 }
 
+/// `/healthz` watches the checkpoint channel's thread as it watches the
+/// event loops: when it ends, the liveness says so by name.
+#[test]
+fn healthz_watches_the_checkpoint_channel() {
+    let server = start(2, CheckpointConfig::default());
+    let liveness = server.liveness();
+    assert_eq!(liveness.watched(), ["checkpoints", "reflector-0", "reflector-1"]);
+    assert_eq!(liveness.check(), Ok(()));
+    server.stop();
+    let until = Instant::now() + Duration::from_secs(5);
+    while !liveness.check().is_err_and(|why| why.contains("checkpoints")) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let why = liveness.check().expect_err("the threads ended");
+    assert!(why.contains("checkpoints"), "{why}");
+    server.join().unwrap();
+}
+
 #[test]
 fn silent_connections_are_closed_at_the_hello_deadline_evicted_first_at_the_cap_and_busy_only_when_all_authenticated() {
     let server = start(

@@ -117,7 +117,12 @@ fn start_with(lab: &Lab, policy: Policy, backend: BackendKind, rcvbuf: usize, st
             sndbuf: 1 << 20,
             ..ServerConfig::new(REFLECTOR.into(), Secret::new(&SECRET).unwrap(), backend)
         };
-        Server::start(cfg, stop).expect("the eBPF backend starts, with no fallback")
+        let server = Server::start(cfg, stop).expect("the eBPF backend starts, with no fallback");
+        if backend == BackendKind::Ebpf {
+            // `/healthz` watches the kernel path's resend thread too.
+            assert_eq!(server.liveness().watched(), ["reflector-resend", "reflector-0"]);
+        }
+        server
     })
 }
 

@@ -45,6 +45,7 @@
 //! `fetch_every_ms`, and a deadline on the whole exchange. On shutdown the
 //! lobby shuts every connection down, so blocked workers return at once.
 
+use crate::liveness::Watch;
 use crate::membership::Member;
 pub use crate::metrics::ChannelCounters;
 use crate::metrics::{GroupCounters, Registry};
@@ -478,14 +479,17 @@ pub struct Channel {
 
 impl Channel {
     /// Serves `listener` (already bound, so errors surface at start-up)
-    /// until `stop`.
-    pub fn start(listener: TcpListener, board: Arc<Board>, stop: Arc<AtomicBool>) -> io::Result<Channel> {
+    /// until `stop`, on a thread `watch` notices the end of.
+    pub fn start(
+        listener: TcpListener,
+        board: Arc<Board>,
+        stop: Arc<AtomicBool>,
+        watch: &mut Watch,
+    ) -> io::Result<Channel> {
         let port = listener.local_addr()?.port();
         listener.set_nonblocking(true)?;
         let stop2 = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
-            .name("checkpoints".into())
-            .spawn(move || Lobby::new(listener, board).run(&stop2))?;
+        let thread = watch.spawn("checkpoints", move || Lobby::new(listener, board).run(&stop2))?;
         Ok(Channel {
             port,
             thread: Some(thread),

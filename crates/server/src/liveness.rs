@@ -1,13 +1,19 @@
-//! Whether the event-loop threads still run, for `/healthz`.
+//! Whether the reflector's threads still run, for `/healthz`: the event
+//! loops, the checkpoint channel's lobby and the kernel path's resender.
+//! Each is started through a [`Watch`], which notices when it ends.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-/// Whether every event-loop thread still runs: each clears its flag when it
+/// Whether every watched thread still runs: each clears its flag when it
 /// ends, by returning or by panicking.
 #[derive(Debug, Clone, Default)]
 pub struct Liveness(Arc<Vec<(String, Arc<AtomicBool>)>>);
+
+/// The threads started so far, each with the flag it clears when it ends.
+#[derive(Debug, Default)]
+pub struct Watch(Vec<(String, Arc<AtomicBool>)>);
 
 /// Clears a thread's liveness flag when dropped (its thread ends).
 struct AliveGuard(Arc<AtomicBool>);
@@ -18,25 +24,37 @@ impl Drop for AliveGuard {
     }
 }
 
-impl Liveness {
-    /// Runs `f` on a thread named `name` whose end this liveness notices.
+impl Watch {
+    pub fn new() -> Watch {
+        Watch::default()
+    }
+
+    /// Runs `f` on a thread named `name` whose end the liveness notices.
     pub fn spawn<T: Send + 'static>(
-        flags: &mut Vec<(String, Arc<AtomicBool>)>,
-        name: String,
+        &mut self,
+        name: &str,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> std::io::Result<JoinHandle<T>> {
         let flag = Arc::new(AtomicBool::new(true));
         let guard = AliveGuard(Arc::clone(&flag));
-        let h = std::thread::Builder::new().name(name.clone()).spawn(move || {
+        let h = std::thread::Builder::new().name(name.to_owned()).spawn(move || {
             let _guard = guard;
             f()
         })?;
-        flags.push((name, flag));
+        self.0.push((name.to_owned(), flag));
         Ok(h)
     }
 
-    pub fn new(flags: Vec<(String, Arc<AtomicBool>)>) -> Liveness {
-        Liveness(Arc::new(flags))
+    /// The liveness of every thread started so far.
+    pub fn liveness(self) -> Liveness {
+        Liveness(Arc::new(self.0))
+    }
+}
+
+impl Liveness {
+    /// The names of the threads watched, in the order they started.
+    pub fn watched(&self) -> Vec<&str> {
+        self.0.iter().map(|(n, _)| n.as_str()).collect()
     }
 
     /// `Ok` while every thread runs; else the names of those that ended.
@@ -50,7 +68,7 @@ impl Liveness {
         if dead.is_empty() {
             Ok(())
         } else {
-            Err(format!("event-loop thread(s) stopped: {}", dead.join(", ")))
+            Err(format!("thread(s) stopped: {}", dead.join(", ")))
         }
     }
 }
@@ -61,19 +79,20 @@ mod tests {
 
     #[test]
     fn liveness_names_an_ended_thread() {
-        let mut flags = Vec::new();
+        let mut watch = Watch::new();
         let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let a = Liveness::spawn(&mut flags, "loop-a".into(), move || {
-            let _ = rx.recv();
-        })
-        .unwrap();
-        let b = Liveness::spawn(&mut flags, "loop-b".into(), || panic!("a loop's bug")).unwrap();
-        let l = Liveness::new(flags);
+        let a = watch
+            .spawn("loop-a", move || {
+                let _ = rx.recv();
+            })
+            .unwrap();
+        let b = watch.spawn("loop-b", || panic!("a loop's bug")).unwrap();
+        let l = watch.liveness();
         assert!(b.join().is_err());
-        assert_eq!(l.check(), Err("event-loop thread(s) stopped: loop-b".into()));
+        assert_eq!(l.check(), Err("thread(s) stopped: loop-b".into()));
         drop(tx);
         a.join().unwrap();
-        assert_eq!(l.check(), Err("event-loop thread(s) stopped: loop-a, loop-b".into()));
-        assert_eq!(Liveness::new(Vec::new()).check(), Ok(()));
+        assert_eq!(l.check(), Err("thread(s) stopped: loop-a, loop-b".into()));
+        assert_eq!(Watch::new().liveness().check(), Ok(()));
     }
 }

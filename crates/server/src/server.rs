@@ -10,10 +10,10 @@
 //! it completes, so its datagrams stay in order — while the loop goes on
 //! serving its other groups; it resumes on `EPOLLOUT` or a timer.
 
-use crate::backend::{BackendKind, Fanout, Progress, Support, Wake};
+use crate::backend::{Backend, BackendKind, Fanout, Progress, Wake};
 use crate::checkpoint::{Board, Channel, CheckpointConfig};
-use crate::kfanout::{EbpfFanout, KernelPath, RateCaps, ResendTarget};
-use crate::liveness::Liveness;
+use crate::kfanout::{RateCaps, ResendTarget};
+use crate::liveness::{Liveness, Watch};
 use crate::membership::{Change, DropReason, Event, Group, Keys, Now, Policy, ReplyBudget};
 use crate::metrics::{GroupCounters, Registry};
 use crate::CliError;
@@ -33,7 +33,7 @@ use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -378,7 +378,6 @@ impl Server {
     /// Binds every group port (so configuration errors surface here), then
     /// starts the event loops.
     pub fn start(mut cfg: ServerConfig, stop: Arc<AtomicBool>) -> Result<Server, ServeError> {
-        let mut backend = cfg.backend;
         let ck_listener = match &cfg.checkpoint {
             Some(ck) => {
                 let addr = SocketAddr::new(cfg.bind, ck.port);
@@ -391,11 +390,6 @@ impl Server {
             }
             None => None,
         };
-        if backend != BackendKind::Ebpf {
-            if let Support::Unsupported(why) = backend.probe() {
-                return Err(ServeError::Config(format!("backend {backend}: {why}")));
-            }
-        }
         let mut socks = Vec::with_capacity(cfg.ports.len());
         let mut ports = Vec::with_capacity(cfg.ports.len());
         for &p in &cfg.ports {
@@ -427,39 +421,14 @@ impl Server {
             socks.push(sock);
             ports.push(port);
         }
-        // The program is loaded and attached here, in the caller's network
-        // namespace, once for all event loops.
-        let kernel = if backend == BackendKind::Ebpf {
-            let caps = RateCaps {
-                pps: cfg.policy.member_pps,
-                bytes_per_s: u32::try_from(cfg.policy.member_bytes_per_s).unwrap_or(u32::MAX),
-            };
-            match KernelPath::start(cfg.bind, caps) {
-                Ok(k) => {
-                    match k.backlog() {
-                        Some(b) => tracing::info!(
-                            "eBPF fan-out attached to {} (TCX ingress); net.core.netdev_max_backlog = {b}",
-                            k.devices().join(", ")
-                        ),
-                        None => tracing::info!(
-                            "eBPF fan-out attached to {} (TCX ingress); net.core.netdev_max_backlog is not visible from this namespace (it must exceed the largest group)",
-                            k.devices().join(", ")
-                        ),
-                    }
-                    Some(Arc::new(Mutex::new(k)))
-                }
-                Err(why) if cfg.fallback => {
-                    backend = BackendKind::best();
-                    tracing::warn!("backend ebpf cannot run here: {why}; using {backend} instead");
-                    None
-                }
-                Err(why) => return Err(ServeError::Config(format!("backend ebpf: {why}"))),
-            }
-        } else {
-            None
+        let caps = RateCaps {
+            pps: cfg.policy.member_pps,
+            bytes_per_s: u32::try_from(cfg.policy.member_bytes_per_s).unwrap_or(u32::MAX),
         };
-        let registry = Registry::new(backend.name(), &ports);
-        if let Some(k) = &kernel {
+        let backend = Backend::start(cfg.backend, cfg.bind, caps, cfg.fallback).map_err(ServeError::Config)?;
+        let registry = Registry::new(backend.kind().name(), &ports);
+        let mut watch = Watch::new();
+        if backend.resends() {
             let mut targets = Vec::with_capacity(socks.len());
             for (sock, (port, counters)) in socks.iter().zip(&registry.groups) {
                 let sock = sock.try_clone().map_err(|source| ServeError::Setup {
@@ -473,16 +442,15 @@ impl Server {
                     counters: Arc::clone(counters),
                 });
             }
-            k.lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .start_resend(targets)
-                .map_err(ServeError::Loop)?;
+            backend.start_resend(targets, &mut watch).map_err(ServeError::Loop)?;
         }
         let board = cfg
             .checkpoint
             .map(|ck| Arc::new(crate::checkpoint::Board::new(ck, &registry)));
         let channel = match (ck_listener, &board) {
-            (Some(l), Some(b)) => Some(Channel::start(l, Arc::clone(b), Arc::clone(&stop)).map_err(ServeError::Loop)?),
+            (Some(l), Some(b)) => {
+                Some(Channel::start(l, Arc::clone(b), Arc::clone(&stop), &mut watch).map_err(ServeError::Loop)?)
+            }
             _ => None,
         };
         let nthreads = cfg.threads.clamp(1, socks.len().max(1));
@@ -505,15 +473,11 @@ impl Server {
             });
         }
         let mut threads = Vec::new();
-        let mut flags = Vec::new();
         for (t, slots) in per_thread.into_iter().enumerate() {
             let (keys, policy, stop2) = (cfg.keys.clone(), cfg.policy, Arc::clone(&stop));
             let board = board.clone();
-            let fanout: Box<dyn Fanout> = match &kernel {
-                Some(k) => Box::new(EbpfFanout::new(Arc::clone(k))),
-                None => backend.build(),
-            };
-            let h = Liveness::spawn(&mut flags, format!("reflector-{t}"), move || {
+            let fanout = backend.for_loop();
+            let h = watch.spawn(&format!("reflector-{t}"), move || {
                 event_loop(slots, &keys, &policy, fanout, board, &stop2)
             });
             match h {
@@ -536,12 +500,13 @@ impl Server {
             ports,
             channel,
             threads,
-            liveness: Liveness::new(flags),
+            liveness: watch.liveness(),
             stop,
         })
     }
 
-    /// Whether every event-loop thread still runs (`/healthz`).
+    /// Whether every thread of the reflector still runs (`/healthz`): the
+    /// event loops, the checkpoint channel's, the kernel path's resender.
     pub fn liveness(&self) -> Liveness {
         self.liveness.clone()
     }
@@ -1048,7 +1013,7 @@ pub fn bind_metrics(addr: SocketAddr) -> Result<std::net::TcpListener, CliError>
 
 /// Serves `/metrics` (the classic text format, or OpenMetrics when the
 /// scraper's `Accept` asks for it) and `/healthz` until `stop` is set.
-/// `alive` answers `/healthz`: `Err(name)` names a dead event-loop thread.
+/// `alive` answers `/healthz`: `Err(why)` names the threads that ended.
 pub fn serve_metrics(
     listener: std::net::TcpListener,
     limits: reflector_http::Limits,

@@ -8,8 +8,10 @@
 //! [`Fanout::member_removed`]), the error-queue entries of its sockets, and
 //! reports its counters at every sweep ([`Fanout::sync_counters`]).
 //!
-//! This module is the registry: [`BackendKind`] names every backend, probes
-//! it and builds it; the contract and the user-space backends are in
+//! This module is the registry: [`BackendKind`] names every backend and
+//! probes it, [`Backend`] sets one up for a server (whatever it needs
+//! beyond a fan-out object, such as the eBPF program) and builds each event
+//! loop's fan-out, so the server names a kind and nothing else; the contract and the user-space backends are in
 //! [`user`], the in-kernel one in [`crate::kfanout`] (which depends on
 //! `user` only, so the registry is the one place that knows them all).
 //!
@@ -28,6 +30,10 @@ pub mod user;
 
 pub use user::*;
 
+use crate::kfanout::{EbpfFanout, KernelPath, RateCaps, ResendTarget};
+use crate::liveness::Watch;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use user::{Mode, UserFanout};
 
 /// The fan-out backends.
@@ -87,6 +93,86 @@ impl BackendKind {
             BackendKind::Sendto => Mode::Sendto,
             BackendKind::Sendmmsg | BackendKind::Ebpf => Mode::Sendmmsg,
         }))
+    }
+}
+
+/// The backend a server runs, set up once before its event loops and then
+/// asked for one fan-out per loop: whatever a kind needs beyond a fan-out
+/// object (the eBPF program loaded and attached once for all loops, its
+/// resend thread) is done here, so the server only names a kind.
+pub struct Backend {
+    kind: BackendKind,
+    kernel: Option<Arc<Mutex<KernelPath>>>,
+}
+
+impl Backend {
+    /// Sets up `kind` for a reflector bound to `bind`. For `ebpf`, in the
+    /// caller's network namespace: the program is attached to the devices
+    /// that carry `bind`, with `caps` per member. When it cannot run and
+    /// `fallback` is set, the best user-space backend is used instead (with
+    /// a warning naming why); otherwise the error names why.
+    pub fn start(kind: BackendKind, bind: IpAddr, caps: RateCaps, fallback: bool) -> Result<Backend, String> {
+        if kind != BackendKind::Ebpf {
+            return match kind.probe() {
+                Support::Supported => Ok(Backend { kind, kernel: None }),
+                Support::Unsupported(why) => Err(format!("backend {kind}: {why}")),
+            };
+        }
+        match KernelPath::start(bind, caps) {
+            Ok(k) => {
+                let devices = k.devices().join(", ");
+                match k.backlog() {
+                    Some(b) => tracing::info!(
+                        "eBPF fan-out attached to {devices} (TCX ingress); net.core.netdev_max_backlog = {b}"
+                    ),
+                    None => tracing::info!(
+                        "eBPF fan-out attached to {devices} (TCX ingress); net.core.netdev_max_backlog is not visible from this namespace (it must exceed the largest group)"
+                    ),
+                }
+                Ok(Backend {
+                    kind,
+                    kernel: Some(Arc::new(Mutex::new(k))),
+                })
+            }
+            Err(why) if fallback => {
+                let best = BackendKind::best();
+                tracing::warn!("backend ebpf cannot run here: {why}; using {best} instead");
+                Ok(Backend {
+                    kind: best,
+                    kernel: None,
+                })
+            }
+            Err(why) => Err(format!("backend ebpf: {why}")),
+        }
+    }
+
+    /// The backend running (after any fallback).
+    pub fn kind(&self) -> BackendKind {
+        self.kind
+    }
+
+    /// Whether this backend resends what it could not send itself through
+    /// each group's socket (the kernel path does): then
+    /// [`Backend::start_resend`] wants those sockets.
+    pub fn resends(&self) -> bool {
+        self.kernel.is_some()
+    }
+
+    /// Starts the resend thread of a backend that [`resends`](Backend::resends),
+    /// watched by `watch`; nothing for the others.
+    pub fn start_resend(&self, targets: Vec<ResendTarget>, watch: &mut Watch) -> std::io::Result<()> {
+        match &self.kernel {
+            Some(k) => k.lock().unwrap_or_else(|p| p.into_inner()).start_resend(targets, watch),
+            None => Ok(()),
+        }
+    }
+
+    /// One event loop's fan-out.
+    pub fn for_loop(&self) -> Box<dyn Fanout> {
+        match &self.kernel {
+            Some(k) => Box::new(EbpfFanout::new(Arc::clone(k))),
+            None => self.kind.build(),
+        }
     }
 }
 

@@ -35,6 +35,7 @@ mod route;
 mod sys;
 
 use crate::backend::user::{Fanout, Next, Progress, Support, UserFanout, Waiter, Wake};
+use crate::liveness::Watch;
 use crate::membership::Member;
 use crate::metrics::GroupCounters;
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
@@ -329,7 +330,7 @@ impl KernelPath {
     /// copy through its group's socket, waiting out EAGAIN and ENOBUFS as
     /// the user-space backends do, so a full queue loses nothing in the
     /// kernel path either.
-    pub fn start_resend(&mut self, targets: Vec<ResendTarget>) -> io::Result<()> {
+    pub fn start_resend(&mut self, targets: Vec<ResendTarget>, watch: &mut Watch) -> io::Result<()> {
         let (Some(ring), Some(resent)) = (self.ring.take(), self.resent.take()) else {
             return Ok(());
         };
@@ -338,9 +339,9 @@ impl KernelPath {
         let ids: Vec<u32> = targets.iter().map(|t| self.group_id(t.port)).collect();
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = Arc::clone(&stop);
-        let h = std::thread::Builder::new()
-            .name("reflector-resend".into())
-            .spawn(move || resend_loop(ring, resent, &targets, &ids, &stop2))?;
+        let h = watch.spawn("reflector-resend", move || {
+            resend_loop(ring, resent, &targets, &ids, &stop2)
+        })?;
         self.resender = Some((stop, h));
         Ok(())
     }
