@@ -9,6 +9,7 @@
 
 pub mod error;
 pub mod place;
+pub mod prom;
 pub mod scenario;
 pub mod wire;
 
@@ -44,6 +45,7 @@ reflector forwarded and fanned out against what the bots received, with every co
 cost and latency: reflector CPU per arrived datagram, one-way latency; checkpoints) and removes the lab. Without root the same scenario runs on 127.0.0.1.\n\n\
 Exit status: 0 no loss, 1 loss, 2 errors, 130 interrupted.\n\n\
 Examples:\n  sudo reflector-demo\n  sudo reflector-demo --clients 16 --gigabit --delay 1ms\n  \
+sudo reflector-demo --prometheus --backends sendmmsg --duration 5\n  \
 reflector-demo --where loopback --bots 32 --duration 5"
 )]
 pub struct DemoArgs {
@@ -118,6 +120,12 @@ pub struct DemoArgs {
     /// `capture` next to this program).
     #[arg(long)]
     pub capture_bin: Option<PathBuf>,
+    /// Also run a real Prometheus beside the reflector (on h1 in the lab), scraping the
+    /// reflector's /metrics and the control server's every second, and fail unless both were
+    /// up with no scrape error. PATH: the prometheus binary (default: `prometheus` on PATH,
+    /// Debian's package). Not with --tdf (Prometheus reads the clock without the shim).
+    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "prometheus")]
+    pub prometheus: Option<PathBuf>,
 }
 
 /// A binary next to this program, or the one given; it must exist.
@@ -198,6 +206,14 @@ pub fn run(args: DemoArgs, stop: &AtomicBool) -> Result<i32, DemoError> {
             "--backends ebpf needs the lab (--where lab, as root): it replicates on devices, not on loopback".into(),
         );
     }
+    if args.prometheus.is_some() && args.tdf > 1 {
+        return Err(
+            "--prometheus with --tdf: Prometheus reads the clock without the vtime shim, so its scrape \
+times would not be the lab's; run one or the other"
+                .into(),
+        );
+    }
+    let prometheus_bin = args.prometheus.as_deref().map(prom::binary).transpose()?;
     let capture_bin = if in_lab {
         Some(sibling(&args.capture_bin, "capture", "--capture-bin")?)
     } else {
@@ -240,6 +256,7 @@ pub fn run(args: DemoArgs, stop: &AtomicBool) -> Result<i32, DemoError> {
         place: &place,
         reflector_bin,
         capture_bin,
+        prometheus_bin,
         dir: &dir.0,
         secret,
         ticket_keys,

@@ -95,6 +95,15 @@ impl Placement {
         }
     }
 
+    /// The reflector host's network namespace (lab only), to reach what
+    /// listens there from this process.
+    pub fn reflector_netns(&self) -> Option<String> {
+        match self {
+            Placement::Loopback => None,
+            Placement::Lab { lab, .. } => lab.ns_of(REFLECTOR_HOST).ok().map(String::from),
+        }
+    }
+
     /// `reflector SUB` for `role`, placed: on loopback a plain child; in the
     /// lab through the launcher, the reflector and control server on the
     /// reflector host, the bots process on the first client host.

@@ -64,6 +64,11 @@ pub struct DemoRow {
     pub checkpoint_entries_matched: u64,
     pub checkpoint_entries_moved: u64,
     pub checkpoint_mismatched: u64,
+    /// With `--prometheus`: the scrapes of the reflector Prometheus stored
+    /// (every one up, with no error) and `reflector_forwarded_total` at
+    /// the last of them.
+    pub prometheus_scrapes: Option<u64>,
+    pub prometheus_forwarded_seen: Option<u64>,
 }
 
 /// Child processes, each stopped (SIGTERM, then SIGKILL) when this goes
@@ -198,6 +203,9 @@ pub struct Scenario<'a> {
     pub reflector_bin: PathBuf,
     /// `capture`, to count on the reflector's link (lab only).
     pub capture_bin: Option<PathBuf>,
+    /// A real Prometheus to scrape the reflector and the control server
+    /// (`--prometheus`).
+    pub prometheus_bin: Option<PathBuf>,
     pub dir: &'a Path,
     pub secret: PathBuf,
     /// The player-ticket key file (control verifies, bots sign).
@@ -249,6 +257,14 @@ impl Scenario<'_> {
         if let Some(t) = a.threads {
             serve.args(["--threads", &t.to_string()]);
         }
+        let metrics = match (&self.prometheus_bin, in_lab) {
+            (None, _) => None,
+            (Some(_), true) => Some(SocketAddr::new(host, 9100)),
+            (Some(_), false) => Some(SocketAddr::new(host, free_tcp_port()?)),
+        };
+        if let Some(m) = metrics {
+            serve.args(["--metrics", &m.to_string()]);
+        }
         if backend == BackendKind::Ebpf {
             // A fallback to user space would mislabel the row.
             serve.arg("--strict-backend");
@@ -293,6 +309,28 @@ impl Scenario<'_> {
         wait_until("the control server", stop, &mut children, || {
             tcp_listening(ctl_pid, control_port)
         })?;
+
+        let prometheus = match (&self.prometheus_bin, metrics) {
+            (Some(bin), Some(reflector)) => {
+                let listen = SocketAddr::new(
+                    host,
+                    if in_lab {
+                        crate::prom::LAB_PORT
+                    } else {
+                        free_tcp_port()?
+                    },
+                );
+                let dir = self.dir.join(format!("prometheus-{backend}"));
+                let targets = crate::prom::Targets {
+                    reflector,
+                    control,
+                    listen,
+                };
+                children.add("prometheus", crate::prom::start(self.place, bin, &dir, &targets)?);
+                Some((listen, dir))
+            }
+            _ => None,
+        };
 
         // The wire count starts before the first datagram can flow.
         let pcap = self.dir.join(format!("wire-{backend}.pcap"));
@@ -379,6 +417,20 @@ impl Scenario<'_> {
         }
         children.take("bots");
         let text = reader.join().unwrap_or_default();
+        // Asked while the reflector still serves: at least two scrapes.
+        let prometheus = match prometheus {
+            Some((listen, dir)) => {
+                let v = crate::prom::verify(self.place, listen, 2, Duration::from_secs(20))
+                    .map_err(|why| format!("{why}\nPrometheus' log ends:\n{}", crate::prom::log_tail(&dir)))?;
+                eprintln!(
+                    "demo [{backend}]: Prometheus at {listen} scraped the reflector ({} scrapes) and the control \
+                     server: both up, no scrape error; it last saw reflector_forwarded_total {}",
+                    v.reflector_scrapes, v.forwarded_seen
+                );
+                Some(v)
+            }
+            None => None,
+        };
         let report: BotsReport = serde_json::from_str(&text)
             .map_err(|e| format!("cannot read the bots' JSON report ({e}); see their messages above"))?;
 
@@ -444,6 +496,8 @@ impl Scenario<'_> {
             checkpoint_entries_matched: report.checkpoints.entries_matched,
             checkpoint_entries_moved: report.checkpoints.entries_moved,
             checkpoint_mismatched: report.checkpoints.mismatched,
+            prometheus_scrapes: prometheus.as_ref().map(|v| v.reflector_scrapes),
+            prometheus_forwarded_seen: prometheus.as_ref().map(|v| v.forwarded_seen),
         })
     }
 }
@@ -607,6 +661,8 @@ mod tests {
             checkpoint_entries_matched: 7,
             checkpoint_entries_moved: 1,
             checkpoint_mismatched: 0,
+            prometheus_scrapes: None,
+            prometheus_forwarded_seen: None,
         };
         let ck = checkpoint_table(std::slice::from_ref(&row));
         assert!(ck.contains("1.5 ms") && ck.lines().count() == 3, "{ck}");

@@ -73,3 +73,45 @@ fn lab_demo_with_the_ebpf_backend_loses_nothing() {
     assert_eq!(rows[0]["backend"], "ebpf", "{all}");
     assert!(rows[0]["wire_data"].as_u64().is_some_and(|w| w > 0), "{rows:?}");
 }
+
+/// `--prometheus`: a real Prometheus (Debian's), started on the reflector
+/// host through the lab's launcher, scrapes the demo's reflector and its
+/// control server: both up (`up == 1`), no scrape error, and what it last
+/// saw of the reflector's forwarded counter is no more than the reflector
+/// forwarded in all.
+#[test]
+fn lab_demo_scraped_by_a_real_prometheus() {
+    if !oskit::testing::root_or_skip("lab_demo_scraped_by_a_real_prometheus") {
+        return;
+    }
+    let found = std::process::Command::new("prometheus")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var("REQUIRE_ROOT_TESTS").as_deref() != Ok("1"),
+            "prometheus not found (Debian package prometheus; scripts/install-deps.sh) and REQUIRE_ROOT_TESTS=1"
+        );
+        eprintln!("skipped: prometheus not found (install Debian's prometheus package: scripts/install-deps.sh)");
+        return;
+    }
+    let (all, rows) = short_run_without_loss(&[SMALL_LAB, &["--prometheus"]].concat(), 1);
+    assert!(
+        all.contains("Prometheus at 10.0.0.1:9090 scraped the reflector") && all.contains("both up, no scrape error"),
+        "{all}"
+    );
+    let scrapes = rows[0]["prometheus_scrapes"].as_u64().unwrap_or(0);
+    assert!(scrapes >= 2, "{rows:?}");
+    let seen = rows[0]["prometheus_forwarded_seen"].as_u64().unwrap();
+    assert!(seen <= rows[0]["forwarded"].as_u64().unwrap(), "{rows:?}");
+    let left = std::process::Command::new("pgrep")
+        .args(["-f", "storage.tsdb.path=.*prometheus-sendmmsg"])
+        .output()
+        .unwrap();
+    assert!(
+        left.stdout.is_empty(),
+        "Prometheus left running: {}",
+        String::from_utf8_lossy(&left.stdout)
+    );
+}
