@@ -43,7 +43,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the reflector: one UDP port per group, fan-out to members.
-    Serve(server::ServeArgs),
+    Serve(server::cli::ServeArgs),
     /// Run the control server: maps world cells to groups, issues join tokens.
     Control(reflector_control::ControlArgs),
     /// Run simulated players that join, move, send and measure loss and latency.
@@ -119,7 +119,7 @@ fn main() -> ExitCode {
         return ExitCode::from(fail);
     }
     let result = match cli.command {
-        Command::Serve(a) => server::run(a, stop).map(|()| 0),
+        Command::Serve(a) => server::cli::run(a, stop).map(|()| 0),
         Command::Control(a) => reflector_control::run(a, stop).map(|()| 0),
         Command::Bots(a) => bots::run(a, stop),
         Command::Ticket(_) => Ok(0),

@@ -9,7 +9,8 @@
 //! - [`membership`]: groups and members, a pure state machine with an injected clock;
 //! - [`backend`]: fan-out backends (`sendto` loop, `sendmmsg`) behind one trait;
 //! - [`kfanout`]: the in-kernel fan-out (`--backend ebpf`);
-//! - [`server`]: the event loops that tie sockets, membership and backends together;
+//! - [`server`]: starting and stopping the server, its event loops (sockets, membership and
+//!   backends together), `reflector serve`'s command line and the metrics listener;
 //! - [`checkpoint`]: game-state checkpoints and their TCP channel;
 //! - [`metrics`]: counters, Prometheus exposition and the final summary;
 //! - `testing` (feature): the backend test matrix for integration tests.

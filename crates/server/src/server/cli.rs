@@ -1,0 +1,376 @@
+//! `reflector serve`: its command line (flags, units, their old spellings)
+//! and `run`, which turns the flags into a [`ServerConfig`], starts the
+//! server and the metrics listener and prints the summary on the way out.
+
+use super::http::{bind_metrics, serve_metrics};
+use super::{Server, ServerConfig};
+use crate::backend::BackendKind;
+use crate::checkpoint::CheckpointConfig;
+use crate::membership::{Keys, Policy};
+use crate::CliError;
+use oskit::units::{duration_in, secs_or_duration_in};
+use reflector_proto::auth::Secret;
+use reflector_proto::control::{parse_ports, PortList};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Address to bind the group ports on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind: IpAddr,
+    /// Group ports: a range `4000-4015`, a list `4000,4002`, or both. Each port is one group.
+    #[arg(long, default_value = "4000-4015", value_parser = parse_ports)]
+    pub ports: PortList,
+    /// File with the secret shared with the control server (hex, or a passphrase of 16+ bytes).
+    #[arg(long)]
+    pub secret_file: PathBuf,
+    /// Fan-out backend: sendmmsg (one syscall per batch of members), sendto (one per
+    /// member, the paper's user-space loop), or ebpf (a TC program replicates each DATA
+    /// inside the kernel; needs root, Linux 6.6+, IPv4 on Ethernet devices). Default: the best
+    /// user-space backend this kernel supports. If ebpf cannot run, the reflector says why and
+    /// falls back to the best user-space backend, unless --strict-backend.
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendKind>,
+    /// Refuse to start if the --backend asked for cannot run, instead of falling back.
+    #[arg(long)]
+    pub strict_backend: bool,
+    /// This reflector's id in the control server's map: the position (0, 1, ...) of its
+    /// `--reflector` option there. Tokens name it, so a token opens only this reflector.
+    #[arg(long, default_value_t = 0)]
+    pub reflector_id: u16,
+    /// Replies nobody can verify (errors to non-members, bad tokens, MACs and cookies, version
+    /// errors) per second per event-loop thread, so a spoofed flood is not reflected onto its
+    /// victim. Nothing else draws on this budget: members and verified players have their own.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
+    pub replies_per_s: u32,
+    /// Replies per second to one verified player that is not a member, per group (its
+    /// JOIN_CHALLENGEs, refusals, ERROR(Retry)): a valid JOIN replayed from many addresses drains
+    /// only that player's share.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub player_replies_per_s: u32,
+    /// Replies per second one member's own datagrams may cause (rebinding PROBEs, at most one a
+    /// second anyway; a re-JOIN's challenge and JOIN_ACK); non-member traffic cannot touch it.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub member_replies_per_s: u32,
+    /// DATA tags: every DATA carries a SipHash tag under the sender's session key, checked before
+    /// fan-out, so a datagram with a spoofed member source is dropped (on), or not (off: cheaper;
+    /// then only KEEPALIVEs count as signs of life, and clients send them every interval).
+    #[arg(long, value_enum, default_value_t = Toggle::On)]
+    pub data_tags: Toggle,
+    /// DATA tags of one group, unlike --data-tags: PORT=on or PORT=off (repeatable).
+    #[arg(long = "group-data-tags", value_name = "PORT=on|off", value_parser = parse_group_tags)]
+    pub group_data_tags: Vec<(u16, bool)>,
+    /// Instance ids: announce (JOIN_ACK flag bit 1) that every DATA's game payload starts with
+    /// the sender's 8-byte client instance id. The reflector never reads it; turn it on once
+    /// every client of the deployment sends it.
+    #[arg(long, value_enum, default_value_t = Toggle::Off)]
+    pub data_instance: Toggle,
+    /// The instance flag of one group, unlike --data-instance: PORT=on or PORT=off (repeatable).
+    #[arg(long = "group-data-instance", value_name = "PORT=on|off", value_parser = parse_group_tags)]
+    pub group_data_instance: Vec<(u16, bool)>,
+    /// Members per source IP address in one group (further JOINs get ERROR(AddressLimit)): one
+    /// host cannot fill a group and multiply its datagrams by the group's size, a household
+    /// behind one NAT still fits. Raise it for load tests from one address.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=65535))]
+    pub max_per_ip: u64,
+    /// DATA datagrams per second one member may have fanned out (a second's burst); beyond it
+    /// its own datagrams are dropped and counted. A game sends tens; 0 lifts the cap.
+    #[arg(long, default_value_t = 500)]
+    pub member_rate_pps: u32,
+    /// DATA bytes per second one member may have fanned out (a second's burst); 0 lifts the cap.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub member_rate_bytes: u64,
+    /// Event-loop threads; groups are spread over them. Default: one per core.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Remove a member after this long without DATA or KEEPALIVE (e.g. 10s, 1500ms).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration_in(ms(100), DAY))]
+    pub member_timeout: Duration,
+    /// Old spelling of --member-timeout, in milliseconds.
+    #[arg(long, hide = true, conflicts_with = "member_timeout", value_parser = clap::value_parser!(u64).range(100..))]
+    pub member_timeout_ms: Option<u64>,
+    /// Maximum members per group.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(2..=65535))]
+    pub max_members: u64,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100); https with --tls-cert.
+    #[arg(long)]
+    pub metrics: Option<SocketAddr>,
+    /// Socket receive buffer per group, bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    pub rcvbuf: usize,
+    /// Socket send buffer per group, bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    pub sndbuf: usize,
+    /// Stop after this long (e.g. 30s, 2m; a bare number is seconds). Default: run until
+    /// Ctrl-C / SIGTERM.
+    #[arg(long, value_name = "DURATION", value_parser = secs_or_duration_in(ms(1), 3650 * DAY))]
+    pub duration: Option<Duration>,
+    /// Write the final counters as JSON to this file.
+    #[arg(long)]
+    pub summary_json: Option<PathBuf>,
+    /// Checkpoints: serve the groups' game state on this TCP port (announced in JOIN_ACK): every
+    /// --checkpoint-every the reflector asks one member per group (the lowest RTT) for its
+    /// state, keeps the latest, and hands it to joiners and to members that resync. Off unless given.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub checkpoint_port: Option<u16>,
+    /// How often each group is asked for a checkpoint (e.g. 5s).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration_in(ms(100), DAY))]
+    pub checkpoint_every: Duration,
+    /// Old spelling of --checkpoint-every, in milliseconds.
+    #[arg(long, hide = true, conflicts_with = "checkpoint_every", value_parser = clap::value_parser!(u64).range(100..))]
+    pub checkpoint_every_ms: Option<u64>,
+    /// Largest game state stored per group, bytes (larger uploads are refused before they are read).
+    #[arg(long, default_value_t = 16 << 20, value_parser = clap::value_parser!(u64).range(1..=(1 << 30)))]
+    pub checkpoint_max_bytes: u64,
+    /// Deadline of one checkpoint exchange (e.g. 10s): a peer that stops reading is cut off.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration_in(ms(100), DAY))]
+    pub checkpoint_timeout: Duration,
+    /// Old spelling of --checkpoint-timeout, in milliseconds.
+    #[arg(long, hide = true, conflicts_with = "checkpoint_timeout", value_parser = clap::value_parser!(u64).range(100..))]
+    pub checkpoint_timeout_ms: Option<u64>,
+    /// Checkpoint connections that have not sent their request within this time (e.g. 2s) are
+    /// closed (the HELLO tells the client).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = duration_in(ms(10), ms(600_000)))]
+    pub checkpoint_hello_timeout: Duration,
+    /// Old spelling of --checkpoint-hello-timeout, in milliseconds.
+    #[arg(long, hide = true, conflicts_with = "checkpoint_hello_timeout", value_parser = clap::value_parser!(u64).range(10..=600_000))]
+    pub checkpoint_hello_timeout_ms: Option<u64>,
+    /// Bytes of stored checkpoint states plus upload bodies being received, over all groups;
+    /// an upload that would pass it is refused as busy and counted (checkpoint_memory_refused).
+    #[arg(long, default_value_t = 256 << 20, value_parser = clap::value_parser!(u64).range(1..))]
+    pub checkpoint_memory: u64,
+    /// Checkpoint connections at once. At the cap the oldest connection that has not
+    /// authenticated is closed for a new one; a new one is refused as busy only if every
+    /// connection held has authenticated.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub checkpoint_conns: u64,
+    /// Checkpoint connections at once from one source address.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub checkpoint_conns_per_ip: u64,
+    /// One fetch per member per this time (e.g. 500ms; a fetch flood is refused and counted).
+    #[arg(long, value_name = "DURATION", default_value = "500ms", value_parser = duration_in(Duration::ZERO, DAY))]
+    pub checkpoint_fetch_every: Duration,
+    /// Old spelling of --checkpoint-fetch-every, in milliseconds.
+    #[arg(long, hide = true, conflicts_with = "checkpoint_fetch_every")]
+    pub checkpoint_fetch_every_ms: Option<u64>,
+    /// Send checkpoints with MSG_ZEROCOPY (off: always copy). Local peers make the kernel copy
+    /// anyway; the reflector then switches to copies by itself and says so.
+    #[arg(long, value_enum, default_value_t = Toggle::On)]
+    pub checkpoint_zerocopy: Toggle,
+    #[command(flatten)]
+    pub http: reflector_http::HttpArgs,
+    /// Also expose every group's own series on /metrics (reflector_group_*{group}): about 87 series per
+    /// group. Off: aggregates over all groups only.
+    #[arg(long)]
+    pub metrics_per_group: bool,
+}
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+const fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+impl ServeArgs {
+    /// --member-timeout, or its old spelling in milliseconds.
+    pub fn member_timeout(&self) -> Duration {
+        self.member_timeout_ms
+            .map_or(self.member_timeout, Duration::from_millis)
+    }
+
+    /// --checkpoint-every, or its old spelling in milliseconds.
+    pub fn checkpoint_every(&self) -> Duration {
+        self.checkpoint_every_ms
+            .map_or(self.checkpoint_every, Duration::from_millis)
+    }
+
+    /// --checkpoint-timeout, or its old spelling in milliseconds.
+    pub fn checkpoint_timeout(&self) -> Duration {
+        self.checkpoint_timeout_ms
+            .map_or(self.checkpoint_timeout, Duration::from_millis)
+    }
+
+    /// --checkpoint-hello-timeout, or its old spelling in milliseconds.
+    pub fn checkpoint_hello_timeout(&self) -> Duration {
+        self.checkpoint_hello_timeout_ms
+            .map_or(self.checkpoint_hello_timeout, Duration::from_millis)
+    }
+
+    /// --checkpoint-fetch-every, or its old spelling in milliseconds.
+    pub fn checkpoint_fetch_every(&self) -> Duration {
+        self.checkpoint_fetch_every_ms
+            .map_or(self.checkpoint_fetch_every, Duration::from_millis)
+    }
+}
+
+/// Whole milliseconds, saturating.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `PORT=on|off`.
+pub fn parse_group_tags(s: &str) -> Result<(u16, bool), String> {
+    let (port, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("'{s}' is not PORT=on or PORT=off"))?;
+    let port = port
+        .trim()
+        .parse::<u16>()
+        .map_err(|_| format!("'{port}' in '{s}' is not a port"))?;
+    match v.trim() {
+        "on" => Ok((port, true)),
+        "off" => Ok((port, false)),
+        other => Err(format!("'{other}' in '{s}' is neither on nor off")),
+    }
+}
+
+/// An option that is on or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Toggle {
+    On,
+    Off,
+}
+
+/// `reflector serve`.
+pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
+    let token_secret = reflector_proto::auth::SecretRing::from_file(&args.secret_file)?;
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if threads == 0 {
+        return Err("--threads must be at least 1".into());
+    }
+    let backend = match args.backend {
+        Some(b) => b,
+        None => {
+            let b = BackendKind::best();
+            tracing::info!("backend {b} chosen (the best this kernel supports; --backend to override)");
+            b
+        }
+    };
+    if args.checkpoint_port.is_some() && args.checkpoint_memory < args.checkpoint_max_bytes {
+        return Err(format!(
+            "--checkpoint-memory ({}) must be at least --checkpoint-max-bytes ({}): no upload of the largest size could be stored",
+            args.checkpoint_memory, args.checkpoint_max_bytes
+        )
+        .into());
+    }
+    let cfg = ServerConfig {
+        bind: args.bind,
+        ports: args.ports.0.clone(),
+        keys: Keys {
+            token_secret,
+            reflector_id: args.reflector_id,
+            cookie_key: Secret::random(),
+        },
+        policy: Policy {
+            member_timeout_ms: millis(args.member_timeout()),
+            max_members: args.max_members as usize,
+            keepalive_ms: u16::try_from((millis(args.member_timeout()) / 4).clamp(50, 60_000)).unwrap_or(u16::MAX),
+            replies_per_s: args.replies_per_s,
+            player_replies_per_s: args.player_replies_per_s,
+            member_replies_per_s: args.member_replies_per_s,
+            data_tags: args.data_tags == Toggle::On,
+            data_instance: args.data_instance == Toggle::On,
+            checkpoint_port: 0,
+            max_per_ip: args.max_per_ip as usize,
+            member_pps: args.member_rate_pps,
+            member_bytes_per_s: args.member_rate_bytes,
+        },
+        backend,
+        fallback: !args.strict_backend,
+        threads,
+        rcvbuf: args.rcvbuf,
+        sndbuf: args.sndbuf,
+        group_tags: args.group_data_tags.clone(),
+        group_instance: args.group_data_instance.clone(),
+        checkpoint: args.checkpoint_port.map(|port| CheckpointConfig {
+            port,
+            every_ms: millis(args.checkpoint_every()),
+            max_bytes: args.checkpoint_max_bytes,
+            timeout: args.checkpoint_timeout(),
+            hello_timeout: args.checkpoint_hello_timeout(),
+            memory: args.checkpoint_memory,
+            max_conns: args.checkpoint_conns as usize,
+            max_conns_per_ip: args.checkpoint_conns_per_ip as usize,
+            fetch_every_ms: millis(args.checkpoint_fetch_every()),
+            zero_copy: args.checkpoint_zerocopy == Toggle::On,
+        }),
+    };
+    // Certificate problems are reported before anything starts.
+    let tls = args.http.tls()?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let http = args.metrics.map(bind_metrics).transpose()?;
+    let server = Server::start(cfg, Arc::clone(&stop))?;
+    let ports = server.ports();
+    if let Some(p) = server.checkpoint_port() {
+        tracing::info!(
+            "checkpoint channel on tcp {}:{p}: one request per group every {:?}",
+            args.bind,
+            args.checkpoint_every()
+        );
+    }
+    tracing::info!(
+        "reflector {} serving {} group(s) on {}:{}-{} with backend {} on {} thread(s)",
+        args.reflector_id,
+        ports.len(),
+        args.bind,
+        ports.first().copied().unwrap_or(0),
+        ports.last().copied().unwrap_or(0),
+        server.registry().backend,
+        threads.min(ports.len())
+    );
+    let metrics = match http {
+        Some(listener) => {
+            if let Some(addr) = args.metrics {
+                tracing::info!("metrics at {scheme}://{addr}/metrics");
+            }
+            let liveness = server.liveness();
+            Some(serve_metrics(
+                listener,
+                args.http.limits(),
+                tls,
+                crate::metrics::Exposition::new(server.registry().clone(), args.metrics_per_group),
+                Arc::new(move || liveness.check()),
+                Arc::clone(&stop),
+            )?)
+        }
+        None => None,
+    };
+    let deadline = args.duration.map(|d| Instant::now() + d);
+    while !stop.load(Relaxed) {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server.stop();
+    let registry = server.join()?;
+    if let Some(m) = metrics {
+        m.stop();
+    }
+    print!("{}", registry.summary_table());
+    if let Some(path) = &args.summary_json {
+        std::fs::write(path, serde_json::to_string_pretty(&registry.to_json())?)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_tags() {
+        assert_eq!(parse_group_tags("4001=off"), Ok((4001, false)));
+        assert_eq!(parse_group_tags(" 4002 = on "), Ok((4002, true)));
+        assert!(parse_group_tags("4001").unwrap_err().contains("PORT=on"));
+        assert!(parse_group_tags("4001=maybe").unwrap_err().contains("maybe"));
+        assert!(parse_group_tags("x=on").unwrap_err().contains("not a port"));
+    }
+}
