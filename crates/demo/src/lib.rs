@@ -196,7 +196,7 @@ pub fn run(args: DemoArgs, stop: &AtomicBool) -> Result<i32, DemoError> {
     let mut args = args;
     if args.backends.is_empty() {
         args.backends = if in_lab {
-            vec![BackendKind::Ebpf, BackendKind::Sendmmsg, BackendKind::Sendto]
+            BackendKind::NAMED.to_vec()
         } else {
             BackendKind::ALL.to_vec()
         };
