@@ -30,7 +30,8 @@ pub mod user;
 
 pub use user::*;
 
-use crate::kfanout::{EbpfFanout, KernelPath, RateCaps, ResendTarget};
+use crate::kfanout::fanout::EbpfFanout;
+use crate::kfanout::{KernelPath, RateCaps, ResendTarget};
 use crate::liveness::Watch;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};

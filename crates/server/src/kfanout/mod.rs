@@ -31,10 +31,12 @@
 //! buffer holds the group in user space only until the socket is next found
 //! empty with no fenced LEAVE for `RESYNC_AGE` (`drained`).
 
+pub mod fanout;
+mod resend;
 mod route;
 mod sys;
 
-use crate::backend::user::{Fanout, Next, Progress, Support, UserFanout, Waiter, Wake};
+use crate::backend::user::Support;
 use crate::liveness::Watch;
 use crate::membership::Member;
 use crate::metrics::GroupCounters;
@@ -47,19 +49,19 @@ use reflector_proto::protocol::{field, ReplayWindow};
 use route::{NextHop, Resolver, Unresolved};
 use std::collections::HashMap;
 use std::io;
-use std::net::UdpSocket;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use std::time::Instant;
 use sys::{
     Counters, Dest, GroupValue, MemberKey, MemberValue, GROUP_PASS_UP, GROUP_TAGS, MAX_MEMBERS, PROTO_LEAVE,
-    PROTO_LEAVE_LEN, RESEND_HEAD, RESEND_MAX,
+    PROTO_LEAVE_LEN,
 };
 
+use resend::resend_loop;
+pub use resend::ResendTarget;
 pub use sys::MAX_MEMBERS as MAX_KERNEL_MEMBERS;
 
 const PROGRAM: &str = "reflector_fanout";
@@ -234,15 +236,6 @@ impl Drop for KernelPath {
             let _ = h.join();
         }
     }
-}
-
-/// Where the resend thread sends one group's refused copies from: the
-/// group's socket (a duplicate descriptor), so they carry the group's
-/// source address and port, and the group's counters.
-pub struct ResendTarget {
-    pub port: u16,
-    pub sock: UdpSocket,
-    pub counters: Arc<GroupCounters>,
 }
 
 pub type SharedKernel = Arc<Mutex<KernelPath>>;
@@ -761,99 +754,6 @@ impl KernelPath {
     }
 }
 
-/// One record of the resend ring: the group, the member, the datagram.
-fn parse_resend(b: &[u8]) -> Option<(u16, SocketAddrV4, &[u8])> {
-    let head = b.get(..RESEND_HEAD)?;
-    let group = u16::from_be_bytes([head[0], head[1]]);
-    let port = u16::from_be_bytes([head[2], head[3]]);
-    let ip = Ipv4Addr::new(head[4], head[5], head[6], head[7]);
-    let len = u32::from_ne_bytes([head[8], head[9], head[10], head[11]]) as usize;
-    if len > RESEND_MAX {
-        return None;
-    }
-    let data = b.get(RESEND_HEAD..RESEND_HEAD + len)?;
-    Some((group, SocketAddrV4::new(ip, port), data))
-}
-
-fn resend_loop(
-    mut ring: RingBuf<MapData>,
-    mut resent: Array<MapData, u64>,
-    targets: &[ResendTarget],
-    ids: &[u32],
-    stop: &AtomicBool,
-) {
-    let mut done = vec![0u64; targets.len()];
-    let epoll = match nix::sys::epoll::Epoll::new(nix::sys::epoll::EpollCreateFlags::EPOLL_CLOEXEC) {
-        Ok(e) => e,
-        Err(e) => {
-            tracing::error!("resend thread: epoll: {e}; copies the kernel could not send will be lost");
-            return;
-        }
-    };
-    let ev = nix::sys::epoll::EpollEvent::new(nix::sys::epoll::EpollFlags::EPOLLIN, 0);
-    if let Err(e) = epoll.add(ring.as_fd(), ev) {
-        tracing::error!("resend thread: cannot wait on the ring buffer: {e}");
-        return;
-    }
-    let mut events = [nix::sys::epoll::EpollEvent::empty(); 1];
-    let mut buf = Vec::with_capacity(RESEND_MAX);
-    while !stop.load(Relaxed) {
-        let _ = epoll.wait(&mut events, nix::sys::epoll::EpollTimeout::from(50u16));
-        loop {
-            let Some(item) = ring.next() else { break };
-            let Some((group, to, data)) = parse_resend(&item) else {
-                continue;
-            };
-            buf.clear();
-            buf.extend_from_slice(data);
-            // Release the ring's slot before the (possibly long) wait.
-            drop(item);
-            let Some(k) = targets.iter().position(|t| t.port == group) else {
-                continue;
-            };
-            let t = &targets[k];
-            if resend(&t.sock, &buf, SocketAddr::V4(to), &t.counters, stop) {
-                t.counters.fanned_out.fetch_add(1, Relaxed);
-                t.counters.bytes_out.fetch_add(buf.len() as u64, Relaxed);
-                t.counters.kernel_resent.fetch_add(1, Relaxed);
-            } else {
-                t.counters.send_errors.fetch_add(1, Relaxed);
-            }
-            // Dealt with: once all are, the program takes the group back.
-            done[k] += 1;
-            if let Err(e) = resent.set(ids[k], done[k], 0) {
-                tracing::warn!("resend thread: cannot update group {group}'s count: {e}");
-            }
-        }
-    }
-}
-
-/// Sends one copy, waiting as long as the queue is full (the no-loss rule
-/// of the user-space backends); false if the destination keeps failing
-/// for another reason, or at shutdown.
-fn resend(sock: &UdpSocket, buf: &[u8], to: SocketAddr, c: &GroupCounters, stop: &AtomicBool) -> bool {
-    let mut w = Waiter::new();
-    loop {
-        match sendpath::SendOne::send(sock.as_fd(), buf, to) {
-            Ok(_) => {
-                w.success();
-                return true;
-            }
-            Err(e) => match w.after_error(&e, c) {
-                Next::Retry => {}
-                Next::Skip => return false,
-                Next::Wait(Wake::Writable) => {
-                    let _ = sendpath::wait_writable(sock.as_fd(), 50);
-                }
-                Next::Wait(Wake::At(t)) => std::thread::sleep(t.saturating_duration_since(Instant::now())),
-            },
-        }
-        if stop.load(Relaxed) {
-            return false;
-        }
-    }
-}
-
 /// Every device with an IPv4 address but loopback (a copy cannot be
 /// cloned to a loopback peer): a datagram to the group's address may arrive
 /// on any of them. `bind`, unless unspecified, must be on one.
@@ -879,136 +779,6 @@ fn devices_with(bind: Ipv4Addr) -> Result<Vec<String>, String> {
         ));
     }
     Ok(devs)
-}
-
-/// The `ebpf` backend of one event loop: the shared kernel path for what
-/// the program replicates, `sendmmsg` for what it passes up.
-pub struct EbpfFanout {
-    kernel: SharedKernel,
-    user: UserFanout,
-    ports: Vec<u16>,
-    /// Groups whose DATA this loop is serving itself (see `held` in
-    /// fanout.h), so the map is written only when that changes.
-    held: Vec<bool>,
-}
-
-impl EbpfFanout {
-    pub fn new(kernel: SharedKernel) -> EbpfFanout {
-        EbpfFanout {
-            kernel,
-            user: UserFanout::sendmmsg(),
-            ports: Vec::new(),
-            held: Vec::new(),
-        }
-    }
-
-    fn kernel(&self) -> MutexGuard<'_, KernelPath> {
-        // A panic while holding the lock leaves maps that are still valid
-        // (each update is one syscall): go on with them.
-        self.kernel.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn port(&self, g: usize) -> Option<u16> {
-        self.ports.get(g).copied()
-    }
-}
-
-impl Fanout for EbpfFanout {
-    fn name(&self) -> &'static str {
-        "ebpf"
-    }
-
-    fn attach(&mut self, g: usize, fd: BorrowedFd<'_>, port: u16, tags: bool) -> io::Result<()> {
-        if self.ports.len() <= g {
-            self.ports.resize(g + 1, 0);
-            self.held.resize(g + 1, false);
-        }
-        self.ports[g] = port;
-        self.kernel().add_group(port, tags)?;
-        self.user.attach(g, fd, port, tags)
-    }
-
-    fn member_added(&mut self, g: usize, addr: SocketAddr, m: Option<&Member>) {
-        self.user.member_added(g, addr, m);
-        if let (Some(port), Some(m)) = (self.port(g), m) {
-            self.kernel().member_added(port, addr, m);
-        }
-    }
-
-    fn member_removed(&mut self, g: usize, addr: SocketAddr) {
-        self.user.member_removed(g, addr);
-        if let Some(port) = self.port(g) {
-            self.kernel().member_removed(port, addr);
-        }
-    }
-
-    fn fanout(
-        &mut self,
-        g: usize,
-        fd: BorrowedFd<'_>,
-        datagram: &[u8],
-        from: SocketAddr,
-        c: &GroupCounters,
-    ) -> Progress {
-        // DATA the program passed up: until the socket is drained, newer
-        // DATA of this group must not overtake it in the kernel.
-        if let (Some(port), Some(false)) = (self.port(g), self.held.get(g).copied()) {
-            self.held[g] = true;
-            self.kernel().hold(port, true);
-        }
-        self.user.fanout(g, fd, datagram, from, c)
-    }
-
-    fn idle(&mut self, g: usize) {
-        let Some(port) = self.port(g) else {
-            return;
-        };
-        let held = self.held.get(g).copied() == Some(true);
-        if held {
-            self.held[g] = false;
-        }
-        let mut k = self.kernel();
-        if held {
-            k.hold(port, false);
-        }
-        k.drained(port);
-    }
-
-    fn leave_arrived(&mut self, g: usize, from: SocketAddr, datagram: &[u8]) -> bool {
-        // Most datagrams are not LEAVEs: no lock for them.
-        if datagram.len() != PROTO_LEAVE_LEN || datagram[field::KIND] != PROTO_LEAVE {
-            return false;
-        }
-        self.port(g)
-            .is_some_and(|port| self.kernel().fenced_leave(port, from, datagram))
-    }
-
-    fn leave_judged(&mut self, g: usize) {
-        if let Some(port) = self.port(g) {
-            self.kernel().leave_judged(port);
-        }
-    }
-
-    fn resume(&mut self, g: usize, fd: BorrowedFd<'_>, c: &GroupCounters) -> Progress {
-        self.user.resume(g, fd, c)
-    }
-
-    fn abandon(&mut self, g: usize, c: &GroupCounters) {
-        self.user.abandon(g, c)
-    }
-
-    fn sync(&mut self, g: usize, c: &GroupCounters, heard: &mut dyn FnMut(SocketAddr)) {
-        if let Some(port) = self.port(g) {
-            self.kernel().sync(port, c, heard);
-        }
-    }
-
-    fn accept_data(&mut self, g: usize, from: SocketAddr, datagram: &[u8]) -> bool {
-        match self.port(g) {
-            Some(port) => self.kernel().accept_data(port, from, datagram),
-            None => true,
-        }
-    }
 }
 
 #[cfg(test)]
