@@ -1,10 +1,13 @@
 # make test  — install what is missing, then fmt check, clippy -D warnings, all tests, every README and --help example
 # make demo  — the main scenario on its embedded default
 # make bench — the benchmarks; CSV + PNG under bench/results/
-# make install — every binary of the workspace into $(DESTDIR)$(PREFIX)/bin (default /usr/local/bin)
+# make install — every binary of the workspace into $(DESTDIR)$(PREFIX)/bin (default /usr/local/bin), the
+#                client library's C ABI (libreflector_c.so, .a) into .../lib and its header into .../include
 CARGO ?= cargo
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
 
 .PHONY: deps build test lint vectors demo bench install uninstall clean
 
@@ -53,14 +56,22 @@ WORKSPACE_BINS = $(CARGO) metadata --no-deps --format-version 1 | python3 -c 'im
 
 install:
 	$(CARGO) build --release --workspace --bins
-	install -d "$(DESTDIR)$(BINDIR)"
+	$(CARGO) build --release -p reflector-client-capi --lib
+	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(LIBDIR)" "$(DESTDIR)$(INCLUDEDIR)"
 	@for b in $$($(WORKSPACE_BINS)); do \
 		install -m 0755 "$${CARGO_TARGET_DIR:-target}/release/$$b" "$(DESTDIR)$(BINDIR)/$$b" || exit 1; \
 		echo "installed $(DESTDIR)$(BINDIR)/$$b"; \
 	done
+	@for l in libreflector_c.so libreflector_c.a; do \
+		install -m 0644 "$${CARGO_TARGET_DIR:-target}/release/$$l" "$(DESTDIR)$(LIBDIR)/$$l" || exit 1; \
+		echo "installed $(DESTDIR)$(LIBDIR)/$$l"; \
+	done
+	install -m 0644 crates/client-capi/include/reflector_client.h "$(DESTDIR)$(INCLUDEDIR)/reflector_client.h"
+	@echo "installed $(DESTDIR)$(INCLUDEDIR)/reflector_client.h"
 
 uninstall:
 	@for b in $$($(WORKSPACE_BINS)); do rm -fv "$(DESTDIR)$(BINDIR)/$$b"; done
+	@rm -fv "$(DESTDIR)$(LIBDIR)/libreflector_c.so" "$(DESTDIR)$(LIBDIR)/libreflector_c.a" "$(DESTDIR)$(INCLUDEDIR)/reflector_client.h"
 
 clean:
 	$(CARGO) clean

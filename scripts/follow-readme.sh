@@ -20,6 +20,11 @@ cd "$work/repo"
 echo "== make install (PREFIX=$work/usr)"
 make install PREFIX="$work/usr"
 export PATH="$work/usr/bin:$PATH"
+echo "== a C game against the installed client library and header"
+cc -I"$work/usr/include" crates/client-capi/examples/c/grid.c -L"$work/usr/lib" -Wl,-rpath,"$work/usr/lib" \
+    -lreflector_c -o "$work/grid"
+usage="$("$work/grid" 2>&1 || true)"   # no arguments: it loads the library and prints its usage
+case "$usage" in *usage:*) ;; *) echo "follow-readme: the C example linked to the installed library did not run: $usage"; exit 1 ;; esac
 echo "== every README and --help example, with the installed binaries"
 python3 scripts/run-examples.py --bin-dir "$work/usr/bin"
 echo "== make demo"
