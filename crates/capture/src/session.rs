@@ -836,7 +836,7 @@ fn worker_loop(
     let mut seen_epoch = 0u64;
     let has_limit = shared.limit != u64::MAX;
     // Ring modes can leave a packet in place; recv has read it already.
-    let in_ring = src.mode() != Mode::Recv;
+    let in_ring = !src.reads_before_sink();
     // -U: one packet per batch, so each is written and synced on its own
     // (recv takes one per call anyway).
     let per_packet = matches!(out, Out::File(f, ..) if f.lock().is_ok_and(|g| g.packet_buffered));
@@ -881,7 +881,7 @@ fn worker_loop(
         rep.captured += n as u64;
         rep.bytes += bytes;
         // In ring modes a declined packet stays in the ring; only recv has read it.
-        if src.mode() == Mode::Recv {
+        if !in_ring {
             rep.beyond_limit += beyond;
         }
         // Every batch the kernel hands over goes to the file (a sync point
@@ -968,8 +968,8 @@ fn take(out: &mut Out, link: LinkType, encoding: Option<&Encoding>, p: &PacketVi
 
 fn fill_final(rep: &mut ThreadReport, src: &mut Source, cpu0: (Duration, Duration)) -> Result<()> {
     rep.kernel = src.kernel_stats()?;
-    rep.malformed = src.malformed;
-    rep.truncated = src.truncated;
+    rep.malformed = src.malformed();
+    rep.truncated = src.truncated();
     let (u, s) = sys::thread_cpu_time();
     rep.cpu_user = u.saturating_sub(cpu0.0);
     rep.cpu_sys = s.saturating_sub(cpu0.1);
