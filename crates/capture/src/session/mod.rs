@@ -69,7 +69,7 @@ impl Capture {
         // The xdp mode is never a default and is not probed here: its probe
         // loads its program through the verifier (tens of milliseconds of
         // CPU), and opening it reports any problem itself.
-        let probe = source::probe_modes(&[Mode::Recv, Mode::V2, Mode::V3]);
+        let probe = source::probe_modes(&source::default_candidates());
         let mode = match cfg.mode {
             Some(m) => {
                 if let Some((_, Support::Unsupported(reason))) = probe.iter().find(|(pm, _)| *pm == m) {

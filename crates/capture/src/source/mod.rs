@@ -395,6 +395,12 @@ pub fn probe_modes(modes: &[Mode]) -> Vec<(Mode, Support)> {
     modes.iter().map(|&m| (m, (m.entry().probe)())).collect()
 }
 
+/// The modes a capture may pick by itself, in registry order: the ones it
+/// probes when it opens.
+pub fn default_candidates() -> Vec<Mode> {
+    Mode::ALL.into_iter().filter(|m| PREFERENCE.contains(m)).collect()
+}
+
 /// The best mode the probe allows (v3, then v2, then recv).
 pub fn best_mode(probed: &[(Mode, Support)]) -> Option<Mode> {
     PREFERENCE
@@ -442,5 +448,22 @@ mod tests {
         ];
         assert_eq!(best_mode(&p), Some(Mode::V2));
         assert_eq!(best_mode(&[]), None);
+    }
+
+    #[test]
+    fn the_registry_holds_each_mode_once_and_names_them_all() {
+        for (i, e) in MODES.iter().enumerate() {
+            assert!(
+                MODES[..i].iter().all(|o| o.mode != e.mode && o.name != e.name),
+                "{}",
+                e.name
+            );
+        }
+        assert_eq!(Mode::ALL, [Mode::Recv, Mode::V2, Mode::V3, Mode::Xdp]);
+        assert_eq!(default_candidates(), vec![Mode::Recv, Mode::V2, Mode::V3]);
+        assert_eq!(
+            "v4".parse::<Mode>(),
+            Err("unknown mode 'v4' (choose recv, v2, v3 or xdp)".to_string())
+        );
     }
 }
