@@ -371,3 +371,94 @@ fn replies_that_do_not_verify_are_never_taken_as_a_checkpoint() {
     }
     r.stop();
 }
+
+#[test]
+fn a_checkpoint_trickled_in_small_pieces_is_assembled_and_checked() {
+    let r = reflector();
+    let player = 6;
+    let keys = reflector_proto::protocol::SessionKeys::from_session(token(player, r.port, r.addr(), 300).session_key);
+    let state = pattern(100_000);
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let body = state.clone();
+    // A channel that answers correctly under the member's key, but writes
+    // everything in pieces of at most 997 bytes with pauses between: the
+    // client sees HELLO, REPLY and state each split over many reads.
+    let server = std::thread::spawn(move || -> usize {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.set_nodelay(true).unwrap();
+        let challenge = 0x5151;
+        let hello = Hello {
+            challenge,
+            max_state: 1 << 20,
+            hello_deadline_ms: 2000,
+        };
+        let mut req = [0u8; REQUEST_LEN];
+        let mut all = Vec::new();
+        all.extend_from_slice(&hello.encode());
+        let mut pieces = 0;
+        let mut send = |s: &mut std::net::TcpStream, b: &[u8], pieces: &mut usize| {
+            for (i, p) in b.chunks(997).enumerate() {
+                s.write_all(p).unwrap();
+                *pieces += 1;
+                if i % 10 == 0 {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+        };
+        send(&mut s, &all[..1], &mut pieces);
+        std::thread::sleep(Duration::from_millis(20));
+        send(&mut s, &all[1..], &mut pieces);
+        s.read_exact(&mut req).unwrap();
+        let mut req_mac = [0u8; 16];
+        req_mac.copy_from_slice(&req[48..]);
+        let stored = Stored {
+            number: 3,
+            tick: 11,
+            from_player: 2,
+            digest: reflector_proto::checkpoint::digest(&body),
+        };
+        let reply = Reply::signed(
+            Answer::Checkpoint {
+                stored,
+                body_len: body.len() as u64,
+                age_ms: 5,
+            },
+            &keys,
+            challenge,
+            &req_mac,
+        );
+        let enc = reply.encode();
+        send(&mut s, &enc[..40], &mut pieces);
+        std::thread::sleep(Duration::from_millis(20));
+        send(&mut s, &enc[40..], &mut pieces);
+        send(&mut s, &body, &mut pieces);
+        pieces
+    });
+    let mut c = client_with(player, &r, |c| c.checkpoint_addr = Some(addr));
+    join_all(&mut [&mut c]);
+    let mut got = Vec::new();
+    pump(&mut [&mut c], Duration::from_secs(10), &mut got, |g| {
+        g.iter().any(|(_, e)| !matches!(e, CheckpointEvent::Requested { .. }))
+    });
+    let pieces = server.join().unwrap();
+    assert!(pieces > 100, "{pieces} pieces");
+    let ended: Vec<_> = got
+        .into_iter()
+        .map(|(_, e)| e)
+        .filter(|e| !matches!(e, CheckpointEvent::Requested { .. }))
+        .collect();
+    assert_eq!(
+        ended,
+        [CheckpointEvent::Checkpoint {
+            group: r.port,
+            number: 3,
+            tick: 11,
+            from_player: 2,
+            age_ms: 5,
+            bytes: state,
+        }]
+    );
+    r.stop();
+}
