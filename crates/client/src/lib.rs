@@ -22,6 +22,15 @@
 //! schedule: a PROBE is answered in the [`Client::update`] that receives it,
 //! so NAT rebinding needs nothing from the game.
 //!
+//! Checkpoints (docs/protocol.md, "Checkpoints"): where JOIN_ACK announces
+//! the group's checkpoint channel, the client speaks the channel, version 2,
+//! itself, advanced by [`Client::update`] without threads or blocking
+//! calls: it fetches the latest checkpoint after each join
+//! ([`Config::checkpoint_fetch_on_join`]), and uploads the state the game
+//! hands to [`Client::provide_checkpoint`] when the reflector asks. Both end
+//! in a [`CheckpointEvent`] from [`Client::poll_checkpoint`], each exchange
+//! within [`Config::checkpoint_timeout`].
+//!
 //! Rejoin rules (ERROR cannot be authenticated):
 //! - `ERROR(NotMember)` to a member, a reflector silent for
 //!   [`SILENT_INTERVALS`] keepalive intervals, or a refused join other than
@@ -647,6 +656,10 @@ impl<D: Driver> Client<D> {
             }
             self.events.push_back(Event::Left);
         }
+        // Exchanges under way end with the membership (their sockets close).
+        self.ck_upload = None;
+        self.ck_fetch = None;
+        self.ck_nonce = None;
         self.left = true;
     }
 
@@ -875,6 +888,8 @@ impl<D: Driver> Client<D> {
         self.last_heard = now;
         self.echo = None;
         self.rejoin_at = None;
+        // A request was for the membership that ended: its nonce is void.
+        self.ck_nonce = None;
         self.flush();
     }
 

@@ -398,7 +398,7 @@ fn a_checkpoint_trickled_in_small_pieces_is_assembled_and_checked() {
         let mut all = Vec::new();
         all.extend_from_slice(&hello.encode());
         let mut pieces = 0;
-        let mut send = |s: &mut std::net::TcpStream, b: &[u8], pieces: &mut usize| {
+        let send = |s: &mut std::net::TcpStream, b: &[u8], pieces: &mut usize| {
             for (i, p) in b.chunks(997).enumerate() {
                 s.write_all(p).unwrap();
                 *pieces += 1;
