@@ -22,6 +22,15 @@
 //! schedule: a PROBE is answered in the [`Client::update`] that receives it,
 //! so NAT rebinding needs nothing from the game.
 //!
+//! Checkpoints (docs/protocol.md, "Checkpoints"): where JOIN_ACK announces
+//! the group's checkpoint channel, the client speaks the channel, version 2,
+//! itself, advanced by [`Client::update`] without threads or blocking
+//! calls: it fetches the latest checkpoint after each join
+//! ([`Config::checkpoint_fetch_on_join`]), and uploads the state the game
+//! hands to [`Client::provide_checkpoint`] when the reflector asks. Both end
+//! in a [`CheckpointEvent`] from [`Client::poll_checkpoint`], each exchange
+//! within [`Config::checkpoint_timeout`].
+//!
 //! Rejoin rules (ERROR cannot be authenticated):
 //! - `ERROR(NotMember)` to a member, a reflector silent for
 //!   [`SILENT_INTERVALS`] keepalive intervals, or a refused join other than
@@ -30,18 +39,22 @@
 //!   renewal moment, make it ask for a new token.
 #![deny(unsafe_code)]
 
+mod checkpoint;
 mod driver;
 mod streams;
 #[cfg(target_os = "linux")]
 mod sys;
 mod token;
 
+pub use checkpoint::{CheckpointError, CheckpointOp};
 #[cfg(target_os = "linux")]
 pub use driver::MmsgDriver;
 pub use driver::{Driver, UdpDriver};
+pub use reflector_proto::checkpoint::Refusal;
 pub use streams::{SenderKey, StreamCounters};
 pub use token::{fetch as fetch_token, ControlError, ControlServer, Token};
 
+use checkpoint::{Done, Transfer, Who};
 use reflector_proto::client::{self as session, Event as SessionEvent, Failure, JoinRequest, Session};
 use reflector_proto::protocol::{
     ErrorCode, Kind, Packet, SessionKeys, DATA_PAYLOAD, INSTANCE_LEN, MAX_DATAGRAM, MAX_DATAGRAM_KERNEL,
@@ -96,6 +109,21 @@ pub struct Config {
     /// Received DATA held until [`Client::recv`] takes it; beyond that new
     /// DATA is dropped and counted (`Stats::inbox_full`).
     pub inbox: usize,
+    /// Fetch the group's latest checkpoint by itself after each JOIN_ACK
+    /// (first join and rejoins) that announces a checkpoint channel, and
+    /// report it as a [`CheckpointEvent`]. On by default: a joiner needs the
+    /// game state before the DATA that follows it makes sense.
+    pub checkpoint_fetch_on_join: bool,
+    /// The deadline of one checkpoint exchange (upload or fetch), from the
+    /// connect to the last byte; past it the exchange fails
+    /// ([`CheckpointError::TimedOut`]).
+    pub checkpoint_timeout: Duration,
+    /// The largest checkpoint state this client accepts from a fetch.
+    pub checkpoint_max_bytes: u64,
+    /// Where the checkpoint channel is, when not at the reflector's address
+    /// with the JOIN_ACK's port (a reflector behind a TCP forwarder).
+    /// Used only for groups whose JOIN_ACK announces a channel.
+    pub checkpoint_addr: Option<SocketAddr>,
 }
 
 impl Config {
@@ -109,6 +137,10 @@ impl Config {
             sender_silent_after: Duration::from_secs(3),
             max_senders: 1024,
             inbox: 256,
+            checkpoint_fetch_on_join: true,
+            checkpoint_timeout: Duration::from_secs(10),
+            checkpoint_max_bytes: 16 << 20,
+            checkpoint_addr: None,
         }
     }
 }
@@ -195,6 +227,42 @@ pub enum Event {
     Error(Error),
 }
 
+/// What happened with checkpoints; from [`Client::poll_checkpoint`] (a
+/// queue of its own, so the states they carry stay off [`Event`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckpointEvent {
+    /// The reflector asked this member for the group's state (an
+    /// authenticated CHECKPOINT_REQUEST): answer with
+    /// [`Client::provide_checkpoint`].
+    Requested { group: u16 },
+    /// The state provided was stored by the reflector (its authenticated
+    /// STORED named our state's digest, tick and player).
+    Uploaded { group: u16, number: u64, tick: u64 },
+    /// The group's latest checkpoint, its SHA-256 checked against the
+    /// authenticated REPLY.
+    Checkpoint {
+        group: u16,
+        /// The checkpoint's number in its group.
+        number: u64,
+        /// The game tick its uploader gave.
+        tick: u64,
+        /// Who uploaded it.
+        from_player: u32,
+        /// How old it was when served.
+        age_ms: u32,
+        bytes: Vec<u8>,
+    },
+    /// The group has no checkpoint yet.
+    Empty { group: u16 },
+    /// An exchange failed (nothing in it was taken as a checkpoint); see
+    /// [`CheckpointError::refusal`] for the reflector's reason.
+    Failed {
+        group: u16,
+        op: CheckpointOp,
+        reason: CheckpointError,
+    },
+}
+
 /// One received DATA, borrowed from the client until the next call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Datagram<'a> {
@@ -233,6 +301,14 @@ pub struct Stats {
     pub rejoins: u64,
     pub renewals: u64,
     pub token_requests: u64,
+    /// CHECKPOINT_REQUESTs received.
+    pub checkpoints_requested: u64,
+    /// Uploads the reflector stored.
+    pub checkpoints_uploaded: u64,
+    /// Fetches that ended with a checkpoint or with none (EMPTY).
+    pub checkpoints_fetched: u64,
+    /// Exchanges that failed (uploads and fetches).
+    pub checkpoint_failures: u64,
 }
 
 struct Slot {
@@ -300,6 +376,8 @@ struct Membership {
     rejoin: bool,
     keepalive: Duration,
     instance_flag: bool,
+    /// The checkpoint channel's TCP port from JOIN_ACK (0: none).
+    checkpoint_port: u16,
 }
 
 /// One player's membership, its socket and its timers; see the crate docs.
@@ -330,6 +408,11 @@ pub struct Client<D: Driver = UdpDriver> {
     stats: Stats,
     rx: Box<[u8]>,
     tx: Box<[u8; MAX_DATAGRAM_KERNEL]>,
+    /// The nonce of the CHECKPOINT_REQUEST not answered yet.
+    ck_nonce: Option<u64>,
+    ck_upload: Option<Transfer>,
+    ck_fetch: Option<Transfer>,
+    ck_events: VecDeque<CheckpointEvent>,
 }
 
 fn random_u64() -> u64 {
@@ -389,6 +472,10 @@ impl<D: Driver> Client<D> {
             stats: Stats::default(),
             rx: vec![0u8; MAX_DATAGRAM].into_boxed_slice(),
             tx: Box::new([0u8; MAX_DATAGRAM_KERNEL]),
+            ck_nonce: None,
+            ck_upload: None,
+            ck_fetch: None,
+            ck_events: VecDeque::new(),
             sock,
             cfg,
         };
@@ -446,6 +533,56 @@ impl<D: Driver> Client<D> {
     /// The next event, if any.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
+    }
+
+    /// The next checkpoint event, if any.
+    pub fn poll_checkpoint(&mut self) -> Option<CheckpointEvent> {
+        self.ck_events.pop_front()
+    }
+
+    /// Where the group's checkpoint channel is: `None` before JOIN_ACK, or
+    /// when the group has none.
+    pub fn checkpoint_addr(&self) -> Option<SocketAddr> {
+        let m = self.member.as_ref().filter(|m| m.session.is_member())?;
+        if m.checkpoint_port == 0 {
+            return None;
+        }
+        Some(
+            self.cfg
+                .checkpoint_addr
+                .unwrap_or_else(|| SocketAddr::new(m.reflector.ip(), m.checkpoint_port)),
+        )
+    }
+
+    /// Answers the pending [`CheckpointEvent::Requested`] with `state`, the
+    /// game's snapshot at its `tick`: starts the upload (connect, no
+    /// waiting), which later [`Client::update`]s carry on; the outcome is
+    /// [`CheckpointEvent::Uploaded`] or [`CheckpointEvent::Failed`]. The
+    /// request's nonce is used by this call whatever the outcome. Errors
+    /// (nothing started): [`CheckpointError::NotRequested`] with no request
+    /// pending, [`CheckpointError::InFlight`] while an upload is under way
+    /// (its request is kept: provide again once it ended),
+    /// [`CheckpointError::NotMember`], or the connect's own failure.
+    pub fn provide_checkpoint(&mut self, tick: u64, state: Vec<u8>) -> Result<(), CheckpointError> {
+        if self.ck_upload.is_some() {
+            return Err(CheckpointError::InFlight(CheckpointOp::Upload));
+        }
+        let nonce = self.ck_nonce.ok_or(CheckpointError::NotRequested)?;
+        let (who, addr) = self.channel()?;
+        self.ck_nonce = None;
+        let deadline = Instant::now() + self.cfg.checkpoint_timeout;
+        self.ck_upload = Some(Transfer::upload(addr, who, nonce, tick, state, deadline)?);
+        Ok(())
+    }
+
+    /// Fetches the group's latest checkpoint now (a member that lost DATA
+    /// and wants to resync; joins fetch by themselves, see
+    /// [`Config::checkpoint_fetch_on_join`]). The outcome is a
+    /// [`CheckpointEvent`]: `Checkpoint`, `Empty` or `Failed`. The reflector
+    /// allows one fetch per member per `--checkpoint-fetch-every`; sooner
+    /// ones are refused (`Busy`).
+    pub fn fetch_checkpoint(&mut self) -> Result<(), CheckpointError> {
+        self.start_fetch(Instant::now())
     }
 
     /// The next received DATA, if any.
@@ -519,6 +656,10 @@ impl<D: Driver> Client<D> {
             }
             self.events.push_back(Event::Left);
         }
+        // Exchanges under way end with the membership (their sockets close).
+        self.ck_upload = None;
+        self.ck_fetch = None;
+        self.ck_nonce = None;
         self.left = true;
     }
 
@@ -532,6 +673,7 @@ impl<D: Driver> Client<D> {
         self.poll_fetch(now);
         self.receive(now);
         self.timers(now);
+        self.checkpoints(now);
         while let Some((player, instance)) = self.streams.poll_silent(now) {
             self.events.push_back(Event::SenderSilent { player, instance });
         }
@@ -663,6 +805,7 @@ impl<D: Driver> Client<D> {
                 let Some(m) = self.member.as_mut() else { return };
                 m.keepalive = Duration::from_millis(u64::from(ack.keepalive_ms.max(50)));
                 m.instance_flag = ack.instance();
+                m.checkpoint_port = ack.checkpoint_port;
                 self.last_heard = now;
                 self.last_keepalive = now;
                 self.stats.joins += 1;
@@ -671,6 +814,11 @@ impl<D: Driver> Client<D> {
                     members: ack.members,
                     rejoin: m.rejoin,
                 });
+                if self.cfg.checkpoint_fetch_on_join && ack.checkpoint_port != 0 && self.ck_fetch.is_none() {
+                    if let Err(reason) = self.start_fetch(now) {
+                        self.checkpoint_failed(CheckpointOp::Fetch, reason);
+                    }
+                }
             }
             SessionEvent::Probed => {
                 self.last_heard = now;
@@ -697,7 +845,14 @@ impl<D: Driver> Client<D> {
                     .push_back(Event::Error(Error::JoinRefused { group, failure: f }));
                 self.rejoin_at = Some(now + TOKEN_RETRY);
             }
-            SessionEvent::Retransmitted | SessionEvent::Restarted | SessionEvent::CheckpointRequested { .. } => {}
+            SessionEvent::CheckpointRequested { nonce } => {
+                self.last_heard = now;
+                self.stats.checkpoints_requested += 1;
+                self.ck_nonce = Some(nonce);
+                let group = self.group().unwrap_or(0);
+                self.ck_events.push_back(CheckpointEvent::Requested { group });
+            }
+            SessionEvent::Retransmitted | SessionEvent::Restarted => {}
         }
     }
 
@@ -728,10 +883,13 @@ impl<D: Driver> Client<D> {
             rejoin,
             keepalive: Duration::from_secs(2),
             instance_flag: false,
+            checkpoint_port: 0,
         });
         self.last_heard = now;
         self.echo = None;
         self.rejoin_at = None;
+        // A request was for the membership that ended: its nonce is void.
+        self.ck_nonce = None;
         self.flush();
     }
 
@@ -896,6 +1054,90 @@ impl<D: Driver> Client<D> {
         if self.sock.send_to(echo.datagram.as_bytes(), m.reflector).is_ok() {
             self.echo = Some((nonce, now));
             self.stats.echoes_sent += 1;
+        }
+    }
+}
+
+impl<D: Driver> Client<D> {
+    /// Who speaks on the channel, and where it is.
+    fn channel(&self) -> Result<(Who, SocketAddr), CheckpointError> {
+        let m = self
+            .member
+            .as_ref()
+            .filter(|m| m.session.is_member())
+            .ok_or(CheckpointError::NotMember)?;
+        let membership = m.session.membership().ok_or(CheckpointError::NotMember)?;
+        let addr = self.checkpoint_addr().ok_or(CheckpointError::NoChannel)?;
+        let r = m.session.request();
+        Ok((
+            Who {
+                group: r.group,
+                player: r.player,
+                membership,
+                keys: r.keys,
+            },
+            addr,
+        ))
+    }
+
+    fn start_fetch(&mut self, now: Instant) -> Result<(), CheckpointError> {
+        if self.ck_fetch.is_some() {
+            return Err(CheckpointError::InFlight(CheckpointOp::Fetch));
+        }
+        let (who, addr) = self.channel()?;
+        let deadline = now + self.cfg.checkpoint_timeout;
+        self.ck_fetch = Some(Transfer::fetch(addr, who, self.cfg.checkpoint_max_bytes, deadline)?);
+        Ok(())
+    }
+
+    fn checkpoint_failed(&mut self, op: CheckpointOp, reason: CheckpointError) {
+        self.stats.checkpoint_failures += 1;
+        let group = self.group().unwrap_or(0);
+        self.ck_events.push_back(CheckpointEvent::Failed { group, op, reason });
+    }
+
+    /// Carries the exchanges under way as far as their sockets allow.
+    fn checkpoints(&mut self, now: Instant) {
+        for op in [CheckpointOp::Upload, CheckpointOp::Fetch] {
+            let slot = match op {
+                CheckpointOp::Upload => &mut self.ck_upload,
+                CheckpointOp::Fetch => &mut self.ck_fetch,
+            };
+            let Some(t) = slot.as_mut() else { continue };
+            let group = t.group;
+            let res = t.advance(now);
+            let ev = match res {
+                Ok(None) => continue,
+                Ok(Some(Done::Stored(st))) => {
+                    self.stats.checkpoints_uploaded += 1;
+                    CheckpointEvent::Uploaded {
+                        group,
+                        number: st.number,
+                        tick: st.tick,
+                    }
+                }
+                Ok(Some(Done::Empty)) => {
+                    self.stats.checkpoints_fetched += 1;
+                    CheckpointEvent::Empty { group }
+                }
+                Ok(Some(Done::Fetched { stored, age_ms, state })) => {
+                    self.stats.checkpoints_fetched += 1;
+                    CheckpointEvent::Checkpoint {
+                        group,
+                        number: stored.number,
+                        tick: stored.tick,
+                        from_player: stored.from_player,
+                        age_ms,
+                        bytes: state,
+                    }
+                }
+                Err(reason) => {
+                    self.stats.checkpoint_failures += 1;
+                    CheckpointEvent::Failed { group, op, reason }
+                }
+            };
+            *slot = None;
+            self.ck_events.push_back(ev);
         }
     }
 }

@@ -10,7 +10,9 @@ use reflector_client::{Client, Config, Event, Token, TokenSource};
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::protocol::SessionKeys;
 use reflector_server::backend::BackendKind;
+use reflector_server::checkpoint::CheckpointConfig;
 use reflector_server::membership::Policy;
+use reflector_server::metrics::Snapshot;
 use reflector_server::server::{Server, ServerConfig};
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
@@ -49,6 +51,33 @@ impl Reflector {
         let server = Server::start(cfg, Arc::new(AtomicBool::new(false))).expect("the reflector starts");
         let port = server.ports()[0];
         Reflector { server, port }
+    }
+
+    /// One group with the checkpoint channel on (`ck`), instance ids on.
+    pub fn start_checkpoints(ck: CheckpointConfig) -> Reflector {
+        let cfg = ServerConfig {
+            ports: vec![0],
+            policy: Policy {
+                keepalive_ms: KEEPALIVE_MS,
+                data_instance: true,
+                ..Policy::default()
+            },
+            checkpoint: Some(ck),
+            ..ServerConfig::new(
+                [127, 0, 0, 1].into(),
+                Secret::new(&SECRET).expect("a valid secret"),
+                BackendKind::Sendto,
+            )
+        };
+        let server = Server::start(cfg, Arc::new(AtomicBool::new(false))).expect("the reflector starts");
+        assert!(server.checkpoint_port().is_some_and(|p| p != 0), "the channel is bound");
+        let port = server.ports()[0];
+        Reflector { server, port }
+    }
+
+    /// The reflector's counters, summed over its groups.
+    pub fn counters(&self) -> Snapshot {
+        self.server.registry().total()
     }
 
     pub fn addr(&self) -> SocketAddr {

@@ -1,0 +1,517 @@
+//! One checkpoint exchange on the channel, version 2 (docs/protocol.md,
+//! "Checkpoints" and "The channel, version 2"), advanced without blocking
+//! by the client's own [`crate::Client::update`]: a non-blocking TCP
+//! connect, then HELLO in, REQUEST out, REPLY in, and the state (out for an
+//! upload, in for a fetch), each piece read or written as far as the
+//! socket takes it now (`WouldBlock` leaves it for the next update). The
+//! wire format is `reflector_proto::checkpoint`'s; this module only moves
+//! bytes and checks what the codec decoded.
+
+use reflector_proto::checkpoint::{
+    body_mac, digest, Answer, DecodeError, Hello, Member, Op, Refusal, Reply, Request, Status, Stored, HELLO_LEN,
+    REPLY_LEN, REQUEST_LEN,
+};
+use reflector_proto::protocol::{SessionKeys, MAC_LEN};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Instant;
+
+/// The most one read or write moves: an update hands the game loop back
+/// after at most [`PASSES`] of these per transfer.
+const PIECE: usize = 64 * 1024;
+/// Reads or writes per transfer per update.
+const PASSES: usize = 16;
+
+/// Which way a checkpoint went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointOp {
+    /// The game's state, sent to the reflector when it asked.
+    Upload,
+    /// The group's latest checkpoint, fetched from the reflector.
+    Fetch,
+}
+
+/// Why a checkpoint exchange failed (in [`crate::CheckpointEvent::Failed`])
+/// or could not start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CheckpointError {
+    /// Not a member of a group (yet, or any more).
+    #[error("not a member of a group")]
+    NotMember,
+    /// The group's JOIN_ACK announced no checkpoint channel.
+    #[error("the group has no checkpoint channel (port 0 in JOIN_ACK)")]
+    NoChannel,
+    /// [`crate::Client::provide_checkpoint`] with no CHECKPOINT_REQUEST
+    /// pending (none came, or its nonce was used).
+    #[error("the reflector has not asked for a checkpoint")]
+    NotRequested,
+    /// One exchange of this kind is already under way.
+    #[error("a checkpoint {0:?} is already under way")]
+    InFlight(CheckpointOp),
+    /// A socket call failed (connect refused, reset, ...).
+    #[error("checkpoint channel {addr}: {call} failed: {message}")]
+    Io {
+        addr: SocketAddr,
+        call: &'static str,
+        message: String,
+    },
+    /// The reflector closed the connection before the exchange ended.
+    #[error("checkpoint channel {addr}: closed by the reflector mid-exchange")]
+    Closed { addr: SocketAddr },
+    /// The exchange did not end within [`crate::Config::checkpoint_timeout`].
+    #[error("checkpoint channel {addr}: no answer within the deadline")]
+    TimedOut { addr: SocketAddr },
+    /// A HELLO or REPLY that does not decode (another version, a field
+    /// that must be zero is not, ...).
+    #[error("checkpoint channel {addr}: malformed message: {what}")]
+    Malformed { addr: SocketAddr, what: DecodeError },
+    /// The reflector refused, and its REPLY's MAC verified under our key.
+    #[error("checkpoint channel {addr}: refused: {code}")]
+    Refused { addr: SocketAddr, code: Refusal },
+    /// A REPLY with an all-zero MAC: only "this exchange failed"; the code
+    /// it names cannot be trusted.
+    #[error("checkpoint channel {addr}: the exchange failed (unauthenticated refusal {refusal:?})")]
+    Unauthenticated { addr: SocketAddr, refusal: Option<Refusal> },
+    /// A REPLY whose MAC does not verify under our key: nothing in it is used.
+    #[error("checkpoint channel {addr}: the reply's MAC does not verify under our key")]
+    BadMac { addr: SocketAddr },
+    /// A state larger than the bound (the reflector's for an upload,
+    /// [`crate::Config::checkpoint_max_bytes`] for a fetch).
+    #[error("checkpoint channel {addr}: a state of {len} bytes is larger than the bound of {max}")]
+    TooLarge { addr: SocketAddr, len: u64, max: u64 },
+    /// An authenticated answer that does not fit the request (a digest,
+    /// tick or player that is not ours, a state whose SHA-256 is not the
+    /// REPLY's).
+    #[error("checkpoint channel {addr}: {what}")]
+    Mismatch { addr: SocketAddr, what: &'static str },
+    /// An authenticated answer this step does not expect.
+    #[error("checkpoint channel {addr}: unexpected reply {status:?}")]
+    Unexpected { addr: SocketAddr, status: Status },
+}
+
+impl CheckpointError {
+    /// The reflector's refusal code, whether or not the refusal could be
+    /// authenticated (`None` for every other failure).
+    pub fn refusal(&self) -> Option<Refusal> {
+        match self {
+            CheckpointError::Refused { code, .. } => Some(*code),
+            CheckpointError::Unauthenticated { refusal, .. } => *refusal,
+            _ => None,
+        }
+    }
+}
+
+/// What an exchange ended with.
+pub(crate) enum Done {
+    Stored(Stored),
+    Fetched {
+        stored: Stored,
+        age_ms: u32,
+        state: Vec<u8>,
+    },
+    Empty,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Connecting,
+    Hello,
+    Request,
+    /// Upload: waiting for CONTINUE.
+    Continue,
+    /// Upload: the state and its MAC going out.
+    Body,
+    /// The final REPLY (STORED; or CHECKPOINT, EMPTY).
+    Reply,
+    /// Fetch: the state coming in.
+    State,
+}
+
+/// The member an exchange speaks for, taken when it starts.
+#[derive(Clone, Copy)]
+pub(crate) struct Who {
+    pub group: u16,
+    pub player: u32,
+    pub membership: u32,
+    pub keys: SessionKeys,
+}
+
+/// One exchange in progress.
+pub(crate) struct Transfer {
+    pub op: CheckpointOp,
+    pub group: u16,
+    addr: SocketAddr,
+    stream: TcpStream,
+    deadline: Instant,
+    who: Who,
+    step: Step,
+    /// Upload: the nonce, tick and the state followed by its body MAC
+    /// (appended once CONTINUE came); the state's digest.
+    nonce: u64,
+    tick: u64,
+    out: Vec<u8>,
+    state_len: usize,
+    state_digest: [u8; 32],
+    sent: usize,
+    /// What is being read: `inbuf[..want]`, `have` of it so far.
+    inbuf: Vec<u8>,
+    want: usize,
+    have: usize,
+    /// Fetch: the bound on the state.
+    max_state: u64,
+    challenge: u64,
+    req_mac: [u8; MAC_LEN],
+    /// Fetch: the CHECKPOINT reply whose state is coming.
+    fetched: Option<(Stored, u32)>,
+    /// The REQUEST going out, and how much of it is out.
+    pending_request: Option<[u8; REQUEST_LEN]>,
+    req_sent: usize,
+}
+
+/// A non-blocking connect under way: Unix says EINPROGRESS, Windows
+/// WSAEWOULDBLOCK.
+fn in_progress(e: &io::Error) -> bool {
+    #[cfg(unix)]
+    if e.raw_os_error() == Some(libc::EINPROGRESS) {
+        return true;
+    }
+    e.kind() == io::ErrorKind::WouldBlock
+}
+
+fn connect(addr: SocketAddr) -> Result<TcpStream, CheckpointError> {
+    let io = |call, e: io::Error| CheckpointError::Io {
+        addr,
+        call,
+        message: e.to_string(),
+    };
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(|e| io("socket", e))?;
+    s.set_nonblocking(true).map_err(|e| io("set_nonblocking", e))?;
+    s.set_tcp_nodelay(true).map_err(|e| io("setsockopt", e))?;
+    match s.connect(&SockAddr::from(addr)) {
+        Ok(()) => {}
+        Err(e) if in_progress(&e) => {}
+        Err(e) => return Err(io("connect", e)),
+    }
+    Ok(s.into())
+}
+
+impl Transfer {
+    /// An upload of `state` (the game's snapshot at `tick`) answering the
+    /// CHECKPOINT_REQUEST of `nonce`; connects at once (without waiting).
+    pub fn upload(
+        addr: SocketAddr,
+        who: Who,
+        nonce: u64,
+        tick: u64,
+        state: Vec<u8>,
+        deadline: Instant,
+    ) -> Result<Transfer, CheckpointError> {
+        // Hashed before connecting: a large state does not eat into the
+        // reflector's deadline for the exchange.
+        let state_digest = digest(&state);
+        let mut t = Transfer::new(CheckpointOp::Upload, addr, who, deadline)?;
+        t.nonce = nonce;
+        t.tick = tick;
+        t.state_len = state.len();
+        t.state_digest = state_digest;
+        t.out = state;
+        Ok(t)
+    }
+
+    /// A FETCH of the group's latest checkpoint, at most `max_state` bytes.
+    pub fn fetch(addr: SocketAddr, who: Who, max_state: u64, deadline: Instant) -> Result<Transfer, CheckpointError> {
+        let mut t = Transfer::new(CheckpointOp::Fetch, addr, who, deadline)?;
+        t.max_state = max_state;
+        Ok(t)
+    }
+
+    fn new(op: CheckpointOp, addr: SocketAddr, who: Who, deadline: Instant) -> Result<Transfer, CheckpointError> {
+        Ok(Transfer {
+            op,
+            group: who.group,
+            addr,
+            stream: connect(addr)?,
+            deadline,
+            who,
+            step: Step::Connecting,
+            nonce: 0,
+            tick: 0,
+            out: Vec::new(),
+            state_len: 0,
+            state_digest: [0; 32],
+            sent: 0,
+            inbuf: vec![0; REPLY_LEN],
+            want: HELLO_LEN,
+            have: 0,
+            max_state: 0,
+            challenge: 0,
+            req_mac: [0; MAC_LEN],
+            fetched: None,
+            pending_request: None,
+            req_sent: 0,
+        })
+    }
+
+    fn member(&self) -> Member<'_> {
+        Member {
+            group: self.who.group,
+            player: self.who.player,
+            membership: self.who.membership,
+            keys: &self.who.keys,
+        }
+    }
+
+    fn io(&self, call: &'static str, e: io::Error) -> CheckpointError {
+        CheckpointError::Io {
+            addr: self.addr,
+            call,
+            message: e.to_string(),
+        }
+    }
+
+    fn malformed(&self, what: DecodeError) -> CheckpointError {
+        CheckpointError::Malformed { addr: self.addr, what }
+    }
+
+    /// Reads towards `inbuf[..want]`; `Ok(true)` once it is all there.
+    fn fill(&mut self, passes: &mut usize) -> Result<bool, CheckpointError> {
+        while self.have < self.want {
+            if *passes == 0 {
+                return Ok(false);
+            }
+            *passes -= 1;
+            let end = self.want.min(self.have + PIECE);
+            match self.stream.read(&mut self.inbuf[self.have..end]) {
+                Ok(0) => return Err(CheckpointError::Closed { addr: self.addr }),
+                Ok(n) => self.have += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.io("read", e)),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Writes `out[sent..]`; `Ok(true)` once it is all out.
+    fn drain(&mut self, passes: &mut usize) -> Result<bool, CheckpointError> {
+        while self.sent < self.out.len() {
+            if *passes == 0 {
+                return Ok(false);
+            }
+            *passes -= 1;
+            let end = self.out.len().min(self.sent + PIECE);
+            match self.stream.write(&self.out[self.sent..end]) {
+                Ok(0) => return Err(CheckpointError::Closed { addr: self.addr }),
+                Ok(n) => self.sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.io("write", e)),
+            }
+        }
+        Ok(true)
+    }
+
+    fn expect(&mut self, n: usize) {
+        if self.inbuf.len() < n {
+            self.inbuf.resize(n, 0);
+        }
+        self.want = n;
+        self.have = 0;
+    }
+
+    /// The REPLY in `inbuf`, only if its MAC verifies under our key; a
+    /// REFUSED becomes an error naming its code.
+    fn reply(&self) -> Result<Answer, CheckpointError> {
+        let mut b = [0u8; REPLY_LEN];
+        b.copy_from_slice(&self.inbuf[..REPLY_LEN]);
+        let r = Reply::decode(&b).map_err(|e| self.malformed(e))?;
+        let addr = self.addr;
+        if r.is_unauthenticated() {
+            let refusal = match r.answer {
+                Answer::Refused(c) => Some(c),
+                _ => None,
+            };
+            return Err(CheckpointError::Unauthenticated { addr, refusal });
+        }
+        if !r.verify(&self.who.keys, self.challenge, &self.req_mac) {
+            return Err(CheckpointError::BadMac { addr });
+        }
+        match r.answer {
+            Answer::Refused(code) => Err(CheckpointError::Refused { addr, code }),
+            a => Ok(a),
+        }
+    }
+
+    fn unexpected(&self, a: Answer) -> CheckpointError {
+        CheckpointError::Unexpected {
+            addr: self.addr,
+            status: a.status(),
+        }
+    }
+
+    /// Moves the exchange on as far as the socket allows now. `Ok(None)`:
+    /// not finished; the deadline is checked first.
+    pub fn advance(&mut self, now: Instant) -> Result<Option<Done>, CheckpointError> {
+        if now >= self.deadline {
+            return Err(CheckpointError::TimedOut { addr: self.addr });
+        }
+        let mut passes = PASSES;
+        loop {
+            match self.step {
+                Step::Connecting => {
+                    if let Some(e) = self.stream.take_error().map_err(|e| self.io("getsockopt", e))? {
+                        return Err(self.io("connect", e));
+                    }
+                    match self.stream.peer_addr() {
+                        Ok(_) => self.step = Step::Hello,
+                        Err(e) if e.kind() == io::ErrorKind::NotConnected => return Ok(None),
+                        Err(e) => return Err(self.io("connect", e)),
+                    }
+                }
+                Step::Hello => {
+                    if !self.fill(&mut passes)? {
+                        return Ok(None);
+                    }
+                    let mut b = [0u8; HELLO_LEN];
+                    b.copy_from_slice(&self.inbuf[..HELLO_LEN]);
+                    let hello = Hello::decode(&b).map_err(|e| self.malformed(e))?;
+                    self.challenge = hello.challenge;
+                    let req = match self.op {
+                        CheckpointOp::Upload => {
+                            let len = self.state_len as u64;
+                            if len > hello.max_state {
+                                return Err(CheckpointError::TooLarge {
+                                    addr: self.addr,
+                                    len,
+                                    max: hello.max_state,
+                                });
+                            }
+                            Request::upload(&self.member(), hello.challenge, self.nonce, len, self.tick)
+                        }
+                        CheckpointOp::Fetch => Request::fetch(&self.member(), hello.challenge, Op::Fetch),
+                    };
+                    self.req_mac = req.mac;
+                    // The state waits behind the request in `out` for an
+                    // upload: the request goes first, from its own buffer.
+                    self.step = Step::Request;
+                    self.pending_request = Some(req.encode());
+                    self.req_sent = 0;
+                }
+                Step::Request => {
+                    let Some(req) = self.pending_request else {
+                        return Err(self.io("write", io::Error::other("no request")));
+                    };
+                    while self.req_sent < req.len() {
+                        if passes == 0 {
+                            return Ok(None);
+                        }
+                        passes -= 1;
+                        match self.stream.write(&req[self.req_sent..]) {
+                            Ok(0) => return Err(CheckpointError::Closed { addr: self.addr }),
+                            Ok(n) => self.req_sent += n,
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                            Err(e) => return Err(self.io("write", e)),
+                        }
+                    }
+                    self.pending_request = None;
+                    self.expect(REPLY_LEN);
+                    self.step = match self.op {
+                        CheckpointOp::Upload => Step::Continue,
+                        CheckpointOp::Fetch => Step::Reply,
+                    };
+                }
+                Step::Continue => {
+                    if !self.fill(&mut passes)? {
+                        return Ok(None);
+                    }
+                    match self.reply()? {
+                        Answer::Continue => {}
+                        other => return Err(self.unexpected(other)),
+                    }
+                    let mac = body_mac(
+                        &self.who.keys,
+                        self.challenge,
+                        &self.req_mac,
+                        &self.out[..self.state_len],
+                    );
+                    self.out.extend_from_slice(&mac);
+                    self.sent = 0;
+                    self.step = Step::Body;
+                }
+                Step::Body => {
+                    if !self.drain(&mut passes)? {
+                        return Ok(None);
+                    }
+                    self.out = Vec::new();
+                    self.expect(REPLY_LEN);
+                    self.step = Step::Reply;
+                }
+                Step::Reply => {
+                    if !self.fill(&mut passes)? {
+                        return Ok(None);
+                    }
+                    let a = self.reply()?;
+                    return match (self.op, a) {
+                        (CheckpointOp::Upload, Answer::Stored(st)) => {
+                            if st.digest != self.state_digest {
+                                return Err(CheckpointError::Mismatch {
+                                    addr: self.addr,
+                                    what: "STORED names another state's digest",
+                                });
+                            }
+                            if st.tick != self.tick || st.from_player != self.who.player {
+                                return Err(CheckpointError::Mismatch {
+                                    addr: self.addr,
+                                    what: "STORED names another tick or player",
+                                });
+                            }
+                            Ok(Some(Done::Stored(st)))
+                        }
+                        (CheckpointOp::Fetch, Answer::Empty) => Ok(Some(Done::Empty)),
+                        (
+                            CheckpointOp::Fetch,
+                            Answer::Checkpoint {
+                                stored,
+                                body_len,
+                                age_ms,
+                            },
+                        ) => {
+                            if body_len > self.max_state {
+                                return Err(CheckpointError::TooLarge {
+                                    addr: self.addr,
+                                    len: body_len,
+                                    max: self.max_state,
+                                });
+                            }
+                            self.fetched = Some((stored, age_ms));
+                            // body_len <= max_state, which the game chose to hold.
+                            self.inbuf = Vec::new();
+                            self.expect(body_len as usize);
+                            self.step = Step::State;
+                            continue;
+                        }
+                        (_, other) => Err(self.unexpected(other)),
+                    };
+                }
+                Step::State => {
+                    if !self.fill(&mut passes)? {
+                        return Ok(None);
+                    }
+                    let Some((stored, age_ms)) = self.fetched else {
+                        return Err(self.io("read", io::Error::other("no reply")));
+                    };
+                    let state = std::mem::take(&mut self.inbuf);
+                    if digest(&state) != stored.digest {
+                        return Err(CheckpointError::Mismatch {
+                            addr: self.addr,
+                            what: "the state's SHA-256 is not the REPLY's digest",
+                        });
+                    }
+                    return Ok(Some(Done::Fetched { stored, age_ms, state }));
+                }
+            }
+        }
+    }
+}
