@@ -7,8 +7,7 @@
 
 use crate::error::DemoError;
 use crate::place::{Placement, Role};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -139,22 +138,14 @@ fn ask(place: &Placement, listen: SocketAddr, min_scrapes: u64) -> Result<Result
 /// `GET path` from Prometheus, from where it runs (the reflector host's
 /// namespace in the lab).
 fn get(place: &Placement, listen: SocketAddr, path: &str) -> Result<String, String> {
-    let path = path.to_owned();
+    let url = format!("http://{listen}{path}");
     let fetch = move || -> Result<String, String> {
-        let mut s = TcpStream::connect_timeout(&listen, Duration::from_secs(2))
-            .map_err(|e| format!("connect {listen}: {e}"))?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))
-            .map_err(|e| e.to_string())?;
-        write!(s, "GET {path} HTTP/1.0\r\nHost: {listen}\r\n\r\n").map_err(|e| e.to_string())?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).map_err(|e| format!("GET {path}: {e}"))?;
-        let (head, body) = out
-            .split_once("\r\n\r\n")
-            .ok_or_else(|| format!("GET {path}: no HTTP answer"))?;
-        if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
-            return Err(format!("GET {path}: {}", head.lines().next().unwrap_or("")));
-        }
-        Ok(body.to_owned())
+        ureq::get(&url)
+            .timeout(Duration::from_secs(5))
+            .call()
+            .map_err(|e| format!("GET {url}: {e}"))?
+            .into_string()
+            .map_err(|e| format!("GET {url}: {e}"))
     };
     match place.reflector_netns() {
         None => fetch(),
