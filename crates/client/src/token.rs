@@ -37,8 +37,12 @@ impl std::fmt::Debug for Token {
 #[derive(Clone, PartialEq)]
 pub struct ControlServer {
     /// `https://host:port` of the control server (`http://` only with
-    /// [`ControlServer::allow_plain_http`]).
+    /// [`ControlServer::allow_plain_http`]). A name with several addresses
+    /// is tried address by address.
     pub url: String,
+    /// More control servers of the same world, tried in turn after `url`
+    /// (see [`ControlServer::urls`]).
+    pub fallback_urls: Vec<String>,
     /// The player's ticket from the game backend (a JWT), sent as
     /// `Authorization: Bearer`; `None` for a control server with anonymous
     /// joins (closed test networks).
@@ -62,6 +66,7 @@ impl ControlServer {
     pub fn new(url: impl Into<String>, player: u32, position: (f64, f64)) -> ControlServer {
         ControlServer {
             url: url.into(),
+            fallback_urls: Vec::new(),
             ticket: None,
             player,
             position,
@@ -71,10 +76,31 @@ impl ControlServer {
     }
 }
 
+impl ControlServer {
+    /// Every control server, in the order they are tried: `url`, then the
+    /// fallbacks. A request goes to the next one (and to the next address
+    /// of a name) only when this one could not answer: a connect error, a
+    /// timeout, or a 5xx. A refusal (401, 403, 429), a bad answer or a
+    /// TLS failure is the answer, and is not retried elsewhere.
+    pub fn urls(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.url.as_str()).chain(self.fallback_urls.iter().map(String::as_str))
+    }
+}
+
+impl ControlError {
+    /// Whether another control server (or another address of the same
+    /// name) may answer where this one could not.
+    pub fn fails_over(&self) -> bool {
+        matches!(self, ControlError::Unreachable { .. })
+            || matches!(self, ControlError::Status { status, .. } if *status >= 500)
+    }
+}
+
 impl std::fmt::Debug for ControlServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ControlServer")
             .field("url", &self.url)
+            .field("fallback_urls", &self.fallback_urls)
             .field("player", &self.player)
             .field("position", &self.position)
             .field("ca_file", &self.ca_file)
@@ -118,6 +144,7 @@ pub enum ControlError {
 mod http {
     use super::{ControlError, ControlServer, Token};
     use reflector_proto::protocol::{SESSION_KEY_LEN, TOKEN_LEN};
+    use std::net::{SocketAddr, ToSocketAddrs};
     use std::path::Path;
     use std::sync::Arc;
     use std::time::Duration;
@@ -183,25 +210,104 @@ mod http {
         None
     }
 
-    /// `GET /join` with short timeouts: it runs on a helper thread, but a
-    /// renewal must not wait a long time on a dead server either.
+    /// `GET /join` of each control server in turn ([`ControlServer::urls`]),
+    /// each address of its name in turn, until one answers (see
+    /// [`ControlError::fails_over`]). Every URL is checked before anything
+    /// is sent, so a bad one is a configuration error, not a skipped server.
     pub fn fetch(c: &ControlServer) -> Result<Token, ControlError> {
-        if c.url.starts_with("http://") {
-            if !c.allow_plain_http {
-                return Err(ControlError::PlainHttp { url: c.url.clone() });
+        for url in c.urls() {
+            if url.starts_with("http://") {
+                if !c.allow_plain_http {
+                    return Err(ControlError::PlainHttp { url: url.to_string() });
+                }
+            } else if !url.starts_with("https://") {
+                return Err(ControlError::BadUrl { url: url.to_string() });
             }
-        } else if !c.url.starts_with("https://") {
-            return Err(ControlError::BadUrl { url: c.url.clone() });
         }
+        let tls = match &c.ca_file {
+            Some(path) => Some(tls_config(path)?),
+            None => None,
+        };
+        let mut failed: Vec<String> = Vec::new();
+        let mut last = None;
+        for url in c.urls() {
+            for addr in addresses(url) {
+                match fetch_at(c, url, addr.clone(), tls.clone()) {
+                    Err(e) if e.fails_over() => {
+                        failed.push(match addr {
+                            Ok(a) => format!("{url} at {a}: {e}"),
+                            Err(_) => e.to_string(),
+                        });
+                        last = Some(e);
+                    }
+                    answer => return answer,
+                }
+            }
+        }
+        Err(match last {
+            // Several tried: say so, with each one's reason.
+            Some(ControlError::Unreachable { url, .. }) if failed.len() > 1 => ControlError::Unreachable {
+                url,
+                reason: format!("all {} tried: {}", failed.len(), failed.join("; ")),
+            },
+            Some(e) => e,
+            None => ControlError::Unreachable {
+                url: c.url.clone(),
+                reason: "no address".into(),
+            },
+        })
+    }
+
+    /// The addresses of `url`'s host from the system resolver (so a name
+    /// with several A/AAAA records gives each), or the resolver's error as
+    /// the one entry (then ureq's own resolution reports it).
+    fn addresses(url: &str) -> Vec<Result<SocketAddr, String>> {
+        let netloc = ureq::get(url).request_url().ok().and_then(|u| {
+            let u = u.as_url();
+            Some(format!("{}:{}", u.host_str()?, u.port_or_known_default()?))
+        });
+        let Some(netloc) = netloc else {
+            return vec![Err(format!("no host in {url}"))];
+        };
+        match netloc.to_socket_addrs() {
+            Ok(a) => {
+                let a: Vec<_> = a.map(Ok).collect();
+                if a.is_empty() {
+                    vec![Err(format!("{netloc} has no address"))]
+                } else {
+                    a
+                }
+            }
+            Err(e) => vec![Err(format!("cannot resolve {netloc}: {e}"))],
+        }
+    }
+
+    /// One `GET /join` to `url`, connecting to `addr` (the name stays in
+    /// the request and in TLS's server name).
+    fn fetch_at(
+        c: &ControlServer,
+        url: &str,
+        addr: Result<SocketAddr, String>,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> Result<Token, ControlError> {
         let mut builder = ureq::AgentBuilder::new()
             .timeout_connect(Duration::from_secs(2))
             .timeout(Duration::from_secs(5));
-        if let Some(path) = &c.ca_file {
-            builder = builder.tls_config(tls_config(path)?);
+        if let Some(tls) = tls {
+            builder = builder.tls_config(tls);
+        }
+        match addr {
+            Ok(a) => builder = builder.resolver(move |_: &str| Ok(vec![a])),
+            Err(reason) => {
+                return Err(ControlError::Unreachable {
+                    url: url.to_string(),
+                    reason,
+                })
+            }
         }
         let agent = builder.build();
         let mut req = agent
-            .get(&format!("{}/join", c.url.trim_end_matches('/')))
+            .get(&format!("{}/join", url.trim_end_matches('/')))
             .query("player", &c.player.to_string())
             .query("x", &c.position.0.to_string())
             .query("y", &c.position.1.to_string());
@@ -231,11 +337,11 @@ mod http {
             Err(ureq::Error::Transport(t)) => {
                 return Err(match tls_failure(&t) {
                     Some(reason) => ControlError::Tls {
-                        url: c.url.clone(),
+                        url: url.to_string(),
                         reason,
                     },
                     None => ControlError::Unreachable {
-                        url: c.url.clone(),
+                        url: url.to_string(),
                         reason: t.to_string(),
                     },
                 })

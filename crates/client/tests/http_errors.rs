@@ -4,13 +4,14 @@
 
 mod common;
 
-use common::net::HttpStub;
+use common::net::{ticket_json, HttpStub};
 use reflector_client::{fetch_token, Client, Config, ControlError, ControlServer, Error, Event, TokenSource};
 use std::time::{Duration, Instant};
 
 fn control(url: &str) -> ControlServer {
     ControlServer {
         url: url.into(),
+        fallback_urls: Vec::new(),
         ticket: Some("t".into()),
         player: 5,
         position: (0.0, 0.0),
@@ -85,4 +86,69 @@ fn the_client_reports_a_refused_ticket_and_asks_again_later() {
     assert_eq!(errors, 2, "refused, then asked again after the retry delay");
     assert_eq!(stub.requests(), 2);
     assert!(!c.is_member());
+}
+
+/// A port nobody listens on: bound, then closed.
+fn closed_url() -> String {
+    let a = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    format!("http://{a}")
+}
+
+#[test]
+fn a_down_or_failing_control_server_fails_over_to_the_next() {
+    let failing = refusal(503, vec![]);
+    let t = common::token(5, 4000, "127.0.0.1:4000".parse().unwrap(), 300);
+    let body = ticket_json(&t);
+    let good = HttpStub::start(move || (200, vec![], body.clone()));
+    let c = ControlServer {
+        fallback_urls: vec![failing.url.clone(), good.url.clone()],
+        ..control(&closed_url())
+    };
+    let got = fetch_token(&c).expect("the third server answers");
+    assert_eq!((got.player, got.group, got.token), (5, 4000, t.token));
+    assert_eq!((failing.requests(), good.requests()), (1, 1));
+}
+
+#[test]
+fn a_refusal_is_the_answer_and_is_not_asked_elsewhere() {
+    let unauthorized = refusal(401, vec![]);
+    let limited = refusal(429, vec![("Retry-After", "3".into())]);
+    let t = common::token(5, 4000, "127.0.0.1:4000".parse().unwrap(), 300);
+    let body = ticket_json(&t);
+    let good = HttpStub::start(move || (200, vec![], body.clone()));
+    for first in [&unauthorized, &limited] {
+        let c = ControlServer {
+            fallback_urls: vec![good.url.clone()],
+            ..control(&first.url)
+        };
+        let e = fetch_token(&c).unwrap_err();
+        assert!(!e.fails_over(), "{e}");
+    }
+    assert_eq!(good.requests(), 0, "a refused ticket is not shopped around");
+    // A bad fallback URL is a configuration error before anything is sent.
+    let c = ControlServer {
+        fallback_urls: vec!["ftp://control".into()],
+        ..control(&good.url)
+    };
+    assert!(matches!(fetch_token(&c), Err(ControlError::BadUrl { .. })));
+    assert_eq!(good.requests(), 0);
+}
+
+#[test]
+fn all_down_is_unreachable_naming_each() {
+    let (a, b) = (closed_url(), closed_url());
+    let c = ControlServer {
+        fallback_urls: vec![b.clone()],
+        ..control(&a)
+    };
+    let e = fetch_token(&c).unwrap_err();
+    assert!(matches!(e, ControlError::Unreachable { .. }), "{e:?}");
+    let text = e.to_string();
+    assert!(
+        text.contains("all 2 tried") && text.contains(&a) && text.contains(&b),
+        "{text}"
+    );
 }

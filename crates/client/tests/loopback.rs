@@ -161,6 +161,7 @@ fn forged_not_member_rejoins_with_the_held_token_without_the_control_server() {
         local: "127.0.0.1:0".into(),
         ..Config::new(TokenSource::Control(ControlServer {
             url: stub.url.clone(),
+            fallback_urls: Vec::new(),
             ticket: Some("a.ticket.jwt".into()),
             player: 9,
             position: (1.0, 2.0),
@@ -274,6 +275,7 @@ fn renewal_fetches_a_new_token_ahead_of_expiry_and_keeps_the_membership() {
         local: "127.0.0.1:0".into(),
         ..Config::new(TokenSource::Control(ControlServer {
             url: stub.url.clone(),
+            fallback_urls: Vec::new(),
             ticket: None,
             player: 4,
             position: (0.0, 0.0),
