@@ -141,7 +141,12 @@ class Lab:
 
 def prelude(bin_dir):
     # `sudo` as written in the examples: the runner is root already.
-    return f'export PATH={shlex.quote(str(bin_dir))}:"$PATH"; sudo() {{ "$@"; }}; export -f sudo 2>/dev/null; '
+    # `cargo run` in a scratch directory builds into the repository's target.
+    target = shlex.quote(str(ROOT / "target"))
+    return (
+        f'export PATH={shlex.quote(str(bin_dir))}:"$PATH"; export CARGO_TARGET_DIR="${{CARGO_TARGET_DIR:-{target}}}"; '
+        'sudo() { "$@"; }; export -f sudo 2>/dev/null; '
+    )
 
 
 def stop_group(p):
@@ -237,8 +242,10 @@ def main():
         group = key.split(":")[0] if kind == "block" else key
         if group not in scratches:
             scratches[group] = Path(tempfile.mkdtemp(prefix="examples-"))
-            # Repository paths in examples are relative to its root.
-            (scratches[group] / "crates").symlink_to(ROOT / "crates")
+            # Repository paths in examples are relative to its root, and
+            # `cargo run -p ...` (the client's guide) works there too.
+            for name in ("crates", "Cargo.toml", "Cargo.lock"):
+                (scratches[group] / name).symlink_to(ROOT / name)
         scratch = scratches[group]
         lab = None
         try:

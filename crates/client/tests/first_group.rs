@@ -1,0 +1,73 @@
+//! The "first group" guide's example (`examples/first_group.rs`), run as
+//! written: two players, each the example's own `run`, through a real
+//! control server (plain HTTP, anonymous joins) and a real reflector; each
+//! must hear the other's datagrams.
+#![cfg(feature = "http")]
+
+mod common;
+// The example's code itself, not a copy of it (its `main` and argument
+// parsing are not used here).
+#[allow(dead_code)]
+#[path = "../examples/first_group.rs"]
+mod first_group;
+
+use common::{Reflector, SECRET};
+use reflector_control::{Assign, ControlConfig, ReflectorSpec, World};
+use reflector_proto::auth::Secret;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[test]
+fn two_players_of_the_guide_hear_each_other() {
+    let r = Reflector::start(0, false);
+    let world = World::new(
+        1,
+        1,
+        100.0,
+        Assign::RoundRobin,
+        &[ReflectorSpec {
+            ip: [127, 0, 0, 1].into(),
+            ports: vec![r.port],
+        }],
+    )
+    .unwrap();
+    let control = reflector_control::ControlServer::start_with(
+        ControlConfig {
+            listen: ([127, 0, 0, 1], 0).into(),
+            world,
+            secret: Secret::new(&SECRET).unwrap(),
+            token_ttl_s: 300,
+            auth: None,
+        },
+        reflector_http::Limits::default(),
+        None,
+        Arc::new(AtomicBool::new(false)),
+    )
+    .unwrap();
+    let url = control.url();
+    let players: Vec<_> = [1u32, 2]
+        .into_iter()
+        .map(|player| {
+            let args = first_group::Args {
+                control: url.clone(),
+                ticket: None,
+                player,
+                position: (10.0, 10.0),
+                plain_http: true,
+                count: 20,
+                timeout: Duration::from_secs(15),
+            };
+            std::thread::spawn(move || first_group::run(&args))
+        })
+        .collect();
+    for (i, p) in players.into_iter().enumerate() {
+        assert!(
+            p.join().unwrap(),
+            "player {} did not hear 20 datagrams of the other",
+            i + 1
+        );
+    }
+    let t = r.counters();
+    assert!(t.forwarded >= 40 && t.leaves == 2, "{t:?}");
+}
