@@ -1,14 +1,36 @@
 //! The one client a game links: one player's membership of its group on a
 //! reflector, driven from the game loop.
 //!
-//! ```text
+//! ```no_run
+//! use reflector_client::{Client, Config, ControlServer, Event, TokenSource};
+//! use std::time::{Duration, Instant};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // The player's ticket comes from the game's backend (a JWT).
+//! let control = ControlServer {
+//!     ticket: Some("the.player's.ticket".into()),
+//!     ..ControlServer::new("https://control.example.net", 7, (120.0, 80.0))
+//! };
+//! let mut client = Client::new(Config::new(TokenSource::Control(control)))?;
 //! loop {
-//!     client.update(Instant::now());            // all I/O that is due
-//!     while let Some(ev) = client.poll_event() { .. }
-//!     while let Some(d) = client.recv() { .. }   // group, sender, seq, payload
-//!     client.send(&state)?;
+//!     client.update(Instant::now()); // all I/O that is due
+//!     while let Some(ev) = client.poll_event() {
+//!         if let Event::Error(e) = ev {
+//!             eprintln!("{e}");
+//!         }
+//!     }
+//!     while let Some(d) = client.recv() {
+//!         println!("player {} #{}: {} bytes", d.sender, d.seq, d.payload.len());
+//!     }
+//!     if client.is_member() {
+//!         client.send(b"my position")?;
+//!     }
+//!     std::thread::sleep(Duration::from_millis(16)); // the game's frame
 //! }
+//! # }
 //! ```
+//!
+//! A whole player, with leaving at the end, is `examples/first_group.rs`.
 //!
 //! The handshake, renewal and PROBE answers are `reflector_proto::client::Session`
 //! (sans I/O); this crate adds what each caller of it had to write itself:
