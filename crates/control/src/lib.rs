@@ -31,7 +31,7 @@ pub mod players;
 pub type CliError = Box<dyn std::error::Error + Send + Sync>;
 
 use reflector_proto::auth::{Secret, TokenClaims};
-use reflector_proto::control::{parse_ports, JoinGrant};
+use reflector_proto::control::{parse_ports, AreaGrant, JoinGrant};
 use reflector_proto::protocol::SessionKeys;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -44,7 +44,8 @@ use std::time::{Duration, Instant};
 #[derive(clap::Args, Debug, Clone)]
 #[command(after_help = "Endpoints (GET, JSON answers):\n  \
 /join?player=ID&x=X&y=Y  the player's cell, its reflector ip:port and group, a signed token \
-valid for --token-ttl; needs `Authorization: Bearer <ticket>` unless --anonymous-joins\n  \
+valid for --token-ttl; needs `Authorization: Bearer <ticket>` unless --anonymous-joins; \
+&area=1 or 2 also grants every other group within 1 or 2 cells (one request, one rate-limit unit)\n  \
 /world                   the grid and the cell -> group mapping\n  \
 /healthz                 liveness\n  \
 /metrics                 Prometheus metrics (text 0.0.4; OpenMetrics if Accept asks for it)\n\
@@ -299,6 +300,19 @@ impl World {
     }
 
     /// The (reflector, port) that serves a cell; `cell` must be in the grid.
+    /// The cells within `r` cells of `cell` (the square of side 2r+1
+    /// around it, cut at the world's edges), `cell` itself left out,
+    /// nearest first (Chebyshev distance), then by row, then column.
+    pub fn area_of(&self, cell: (u32, u32), r: u32) -> Vec<(u32, u32)> {
+        let span = |c: u32, n: u32| c.saturating_sub(r)..=(c.saturating_add(r)).min(n - 1);
+        let mut cells: Vec<(u32, u32)> = span(cell.1, self.rows)
+            .flat_map(|y| span(cell.0, self.cols).map(move |x| (x, y)))
+            .filter(|&c| c != cell)
+            .collect();
+        cells.sort_by_key(|&(x, y)| (x.abs_diff(cell.0).max(y.abs_diff(cell.1)), y, x));
+        cells
+    }
+
     pub fn target_of(&self, cell: (u32, u32)) -> Target {
         let idx = u64::from(cell.1.min(self.rows - 1)) * u64::from(self.cols) + u64::from(cell.0.min(self.cols - 1));
         let n = self.targets.len() as u64;
@@ -508,31 +522,60 @@ pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u3
         Ok(c) => c,
         Err(e) => return bad(400, e.to_string()),
     };
-    let target = cfg.world.target_of(cell);
+    let area = match get("area").map(|v| v.trim().parse::<u32>()) {
+        None => 0,
+        Some(Ok(r)) if r <= MAX_AREA => r,
+        Some(_) => return bad(400, format!("area must be a number of cells from 0 to {MAX_AREA}")),
+    };
     let expires_unix_s = now_unix_s.saturating_add(cfg.token_ttl_s);
-    let token = TokenClaims {
-        player,
-        reflector: target.reflector_id,
-        group: target.port(),
-        expires_unix_s,
-    }
-    .sign(&cfg.secret);
-    let grant = JoinGrant {
-        player,
-        cell: [cell.0, cell.1],
-        reflector: target.to_string(),
-        reflector_id: target.reflector_id,
-        group: target.port(),
-        token: hex::encode(token),
-        session_key: hex::encode(SessionKeys::derive(&cfg.secret, &token).session),
-        expires_unix_s,
+    let grant = |cell: (u32, u32)| {
+        let target = cfg.world.target_of(cell);
+        let token = TokenClaims {
+            player,
+            reflector: target.reflector_id,
+            group: target.port(),
+            expires_unix_s,
+        }
+        .sign(&cfg.secret);
+        JoinGrant {
+            player,
+            cell: [cell.0, cell.1],
+            reflector: target.to_string(),
+            reflector_id: target.reflector_id,
+            group: target.port(),
+            token: hex::encode(token),
+            session_key: hex::encode(SessionKeys::derive(&cfg.secret, &token).session),
+            expires_unix_s,
+        }
+    };
+    let body = if area == 0 {
+        serde_json::to_value(grant(cell))
+    } else {
+        // One grant per other group of the area, nearest cell first.
+        let mut seen = vec![cfg.world.target_of(cell)];
+        let mut grants = Vec::new();
+        for near in cfg.world.area_of(cell, area) {
+            let t = cfg.world.target_of(near);
+            if !seen.contains(&t) {
+                seen.push(t);
+                grants.push(grant(near));
+            }
+        }
+        serde_json::to_value(AreaGrant {
+            cell: grant(cell),
+            area: grants,
+        })
     };
     Reply {
         status: 200,
-        body: serde_json::to_value(grant).unwrap_or_default(),
+        body: body.unwrap_or_default(),
         retry_after_s: None,
     }
 }
+
+/// The largest `area` a `/join` may ask for: 2 cells around the player's
+/// (a 5 x 5 square, at most 24 more groups).
+pub const MAX_AREA: u32 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -886,6 +929,46 @@ mod tests {
         let token: [u8; reflector_proto::protocol::TOKEN_LEN] = hex::decode(&t.token).unwrap().try_into().unwrap();
         let claims = reflector_proto::auth::verify_token(&c.secret, &token, 0, 4001, 42, 1_000_000).unwrap();
         assert_eq!(claims.expires_unix_s, 1_060);
+    }
+
+    #[test]
+    fn an_area_is_the_nearest_cells_first_cut_at_the_edges() {
+        let w = world(Assign::RoundRobin); // 4 x 2 cells
+        assert_eq!(w.area_of((0, 0), 1), vec![(1, 0), (0, 1), (1, 1)]);
+        assert_eq!(w.area_of((1, 1), 1), vec![(0, 0), (1, 0), (2, 0), (0, 1), (2, 1)]);
+        let two = w.area_of((0, 0), 2);
+        assert_eq!(two.len(), 5, "{two:?}");
+        assert_eq!(&two[3..], &[(2, 0), (2, 1)], "distance 2 after distance 1");
+        assert!(w.area_of((3, 1), 0).is_empty());
+    }
+
+    #[test]
+    fn a_batch_join_grants_each_other_group_of_the_area_once() {
+        let c = cfg();
+        // Cell (1, 0) of 4 x 2, three targets round-robin: its neighbours
+        // (0,0) (2,0) (0,1) (1,1) (2,1) map to targets 0 2 1 2 0; its own is 1.
+        let r = handle(&c, "GET", "/join?player=42&x=15&y=5&area=1", 1_000);
+        assert_eq!(r.status, 200, "{}", r.body);
+        let a: AreaGrant = serde_json::from_value(r.body.clone()).unwrap();
+        assert_eq!((a.cell.cell, a.cell.group), ([1, 0], 4001));
+        let groups: Vec<(&str, [u32; 2])> = a.area.iter().map(|g| (g.reflector.as_str(), g.cell)).collect();
+        assert_eq!(groups, [("10.0.0.1:4000", [0, 0]), ("10.0.0.2:5000", [2, 0])]);
+        for g in &a.area {
+            let token: [u8; reflector_proto::protocol::TOKEN_LEN] = hex::decode(&g.token).unwrap().try_into().unwrap();
+            let claims =
+                reflector_proto::auth::verify_token(&c.secret, &token, g.reflector_id, g.group, 42, 1_000_000).unwrap();
+            assert_eq!(claims.expires_unix_s, 1_060);
+            assert_ne!(g.session_key, a.cell.session_key);
+        }
+        // A plain join's reader reads the player's own grant from it.
+        let own: JoinGrant = serde_json::from_value(r.body).unwrap();
+        assert_eq!(own, a.cell);
+        // A plain join has no area; a too large one is refused.
+        let plain = handle(&c, "GET", "/join?player=42&x=15&y=5", 1_000);
+        assert!(plain.body.get("area").is_none(), "{}", plain.body);
+        let big = handle(&c, "GET", "/join?player=42&x=15&y=5&area=3", 1_000);
+        assert_eq!(big.status, 400);
+        assert!(big.body["error"].as_str().unwrap().contains("area"), "{}", big.body);
     }
 
     #[test]

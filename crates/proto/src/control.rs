@@ -35,6 +35,18 @@ pub struct JoinGrant {
     pub expires_unix_s: u64,
 }
 
+/// `GET /join?...&area=R`'s answer (docs/protocol.md, "Area of
+/// interest"): the player's own cell's grant, with its fields at the top
+/// level as in a plain join's answer, and one grant per other group serving
+/// a cell of the area, nearest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AreaGrant {
+    #[serde(flatten)]
+    pub cell: JoinGrant,
+    #[serde(default)]
+    pub area: Vec<JoinGrant>,
+}
+
 /// The world as `GET /world` describes it (what bots need to move around).
 /// The answer has more fields (the mapping); these are the ones a client
 /// reads, under their JSON names.
@@ -134,5 +146,32 @@ mod tests {
             ]
         );
         assert_eq!(serde_json::from_value::<JoinGrant>(v).unwrap(), g);
+    }
+
+    #[test]
+    fn an_area_answer_reads_as_a_plain_one_too() {
+        let g = |group: u16| JoinGrant {
+            player: 42,
+            cell: [1, 0],
+            reflector: "10.0.0.1:4001".into(),
+            reflector_id: 0,
+            group,
+            token: "ab".into(),
+            session_key: "cd".into(),
+            expires_unix_s: 1_060,
+        };
+        let a = AreaGrant {
+            cell: g(4001),
+            area: vec![g(4002), g(4003)],
+        };
+        let v = serde_json::to_value(&a).unwrap();
+        assert_eq!(v["group"], 4001);
+        assert_eq!(v["area"][1]["group"], 4003);
+        // A reader of plain joins takes the player's own grant from it.
+        assert_eq!(serde_json::from_value::<JoinGrant>(v.clone()).unwrap(), g(4001));
+        assert_eq!(serde_json::from_value::<AreaGrant>(v).unwrap(), a);
+        // And a plain answer is an area answer with no area.
+        let plain = serde_json::to_value(g(4001)).unwrap();
+        assert!(serde_json::from_value::<AreaGrant>(plain).unwrap().area.is_empty());
     }
 }
