@@ -405,19 +405,27 @@ pub extern "C" fn rc_free(h: rc_handle) -> rc_status {
     call(|| done(api::free(h)))
 }
 
-// Checkpoints (since 1.1). Poll-based like everything else: the
-// exchanges run inside `rc_update` on the caller's thread (no thread of
-// the library's own, nothing calls back), and their outcomes come from
-// `rc_poll_checkpoint`, a queue apart from `rc_poll_event`. Memory: the
-// bytes handed to `rc_provide_checkpoint` are copied before it returns
-// (the caller keeps its buffer); a fetched state is the library's until
-// `rc_checkpoint_take` copies it into the caller's buffer, then let go.
-
-/// The next checkpoint event into `*event`: `RC_OK`, or `RC_NONE` (kind
-/// `RC_CHECKPOINT_NONE`) when there is none. A `RC_CHECKPOINT_READY`
-/// event's state waits for `rc_checkpoint_take` (replacing one not taken);
-/// a `RC_CHECKPOINT_FAILED` event's message is this thread's last error.
-/// (Since 1.1.)
+/// Checkpoints (since 1.1): the group's game state, kept by the reflector;
+/// it asks a member for it now and then, and a joiner fetches the latest.
+///
+/// Threading: the exchanges (one upload and one fetch at most, each a
+/// non-blocking TCP connection) run inside `rc_update`, on the thread that
+/// calls it, a bounded amount of work per call; the library has no thread
+/// of its own for them and calls nothing back: outcomes are polled here, a
+/// queue apart from `rc_poll_event`. One thread at a time per handle, as
+/// for every call.
+///
+/// Memory: the bytes given to `rc_provide_checkpoint` are copied before it
+/// returns (the caller's buffer is its own again at once); a fetched state
+/// is the library's from `RC_CHECKPOINT_READY` until `rc_checkpoint_take`
+/// copies it into the caller's buffer, and is then let go. The state is
+/// never in the event (it can be MiB): the event says its size.
+///
+/// This call: the next checkpoint event into `*event`: `RC_OK`, or
+/// `RC_NONE` (kind `RC_CHECKPOINT_NONE`) when there is none. A
+/// `RC_CHECKPOINT_READY` event's state waits for `rc_checkpoint_take`
+/// (replacing one not taken); a `RC_CHECKPOINT_FAILED` event's message is
+/// this thread's last error.
 #[no_mangle]
 pub unsafe extern "C" fn rc_poll_checkpoint(h: rc_handle, event: *mut rc_checkpoint_event) -> rc_status {
     call(|| {
