@@ -379,6 +379,7 @@ pub fn checkpoint_status(e: &CheckpointError) -> rc_status {
         CheckpointError::Refused { .. } | CheckpointError::Unauthenticated { .. } => rc_status::RC_ERR_REFUSED,
         CheckpointError::TooLarge { .. } => rc_status::RC_ERR_TOO_LARGE,
         CheckpointError::Malformed { .. }
+        | CheckpointError::Version { .. }
         | CheckpointError::BadMac { .. }
         | CheckpointError::Mismatch { .. }
         | CheckpointError::Unexpected { .. } => rc_status::RC_ERR_PROTOCOL,
