@@ -117,7 +117,8 @@ fn run_job(namespaces: &[NetNs], job: &CkJob) -> Result<CkDone, ChannelError> {
             .run(|| channel::connect(job.addr, TIMEOUT))
             .map_err(|e| ChannelError::Io {
                 addr: job.addr,
-                source: std::io::Error::other(e),
+                call: "setns",
+                message: e.to_string(),
             })?,
         None => channel::connect(job.addr, TIMEOUT),
     }?;

@@ -16,9 +16,12 @@
 #define REFLECTOR_C_VERSION_MAJOR 1
 
 /**
- * Minor version: additions only.
+ * Minor version: additions only (new functions, types, status codes and
+ * event kinds; no struct that exists changes size or layout). 1.1 added
+ * checkpoints (`rc_poll_checkpoint` and the functions after it); the
+ * status codes from `RC_ERR_BUFFER_TOO_SMALL` on come only from those.
  */
-#define REFLECTOR_C_VERSION_MINOR 0
+#define REFLECTOR_C_VERSION_MINOR 1
 
 /**
  * Bytes of a reflector token.
@@ -41,6 +44,57 @@
  * Live client handles at once, per process.
  */
 #define RC_MAX_CLIENTS 4096
+
+/**
+ * What an `rc_checkpoint_event` is. (Since 1.1.)
+ */
+typedef enum {
+  /**
+   * No event (the struct is not filled).
+   */
+  RC_CHECKPOINT_NONE = 0,
+  /**
+   * The reflector asks this member for the game's state: answer with
+   * `rc_provide_checkpoint` (soon: the reflector's exchange has a
+   * deadline).
+   */
+  RC_CHECKPOINT_REQUESTED = 1,
+  /**
+   * The state provided was stored as checkpoint `number` at `tick`.
+   */
+  RC_CHECKPOINT_UPLOADED = 2,
+  /**
+   * The group's latest checkpoint came (`number`, `tick`, `from_player`,
+   * `age_ms`) and its SHA-256 checked: its `len` bytes wait for
+   * `rc_checkpoint_take`.
+   */
+  RC_CHECKPOINT_READY = 3,
+  /**
+   * The group has no checkpoint yet.
+   */
+  RC_CHECKPOINT_EMPTY = 4,
+  /**
+   * An exchange (`op`) failed: `error` says what kind, `refusal` the
+   * reflector's reason if it refused, `rc_last_error` (on the thread that
+   * polled) the message.
+   */
+  RC_CHECKPOINT_FAILED = 5,
+} rc_checkpoint_kind;
+
+/**
+ * Which way a checkpoint exchange went. (Since 1.1.)
+ */
+typedef enum {
+  RC_CHECKPOINT_OP_NONE = 0,
+  /**
+   * The game's state to the reflector (after a request).
+   */
+  RC_CHECKPOINT_OP_UPLOAD = 1,
+  /**
+   * The group's latest checkpoint from the reflector.
+   */
+  RC_CHECKPOINT_OP_FETCH = 2,
+} rc_checkpoint_op;
 
 /**
  * What an `rc_event` is.
@@ -170,6 +224,41 @@ typedef enum {
    * Too many live handles.
    */
   RC_ERR_TABLE_FULL = -11,
+  /**
+   * `rc_checkpoint_take`'s buffer is smaller than the state; the size
+   * needed went to `*len_out` and the state is kept. (Since 1.1.)
+   */
+  RC_ERR_BUFFER_TOO_SMALL = -12,
+  /**
+   * `rc_provide_checkpoint` with no request pending (none came, or it
+   * was answered already). (Since 1.1.)
+   */
+  RC_ERR_NOT_REQUESTED = -13,
+  /**
+   * A checkpoint exchange of that kind (upload or fetch) is already
+   * under way; try again once its event came. (Since 1.1.)
+   */
+  RC_ERR_IN_FLIGHT = -14,
+  /**
+   * The group has no checkpoint channel (its reflector runs without
+   * one). (Since 1.1.)
+   */
+  RC_ERR_NO_CHANNEL = -15,
+  /**
+   * A checkpoint exchange did not end within its timeout. (Since 1.1.)
+   */
+  RC_ERR_TIMED_OUT = -16,
+  /**
+   * The reflector refused a checkpoint exchange: the event's `refusal`
+   * says why. (Since 1.1.)
+   */
+  RC_ERR_REFUSED = -17,
+  /**
+   * An answer on the checkpoint channel that cannot be trusted or does
+   * not fit the request (bad MAC, wrong digest, malformed): nothing in it
+   * was used. (Since 1.1.)
+   */
+  RC_ERR_PROTOCOL = -18,
 } rc_status;
 
 /**
@@ -268,6 +357,76 @@ typedef struct {
   uint64_t renewals;
   uint64_t token_requests;
 } rc_client_stats;
+
+/**
+ * One checkpoint event; which fields mean something depends on `kind`.
+ * The state itself is never in it: `rc_checkpoint_take` copies it out.
+ * (Since 1.1.)
+ */
+typedef struct {
+  rc_checkpoint_kind kind;
+  /**
+   * Every kind: the group.
+   */
+  uint16_t group;
+  /**
+   * FAILED: the exchange that failed.
+   */
+  rc_checkpoint_op op;
+  /**
+   * UPLOADED, READY: the checkpoint's number in its group.
+   */
+  uint64_t number;
+  /**
+   * UPLOADED, READY: the game tick its uploader gave.
+   */
+  uint64_t tick;
+  /**
+   * READY: who uploaded it.
+   */
+  uint32_t from_player;
+  /**
+   * READY: how old it was when served, in milliseconds.
+   */
+  uint32_t age_ms;
+  /**
+   * READY: the state's size in bytes (what `rc_checkpoint_take` needs).
+   */
+  size_t len;
+  /**
+   * FAILED: the kind of failure.
+   */
+  rc_status error;
+  /**
+   * FAILED with `RC_ERR_REFUSED` (or an unauthenticated failure that
+   * named one): the reflector's refusal code (1 not a member, 2 bad MAC,
+   * 3 not requested, 4 too large, 5 malformed, 6 busy: try later, 7 no
+   * such group); 0 otherwise.
+   */
+  uint8_t refusal;
+} rc_checkpoint_event;
+
+/**
+ * Checkpoint counters since the client started. (Since 1.1.)
+ */
+typedef struct {
+  /**
+   * Requests received from the reflector.
+   */
+  uint64_t requested;
+  /**
+   * Uploads the reflector stored.
+   */
+  uint64_t uploaded;
+  /**
+   * Fetches that ended with a checkpoint or with none (EMPTY).
+   */
+  uint64_t fetched;
+  /**
+   * Exchanges that failed (uploads and fetches).
+   */
+  uint64_t failures;
+} rc_checkpoint_counters;
 
 #ifdef __cplusplus
 extern "C" {
@@ -417,6 +576,85 @@ rc_status rc_leave(rc_handle h);
  * after; freeing it again returns `RC_ERR_BAD_HANDLE`.
  */
 rc_status rc_free(rc_handle h);
+
+/**
+ * Checkpoints (since 1.1): the group's game state, kept by the reflector;
+ * it asks a member for it now and then, and a joiner fetches the latest.
+ *
+ * Threading: the exchanges (one upload and one fetch at most, each a
+ * non-blocking TCP connection) run inside `rc_update`, on the thread that
+ * calls it, a bounded amount of work per call; the library has no thread
+ * of its own for them and calls nothing back: outcomes are polled here, a
+ * queue apart from `rc_poll_event`. One thread at a time per handle, as
+ * for every call.
+ *
+ * Memory: the bytes given to `rc_provide_checkpoint` are copied before it
+ * returns (the caller's buffer is its own again at once); a fetched state
+ * is the library's from `RC_CHECKPOINT_READY` until `rc_checkpoint_take`
+ * copies it into the caller's buffer, and is then let go. The state is
+ * never in the event (it can be MiB): the event says its size.
+ *
+ * This call: the next checkpoint event into `*event`: `RC_OK`, or
+ * `RC_NONE` (kind `RC_CHECKPOINT_NONE`) when there is none. A
+ * `RC_CHECKPOINT_READY` event's state waits for `rc_checkpoint_take`
+ * (replacing one not taken); a `RC_CHECKPOINT_FAILED` event's message is
+ * this thread's last error.
+ */
+rc_status rc_poll_checkpoint(rc_handle h, rc_checkpoint_event *event);
+
+/**
+ * Answers the pending `RC_CHECKPOINT_REQUESTED` with the game's state: the
+ * `len` bytes at `state` (copied before this returns), its game `tick`.
+ * The upload goes on in later `rc_update`s; `RC_CHECKPOINT_UPLOADED` or
+ * `RC_CHECKPOINT_FAILED` tells how it ended. Errors (nothing sent):
+ * `RC_ERR_NOT_REQUESTED` (no request pending), `RC_ERR_IN_FLIGHT` (an
+ * upload is under way; the request stays pending), `RC_ERR_NOT_MEMBER`,
+ * `RC_ERR_NO_CHANNEL`, `RC_ERR_IO`. (Since 1.1.)
+ */
+rc_status rc_provide_checkpoint(rc_handle h, uint64_t tick, const uint8_t *state, size_t len);
+
+/**
+ * Fetches the group's latest checkpoint now (a client fetches by itself
+ * after each join unless `rc_checkpoint_configure` turned that off). The
+ * outcome is an event: `RC_CHECKPOINT_READY`, `_EMPTY` or `_FAILED` (the
+ * reflector refuses fetches sooner than its interval: `RC_ERR_REFUSED`,
+ * refusal 6). Errors: `RC_ERR_IN_FLIGHT`, `RC_ERR_NOT_MEMBER`,
+ * `RC_ERR_NO_CHANNEL`, `RC_ERR_IO`. (Since 1.1.)
+ */
+rc_status rc_fetch_checkpoint(rc_handle h);
+
+/**
+ * Copies the state of the last `RC_CHECKPOINT_READY` into `buf` (`cap`
+ * bytes) and lets the library's copy go: `RC_OK` with its size in
+ * `*len_out` and its tick in `*tick_out` (`tick_out` may be NULL);
+ * `RC_NONE` when no state waits; `RC_ERR_BUFFER_TOO_SMALL` when `cap` is
+ * less than the size, which goes to `*len_out` (the state stays: call
+ * again with a buffer that large; `buf` NULL and `cap` 0 asks the size).
+ * (Since 1.1.)
+ */
+rc_status rc_checkpoint_take(rc_handle h,
+                             uint8_t *buf,
+                             size_t cap,
+                             size_t *len_out,
+                             uint64_t *tick_out);
+
+/**
+ * The client's checkpoint settings: `fetch_on_join` non-zero to fetch
+ * after each join (the default), `timeout_ms` the deadline of one exchange
+ * (default 10000), `max_bytes` the largest state a fetch takes (default
+ * 16 MiB); 0 keeps the timeout or bound as it is. Call it before the
+ * first `rc_update` for the first join to see it; an exchange under way
+ * keeps its own. (Since 1.1.)
+ */
+rc_status rc_checkpoint_configure(rc_handle h,
+                                  int fetch_on_join,
+                                  uint64_t timeout_ms,
+                                  uint64_t max_bytes);
+
+/**
+ * The client's checkpoint counters into `*stats`. (Since 1.1.)
+ */
+rc_status rc_checkpoint_stats(rc_handle h, rc_checkpoint_counters *stats);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -5,12 +5,27 @@
 
 use crate::handles::{lock, HandleError, Table};
 use crate::types::*;
-use reflector_client::{Client, Config, ControlServer, Error, Event, RejoinReason, SendError, Token, TokenSource};
+use reflector_client::{
+    CheckpointError, CheckpointEvent, CheckpointOp, Client, Config, ControlServer, Error, Event, RejoinReason,
+    SendError, Token, TokenSource,
+};
 use std::cell::RefCell;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-static CLIENTS: Mutex<Table<Client>> = Mutex::new(Table::new(RC_MAX_CLIENTS));
+static CLIENTS: Mutex<Table<Entry>> = Mutex::new(Table::new(RC_MAX_CLIENTS));
+
+/// What a handle holds: the client, and the state of the last checkpoint
+/// polled as `RC_CHECKPOINT_READY` until `rc_checkpoint_take` copies it out.
+pub struct Entry {
+    client: Client,
+    fetched: Option<Fetched>,
+}
+
+struct Fetched {
+    tick: u64,
+    bytes: Vec<u8>,
+}
 static EPOCH: OnceLock<Instant> = OnceLock::new();
 
 thread_local! {
@@ -138,8 +153,8 @@ fn start(source: TokenSource, local: Option<&str>) -> Res<rc_handle> {
     // The clock's epoch is taken before any client exists, so every
     // `rc_now_ms()` value maps to an instant after the client started.
     epoch();
-    let c = Client::new(cfg).map_err(|e| client_error(&e))?;
-    let inserted = lock(&CLIENTS).insert(c);
+    let client = Client::new(cfg).map_err(|e| client_error(&e))?;
+    let inserted = lock(&CLIENTS).insert(Entry { client, fetched: None });
     inserted.map_err(|e| bad_handle(0, e))
 }
 
@@ -172,9 +187,14 @@ pub fn new_control(p: &ControlParts<'_>, local: Option<&str>) -> Res<rc_handle> 
 /// Runs `f` on the client behind `h`, holding that client's lock (not
 /// the table's).
 fn with<R>(h: rc_handle, f: impl FnOnce(&mut Client) -> Res<R>) -> Res<R> {
+    with_entry(h, |e| f(&mut e.client))
+}
+
+/// `with` for the whole entry.
+fn with_entry<R>(h: rc_handle, f: impl FnOnce(&mut Entry) -> Res<R>) -> Res<R> {
     let entry = lock(&CLIENTS).get(h).map_err(|e| bad_handle(h, e))?;
-    let mut c = lock(&entry);
-    f(&mut c)
+    let mut e = lock(&entry);
+    f(&mut e)
 }
 
 /// Frees a client (it leaves its group first). The handle is dead after.
@@ -345,4 +365,154 @@ pub fn set_token(h: rc_handle, p: &TokenParts<'_>) -> Res<()> {
 
 pub fn rebind(h: rc_handle) -> Res<()> {
     with(h, |c| c.rebind().map(drop).map_err(|e| client_error(&e)))
+}
+
+/// The status a checkpoint failure is reported as.
+pub fn checkpoint_status(e: &CheckpointError) -> rc_status {
+    match e {
+        CheckpointError::NotMember => rc_status::RC_ERR_NOT_MEMBER,
+        CheckpointError::NoChannel => rc_status::RC_ERR_NO_CHANNEL,
+        CheckpointError::NotRequested => rc_status::RC_ERR_NOT_REQUESTED,
+        CheckpointError::InFlight(_) => rc_status::RC_ERR_IN_FLIGHT,
+        CheckpointError::Io { .. } | CheckpointError::Closed { .. } => rc_status::RC_ERR_IO,
+        CheckpointError::TimedOut { .. } => rc_status::RC_ERR_TIMED_OUT,
+        CheckpointError::Refused { .. } | CheckpointError::Unauthenticated { .. } => rc_status::RC_ERR_REFUSED,
+        CheckpointError::TooLarge { .. } => rc_status::RC_ERR_TOO_LARGE,
+        CheckpointError::Malformed { .. }
+        | CheckpointError::Version { .. }
+        | CheckpointError::BadMac { .. }
+        | CheckpointError::Mismatch { .. }
+        | CheckpointError::Unexpected { .. } => rc_status::RC_ERR_PROTOCOL,
+    }
+}
+
+fn checkpoint_error(e: &CheckpointError) -> rc_status {
+    fail(checkpoint_status(e), e.to_string())
+}
+
+/// The header's form of a checkpoint event; a READY's state moves into
+/// `fetched` (replacing one not taken), a FAILED's message becomes this
+/// thread's last error.
+fn checkpoint_event(e: CheckpointEvent, fetched: &mut Option<Fetched>) -> rc_checkpoint_event {
+    use rc_checkpoint_kind::*;
+    let mut out = rc_checkpoint_event::NONE;
+    match e {
+        CheckpointEvent::Requested { group } => {
+            out.kind = RC_CHECKPOINT_REQUESTED;
+            out.group = group;
+        }
+        CheckpointEvent::Uploaded { group, number, tick } => {
+            out.kind = RC_CHECKPOINT_UPLOADED;
+            out.group = group;
+            out.number = number;
+            out.tick = tick;
+        }
+        CheckpointEvent::Checkpoint {
+            group,
+            number,
+            tick,
+            from_player,
+            age_ms,
+            bytes,
+        } => {
+            out.kind = RC_CHECKPOINT_READY;
+            out.group = group;
+            out.number = number;
+            out.tick = tick;
+            out.from_player = from_player;
+            out.age_ms = age_ms;
+            out.len = bytes.len();
+            *fetched = Some(Fetched { tick, bytes });
+        }
+        CheckpointEvent::Empty { group } => {
+            out.kind = RC_CHECKPOINT_EMPTY;
+            out.group = group;
+        }
+        CheckpointEvent::Failed { group, op, reason } => {
+            out.kind = RC_CHECKPOINT_FAILED;
+            out.group = group;
+            out.op = match op {
+                CheckpointOp::Upload => rc_checkpoint_op::RC_CHECKPOINT_OP_UPLOAD,
+                CheckpointOp::Fetch => rc_checkpoint_op::RC_CHECKPOINT_OP_FETCH,
+            };
+            out.refusal = reason.refusal().map_or(0, |r| r as u8);
+            out.error = checkpoint_error(&reason);
+        }
+    }
+    out
+}
+
+/// The next checkpoint event, or `None`.
+pub fn poll_checkpoint(h: rc_handle) -> Res<Option<rc_checkpoint_event>> {
+    with_entry(h, |e| {
+        let ev = e.client.poll_checkpoint();
+        Ok(ev.map(|ev| checkpoint_event(ev, &mut e.fetched)))
+    })
+}
+
+/// Answers the pending request with `state` (copied) at `tick`.
+pub fn provide_checkpoint(h: rc_handle, tick: u64, state: &[u8]) -> Res<()> {
+    with(h, |c| {
+        c.provide_checkpoint(tick, state.to_vec())
+            .map_err(|e| checkpoint_error(&e))
+    })
+}
+
+/// Starts a fetch of the group's latest checkpoint.
+pub fn fetch_checkpoint(h: rc_handle) -> Res<()> {
+    with(h, |c| c.fetch_checkpoint().map_err(|e| checkpoint_error(&e)))
+}
+
+/// What `checkpoint_take` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Take {
+    /// No state is waiting.
+    Nothing,
+    /// The buffer is too small for the state of `len` bytes (kept).
+    TooSmall { len: usize, tick: u64 },
+    /// The state's `len` bytes were copied and let go.
+    Copied { len: usize, tick: u64 },
+}
+
+/// Copies the waiting state into `buf` if it fits (and lets it go).
+pub fn checkpoint_take(h: rc_handle, buf: &mut [u8]) -> Res<Take> {
+    with_entry(h, |e| {
+        let Some(f) = e.fetched.as_ref() else {
+            return Ok(Take::Nothing);
+        };
+        let (len, tick) = (f.bytes.len(), f.tick);
+        if len > buf.len() {
+            return Ok(Take::TooSmall { len, tick });
+        }
+        buf[..len].copy_from_slice(&f.bytes);
+        e.fetched = None;
+        Ok(Take::Copied { len, tick })
+    })
+}
+
+/// Sets the checkpoint settings; 0 keeps the timeout or bound as it is.
+pub fn checkpoint_configure(h: rc_handle, fetch_on_join: bool, timeout_ms: u64, max_bytes: u64) -> Res<()> {
+    with(h, |c| {
+        let (_, timeout, max) = c.checkpoint_config();
+        let timeout = if timeout_ms == 0 {
+            timeout
+        } else {
+            Duration::from_millis(timeout_ms)
+        };
+        let max = if max_bytes == 0 { max } else { max_bytes };
+        c.set_checkpoint_config(fetch_on_join, timeout, max);
+        Ok(())
+    })
+}
+
+pub fn checkpoint_stats(h: rc_handle) -> Res<rc_checkpoint_counters> {
+    with(h, |c| {
+        let s = c.stats();
+        Ok(rc_checkpoint_counters {
+            requested: s.checkpoints_requested,
+            uploaded: s.checkpoints_uploaded,
+            fetched: s.checkpoints_fetched,
+            failures: s.checkpoint_failures,
+        })
+    })
 }

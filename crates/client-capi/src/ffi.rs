@@ -405,6 +405,143 @@ pub extern "C" fn rc_free(h: rc_handle) -> rc_status {
     call(|| done(api::free(h)))
 }
 
+/// Checkpoints (since 1.1): the group's game state, kept by the reflector;
+/// it asks a member for it now and then, and a joiner fetches the latest.
+///
+/// Threading: the exchanges (one upload and one fetch at most, each a
+/// non-blocking TCP connection) run inside `rc_update`, on the thread that
+/// calls it, a bounded amount of work per call; the library has no thread
+/// of its own for them and calls nothing back: outcomes are polled here, a
+/// queue apart from `rc_poll_event`. One thread at a time per handle, as
+/// for every call.
+///
+/// Memory: the bytes given to `rc_provide_checkpoint` are copied before it
+/// returns (the caller's buffer is its own again at once); a fetched state
+/// is the library's from `RC_CHECKPOINT_READY` until `rc_checkpoint_take`
+/// copies it into the caller's buffer, and is then let go. The state is
+/// never in the event (it can be MiB): the event says its size.
+///
+/// This call: the next checkpoint event into `*event`: `RC_OK`, or
+/// `RC_NONE` (kind `RC_CHECKPOINT_NONE`) when there is none. A
+/// `RC_CHECKPOINT_READY` event's state waits for `rc_checkpoint_take`
+/// (replacing one not taken); a `RC_CHECKPOINT_FAILED` event's message is
+/// this thread's last error.
+#[no_mangle]
+pub unsafe extern "C" fn rc_poll_checkpoint(h: rc_handle, event: *mut rc_checkpoint_event) -> rc_status {
+    call(|| {
+        if event.is_null() {
+            return Err(null("event"));
+        }
+        let e = api::poll_checkpoint(h)?;
+        // SAFETY: `event` is a writable rc_checkpoint_event (checked for NULL).
+        unsafe { put(event, e.unwrap_or(rc_checkpoint_event::NONE), "event")? };
+        Ok(if e.is_some() {
+            rc_status::RC_OK
+        } else {
+            rc_status::RC_NONE
+        })
+    })
+}
+
+/// Answers the pending `RC_CHECKPOINT_REQUESTED` with the game's state: the
+/// `len` bytes at `state` (copied before this returns), its game `tick`.
+/// The upload goes on in later `rc_update`s; `RC_CHECKPOINT_UPLOADED` or
+/// `RC_CHECKPOINT_FAILED` tells how it ended. Errors (nothing sent):
+/// `RC_ERR_NOT_REQUESTED` (no request pending), `RC_ERR_IN_FLIGHT` (an
+/// upload is under way; the request stays pending), `RC_ERR_NOT_MEMBER`,
+/// `RC_ERR_NO_CHANNEL`, `RC_ERR_IO`. (Since 1.1.)
+#[no_mangle]
+pub unsafe extern "C" fn rc_provide_checkpoint(h: rc_handle, tick: u64, state: *const u8, len: usize) -> rc_status {
+    call(|| {
+        // SAFETY: `len` readable bytes at `state` (the header's contract).
+        let state = unsafe { bytes(state, len, "state")? };
+        done(api::provide_checkpoint(h, tick, state))
+    })
+}
+
+/// Fetches the group's latest checkpoint now (a client fetches by itself
+/// after each join unless `rc_checkpoint_configure` turned that off). The
+/// outcome is an event: `RC_CHECKPOINT_READY`, `_EMPTY` or `_FAILED` (the
+/// reflector refuses fetches sooner than its interval: `RC_ERR_REFUSED`,
+/// refusal 6). Errors: `RC_ERR_IN_FLIGHT`, `RC_ERR_NOT_MEMBER`,
+/// `RC_ERR_NO_CHANNEL`, `RC_ERR_IO`. (Since 1.1.)
+#[no_mangle]
+pub extern "C" fn rc_fetch_checkpoint(h: rc_handle) -> rc_status {
+    call(|| done(api::fetch_checkpoint(h)))
+}
+
+/// Copies the state of the last `RC_CHECKPOINT_READY` into `buf` (`cap`
+/// bytes) and lets the library's copy go: `RC_OK` with its size in
+/// `*len_out` and its tick in `*tick_out` (`tick_out` may be NULL);
+/// `RC_NONE` when no state waits; `RC_ERR_BUFFER_TOO_SMALL` when `cap` is
+/// less than the size, which goes to `*len_out` (the state stays: call
+/// again with a buffer that large; `buf` NULL and `cap` 0 asks the size).
+/// (Since 1.1.)
+#[no_mangle]
+pub unsafe extern "C" fn rc_checkpoint_take(
+    h: rc_handle,
+    buf: *mut u8,
+    cap: usize,
+    len_out: *mut usize,
+    tick_out: *mut u64,
+) -> rc_status {
+    call(|| {
+        if len_out.is_null() {
+            return Err(null("len_out"));
+        }
+        // SAFETY: `cap` writable bytes at `buf` (the header's contract).
+        let buf = unsafe { bytes_mut(buf, cap, "buf")? };
+        let (len, tick, status) = match api::checkpoint_take(h, buf)? {
+            api::Take::Nothing => return Ok(rc_status::RC_NONE),
+            api::Take::TooSmall { len, tick } => (
+                len,
+                tick,
+                fail(
+                    rc_status::RC_ERR_BUFFER_TOO_SMALL,
+                    format!("the checkpoint is {len} bytes; the buffer holds {cap}"),
+                ),
+            ),
+            api::Take::Copied { len, tick } => (len, tick, rc_status::RC_OK),
+        };
+        // SAFETY: `len_out` is a writable size_t (checked for NULL).
+        unsafe { put(len_out, len, "len_out")? };
+        if !tick_out.is_null() {
+            // SAFETY: a non-NULL `tick_out` is a writable u64.
+            unsafe { put(tick_out, tick, "tick_out")? };
+        }
+        Ok(status)
+    })
+}
+
+/// The client's checkpoint settings: `fetch_on_join` non-zero to fetch
+/// after each join (the default), `timeout_ms` the deadline of one exchange
+/// (default 10000), `max_bytes` the largest state a fetch takes (default
+/// 16 MiB); 0 keeps the timeout or bound as it is. Call it before the
+/// first `rc_update` for the first join to see it; an exchange under way
+/// keeps its own. (Since 1.1.)
+#[no_mangle]
+pub extern "C" fn rc_checkpoint_configure(
+    h: rc_handle,
+    fetch_on_join: c_int,
+    timeout_ms: u64,
+    max_bytes: u64,
+) -> rc_status {
+    call(|| done(api::checkpoint_configure(h, fetch_on_join != 0, timeout_ms, max_bytes)))
+}
+
+/// The client's checkpoint counters into `*stats`. (Since 1.1.)
+#[no_mangle]
+pub unsafe extern "C" fn rc_checkpoint_stats(h: rc_handle, stats: *mut rc_checkpoint_counters) -> rc_status {
+    call(|| {
+        if stats.is_null() {
+            return Err(null("stats"));
+        }
+        let s = api::checkpoint_stats(h)?;
+        // SAFETY: `stats` is a writable rc_checkpoint_counters (checked for NULL).
+        done(unsafe { put(stats, s, "stats") })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,6 +13,12 @@
 //! calls on one handle from several threads are serialized (a game uses
 //! each handle from one thread at a time: its loop). The last-error
 //! message is per thread: read it on the thread whose call failed.
+//!
+//! Checkpoints (since 1.1) follow the same rules: the exchanges run inside
+//! `rc_update` on the caller's thread, their outcomes are polled
+//! (`rc_poll_checkpoint`), the state handed to `rc_provide_checkpoint` is
+//! copied before it returns, and a fetched state stays the library's until
+//! `rc_checkpoint_take` copies it into the caller's buffer.
 
 pub mod api;
 pub mod ffi;

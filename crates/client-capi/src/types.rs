@@ -7,8 +7,11 @@
 /// Major version of the C ABI; `rc_version()` returns it in its top 16 bits.
 /// A program built against one major version must not load another.
 pub const REFLECTOR_C_VERSION_MAJOR: u32 = 1;
-/// Minor version: additions only.
-pub const REFLECTOR_C_VERSION_MINOR: u32 = 0;
+/// Minor version: additions only (new functions, types, status codes and
+/// event kinds; no struct that exists changes size or layout). 1.1 added
+/// checkpoints (`rc_poll_checkpoint` and the functions after it); the
+/// status codes from `RC_ERR_BUFFER_TOO_SMALL` on come only from those.
+pub const REFLECTOR_C_VERSION_MINOR: u32 = 1;
 
 /// Bytes of a reflector token.
 pub const RC_TOKEN_LEN: usize = 32;
@@ -63,6 +66,27 @@ pub enum rc_status {
     RC_ERR_PANIC = -10,
     /// Too many live handles.
     RC_ERR_TABLE_FULL = -11,
+    /// `rc_checkpoint_take`'s buffer is smaller than the state; the size
+    /// needed went to `*len_out` and the state is kept. (Since 1.1.)
+    RC_ERR_BUFFER_TOO_SMALL = -12,
+    /// `rc_provide_checkpoint` with no request pending (none came, or it
+    /// was answered already). (Since 1.1.)
+    RC_ERR_NOT_REQUESTED = -13,
+    /// A checkpoint exchange of that kind (upload or fetch) is already
+    /// under way; try again once its event came. (Since 1.1.)
+    RC_ERR_IN_FLIGHT = -14,
+    /// The group has no checkpoint channel (its reflector runs without
+    /// one). (Since 1.1.)
+    RC_ERR_NO_CHANNEL = -15,
+    /// A checkpoint exchange did not end within its timeout. (Since 1.1.)
+    RC_ERR_TIMED_OUT = -16,
+    /// The reflector refused a checkpoint exchange: the event's `refusal`
+    /// says why. (Since 1.1.)
+    RC_ERR_REFUSED = -17,
+    /// An answer on the checkpoint channel that cannot be trusted or does
+    /// not fit the request (bad MAC, wrong digest, malformed): nothing in it
+    /// was used. (Since 1.1.)
+    RC_ERR_PROTOCOL = -18,
 }
 
 /// What an `rc_event` is.
@@ -169,6 +193,100 @@ pub struct rc_client_stats {
     pub rejoins: u64,
     pub renewals: u64,
     pub token_requests: u64,
+}
+
+/// What an `rc_checkpoint_event` is. (Since 1.1.)
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum rc_checkpoint_kind {
+    /// No event (the struct is not filled).
+    RC_CHECKPOINT_NONE = 0,
+    /// The reflector asks this member for the game's state: answer with
+    /// `rc_provide_checkpoint` (soon: the reflector's exchange has a
+    /// deadline).
+    RC_CHECKPOINT_REQUESTED = 1,
+    /// The state provided was stored as checkpoint `number` at `tick`.
+    RC_CHECKPOINT_UPLOADED = 2,
+    /// The group's latest checkpoint came (`number`, `tick`, `from_player`,
+    /// `age_ms`) and its SHA-256 checked: its `len` bytes wait for
+    /// `rc_checkpoint_take`.
+    RC_CHECKPOINT_READY = 3,
+    /// The group has no checkpoint yet.
+    RC_CHECKPOINT_EMPTY = 4,
+    /// An exchange (`op`) failed: `error` says what kind, `refusal` the
+    /// reflector's reason if it refused, `rc_last_error` (on the thread that
+    /// polled) the message.
+    RC_CHECKPOINT_FAILED = 5,
+}
+
+/// Which way a checkpoint exchange went. (Since 1.1.)
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum rc_checkpoint_op {
+    RC_CHECKPOINT_OP_NONE = 0,
+    /// The game's state to the reflector (after a request).
+    RC_CHECKPOINT_OP_UPLOAD = 1,
+    /// The group's latest checkpoint from the reflector.
+    RC_CHECKPOINT_OP_FETCH = 2,
+}
+
+/// One checkpoint event; which fields mean something depends on `kind`.
+/// The state itself is never in it: `rc_checkpoint_take` copies it out.
+/// (Since 1.1.)
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct rc_checkpoint_event {
+    pub kind: rc_checkpoint_kind,
+    /// Every kind: the group.
+    pub group: u16,
+    /// FAILED: the exchange that failed.
+    pub op: rc_checkpoint_op,
+    /// UPLOADED, READY: the checkpoint's number in its group.
+    pub number: u64,
+    /// UPLOADED, READY: the game tick its uploader gave.
+    pub tick: u64,
+    /// READY: who uploaded it.
+    pub from_player: u32,
+    /// READY: how old it was when served, in milliseconds.
+    pub age_ms: u32,
+    /// READY: the state's size in bytes (what `rc_checkpoint_take` needs).
+    pub len: usize,
+    /// FAILED: the kind of failure.
+    pub error: rc_status,
+    /// FAILED with `RC_ERR_REFUSED` (or an unauthenticated failure that
+    /// named one): the reflector's refusal code (1 not a member, 2 bad MAC,
+    /// 3 not requested, 4 too large, 5 malformed, 6 busy: try later, 7 no
+    /// such group); 0 otherwise.
+    pub refusal: u8,
+}
+
+/// Checkpoint counters since the client started. (Since 1.1.)
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct rc_checkpoint_counters {
+    /// Requests received from the reflector.
+    pub requested: u64,
+    /// Uploads the reflector stored.
+    pub uploaded: u64,
+    /// Fetches that ended with a checkpoint or with none (EMPTY).
+    pub fetched: u64,
+    /// Exchanges that failed (uploads and fetches).
+    pub failures: u64,
+}
+
+impl rc_checkpoint_event {
+    pub(crate) const NONE: rc_checkpoint_event = rc_checkpoint_event {
+        kind: rc_checkpoint_kind::RC_CHECKPOINT_NONE,
+        group: 0,
+        op: rc_checkpoint_op::RC_CHECKPOINT_OP_NONE,
+        number: 0,
+        tick: 0,
+        from_player: 0,
+        age_ms: 0,
+        len: 0,
+        error: rc_status::RC_OK,
+        refusal: 0,
+    };
 }
 
 impl rc_event {

@@ -35,26 +35,29 @@ fn c_grid_linked_statically() {
     grid_players_hear_each_other(true, &[14, 15]);
 }
 
-/// The README's "first group in five minutes" C code compiles against the
-/// header as it is.
+/// Every C block of the README ("first group in five minutes", the
+/// checkpoint loop) compiles against the header as it is.
 #[test]
-fn readme_c_example_compiles() {
+fn readme_c_examples_compile() {
     let Some(cc) = tool("cc") else { return };
     let readme = std::fs::read_to_string(common::crate_dir().join("README.md")).expect("the README");
-    let code: String = readme
+    let blocks: Vec<&str> = readme
         .split("```c\n")
-        .nth(1)
-        .and_then(|s| s.split("```").next())
-        .expect("a ```c block in the README")
-        .into();
+        .skip(1)
+        .filter_map(|s| s.split("```").next())
+        .collect();
+    assert!(blocks.len() >= 2, "the README's ```c blocks: {}", blocks.len());
     let dir = common::scratch("readme");
-    std::fs::write(dir.join("first.c"), code).unwrap();
-    let mut cmd = Command::new(cc);
-    cmd.args(["-std=c99", "-Wall", "-Wextra", "-Werror", "-c", "-I"])
-        .arg(common::crate_dir().join("include"))
-        .arg(dir.join("first.c"))
-        .arg("-o")
-        .arg(dir.join("first.o"));
-    let (o, e, ok) = run(cmd, Duration::from_secs(60));
-    assert!(ok, "the README's C does not compile:\n{o}\n{e}");
+    for (i, code) in blocks.iter().enumerate() {
+        let src = dir.join(format!("block{i}.c"));
+        std::fs::write(&src, code).unwrap();
+        let mut cmd = Command::new(&cc);
+        cmd.args(["-std=c99", "-Wall", "-Wextra", "-Werror", "-c", "-I"])
+            .arg(common::crate_dir().join("include"))
+            .arg(&src)
+            .arg("-o")
+            .arg(dir.join(format!("block{i}.o")));
+        let (o, e, ok) = run(cmd, Duration::from_secs(60));
+        assert!(ok, "the README's C block {i} does not compile:\n{code}\n{o}\n{e}");
+    }
 }

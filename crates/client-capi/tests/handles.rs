@@ -4,7 +4,10 @@
 //! client with a token starts and joins in the background.
 
 use reflector_c::api::{self, TokenParts};
-use reflector_c::ffi::{rc_free, rc_is_member, rc_leave, rc_max_payload, rc_update, rc_version};
+use reflector_c::ffi::{
+    rc_checkpoint_configure, rc_fetch_checkpoint, rc_free, rc_is_member, rc_leave, rc_max_payload, rc_update,
+    rc_version,
+};
 use reflector_c::types::*;
 
 fn last_error() -> String {
@@ -60,4 +63,24 @@ fn bad_arguments_are_errors_with_a_message() {
 #[test]
 fn version_has_the_header_major() {
     assert_eq!(rc_version() >> 16, REFLECTOR_C_VERSION_MAJOR);
+}
+
+/// Checkpoint calls before a join and on dead handles: errors with a
+/// message (the pointer-taking ones are covered in tests/checkpoint.rs).
+#[test]
+fn checkpoint_calls_on_a_non_member_and_a_dead_handle() {
+    let h = api::new_with_token(&parts(&[1; 32], &[2; 32]), Some("127.0.0.1:0")).expect("a client starts");
+    assert_eq!(rc_fetch_checkpoint(h), rc_status::RC_ERR_NOT_MEMBER);
+    assert!(last_error().contains("not a member"), "{}", last_error());
+    assert_eq!(
+        api::provide_checkpoint(h, 1, b"s"),
+        Err(rc_status::RC_ERR_NOT_REQUESTED)
+    );
+    assert_eq!(api::checkpoint_take(h, &mut [0u8; 8]), Ok(api::Take::Nothing));
+    assert_eq!(api::poll_checkpoint(h), Ok(None));
+    assert_eq!(rc_checkpoint_configure(h, 1, 100, 1 << 10), rc_status::RC_OK);
+    assert_eq!(rc_free(h), rc_status::RC_OK);
+    assert_eq!(rc_fetch_checkpoint(h), rc_status::RC_ERR_BAD_HANDLE);
+    assert_eq!(rc_checkpoint_configure(h, 1, 0, 0), rc_status::RC_ERR_BAD_HANDLE);
+    assert_eq!(api::checkpoint_take(h, &mut []), Err(rc_status::RC_ERR_BAD_HANDLE));
 }

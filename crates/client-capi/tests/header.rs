@@ -80,8 +80,17 @@ fn header_declares_every_entry_point() {
         "rc_is_member",
         "rc_leave",
         "rc_free",
+        "rc_poll_checkpoint",
+        "rc_provide_checkpoint",
+        "rc_fetch_checkpoint",
+        "rc_checkpoint_take",
+        "rc_checkpoint_configure",
+        "rc_checkpoint_stats",
     ] {
         assert!(h.contains(&format!(" {f}(")), "{f} missing from the header");
     }
     assert!(h.contains("#define REFLECTOR_C_VERSION_MAJOR 1"));
+    assert!(h.contains("#define REFLECTOR_C_VERSION_MINOR 1"));
+    assert!(h.contains("RC_ERR_BUFFER_TOO_SMALL = -12"));
+    assert!(h.contains("RC_CHECKPOINT_READY = 3"));
 }

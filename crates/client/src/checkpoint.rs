@@ -8,8 +8,7 @@
 //! bytes and checks what the codec decoded.
 
 use reflector_proto::checkpoint::{
-    body_mac, digest, Answer, DecodeError, Hello, Member, Op, Refusal, Reply, Request, Status, Stored, HELLO_LEN,
-    REPLY_LEN, REQUEST_LEN,
+    body_mac, digest, Answer, DecodeError, Hello, Member, Op, Reply, Request, Stored, HELLO_LEN, REPLY_LEN, REQUEST_LEN,
 };
 use reflector_proto::protocol::{SessionKeys, MAC_LEN};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -23,84 +22,14 @@ const PIECE: usize = 64 * 1024;
 /// Reads or writes per transfer per update.
 const PASSES: usize = 16;
 
-/// Which way a checkpoint went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CheckpointOp {
-    /// The game's state, sent to the reflector when it asked.
-    Upload,
-    /// The group's latest checkpoint, fetched from the reflector.
-    Fetch,
-}
-
 /// Why a checkpoint exchange failed (in [`crate::CheckpointEvent::Failed`])
-/// or could not start.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CheckpointError {
-    /// Not a member of a group (yet, or any more).
-    #[error("not a member of a group")]
-    NotMember,
-    /// The group's JOIN_ACK announced no checkpoint channel.
-    #[error("the group has no checkpoint channel (port 0 in JOIN_ACK)")]
-    NoChannel,
-    /// [`crate::Client::provide_checkpoint`] with no CHECKPOINT_REQUEST
-    /// pending (none came, or its nonce was used).
-    #[error("the reflector has not asked for a checkpoint")]
-    NotRequested,
-    /// One exchange of this kind is already under way.
-    #[error("a checkpoint {0:?} is already under way")]
-    InFlight(CheckpointOp),
-    /// A socket call failed (connect refused, reset, ...).
-    #[error("checkpoint channel {addr}: {call} failed: {message}")]
-    Io {
-        addr: SocketAddr,
-        call: &'static str,
-        message: String,
-    },
-    /// The reflector closed the connection before the exchange ended.
-    #[error("checkpoint channel {addr}: closed by the reflector mid-exchange")]
-    Closed { addr: SocketAddr },
-    /// The exchange did not end within [`crate::Config::checkpoint_timeout`].
-    #[error("checkpoint channel {addr}: no answer within the deadline")]
-    TimedOut { addr: SocketAddr },
-    /// A HELLO or REPLY that does not decode (another version, a field
-    /// that must be zero is not, ...).
-    #[error("checkpoint channel {addr}: malformed message: {what}")]
-    Malformed { addr: SocketAddr, what: DecodeError },
-    /// The reflector refused, and its REPLY's MAC verified under our key.
-    #[error("checkpoint channel {addr}: refused: {code}")]
-    Refused { addr: SocketAddr, code: Refusal },
-    /// A REPLY with an all-zero MAC: only "this exchange failed"; the code
-    /// it names cannot be trusted.
-    #[error("checkpoint channel {addr}: the exchange failed (unauthenticated refusal {refusal:?})")]
-    Unauthenticated { addr: SocketAddr, refusal: Option<Refusal> },
-    /// A REPLY whose MAC does not verify under our key: nothing in it is used.
-    #[error("checkpoint channel {addr}: the reply's MAC does not verify under our key")]
-    BadMac { addr: SocketAddr },
-    /// A state larger than the bound (the reflector's for an upload,
-    /// [`crate::Config::checkpoint_max_bytes`] for a fetch).
-    #[error("checkpoint channel {addr}: a state of {len} bytes is larger than the bound of {max}")]
-    TooLarge { addr: SocketAddr, len: u64, max: u64 },
-    /// An authenticated answer that does not fit the request (a digest,
-    /// tick or player that is not ours, a state whose SHA-256 is not the
-    /// REPLY's).
-    #[error("checkpoint channel {addr}: {what}")]
-    Mismatch { addr: SocketAddr, what: &'static str },
-    /// An authenticated answer this step does not expect.
-    #[error("checkpoint channel {addr}: unexpected reply {status:?}")]
-    Unexpected { addr: SocketAddr, status: Status },
-}
-
-impl CheckpointError {
-    /// The reflector's refusal code, whether or not the refusal could be
-    /// authenticated (`None` for every other failure).
-    pub fn refusal(&self) -> Option<Refusal> {
-        match self {
-            CheckpointError::Refused { code, .. } => Some(*code),
-            CheckpointError::Unauthenticated { refusal, .. } => *refusal,
-            _ => None,
-        }
-    }
-}
+/// or could not start: the channel's own error type, shared with the
+/// blocking exchanges of `reflector_proto::checkpoint`. A socket error is
+/// [`CheckpointError::Io`] (its call and message); the deadline is
+/// [`crate::Config::checkpoint_timeout`], the fetch bound
+/// [`crate::Config::checkpoint_max_bytes`].
+pub type CheckpointError = reflector_proto::checkpoint::ChannelError;
+pub use reflector_proto::checkpoint::CheckpointOp;
 
 /// What an exchange ended with.
 pub(crate) enum Done {

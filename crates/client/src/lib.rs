@@ -607,6 +607,26 @@ impl<D: Driver> Client<D> {
         self.start_fetch(Instant::now())
     }
 
+    /// Changes the checkpoint settings of a running client
+    /// ([`Config::checkpoint_fetch_on_join`], [`Config::checkpoint_timeout`],
+    /// [`Config::checkpoint_max_bytes`]); an exchange already under way
+    /// keeps its deadline and bound. Before the first [`Client::update`],
+    /// the first join sees the new `fetch_on_join`.
+    pub fn set_checkpoint_config(&mut self, fetch_on_join: bool, timeout: Duration, max_bytes: u64) {
+        self.cfg.checkpoint_fetch_on_join = fetch_on_join;
+        self.cfg.checkpoint_timeout = timeout;
+        self.cfg.checkpoint_max_bytes = max_bytes;
+    }
+
+    /// The checkpoint settings now: fetch on join, the timeout, the bound.
+    pub fn checkpoint_config(&self) -> (bool, Duration, u64) {
+        (
+            self.cfg.checkpoint_fetch_on_join,
+            self.cfg.checkpoint_timeout,
+            self.cfg.checkpoint_max_bytes,
+        )
+    }
+
     /// The next received DATA, if any.
     pub fn recv(&mut self) -> Option<Datagram<'_>> {
         let s = self.inbox.pop()?;

@@ -650,38 +650,84 @@ pub struct Fetched {
     pub state: Bytes,
 }
 
-/// Why a client exchange failed.
-#[derive(Debug, thiserror::Error)]
+/// Which way a checkpoint went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointOp {
+    /// The game's state, sent to the reflector when it asked.
+    Upload,
+    /// The group's latest checkpoint, fetched from the reflector.
+    Fetch,
+}
+
+/// Why a client exchange failed or could not start: for the blocking
+/// exchanges here and for the non-blocking client's (which reports it as
+/// `CheckpointError`). A socket error is kept as text, so the error can be
+/// cloned and compared.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ChannelError {
-    #[error("checkpoint channel {addr}: {source}")]
+    /// Not a member of a group (yet, or any more).
+    #[error("not a member of a group")]
+    NotMember,
+    /// The group's JOIN_ACK announced no checkpoint channel.
+    #[error("the group announced no checkpoint channel (port 0 in JOIN_ACK)")]
+    NoChannel,
+    /// An upload with no CHECKPOINT_REQUEST pending (none came, or its
+    /// nonce was used).
+    #[error("the reflector has not asked for a checkpoint")]
+    NotRequested,
+    /// One exchange of this kind is already under way.
+    #[error("a checkpoint {0:?} is already under way")]
+    InFlight(CheckpointOp),
+    /// A socket call failed (connect refused, reset, ...).
+    #[error("checkpoint channel {addr}: {call} failed: {message}")]
     Io {
         addr: SocketAddr,
-        #[source]
-        source: io::Error,
+        call: &'static str,
+        message: String,
     },
+    /// The reflector closed the connection before the exchange ended.
+    #[error("checkpoint channel {addr}: closed by the reflector mid-exchange")]
+    Closed { addr: SocketAddr },
+    /// The exchange did not end within its deadline.
+    #[error("checkpoint channel {addr}: no answer within the deadline")]
+    TimedOut { addr: SocketAddr },
     #[error("checkpoint channel {addr}: version {version} is not spoken here (this client speaks {VERSION})")]
     Version { addr: SocketAddr, version: u8 },
+    /// A HELLO or REPLY that does not decode.
     #[error("checkpoint channel {addr}: malformed message: {what}")]
     Malformed { addr: SocketAddr, what: DecodeError },
+    /// The reflector refused, and its REPLY's MAC verified under our key.
     #[error("checkpoint channel {addr}: refused: {code}")]
     Refused { addr: SocketAddr, code: Refusal },
     /// A reply with an all-zero MAC (the reflector could not or did not
     /// authenticate the request): the exchange failed, nothing more is known.
     #[error("checkpoint channel {addr}: the exchange failed (unauthenticated refusal{})", match .refusal { Some(c) => format!(": {c}"), None => String::new() })]
     Unauthenticated { addr: SocketAddr, refusal: Option<Refusal> },
+    /// A REPLY whose MAC does not verify under our key: nothing in it is used.
     #[error("checkpoint channel {addr}: the reply's MAC does not verify under our key")]
     BadMac { addr: SocketAddr },
+    /// A state larger than the bound (the reflector's for an upload, the
+    /// client's for a fetch).
     #[error("checkpoint channel {addr}: a state of {len} bytes is larger than the bound of {max}")]
     TooLarge { addr: SocketAddr, len: u64, max: u64 },
+    /// An authenticated answer that does not fit the request.
     #[error("checkpoint channel {addr}: {what}")]
     Mismatch { addr: SocketAddr, what: &'static str },
+    /// An authenticated answer this step does not expect.
     #[error("checkpoint channel {addr}: unexpected reply {status:?}")]
     Unexpected { addr: SocketAddr, status: Status },
-    #[error("the group announced no checkpoint channel (port 0 in JOIN_ACK)")]
-    NoChannel,
 }
 
 impl ChannelError {
+    /// A failed socket `call` on the channel at `addr`.
+    pub fn io(addr: SocketAddr, call: &'static str, e: &io::Error) -> ChannelError {
+        ChannelError::Io {
+            addr,
+            call,
+            message: e.to_string(),
+        }
+    }
+
     /// The reflector's refusal code, whether or not the refusal could be
     /// authenticated (`None` for every other failure).
     pub fn refusal(&self) -> Option<Refusal> {
@@ -709,7 +755,7 @@ pub fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, Channel
     if addr.port() == 0 {
         return Err(ChannelError::NoChannel);
     }
-    TcpStream::connect_timeout(&addr, timeout).map_err(|source| ChannelError::Io { addr, source })
+    TcpStream::connect_timeout(&addr, timeout).map_err(|e| ChannelError::io(addr, "connect", &e))
 }
 
 /// One blocking exchange on a connected stream.
@@ -719,11 +765,8 @@ struct Exchange<'s> {
 }
 
 impl Exchange<'_> {
-    fn io(&self, source: io::Error) -> ChannelError {
-        ChannelError::Io {
-            addr: self.addr,
-            source,
-        }
+    fn io(&self, call: &'static str, e: io::Error) -> ChannelError {
+        ChannelError::io(self.addr, call, &e)
     }
 
     fn malformed(&self, what: DecodeError) -> ChannelError {
@@ -739,23 +782,27 @@ impl Exchange<'_> {
     fn read<const N: usize>(&self) -> Result<[u8; N], ChannelError> {
         let mut b = [0u8; N];
         let mut s = self.s;
-        s.read_exact(&mut b).map_err(|e| self.io(e))?;
+        s.read_exact(&mut b).map_err(|e| self.io("read", e))?;
         Ok(b)
     }
 
     fn write(&self, parts: &[&[u8]]) -> Result<(), ChannelError> {
         let mut s = self.s;
         for p in parts {
-            s.write_all(p).map_err(|e| self.io(e))?;
+            s.write_all(p).map_err(|e| self.io("write", e))?;
         }
-        s.flush().map_err(|e| self.io(e))
+        s.flush().map_err(|e| self.io("flush", e))
     }
 
     /// Sets the deadlines and reads the HELLO.
     fn hello(&self, timeout: Duration) -> Result<Hello, ChannelError> {
-        self.s.set_nodelay(true).map_err(|e| self.io(e))?;
-        self.s.set_read_timeout(Some(timeout)).map_err(|e| self.io(e))?;
-        self.s.set_write_timeout(Some(timeout)).map_err(|e| self.io(e))?;
+        self.s.set_nodelay(true).map_err(|e| self.io("setsockopt", e))?;
+        self.s
+            .set_read_timeout(Some(timeout))
+            .map_err(|e| self.io("setsockopt", e))?;
+        self.s
+            .set_write_timeout(Some(timeout))
+            .map_err(|e| self.io("setsockopt", e))?;
         Hello::decode(&self.read()?).map_err(|e| self.malformed(e))
     }
 
@@ -932,7 +979,7 @@ fn fetch_op_on(
             // body_len <= max_state, which the caller chose to hold in memory.
             let mut state = vec![0u8; body_len as usize];
             let mut r = s;
-            r.read_exact(&mut state).map_err(|e| x.io(e))?;
+            r.read_exact(&mut state).map_err(|e| x.io("read", e))?;
             if digest(&state) != stored.digest {
                 return Err(ChannelError::Mismatch {
                     addr,

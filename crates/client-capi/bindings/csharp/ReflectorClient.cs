@@ -8,6 +8,12 @@
 // under another name. A handle is used from one thread at a time (a
 // game's main loop); errors throw ReflectorException with the library's
 // message.
+//
+// Checkpoints (library 1.1): PollCheckpoint(out ev) each frame; answer a
+// CheckpointKind.Requested with ProvideCheckpoint(tick, state) (the bytes
+// are copied by the library before it returns), and copy a
+// CheckpointKind.Ready's state out with TakeCheckpoint (the library keeps
+// it until then). The exchanges run inside Update(), on its thread.
 
 using System;
 using System.Collections.Generic;
@@ -31,6 +37,51 @@ namespace Reflector
         ErrJoinRefused = -9,
         ErrPanic = -10,
         ErrTableFull = -11,
+        ErrBufferTooSmall = -12,
+        ErrNotRequested = -13,
+        ErrInFlight = -14,
+        ErrNoChannel = -15,
+        ErrTimedOut = -16,
+        ErrRefused = -17,
+        ErrProtocol = -18,
+    }
+
+    public enum CheckpointKind
+    {
+        None = 0,
+        Requested = 1,
+        Uploaded = 2,
+        Ready = 3,
+        Empty = 4,
+        Failed = 5,
+    }
+
+    public enum CheckpointOp
+    {
+        None = 0,
+        Upload = 1,
+        Fetch = 2,
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    public struct CheckpointEvent
+    {
+        public CheckpointKind Kind;
+        public ushort Group;
+        public CheckpointOp Op;
+        public ulong Number;
+        public ulong Tick;
+        public uint FromPlayer;
+        public uint AgeMs;
+        public UIntPtr Len;
+        public Status Error;
+        public byte Refusal;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    public struct CheckpointStats
+    {
+        public ulong Requested, Uploaded, Fetched, Failures;
     }
 
     public enum EventKind
@@ -133,6 +184,18 @@ namespace Reflector
         [DllImport(Lib)] public static extern int rc_is_member(ulong h);
         [DllImport(Lib)] public static extern Status rc_leave(ulong h);
         [DllImport(Lib)] public static extern Status rc_free(ulong h);
+        [DllImport(Lib)] public static extern Status rc_poll_checkpoint(ulong h, out CheckpointEvent ev);
+        [DllImport(Lib)] public static extern Status rc_provide_checkpoint(ulong h, ulong tick, byte[] state, UIntPtr len);
+        [DllImport(Lib)] public static extern Status rc_fetch_checkpoint(ulong h);
+
+        [DllImport(Lib)]
+        public static extern Status rc_checkpoint_take(ulong h, byte[] buf, UIntPtr cap, out UIntPtr len,
+            out ulong tick);
+
+        [DllImport(Lib)]
+        public static extern Status rc_checkpoint_configure(ulong h, int fetchOnJoin, ulong timeoutMs, ulong maxBytes);
+
+        [DllImport(Lib)] public static extern Status rc_checkpoint_stats(ulong h, out CheckpointStats stats);
 
         /// <summary>This thread's last error message.</summary>
         public static string LastError()
@@ -258,6 +321,62 @@ namespace Reflector
         public void Leave()
         {
             Native.Check(Native.rc_leave(Handle));
+        }
+
+        /// <summary>The next checkpoint event, or false when there is none. A Ready
+        /// event's state waits for TakeCheckpoint; a Failed one's message is
+        /// Native.LastError() on this thread.</summary>
+        public bool PollCheckpoint(out CheckpointEvent ev)
+        {
+            return Native.Check(Native.rc_poll_checkpoint(Handle, out ev)) == Status.Ok;
+        }
+
+        /// <summary>Answers the reflector's request with the game's state at tick
+        /// (copied by the library before this returns).</summary>
+        public void ProvideCheckpoint(ulong tick, byte[] state)
+        {
+            Native.Check(Native.rc_provide_checkpoint(Handle, tick, state, (UIntPtr)state.Length));
+        }
+
+        /// <summary>Fetches the group's latest checkpoint (the outcome is an event).</summary>
+        public void FetchCheckpoint()
+        {
+            Native.Check(Native.rc_fetch_checkpoint(Handle));
+        }
+
+        /// <summary>The state of the last Ready event and its tick, or false when
+        /// none waits: its size asked first, then copied into an array that
+        /// large.</summary>
+        public bool TakeCheckpoint(out byte[] state, out ulong tick)
+        {
+            UIntPtr len;
+            state = null;
+            var s = Native.rc_checkpoint_take(Handle, null, UIntPtr.Zero, out len, out tick);
+            if (s == Status.None) return false;
+            if (s == Status.Ok)
+            {
+                state = new byte[0];
+                return true;
+            }
+            if (s != Status.ErrBufferTooSmall) Native.Check(s);
+            var buf = new byte[(int)(ulong)len];
+            Native.Check(Native.rc_checkpoint_take(Handle, buf, (UIntPtr)buf.Length, out len, out tick));
+            state = buf;
+            return true;
+        }
+
+        /// <summary>Checkpoint settings (0 keeps the timeout or bound); before the
+        /// first Update for the first join to see them.</summary>
+        public void CheckpointConfigure(bool fetchOnJoin, ulong timeoutMs = 0, ulong maxBytes = 0)
+        {
+            Native.Check(Native.rc_checkpoint_configure(Handle, fetchOnJoin ? 1 : 0, timeoutMs, maxBytes));
+        }
+
+        public CheckpointStats GetCheckpointStats()
+        {
+            CheckpointStats s;
+            Native.Check(Native.rc_checkpoint_stats(Handle, out s));
+            return s;
         }
 
         /// <summary>Frees the handle (once; later calls on it throw).</summary>

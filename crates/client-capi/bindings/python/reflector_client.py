@@ -9,16 +9,25 @@
         for ev in c.events(): ...
         for d in c.datagrams(): ...              # d.sender, d.seq, d.payload
         c.send(b"...")
+        for ck in c.checkpoint_events():         # checkpoints (library 1.1)
+            if ck.kind == rc.RC_CHECKPOINT_REQUESTED:
+                c.provide_checkpoint(tick, game_state_bytes)
+            elif ck.kind == rc.RC_CHECKPOINT_READY:
+                tick, state = c.take_checkpoint()
     c.close()
 
 A handle is used from one thread at a time; errors raise ReflectorError
-with the library's message.
+with the library's message. Checkpoint exchanges run inside update(); the
+bytes given to provide_checkpoint are copied by the library at once, and a
+fetched state is the library's until take_checkpoint copies it out.
 """
 
 import ctypes
 import os
 
 REFLECTOR_C_VERSION_MAJOR = 1
+# The checkpoint functions came with 1.1.
+REFLECTOR_C_VERSION_MINOR_CHECKPOINTS = 1
 RC_TOKEN_LEN = 32
 RC_SESSION_KEY_LEN = 32
 RC_MAX_PAYLOAD = 1440
@@ -28,6 +37,23 @@ RC_NONE = 1
 RC_ERR_BAD_HANDLE = -3
 RC_ERR_NOT_MEMBER = -4
 RC_ERR_TOO_LARGE = -5
+RC_ERR_BUFFER_TOO_SMALL = -12
+RC_ERR_NOT_REQUESTED = -13
+RC_ERR_IN_FLIGHT = -14
+RC_ERR_NO_CHANNEL = -15
+RC_ERR_TIMED_OUT = -16
+RC_ERR_REFUSED = -17
+RC_ERR_PROTOCOL = -18
+
+RC_CHECKPOINT_NONE = 0
+RC_CHECKPOINT_REQUESTED = 1
+RC_CHECKPOINT_UPLOADED = 2
+RC_CHECKPOINT_READY = 3
+RC_CHECKPOINT_EMPTY = 4
+RC_CHECKPOINT_FAILED = 5
+
+RC_CHECKPOINT_OP_UPLOAD = 1
+RC_CHECKPOINT_OP_FETCH = 2
 
 RC_EVENT_NONE = 0
 RC_EVENT_JOINED = 1
@@ -69,6 +95,25 @@ class Event(ctypes.Structure):
     @property
     def name(self):
         return EVENT_NAMES.get(self.kind, "unknown")
+
+
+class CheckpointEvent(ctypes.Structure):
+    _fields_ = [
+        ("kind", ctypes.c_int),
+        ("group", ctypes.c_uint16),
+        ("op", ctypes.c_int),
+        ("number", ctypes.c_uint64),
+        ("tick", ctypes.c_uint64),
+        ("from_player", ctypes.c_uint32),
+        ("age_ms", ctypes.c_uint32),
+        ("len", ctypes.c_size_t),
+        ("error", ctypes.c_int),
+        ("refusal", ctypes.c_uint8),
+    ]
+
+
+class CheckpointStats(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in ("requested", "uploaded", "fetched", "failures")]
 
 
 class DatagramInfo(ctypes.Structure):
@@ -139,6 +184,12 @@ def load(path=None):
         "rc_is_member": (ctypes.c_int, [u64]),
         "rc_leave": (ctypes.c_int, [u64]),
         "rc_free": (ctypes.c_int, [u64]),
+        "rc_poll_checkpoint": (ctypes.c_int, [u64, ctypes.POINTER(CheckpointEvent)]),
+        "rc_provide_checkpoint": (ctypes.c_int, [u64, u64, bytes_p, size]),
+        "rc_fetch_checkpoint": (ctypes.c_int, [u64]),
+        "rc_checkpoint_take": (ctypes.c_int, [u64, bytes_p, size, ctypes.POINTER(size), ctypes.POINTER(u64)]),
+        "rc_checkpoint_configure": (ctypes.c_int, [u64, ctypes.c_int, u64, u64]),
+        "rc_checkpoint_stats": (ctypes.c_int, [u64, ctypes.POINTER(CheckpointStats)]),
     }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)
@@ -234,6 +285,54 @@ class Client:
 
     def leave(self):
         _check(self._lib, self._lib.rc_leave(self.handle))
+
+    def checkpoint_events(self):
+        """The checkpoint events waiting, in order. A READY event's state
+        waits for take_checkpoint(); a FAILED one's message is in
+        last_error(lib) until the next failing call."""
+        out = []
+        while True:
+            ev = CheckpointEvent()
+            if _check(self._lib, self._lib.rc_poll_checkpoint(self.handle, ctypes.byref(ev))) == RC_NONE:
+                return out
+            out.append(ev)
+
+    def provide_checkpoint(self, tick, state):
+        """Answers the reflector's request (a REQUESTED event) with the
+        game's state at `tick` (bytes; copied by the library)."""
+        d, n = _bytes(state)
+        _check(self._lib, self._lib.rc_provide_checkpoint(self.handle, tick, d, n))
+
+    def fetch_checkpoint(self):
+        """Fetches the group's latest checkpoint (the outcome is an event)."""
+        _check(self._lib, self._lib.rc_fetch_checkpoint(self.handle))
+
+    def take_checkpoint(self):
+        """The state of the last READY event as (tick, bytes), or None: its
+        size asked first, then copied into a buffer that large."""
+        size, tick = ctypes.c_size_t(), ctypes.c_uint64()
+        code = self._lib.rc_checkpoint_take(self.handle, None, 0, ctypes.byref(size), ctypes.byref(tick))
+        if code == RC_NONE:
+            return None
+        if code == RC_OK:  # an empty state, taken
+            return tick.value, b""
+        if code != RC_ERR_BUFFER_TOO_SMALL:
+            _check(self._lib, code)
+        buf = (ctypes.c_uint8 * max(size.value, 1))()
+        _check(self._lib, self._lib.rc_checkpoint_take(self.handle, buf, size.value, ctypes.byref(size),
+                                                       ctypes.byref(tick)))
+        return tick.value, bytes(buf[:size.value])
+
+    def checkpoint_configure(self, fetch_on_join=True, timeout_ms=0, max_bytes=0):
+        """Checkpoint settings (0 keeps the timeout or bound); before the
+        first update() for the first join to see them."""
+        _check(self._lib, self._lib.rc_checkpoint_configure(self.handle, 1 if fetch_on_join else 0, timeout_ms,
+                                                            max_bytes))
+
+    def checkpoint_stats(self):
+        s = CheckpointStats()
+        _check(self._lib, self._lib.rc_checkpoint_stats(self.handle, ctypes.byref(s)))
+        return s
 
     def close(self):
         """Frees the handle (a second close raises: the handle is dead)."""

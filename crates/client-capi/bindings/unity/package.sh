@@ -44,6 +44,8 @@ Plugins/x86_64/libreflector_c.so  the native library; in its import settings
 Scripts/ReflectorClient.cs        namespace Reflector: Client.WithToken(...) or
                                   Client.WithControl(...), then each frame Update(),
                                   PollEvent(out ev), Recv(out d), Send(bytes); Dispose() at the end.
+                                  Checkpoints: PollCheckpoint(out ck), ProvideCheckpoint(tick, state)
+                                  on Requested, TakeCheckpoint(out state, out tick) on Ready.
 
 Use a Client from the main thread (or one thread at a time). No callbacks
 cross into C#, so IL2CPP needs no special attributes. Other platforms are

@@ -8,7 +8,9 @@ use reflector_client::{Client, Config, TokenSource};
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::protocol::SessionKeys;
 use reflector_server::backend::BackendKind;
+use reflector_server::checkpoint::CheckpointConfig;
 use reflector_server::membership::Policy;
+use reflector_server::metrics::Snapshot;
 use reflector_server::server::{Server, ServerConfig};
 use std::collections::BTreeSet;
 use std::io::Read;
@@ -29,6 +31,24 @@ pub struct Reflector {
 
 impl Reflector {
     pub fn start() -> Reflector {
+        Reflector::start_with(None)
+    }
+
+    /// One with its checkpoint channel on, asking each group for a
+    /// checkpoint every `every_ms`.
+    pub fn start_checkpoints(every_ms: u64) -> Reflector {
+        let r = Reflector::start_with(Some(CheckpointConfig {
+            every_ms,
+            ..CheckpointConfig::default()
+        }));
+        assert!(
+            r.server.checkpoint_port().is_some_and(|p| p != 0),
+            "the channel is bound"
+        );
+        r
+    }
+
+    fn start_with(checkpoint: Option<CheckpointConfig>) -> Reflector {
         let cfg = ServerConfig {
             ports: vec![0],
             policy: Policy {
@@ -36,6 +56,7 @@ impl Reflector {
                 data_instance: true,
                 ..Policy::default()
             },
+            checkpoint,
             ..ServerConfig::new(
                 [127, 0, 0, 1].into(),
                 Secret::new(&SECRET).expect("a valid secret"),
@@ -53,6 +74,11 @@ impl Reflector {
 
     pub fn group(&self) -> u16 {
         self.port
+    }
+
+    /// The reflector's counters, summed over its groups.
+    pub fn counters(&self) -> Snapshot {
+        self.server.registry().total()
     }
 
     pub fn stop(self) {
@@ -308,5 +334,158 @@ pub fn build_player_exe(mcs: &Path) -> PathBuf {
         .arg(src.join("Player.cs"));
     let (o, e, ok) = run(cmd, Duration::from_secs(120));
     assert!(ok, "the C# binding does not build:\n{o}\n{e}");
+    out
+}
+
+/// The size of the state the example players hand in for a checkpoint.
+pub const STATE_LEN: usize = 20_000;
+
+/// The state an example player (grid.c, player.py, Player.cs) hands in at
+/// `tick`: each computes the same bytes from its id and the tick.
+pub fn example_state(player: u32, tick: u64) -> Vec<u8> {
+    (0..STATE_LEN as u64)
+        .map(|i| ((i * 7 + (i >> 8) + u64::from(player) * 13 + tick) & 0xff) as u8)
+        .collect()
+}
+
+/// 64-bit FNV-1a, as the example players print a fetched state's.
+pub fn fnv1a(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
+        (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// An `uploaded ME number N tick T size S` line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Uploaded {
+    pub player: u32,
+    pub number: u64,
+    pub tick: u64,
+    pub size: usize,
+}
+
+/// A `checkpoint ME from P number N tick T size S fnv1a H` line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fetched {
+    pub player: u32,
+    pub from: u32,
+    pub number: u64,
+    pub tick: u64,
+    pub size: usize,
+    pub fnv1a: u64,
+}
+
+/// The `uploaded` lines of a player program's output.
+pub fn uploads(stdout: &str) -> Vec<Uploaded> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            match w.as_slice() {
+                ["uploaded", p, "number", n, "tick", t, "size", s] => Some(Uploaded {
+                    player: p.parse().ok()?,
+                    number: n.parse().ok()?,
+                    tick: t.parse().ok()?,
+                    size: s.parse().ok()?,
+                }),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// The `checkpoint` lines of a player program's output.
+pub fn fetches(stdout: &str) -> Vec<Fetched> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            match w.as_slice() {
+                ["checkpoint", p, "from", f, "number", n, "tick", t, "size", s, "fnv1a", h] => Some(Fetched {
+                    player: p.parse().ok()?,
+                    from: f.parse().ok()?,
+                    number: n.parse().ok()?,
+                    tick: t.parse().ok()?,
+                    size: s.parse().ok()?,
+                    fnv1a: u64::from_str_radix(h, 16).ok()?,
+                }),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// The `got ME SENDER SEQ` lines (numbered datagrams received, `--owed`).
+pub fn got(stdout: &str) -> Vec<(u32, u32, u64)> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            match w.as_slice() {
+                ["got", r, s, k] => Some((r.parse().ok()?, s.parse().ok()?, k.parse().ok()?)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// A Rust player in the `--owed K:N` protocol of the example programs:
+/// sends its position every 50 ms; once it heard `group_size - 1` others
+/// (all are members then) sends `owed` numbered datagrams ("n SEQ", one a
+/// frame) and "done"; stops 300 ms after its own are out and every other
+/// player's "done" came, or after `cap`. Returns the same lines the
+/// programs print (`got`, `complete`, `heard`).
+pub fn rust_owed_player(r: &Reflector, m: &Minted, owed: u64, group_size: usize, cap: Duration) -> String {
+    let cfg = Config {
+        local: "127.0.0.1:0".into(),
+        ..Config::new(TokenSource::Given(m.client_token(r)))
+    };
+    let mut c = Client::new(cfg).expect("the Rust client starts");
+    let me = m.player;
+    let mut out = String::new();
+    let mut heard = BTreeSet::new();
+    let mut done_from = BTreeSet::new();
+    let (mut sent, mut done_sent, mut complete_at) = (0u64, false, None::<Instant>);
+    let end = Instant::now() + cap;
+    let mut last = Instant::now();
+    for _ in 0..1_000_000 {
+        let now = Instant::now();
+        if now >= end || complete_at.is_some_and(|t| now.duration_since(t) >= Duration::from_millis(300)) {
+            break;
+        }
+        c.update(now);
+        while c.poll_event().is_some() {}
+        while c.poll_checkpoint().is_some() {}
+        while let Some(d) = c.recv() {
+            let text = String::from_utf8_lossy(d.payload);
+            if let Some(k) = text.strip_prefix("n ") {
+                out.push_str(&format!("got {me} {} {k}\n", d.sender));
+            } else if text == "done" {
+                done_from.insert(d.sender);
+            }
+            heard.insert(d.sender);
+        }
+        if c.is_member() && now.duration_since(last) >= Duration::from_millis(50) {
+            last = now;
+            c.send(b"pos 0 3").expect("a member sends");
+        }
+        if heard.len() + 1 >= group_size && c.is_member() {
+            if sent < owed {
+                c.send(format!("n {sent}").as_bytes()).expect("a member sends");
+                sent += 1;
+            } else if !done_sent {
+                c.send(b"done").expect("a member sends");
+                done_sent = true;
+            }
+        }
+        if done_sent && done_from.len() + 1 >= group_size && complete_at.is_none() {
+            complete_at = Some(now);
+            out.push_str(&format!("complete {me}\n"));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for h in heard {
+        out.push_str(&format!("heard {me} {h}\n"));
+    }
     out
 }
