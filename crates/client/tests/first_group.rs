@@ -68,6 +68,11 @@ fn two_players_of_the_guide_hear_each_other() {
             i + 1
         );
     }
+    // Both LEAVEs were sent; the reflector handles them on its own thread.
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while r.counters().leaves < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let t = r.counters();
     assert!(t.forwarded >= 40 && t.leaves == 2, "{t:?}");
 }
