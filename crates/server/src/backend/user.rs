@@ -7,12 +7,13 @@
 //! writable or the back-off timer fires, serving its other groups meanwhile.
 //! A full queue is never a reason to drop: with `IP_RECVERR` the kernel
 //! reports it as ENOBUFS, and we wait and resend (paper §4.1). A pending
-//! fan-out keeps a snapshot of the destinations it still owes and its own
-//! copy of the datagram, so members joining or leaving (or the receive
-//! buffer being reused) before it resumes change nothing for it.
+//! fan-out keeps a snapshot of the destinations it still owes and the
+//! datagram's receive buffer (owned: no copy), so members joining or
+//! leaving before it resumes change nothing for it.
 
 use crate::membership::Member;
 use crate::metrics::GroupCounters;
+use crate::receive::RecvBuf;
 pub use oskit::Support;
 use sendpath::errqueue::ErrEntry;
 use sendpath::DestSet;
@@ -41,7 +42,8 @@ pub enum Progress {
 
 /// A fan-out backend, for every group of one event loop. Groups are the
 /// loop's indices; the backend keeps per group whatever it sends with.
-pub trait Fanout: Send {
+/// Built on the loop's own thread (it holds the loop's receive buffers).
+pub trait Fanout {
     fn name(&self) -> &'static str;
 
     /// Group `g` (port `port`, DATA tags on or off) is served from socket
@@ -56,11 +58,13 @@ pub trait Fanout: Send {
 
     /// Sends `datagram` to every member of `g` but `from`, counting copies,
     /// waits and give-ups in `c`. Must not be called while `g` is pending.
+    /// A pending fan-out keeps `datagram` (the receive buffer itself) until
+    /// it is done; dropping it returns the buffer to its pool.
     fn fanout(
         &mut self,
         g: usize,
         fd: BorrowedFd<'_>,
-        datagram: &[u8],
+        datagram: RecvBuf,
         from: SocketAddr,
         c: &GroupCounters,
     ) -> Progress;
@@ -173,10 +177,10 @@ pub(crate) enum Mode {
     Sendmmsg,
 }
 
-/// A fan-out that had to wait: its own copy of the datagram and the
+/// A fan-out that had to wait: the datagram's receive buffer and the
 /// destinations it still owes.
 struct Pending {
-    datagram: Vec<u8>,
+    datagram: RecvBuf,
     rest: DestSet,
     pos: usize,
     waiter: Waiter,
@@ -278,7 +282,7 @@ impl Fanout for UserFanout {
         &mut self,
         g: usize,
         fd: BorrowedFd<'_>,
-        datagram: &[u8],
+        datagram: RecvBuf,
         from: SocketAddr,
         c: &GroupCounters,
     ) -> Progress {
@@ -295,7 +299,7 @@ impl Fanout for UserFanout {
         let tx = Sender {
             mode,
             fd,
-            buf: datagram,
+            buf: &datagram,
             c,
         };
         for (k, range) in [first.clone(), second.clone()].into_iter().enumerate() {
@@ -307,7 +311,7 @@ impl Fanout for UserFanout {
                     owed.push(second);
                 }
                 st.pending = Some(Pending {
-                    datagram: datagram.to_vec(),
+                    datagram,
                     rest: st.members.snapshot(&owed),
                     pos: 0,
                     waiter: w,
@@ -417,11 +421,15 @@ mod tests {
             f.member_removed(0, members[5].local_addr().unwrap());
             let c = GroupCounters::default();
             let from = members[2].local_addr().unwrap();
-            assert_eq!(f.fanout(0, tx.as_fd(), b"hello", from, &c), Progress::Done);
+            let pool = crate::receive::RecvPool::new(64, 1);
+            assert_eq!(f.fanout(0, tx.as_fd(), pool.filled(b"hello"), from, &c), Progress::Done);
+            // Done: the buffer is back in the pool.
+            assert_eq!(pool.stats().free, 1);
             let got: Vec<usize> = members.iter().map(drain).collect();
             assert_eq!(got, vec![1, 1, 0, 1, 1, 0], "{}", f.name());
             assert_eq!(c.snapshot().fanned_out, 4);
             assert_eq!(c.snapshot().bytes_out, 20);
         }
     }
+
 }
