@@ -432,4 +432,85 @@ mod tests {
         }
     }
 
+    /// A fan-out that has to wait keeps the received buffer itself: no
+    /// copy (the same bytes at the same address), no other buffer taken
+    /// from the pool while it waits, and the buffer back in the pool once
+    /// the fan-out is done. The wait comes from a real full device queue:
+    /// a veth behind a tiny token bucket, in a namespace.
+    #[test]
+    fn a_pending_fanout_holds_the_received_buffer_without_a_copy() {
+        use crate::receive::RecvPool;
+        use oskit::testing::{root_or_skip, sh, NetNsGuard};
+        if !root_or_skip("a_pending_fanout_holds_the_received_buffer_without_a_copy") {
+            return;
+        }
+        let ns = NetNsGuard::new("rfpb");
+        let n = ns.name();
+        // A veth whose other end has no address: what leaves is dropped there.
+        sh(&["ip", "-n", n, "link", "add", "va", "type", "veth", "peer", "name", "vb"]);
+        sh(&["ip", "-n", n, "addr", "add", "10.203.0.1/24", "dev", "va"]);
+        sh(&["ip", "-n", n, "link", "set", "va", "up"]);
+        sh(&["ip", "-n", n, "link", "set", "vb", "up"]);
+        sh(&[
+            "ip",
+            "-n",
+            n,
+            "neigh",
+            "replace",
+            "10.203.0.2",
+            "lladdr",
+            "02:52:46:00:00:09",
+            "dev",
+            "va",
+            "nud",
+            "permanent",
+        ]);
+        sh(&[
+            "tc", "-n", n, "qdisc", "add", "dev", "va", "root", "tbf", "rate", "1mbit", "burst", "1600", "limit",
+            "3000",
+        ]);
+        ns.run(|| {
+            let tx = UdpSocket::bind("10.203.0.1:0").unwrap();
+            tx.set_nonblocking(true).unwrap();
+            sendpath::set_recverr(tx.as_fd(), "10.203.0.1".parse().unwrap()).unwrap();
+            let mut f = UserFanout::new(Mode::Sendmmsg);
+            f.attach(0, tx.as_fd(), 0, false).unwrap();
+            for k in 0..20u16 {
+                f.member_added(0, SocketAddr::from(([10, 203, 0, 2], 5000 + k)), None);
+            }
+            let pool = RecvPool::new(1200, 1);
+            let datagram = pool.filled(&[0xab; 1000]);
+            let at = datagram.as_ptr();
+            let c = GroupCounters::default();
+            let from = SocketAddr::from(([10, 203, 0, 9], 1));
+            let mut progress = f.fanout(0, tx.as_fd(), datagram, from, &c);
+            assert!(
+                matches!(progress, Progress::Pending(_)),
+                "20 KB into a 3 KB queue must wait"
+            );
+            let held = f.groups[0].pending.as_ref().expect("a pending fan-out");
+            assert_eq!(
+                held.datagram.as_ptr(),
+                at,
+                "the pending fan-out holds the received buffer itself"
+            );
+            assert_eq!(&*held.datagram, &[0xab; 1000][..]);
+            let s = pool.stats();
+            assert_eq!(
+                (s.allocated, s.free, s.handed_out),
+                (1, 0, 1),
+                "no copy, no other buffer"
+            );
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while progress != Progress::Done && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+                progress = f.resume(0, tx.as_fd(), &c);
+            }
+            assert_eq!(progress, Progress::Done);
+            assert_eq!(c.snapshot().fanned_out, 20);
+            // Done: the buffer is back, nothing else was allocated.
+            assert_eq!(pool.stats().free, 1);
+            assert_eq!(pool.stats().allocated, 1);
+        });
+    }
 }
