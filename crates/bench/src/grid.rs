@@ -1,6 +1,8 @@
 //! The measurement grid (paper 000 §5): datagram sizes x receiver counts x
 //! implementations, and the order the runs are made in. Pure: no I/O.
 
+use reflector_server::backend::BackendKind;
+use reflector_server::receive::ReceiveKind;
 use std::fmt;
 
 /// The paper's datagram sizes, bytes of UDP payload.
@@ -25,10 +27,19 @@ pub enum Impl {
     Sendmmsg,
     /// `reflector serve --backend sendmmsg --data-tags off`: what the tags cost.
     SendmmsgUntagged,
+    /// `reflector serve --backend sendmmsg --receive io-uring`: multishot
+    /// receives against `recvmmsg`.
+    SendmmsgUring,
 }
 
 impl Impl {
-    pub const ALL: [Impl; 4] = [Impl::RawLoop, Impl::Sendto, Impl::Sendmmsg, Impl::SendmmsgUntagged];
+    pub const ALL: [Impl; 5] = [
+        Impl::RawLoop,
+        Impl::Sendto,
+        Impl::Sendmmsg,
+        Impl::SendmmsgUntagged,
+        Impl::SendmmsgUring,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -36,6 +47,7 @@ impl Impl {
             Impl::Sendto => "sendto",
             Impl::Sendmmsg => "sendmmsg",
             Impl::SendmmsgUntagged => "sendmmsg-untagged",
+            Impl::SendmmsgUring => "sendmmsg+io-uring",
         }
     }
 
@@ -48,7 +60,15 @@ impl Impl {
         match self {
             Impl::RawLoop => None,
             Impl::Sendto => Some("sendto"),
-            Impl::Sendmmsg | Impl::SendmmsgUntagged => Some("sendmmsg"),
+            Impl::Sendmmsg | Impl::SendmmsgUntagged | Impl::SendmmsgUring => Some("sendmmsg"),
+        }
+    }
+
+    /// The reflector's `--receive`, from the receive registry.
+    pub fn receive(self) -> ReceiveKind {
+        match self {
+            Impl::SendmmsgUring => ReceiveKind::IoUring,
+            _ => ReceiveKind::default(),
         }
     }
 
@@ -65,6 +85,29 @@ impl fmt::Display for Impl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
+}
+
+/// A reflector implementation's name as fanout-bench takes it: its
+/// `--backend`, then `+` and its `--receive` unless that is the default
+/// (`sendmmsg`, `sendmmsg+io-uring`), both from the server's registries.
+pub fn reflector_impl(name: &str) -> Option<(BackendKind, ReceiveKind)> {
+    let (b, r) = name.split_once('+').unwrap_or((name, ReceiveKind::default().name()));
+    Some((b.parse().ok()?, r.parse().ok()?))
+}
+
+/// Every reflector implementation fanout-bench knows, from the registries.
+pub fn reflector_impls() -> Vec<String> {
+    let mut out = Vec::new();
+    for r in ReceiveKind::ALL {
+        for b in BackendKind::NAMED {
+            out.push(if r == ReceiveKind::default() {
+                b.name().to_string()
+            } else {
+                format!("{b}+{r}")
+            });
+        }
+    }
+    out
 }
 
 /// One point of the grid.
@@ -191,19 +234,10 @@ mod tests {
             }
         }
         // Implementations alternate inside a cell.
-        assert_eq!(
-            runs[..8].iter().map(|r| (r.imp, r.rep)).collect::<Vec<_>>(),
-            vec![
-                (Impl::RawLoop, 0),
-                (Impl::Sendto, 0),
-                (Impl::Sendmmsg, 0),
-                (Impl::SendmmsgUntagged, 0),
-                (Impl::RawLoop, 1),
-                (Impl::Sendto, 1),
-                (Impl::Sendmmsg, 1),
-                (Impl::SendmmsgUntagged, 1)
-            ]
-        );
+        let n = Impl::ALL.len();
+        let want: Vec<(Impl, usize)> = (0..2).flat_map(|rep| Impl::ALL.map(|i| (i, rep))).collect();
+        assert_eq!(runs[..2 * n].iter().map(|r| (r.imp, r.rep)).collect::<Vec<_>>(), want);
+        assert_eq!(want[..2], [(Impl::RawLoop, 0), (Impl::Sendto, 0)]);
     }
 
     #[test]
@@ -229,5 +263,32 @@ mod tests {
             vec![Impl::RawLoop, Impl::Sendmmsg]
         );
         assert!(parse_impls("ebpf").unwrap_err().contains("unknown"));
+    }
+
+    #[test]
+    fn reflector_impls_come_from_the_registries() {
+        for name in reflector_impls() {
+            assert!(reflector_impl(&name).is_some(), "{name}");
+        }
+        assert_eq!(
+            reflector_impl("sendmmsg+io-uring"),
+            Some((BackendKind::Sendmmsg, ReceiveKind::IoUring))
+        );
+        assert_eq!(
+            reflector_impl("sendto"),
+            Some((BackendKind::Sendto, ReceiveKind::Recvmmsg))
+        );
+        assert_eq!(reflector_impl("sendmmsg+xdp"), None);
+        // reflector-bench's rows name the same implementations.
+        for imp in Impl::ALL {
+            if let Some(b) = imp.backend() {
+                let name = match imp.receive() {
+                    r if r == ReceiveKind::default() => b.to_string(),
+                    r => format!("{b}+{r}"),
+                };
+                assert!(reflector_impl(&name).is_some(), "{imp}");
+            }
+        }
+        assert_eq!(Impl::SendmmsgUring.name(), "sendmmsg+io-uring");
     }
 }

@@ -152,7 +152,7 @@ impl Harness {
     pub fn measure(&self, run: &Run) -> Result<Measurement, BenchError> {
         let clients = Clients::new(run.cell, self.bufsize)?;
         let child = match run.imp.backend() {
-            Some(backend) => self.start_reflector(backend, run.imp.data_tags(), &clients)?,
+            Some(backend) => self.start_reflector(backend, run.imp.receive().name(), run.imp.data_tags(), &clients)?,
             None => self.start_raw_loop(&clients)?,
         };
         if let Some(cpu) = self.child_cpu {
@@ -213,7 +213,13 @@ impl Harness {
         })
     }
 
-    fn start_reflector(&self, backend: &str, data_tags: &str, clients: &Clients) -> Result<Running, BenchError> {
+    fn start_reflector(
+        &self,
+        backend: &str,
+        receive: &str,
+        data_tags: &str,
+        clients: &Clients,
+    ) -> Result<Running, BenchError> {
         let mut last_err = None;
         // The port is picked by binding and releasing it; another program
         // could take it in between, so a failed start is retried.
@@ -230,7 +236,8 @@ impl Harness {
                 .args(["--bind", "127.0.0.1", "--ports", &port.to_string()])
                 .arg("--secret-file")
                 .arg(&self.secret_file)
-                .args(["--backend", backend, "--threads", "1", "--data-tags", data_tags])
+                .args(["--backend", backend, "--receive", receive])
+                .args(["--threads", "1", "--data-tags", data_tags])
                 // Receivers never send, and must not expire during a run.
                 .args(["--member-timeout", "1h"])
                 // Every member on one address, one sender at full speed:
@@ -761,5 +768,6 @@ pub fn describe(imp: Impl) -> &'static str {
         Impl::Sendto => "reflector --backend sendto",
         Impl::Sendmmsg => "reflector --backend sendmmsg",
         Impl::SendmmsgUntagged => "reflector --backend sendmmsg --data-tags off",
+        Impl::SendmmsgUring => "reflector --backend sendmmsg --receive io-uring",
     }
 }

@@ -69,7 +69,8 @@ struct BenchArgs {
     #[arg(long)]
     receivers: Option<String>,
     /// Implementations to measure besides the raw loop, which is always measured:
-    /// sendto, sendmmsg (DATA tags on) and sendmmsg-untagged (--data-tags off: what tags cost).
+    /// sendto, sendmmsg (DATA tags on), sendmmsg-untagged (--data-tags off: what tags cost) and
+    /// sendmmsg+io-uring (--receive io-uring: multishot receives against recvmmsg; not by default).
     #[arg(long, default_value = "sendto,sendmmsg,sendmmsg-untagged")]
     impls: String,
     /// Length of each measured phase, seconds (default 0.8; --quick 0.5); the datagram count is

@@ -9,6 +9,7 @@ use reflector_server::backend::BackendKind;
 use reflector_server::backend_matrix;
 use reflector_server::checkpoint::CheckpointConfig;
 use reflector_server::server::{Server, ServerConfig};
+use reflector_server::testing::Case;
 use std::net::IpAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -23,16 +24,16 @@ struct Setup {
 
 /// A reflector with `groups` free ports and a control server mapping a
 /// `grid` world onto them, sharing one secret.
-fn setup(backend: BackendKind, groups: usize, grid: (u32, u32)) -> Setup {
+fn setup(backend: impl Into<Case>, groups: usize, grid: (u32, u32)) -> Setup {
     setup_with_stop(backend, groups, grid, Arc::new(AtomicBool::new(false)))
 }
 
-fn setup_with_stop(backend: BackendKind, groups: usize, grid: (u32, u32), stop: Arc<AtomicBool>) -> Setup {
+fn setup_with_stop(backend: impl Into<Case>, groups: usize, grid: (u32, u32), stop: Arc<AtomicBool>) -> Setup {
     setup_full(backend, groups, grid, stop, None, None)
 }
 
 fn setup_full(
-    backend: BackendKind,
+    backend: impl Into<Case>,
     groups: usize,
     grid: (u32, u32),
     stop: Arc<AtomicBool>,
@@ -45,7 +46,7 @@ fn setup_full(
             ports: vec![0; groups],
             threads: 2,
             checkpoint,
-            ..ServerConfig::new(IpAddr::from(LOCAL), secret.clone(), backend)
+            ..backend.into().config(IpAddr::from(LOCAL), secret.clone())
         },
         stop,
     )
@@ -84,7 +85,7 @@ fn bots(control: &ControlServer, n: usize) -> BotsConfig {
 
 /// N bots in one group, M datagrams each, no moves: every bot receives
 /// exactly (N-1)*M and the reflector's counters agree.
-fn fixed_count(backend: BackendKind) {
+fn fixed_count(backend: Case) {
     const N: usize = 8;
     const M: u64 = 40;
     let s = setup(backend, 1, (1, 1));

@@ -16,6 +16,7 @@ use reflector_server::backend_matrix;
 use reflector_server::membership::Policy;
 use reflector_server::metrics::Snapshot;
 use reflector_server::server::{Server, ServerConfig};
+use reflector_server::testing::Case;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -30,11 +31,11 @@ const RUN: Duration = Duration::from_secs(30);
 /// One lab at a time: the eBPF cases share the devices' programs.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn server(bind: IpAddr, backend: BackendKind, policy: Policy) -> Server {
+fn server(bind: IpAddr, backend: impl Into<Case>, policy: Policy) -> Server {
     Server::start(
         ServerConfig {
             policy,
-            ..ServerConfig::new(bind, Secret::new(&SECRET).unwrap(), backend)
+            ..backend.into().config(bind, Secret::new(&SECRET).unwrap())
         },
         Arc::new(AtomicBool::new(false)),
     )
@@ -102,7 +103,7 @@ fn renewing_bots_run(server: Server, reflector: IpAddr, bind: IpAddr, netns: Vec
     eprintln!("{N} bots renewed {renewed} times in {RUN:?} with {TOKEN_TTL_S} s tokens");
 }
 
-fn renewing_bots(backend: BackendKind) {
+fn renewing_bots(backend: Case) {
     let local = IpAddr::from([127, 0, 0, 1]);
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     renewing_bots_run(server(local, backend, Policy::default()), local, local, Vec::new());
@@ -233,7 +234,7 @@ fn unrenewed_members_expire_run(server: &Server, reflector: SocketAddr, socks: &
     t
 }
 
-fn unrenewed_members_expire(backend: BackendKind) {
+fn unrenewed_members_expire(backend: Case) {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let local = IpAddr::from([127, 0, 0, 1]);
     let s = server(local, backend, Policy::default());

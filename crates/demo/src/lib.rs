@@ -17,6 +17,7 @@ use error::DemoError;
 use netlab::scenario::LinkSpec;
 use place::{LabShape, Placement};
 use reflector_server::backend::BackendKind;
+use reflector_server::receive::ReceiveKind;
 use scenario::{checkpoint_table, cost_table, table, Scenario, TempDir};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -89,6 +90,9 @@ pub struct DemoArgs {
     /// sendmmsg,sendto on loopback (the eBPF fan-out replicates on devices, not on loopback).
     #[arg(long, value_delimiter = ',')]
     pub backends: Vec<BackendKind>,
+    /// How the reflector receives (its --receive): recvmmsg or io-uring.
+    #[arg(long, value_enum, default_value_t = ReceiveKind::default())]
+    pub receive: ReceiveKind,
     /// Groups (reflector ports).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub groups: u64,

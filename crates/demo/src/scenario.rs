@@ -248,6 +248,8 @@ impl Scenario<'_> {
                 &ports_arg(&ports),
                 "--backend",
                 backend.name(),
+                "--receive",
+                a.receive.name(),
             ])
             .arg("--secret-file")
             .arg(&self.secret)

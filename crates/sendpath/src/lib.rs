@@ -6,6 +6,9 @@
 //!   fan-out converts nothing and rebuilds nothing per datagram; sends to a
 //!   range of it with one `sendmmsg` (or one `sendto` per destination);
 //! - [`RecvBatch`]: `recvmmsg` into reused buffers, one syscall per batch;
+//!   [`RecvInto`]: the same into buffers the caller owns and may keep;
+//! - [`UringRecv`]: io_uring multishot `RECVMSG` into a provided-buffer ring,
+//!   each datagram handed out as the buffer the kernel filled;
 //! - [`wait_writable`], [`set_recverr`]: the no-loss wait and the option that
 //!   makes a full device queue visible (ENOBUFS) instead of a silent drop;
 //! - [`errqueue`]: the socket error queue read and decoded — ICMP errors with
@@ -26,13 +29,15 @@ pub mod errqueue;
 pub mod stream;
 mod sys;
 mod sys_uring;
+mod sys_uring_recv;
 pub mod zerocopy;
 
 pub use sys_uring::{probe_send_zc, UringZcSender};
+pub use sys_uring_recv::{probe_recv_multishot, RecvEvent, UringRecv};
 
 pub use sys::{
     probe_sendmmsg, send_flagged, send_stream, set_recverr, set_udp_segment, wait_error_queue, wait_writable, DestSet,
-    RecvBatch, SendOne,
+    RecvBatch, RecvInto, SendOne,
 };
 
 /// Most headers one `sendmmsg` takes (the kernel's UIO_MAXIOV).

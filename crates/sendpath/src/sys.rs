@@ -404,6 +404,100 @@ impl RecvBatch {
     }
 }
 
+/// `recvmmsg` into buffers the caller owns and may keep (a receive pool's):
+/// the headers are built once and pointed at the caller's buffers on each
+/// call, one syscall per batch.
+pub struct RecvInto {
+    iovs: Vec<libc::iovec>,
+    names: Vec<libc::sockaddr_storage>,
+    hdrs: Vec<libc::mmsghdr>,
+    count: usize,
+}
+
+// SAFETY: as for RecvBatch: the headers point only into this struct's own
+// vectors, which move with it; the iovecs point at the caller's buffers
+// only during `recv`.
+unsafe impl Send for RecvInto {}
+
+impl RecvInto {
+    pub fn new(slots: usize) -> RecvInto {
+        let slots = slots.clamp(1, crate::MAX_BATCH);
+        let mut b = RecvInto {
+            iovs: (0..slots)
+                .map(|_| libc::iovec {
+                    iov_base: std::ptr::null_mut(),
+                    iov_len: 0,
+                })
+                .collect(),
+            // SAFETY: plain data; zero is valid.
+            names: (0..slots).map(|_| unsafe { zeroed() }).collect(),
+            // SAFETY: plain data; zero is valid.
+            hdrs: (0..slots).map(|_| unsafe { zeroed() }).collect(),
+            count: 0,
+        };
+        // The vectors are never resized again, so these pointers stay valid.
+        for i in 0..slots {
+            let h = &mut b.hdrs[i].msg_hdr;
+            h.msg_iov = &mut b.iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_name = (&mut b.names[i] as *mut libc::sockaddr_storage).cast();
+        }
+        b
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.hdrs.len()
+    }
+
+    /// Receives up to `bufs.len()` (at most `capacity()`) datagrams in one
+    /// call (non-blocking), datagram `i` into `bufs[i]`; returns how many.
+    /// WouldBlock when none is queued.
+    pub fn recv(&mut self, fd: BorrowedFd<'_>, bufs: &mut [Box<[u8]>]) -> io::Result<usize> {
+        let n = bufs.len().min(self.hdrs.len());
+        for (i, b) in bufs[..n].iter_mut().enumerate() {
+            self.iovs[i] = libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            };
+            let h = &mut self.hdrs[i];
+            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_hdr.msg_flags = 0;
+            h.msg_len = 0;
+        }
+        self.count = 0;
+        // SAFETY: the first n headers point at their own iovec and
+        // sockaddr_storage and the iovecs at `bufs[..n]`, all alive, unmoved
+        // and not otherwise borrowed for the call.
+        let r = unsafe {
+            libc::recvmmsg(
+                fd.as_raw_fd(),
+                self.hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        self.count = check(r as isize)?;
+        Ok(self.count)
+    }
+
+    /// Datagram `i` of the last call: its length in its buffer (at most the
+    /// buffer's), its source, and whether it was truncated to fit.
+    pub fn get(&self, i: usize) -> Option<(usize, Option<SocketAddr>, bool)> {
+        if i >= self.count {
+            return None;
+        }
+        let h = &self.hdrs[i];
+        let len = (h.msg_len as usize).min(self.iovs[i].iov_len);
+        let name_len = (h.msg_hdr.msg_namelen as usize).min(size_of::<libc::sockaddr_storage>());
+        // SAFETY: names[i] is plain data of at least name_len bytes.
+        let name = unsafe {
+            std::slice::from_raw_parts((&self.names[i] as *const libc::sockaddr_storage).cast::<u8>(), name_len)
+        };
+        Some((len, decode_sockaddr(name), h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0))
+    }
+}
+
 /// Checks that the kernel has `sendmmsg` (a zero-length batch sends nothing).
 pub fn probe_sendmmsg() -> io::Result<()> {
     let sock = std::net::UdpSocket::bind("127.0.0.1:0")?;

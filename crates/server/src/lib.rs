@@ -9,6 +9,8 @@
 //! - [`membership`]: groups and members, a pure state machine with an injected clock;
 //! - [`backend`]: fan-out backends (`sendto` loop, `sendmmsg`) behind one trait;
 //! - [`kfanout`]: the in-kernel fan-out (`--backend ebpf`);
+//! - [`receive`]: receive backends (`recvmmsg`, io_uring multishot) behind one trait, each
+//!   datagram an owned buffer of a receive pool;
 //! - [`server`]: starting and stopping the server, its event loops (sockets, membership and
 //!   backends together), `reflector serve`'s command line and the metrics listener;
 //! - [`checkpoint`]: game-state checkpoints and their TCP channel;
@@ -25,6 +27,7 @@ pub mod kfanout;
 pub mod liveness;
 pub mod membership;
 pub mod metrics;
+pub mod receive;
 pub mod server;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -13,6 +13,7 @@ use reflector_server::backend_matrix;
 use reflector_server::membership::Policy;
 use reflector_server::metrics::Snapshot;
 use reflector_server::server::{Server, ServerConfig};
+use reflector_server::testing::Case;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -20,12 +21,14 @@ use std::time::{Duration, Instant};
 
 const SECRET: [u8; 32] = [0x5a; 32];
 
-fn start(backend: BackendKind, groups: usize, policy: Policy) -> Server {
+fn start(backend: impl Into<Case>, groups: usize, policy: Policy) -> Server {
     let cfg = ServerConfig {
         ports: vec![0; groups],
         policy,
         threads: 2,
-        ..ServerConfig::new([127, 0, 0, 1].into(), Secret::new(&SECRET).unwrap(), backend)
+        ..backend
+            .into()
+            .config([127, 0, 0, 1].into(), Secret::new(&SECRET).unwrap())
     };
     Server::start(cfg, Arc::new(AtomicBool::new(false))).expect("server starts")
 }
@@ -219,7 +222,7 @@ fn wait_for(server: &Server, what: impl Fn(&Snapshot) -> bool) -> Snapshot {
 
 /// N members, M datagrams each, sent in rounds; every member gets exactly
 /// (N-1)*M, each datagram once and intact; a second group is untouched.
-fn exact_delivery(backend: BackendKind) {
+fn exact_delivery(backend: Case) {
     const N: usize = 6;
     const M: u32 = 150;
     let server = start(backend, 2, Policy::default());
@@ -263,7 +266,7 @@ fn exact_delivery(backend: BackendKind) {
 /// Bad input of every kind, interleaved with real traffic: each is dropped
 /// and counted, members lose nothing, and the attacker never gets back
 /// more bytes than it sent.
-fn hostile_traffic(backend: BackendKind) {
+fn hostile_traffic(backend: Case) {
     const N: usize = 4;
     const M: u32 = 60;
     let server = start(backend, 1, Policy::default());
@@ -495,7 +498,7 @@ fn leave_and_expiry_stop_delivery() {
 /// unreachable) until it expires: the queued ICMP errors fail later sends
 /// on the group socket; they must be drained, counted and the sends retried,
 /// so the remaining members lose nothing.
-fn departed_member_costs_nothing_to_the_others(backend: BackendKind) {
+fn departed_member_costs_nothing_to_the_others(backend: Case) {
     const M: u32 = 100;
     let server = start(backend, 1, Policy::default());
     let g = server.ports()[0];

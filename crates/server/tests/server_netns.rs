@@ -10,9 +10,9 @@ use oskit::testing::{root_or_skip, sh, NetNsGuard};
 use reflector_proto::auth::Secret;
 use reflector_proto::client::Session;
 use reflector_proto::protocol::DATA_PAYLOAD;
-use reflector_server::backend::BackendKind;
 use reflector_server::backend_matrix;
 use reflector_server::server::{Server, ServerConfig};
+use reflector_server::testing::Case;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -83,7 +83,7 @@ fn join(sock: &UdpSocket, server: SocketAddr, id: u32) -> Session {
     )
 }
 
-fn no_loss_on_a_full_device_queue(backend: BackendKind) {
+fn no_loss_on_a_full_device_queue(backend: Case) {
     if !root_or_skip(&format!("no_loss_on_a_full_device_queue_{backend}")) {
         return;
     }
@@ -96,7 +96,7 @@ fn no_loss_on_a_full_device_queue(backend: BackendKind) {
         let cfg = ServerConfig {
             rcvbuf: 1 << 20,
             sndbuf: 1 << 20,
-            ..ServerConfig::new([10, 201, 0, 1].into(), Secret::new(&SECRET).unwrap(), backend)
+            ..backend.config([10, 201, 0, 1].into(), Secret::new(&SECRET).unwrap())
         };
         Server::start(cfg, server_stop).expect("server starts in the namespace")
     });

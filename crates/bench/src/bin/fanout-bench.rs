@@ -13,6 +13,7 @@
 //! negative share at 100 B x 90 receivers). See [`METHOD`].
 #![deny(unsafe_code)]
 
+use bench::grid::{reflector_impl, reflector_impls};
 use bench::lab::{sh, VethLab};
 use bench::sink::Sink;
 use clap::{Parser, Subcommand};
@@ -175,8 +176,10 @@ struct Args {
     /// Receiver counts.
     #[arg(long, default_value = "3,30,60,90,256", value_delimiter = ',')]
     receivers: Vec<usize>,
-    /// Implementations: sendto, sendmmsg, ebpf, multicast, raw-loop (the
-    /// anchor of reflector-bench: recv, then one sendto per receiver).
+    /// Implementations: sendto, sendmmsg, ebpf (the reflector's --backend),
+    /// each also as BACKEND+RECEIVE for another --receive than recvmmsg (e.g.
+    /// sendmmsg+io-uring), multicast, raw-loop (the anchor of reflector-bench:
+    /// recv, then one sendto per receiver).
     #[arg(
         long,
         default_value = "raw-loop,sendto,sendmmsg,ebpf,multicast",
@@ -1009,6 +1012,7 @@ fn start_impl(
             &REFLECTOR_IP.to_string(),
         ]);
     } else {
+        let (backend, receive) = reflector_impl(imp).ok_or_else(|| format!("unknown implementation '{imp}'"))?;
         cmd.arg(reflector).args([
             "serve",
             "--bind",
@@ -1016,7 +1020,9 @@ fn start_impl(
             "--ports",
             &PORT.to_string(),
             "--backend",
-            imp,
+            backend.name(),
+            "--receive",
+            receive.name(),
             "--strict-backend",
             "--threads",
             "1",
@@ -1063,9 +1069,10 @@ fn bench(a: Args) -> Result<(), String> {
         return Err("needs root (namespaces, BPF programs): run with sudo".into());
     }
     for i in &a.impls {
-        if !["sendto", "sendmmsg", "ebpf", "multicast", "raw-loop"].contains(&i.as_str()) {
+        if !["multicast", "raw-loop"].contains(&i.as_str()) && reflector_impl(i).is_none() {
             return Err(format!(
-                "unknown implementation '{i}': choose from sendto, sendmmsg, ebpf, multicast, raw-loop"
+                "unknown implementation '{i}': choose from {}, multicast, raw-loop",
+                reflector_impls().join(", ")
             ));
         }
     }

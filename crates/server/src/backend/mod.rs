@@ -22,9 +22,9 @@
 //! writable or the back-off timer fires, serving its other groups meanwhile.
 //! A full queue is never a reason to drop: with `IP_RECVERR` the kernel
 //! reports it as ENOBUFS, and we wait and resend (paper §4.1). A pending
-//! fan-out keeps a snapshot of the destinations it still owes and its own
-//! copy of the datagram, so members joining or leaving (or the receive
-//! buffer being reused) before it resumes change nothing for it.
+//! fan-out keeps a snapshot of the destinations it still owes and the
+//! datagram's receive buffer ([`crate::receive::RecvBuf`], owned: no copy),
+//! so members joining or leaving before it resumes change nothing for it.
 
 pub mod user;
 
@@ -100,7 +100,10 @@ impl BackendKind {
 /// The backend a server runs, set up once before its event loops and then
 /// asked for one fan-out per loop: whatever a kind needs beyond a fan-out
 /// object (the eBPF program loaded and attached once for all loops, its
-/// resend thread) is done here, so the server only names a kind.
+/// resend thread) is done here, so the server only names a kind. Cloned
+/// into each loop's thread, which builds its fan-out there
+/// ([`Backend::for_loop`]).
+#[derive(Clone)]
 pub struct Backend {
     kind: BackendKind,
     kernel: Option<Arc<Mutex<KernelPath>>>,

@@ -7,12 +7,13 @@
 //! writable or the back-off timer fires, serving its other groups meanwhile.
 //! A full queue is never a reason to drop: with `IP_RECVERR` the kernel
 //! reports it as ENOBUFS, and we wait and resend (paper §4.1). A pending
-//! fan-out keeps a snapshot of the destinations it still owes and its own
-//! copy of the datagram, so members joining or leaving (or the receive
-//! buffer being reused) before it resumes change nothing for it.
+//! fan-out keeps a snapshot of the destinations it still owes and the
+//! datagram's receive buffer (owned: no copy), so members joining or
+//! leaving before it resumes change nothing for it.
 
 use crate::membership::Member;
 use crate::metrics::GroupCounters;
+use crate::receive::RecvBuf;
 pub use oskit::Support;
 use sendpath::errqueue::ErrEntry;
 use sendpath::DestSet;
@@ -41,7 +42,8 @@ pub enum Progress {
 
 /// A fan-out backend, for every group of one event loop. Groups are the
 /// loop's indices; the backend keeps per group whatever it sends with.
-pub trait Fanout: Send {
+/// Built on the loop's own thread (it holds the loop's receive buffers).
+pub trait Fanout {
     fn name(&self) -> &'static str;
 
     /// Group `g` (port `port`, DATA tags on or off) is served from socket
@@ -56,11 +58,13 @@ pub trait Fanout: Send {
 
     /// Sends `datagram` to every member of `g` but `from`, counting copies,
     /// waits and give-ups in `c`. Must not be called while `g` is pending.
+    /// A pending fan-out keeps `datagram` (the receive buffer itself) until
+    /// it is done; dropping it returns the buffer to its pool.
     fn fanout(
         &mut self,
         g: usize,
         fd: BorrowedFd<'_>,
-        datagram: &[u8],
+        datagram: RecvBuf,
         from: SocketAddr,
         c: &GroupCounters,
     ) -> Progress;
@@ -173,10 +177,10 @@ pub(crate) enum Mode {
     Sendmmsg,
 }
 
-/// A fan-out that had to wait: its own copy of the datagram and the
+/// A fan-out that had to wait: the datagram's receive buffer and the
 /// destinations it still owes.
 struct Pending {
-    datagram: Vec<u8>,
+    datagram: RecvBuf,
     rest: DestSet,
     pos: usize,
     waiter: Waiter,
@@ -278,7 +282,7 @@ impl Fanout for UserFanout {
         &mut self,
         g: usize,
         fd: BorrowedFd<'_>,
-        datagram: &[u8],
+        datagram: RecvBuf,
         from: SocketAddr,
         c: &GroupCounters,
     ) -> Progress {
@@ -295,7 +299,7 @@ impl Fanout for UserFanout {
         let tx = Sender {
             mode,
             fd,
-            buf: datagram,
+            buf: &datagram,
             c,
         };
         for (k, range) in [first.clone(), second.clone()].into_iter().enumerate() {
@@ -307,7 +311,7 @@ impl Fanout for UserFanout {
                     owed.push(second);
                 }
                 st.pending = Some(Pending {
-                    datagram: datagram.to_vec(),
+                    datagram,
                     rest: st.members.snapshot(&owed),
                     pos: 0,
                     waiter: w,
@@ -417,11 +421,96 @@ mod tests {
             f.member_removed(0, members[5].local_addr().unwrap());
             let c = GroupCounters::default();
             let from = members[2].local_addr().unwrap();
-            assert_eq!(f.fanout(0, tx.as_fd(), b"hello", from, &c), Progress::Done);
+            let pool = crate::receive::RecvPool::new(64, 1);
+            assert_eq!(f.fanout(0, tx.as_fd(), pool.filled(b"hello"), from, &c), Progress::Done);
+            // Done: the buffer is back in the pool.
+            assert_eq!(pool.stats().free, 1);
             let got: Vec<usize> = members.iter().map(drain).collect();
             assert_eq!(got, vec![1, 1, 0, 1, 1, 0], "{}", f.name());
             assert_eq!(c.snapshot().fanned_out, 4);
             assert_eq!(c.snapshot().bytes_out, 20);
         }
+    }
+
+    /// A fan-out that has to wait keeps the received buffer itself: no
+    /// copy (the same bytes at the same address), no other buffer taken
+    /// from the pool while it waits, and the buffer back in the pool once
+    /// the fan-out is done. The wait comes from a real full device queue:
+    /// a veth behind a tiny token bucket, in a namespace.
+    #[test]
+    fn a_pending_fanout_holds_the_received_buffer_without_a_copy() {
+        use crate::receive::RecvPool;
+        use oskit::testing::{root_or_skip, sh, NetNsGuard};
+        if !root_or_skip("a_pending_fanout_holds_the_received_buffer_without_a_copy") {
+            return;
+        }
+        let ns = NetNsGuard::new("rfpb");
+        let n = ns.name();
+        // A veth whose other end has no address: what leaves is dropped there.
+        sh(&["ip", "-n", n, "link", "add", "va", "type", "veth", "peer", "name", "vb"]);
+        sh(&["ip", "-n", n, "addr", "add", "10.203.0.1/24", "dev", "va"]);
+        sh(&["ip", "-n", n, "link", "set", "va", "up"]);
+        sh(&["ip", "-n", n, "link", "set", "vb", "up"]);
+        sh(&[
+            "ip",
+            "-n",
+            n,
+            "neigh",
+            "replace",
+            "10.203.0.2",
+            "lladdr",
+            "02:52:46:00:00:09",
+            "dev",
+            "va",
+            "nud",
+            "permanent",
+        ]);
+        sh(&[
+            "tc", "-n", n, "qdisc", "add", "dev", "va", "root", "tbf", "rate", "1mbit", "burst", "1600", "limit",
+            "3000",
+        ]);
+        ns.run(|| {
+            let tx = UdpSocket::bind("10.203.0.1:0").unwrap();
+            tx.set_nonblocking(true).unwrap();
+            sendpath::set_recverr(tx.as_fd(), "10.203.0.1".parse().unwrap()).unwrap();
+            let mut f = UserFanout::new(Mode::Sendmmsg);
+            f.attach(0, tx.as_fd(), 0, false).unwrap();
+            for k in 0..20u16 {
+                f.member_added(0, SocketAddr::from(([10, 203, 0, 2], 5000 + k)), None);
+            }
+            let pool = RecvPool::new(1200, 1);
+            let datagram = pool.filled(&[0xab; 1000]);
+            let at = datagram.as_ptr();
+            let c = GroupCounters::default();
+            let from = SocketAddr::from(([10, 203, 0, 9], 1));
+            let mut progress = f.fanout(0, tx.as_fd(), datagram, from, &c);
+            assert!(
+                matches!(progress, Progress::Pending(_)),
+                "20 KB into a 3 KB queue must wait"
+            );
+            let held = f.groups[0].pending.as_ref().expect("a pending fan-out");
+            assert_eq!(
+                held.datagram.as_ptr(),
+                at,
+                "the pending fan-out holds the received buffer itself"
+            );
+            assert_eq!(&*held.datagram, &[0xab; 1000][..]);
+            let s = pool.stats();
+            assert_eq!(
+                (s.allocated, s.free, s.handed_out),
+                (1, 0, 1),
+                "no copy, no other buffer"
+            );
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while progress != Progress::Done && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+                progress = f.resume(0, tx.as_fd(), &c);
+            }
+            assert_eq!(progress, Progress::Done);
+            assert_eq!(c.snapshot().fanned_out, 20);
+            // Done: the buffer is back, nothing else was allocated.
+            assert_eq!(pool.stats().free, 1);
+            assert_eq!(pool.stats().allocated, 1);
+        });
     }
 }

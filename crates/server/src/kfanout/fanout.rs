@@ -5,6 +5,7 @@ use super::sys::{PROTO_LEAVE, PROTO_LEAVE_LEN};
 use crate::backend::user::{Fanout, Progress, UserFanout};
 use crate::membership::Member;
 use crate::metrics::GroupCounters;
+use crate::receive::RecvBuf;
 use reflector_proto::protocol::field;
 use std::io;
 use std::net::SocketAddr;
@@ -78,7 +79,7 @@ impl Fanout for EbpfFanout {
         &mut self,
         g: usize,
         fd: BorrowedFd<'_>,
-        datagram: &[u8],
+        datagram: RecvBuf,
         from: SocketAddr,
         c: &GroupCounters,
     ) -> Progress {

@@ -7,6 +7,7 @@ use super::{Server, ServerConfig};
 use crate::backend::BackendKind;
 use crate::checkpoint::CheckpointConfig;
 use crate::membership::{Keys, Policy};
+use crate::receive::ReceiveKind;
 use crate::CliError;
 use oskit::units::{duration_in, secs_or_duration_in};
 use reflector_proto::auth::Secret;
@@ -38,6 +39,14 @@ pub struct ServeArgs {
     /// Refuse to start if the --backend asked for cannot run, instead of falling back.
     #[arg(long)]
     pub strict_backend: bool,
+    /// How datagrams are received: recvmmsg (each readable socket read in batches, one syscall
+    /// per batch) or io-uring (one multishot RECVMSG per group socket into a ring of provided
+    /// buffers, the ring's fd in the event loop's epoll; Linux 6.0+, and io_uring must be
+    /// allowed: kernel.io_uring_disabled = 0, not blocked by a container's seccomp profile).
+    /// Either way a datagram stays in its receive buffer until its fan-out is done. If io-uring
+    /// cannot run, the reflector refuses to start and says why.
+    #[arg(long, value_enum, default_value_t = ReceiveKind::Recvmmsg)]
+    pub receive: ReceiveKind,
     /// This reflector's id in the control server's map: the position (0, 1, ...) of its
     /// `--reflector` option there. Tokens name it, so a token opens only this reflector.
     #[arg(long, default_value_t = 0)]
@@ -282,6 +291,7 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
             member_bytes_per_s: args.member_rate_bytes,
         },
         backend,
+        receive: args.receive,
         fallback: !args.strict_backend,
         threads,
         rcvbuf: args.rcvbuf,
@@ -315,13 +325,14 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         );
     }
     tracing::info!(
-        "reflector {} serving {} group(s) on {}:{}-{} with backend {} on {} thread(s)",
+        "reflector {} serving {} group(s) on {}:{}-{} with backend {} (receive {}) on {} thread(s)",
         args.reflector_id,
         ports.len(),
         args.bind,
         ports.first().copied().unwrap_or(0),
         ports.last().copied().unwrap_or(0),
         server.registry().backend,
+        args.receive,
         threads.min(ports.len())
     );
     let metrics = match http {

@@ -8,13 +8,14 @@ use crate::checkpoint::Board;
 use crate::membership::Group;
 use crate::membership::{Change, DropReason, Event, Keys, Now, Policy, ReplyBudget};
 use crate::metrics::GroupCounters;
+use crate::receive::{Ready, Receive, ReceiveKind, Received, RecvBuf};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use oskit::clock::mono_now_ms;
-use reflector_proto::protocol::{strip_tag, version1_error, Kind, ParseError, MAX_DATAGRAM};
+use reflector_proto::protocol::{strip_tag, version1_error, Kind, ParseError};
 use sendpath::errqueue::{ErrEntry, ErrKind};
-use sendpath::{RecvBatch, SendOne};
+use sendpath::SendOne;
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
@@ -24,27 +25,36 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// One group of a loop: its socket, membership and counters.
-pub(super) struct Slot {
+/// One group handed to a loop: its socket, membership and counters.
+pub(super) struct NewSlot {
     pub(super) sock: UdpSocket,
     pub(super) group: Group,
     pub(super) counters: Arc<GroupCounters>,
-    /// Set while a fan-out of this group waits; its socket is not read then.
-    pub(super) waiting: Option<Wake>,
-    /// Datagrams received after the one whose fan-out is waiting, in order
-    /// (copied: the receive buffers are reused). Empty unless a wait
-    /// happened in the middle of a batch.
-    pub(super) backlog: VecDeque<(SocketAddr, Vec<u8>)>,
 }
 
-/// Batches one socket may receive before the loop serves the others.
+/// One group of a running loop.
+struct Slot {
+    sock: UdpSocket,
+    group: Group,
+    counters: Arc<GroupCounters>,
+    /// Set while a fan-out of this group waits; its socket is not read then.
+    waiting: Option<Wake>,
+    /// Datagrams received after the one whose fan-out is waiting, in order
+    /// (their receive buffers, owned: no copy). Empty unless a wait
+    /// happened in the middle of a batch (or, with a completion-driven
+    /// receive, datagrams arrived before the receive paused).
+    backlog: VecDeque<(SocketAddr, RecvBuf)>,
+}
+
+/// Batches one socket (or the receive's ring) may deliver before the loop
+/// serves the others.
 const RECV_BATCHES: usize = 4;
-/// Datagrams per `recvmmsg`.
-const RECV_BATCH: usize = 32;
 /// Expiry sweep interval.
 const SWEEP_EVERY: Duration = Duration::from_millis(500);
 /// The epoll token of the loop's back-off timer.
 const TIMER_TOKEN: u64 = u64::MAX;
+/// The epoll token of the receive's ring, if it has one.
+const RING_TOKEN: u64 = u64::MAX - 1;
 
 /// One event loop: its groups, the backend that fans out for them, and the
 /// timer that wakes fan-outs waiting out a full device queue.
@@ -53,6 +63,12 @@ struct Loop<'a> {
     keys: &'a Keys,
     policy: &'a Policy,
     fanout: Box<dyn Fanout>,
+    receive: Box<dyn Receive>,
+    /// What the loop waits for on a socket whose group is not waiting:
+    /// datagrams, unless the receive has its own ring.
+    idle_flags: EpollFlags,
+    /// One batch of received datagrams (reused).
+    rx: Vec<Received>,
     epoll: Epoll,
     timer: TimerFd,
     /// The checkpoint board, if checkpoints are on.
@@ -67,13 +83,28 @@ fn loop_err(e: impl Into<io::Error>) -> ServeError {
 }
 
 pub(super) fn event_loop(
-    slots: Vec<Slot>,
+    slots: Vec<NewSlot>,
     keys: &Keys,
     policy: &Policy,
-    mut fanout: Box<dyn Fanout>,
+    backend: crate::backend::Backend,
+    receive: ReceiveKind,
     board: Option<Arc<Board>>,
     stop: &AtomicBool,
 ) -> Result<(), ServeError> {
+    // Built here: they hold this loop's receive buffers, which stay on its
+    // thread.
+    let slots: Vec<Slot> = slots
+        .into_iter()
+        .map(|s| Slot {
+            sock: s.sock,
+            group: s.group,
+            counters: s.counters,
+            waiting: None,
+            backlog: VecDeque::new(),
+        })
+        .collect();
+    let mut fanout = backend.for_loop();
+    let mut receive = receive.build().map_err(loop_err)?;
     let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(loop_err)?;
     let timer = TimerFd::new(
         ClockId::CLOCK_MONOTONIC,
@@ -83,10 +114,21 @@ pub(super) fn event_loop(
     epoll
         .add(timer.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, TIMER_TOKEN))
         .map_err(loop_err)?;
+    let idle_flags = match receive.ring_fd() {
+        Some(ring) => {
+            epoll
+                .add(ring, EpollEvent::new(EpollFlags::EPOLLIN, RING_TOKEN))
+                .map_err(loop_err)?;
+            // Errors (EPOLLERR) are reported whatever is asked.
+            EpollFlags::empty()
+        }
+        None => EpollFlags::EPOLLIN,
+    };
     for (i, s) in slots.iter().enumerate() {
         epoll
-            .add(s.sock.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64))
+            .add(s.sock.as_fd(), EpollEvent::new(idle_flags, i as u64))
             .map_err(loop_err)?;
+        receive.attach(i, s.sock.as_fd()).map_err(ServeError::Loop)?;
         fanout
             .attach(i, s.sock.as_fd(), s.group.port(), s.group.tags_on(policy))
             .map_err(ServeError::Loop)?;
@@ -96,6 +138,9 @@ pub(super) fn event_loop(
         keys,
         policy,
         fanout,
+        rx: Vec::with_capacity(receive.batch()),
+        receive,
+        idle_flags,
         epoll,
         timer,
         board,
@@ -106,7 +151,6 @@ pub(super) fn event_loop(
 
 impl Loop<'_> {
     fn run(&mut self, stop: &AtomicBool) -> Result<(), ServeError> {
-        let mut batch = RecvBatch::new(RECV_BATCH, MAX_DATAGRAM + 1);
         let mut events = vec![EpollEvent::empty(); (self.slots.len() + 1).clamp(2, 256)];
         let mut next_sweep = Instant::now() + SWEEP_EVERY;
         while !stop.load(Relaxed) {
@@ -120,6 +164,10 @@ impl Loop<'_> {
                     // Reading resets the timer's readiness; waiting fan-outs
                     // due now are resumed below.
                     let _ = self.timer.wait();
+                    continue;
+                }
+                if ev.data() == RING_TOKEN {
+                    self.serve_ring()?;
                     continue;
                 }
                 let i = ev.data() as usize;
@@ -136,10 +184,11 @@ impl Loop<'_> {
                     self.resume(i)?;
                 }
                 if self.slots[i].waiting.is_none() && flags.contains(EpollFlags::EPOLLIN) {
-                    self.serve_socket(i, &mut batch)?;
+                    self.serve_socket(i)?;
                 }
             }
             self.resume_due()?;
+            self.receive.flush().map_err(loop_err)?;
             if Instant::now() >= next_sweep {
                 self.sweep();
                 next_sweep = Instant::now() + SWEEP_EVERY;
@@ -201,8 +250,12 @@ impl Loop<'_> {
         if self.slots[i].waiting == waiting {
             return Ok(());
         }
+        match waiting {
+            None => self.receive.unpause(i),
+            Some(_) => self.receive.pause(i),
+        }
         let flags = match waiting {
-            None => EpollFlags::EPOLLIN,
+            None => self.idle_flags,
             Some(Wake::Writable) => EpollFlags::EPOLLOUT,
             Some(Wake::At(_)) => EpollFlags::empty(),
         };
@@ -222,8 +275,7 @@ impl Loop<'_> {
         }
         let now = crate::now();
         while let Some((src, d)) = self.slots[i].backlog.pop_front() {
-            let mut d = d;
-            if let Progress::Pending(w) = self.handle(i, now, src, &mut d) {
+            if let Progress::Pending(w) = self.handle(i, now, src, d) {
                 return self.set_waiting(i, Some(w));
             }
         }
@@ -232,9 +284,12 @@ impl Loop<'_> {
 
     /// Receives and handles datagrams on slot `i` until its socket is empty,
     /// its budget is spent, or a fan-out has to wait.
-    fn serve_socket(&mut self, i: usize, batch: &mut RecvBatch) -> Result<(), ServeError> {
+    fn serve_socket(&mut self, i: usize) -> Result<(), ServeError> {
         for _ in 0..RECV_BATCHES {
-            let n = match batch.recv(self.slots[i].sock.as_fd()) {
+            let r = self
+                .receive
+                .recv(Ready::Socket(i, self.slots[i].sock.as_fd()), &mut self.rx);
+            let n = match r {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.fanout.idle(i);
@@ -247,23 +302,11 @@ impl Loop<'_> {
                     continue;
                 }
             };
-            // Both clocks read once per batch, not per datagram.
-            let now = crate::now();
-            for k in 0..n {
-                let Some((d, Some(src), _)) = batch.get_mut(k) else {
-                    continue;
-                };
-                if let Progress::Pending(w) = self.handle(i, now, src, d) {
-                    // The rest of this batch waits its turn, in order.
-                    for k2 in k + 1..n {
-                        if let Some((d, Some(src), _)) = batch.get(k2) {
-                            self.slots[i].backlog.push_back((src, d.to_vec()));
-                        }
-                    }
-                    return self.set_waiting(i, Some(w));
-                }
+            self.deliver()?;
+            if self.slots[i].waiting.is_some() {
+                return Ok(());
             }
-            if n < batch.capacity() {
+            if n < self.receive.batch() {
                 // A short batch: the socket was empty.
                 self.fanout.idle(i);
                 return Ok(());
@@ -272,11 +315,59 @@ impl Loop<'_> {
         Ok(())
     }
 
+    /// Takes what the receive's ring holds for any group, up to the budget.
+    fn serve_ring(&mut self) -> Result<(), ServeError> {
+        for _ in 0..RECV_BATCHES {
+            match self.receive.recv(Ready::Ring, &mut self.rx) {
+                Ok(n) => {
+                    self.deliver()?;
+                    if n < self.receive.batch() {
+                        return Ok(());
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(loop_err(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Handles the batch just received, in order; a datagram of a group
+    /// whose fan-out waits joins its backlog.
+    fn deliver(&mut self) -> Result<(), ServeError> {
+        // Both clocks read once per batch, not per datagram.
+        let now = crate::now();
+        let mut rx = std::mem::take(&mut self.rx);
+        let mut r = Ok(());
+        for d in rx.drain(..) {
+            let Some(slot) = self.slots.get_mut(d.group) else {
+                continue;
+            };
+            if slot.waiting.is_some() {
+                slot.backlog.push_back((d.src, d.buf));
+                continue;
+            }
+            match self.handle(d.group, now, d.src, d.buf) {
+                Progress::Pending(w) => {
+                    if r.is_ok() {
+                        r = self.set_waiting(d.group, Some(w));
+                    }
+                }
+                Progress::Done if d.drained && self.receive.ring_fd().is_some() => self.fanout.idle(d.group),
+                Progress::Done => {}
+            }
+        }
+        self.rx = rx;
+        r
+    }
+
     /// One datagram: the membership decision, the changes it made handed to
     /// the backend, then the fan-out (tag field zeroed, so every member gets
     /// the same bytes whatever the backend) or the reply.
-    fn handle(&mut self, i: usize, now: Now, src: SocketAddr, datagram: &mut [u8]) -> Progress {
+    fn handle(&mut self, i: usize, now: Now, src: SocketAddr, mut buf: RecvBuf) -> Progress {
         let (keys, policy) = (self.keys, self.policy);
+        let datagram: &mut [u8] = &mut buf;
         // Before the core judges it: a valid LEAVE removes the member.
         let fenced = self.fanout.leave_arrived(i, src, datagram);
         let slot = &mut self.slots[i];
@@ -316,7 +407,7 @@ impl Loop<'_> {
                 }
                 c.forwarded.fetch_add(1, Relaxed);
                 strip_tag(datagram);
-                return fanout.fanout(i, slot.sock.as_fd(), datagram, from, c);
+                return fanout.fanout(i, slot.sock.as_fd(), buf, from, c);
             }
             Event::Refreshed => return Progress::Done,
             Event::Probed { rtt_us } => {

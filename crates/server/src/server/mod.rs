@@ -2,10 +2,12 @@
 //! one event loop per core (each loop owns its groups outright, so there is
 //! no shared mutable state and no lock on the data path).
 //!
-//! Per batch of datagrams the hot path does one `recvmmsg` into reused
-//! buffers; per datagram one membership decision (no allocation for DATA)
-//! and the backend's sends of that same buffer: nothing is copied or
-//! allocated in user space. A fan-out that has to wait (full socket buffer
+//! Per batch of datagrams the hot path does one `recvmmsg` into buffers of
+//! the loop's receive pool (or takes what io_uring's multishot receives put
+//! in its buffer ring: `--receive`); per datagram one membership decision
+//! (no allocation for DATA) and the backend's sends of that same buffer:
+//! nothing is copied or allocated in user space, and a fan-out that waits
+//! keeps the buffer itself. A fan-out that has to wait (full socket buffer
 //! or device queue) parks its group — the group's socket is not read until
 //! it completes, so its datagrams stay in order — while the loop goes on
 //! serving its other groups; it resumes on `EPOLLOUT` or a timer.
@@ -20,7 +22,7 @@ mod event_loop;
 pub mod http;
 
 pub use error::{bind_hint, ServeError};
-use event_loop::{event_loop, Slot};
+use event_loop::{event_loop, NewSlot};
 
 use crate::backend::{Backend, BackendKind};
 use crate::checkpoint::{Channel, CheckpointConfig};
@@ -28,8 +30,8 @@ use crate::kfanout::{RateCaps, ResendTarget};
 use crate::liveness::{Liveness, Watch};
 use crate::membership::{Group, Keys, Policy};
 use crate::metrics::Registry;
+use crate::receive::{ReceiveKind, Support};
 use reflector_proto::auth::Secret;
-use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -46,6 +48,8 @@ pub struct ServerConfig {
     pub keys: Keys,
     pub policy: Policy,
     pub backend: BackendKind,
+    /// How the event loops receive datagrams.
+    pub receive: ReceiveKind,
     /// If `backend` cannot run here: fall back to the best user-space one
     /// (saying why), or refuse to start.
     pub fallback: bool,
@@ -80,6 +84,7 @@ impl ServerConfig {
             },
             policy: Policy::default(),
             backend,
+            receive: ReceiveKind::default(),
             fallback: false,
             threads: 1,
             rcvbuf: 4 << 20,
@@ -105,6 +110,9 @@ impl Server {
     /// Binds every group port (so configuration errors surface here), then
     /// starts the event loops.
     pub fn start(mut cfg: ServerConfig, stop: Arc<AtomicBool>) -> Result<Server, ServeError> {
+        if let Support::Unsupported(why) = cfg.receive.probe() {
+            return Err(ServeError::Config(format!("receive {}: {why}", cfg.receive)));
+        }
         let ck_listener = match &cfg.checkpoint {
             Some(ck) => {
                 let addr = SocketAddr::new(cfg.bind, ck.port);
@@ -181,7 +189,7 @@ impl Server {
             _ => None,
         };
         let nthreads = cfg.threads.clamp(1, socks.len().max(1));
-        let mut per_thread: Vec<Vec<Slot>> = (0..nthreads).map(|_| Vec::new()).collect();
+        let mut per_thread: Vec<Vec<NewSlot>> = (0..nthreads).map(|_| Vec::new()).collect();
         for (i, sock) in socks.into_iter().enumerate() {
             let (port, counters) = (registry.groups[i].0, Arc::clone(&registry.groups[i].1));
             let mut group = Group::new(port);
@@ -191,21 +199,15 @@ impl Server {
             if let Some(&(_, on)) = cfg.group_instance.iter().find(|(p, _)| *p == port) {
                 group.set_instance(on);
             }
-            per_thread[i % nthreads].push(Slot {
-                sock,
-                group,
-                counters,
-                waiting: None,
-                backlog: VecDeque::new(),
-            });
+            per_thread[i % nthreads].push(NewSlot { sock, group, counters });
         }
         let mut threads = Vec::new();
         for (t, slots) in per_thread.into_iter().enumerate() {
             let (keys, policy, stop2) = (cfg.keys.clone(), cfg.policy, Arc::clone(&stop));
             let board = board.clone();
-            let fanout = backend.for_loop();
+            let (backend, receive) = (backend.clone(), cfg.receive);
             let h = watch.spawn(&format!("reflector-{t}"), move || {
-                event_loop(slots, &keys, &policy, fanout, board, &stop2)
+                event_loop(slots, &keys, &policy, backend, receive, board, &stop2)
             });
             match h {
                 Ok(h) => threads.push(h),
