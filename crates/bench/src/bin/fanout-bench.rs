@@ -21,6 +21,7 @@ use nix::sys::socket::{sendmmsg, MsgFlags, MultiHeaders, SockaddrIn};
 use oskit::child::ChildGuard;
 use oskit::netns::NetNs;
 use reflector_proto::auth::{Secret, TokenClaims};
+use reflector_server::receive::ReceiveKind;
 use reflector_proto::blocking;
 use reflector_proto::client::{Config as ClientConfig, JoinRequest, Session};
 use reflector_proto::protocol::{self, Header, Kind, SessionKeys, DATA_PAYLOAD};
@@ -1021,8 +1022,6 @@ fn start_impl(
             &PORT.to_string(),
             "--backend",
             backend.name(),
-            "--receive",
-            receive.name(),
             "--strict-backend",
             "--threads",
             "1",
@@ -1042,6 +1041,11 @@ fn start_impl(
             "8388608",
         ]);
         cmd.arg("--secret-file").arg(secret_file);
+        // Only when not the default, so that a reflector built before
+        // `--receive` existed can still be measured (--reflector, A/B runs).
+        if receive != ReceiveKind::default() {
+            cmd.args(["--receive", receive.name()]);
+        }
     }
     // The relays say when they are bound (the raw loop prints its address);
     // the reflector is ready when the JOINs (which retry) are answered.
