@@ -1,0 +1,255 @@
+//! The client's public types: its configuration, its events and errors,
+//! what it hands out (a received datagram, its counters) and its limits.
+
+use crate::checkpoint::{CheckpointError, CheckpointOp};
+use crate::streams::StreamCounters;
+use crate::token::{ControlError, ControlServer, Token};
+use reflector_proto::client::Failure;
+use reflector_proto::protocol::{INSTANCE_LEN, MAX_GAME_PAYLOAD};
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// A member rejoins when its reflector has sent nothing authenticated (no
+/// PROBE, no ECHO_REPLY) for this many keepalive intervals: the reflector
+/// PROBEs every member about once an interval, so three missed in a row is
+/// a reflector gone (or restarted without saying so), not a lost datagram.
+pub const SILENT_INTERVALS: u32 = 3;
+
+/// The largest game payload of one DATA when the group does not carry
+/// instance ids (docs/protocol.md, "Maximum payload").
+pub const MAX_PAYLOAD: usize = MAX_GAME_PAYLOAD;
+
+/// The largest game payload when it does (the instance id takes 8 bytes).
+pub const MAX_PAYLOAD_WITH_INSTANCE: usize = MAX_GAME_PAYLOAD - INSTANCE_LEN;
+
+/// How long after a failed token request (or a refused join) the next try
+/// waits, unless the control server said longer (`Retry-After`).
+pub const TOKEN_RETRY: Duration = Duration::from_secs(1);
+
+/// Where the token comes from.
+#[derive(Debug, Clone)]
+pub enum TokenSource {
+    /// The game hands tokens in: this one now, later ones with
+    /// [`Client::set_token`] when [`Event::TokenNeeded`] asks.
+    Given(Token),
+    /// The client asks the control server itself (feature `http`).
+    Control(ControlServer),
+}
+
+/// What a client needs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub token: TokenSource,
+    /// The local address to bind, `host:port` (port 0: any).
+    pub local: String,
+    /// A JOIN step unanswered this long is sent again.
+    pub join_retry: Duration,
+    /// A sender unheard this long is reported ([`Event::SenderSilent`]).
+    pub sender_silent_after: Duration,
+    /// Senders tracked at once (memory is taken at start).
+    pub max_senders: usize,
+    /// Received DATA held until [`Client::recv`] takes it; beyond that new
+    /// DATA is dropped and counted (`Stats::inbox_full`).
+    pub inbox: usize,
+    /// Fetch the group's latest checkpoint by itself after each JOIN_ACK
+    /// (first join and rejoins) that announces a checkpoint channel, and
+    /// report it as a [`CheckpointEvent`]. On by default: a joiner needs the
+    /// game state before the DATA that follows it makes sense.
+    pub checkpoint_fetch_on_join: bool,
+    /// The deadline of one checkpoint exchange (upload or fetch), from the
+    /// connect to the last byte; past it the exchange fails
+    /// ([`CheckpointError::TimedOut`]).
+    pub checkpoint_timeout: Duration,
+    /// The largest checkpoint state this client accepts from a fetch.
+    pub checkpoint_max_bytes: u64,
+    /// Where the checkpoint channel is, when not at the reflector's address
+    /// with the JOIN_ACK's port (a reflector behind a TCP forwarder).
+    /// Used only for groups whose JOIN_ACK announces a channel.
+    pub checkpoint_addr: Option<SocketAddr>,
+}
+
+impl Config {
+    /// A client with `token`, bound to any local port, with the bots'
+    /// retry timing.
+    pub fn new(token: TokenSource) -> Config {
+        Config {
+            token,
+            local: "0.0.0.0:0".into(),
+            join_retry: Duration::from_millis(250),
+            sender_silent_after: Duration::from_secs(3),
+            max_senders: 1024,
+            inbox: 256,
+            checkpoint_fetch_on_join: true,
+            checkpoint_timeout: Duration::from_secs(10),
+            checkpoint_max_bytes: 16 << 20,
+            checkpoint_addr: None,
+        }
+    }
+}
+
+/// Why something went wrong, reported as [`Event::Error`] or returned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    #[error("{call} failed: {message}")]
+    Socket { call: &'static str, message: String },
+    #[error("cannot resolve reflector address '{addr}': {message}")]
+    Resolve { addr: String, message: String },
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    #[error("join of group {group} refused: {failure}")]
+    JoinRefused { group: u16, failure: Failure },
+}
+
+impl Error {
+    pub(crate) fn socket(call: &'static str, e: io::Error) -> Error {
+        Error::Socket {
+            call,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Why [`Client::send`] refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    #[error("payload of {len} bytes is larger than the {max} a DATA may carry here (one Ethernet frame): split it")]
+    TooLarge { len: usize, max: usize },
+    #[error("not a member of a group yet (wait for Event::Joined)")]
+    NotMember,
+    #[error("sendto failed: {0}")]
+    Io(String),
+}
+
+/// Why the client is joining again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejoinReason {
+    /// `ERROR(NotMember)`: the reflector forgot us (or someone forged it).
+    NotMember,
+    /// Nothing authenticated from the reflector for [`SILENT_INTERVALS`]
+    /// keepalive intervals.
+    ReflectorSilent,
+    /// The join was refused for something a retry may cure.
+    Refused,
+    /// A new token for another group (the player moved).
+    NewGroup,
+}
+
+/// Something the game may want to know; from [`Client::poll_event`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A member of `group` (the first time, or again after a rejoin).
+    Joined {
+        group: u16,
+        members: u16,
+        rejoin: bool,
+    },
+    /// Joining again with the token and key held, for this reason.
+    Rejoining(RejoinReason),
+    /// The membership now lasts until this (Unix s).
+    Renewed {
+        expires_unix_s: u64,
+    },
+    /// Asking the control server for a token.
+    TokenRequested,
+    /// The game hands tokens in and a new one is needed (renewal is due,
+    /// or the reflector refused the held one): call [`Client::set_token`].
+    TokenNeeded,
+    /// The first DATA of a sender (or the first since it went silent).
+    SenderHeard {
+        player: u32,
+        instance: u64,
+    },
+    /// A sender unheard for [`Config::sender_silent_after`].
+    SenderSilent {
+        player: u32,
+        instance: u64,
+    },
+    /// The membership was left ([`Client::leave`]).
+    Left,
+    Error(Error),
+}
+
+/// What happened with checkpoints; from [`Client::poll_checkpoint`] (a
+/// queue of its own, so the states they carry stay off [`Event`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckpointEvent {
+    /// The reflector asked this member for the group's state (an
+    /// authenticated CHECKPOINT_REQUEST): answer with
+    /// [`Client::provide_checkpoint`].
+    Requested { group: u16 },
+    /// The state provided was stored by the reflector (its authenticated
+    /// STORED named our state's digest, tick and player).
+    Uploaded { group: u16, number: u64, tick: u64 },
+    /// The group's latest checkpoint, its SHA-256 checked against the
+    /// authenticated REPLY.
+    Checkpoint {
+        group: u16,
+        /// The checkpoint's number in its group.
+        number: u64,
+        /// The game tick its uploader gave.
+        tick: u64,
+        /// Who uploaded it.
+        from_player: u32,
+        /// How old it was when served.
+        age_ms: u32,
+        bytes: Vec<u8>,
+    },
+    /// The group has no checkpoint yet.
+    Empty { group: u16 },
+    /// An exchange failed (nothing in it was taken as a checkpoint); see
+    /// [`CheckpointError::refusal`] for the reflector's reason.
+    Failed {
+        group: u16,
+        op: CheckpointOp,
+        reason: CheckpointError,
+    },
+}
+
+/// One received DATA, borrowed from the client until the next call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Datagram<'a> {
+    pub group: u16,
+    pub sender: u32,
+    /// The sender's client instance id (0 if the group does not carry it).
+    pub instance: u64,
+    /// The sender's client-wide sequence number.
+    pub seq: u64,
+    pub payload: &'a [u8],
+}
+
+/// Counters since the client started.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Stats {
+    pub data_sent: u64,
+    pub bytes_sent: u64,
+    pub data_received: u64,
+    pub bytes_received: u64,
+    pub streams: StreamCounters,
+    /// DATA dropped because the inbox was full (the game did not `recv`).
+    pub inbox_full: u64,
+    /// DATA larger than [`MAX_DATAGRAM_KERNEL`], dropped.
+    pub oversize: u64,
+    /// Datagrams that did not parse, or came from elsewhere than the reflector.
+    pub ignored: u64,
+    pub probes_answered: u64,
+    pub echoes_sent: u64,
+    pub echoes_answered: u64,
+    /// The last ECHO round trip.
+    pub rtt_last: Option<Duration>,
+    /// Smoothed round trip (RFC 6298's 1/8 gain).
+    pub rtt_smoothed: Option<Duration>,
+    pub rtt_min: Option<Duration>,
+    pub joins: u64,
+    pub rejoins: u64,
+    pub renewals: u64,
+    pub token_requests: u64,
+    /// CHECKPOINT_REQUESTs received.
+    pub checkpoints_requested: u64,
+    /// Uploads the reflector stored.
+    pub checkpoints_uploaded: u64,
+    /// Fetches that ended with a checkpoint or with none (EMPTY).
+    pub checkpoints_fetched: u64,
+    /// Exchanges that failed (uploads and fetches).
+    pub checkpoint_failures: u64,
+}
