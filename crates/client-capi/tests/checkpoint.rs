@@ -192,6 +192,12 @@ fn upload_when_asked_and_a_joiner_takes_exactly_those_bytes() {
     // SAFETY: as above.
     let st = unsafe { rc_checkpoint_take(b, buf.as_mut_ptr(), buf.len(), &mut len, &mut tick) };
     assert_eq!(st, rc_status::RC_NONE, "taken once");
+    // The reflector counts a fetch served after its last byte is handed to
+    // the kernel, which may be after the joiner has read it all.
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while r.counters().checkpoints_served == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     assert_eq!(r.counters().checkpoints_served, 1);
     let sb = stats(b);
     assert_eq!((sb.fetched, sb.failures), (1, 0));

@@ -28,9 +28,13 @@ fn upload_then_join(name: &str, program: impl Fn(&[&str]) -> Command) {
         let ta = s.spawn(move || run(uploader, within));
         let deadline = Instant::now() + Duration::from_secs(30);
         while r.counters().checkpoints_stored == 0 {
+            if ta.is_finished() {
+                let (o, e, _) = ta.join().expect("the uploader's runner");
+                panic!("the {name} uploader ended before it stored a checkpoint:\n{o}\n{e}");
+            }
             assert!(
-                Instant::now() < deadline && !ta.is_finished(),
-                "the {name} uploader stored no checkpoint"
+                Instant::now() < deadline,
+                "the {name} uploader stored no checkpoint in 30 s"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -59,6 +63,12 @@ fn upload_then_join(name: &str, program: impl Fn(&[&str]) -> Command) {
         "the bytes fetched are not the state uploaded at tick {}",
         f.tick
     );
+    // The reflector counts a fetch served after its last byte is handed to
+    // the kernel, which may be after the joiner has read it all.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while r.counters().checkpoints_served == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let c = r.counters();
     assert!(c.checkpoints_stored >= ups.len() as u64, "{c:?}");
     assert_eq!(c.checkpoint_bytes_stored, c.checkpoints_stored * STATE_LEN as u64);

@@ -285,6 +285,9 @@ pub fn build_grid(cc: &Path, static_lib: bool) -> PathBuf {
     } else {
         cmd.arg("-L")
             .arg(&lib)
+            // DT_RPATH, not RUNPATH: it wins over the LD_LIBRARY_PATH cargo
+            // sets for tests, which may name a stale copy of the library.
+            .arg("-Wl,--disable-new-dtags")
             .arg(format!("-Wl,-rpath,{}", lib.display()))
             .arg("-lreflector_c");
     }
