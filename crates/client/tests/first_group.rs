@@ -11,40 +11,13 @@ mod common;
 #[path = "../examples/first_group.rs"]
 mod first_group;
 
-use common::{Reflector, SECRET};
-use reflector_control::{Assign, ControlConfig, ReflectorSpec, World};
-use reflector_proto::auth::Secret;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use common::Reflector;
 use std::time::Duration;
 
 #[test]
 fn two_players_of_the_guide_hear_each_other() {
     let r = Reflector::start(0, false);
-    let world = World::new(
-        1,
-        1,
-        100.0,
-        Assign::RoundRobin,
-        &[ReflectorSpec {
-            ip: [127, 0, 0, 1].into(),
-            ports: vec![r.port],
-        }],
-    )
-    .unwrap();
-    let control = reflector_control::ControlServer::start_with(
-        ControlConfig {
-            listen: ([127, 0, 0, 1], 0).into(),
-            world,
-            secret: Secret::new(&SECRET).unwrap(),
-            token_ttl_s: 300,
-            auth: None,
-        },
-        reflector_http::Limits::default(),
-        None,
-        Arc::new(AtomicBool::new(false)),
-    )
-    .unwrap();
+    let control = common::control_server(&r, None);
     let url = control.url();
     let players: Vec<_> = [1u32, 2]
         .into_iter()

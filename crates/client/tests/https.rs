@@ -6,13 +6,9 @@
 
 mod common;
 
-use common::{join_all, Reflector, SECRET};
+use common::{control_server, join_all, Reflector};
 use reflector_client::{fetch_token, Client, Config, ControlError, ControlServer, Event, TokenSource};
-use reflector_control::{Assign, ControlConfig, ReflectorSpec, World};
-use reflector_proto::auth::Secret;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 
 fn data(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
@@ -20,31 +16,8 @@ fn data(name: &str) -> PathBuf {
 
 /// A control server over TLS mapping its one cell to `r`'s group.
 fn control_tls(r: &Reflector) -> reflector_control::ControlServer {
-    let world = World::new(
-        1,
-        1,
-        100.0,
-        Assign::RoundRobin,
-        &[ReflectorSpec {
-            ip: [127, 0, 0, 1].into(),
-            ports: vec![r.port],
-        }],
-    )
-    .unwrap();
     let tls = reflector_http::Tls::from_pem_files(&data("test-cert.pem"), &data("test-key.pem")).unwrap();
-    reflector_control::ControlServer::start_with(
-        ControlConfig {
-            listen: ([127, 0, 0, 1], 0).into(),
-            world,
-            secret: Secret::new(&SECRET).unwrap(),
-            token_ttl_s: 300,
-            auth: None,
-        },
-        reflector_http::Limits::default(),
-        Some(tls),
-        Arc::new(AtomicBool::new(false)),
-    )
-    .unwrap()
+    control_server(r, Some(tls))
 }
 
 #[test]

@@ -157,3 +157,33 @@ pub fn join_all(clients: &mut [&mut Client]) -> Vec<(usize, Event)> {
     });
     ev
 }
+
+/// A real control server (anonymous joins, tokens for 300 s) whose one
+/// cell is `r`'s group; over TLS when `tls` is given.
+pub fn control_server(r: &Reflector, tls: Option<reflector_http::Tls>) -> reflector_control::ControlServer {
+    use reflector_control::{Assign, ControlConfig, ReflectorSpec, World};
+    let world = World::new(
+        1,
+        1,
+        100.0,
+        Assign::RoundRobin,
+        &[ReflectorSpec {
+            ip: [127, 0, 0, 1].into(),
+            ports: vec![r.port],
+        }],
+    )
+    .expect("a one-cell world");
+    reflector_control::ControlServer::start_with(
+        ControlConfig {
+            listen: ([127, 0, 0, 1], 0).into(),
+            world,
+            secret: Secret::new(&SECRET).expect("a valid secret"),
+            token_ttl_s: 300,
+            auth: None,
+        },
+        reflector_http::Limits::default(),
+        tls,
+        Arc::new(AtomicBool::new(false)),
+    )
+    .expect("the control server starts")
+}
