@@ -25,6 +25,8 @@ STYLE = {
     "ebpf": dict(color="tab:red", marker="o", label="reflector ebpf (in-kernel fan-out)"),
     "multicast": dict(color="black", marker="x", linestyle="--", label="native IP multicast (reference)"),
     "raw-loop": dict(color="tab:gray", marker="+", linestyle=":", label="raw sendto loop (reflector-bench's anchor)"),
+    "raw-mmsg": dict(color="tab:green", marker="+", linestyle=":", label="raw sendmmsg loop, one call per datagram (floor)"),
+    "raw-mmsg-batch": dict(color="tab:olive", marker="+", linestyle=":", label="raw sendmmsg loop, one call per batch (floor)"),
 }
 # (column, label, log scale, error-bar columns)
 ROWS = [

@@ -74,7 +74,7 @@ def main(argv):
         return statistics.median(r[k] / r[a] for r in runs) if a in keys else None
 
     print(f"ns per copy across {len(runs)} runs (deviation = largest |run - median| / median; tolerance ±{tol:g} %)")
-    print(f"{'size':>5} {'recv':>4} {'impl':9} {'runs':>30} {'median':>8} {'dev %':>6}")
+    print(f"{'size':>5} {'recv':>4} {'impl':14} {'runs':>30} {'median':>8} {'dev %':>6}")
     bad = []
     lines = ["size,receivers,impl,ns_per_copy_median,ns_per_copy_runs,deviation_pct,vs_raw_loop_median,sender_bound"]
     for k in keys:
@@ -87,20 +87,32 @@ def main(argv):
             bad.append(k)
         else:
             flag = ""
-        print(f"{k[0]:5} {k[1]:4} {k[2]:9} {' '.join(f'{v:.1f}' for v in vals):>30} {med:8.1f} {dev:6.1f}{flag}")
+        print(f"{k[0]:5} {k[1]:4} {k[2]:14} {' '.join(f'{v:.1f}' for v in vals):>30} {med:8.1f} {dev:6.1f}{flag}")
         va = vs_anchor(k)
         lines.append(
             f"{k[0]},{k[1]},{k[2]},{med:.1f},{';'.join(f'{v:.1f}' for v in vals)},{dev:.1f},"
             f"{'' if va is None else f'{va:.3f}'},{int(k in bound)}"
         )
     print("\nratios of ns per copy within each run")
-    pairs = [("sendto", "ebpf"), ("ebpf", "multicast"), ("sendmmsg", "sendto"), ("sendmmsg", "raw-loop"), ("sendto", "raw-loop")]
+    pairs = [
+        ("sendto", "ebpf"),
+        ("ebpf", "multicast"),
+        ("sendmmsg", "sendto"),
+        ("sendmmsg", "raw-loop"),
+        ("sendto", "raw-loop"),
+        # The floors: the kernel's per-message send that every user-space
+        # backend pays, and how far the reflector is above it.
+        ("raw-mmsg", "raw-loop"),
+        ("raw-mmsg-batch", "raw-loop"),
+        ("sendmmsg", "raw-mmsg"),
+        ("raw-mmsg-batch", "raw-mmsg"),
+    ]
     for size, rec in sorted({(k[0], k[1]) for k in keys}):
         for a, b in pairs:
             if (size, rec, a) in keys and (size, rec, b) in keys:
                 vals = [r[(size, rec, a)] / r[(size, rec, b)] for r in runs]
                 med, dev = deviation(vals)
-                print(f"{size:5} {rec:4} {a + '/' + b:18} {' '.join(f'{v:.2f}x' for v in vals):>24} median {med:.2f}x dev {dev:.1f} %")
+                print(f"{size:5} {rec:4} {a + '/' + b:25} {' '.join(f'{v:.2f}x' for v in vals):>24} median {med:.2f}x dev {dev:.1f} %")
     if out:
         with open(out, "w") as f:
             f.write("\n".join(lines) + "\n")

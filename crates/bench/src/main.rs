@@ -103,7 +103,7 @@ struct BenchArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Some(Cmd::RawLoop(r)) => rawloop::run(r.bind, &r.to, r.bufsize).map(|_| ExitCode::SUCCESS),
+        Some(Cmd::RawLoop(r)) => rawloop::run(&r).map(|_| ExitCode::SUCCESS),
         None => bench(cli.args),
     };
     match result {

@@ -37,7 +37,7 @@ pub use sys_uring_recv::{probe_recv_multishot, RecvEvent, UringRecv};
 
 pub use sys::{
     probe_sendmmsg, send_flagged, send_stream, set_recverr, set_udp_segment, wait_error_queue, wait_writable, DestSet,
-    RecvBatch, RecvInto, SendOne,
+    MultiSend, RecvBatch, RecvInto, SendOne,
 };
 
 /// Most headers one `sendmmsg` takes (the kernel's UIO_MAXIOV).

@@ -298,6 +298,89 @@ impl DestSet {
     }
 }
 
+/// Several datagrams, each to every destination of a [`DestSet`], in as few
+/// `sendmmsg` calls as [`crate::MAX_BATCH`] messages per call allow: a whole
+/// received batch fanned out with one system call where [`DestSet::send_mmsg`]
+/// makes one per datagram. The headers and iovecs are rebuilt on each call
+/// into vectors that never grow past their first capacity, so nothing is
+/// allocated per call.
+pub struct MultiSend {
+    hdrs: Vec<libc::mmsghdr>,
+    iovs: Vec<libc::iovec>,
+}
+
+// SAFETY: between calls the headers hold stale pointers that are never read
+// (every call rewrites the ones it passes); moving the struct moves nothing
+// they point to.
+unsafe impl Send for MultiSend {}
+
+impl Default for MultiSend {
+    fn default() -> Self {
+        MultiSend::new()
+    }
+}
+
+impl MultiSend {
+    pub fn new() -> MultiSend {
+        MultiSend {
+            // SAFETY: plain data; zero is valid.
+            hdrs: (0..crate::MAX_BATCH).map(|_| unsafe { zeroed() }).collect(),
+            iovs: vec![
+                libc::iovec {
+                    iov_base: std::ptr::null_mut(),
+                    iov_len: 0
+                };
+                crate::MAX_BATCH
+            ],
+        }
+    }
+
+    /// Sends copy `first` onwards of the `bufs.len() * dests.len()` copies
+    /// (datagram-major: every destination of `bufs[0]`, then of `bufs[1]`…)
+    /// with one `sendmmsg` of at most [`crate::MAX_BATCH`] messages; returns
+    /// how many were sent, a prefix. The caller loops until all are sent,
+    /// waiting on WouldBlock as with any non-blocking send.
+    pub fn send(&mut self, fd: BorrowedFd<'_>, bufs: &[&[u8]], dests: &DestSet, first: usize) -> io::Result<usize> {
+        let per = dests.dests.len();
+        let total = bufs.len() * per;
+        let n = total.saturating_sub(first).min(crate::MAX_BATCH);
+        if n == 0 {
+            return Ok(0);
+        }
+        for k in 0..n {
+            let copy = first + k;
+            let (buf, d) = (bufs[copy / per], &dests.dests[copy % per]);
+            self.iovs[k] = libc::iovec {
+                iov_base: buf.as_ptr() as *mut libc::c_void,
+                iov_len: buf.len(),
+            };
+            let (sa, len) = d.as_ptr();
+            let h = &mut self.hdrs[k];
+            h.msg_hdr.msg_name = sa as *mut libc::c_void;
+            h.msg_hdr.msg_namelen = len;
+            h.msg_hdr.msg_iov = &mut self.iovs[k];
+            h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_control = std::ptr::null_mut();
+            h.msg_hdr.msg_controllen = 0;
+            h.msg_hdr.msg_flags = 0;
+            h.msg_len = 0;
+        }
+        // SAFETY: headers 0..n were written above and point at iovecs of
+        // this struct (never reallocated: both vectors keep MAX_BATCH
+        // entries), at `dests`' addresses and at `bufs`, all borrowed for
+        // the call; n <= MAX_BATCH = the vectors' length.
+        let r = unsafe {
+            libc::sendmmsg(
+                fd.as_raw_fd(),
+                self.hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        check(r as isize)
+    }
+}
+
 /// `recvmmsg` into `slots` reused buffers of `slot_size` bytes each.
 pub struct RecvBatch {
     slot_size: usize,
@@ -740,6 +823,44 @@ mod tests {
         let snap = set.snapshot(&[0..1, 2..4]);
         assert_eq!(snap.len(), 3);
         assert_eq!(snap.send_one(tx.as_fd(), b"3", 0).unwrap(), 1);
+    }
+
+    #[test]
+    fn a_multi_send_sends_every_datagram_to_every_destination_and_resumes() {
+        let tx = sock();
+        let rx: Vec<UdpSocket> = (0..3).map(|_| sock()).collect();
+        let set = DestSet::from_addrs(rx.iter().map(|s| s.local_addr().unwrap()));
+        let bufs: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 8]).collect();
+        let views: Vec<&[u8]> = bufs.iter().map(Vec::as_slice).collect();
+        let mut m = MultiSend::new();
+        assert_eq!(
+            m.send(tx.as_fd(), &views, &set, 0).unwrap(),
+            120,
+            "40 datagrams x 3 in one call"
+        );
+        for (i, r) in rx.iter().enumerate() {
+            assert_eq!(recv_all(r, 40), bufs, "receiver {i}: every datagram, in order");
+        }
+        // Resuming at copy 118 (datagram-major): datagram 39 to the second
+        // and third destinations only.
+        assert_eq!(m.send(tx.as_fd(), &views, &set, 118).unwrap(), 2);
+        assert_eq!(recv_all(&rx[0], 1), Vec::<Vec<u8>>::new());
+        assert_eq!(recv_all(&rx[1], 1), vec![bufs[39].clone()]);
+        assert_eq!(recv_all(&rx[2], 1), vec![bufs[39].clone()]);
+        assert_eq!(
+            m.send(tx.as_fd(), &views, &set, 120).unwrap(),
+            0,
+            "nothing past the last copy"
+        );
+        assert_eq!(
+            m.send(tx.as_fd(), &views[..0], &set, 0).unwrap(),
+            0,
+            "no datagrams, no call"
+        );
+        // One call never takes more than MAX_BATCH messages.
+        let many: Vec<&[u8]> = (0..400).map(|_| &b"x"[..]).collect();
+        let n = m.send(tx.as_fd(), &many, &set, 0).unwrap();
+        assert!(n > 0 && n <= crate::MAX_BATCH, "{n}");
     }
 
     #[test]

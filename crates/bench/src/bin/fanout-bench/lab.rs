@@ -1,0 +1,275 @@
+//! The veth lab the benchmark runs in, and its members: the sender and the
+//! receivers of each implementation (reflector members with real tokens,
+//! raw-loop receivers, multicast group members).
+
+use crate::measure::now_unix;
+
+use bench::lab::{sh, VethLab};
+use oskit::netns::NetNs;
+use reflector_proto::auth::{Secret, TokenClaims};
+use reflector_proto::blocking;
+use reflector_proto::client::{Config as ClientConfig, JoinRequest, Session};
+use reflector_proto::protocol::SessionKeys;
+use std::io::Write as _;
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+pub(crate) const REFLECTOR_IP: Ipv4Addr = Ipv4Addr::new(10, 210, 0, 1);
+pub(crate) const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 210, 0, 2);
+/// Every member has an address of its own, as game clients do (so each copy
+/// changes the destination address and its checksums, not only the port):
+/// member `i`'s is 10.211.(i / 250).(1 + i % 250), routed over the veth.
+pub(crate) const MEMBER_NET: &str = "10.211.0.0/16";
+
+/// The MAC of the clients' end of the veth (`VethLab`'s, for subnet 210).
+pub(crate) const CLIENT_MAC: &str = "02:52:46:00:d2:02";
+
+pub(crate) fn member_ip(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 211, (i / 250) as u8, (1 + i % 250) as u8)
+}
+
+/// Runs `ip -n NS -batch -` with `commands`, one per line.
+pub(crate) fn ip_batch(ns: &str, commands: &str) -> Result<(), String> {
+    let mut child = Command::new("ip")
+        .args(["-n", ns, "-batch", "-"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot run ip: {e}"))?;
+    child
+        .stdin
+        .take()
+        .ok_or("ip has no stdin")?
+        .write_all(commands.as_bytes())
+        .map_err(|e| format!("ip -batch: {e}"))?;
+    let out = child.wait_with_output().map_err(|e| format!("ip -batch: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "ip -n {ns} -batch failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+pub(crate) const MCAST: Ipv4Addr = Ipv4Addr::new(239, 210, 0, 1);
+pub(crate) const PORT: u16 = 4600;
+pub(crate) const MCAST_PORT: u16 = 4601;
+
+/// The lab's namespaces and veth ([`VethLab`]), a device that frees what
+/// the egress sink redirects to it, and the raised backlog (restored on
+/// drop, before the namespaces go).
+pub(crate) struct Lab {
+    pub(crate) veth: VethLab,
+    pub(crate) backlog: Option<String>,
+}
+
+pub(crate) const BACKLOG: &str = "/proc/sys/net/core/netdev_max_backlog";
+
+impl Lab {
+    /// The lab, with addresses for `members` members, and the receive
+    /// softirq of both ends of the veth steered to CPU `rps` (RPS).
+    pub(crate) fn new(members: usize, rps: Option<usize>) -> Result<Lab, String> {
+        let veth = VethLab::new("fb", 210)?;
+        let r = veth.r.clone();
+        // Member addresses on the clients' side, a route and static
+        // neighbours (the clients' MAC) on the reflector's.
+        let mut on_c = String::new();
+        let mut on_r = format!("route add {MEMBER_NET} dev vr\n");
+        for i in 0..members {
+            let ip = member_ip(i);
+            on_c.push_str(&format!("addr add {ip}/32 dev vc\n"));
+            on_r.push_str(&format!(
+                "neigh replace {ip} lladdr {CLIENT_MAC} dev vr nud permanent\n"
+            ));
+        }
+        ip_batch(&veth.c, &on_c)?;
+        ip_batch(&r, &on_r)?;
+        // Where the egress sink sends what it counted: a veth whose peer is
+        // down, which frees it at once (this kernel has no dummy device).
+        sh(&[
+            "ip", "-n", &r, "link", "add", "sinkd", "type", "veth", "peer", "name", "sinkp",
+        ])?;
+        sh(&["ip", "-n", &r, "link", "set", "sinkd", "up"])?;
+        // Every clone waits in the sending CPU's backlog: a 256-member group
+        // overflows the default 1,000 (the setting lives in the initial
+        // namespace only; restored on drop).
+        if let Some(cpu) = rps {
+            steer_rx(&r, "vr", cpu)?;
+            steer_rx(&veth.c, "vc", cpu)?;
+        }
+        let old = std::fs::read_to_string(BACKLOG).map_err(|e| format!("{BACKLOG}: {e}"))?;
+        std::fs::write(BACKLOG, "30000").map_err(|e| format!("{BACKLOG}: {e}"))?;
+        Ok(Lab {
+            veth,
+            backlog: Some(old.trim().to_string()),
+        })
+    }
+
+    pub(crate) fn ns(name: &str) -> Result<NetNs, String> {
+        VethLab::ns(name)
+    }
+}
+
+/// Steers the receive softirq of `dev` (in namespace `ns`) to `cpu` with
+/// RPS, and reads the mask back. sysfs shows the devices of the namespace
+/// that mounted it, hence `ip netns exec` (which mounts the namespace's own).
+pub(crate) fn steer_rx(ns: &str, dev: &str, cpu: usize) -> Result<(), String> {
+    if cpu >= 64 {
+        return Err(format!("--cpu {cpu}: RPS steering here supports CPUs 0..63"));
+    }
+    let mask = format!("{:x}", 1u64 << cpu);
+    let file = format!("/sys/class/net/{dev}/queues/rx-0/rps_cpus");
+    sh(&["ip", "netns", "exec", ns, "sh", "-c", &format!("echo {mask} > {file}")])?;
+    let o = Command::new("ip")
+        .args(["netns", "exec", ns, "cat", &file])
+        .output()
+        .map_err(|e| format!("cannot run ip: {e}"))?;
+    let got = String::from_utf8_lossy(&o.stdout);
+    let got = got.trim().replace(',', "");
+    if u64::from_str_radix(&got, 16) != Ok(1u64 << cpu) {
+        return Err(format!(
+            "RPS on {dev}: wrote {mask} to {file}, read back '{got}' (a kernel without CONFIG_RPS?)"
+        ));
+    }
+    Ok(())
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if let Some(b) = &self.backlog {
+            let _ = std::fs::write(BACKLOG, b);
+        }
+    }
+}
+
+/// The sender member: its socket and session (none for multicast), where
+/// it sends.
+pub(crate) struct Sender {
+    pub(crate) sock: UdpSocket,
+    pub(crate) session: Option<Session>,
+    pub(crate) to: SocketAddr,
+    pub(crate) seq: u64,
+}
+
+/// One implementation's clients.
+pub(crate) struct Clients {
+    pub(crate) sender: Sender,
+    pub(crate) receivers: Vec<UdpSocket>,
+}
+
+pub(crate) fn join_all(lab: &Lab, secret: &Secret, receivers: usize) -> Result<Clients, String> {
+    let socks = member_sockets(lab, receivers)?;
+    let to = SocketAddr::from((REFLECTOR_IP, PORT));
+    let mut sessions = Vec::new();
+    for (i, s) in socks.iter().enumerate() {
+        let player = i as u32 + 1;
+        let token = TokenClaims {
+            player,
+            reflector: 0,
+            group: PORT,
+            expires_unix_s: now_unix() + 3600,
+        }
+        .sign(secret);
+        let req = JoinRequest {
+            reflector: to,
+            group: PORT,
+            player,
+            token,
+            keys: SessionKeys::derive(secret, &token),
+            first_seq: 1,
+        };
+        let cfg = ClientConfig {
+            give_up: Some(Duration::from_secs(5)),
+            ..ClientConfig::default()
+        };
+        let (session, _) = blocking::join(s, req, cfg).map_err(|e| format!("join of player {player}: {e:?}"))?;
+        sessions.push(session);
+    }
+    let mut socks = socks.into_iter();
+    let sock = socks.next().ok_or("no sender")?;
+    Ok(Clients {
+        sender: Sender {
+            sock,
+            session: sessions.into_iter().next(),
+            to,
+            seq: 0,
+        },
+        receivers: socks.collect(),
+    })
+}
+
+/// The sender's socket and `receivers` more, each at a member address of
+/// its own in the clients' namespace.
+pub(crate) fn member_sockets(lab: &Lab, receivers: usize) -> Result<Vec<UdpSocket>, String> {
+    Lab::ns(&lab.veth.c)?
+        .run(|| {
+            (0..=receivers)
+                .map(|i| {
+                    let s = UdpSocket::bind(SocketAddr::from((member_ip(i), 0)))?;
+                    let _ = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBufForce, &(4 << 20));
+                    Ok(s)
+                })
+                .collect::<std::io::Result<Vec<_>>>()
+        })
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+}
+
+/// The raw loop's clients: the same member sockets as [`join_all`]'s, no
+/// JOIN (the loop has no membership); the sender's DATA is not sealed.
+pub(crate) fn raw_clients(lab: &Lab, receivers: usize) -> Result<Clients, String> {
+    let mut socks = member_sockets(lab, receivers)?.into_iter();
+    let sock = socks.next().ok_or("no sender")?;
+    Ok(Clients {
+        sender: Sender {
+            sock,
+            session: None,
+            to: SocketAddr::from((REFLECTOR_IP, PORT)),
+            seq: 0,
+        },
+        receivers: socks.collect(),
+    })
+}
+
+/// Receive buffer of a multicast receiver in delivery phases (they read
+/// as the copies come; CPU phases shrink it to the minimum).
+pub(crate) const MCAST_RCVBUF: usize = 2 << 20;
+
+pub(crate) fn mcast_clients(lab: &Lab, receivers: usize, rcvbuf: usize) -> Result<Clients, String> {
+    let c = Lab::ns(&lab.veth.c)?;
+    let (sender, receivers) = c
+        .run(|| -> std::io::Result<(UdpSocket, Vec<UdpSocket>)> {
+            let sender = UdpSocket::bind(SocketAddr::from((CLIENT_IP, 0)))?;
+            let mut rs = Vec::new();
+            for _ in 0..receivers {
+                let s = socket2_reuse(MCAST_PORT)?;
+                s.join_multicast_v4(&MCAST, &CLIENT_IP)?;
+                nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBufForce, &rcvbuf)?;
+                rs.push(s);
+            }
+            Ok((sender, rs))
+        })
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    Ok(Clients {
+        sender: Sender {
+            sock: sender,
+            session: None,
+            to: SocketAddr::from((REFLECTOR_IP, PORT)),
+            seq: 0,
+        },
+        receivers,
+    })
+}
+
+/// A UDP socket on `port` that shares it with the other receivers (each
+/// gets every multicast datagram).
+pub(crate) fn socket2_reuse(port: u16) -> std::io::Result<UdpSocket> {
+    use nix::sys::socket::{bind, setsockopt, socket, sockopt, AddressFamily, SockFlag, SockType, SockaddrIn};
+    let fd = socket(AddressFamily::Inet, SockType::Datagram, SockFlag::SOCK_CLOEXEC, None)?;
+    setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::new(0, 0, 0, 0, port))?;
+    Ok(UdpSocket::from(fd))
+}
