@@ -161,7 +161,7 @@ FLAG_BITS = {"tags": 0, "instance": 1, "sealed": 2}
 HELLO_LEN, REQUEST_LEN, REPLY_LEN, BODY_MAC_LEN = 32, 64, 88, 16
 
 REQUIRED_SECTIONS = ["secret", "cookie_key", "now_unix_ms", "tokens", "cookies",
-                     "datagrams", "channel", "invalid"]
+                     "datagrams", "channel", "invalid", "areas"]
 
 # Keys of an entry that describe it rather than give a field to check.
 DESCRIPTIVE = {"name", "type", "keys", "hex", "why", "note", "notes", "comment",
@@ -515,6 +515,7 @@ class Checker:
         self.check_datagrams()
         self.check_channel()
         self.check_invalid()
+        self.check_areas()
         for text, where in self.ambiguities.items():
             self.r.fail("ambiguities", "AMBIGUOUS: %s; concerns %d entr%s: %s"
                         % (text, len(where), "y" if len(where) == 1 else "ies", ", ".join(where)))
@@ -1387,6 +1388,52 @@ class Checker:
                             skip=("state", "body", "statehex", "challenge", "keys", "request",
                                   "inreplyto", "answers", "requestname", "requestmac", "authenticated"))
         return status
+
+    # -- areas ---------------------------------------------------------------
+
+    def check_areas(self):
+        """Area of interest: the covered cells are those within `radius` of
+        the center in both directions, inside the grid, the center left out,
+        ordered by ring (the larger of the two distances), then row, then
+        column; a cell is granted when its group is neither the center's nor
+        one granted before."""
+        G = "areas"
+        for _, what, a in self.entries(G, "areas", self.section_list("areas")):
+            try:
+                cols, rows = self.cell_pair(a.get("grid"), what + ".grid")
+                cx, cy = self.cell_pair(a.get("center"), what + ".center")
+                radius = as_int(a.get("radius"), what + ".radius")
+                groups = a.get("groups")
+                if not isinstance(groups, list) or len(groups) != cols * rows:
+                    raise Bad("%s.groups: not one group per cell of a %dx%d grid" % (what, cols, rows))
+                if not (cx < cols and cy < rows):
+                    raise Bad("%s.center: outside the grid" % what)
+                want_cells = [self.cell_pair(c, what + ".cells") for c in a.get("cells", [])]
+                want_granted = [self.cell_pair(c, what + ".granted") for c in a.get("granted", [])]
+            except Bad as ex:
+                self.r.fail(G, str(ex))
+                continue
+            covered = [(x, y)
+                       for y in range(max(0, cy - radius), min(rows - 1, cy + radius) + 1)
+                       for x in range(max(0, cx - radius), min(cols - 1, cx + radius) + 1)
+                       if (x, y) != (cx, cy)]
+            covered.sort(key=lambda c: (max(abs(c[0] - cx), abs(c[1] - cy)), c[1], c[0]))
+            group = lambda c: groups[c[1] * cols + c[0]]
+            seen = [group((cx, cy))]
+            granted = []
+            for c in covered:
+                if group(c) not in seen:
+                    seen.append(group(c))
+                    granted.append(c)
+            self.r.check(G, covered == want_cells,
+                         "%s: covered cells %s, the document's rule gives %s" % (what, want_cells, covered))
+            self.r.check(G, granted == want_granted,
+                         "%s: granted cells %s, the document's rule gives %s" % (what, want_granted, granted))
+
+    def cell_pair(self, v, what):
+        if not (isinstance(v, list) and len(v) == 2):
+            raise Bad("%s: not a pair [column, row]" % what)
+        return as_int(v[0], what), as_int(v[1], what)
 
     # -- invalid -------------------------------------------------------------
 

@@ -228,7 +228,21 @@ class Builder:
         return {"secret": SECRET.hex(), "cookie_key": COOKIE_KEY.hex(), "now_unix_ms": NOW_MS,
                 "tokens": toks, "cookies": cookies, "datagrams": dgs,
                 "channel": {"challenge": challenge.hex(), "keys": 0, "messages": msgs},
-                "invalid": invalid}
+                "invalid": invalid, "areas": areas()}
+
+
+def areas():
+    """Two areas worked out by hand from the document's rule (ring, then
+    row, then column; one grant per group not yet seen)."""
+    # 4 x 2 grid, groups round-robin over 3: a b c a / b c a b; center (1,0)
+    # is b. Ring 1: (0,0) a, (2,0) c, (0,1) b, (1,1) c, (2,1) a.
+    g1 = ["a", "b", "c", "a", "b", "c", "a", "b"]
+    first = {"grid": [4, 2], "groups": g1, "center": [1, 0], "radius": 1,
+             "cells": [[0, 0], [2, 0], [0, 1], [1, 1], [2, 1]], "granted": [[0, 0], [2, 0]]}
+    # 3 x 3 grid, every cell its own group, corner (2,2), radius 1.
+    second = {"grid": [3, 3], "groups": list("abcdefghi"), "center": [2, 2], "radius": 1,
+              "cells": [[1, 1], [2, 1], [1, 2]], "granted": [[1, 1], [2, 1], [1, 2]]}
+    return [first, second]
 
 
 def get_parent(doc, path):
@@ -374,7 +388,7 @@ class CheckVectorsTest(unittest.TestCase):
 
     def test_missing_and_empty_sections_fail(self):
         for section in ("secret", "cookie_key", "now_unix_ms", "tokens", "cookies", "datagrams",
-                        "channel", "invalid"):
+                        "channel", "invalid", "areas"):
             doc = copy.deepcopy(self.doc)
             del doc[section]
             rc, out = self.run_inproc(doc)
@@ -384,6 +398,17 @@ class CheckVectorsTest(unittest.TestCase):
                 doc = copy.deepcopy(self.doc)
                 doc[section] = type(self.doc[section])()
                 self.assertFails(*self.run_inproc(doc), "empty " + section)
+
+    def test_a_wrong_area_order_or_grant_fails(self):
+        doc = copy.deepcopy(self.doc)
+        doc["areas"][0]["cells"][0], doc["areas"][0]["cells"][1] = doc["areas"][0]["cells"][1], doc["areas"][0]["cells"][0]
+        self.assertFails(*self.run_inproc(doc), "area cells out of order")
+        doc = copy.deepcopy(self.doc)
+        doc["areas"][0]["granted"].append([0, 1])  # the center's own group
+        self.assertFails(*self.run_inproc(doc), "the center's own group granted")
+        doc = copy.deepcopy(self.doc)
+        doc["areas"][1]["groups"] = doc["areas"][1]["groups"][:-1]
+        self.assertFails(*self.run_inproc(doc), "one group short")
 
     def test_missing_file_fails(self):
         p = subprocess.run([sys.executable, CHECKER, os.path.join(self.tmp.name, "nope.json")],

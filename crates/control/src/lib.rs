@@ -304,13 +304,10 @@ impl World {
     /// around it, cut at the world's edges), `cell` itself left out,
     /// nearest first (Chebyshev distance), then by row, then column.
     pub fn area_of(&self, cell: (u32, u32), r: u32) -> Vec<(u32, u32)> {
-        let span = |c: u32, n: u32| c.saturating_sub(r)..=(c.saturating_add(r)).min(n - 1);
-        let mut cells: Vec<(u32, u32)> = span(cell.1, self.rows)
-            .flat_map(|y| span(cell.0, self.cols).map(move |x| (x, y)))
-            .filter(|&c| c != cell)
-            .collect();
-        cells.sort_by_key(|&(x, y)| (x.abs_diff(cell.0).max(y.abs_diff(cell.1)), y, x));
-        cells
+        reflector_proto::control::area_cells([self.cols, self.rows], [cell.0, cell.1], r)
+            .into_iter()
+            .map(|[x, y]| (x, y))
+            .collect()
     }
 
     pub fn target_of(&self, cell: (u32, u32)) -> Target {
@@ -552,15 +549,13 @@ pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u3
         serde_json::to_value(grant(cell))
     } else {
         // One grant per other group of the area, nearest cell first.
-        let mut seen = vec![cfg.world.target_of(cell)];
-        let mut grants = Vec::new();
-        for near in cfg.world.area_of(cell, area) {
-            let t = cfg.world.target_of(near);
-            if !seen.contains(&t) {
-                seen.push(t);
-                grants.push(grant(near));
-            }
-        }
+        let w = &cfg.world;
+        let grants = reflector_proto::control::area_grant_cells([w.cols, w.rows], [cell.0, cell.1], area, |[x, y]| {
+            w.target_of((x, y))
+        })
+        .into_iter()
+        .map(|[x, y]| grant((x, y)))
+        .collect();
         serde_json::to_value(AreaGrant {
             cell: grant(cell),
             area: grants,

@@ -3,6 +3,8 @@
 //! - [`JoinGrant`]: the answer to `GET /join?player=ID&x=X&y=Y` (the
 //!   player's group and a signed join token with its session key);
 //! - [`WorldInfo`]: the part of `GET /world` a client needs to move around;
+//! - [`area_cells`] and [`area_grant_cells`]: which cells an area of
+//!   interest covers and which of them its answer grants, in order;
 //! - [`parse_ports`]: `4000-4015,5000`, as `reflector serve --ports` and the
 //!   control server's `--reflector IP:PORTS` take it.
 //!
@@ -45,6 +47,47 @@ pub struct AreaGrant {
     pub cell: JoinGrant,
     #[serde(default)]
     pub area: Vec<JoinGrant>,
+}
+
+/// The cells of an area of interest (docs/protocol.md, "Area of interest"),
+/// in the order the control server grants them: every cell of the
+/// `grid` (`[columns, rows]`) within `radius` cells of `center` in both
+/// directions (the square of side 2R+1, cut at the world's edges), `center`
+/// itself left out, nearest first by ring (the larger of the column and row
+/// distances), then by row, then by column.
+pub fn area_cells(grid: [u32; 2], center: [u32; 2], radius: u32) -> Vec<[u32; 2]> {
+    let [cols, rows] = grid;
+    if cols == 0 || rows == 0 {
+        return Vec::new();
+    }
+    let span = |c: u32, n: u32| c.saturating_sub(radius)..=c.saturating_add(radius).min(n - 1);
+    let mut cells: Vec<[u32; 2]> = span(center[1], rows)
+        .flat_map(|y| span(center[0], cols).map(move |x| [x, y]))
+        .filter(|&c| c != center)
+        .collect();
+    cells.sort_by_key(|&[x, y]| (x.abs_diff(center[0]).max(y.abs_diff(center[1])), y, x));
+    cells
+}
+
+/// The cells an area's answer grants, in order: of [`area_cells`], the first
+/// cell of each group (`group_of` names a cell's group; two cells are the
+/// same group when it returns equal values), skipping the center's own group.
+pub fn area_grant_cells<G: PartialEq>(
+    grid: [u32; 2],
+    center: [u32; 2],
+    radius: u32,
+    mut group_of: impl FnMut([u32; 2]) -> G,
+) -> Vec<[u32; 2]> {
+    let mut seen = vec![group_of(center)];
+    let mut granted = Vec::new();
+    for cell in area_cells(grid, center, radius) {
+        let g = group_of(cell);
+        if !seen.contains(&g) {
+            seen.push(g);
+            granted.push(cell);
+        }
+    }
+    granted
 }
 
 /// The world as `GET /world` describes it (what bots need to move around).

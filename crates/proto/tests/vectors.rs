@@ -710,10 +710,56 @@ fn build() -> String {
         ("datagrams", J::A(datagrams(&tk))),
         ("channel", channel(&tk)),
         ("invalid", J::A(invalid(&tk))),
+        ("areas", areas()),
     ]);
     let mut out = serde_json::to_string_pretty(&root).expect("serialisable");
     out.push('\n');
     out
+}
+
+/// Areas of interest: grids whose cells are labelled with their group
+/// (row-major), a center and a radius; the covered cells in order and the
+/// cells the answer grants (docs/protocol.md, "Area of interest").
+fn areas() -> J {
+    // (grid, group of cell index i, center, radius)
+    type GroupOf = fn(u32) -> u32;
+    let cases: [([u32; 2], GroupOf, [u32; 2], u32); 6] = [
+        // Three groups round-robin, as the control server's default assigns.
+        ([4, 2], |i| i % 3, [1, 0], 1),
+        // Four groups in blocks; the 5 x 5 square around the middle.
+        ([5, 5], |i| i * 4 / 25, [2, 2], 2),
+        // A corner, the square cut at two edges; groups of 2 x 2 cells, so
+        // the nearest ring adds nothing and the next one three groups.
+        ([6, 4], |i| (i % 6) / 2 + (i / 6) / 2 * 3, [5, 3], 2),
+        // Every cell its own group: every covered cell is granted.
+        ([3, 3], |i| i, [0, 0], 2),
+        // One group for the whole world: nothing more to grant.
+        ([3, 2], |_| 0, [1, 1], 2),
+        // Radius 0 is the plain join.
+        ([4, 4], |i| i, [2, 1], 0),
+    ];
+    let cell = |c: [u32; 2]| J::A(vec![u(c[0]), u(c[1])]);
+    J::A(
+        cases
+            .iter()
+            .map(|&(grid, group_of, center, radius)| {
+                let label = |c: [u32; 2]| group_of(c[1] * grid[0] + c[0]);
+                let groups = (0..grid[0] * grid[1])
+                    .map(|i| s(&format!("g{}", group_of(i))))
+                    .collect();
+                let covered = reflector_proto::control::area_cells(grid, center, radius);
+                let granted = reflector_proto::control::area_grant_cells(grid, center, radius, label);
+                J::O(vec![
+                    ("grid", J::A(vec![u(grid[0]), u(grid[1])])),
+                    ("groups", J::A(groups)),
+                    ("center", cell(center)),
+                    ("radius", u(radius)),
+                    ("cells", J::A(covered.into_iter().map(cell).collect())),
+                    ("granted", J::A(granted.into_iter().map(cell).collect())),
+                ])
+            })
+            .collect(),
+    )
 }
 
 fn path() -> PathBuf {
@@ -1017,5 +1063,37 @@ fn every_invalid_entry_is_rejected() {
             other => panic!("{name}: unknown kind {other:?}"),
         };
         assert!(rejected, "{name} ({}) was accepted", e["why"]);
+    }
+}
+
+#[test]
+fn the_areas_grant_what_the_crate_grants() {
+    let v = load();
+    let areas = v["areas"].as_array().expect("an areas list");
+    assert!(!areas.is_empty());
+    let pair = |c: &Value| -> [u32; 2] {
+        let a = c.as_array().expect("a cell is [column, row]");
+        [a[0].as_u64().unwrap() as u32, a[1].as_u64().unwrap() as u32]
+    };
+    for a in areas {
+        let grid = pair(&a["grid"]);
+        let groups: Vec<&str> = a["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g.as_str().unwrap())
+            .collect();
+        assert_eq!(groups.len() as u32, grid[0] * grid[1], "one group per cell in {a}");
+        let (center, radius) = (pair(&a["center"]), num(a, "radius") as u32);
+        let list = |f: &str| a[f].as_array().unwrap().iter().map(pair).collect::<Vec<_>>();
+        assert_eq!(
+            reflector_proto::control::area_cells(grid, center, radius),
+            list("cells"),
+            "{a}"
+        );
+        let granted = reflector_proto::control::area_grant_cells(grid, center, radius, |c| {
+            groups[(c[1] * grid[0] + c[0]) as usize]
+        });
+        assert_eq!(granted, list("granted"), "{a}");
     }
 }
