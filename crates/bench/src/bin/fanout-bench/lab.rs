@@ -55,6 +55,13 @@ pub(crate) fn ip_batch(ns: &str, commands: &str) -> Result<(), String> {
 }
 pub(crate) const MCAST: Ipv4Addr = Ipv4Addr::new(239, 210, 0, 1);
 pub(crate) const PORT: u16 = 4600;
+
+/// The port of the `k`th implementation of a run: each has its own, so that
+/// with `--interleave` all of them can be up at once (10 apart: clear of the
+/// multicast group's port).
+pub(crate) fn port_of(k: usize) -> u16 {
+    PORT + 10 * k as u16
+}
 pub(crate) const MCAST_PORT: u16 = 4601;
 
 /// The lab's namespaces and veth ([`VethLab`]), a device that frees what
@@ -159,22 +166,22 @@ pub(crate) struct Clients {
     pub(crate) receivers: Vec<UdpSocket>,
 }
 
-pub(crate) fn join_all(lab: &Lab, secret: &Secret, receivers: usize) -> Result<Clients, String> {
+pub(crate) fn join_all(lab: &Lab, secret: &Secret, receivers: usize, port: u16) -> Result<Clients, String> {
     let socks = member_sockets(lab, receivers)?;
-    let to = SocketAddr::from((REFLECTOR_IP, PORT));
+    let to = SocketAddr::from((REFLECTOR_IP, port));
     let mut sessions = Vec::new();
     for (i, s) in socks.iter().enumerate() {
         let player = i as u32 + 1;
         let token = TokenClaims {
             player,
             reflector: 0,
-            group: PORT,
+            group: port,
             expires_unix_s: now_unix() + 3600,
         }
         .sign(secret);
         let req = JoinRequest {
             reflector: to,
-            group: PORT,
+            group: port,
             player,
             token,
             keys: SessionKeys::derive(secret, &token),
@@ -219,14 +226,14 @@ pub(crate) fn member_sockets(lab: &Lab, receivers: usize) -> Result<Vec<UdpSocke
 
 /// The raw loop's clients: the same member sockets as [`join_all`]'s, no
 /// JOIN (the loop has no membership); the sender's DATA is not sealed.
-pub(crate) fn raw_clients(lab: &Lab, receivers: usize) -> Result<Clients, String> {
+pub(crate) fn raw_clients(lab: &Lab, receivers: usize, port: u16) -> Result<Clients, String> {
     let mut socks = member_sockets(lab, receivers)?.into_iter();
     let sock = socks.next().ok_or("no sender")?;
     Ok(Clients {
         sender: Sender {
             sock,
             session: None,
-            to: SocketAddr::from((REFLECTOR_IP, PORT)),
+            to: SocketAddr::from((REFLECTOR_IP, port)),
             seq: 0,
         },
         receivers: socks.collect(),
@@ -237,7 +244,7 @@ pub(crate) fn raw_clients(lab: &Lab, receivers: usize) -> Result<Clients, String
 /// as the copies come; CPU phases shrink it to the minimum).
 pub(crate) const MCAST_RCVBUF: usize = 2 << 20;
 
-pub(crate) fn mcast_clients(lab: &Lab, receivers: usize, rcvbuf: usize) -> Result<Clients, String> {
+pub(crate) fn mcast_clients(lab: &Lab, receivers: usize, rcvbuf: usize, port: u16) -> Result<Clients, String> {
     let c = Lab::ns(&lab.veth.c)?;
     let (sender, receivers) = c
         .run(|| -> std::io::Result<(UdpSocket, Vec<UdpSocket>)> {
@@ -257,7 +264,7 @@ pub(crate) fn mcast_clients(lab: &Lab, receivers: usize, rcvbuf: usize) -> Resul
         sender: Sender {
             sock: sender,
             session: None,
-            to: SocketAddr::from((REFLECTOR_IP, PORT)),
+            to: SocketAddr::from((REFLECTOR_IP, port)),
             seq: 0,
         },
         receivers,

@@ -17,7 +17,7 @@ mod lab;
 mod measure;
 mod report;
 
-use lab::{join_all, mcast_clients, raw_clients, Lab, MCAST, MCAST_PORT, MCAST_RCVBUF, PORT, REFLECTOR_IP};
+use lab::{join_all, mcast_clients, port_of, raw_clients, Clients, Lab, MCAST, MCAST_PORT, MCAST_RCVBUF, REFLECTOR_IP};
 use measure::{one_run, Place, Sample, BACKGROUND_MAX_PCT};
 use report::{summarize, write_csv, Cell, Row};
 
@@ -74,7 +74,11 @@ per receiver, no protocol and no checks; its copies meet the same sink. Two floo
 sendmmsg backend, run the same way: raw-mmsg receives with recvmmsg (32 per call) and sends \
 each datagram to every receiver with one sendmmsg, which is what the sendmmsg backend does \
 without the reflector around it; raw-mmsg-batch sends every copy of a received batch with \
-one sendmmsg (up to 1,024 messages per call), the most a user-space sender can batch. Each repetition \
+one sendmmsg (up to 1,024 messages per call), the most a user-space sender can batch. With \
+--interleave every implementation but multicast is started once per cell, each on its own port, \
+and stays up while the others take their turns (an idle one sleeps; the ebpf backend's ingress \
+program, while it is up, also sees the other implementations' datagrams and passes them at its \
+port check), so the repetitions of all of them follow each other within seconds. Each repetition \
 runs every implementation once, in turn (drift in background load hits them alike); a cell's \
 figure is the lower quartile of the windows of its --repeat repetitions, printed with each \
 repetition's own figure and their spread (max - min, % of the cell's figure). Ratios (sendto/ebpf, ebpf/multicast, sendmmsg/sendto, \
@@ -156,6 +160,12 @@ struct Args {
     /// Seconds measured per CPU phase (after a 0.2 s warm-up), cut into 200 ms windows.
     #[arg(long, default_value_t = 1.2)]
     seconds: f64,
+    /// Start every implementation but multicast once per cell and keep them
+    /// up, each on its own port, so that their repetitions take turns within
+    /// seconds of each other (slow periods of the host then hit them alike)
+    /// instead of each being started and stopped for its turn.
+    #[arg(long)]
+    interleave: bool,
     /// Seconds per delivery phase (paced at --copies-per-s; 0: no delivery phases).
     #[arg(long, default_value_t = 0.4)]
     delivery_seconds: f64,
@@ -225,14 +235,15 @@ fn mcast_relay(bind: SocketAddr, group: SocketAddrV4, ifaddr: Ipv4Addr) -> Resul
     }
 }
 
-/// The implementation under test, started in the reflector's namespace.
-/// `to`: the receivers' addresses, for the raw loop.
+/// The implementation under test, started in the reflector's namespace on
+/// `port`. `to`: the receivers' addresses, for the raw loop.
 fn start_impl(
     at: &Place,
     imp: &str,
     reflector: &PathBuf,
     secret_file: &PathBuf,
     to: &[SocketAddr],
+    port: u16,
 ) -> Result<ChildGuard, String> {
     let mut cmd = Command::new("ip");
     // Pinned to the measured CPU from its first instruction, every thread.
@@ -247,7 +258,7 @@ fn start_impl(
             "--send",
             mode.arg(),
             "--bind",
-            &format!("{REFLECTOR_IP}:{PORT}"),
+            &format!("{REFLECTOR_IP}:{port}"),
             "--to",
             &to.join(","),
             // The reflector's buffers (--rcvbuf, --sndbuf below).
@@ -259,7 +270,7 @@ fn start_impl(
         cmd.arg(me).args([
             "mcast-relay",
             "--bind",
-            &format!("{REFLECTOR_IP}:{PORT}"),
+            &format!("{REFLECTOR_IP}:{port}"),
             "--group",
             &format!("{MCAST}:{MCAST_PORT}"),
             "--ifaddr",
@@ -272,7 +283,7 @@ fn start_impl(
             "--bind",
             &REFLECTOR_IP.to_string(),
             "--ports",
-            &PORT.to_string(),
+            &port.to_string(),
             "--backend",
             backend.name(),
             "--strict-backend",
@@ -320,6 +331,39 @@ fn start_impl(
         }
     }
     Ok(ChildGuard::new(child))
+}
+
+/// Starts implementation `imp` on `port` and makes its clients: members
+/// joined with real tokens (reflector backends), the raw loops' receivers
+/// (told to the loop at start), or multicast group members.
+fn start_with_clients(
+    at: &Place,
+    imp: &str,
+    reflector: &PathBuf,
+    secret_file: &PathBuf,
+    secret: &Secret,
+    receivers: usize,
+    port: u16,
+) -> Result<(ChildGuard, Clients), String> {
+    let lab = at.lab;
+    // The raw loops are told their receivers' addresses at start.
+    let raw = SendMode::of_impl(imp)
+        .map(|_| raw_clients(lab, receivers, port))
+        .transpose()?;
+    let to = raw.as_ref().map_or(Ok(Vec::new()), |c| {
+        c.receivers
+            .iter()
+            .map(UdpSocket::local_addr)
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(|e| e.to_string())
+    })?;
+    let child = start_impl(at, imp, reflector, secret_file, &to, port)?;
+    let cl = match raw {
+        Some(c) => c,
+        None if imp == "multicast" => mcast_clients(lab, receivers, MCAST_RCVBUF, port)?,
+        None => join_all(lab, secret, receivers, port)?,
+    };
+    Ok((child, cl))
 }
 
 fn bench(a: Args) -> Result<(), String> {
@@ -419,29 +463,39 @@ fn bench(a: Args) -> Result<(), String> {
         for &receivers in &a.receivers {
             let rate = (a.copies_per_s / receivers as u64).clamp(100, 50_000);
             let mut runs: Vec<Vec<Sample>> = vec![Vec::new(); a.impls.len()];
+            // With --interleave every implementation but multicast is started
+            // once for the cell and stays up; its repetitions take turns with
+            // the others'.
+            let mut live: Vec<Option<(ChildGuard, Clients)>> = Vec::new();
+            for (k, imp) in a.impls.iter().enumerate() {
+                live.push(if a.interleave && imp != "multicast" {
+                    Some(start_with_clients(
+                        &at,
+                        imp,
+                        &reflector,
+                        &secret_file,
+                        &secret,
+                        receivers,
+                        port_of(k),
+                    )?)
+                } else {
+                    None
+                });
+            }
             for _ in 0..a.repeat {
-                for (imp, samples) in a.impls.iter().zip(&mut runs) {
+                for (k, (imp, samples)) in a.impls.iter().zip(&mut runs).enumerate() {
                     stopped()?;
                     let mcast = imp == "multicast";
-                    // The raw loops are told their receivers' addresses at start.
-                    let raw = SendMode::of_impl(imp)
-                        .map(|_| raw_clients(&lab, receivers))
-                        .transpose()?;
-                    let to = raw.as_ref().map_or(Ok(Vec::new()), |c| {
-                        c.receivers
-                            .iter()
-                            .map(UdpSocket::local_addr)
-                            .collect::<std::io::Result<Vec<_>>>()
-                            .map_err(|e| e.to_string())
-                    })?;
-                    let mut child = start_impl(&at, imp, &reflector, &secret_file, &to)?;
-                    let mut cl = match raw {
-                        Some(c) => c,
-                        None if mcast => mcast_clients(&lab, receivers, MCAST_RCVBUF)?,
-                        None => join_all(&lab, &secret, receivers)?,
+                    let run = match live[k].as_mut() {
+                        Some((_, cl)) => one_run(&at, cl, size, rate, &a, mcast)?,
+                        None => {
+                            let (mut child, mut cl) =
+                                start_with_clients(&at, imp, &reflector, &secret_file, &secret, receivers, port_of(k))?;
+                            let run = one_run(&at, &mut cl, size, rate, &a, mcast)?;
+                            child.stop();
+                            run
+                        }
                     };
-                    let run = one_run(&at, &mut cl, size, rate, &a, mcast)?;
-                    child.stop();
                     let c = &run.cpu;
                     eprintln!(
                         "  rep {}/{}: {size} B x {receivers} {imp}: {:.1} ns/copy ({:.3} M copies/s; measured CPU {:.1} % busy, {:.1} % before the phase; sender's CPU {:.1} % busy; copies sent on the measured CPU {}; packets received there, machine-wide {:.1} %{})",
@@ -466,6 +520,9 @@ fn bench(a: Args) -> Result<(), String> {
                     );
                     samples.push(run);
                 }
+            }
+            for (mut child, _) in live.into_iter().flatten() {
+                child.stop();
             }
             for (imp, samples) in a.impls.iter().zip(runs) {
                 let cell = Cell::of(&samples);

@@ -1,7 +1,7 @@
 //! One run of one implementation: the paced delivery phase and the
 //! saturated CPU phase, with the kernel counters that check them.
 
-use crate::lab::{Clients, Lab, Sender, PORT};
+use crate::lab::{Clients, Lab, Sender};
 use crate::{stopped, Args, STOP};
 
 use bench::sink::Sink;
@@ -28,7 +28,7 @@ pub(crate) fn next_datagram(tx: &mut Sender, size: usize, buf: &mut [u8], body: 
             tx.seq += 1;
             let h = Header {
                 kind: Kind::Data,
-                group: PORT,
+                group: tx.to.port(),
                 sender: 1,
                 membership: 1,
                 seq: tx.seq,
