@@ -1349,6 +1349,42 @@ mod tests {
     }
 
     #[test]
+    fn the_groups_of_an_area_share_one_sequence_counter() {
+        let mut c = Client::with_driver(given(), Mem::default()).unwrap();
+        let TokenSource::Given(cell) = c.cfg.token.clone() else {
+            unreachable!("a given token")
+        };
+        let neighbour = Token {
+            reflector: "127.0.0.1:4001".into(),
+            group: 4001,
+            ..cell.clone()
+        };
+        c.set_area_tokens(AreaTokens {
+            cell,
+            area: vec![neighbour],
+        })
+        .unwrap();
+        // Both joins go on retrying, each group under its own key.
+        let t0 = Instant::now();
+        for step in 1..=4 {
+            c.update(t0 + c.cfg.join_retry * step);
+        }
+        let sent: Vec<(u16, u64)> = c
+            .sock
+            .sent
+            .iter()
+            .map(|(d, _)| Packet::parse(&d[..]).map(|p| (p.group(), p.seq())).unwrap())
+            .collect();
+        assert!(sent.iter().any(|&(g, _)| g == 4000) && sent.iter().any(|&(g, _)| g == 4001));
+        assert!(
+            sent.windows(2).all(|w| w[0].1 < w[1].1),
+            "one counter across groups, never a number twice: {sent:?}"
+        );
+        assert_eq!(c.group(), Some(4000));
+        assert_eq!(c.sending_group(), None, "nothing to send to before a JOIN_ACK");
+    }
+
+    #[test]
     fn error_retry_waits_the_protocols_second_before_joining_again() {
         let mut c = Client::with_driver(given(), Mem::default()).unwrap();
         let reflector = SocketAddr::from(([127, 0, 0, 1], 4000));
