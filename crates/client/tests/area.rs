@@ -400,3 +400,72 @@ fn a_mover_crosses_make_before_break_without_losing_an_owed_datagram() {
 fn a_mover_with_an_area_crosses_without_losing_an_owed_datagram() {
     cross_one_cell(1);
 }
+
+/// The rejoin rules stay per group: a NotMember in one group of the area
+/// rejoins that group with its held token (the other group and the
+/// control server untouched), and the renewal moment asks the control
+/// server once for the whole area, every group renewed from that answer.
+#[test]
+fn a_group_rejoins_on_its_own_and_one_request_renews_the_area() {
+    use common::net::{ticket_json, HttpStub, Relay};
+    use reflector_client::RejoinReason;
+    use reflector_proto::protocol::{ErrorCode, SmallDatagram};
+    let r = Reflector::start_groups(2);
+    let ports = r.ports();
+    // The neighbour's group through a relay, so the test can forge an
+    // ERROR "from the reflector" there.
+    let relay = Relay::start(SocketAddr::from(([127, 0, 0, 1], ports[1])));
+    let cell_at = SocketAddr::from(([127, 0, 0, 1], ports[0]));
+    let area_json = |ttl_s: u64| {
+        let mut answer: serde_json::Value =
+            serde_json::from_str(&ticket_json(&token(9, ports[0], cell_at, ttl_s))).expect("JSON");
+        let neighbour: serde_json::Value =
+            serde_json::from_str(&ticket_json(&token(9, ports[1], relay.addr, ttl_s))).expect("JSON");
+        answer["area"] = serde_json::Value::Array(vec![neighbour]);
+        answer.to_string()
+    };
+    // The first tokens expire in 11 s: their renewal moment (10 s before
+    // expiry) comes within about a second; the next ones last.
+    let (short, long) = (area_json(11), area_json(300));
+    let served = std::sync::atomic::AtomicU64::new(0);
+    let stub = HttpStub::start(move || {
+        let n = served.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        (200, vec![], if n == 0 { short.clone() } else { long.clone() })
+    });
+    let mut c = area_client(&stub.url, 9, (0.0, 0.0), 1);
+    join_areas(&mut [&mut c], &ports, &[vec![0, 1]]);
+    assert_eq!(stub.requests(), 1, "one request for the whole area");
+
+    let forged = SmallDatagram::error(ports[1], 9, 0, ErrorCode::NotMember);
+    relay.inject(forged.as_bytes());
+    let mut ev = Vec::new();
+    pump_until(&mut [&mut c], Duration::from_secs(3), &mut ev, |_, ev| {
+        ev.iter()
+            .any(|(_, e)| matches!(e, Event::Joined { group, rejoin: true, .. } if *group == ports[1]))
+    });
+    assert_eq!(
+        ev.first().map(|e| &e.1),
+        Some(&Event::Rejoining(RejoinReason::NotMember))
+    );
+    assert!(
+        !ev.iter()
+            .any(|(_, e)| matches!(e, Event::Joined { group, .. } if *group == ports[0])),
+        "the cell's group is not touched: {ev:?}"
+    );
+    assert_eq!(stub.requests(), 1, "a rejoin uses the token held");
+    assert_eq!(c.sending_group(), Some(ports[0]));
+
+    let mut ev = Vec::new();
+    pump_until(&mut [&mut c], Duration::from_secs(4), &mut ev, |_, ev| {
+        ev.iter().filter(|(_, e)| matches!(e, Event::Renewed { .. })).count() == 2
+    });
+    assert_eq!(stub.requests(), 2, "one request renewed both groups");
+    assert!(
+        !ev.iter()
+            .any(|(_, e)| matches!(e, Event::Rejoining(_) | Event::Joined { .. })),
+        "{ev:?}"
+    );
+    assert_eq!(c.stats().renewals, 2);
+    assert_eq!(sorted_groups(&c), ports_of(&[0, 1], &ports));
+    r.stop();
+}
