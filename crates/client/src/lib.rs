@@ -560,11 +560,15 @@ impl<D: Driver> Client<D> {
     /// ([`Event::LeftGroup`]). Each call is a request (one unit of the
     /// ticket's rate limit): call it when the player crosses into another
     /// cell, not every frame. False (nothing done) when the game hands
-    /// tokens in: it asks for the area itself, [`Client::set_area_tokens`].
+    /// tokens in (it asks for the area itself, [`Client::set_area_tokens`])
+    /// or after [`Client::leave`].
     pub fn set_position(&mut self, position: (f64, f64)) -> bool {
         let TokenSource::Control(c) = &mut self.cfg.token else {
             return false;
         };
+        if self.left {
+            return false;
+        }
         c.position = position;
         self.move_pending = true;
         self.request_token(Instant::now());
