@@ -2,8 +2,11 @@
 //! what it hands out (a received datagram, its counters) and its limits.
 
 use crate::checkpoint::{CheckpointError, CheckpointOp};
+// Only for the docs' links: the types name the client's methods.
 use crate::streams::StreamCounters;
 use crate::token::{ControlError, ControlServer, Token};
+#[cfg(doc)]
+use crate::Client;
 use reflector_proto::client::Failure;
 use reflector_proto::protocol::{INSTANCE_LEN, MAX_GAME_PAYLOAD};
 use std::io;
@@ -252,7 +255,7 @@ pub struct Stats {
     pub streams: StreamCounters,
     /// DATA dropped because the inbox was full (the game did not `recv`).
     pub inbox_full: u64,
-    /// DATA larger than [`MAX_DATAGRAM_KERNEL`], dropped.
+    /// DATA larger than [`MAX_DATAGRAM_KERNEL`](reflector_proto::protocol::MAX_DATAGRAM_KERNEL), dropped.
     pub oversize: u64,
     /// Datagrams that did not parse, or came from elsewhere than the reflector.
     pub ignored: u64,
