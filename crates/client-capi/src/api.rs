@@ -258,6 +258,10 @@ pub fn event(e: Event) -> rc_event {
             out.instance = instance;
         }
         Event::Left => out.kind = RC_EVENT_LEFT,
+        // Areas of interest are not in the C ABI (a C client has radius 0
+        // and never moves), so these never come; `poll_event` skips them
+        // should they, and the C numbers stay as they are.
+        Event::Moved { .. } | Event::LeftGroup { .. } => {}
         Event::Error(e) => {
             out.kind = RC_EVENT_ERROR;
             out.error = client_error(&e);
@@ -268,7 +272,11 @@ pub fn event(e: Event) -> rc_event {
 
 /// The next event, or `None`.
 pub fn poll_event(h: rc_handle) -> Res<Option<rc_event>> {
-    with(h, |c| Ok(c.poll_event().map(event)))
+    with(h, |c| {
+        Ok(std::iter::from_fn(|| c.poll_event())
+            .find(|e| !matches!(e, Event::Moved { .. } | Event::LeftGroup { .. }))
+            .map(event))
+    })
 }
 
 /// The next datagram copied into `buf` (cut to fit, said in the info),

@@ -1,5 +1,6 @@
 //! The one client a game links: one player's membership of its group on a
-//! reflector, driven from the game loop.
+//! reflector (or of the groups of its area of interest), driven from the
+//! game loop.
 //!
 //! ```no_run
 //! use reflector_client::{Client, Config, ControlServer, Event, TokenSource};
@@ -53,12 +54,28 @@
 //! in a [`CheckpointEvent`] from [`Client::poll_checkpoint`], each exchange
 //! within [`Config::checkpoint_timeout`].
 //!
-//! Rejoin rules (ERROR cannot be authenticated):
+//! Areas of interest ([`Config::area_radius`] > 0; docs/protocol.md,
+//! "Area of interest"): the client asks the control server for the
+//! player's cell and the groups within R cells of it in one request, and is
+//! a member of each, over its one socket (the groups may be ports of one
+//! reflector or of several). [`Client::send`] goes to the cell's group
+//! only; [`Client::recv`] names each datagram's group, and a datagram that
+//! arrives through two groups is delivered once (one stream per sender
+//! and instance, across groups, numbered by the sender's client-wide
+//! counter). [`Client::set_position`] moves make-before-break: one
+//! request for the new area, JOINs for the groups not held yet, sending
+//! switches to the new cell at its JOIN_ACK ([`Event::Moved`]), and only
+//! once every new group is a member are the groups out of the area left
+//! ([`Event::LeftGroup`]). Radius 0 (the default) is one group, as before;
+//! a move at radius 0 is make-before-break too.
+//!
+//! Rejoin rules (ERROR cannot be authenticated), per group:
 //! - `ERROR(NotMember)` to a member, a reflector silent for
 //!   [`SILENT_INTERVALS`] keepalive intervals, or a refused join other than
 //!   for the token: join again with the token and key held;
 //! - only `ERROR(ExpiredToken)`/`ERROR(BadToken)` answering a JOIN, or the
-//!   renewal moment, make it ask for a new token.
+//!   renewal moment, make it ask for a new token: one request renews
+//!   every group of the area.
 #![deny(unsafe_code)]
 
 mod checkpoint;
@@ -75,7 +92,7 @@ pub use driver::MmsgDriver;
 pub use driver::{Driver, UdpDriver};
 pub use reflector_proto::checkpoint::Refusal;
 pub use streams::{SenderKey, StreamCounters};
-pub use token::{fetch as fetch_token, ControlError, ControlServer, Token};
+pub use token::{fetch as fetch_token, fetch_area, AreaTokens, ControlError, ControlServer, Token};
 pub use types::*;
 
 use checkpoint::{Done, Transfer, Who};
@@ -150,7 +167,13 @@ struct Held {
     received_unix_ms: u64,
 }
 
-/// The membership being joined or held, with its reflector.
+/// A group: the reflector's address (its port is the group, unless a relay
+/// stands in for it) and the group id.
+type GroupKey = (SocketAddr, u16);
+
+/// One group's membership (joined, being joined, or just left), with its
+/// reflector and its own timers: each group of an area is probed, kept
+/// alive and rejoined on its own.
 struct Membership {
     session: Session,
     reflector: SocketAddr,
@@ -159,10 +182,44 @@ struct Membership {
     instance_flag: bool,
     /// The checkpoint channel's TCP port from JOIN_ACK (0: none).
     checkpoint_port: u16,
+    last_keepalive: Instant,
+    /// Last authenticated datagram from the reflector for this group.
+    last_heard: Instant,
+    echo: Option<(u64, Instant)>,
+    /// A refused join is tried again then, with the token held.
+    rejoin_at: Option<Instant>,
+    /// In the area of the latest grant. One that is not any more is left
+    /// once the new area's groups are members (make-before-break).
+    wanted: bool,
+    /// When its LEAVE was sent: DATA the reflector forwarded before the
+    /// LEAVE reached it is still delivered for [`LEAVE_LINGER`].
+    left_at: Option<Instant>,
 }
 
-/// One player's membership, its socket and its timers; see the crate docs.
-/// `D` is the socket ([`UdpDriver`] unless told otherwise).
+impl Membership {
+    fn key(&self) -> GroupKey {
+        (self.reflector, self.session.request().group)
+    }
+
+    fn live(&self) -> bool {
+        self.left_at.is_none()
+    }
+}
+
+/// How long a group just left still delivers DATA: what the reflector
+/// fanned out to us before our LEAVE reached it is owed, and is still on
+/// its way (or in our socket's queue) when the LEAVE goes.
+pub const LEAVE_LINGER: Duration = Duration::from_millis(500);
+
+/// A move's old groups are left by this long after the new area was
+/// granted even if one of its new groups never becomes a member (a
+/// reflector down, a join refused): the old groups are not held forever.
+pub const MOVE_BREAK_AFTER: Duration = Duration::from_secs(10);
+
+/// One player's memberships (its cell's group, and with
+/// [`Config::area_radius`] the groups around it), its socket and its
+/// timers; see the crate docs. `D` is the socket ([`UdpDriver`] unless told
+/// otherwise).
 pub struct Client<D: Driver = UdpDriver> {
     cfg: Config,
     sock: D,
@@ -171,26 +228,35 @@ pub struct Client<D: Driver = UdpDriver> {
     /// takes the next number (docs/protocol.md, "Client instance").
     next_seq: u64,
     held: Option<Held>,
-    member: Option<Membership>,
+    /// Every group held, the cell's among them; a handful (at most 25 for
+    /// an area of radius 2), so a linear search is the lookup.
+    memberships: Vec<Membership>,
+    /// The player's cell: the group of the latest grant's own cell.
+    cell: Option<GroupKey>,
+    /// Where [`Client::send`] goes: the cell once its JOIN_ACK arrived;
+    /// during a move, the previous cell until then.
+    sending: Option<GroupKey>,
+    /// Old groups of a move are left by then whatever happened.
+    break_by: Option<Instant>,
+    /// The game moved ([`Client::set_position`]) and the area for the new
+    /// position is still to be asked for.
+    move_pending: bool,
+    /// The next area granted answers a move: taken make-before-break even
+    /// at radius 0.
+    moving: bool,
     left: bool,
-    last_keepalive: Instant,
-    /// Last authenticated datagram from the reflector.
-    last_heard: Instant,
-    echo: Option<(u64, Instant)>,
     /// A token request in flight on a helper thread.
-    fetching: Option<mpsc::Receiver<Result<Token, ControlError>>>,
+    fetching: Option<mpsc::Receiver<Result<AreaTokens, ControlError>>>,
     fetch_not_before: Option<Instant>,
     token_needed_said: bool,
-    /// A refused join is tried again then, with the token held.
-    rejoin_at: Option<Instant>,
     events: VecDeque<Event>,
     inbox: Inbox,
     streams: Streams,
     stats: Stats,
     rx: Box<[u8]>,
     tx: Box<[u8; MAX_DATAGRAM_KERNEL]>,
-    /// The nonce of the CHECKPOINT_REQUEST not answered yet.
-    ck_nonce: Option<u64>,
+    /// The CHECKPOINT_REQUEST not answered yet: its group and nonce.
+    ck_nonce: Option<(GroupKey, u64)>,
     ck_upload: Option<Transfer>,
     ck_fetch: Option<Transfer>,
     ck_events: VecDeque<CheckpointEvent>,
@@ -226,7 +292,8 @@ impl Client<UdpDriver> {
 
 impl<D: Driver> Client<D> {
     /// Starts on `sock`: a given token is joined with at once, a control
-    /// server asked for one on a helper thread.
+    /// server asked for one (or for the area, [`Config::area_radius`]) on a
+    /// helper thread.
     pub fn with_driver(cfg: Config, sock: D) -> Result<Client<D>, Error> {
         let now = Instant::now();
         let mut c = Client {
@@ -238,15 +305,18 @@ impl<D: Driver> Client<D> {
             },
             next_seq: 1,
             held: None,
-            member: None,
+            // Room for the largest area (5 x 5 cells) and the groups of
+            // the one before it, so moving does not allocate either.
+            memberships: Vec::with_capacity(2 * 25),
+            cell: None,
+            sending: None,
+            break_by: None,
+            move_pending: false,
+            moving: false,
             left: false,
-            last_keepalive: now,
-            last_heard: now,
-            echo: None,
             fetching: None,
             fetch_not_before: None,
             token_needed_said: false,
-            rejoin_at: None,
             events: VecDeque::with_capacity(64),
             inbox: Inbox::new(cfg.inbox),
             streams: Streams::new(cfg.max_senders, cfg.sender_silent_after),
@@ -290,20 +360,39 @@ impl<D: Driver> Client<D> {
         self.streams.tracked()
     }
 
-    /// Whether the client is a member of its group now.
+    /// Whether [`Client::send`] has a group to send to now: a member of
+    /// the player's cell (during a move, of the cell it is leaving until
+    /// the new one's JOIN_ACK).
     pub fn is_member(&self) -> bool {
-        self.member.as_ref().is_some_and(|m| m.session.is_member())
+        self.sending_index().is_some()
     }
 
-    /// The group of the membership (joined or being joined).
+    /// The group of the player's cell (joined or being joined).
     pub fn group(&self) -> Option<u16> {
-        self.member.as_ref().map(|m| m.session.request().group)
+        self.cell.map(|(_, g)| g)
+    }
+
+    /// The group [`Client::send`] goes to now (`None` while it has none):
+    /// the cell's, or during a move the previous cell's until the new
+    /// one's JOIN_ACK ([`Event::Moved`]).
+    pub fn sending_group(&self) -> Option<u16> {
+        self.sending_index()
+            .map(|i| self.memberships[i].session.request().group)
+    }
+
+    /// The groups this client is a member of now (the cell's and, with
+    /// [`Config::area_radius`], those around it), in no particular order.
+    pub fn member_groups(&self) -> impl Iterator<Item = u16> + '_ {
+        self.memberships
+            .iter()
+            .filter(|m| m.live() && m.session.is_member())
+            .map(|m| m.session.request().group)
     }
 
     /// The largest payload [`Client::send`] takes now: 1,440 bytes, or 1,432
     /// where the group carries instance ids; `None` before the first join.
     pub fn max_payload(&self) -> Option<usize> {
-        let m = self.member.as_ref().filter(|m| m.session.is_member())?;
+        let m = &self.memberships[self.sending_index()?];
         Some(if m.instance_flag {
             MAX_PAYLOAD_WITH_INSTANCE
         } else {
@@ -321,11 +410,15 @@ impl<D: Driver> Client<D> {
         self.ck_events.pop_front()
     }
 
-    /// Where the group's checkpoint channel is: `None` before JOIN_ACK, or
-    /// when the group has none.
+    /// Where the checkpoint channel of the group [`Client::send`] goes to
+    /// is: `None` before JOIN_ACK, or when the group has none.
     pub fn checkpoint_addr(&self) -> Option<SocketAddr> {
-        let m = self.member.as_ref().filter(|m| m.session.is_member())?;
-        if m.checkpoint_port == 0 {
+        self.checkpoint_addr_of(self.sending_index()?)
+    }
+
+    fn checkpoint_addr_of(&self, i: usize) -> Option<SocketAddr> {
+        let m = &self.memberships[i];
+        if !m.session.is_member() || m.checkpoint_port == 0 {
             return None;
         }
         Some(
@@ -337,7 +430,8 @@ impl<D: Driver> Client<D> {
 
     /// Answers the pending [`CheckpointEvent::Requested`] with `state`, the
     /// game's snapshot at its `tick`: starts the upload (connect, no
-    /// waiting), which later [`Client::update`]s carry on; the outcome is
+    /// waiting) to the group that asked, which later [`Client::update`]s
+    /// carry on; the outcome is
     /// [`CheckpointEvent::Uploaded`] or [`CheckpointEvent::Failed`]. The
     /// request's nonce is used by this call whatever the outcome. Errors
     /// (nothing started): [`CheckpointError::NotRequested`] with no request
@@ -348,22 +442,25 @@ impl<D: Driver> Client<D> {
         if self.ck_upload.is_some() {
             return Err(CheckpointError::InFlight(CheckpointOp::Upload));
         }
-        let nonce = self.ck_nonce.ok_or(CheckpointError::NotRequested)?;
-        let (who, addr) = self.channel()?;
+        let (key, nonce) = self.ck_nonce.ok_or(CheckpointError::NotRequested)?;
+        let i = self.find(key).ok_or(CheckpointError::NotMember)?;
+        let (who, addr) = self.channel(i)?;
         self.ck_nonce = None;
         let deadline = Instant::now() + self.cfg.checkpoint_timeout;
         self.ck_upload = Some(Transfer::upload(addr, who, nonce, tick, state, deadline)?);
         Ok(())
     }
 
-    /// Fetches the group's latest checkpoint now (a member that lost DATA
+    /// Fetches the latest checkpoint of the group [`Client::send`] goes to
+    /// now (a member that lost DATA
     /// and wants to resync; joins fetch by themselves, see
     /// [`Config::checkpoint_fetch_on_join`]). The outcome is a
     /// [`CheckpointEvent`]: `Checkpoint`, `Empty` or `Failed`. The reflector
     /// allows one fetch per member per `--checkpoint-fetch-every`; sooner
     /// ones are refused (`Busy`).
     pub fn fetch_checkpoint(&mut self) -> Result<(), CheckpointError> {
-        self.start_fetch(Instant::now())
+        let i = self.sending_index().ok_or(CheckpointError::NotMember)?;
+        self.start_fetch(i, Instant::now())
     }
 
     /// Changes the checkpoint settings of a running client
@@ -398,7 +495,9 @@ impl<D: Driver> Client<D> {
         })
     }
 
-    /// Sends `payload` to the player's group; returns the sequence number
+    /// Sends `payload` to the player's cell's group
+    /// ([`Client::sending_group`]; never to the other groups of its area);
+    /// returns the sequence number
     /// it took. Refused above [`Client::max_payload`]: the in-kernel
     /// fan-out replicates only one-frame datagrams, and a larger one would
     /// be fragmented to every member.
@@ -410,7 +509,8 @@ impl<D: Driver> Client<D> {
                 max,
             });
         }
-        let m = self.member.as_mut().ok_or(SendError::NotMember)?;
+        let i = self.sending_index().ok_or(SendError::NotMember)?;
+        let m = &mut self.memberships[i];
         let mut at = DATA_PAYLOAD;
         if m.instance_flag {
             self.tx[at..at + INSTANCE_LEN].copy_from_slice(&self.instance.to_be_bytes());
@@ -418,6 +518,7 @@ impl<D: Driver> Client<D> {
         }
         self.tx[at..at + payload.len()].copy_from_slice(payload);
         let body = at - DATA_PAYLOAD + payload.len();
+        m.session.advance_seq(self.next_seq);
         let seq = m.session.next_seq();
         let n = match m.session.seal_data(body, &mut self.tx[..]) {
             Some(Ok(n)) => n,
@@ -436,9 +537,42 @@ impl<D: Driver> Client<D> {
 
     /// Hands in a new token (for a game whose backend fetches them): it
     /// renews the membership if it is for the same group, else the client
-    /// joins there.
+    /// joins there (leaving the old group first; see
+    /// [`Client::set_area_tokens`] for a move make-before-break).
     pub fn set_token(&mut self, token: Token) -> Result<(), Error> {
         self.take_token(token, Instant::now())
+    }
+
+    /// Hands in the tokens of an area (for a game whose backend fetches
+    /// them, `GET /join?...&area=R`): the groups held that are still in
+    /// it are renewed, the new ones joined, and the others left once the
+    /// new ones are members (make-before-break; see the crate docs).
+    pub fn set_area_tokens(&mut self, area: AreaTokens) -> Result<(), Error> {
+        self.take_area(area, Instant::now())
+    }
+
+    /// The player moved to `position` (world units, as
+    /// [`ControlServer::position`]): the client asks the control server
+    /// for the area there in one request (at once, or when the request in
+    /// flight ends), joins the groups it does not hold yet, switches
+    /// [`Client::send`] to the new cell at its JOIN_ACK ([`Event::Moved`])
+    /// and only then leaves the groups out of the new area
+    /// ([`Event::LeftGroup`]). Each call is a request (one unit of the
+    /// ticket's rate limit): call it when the player crosses into another
+    /// cell, not every frame. False (nothing done) when the game hands
+    /// tokens in (it asks for the area itself, [`Client::set_area_tokens`])
+    /// or after [`Client::leave`].
+    pub fn set_position(&mut self, position: (f64, f64)) -> bool {
+        let TokenSource::Control(c) = &mut self.cfg.token else {
+            return false;
+        };
+        if self.left {
+            return false;
+        }
+        c.position = position;
+        self.move_pending = true;
+        self.request_token(Instant::now());
+        true
     }
 
     /// Moves to a new local port (same address), as a NAT rebinding or a
@@ -448,13 +582,20 @@ impl<D: Driver> Client<D> {
         self.sock.rebind().map_err(|e| Error::socket("rebind", e))
     }
 
-    /// Leaves the group (one LEAVE, not retried: the reflector expires a
-    /// silent member anyway) and stops.
+    /// Leaves every group (one LEAVE each, not retried: the reflector
+    /// expires a silent member anyway) and stops.
     pub fn leave(&mut self) {
-        if let Some(mut m) = self.member.take() {
+        let mut any = false;
+        for m in self.memberships.iter_mut().filter(|m| m.live()) {
+            any = true;
             if let Some(t) = m.session.leave() {
                 let _ = self.sock.send_to(t.datagram.as_bytes(), t.to);
             }
+        }
+        self.memberships.clear();
+        self.cell = None;
+        self.sending = None;
+        if any {
             self.events.push_back(Event::Left);
         }
         // Exchanges under way end with the membership (their sockets close).
@@ -466,7 +607,7 @@ impl<D: Driver> Client<D> {
 
     /// Does all I/O due at `now`: receives everything waiting (answering
     /// PROBEs at once), sends keepalives (ECHOs), retries joins, renews,
-    /// rejoins, and reports silent senders.
+    /// rejoins, carries a move on, and reports silent senders.
     pub fn update(&mut self, now: Instant) {
         if self.left {
             return;
@@ -474,10 +615,21 @@ impl<D: Driver> Client<D> {
         self.poll_fetch(now);
         self.receive(now);
         self.timers(now);
+        self.settle_move(now);
         self.checkpoints(now);
         while let Some((player, instance)) = self.streams.poll_silent(now) {
             self.events.push_back(Event::SenderSilent { player, instance });
         }
+    }
+
+    /// The live membership of `key`.
+    fn find(&self, key: GroupKey) -> Option<usize> {
+        self.memberships.iter().position(|m| m.live() && m.key() == key)
+    }
+
+    fn sending_index(&self) -> Option<usize> {
+        self.find(self.sending?)
+            .filter(|&i| self.memberships[i].session.is_member())
     }
 
     fn receive(&mut self, now: Instant) {
@@ -498,22 +650,32 @@ impl<D: Driver> Client<D> {
     }
 
     fn datagram(&mut self, n: usize, src: SocketAddr, now: Instant) {
-        let Some(m) = self.member.as_mut() else {
+        if self.memberships.is_empty() {
             self.stats.ignored += 1;
             return;
-        };
+        }
         let Ok(pkt) = Packet::parse(&self.rx[..n]) else {
             self.stats.ignored += 1;
             return;
         };
-        let group = m.session.request().group;
-        if src != m.reflector || pkt.group() != group {
+        let group = pkt.group();
+        let key = (src, group);
+        // A live membership first: a group left and joined again within
+        // the linger is the new one's.
+        let Some(i) = self
+            .find(key)
+            .or_else(|| self.memberships.iter().position(|m| m.key() == key))
+        else {
             self.stats.ignored += 1;
             return;
-        }
+        };
+        let m = &mut self.memberships[i];
         match pkt.kind() {
             Kind::Data => {
-                if !m.session.is_member() {
+                let lingering = m
+                    .left_at
+                    .is_some_and(|t| now.saturating_duration_since(t) < LEAVE_LINGER);
+                if !(m.session.is_member() || lingering) {
                     self.stats.ignored += 1;
                     return;
                 }
@@ -533,6 +695,8 @@ impl<D: Driver> Client<D> {
                     return;
                 }
                 let (sender, seq) = (pkt.sender(), pkt.seq());
+                // One table for every group: a sender heard in two groups
+                // of the area is one stream, its copies dropped here.
                 match self.streams.accept((sender, instance), seq, now) {
                     Verdict::Fresh { first } => {
                         if first {
@@ -557,15 +721,16 @@ impl<D: Driver> Client<D> {
                 slot.len = payload.len();
                 slot.buf[..payload.len()].copy_from_slice(payload);
             }
+            _ if !m.live() => self.stats.ignored += 1,
             Kind::EchoReply => {
                 let keys = m.session.request().keys;
                 let ours = Some(pkt.membership()) == m.session.membership()
                     && pkt.sender() == m.session.request().player
                     && keys.verify(&pkt);
-                match (self.echo, pkt.nonce()) {
+                match (m.echo, pkt.nonce()) {
                     (Some((nonce, sent)), Some(got)) if ours && nonce == got => {
-                        self.echo = None;
-                        self.last_heard = now;
+                        m.echo = None;
+                        m.last_heard = now;
                         self.stats.echoes_answered += 1;
                         self.rtt(now.saturating_duration_since(sent));
                     }
@@ -573,8 +738,9 @@ impl<D: Driver> Client<D> {
                 }
             }
             _ => {
+                m.session.advance_seq(self.next_seq);
                 let ev = m.session.handle(now, src, &pkt);
-                self.session_event(ev, now);
+                self.session_event(i, ev, now);
             }
         }
     }
@@ -586,11 +752,10 @@ impl<D: Driver> Client<D> {
         s.rtt_smoothed = Some(s.rtt_smoothed.map_or(sample, |r| (r * 7 + sample) / 8));
     }
 
-    /// Sends what the session queued and keeps the client-wide counter.
-    fn flush(&mut self) {
-        let Some(m) = self.member.as_mut() else {
-            return;
-        };
+    /// Sends what membership `i`'s session queued and keeps the
+    /// client-wide counter.
+    fn flush(&mut self, i: usize) {
+        let m = &mut self.memberships[i];
         if let Some(t) = m.session.poll_transmit() {
             // A lost control datagram is resent by the session's timers.
             let _ = self.sock.send_to(t.datagram.as_bytes(), t.to);
@@ -598,113 +763,138 @@ impl<D: Driver> Client<D> {
         self.next_seq = self.next_seq.max(m.session.next_seq());
     }
 
-    fn session_event(&mut self, ev: Option<SessionEvent>, now: Instant) {
-        self.flush();
+    fn session_event(&mut self, i: usize, ev: Option<SessionEvent>, now: Instant) {
+        self.flush(i);
         let Some(ev) = ev else { return };
+        let key = self.memberships[i].key();
         match ev {
             SessionEvent::Joined(ack) => {
-                let Some(m) = self.member.as_mut() else { return };
+                let m = &mut self.memberships[i];
                 m.keepalive = Duration::from_millis(u64::from(ack.keepalive_ms.max(50)));
                 m.instance_flag = ack.instance();
                 m.checkpoint_port = ack.checkpoint_port;
-                self.last_heard = now;
-                self.last_keepalive = now;
+                m.last_heard = now;
+                m.last_keepalive = now;
                 self.stats.joins += 1;
                 self.events.push_back(Event::Joined {
-                    group: m.session.request().group,
+                    group: key.1,
                     members: ack.members,
                     rejoin: m.rejoin,
                 });
-                if self.cfg.checkpoint_fetch_on_join && ack.checkpoint_port != 0 && self.ck_fetch.is_none() {
-                    if let Err(reason) = self.start_fetch(now) {
+                // The game's state is its cell's: the neighbours' groups
+                // are only heard.
+                let is_cell = self.cell == Some(key);
+                if is_cell && self.cfg.checkpoint_fetch_on_join && ack.checkpoint_port != 0 && self.ck_fetch.is_none() {
+                    if let Err(reason) = self.start_fetch(i, now) {
                         self.checkpoint_failed(CheckpointOp::Fetch, reason);
                     }
                 }
             }
             SessionEvent::Probed => {
-                self.last_heard = now;
+                self.memberships[i].last_heard = now;
                 self.stats.probes_answered += 1;
             }
             SessionEvent::Renewed => {
-                self.last_heard = now;
+                let m = &mut self.memberships[i];
+                m.last_heard = now;
                 self.stats.renewals += 1;
-                if let Some(m) = &self.member {
-                    self.events.push_back(Event::Renewed {
-                        expires_unix_s: m.session.expires_unix_s(),
-                    });
-                }
+                self.events.push_back(Event::Renewed {
+                    expires_unix_s: m.session.expires_unix_s(),
+                });
             }
-            SessionEvent::MembershipLost => self.rejoin(RejoinReason::NotMember, now),
+            SessionEvent::MembershipLost => self.rejoin(i, RejoinReason::NotMember, now),
             SessionEvent::Failed(Failure::ExpiredToken)
             | SessionEvent::Failed(Failure::Refused(Ok(ErrorCode::BadToken))) => {
-                // The one case where the held token is no good: a new one.
+                // The one case where the held token is no good: a new one
+                // (for the whole area, in one request).
                 self.need_token(now);
             }
             SessionEvent::Failed(f) => {
-                let group = self.group().unwrap_or(0);
-                self.events
-                    .push_back(Event::Error(Error::JoinRefused { group, failure: f }));
-                self.rejoin_at = Some(now + TOKEN_RETRY);
+                self.events.push_back(Event::Error(Error::JoinRefused {
+                    group: key.1,
+                    failure: f,
+                }));
+                self.memberships[i].rejoin_at = Some(now + TOKEN_RETRY);
             }
             SessionEvent::CheckpointRequested { nonce } => {
-                self.last_heard = now;
+                self.memberships[i].last_heard = now;
                 self.stats.checkpoints_requested += 1;
-                self.ck_nonce = Some(nonce);
-                let group = self.group().unwrap_or(0);
-                self.ck_events.push_back(CheckpointEvent::Requested { group });
+                self.ck_nonce = Some((key, nonce));
+                self.ck_events.push_back(CheckpointEvent::Requested { group: key.1 });
             }
             SessionEvent::Retransmitted | SessionEvent::Restarted => {}
         }
     }
 
-    /// Joins again with the token and key held (never asks for a new token).
-    fn rejoin(&mut self, why: RejoinReason, now: Instant) {
-        let Some(m) = self.member.take() else { return };
+    /// Joins group `i` again with the token and key held (never asks for a
+    /// new token); the other groups are not touched.
+    fn rejoin(&mut self, i: usize, why: RejoinReason, now: Instant) {
+        let m = &self.memberships[i];
         let req = JoinRequest {
             first_seq: self.next_seq.max(m.session.next_seq()),
             ..m.session.rejoin_request()
         };
+        let reflector = m.reflector;
         self.stats.rejoins += 1;
         self.events.push_back(Event::Rejoining(why));
-        self.start(req, m.reflector, true, now);
+        self.start(Some(i), req, reflector, true, now);
     }
 
-    fn start(&mut self, req: JoinRequest, reflector: SocketAddr, rejoin: bool, now: Instant) {
+    /// Starts a join: in place of membership `at`, or as a new one.
+    fn start(&mut self, at: Option<usize>, req: JoinRequest, reflector: SocketAddr, rejoin: bool, now: Instant) {
         let cfg = session::Config {
             retry: self.cfg.join_retry,
             give_up: None,
+        };
+        let req = JoinRequest {
+            first_seq: req.first_seq.max(self.next_seq),
+            ..req
         };
         let mut s = Session::new(req, cfg, now);
         if let Some(h) = &self.held {
             s.set_token_received(h.received_unix_ms);
         }
-        self.member = Some(Membership {
+        let m = Membership {
             session: s,
             reflector,
             rejoin,
             keepalive: Duration::from_secs(2),
             instance_flag: false,
             checkpoint_port: 0,
-        });
-        self.last_heard = now;
-        self.echo = None;
-        self.rejoin_at = None;
+            last_keepalive: now,
+            last_heard: now,
+            echo: None,
+            rejoin_at: None,
+            wanted: true,
+            left_at: None,
+        };
         // A request was for the membership that ended: its nonce is void.
-        self.ck_nonce = None;
-        self.flush();
+        if self.ck_nonce.is_some_and(|(k, _)| k == m.key()) {
+            self.ck_nonce = None;
+        }
+        let i = match at {
+            Some(i) => {
+                let wanted = self.memberships[i].wanted;
+                self.memberships[i] = Membership { wanted, ..m };
+                i
+            }
+            None => {
+                self.memberships.push(m);
+                self.memberships.len() - 1
+            }
+        };
+        self.flush(i);
     }
 
-    /// A new token: renews the membership of the same group, else joins.
+    /// A new token (one group, radius 0): renews the membership of the
+    /// same group, else joins (leaving the old group first).
     fn take_token(&mut self, t: Token, now: Instant) -> Result<(), Error> {
         let received = reflector_proto::unix_now_ms();
         let local = self.sock.local_addr().map_err(|e| Error::socket("getsockname", e))?;
         let reflector = resolve(&t.reflector, local)?;
         let keys = SessionKeys::from_session(t.session_key);
         self.token_needed_said = false;
-        let same = self
-            .member
-            .as_ref()
-            .is_some_and(|m| m.reflector == reflector && m.session.request().group == t.group);
+        let key = (reflector, t.group);
         let req = JoinRequest {
             reflector,
             group: t.group,
@@ -716,33 +906,151 @@ impl<D: Driver> Client<D> {
         self.held = Some(Held {
             received_unix_ms: received,
         });
-        match self.member.as_mut() {
-            Some(m) if same && m.session.is_member() => {
+        let cell = self.cell.and_then(|k| self.find(k));
+        match cell {
+            Some(i) if self.cell == Some(key) && self.memberships[i].session.is_member() => {
+                let m = &mut self.memberships[i];
+                m.session.advance_seq(self.next_seq);
                 if m.session.renew(req.token, keys, received, now) {
-                    self.flush();
+                    self.flush(i);
                 }
             }
-            Some(_) if !same => {
+            Some(_) if self.cell != Some(key) => {
                 self.leave_quietly();
                 self.stats.rejoins += 1;
                 self.events.push_back(Event::Rejoining(RejoinReason::NewGroup));
-                self.start(req, reflector, true, now);
+                self.cell = Some(key);
+                self.start(None, req, reflector, true, now);
             }
             _ => {
                 let rejoin = self.stats.joins > 0;
-                self.start(req, reflector, rejoin, now);
+                self.cell = Some(key);
+                self.start(cell, req, reflector, rejoin, now);
             }
         }
         Ok(())
     }
 
+    /// The tokens of an area: renews the groups held that are in it, joins
+    /// the others, and marks the groups out of it to be left once the new
+    /// ones are members ([`Client::settle_move`]).
+    fn take_area(&mut self, area: AreaTokens, now: Instant) -> Result<(), Error> {
+        let received = reflector_proto::unix_now_ms();
+        let local = self.sock.local_addr().map_err(|e| Error::socket("getsockname", e))?;
+        // Every name resolved first: one that does not resolve changes
+        // nothing.
+        let mut grants = Vec::with_capacity(1 + area.area.len());
+        for t in std::iter::once(&area.cell).chain(&area.area) {
+            grants.push((resolve(&t.reflector, local)?, t));
+        }
+        self.token_needed_said = false;
+        self.moving = false;
+        self.held = Some(Held {
+            received_unix_ms: received,
+        });
+        for m in self.memberships.iter_mut() {
+            m.wanted = false;
+        }
+        for &(reflector, t) in &grants {
+            let keys = SessionKeys::from_session(t.session_key);
+            let req = JoinRequest {
+                reflector,
+                group: t.group,
+                player: t.player,
+                token: t.token,
+                keys,
+                first_seq: self.next_seq,
+            };
+            match self.find((reflector, t.group)) {
+                Some(i) => {
+                    let m = &mut self.memberships[i];
+                    m.wanted = true;
+                    match m.session.phase() {
+                        session::Phase::Member => {
+                            m.session.advance_seq(self.next_seq);
+                            if m.session.renew(t.token, keys, received, now) {
+                                self.flush(i);
+                            }
+                        }
+                        // Ended on its token (expired, refused): the new one.
+                        session::Phase::Done => {
+                            self.stats.rejoins += 1;
+                            self.start(Some(i), req, reflector, true, now);
+                        }
+                        // Joining: it goes on with the token it holds, and
+                        // asks again if that one is refused.
+                        session::Phase::Challenging | session::Phase::Echoing => {}
+                    }
+                }
+                None => self.start(None, req, reflector, false, now),
+            }
+        }
+        self.cell = Some((grants[0].0, grants[0].1.group));
+        if self.memberships.iter().any(|m| m.live() && !m.wanted) {
+            self.break_by = Some(now + MOVE_BREAK_AFTER);
+        }
+        self.settle_move(now);
+        Ok(())
+    }
+
+    /// Carries a move on: [`Client::send`] follows the cell once it is a
+    /// member, and the groups out of the area are left once every group of
+    /// the area is a member (or at [`MOVE_BREAK_AFTER`]), not before.
+    fn settle_move(&mut self, now: Instant) {
+        if let Some(cell) = self.cell {
+            let cell_member = self.find(cell).is_some_and(|i| self.memberships[i].session.is_member());
+            if cell_member && self.sending != Some(cell) {
+                if let Some((_, from)) = self.sending.replace(cell) {
+                    self.events.push_back(Event::Moved { from, to: cell.1 });
+                }
+            }
+        }
+        let stale = |m: &Membership| m.live() && !m.wanted;
+        if !self.memberships.iter().any(stale) {
+            self.break_by = None;
+        } else {
+            let made = self
+                .memberships
+                .iter()
+                .filter(|m| m.live() && m.wanted)
+                .all(|m| m.session.is_member());
+            if made || self.break_by.is_some_and(|t| now >= t) {
+                for m in self.memberships.iter_mut().filter(|m| stale(m)) {
+                    m.session.advance_seq(self.next_seq);
+                    if let Some(t) = m.session.leave() {
+                        let _ = self.sock.send_to(t.datagram.as_bytes(), t.to);
+                    }
+                    self.next_seq = self.next_seq.max(m.session.next_seq());
+                    m.left_at = Some(now);
+                    self.events.push_back(Event::LeftGroup {
+                        group: m.session.request().group,
+                    });
+                }
+                if self.ck_nonce.is_some_and(|(k, _)| self.find(k).is_none()) {
+                    self.ck_nonce = None;
+                }
+                self.break_by = None;
+            }
+        }
+        // Without allocating: the few left ones drop out once their
+        // linger is over.
+        self.memberships.retain(|m| {
+            m.left_at
+                .is_none_or(|t| now.saturating_duration_since(t) < LEAVE_LINGER)
+        });
+    }
+
     fn leave_quietly(&mut self) {
-        if let Some(mut m) = self.member.take() {
+        for m in self.memberships.iter_mut().filter(|m| m.live()) {
+            m.session.advance_seq(self.next_seq);
             if let Some(t) = m.session.leave() {
                 let _ = self.sock.send_to(t.datagram.as_bytes(), t.to);
             }
             self.next_seq = self.next_seq.max(m.session.next_seq());
         }
+        self.memberships.clear();
+        self.sending = None;
+        self.break_by = None;
     }
 
     fn need_token(&mut self, now: Instant) {
@@ -765,11 +1073,17 @@ impl<D: Driver> Client<D> {
             return;
         }
         let c = c.clone();
+        let radius = self.cfg.area_radius;
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
-            let _ = tx.send(token::fetch(&c));
+            let _ = tx.send(token::fetch_area(&c, radius));
         });
         self.fetching = Some(rx);
+        // This request carries the position the game gave last.
+        if self.move_pending {
+            self.move_pending = false;
+            self.moving = true;
+        }
         self.stats.token_requests += 1;
         self.events.push_back(Event::TokenRequested);
     }
@@ -783,9 +1097,16 @@ impl<D: Driver> Client<D> {
         };
         self.fetching = None;
         match res {
-            Ok(t) => {
+            Ok(a) => {
                 self.fetch_not_before = None;
-                if let Err(e) = self.take_token(t, now) {
+                // Radius 0 without a move is the one-group client it
+                // always was.
+                let taken = if self.cfg.area_radius == 0 && !self.moving {
+                    self.take_token(a.cell, now)
+                } else {
+                    self.take_area(a, now)
+                };
+                if let Err(e) = taken {
                     self.events.push_back(Event::Error(e));
                     self.fetch_not_before = Some(now + TOKEN_RETRY);
                 }
@@ -804,41 +1125,57 @@ impl<D: Driver> Client<D> {
     }
 
     fn timers(&mut self, now: Instant) {
+        // No group at all, or one whose join ended: after a failed
+        // request, ask again (for the whole area) once the wait is over.
+        let stuck = !self.memberships.iter().any(Membership::live)
+            || self
+                .memberships
+                .iter()
+                .any(|m| m.live() && m.session.phase() == session::Phase::Done);
         if self.fetching.is_none()
             && self.fetch_not_before.is_some_and(|t| now >= t)
-            && (self.member.is_none()
-                || self
-                    .member
-                    .as_ref()
-                    .is_some_and(|m| m.session.phase() == session::Phase::Done))
+            && (stuck || self.moving || self.move_pending)
         {
             self.fetch_not_before = None;
             self.request_token(now);
         }
-        if self.rejoin_at.is_some_and(|t| now >= t) {
-            self.rejoin_at = None;
-            self.rejoin(RejoinReason::Refused, now);
+        if self.move_pending {
+            self.request_token(now);
+        }
+        for i in 0..self.memberships.len() {
+            self.membership_timers(i, now);
+        }
+    }
+
+    fn membership_timers(&mut self, i: usize, now: Instant) {
+        let m = &mut self.memberships[i];
+        if !m.live() {
             return;
         }
-        let Some(m) = self.member.as_mut() else { return };
-        if m.session.poll_timeout().is_some_and(|t| now >= t) {
-            let ev = m.session.handle_timeout(now);
-            self.session_event(ev, now);
+        if m.rejoin_at.is_some_and(|t| now >= t) {
+            m.rejoin_at = None;
+            self.rejoin(i, RejoinReason::Refused, now);
+            return;
         }
-        let Some(m) = self.member.as_mut() else { return };
+        if m.session.poll_timeout().is_some_and(|t| now >= t) {
+            m.session.advance_seq(self.next_seq);
+            let ev = m.session.handle_timeout(now);
+            self.session_event(i, ev, now);
+        }
+        let m = &mut self.memberships[i];
         if !m.session.is_member() {
             return;
         }
         let interval = m.keepalive;
-        if now.saturating_duration_since(self.last_heard) >= interval * SILENT_INTERVALS {
-            self.rejoin(RejoinReason::ReflectorSilent, now);
+        if now.saturating_duration_since(m.last_heard) >= interval * SILENT_INTERVALS {
+            self.rejoin(i, RejoinReason::ReflectorSilent, now);
             return;
         }
-        if now.saturating_duration_since(self.last_keepalive) >= interval {
-            self.last_keepalive = now;
-            self.send_echo(now);
+        if now.saturating_duration_since(m.last_keepalive) >= interval {
+            m.last_keepalive = now;
+            self.send_echo(i, now);
         }
-        if let Some(at) = self.member.as_ref().and_then(|m| m.session.renew_at()) {
+        if let Some(at) = self.memberships[i].session.renew_at() {
             if reflector_proto::unix_now_ms() >= at {
                 self.need_token(now);
             }
@@ -847,28 +1184,28 @@ impl<D: Driver> Client<D> {
 
     /// The keepalive: an ECHO, a sign of life like KEEPALIVE that the
     /// reflector also answers, so each interval times the round trip.
-    fn send_echo(&mut self, now: Instant) {
-        let Some(m) = self.member.as_mut() else { return };
+    fn send_echo(&mut self, i: usize, now: Instant) {
+        let m = &mut self.memberships[i];
         let nonce = random_u64();
+        m.session.advance_seq(self.next_seq);
         let Some(echo) = m.session.echo(nonce) else { return };
         self.next_seq = m.session.next_seq();
         if self.sock.send_to(echo.datagram.as_bytes(), m.reflector).is_ok() {
-            self.echo = Some((nonce, now));
+            m.echo = Some((nonce, now));
             self.stats.echoes_sent += 1;
         }
     }
 }
 
 impl<D: Driver> Client<D> {
-    /// Who speaks on the channel, and where it is.
-    fn channel(&self) -> Result<(Who, SocketAddr), CheckpointError> {
-        let m = self
-            .member
-            .as_ref()
-            .filter(|m| m.session.is_member())
-            .ok_or(CheckpointError::NotMember)?;
+    /// Who speaks on membership `i`'s channel, and where it is.
+    fn channel(&self, i: usize) -> Result<(Who, SocketAddr), CheckpointError> {
+        let m = &self.memberships[i];
+        if !m.session.is_member() {
+            return Err(CheckpointError::NotMember);
+        }
         let membership = m.session.membership().ok_or(CheckpointError::NotMember)?;
-        let addr = self.checkpoint_addr().ok_or(CheckpointError::NoChannel)?;
+        let addr = self.checkpoint_addr_of(i).ok_or(CheckpointError::NoChannel)?;
         let r = m.session.request();
         Ok((
             Who {
@@ -881,11 +1218,11 @@ impl<D: Driver> Client<D> {
         ))
     }
 
-    fn start_fetch(&mut self, now: Instant) -> Result<(), CheckpointError> {
+    fn start_fetch(&mut self, i: usize, now: Instant) -> Result<(), CheckpointError> {
         if self.ck_fetch.is_some() {
             return Err(CheckpointError::InFlight(CheckpointOp::Fetch));
         }
-        let (who, addr) = self.channel()?;
+        let (who, addr) = self.channel(i)?;
         let deadline = now + self.cfg.checkpoint_timeout;
         self.ck_fetch = Some(Transfer::fetch(addr, who, self.cfg.checkpoint_max_bytes, deadline)?);
         Ok(())
@@ -1013,6 +1350,42 @@ mod tests {
         assert_eq!(c.stats().ignored, 1);
         assert_eq!(c.stats().rejoins, 0);
         assert!(c.instance() != 0);
+    }
+
+    #[test]
+    fn the_groups_of_an_area_share_one_sequence_counter() {
+        let mut c = Client::with_driver(given(), Mem::default()).unwrap();
+        let TokenSource::Given(cell) = c.cfg.token.clone() else {
+            unreachable!("a given token")
+        };
+        let neighbour = Token {
+            reflector: "127.0.0.1:4001".into(),
+            group: 4001,
+            ..cell.clone()
+        };
+        c.set_area_tokens(AreaTokens {
+            cell,
+            area: vec![neighbour],
+        })
+        .unwrap();
+        // Both joins go on retrying, each group under its own key.
+        let t0 = Instant::now();
+        for step in 1..=4 {
+            c.update(t0 + c.cfg.join_retry * step);
+        }
+        let sent: Vec<(u16, u64)> = c
+            .sock
+            .sent
+            .iter()
+            .map(|(d, _)| Packet::parse(&d[..]).map(|p| (p.group(), p.seq())).unwrap())
+            .collect();
+        assert!(sent.iter().any(|&(g, _)| g == 4000) && sent.iter().any(|&(g, _)| g == 4001));
+        assert!(
+            sent.windows(2).all(|w| w[0].1 < w[1].1),
+            "one counter across groups, never a number twice: {sent:?}"
+        );
+        assert_eq!(c.group(), Some(4000));
+        assert_eq!(c.sending_group(), None, "nothing to send to before a JOIN_ACK");
     }
 
     #[test]

@@ -33,6 +33,18 @@ impl std::fmt::Debug for Token {
     }
 }
 
+/// The tokens of an area of interest, from one `GET /join?...&area=R`
+/// (docs/protocol.md, "Area of interest"): the player's own cell's, and
+/// one for each other group serving a cell within R cells of it, nearest
+/// first. A plain join (R = 0) has an empty `area`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AreaTokens {
+    /// The player's own cell: where [`crate::Client::send`] goes.
+    pub cell: Token,
+    /// The other groups of the area (never the cell's group again).
+    pub area: Vec<Token>,
+}
+
 /// How to ask the control server for a token.
 #[derive(Clone, PartialEq)]
 pub struct ControlServer {
@@ -142,14 +154,16 @@ pub enum ControlError {
 
 #[cfg(feature = "http")]
 mod http {
-    use super::{ControlError, ControlServer, Token};
+    use super::{AreaTokens, ControlError, ControlServer, Token};
     use reflector_proto::protocol::{SESSION_KEY_LEN, TOKEN_LEN};
     use std::net::{SocketAddr, ToSocketAddrs};
     use std::path::Path;
     use std::sync::Arc;
     use std::time::Duration;
 
-    /// The control server's `/join` answer (fields this crate reads).
+    /// The control server's `/join` answer (fields this crate reads); an
+    /// area join's answer adds the other groups' grants, each with the
+    /// same fields.
     #[derive(serde::Deserialize)]
     struct Answer {
         player: u32,
@@ -158,6 +172,8 @@ mod http {
         token: String,
         session_key: String,
         expires_unix_s: u64,
+        #[serde(default)]
+        area: Vec<Answer>,
     }
 
     #[derive(serde::Deserialize)]
@@ -214,7 +230,8 @@ mod http {
     /// each address of its name in turn, until one answers (see
     /// [`ControlError::fails_over`]). Every URL is checked before anything
     /// is sent, so a bad one is a configuration error, not a skipped server.
-    pub fn fetch(c: &ControlServer) -> Result<Token, ControlError> {
+    /// `radius` > 0 asks for the area around the player's cell too.
+    pub fn fetch(c: &ControlServer, radius: u8) -> Result<AreaTokens, ControlError> {
         for url in c.urls() {
             if url.starts_with("http://") {
                 if !c.allow_plain_http {
@@ -232,7 +249,7 @@ mod http {
         let mut last = None;
         for url in c.urls() {
             for addr in addresses(url) {
-                match fetch_at(c, url, addr.clone(), tls.clone()) {
+                match fetch_at(c, radius, url, addr.clone(), tls.clone()) {
                     Err(e) if e.fails_over() => {
                         failed.push(match addr {
                             Ok(a) => format!("{url} at {a}: {e}"),
@@ -286,10 +303,11 @@ mod http {
     /// the request and in TLS's server name).
     fn fetch_at(
         c: &ControlServer,
+        radius: u8,
         url: &str,
         addr: Result<SocketAddr, String>,
         tls: Option<Arc<rustls::ClientConfig>>,
-    ) -> Result<Token, ControlError> {
+    ) -> Result<AreaTokens, ControlError> {
         let mut builder = ureq::AgentBuilder::new()
             .timeout_connect(Duration::from_secs(2))
             .timeout(Duration::from_secs(5));
@@ -311,6 +329,10 @@ mod http {
             .query("player", &c.player.to_string())
             .query("x", &c.position.0.to_string())
             .query("y", &c.position.1.to_string());
+        // Without `area` the request is exactly the plain join's.
+        if radius > 0 {
+            req = req.query("area", &radius.to_string());
+        }
         if let Some(t) = &c.ticket {
             req = req.set("Authorization", &format!("Bearer {t}"));
         }
@@ -347,6 +369,26 @@ mod http {
                 })
             }
         };
+        let mut answer = answer;
+        let others = std::mem::take(&mut answer.area);
+        let cell = token_of(c, answer)?;
+        let area = others
+            .into_iter()
+            .map(|a| token_of(c, a))
+            .collect::<Result<Vec<_>, _>>()?;
+        if area
+            .iter()
+            .any(|t| t.reflector == cell.reflector && t.group == cell.group)
+        {
+            return Err(ControlError::BadAnswer(
+                "the area names the cell's own group again".into(),
+            ));
+        }
+        Ok(AreaTokens { cell, area })
+    }
+
+    /// One grant of the answer as a token, checked.
+    fn token_of(c: &ControlServer, answer: Answer) -> Result<Token, ControlError> {
         if answer.player != c.player {
             return Err(ControlError::BadAnswer(format!(
                 "a token for player {}, not {}",
@@ -375,11 +417,18 @@ mod http {
 /// Asks the control server for a token (blocking; the client calls it on
 /// a helper thread).
 pub fn fetch(c: &ControlServer) -> Result<Token, ControlError> {
+    fetch_area(c, 0).map(|a| a.cell)
+}
+
+/// Asks the control server for the tokens of the area within `radius`
+/// cells of the player's (one request; `radius` 0 is the plain join,
+/// sent without `area`; the control server takes at most 2). Blocking.
+pub fn fetch_area(c: &ControlServer, radius: u8) -> Result<AreaTokens, ControlError> {
     #[cfg(feature = "http")]
-    return http::fetch(c);
+    return http::fetch(c, radius);
     #[cfg(not(feature = "http"))]
     {
-        let _ = c;
+        let _ = (c, radius);
         Err(ControlError::NoHttp)
     }
 }

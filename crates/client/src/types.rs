@@ -2,8 +2,11 @@
 //! what it hands out (a received datagram, its counters) and its limits.
 
 use crate::checkpoint::{CheckpointError, CheckpointOp};
+// Only for the docs' links: the types name the client's methods.
 use crate::streams::StreamCounters;
 use crate::token::{ControlError, ControlServer, Token};
+#[cfg(doc)]
+use crate::Client;
 use reflector_proto::client::Failure;
 use reflector_proto::protocol::{INSTANCE_LEN, MAX_GAME_PAYLOAD};
 use std::io;
@@ -67,6 +70,15 @@ pub struct Config {
     /// with the JOIN_ACK's port (a reflector behind a TCP forwarder).
     /// Used only for groups whose JOIN_ACK announces a channel.
     pub checkpoint_addr: Option<SocketAddr>,
+    /// The area of interest, in cells around the player's (0, the default:
+    /// its cell's group only). With R > 0 the client asks the control
+    /// server for the cell and the groups within R cells of it in one
+    /// request (`/join?...&area=R`; the control server takes R <= 2) and
+    /// is a member of each: it hears its neighbours, sends to its cell
+    /// only, and moves make-before-break ([`crate::Client::set_position`]).
+    /// Used with [`TokenSource::Control`]; a game that hands tokens in
+    /// gives the area with [`crate::Client::set_area_tokens`].
+    pub area_radius: u8,
 }
 
 impl Config {
@@ -84,6 +96,7 @@ impl Config {
             checkpoint_timeout: Duration::from_secs(10),
             checkpoint_max_bytes: 16 << 20,
             checkpoint_addr: None,
+            area_radius: 0,
         }
     }
 }
@@ -165,7 +178,21 @@ pub enum Event {
         player: u32,
         instance: u64,
     },
-    /// The membership was left ([`Client::leave`]).
+    /// [`Client::send`] goes to `to` from now on, the player's new cell,
+    /// whose JOIN_ACK has just arrived (a move, [`Client::set_position`]);
+    /// it went to `from`.
+    Moved {
+        from: u16,
+        to: u16,
+    },
+    /// A group out of the new area was left (its LEAVE sent) after the
+    /// new area's groups became members (make-before-break). Its DATA
+    /// already on the way is still delivered for
+    /// [`crate::LEAVE_LINGER`].
+    LeftGroup {
+        group: u16,
+    },
+    /// Every membership was left ([`Client::leave`]).
     Left,
     Error(Error),
 }
@@ -228,7 +255,7 @@ pub struct Stats {
     pub streams: StreamCounters,
     /// DATA dropped because the inbox was full (the game did not `recv`).
     pub inbox_full: u64,
-    /// DATA larger than [`MAX_DATAGRAM_KERNEL`], dropped.
+    /// DATA larger than [`MAX_DATAGRAM_KERNEL`](reflector_proto::protocol::MAX_DATAGRAM_KERNEL), dropped.
     pub oversize: u64,
     /// Datagrams that did not parse, or came from elsewhere than the reflector.
     pub ignored: u64,

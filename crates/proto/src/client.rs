@@ -273,6 +273,15 @@ impl Session {
         self.seq
     }
 
+    /// Raises the next sequence number to at least `seq` (never lowers it).
+    /// A client holding several sessions keeps one counter across them
+    /// (docs/protocol.md, "Client instance and sequence counter"): before a
+    /// session sends, it takes up where the last datagram of any of them
+    /// left off, so no two datagrams of the client share a number.
+    pub fn advance_seq(&mut self, seq: u64) {
+        self.seq = self.seq.max(seq);
+    }
+
     /// The membership id, once a member.
     pub fn membership(&self) -> Option<u32> {
         self.is_member().then_some(self.membership)

@@ -75,6 +75,32 @@ impl Reflector {
         Reflector { server, port }
     }
 
+    /// `groups` groups on free ports, DATA tags and instance ids on: the
+    /// cells of an area (see [`area_control_server`]).
+    pub fn start_groups(groups: usize) -> Reflector {
+        let cfg = ServerConfig {
+            ports: vec![0; groups],
+            policy: Policy {
+                keepalive_ms: KEEPALIVE_MS,
+                data_instance: true,
+                ..Policy::default()
+            },
+            ..ServerConfig::new(
+                [127, 0, 0, 1].into(),
+                Secret::new(&SECRET).expect("a valid secret"),
+                BackendKind::Sendto,
+            )
+        };
+        let server = Server::start(cfg, Arc::new(AtomicBool::new(false))).expect("the reflector starts");
+        let port = server.ports()[0];
+        Reflector { server, port }
+    }
+
+    /// Every group port, in the order the groups were given.
+    pub fn ports(&self) -> Vec<u16> {
+        self.server.ports().to_vec()
+    }
+
     /// The reflector's counters, summed over its groups.
     pub fn counters(&self) -> Snapshot {
         self.server.registry().total()
@@ -161,18 +187,36 @@ pub fn join_all(clients: &mut [&mut Client]) -> Vec<(usize, Event)> {
 /// A real control server (anonymous joins, tokens for 300 s) whose one
 /// cell is `r`'s group; over TLS when `tls` is given.
 pub fn control_server(r: &Reflector, tls: Option<reflector_http::Tls>) -> reflector_control::ControlServer {
+    world_control_server(vec![r.port], 1, 1, tls)
+}
+
+/// A real control server over plain HTTP (anonymous joins, tokens for
+/// 300 s) for a world of `cols` x `rows` cells of 100 units, cell i (row
+/// by row) served by `r`'s group i.
+pub fn area_control_server(r: &Reflector, cols: u32, rows: u32) -> reflector_control::ControlServer {
+    let ports = r.ports();
+    assert_eq!(ports.len(), (cols * rows) as usize, "one group per cell");
+    world_control_server(ports, cols, rows, None)
+}
+
+fn world_control_server(
+    ports: Vec<u16>,
+    cols: u32,
+    rows: u32,
+    tls: Option<reflector_http::Tls>,
+) -> reflector_control::ControlServer {
     use reflector_control::{Assign, ControlConfig, ReflectorSpec, World};
     let world = World::new(
-        1,
-        1,
+        cols,
+        rows,
         100.0,
         Assign::RoundRobin,
         &[ReflectorSpec {
             ip: [127, 0, 0, 1].into(),
-            ports: vec![r.port],
+            ports,
         }],
     )
-    .expect("a one-cell world");
+    .expect("a world");
     reflector_control::ControlServer::start_with(
         ControlConfig {
             listen: ([127, 0, 0, 1], 0).into(),
