@@ -444,3 +444,88 @@ impl Transfer {
         }
     }
 }
+
+// The client's side of the channel: its transfers, run from `update`.
+impl<D: crate::Driver> crate::Client<D> {
+    /// Who speaks on membership `i`'s channel, and where it is.
+    pub(crate) fn channel(&self, i: usize) -> Result<(Who, SocketAddr), CheckpointError> {
+        let m = &self.memberships[i];
+        if !m.session.is_member() {
+            return Err(CheckpointError::NotMember);
+        }
+        let membership = m.session.membership().ok_or(CheckpointError::NotMember)?;
+        let addr = self.checkpoint_addr_of(i).ok_or(CheckpointError::NoChannel)?;
+        let r = m.session.request();
+        Ok((
+            Who {
+                group: r.group,
+                player: r.player,
+                membership,
+                keys: r.keys,
+            },
+            addr,
+        ))
+    }
+
+    pub(crate) fn start_fetch(&mut self, i: usize, now: Instant) -> Result<(), CheckpointError> {
+        if self.ck_fetch.is_some() {
+            return Err(CheckpointError::InFlight(CheckpointOp::Fetch));
+        }
+        let (who, addr) = self.channel(i)?;
+        let deadline = now + self.cfg.checkpoint_timeout;
+        self.ck_fetch = Some(Transfer::fetch(addr, who, self.cfg.checkpoint_max_bytes, deadline)?);
+        Ok(())
+    }
+
+    pub(crate) fn checkpoint_failed(&mut self, op: CheckpointOp, reason: CheckpointError) {
+        self.stats.checkpoint_failures += 1;
+        let group = self.group().unwrap_or(0);
+        self.ck_events
+            .push_back(crate::CheckpointEvent::Failed { group, op, reason });
+    }
+
+    /// Carries the exchanges under way as far as their sockets allow.
+    pub(crate) fn checkpoints(&mut self, now: Instant) {
+        for op in [CheckpointOp::Upload, CheckpointOp::Fetch] {
+            let slot = match op {
+                CheckpointOp::Upload => &mut self.ck_upload,
+                CheckpointOp::Fetch => &mut self.ck_fetch,
+            };
+            let Some(t) = slot.as_mut() else { continue };
+            let group = t.group;
+            let res = t.advance(now);
+            let ev = match res {
+                Ok(None) => continue,
+                Ok(Some(Done::Stored(st))) => {
+                    self.stats.checkpoints_uploaded += 1;
+                    crate::CheckpointEvent::Uploaded {
+                        group,
+                        number: st.number,
+                        tick: st.tick,
+                    }
+                }
+                Ok(Some(Done::Empty)) => {
+                    self.stats.checkpoints_fetched += 1;
+                    crate::CheckpointEvent::Empty { group }
+                }
+                Ok(Some(Done::Fetched { stored, age_ms, state })) => {
+                    self.stats.checkpoints_fetched += 1;
+                    crate::CheckpointEvent::Checkpoint {
+                        group,
+                        number: stored.number,
+                        tick: stored.tick,
+                        from_player: stored.from_player,
+                        age_ms,
+                        bytes: state,
+                    }
+                }
+                Err(reason) => {
+                    self.stats.checkpoint_failures += 1;
+                    crate::CheckpointEvent::Failed { group, op, reason }
+                }
+            };
+            *slot = None;
+            self.ck_events.push_back(ev);
+        }
+    }
+}

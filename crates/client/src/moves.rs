@@ -1,0 +1,210 @@
+//! Tokens, areas and moves: what the client does with a token or an area's
+//! tokens from the control server (renew the memberships it has, join the
+//! groups it lacks, leave the others once the new ones are members), and
+//! when it asks for new ones.
+
+use crate::*;
+
+impl<D: Driver> Client<D> {
+    /// A new token (one group, radius 0): renews the membership of the
+    /// same group, else joins (leaving the old group first).
+    pub(crate) fn take_token(&mut self, t: Token, now: Instant) -> Result<(), Error> {
+        let received = reflector_proto::unix_now_ms();
+        let local = self.sock.local_addr().map_err(|e| Error::socket("getsockname", e))?;
+        let reflector = resolve(&t.reflector, local)?;
+        let keys = SessionKeys::from_session(t.session_key);
+        self.token_needed_said = false;
+        let key = (reflector, t.group);
+        let req = JoinRequest {
+            reflector,
+            group: t.group,
+            player: t.player,
+            token: t.token,
+            keys,
+            first_seq: self.next_seq,
+        };
+        self.held = Some(Held {
+            received_unix_ms: received,
+        });
+        let cell = self.cell.and_then(|k| self.find(k));
+        match cell {
+            Some(i) if self.cell == Some(key) && self.memberships[i].session.is_member() => {
+                let m = &mut self.memberships[i];
+                m.session.advance_seq(self.next_seq);
+                if m.session.renew(req.token, keys, received, now) {
+                    self.flush(i);
+                }
+            }
+            Some(_) if self.cell != Some(key) => {
+                self.leave_quietly();
+                self.stats.rejoins += 1;
+                self.events.push_back(Event::Rejoining(RejoinReason::NewGroup));
+                self.cell = Some(key);
+                self.start(None, req, reflector, true, now);
+            }
+            _ => {
+                let rejoin = self.stats.joins > 0;
+                self.cell = Some(key);
+                self.start(cell, req, reflector, rejoin, now);
+            }
+        }
+        Ok(())
+    }
+
+    /// The tokens of an area: renews the groups held that are in it, joins
+    /// the others, and marks the groups out of it to be left once the new
+    /// ones are members ([`Client::settle_move`]).
+    pub(crate) fn take_area(&mut self, area: AreaTokens, now: Instant) -> Result<(), Error> {
+        let received = reflector_proto::unix_now_ms();
+        let local = self.sock.local_addr().map_err(|e| Error::socket("getsockname", e))?;
+        // Every name resolved first: one that does not resolve changes
+        // nothing.
+        let mut grants = Vec::with_capacity(1 + area.area.len());
+        for t in std::iter::once(&area.cell).chain(&area.area) {
+            grants.push((resolve(&t.reflector, local)?, t));
+        }
+        self.token_needed_said = false;
+        self.moving = false;
+        self.held = Some(Held {
+            received_unix_ms: received,
+        });
+        for m in self.memberships.iter_mut() {
+            m.wanted = false;
+        }
+        for &(reflector, t) in &grants {
+            let keys = SessionKeys::from_session(t.session_key);
+            let req = JoinRequest {
+                reflector,
+                group: t.group,
+                player: t.player,
+                token: t.token,
+                keys,
+                first_seq: self.next_seq,
+            };
+            match self.find((reflector, t.group)) {
+                Some(i) => {
+                    let m = &mut self.memberships[i];
+                    m.wanted = true;
+                    match m.session.phase() {
+                        session::Phase::Member => {
+                            m.session.advance_seq(self.next_seq);
+                            if m.session.renew(t.token, keys, received, now) {
+                                self.flush(i);
+                            }
+                        }
+                        // Ended on its token (expired, refused): the new one.
+                        session::Phase::Done => {
+                            self.stats.rejoins += 1;
+                            self.start(Some(i), req, reflector, true, now);
+                        }
+                        // Joining: it goes on with the token it holds, and
+                        // asks again if that one is refused.
+                        session::Phase::Challenging | session::Phase::Echoing => {}
+                    }
+                }
+                None => self.start(None, req, reflector, false, now),
+            }
+        }
+        self.cell = Some((grants[0].0, grants[0].1.group));
+        if self.memberships.iter().any(|m| m.live() && !m.wanted) {
+            self.break_by = Some(now + MOVE_BREAK_AFTER);
+        }
+        self.settle_move(now);
+        Ok(())
+    }
+
+    /// Carries a move on: [`Client::send`] follows the cell once it is a
+    /// member, and the groups out of the area are left once every group of
+    /// the area is a member (or at [`MOVE_BREAK_AFTER`]), not before.
+    pub(crate) fn settle_move(&mut self, now: Instant) {
+        if let Some(cell) = self.cell {
+            let cell_member = self.find(cell).is_some_and(|i| self.memberships[i].session.is_member());
+            if cell_member && self.sending != Some(cell) {
+                if let Some((_, from)) = self.sending.replace(cell) {
+                    self.events.push_back(Event::Moved { from, to: cell.1 });
+                }
+            }
+        }
+        let stale = |m: &Membership| m.live() && !m.wanted;
+        if !self.memberships.iter().any(stale) {
+            self.break_by = None;
+        } else {
+            let made = self
+                .memberships
+                .iter()
+                .filter(|m| m.live() && m.wanted)
+                .all(|m| m.session.is_member());
+            if made || self.break_by.is_some_and(|t| now >= t) {
+                for m in self.memberships.iter_mut().filter(|m| stale(m)) {
+                    m.session.advance_seq(self.next_seq);
+                    if let Some(t) = m.session.leave() {
+                        let _ = self.sock.send_to(t.datagram.as_bytes(), t.to);
+                    }
+                    self.next_seq = self.next_seq.max(m.session.next_seq());
+                    m.left_at = Some(now);
+                    self.events.push_back(Event::LeftGroup {
+                        group: m.session.request().group,
+                    });
+                }
+                if self.ck_nonce.is_some_and(|(k, _)| self.find(k).is_none()) {
+                    self.ck_nonce = None;
+                }
+                self.break_by = None;
+            }
+        }
+        // Without allocating: the few left ones drop out once their
+        // linger is over.
+        self.memberships.retain(|m| {
+            m.left_at
+                .is_none_or(|t| now.saturating_duration_since(t) < LEAVE_LINGER)
+        });
+    }
+
+    pub(crate) fn leave_quietly(&mut self) {
+        for m in self.memberships.iter_mut().filter(|m| m.live()) {
+            m.session.advance_seq(self.next_seq);
+            if let Some(t) = m.session.leave() {
+                let _ = self.sock.send_to(t.datagram.as_bytes(), t.to);
+            }
+            self.next_seq = self.next_seq.max(m.session.next_seq());
+        }
+        self.memberships.clear();
+        self.sending = None;
+        self.break_by = None;
+    }
+
+    pub(crate) fn need_token(&mut self, now: Instant) {
+        match &self.cfg.token {
+            TokenSource::Control(_) => self.request_token(now),
+            TokenSource::Given(_) => {
+                if !self.token_needed_said {
+                    self.token_needed_said = true;
+                    self.events.push_back(Event::TokenNeeded);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn request_token(&mut self, now: Instant) {
+        let TokenSource::Control(c) = &self.cfg.token else {
+            return;
+        };
+        if self.fetching.is_some() || self.fetch_not_before.is_some_and(|t| now < t) {
+            return;
+        }
+        let c = c.clone();
+        let radius = self.cfg.area_radius;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(token::fetch_area(&c, radius));
+        });
+        self.fetching = Some(rx);
+        // This request carries the position the game gave last.
+        if self.move_pending {
+            self.move_pending = false;
+            self.moving = true;
+        }
+        self.stats.token_requests += 1;
+        self.events.push_back(Event::TokenRequested);
+    }
+}
