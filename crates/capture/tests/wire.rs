@@ -539,7 +539,6 @@ fn loopback_datagrams_are_captured_once() {
         return;
     }
     let lab = Lab::new();
-    lab.exec_ok(&lab.a, &["ip", "link", "set", "lo", "up"]);
     let sent = 200u64;
     for mode in [Mode::Recv, Mode::V2, Mode::V3] {
         let mut cfg = CaptureConfig::new("lo");
@@ -587,11 +586,8 @@ fn loopback_datagrams_are_captured_once() {
 /// Captured packets of a `capture` run on `iface` in `ns` (with `extra`
 /// flags) while `send` runs.
 fn count_captured(ns: &str, iface: &str, extra: &[&str], send: impl FnOnce()) -> u64 {
-    let mut args = vec![BIN, "-i", iface, "-q", "--duration", "2"];
-    args.extend_from_slice(extra);
-    args.push("udp");
-    let mut c = std::process::Command::new("ip");
-    c.args(["netns", "exec", ns]).args(&args);
+    let mut c = oskit::testing::netns_command(ns, BIN);
+    c.args(["-i", iface, "-q", "--duration", "2"]).args(extra).arg("udp");
     let run = Running::start(c);
     send();
     let (status, err, _) = run.finish(Duration::from_secs(20));
@@ -604,7 +600,7 @@ fn bridge_traffic_is_seen_promiscuously_and_not_with_p() {
     if !root_or_skip("bridge_traffic_is_seen_promiscuously_and_not_with_p") {
         return;
     }
-    use oskit::testing::{sh, NetNsGuard};
+    use oskit::testing::{sh, veth_pair, NetNsGuard, VethEnd};
     // Hosts a and c on the two ports of a bridge in namespace x: unicast
     // between them crosses the bridge but is not for the bridge device.
     let (x, a, c) = (
@@ -615,28 +611,14 @@ fn bridge_traffic_is_seen_promiscuously_and_not_with_p() {
     let (x, a, c) = (x.name(), a.name(), c.name());
     sh(&["ip", "-n", x, "link", "add", "br0", "type", "bridge"]);
     for (host, port, ip) in [(a, "xa", "10.201.0.1/24"), (c, "xc", "10.201.0.2/24")] {
-        sh(&[
-            "ip", "-n", host, "link", "add", "eth0", "type", "veth", "peer", "name", port, "netns", x,
-        ]);
-        sh(&["ip", "-n", x, "link", "set", port, "master", "br0", "up"]);
-        sh(&["ip", "-n", host, "addr", "add", ip, "dev", "eth0"]);
-        sh(&["ip", "-n", host, "link", "set", "eth0", "up"]);
+        veth_pair(VethEnd::new(host, "eth0").addr(ip), VethEnd::new(x, port));
+        sh(&["ip", "-n", x, "link", "set", port, "master", "br0"]);
     }
     sh(&["ip", "-n", x, "link", "set", "br0", "up"]);
     let sent = 200u64;
     let send = || {
-        let out = std::process::Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                a,
-                BIN,
-                "gen",
-                "--via",
-                "udp",
-                "--src",
-                "10.201.0.1:4000",
-            ])
+        let out = oskit::testing::netns_command(a, BIN)
+            .args(["gen", "--via", "udp", "--src", "10.201.0.1:4000"])
             .args([
                 "--dst",
                 "10.201.0.2:5000",
@@ -654,8 +636,8 @@ fn bridge_traffic_is_seen_promiscuously_and_not_with_p() {
     assert_eq!(count_captured(x, "br0", &[], send), sent, "promiscuous (the default)");
     assert_eq!(count_captured(x, "br0", &["-p"], send), 0, "with -p");
     // And the mode was undone when the socket closed: no IFF_PROMISC left on the device.
-    let flags = std::process::Command::new("ip")
-        .args(["netns", "exec", x, "cat", "/sys/class/net/br0/flags"])
+    let flags = oskit::testing::netns_command(x, "cat")
+        .arg("/sys/class/net/br0/flags")
         .output()
         .expect("flags");
     let flags = u32::from_str_radix(
@@ -936,7 +918,6 @@ fn direction_out_in_and_inout_capture_what_they_name() {
         let got = count_captured(&lab.a, &lab.a_if, &["-Q", q, "--mode", mode], send);
         assert_eq!(got, want, "-Q {q} in {mode} mode");
     }
-    lab.exec_ok(&lab.a, &["ip", "link", "set", "lo", "up"]);
     let got = count_captured(&lab.a, "lo", &["-Q", "out"], || {
         lab.gen_udp(&lab.a, "127.0.0.1:4000", "127.0.0.1:5000", 40, 1000);
     });
@@ -1161,7 +1142,6 @@ fn any_captures_every_interface_in_the_cooked_format_as_tcpdump_does() {
     }
     use nix::sys::signal::Signal;
     let lab = Lab::new();
-    lab.exec_ok(&lab.b, &["ip", "link", "set", "lo", "up"]);
     let runs = [
         ("recv", "udp port 5000", 80u64),
         ("v2", "inbound and udp port 5000", 60),

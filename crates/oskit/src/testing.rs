@@ -1,8 +1,11 @@
 //! Helpers for the tests of every crate (feature `testing`): one namespace
-//! guard and one root-or-skip rule.
+//! guard, one root-or-skip rule, a command that runs inside a namespace
+//! and a bare veth pair between two namespaces. A test that needs a real
+//! topology builds it with netlab's library instead.
 
 use crate::netns::{path_of, NetNs};
 use crate::SysError;
+use std::ffi::OsStr;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -81,6 +84,146 @@ impl NetNsGuard {
             .and_then(|ns| ns.run(f))
             .unwrap_or_else(|e| panic!("running in {}: {e}", self.name))
     }
+
+    /// A command that runs `program` inside the namespace ([`netns_command`]).
+    pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
+        netns_command(&self.name, program)
+    }
+}
+
+/// A command that runs `program` inside network namespace `ns`; the caller
+/// adds the arguments, stdio and environment. It goes through `ip netns
+/// exec`, which besides entering the namespace mounts a `/sys` of it (so
+/// `/sys/class/net` lists the namespace's devices, as the tests expect),
+/// and `exec`s the program: the child's pid is the program's. (Entering
+/// with `setns` in the child would need `pre_exec`, unsafe code this crate
+/// does not have, and would leave `/sys` the caller's.)
+pub fn netns_command(ns: &str, program: impl AsRef<OsStr>) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).arg(program);
+    c
+}
+
+/// [`sh`] inside namespace `ns` (`ethtool`, `sysctl`, …: tools without a
+/// namespace option of their own).
+pub fn sh_in(ns: &str, args: &[&str]) {
+    let out = netns_command(ns, args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {} in {ns}: {e}", args[0]));
+    assert!(
+        out.status.success(),
+        "{args:?} in {ns} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// One end of a [`veth_pair`].
+#[derive(Debug, Clone, Copy)]
+pub struct VethEnd<'a> {
+    /// The namespace it lives in.
+    pub ns: &'a str,
+    /// Its device name (unique only within `ns`).
+    pub ifname: &'a str,
+    /// Its MAC address; the kernel picks a random one if none.
+    pub mac: Option<&'a str>,
+    /// Its address with prefix length (`10.1.2.1/24`), if any.
+    pub addr: Option<&'a str>,
+}
+
+impl<'a> VethEnd<'a> {
+    /// An end with no fixed MAC and no address.
+    pub fn new(ns: &'a str, ifname: &'a str) -> VethEnd<'a> {
+        VethEnd {
+            ns,
+            ifname,
+            mac: None,
+            addr: None,
+        }
+    }
+
+    pub fn mac(self, mac: &'a str) -> VethEnd<'a> {
+        VethEnd { mac: Some(mac), ..self }
+    }
+
+    pub fn addr(self, addr: &'a str) -> VethEnd<'a> {
+        VethEnd {
+            addr: Some(addr),
+            ..self
+        }
+    }
+}
+
+/// Creates a veth pair from `a` to `b`, each end made straight inside its
+/// namespace (so its name need be unique only there), with its MAC and
+/// address if given, and up. Panics with `ip`'s message on failure; the
+/// namespaces' guards remove the pair.
+pub fn veth_pair(a: VethEnd<'_>, b: VethEnd<'_>) {
+    let mut add = vec!["ip", "-n", a.ns, "link", "add", a.ifname];
+    if let Some(mac) = a.mac {
+        add.extend(["address", mac]);
+    }
+    add.extend(["type", "veth", "peer", "name", b.ifname]);
+    if let Some(mac) = b.mac {
+        add.extend(["address", mac]);
+    }
+    add.extend(["netns", b.ns]);
+    sh(&add);
+    for end in [a, b] {
+        if let Some(addr) = end.addr {
+            sh(&["ip", "-n", end.ns, "addr", "add", addr, "dev", end.ifname]);
+        }
+        sh(&["ip", "-n", end.ns, "link", "set", end.ifname, "up"]);
+    }
+}
+
+/// Permanent neighbour entries on both ends of a veth pair for each
+/// other's address, so no ARP crosses the link: only the test's packets
+/// do, and the one neighbour table all namespaces share (`gc_thresh3`)
+/// cannot evict them when a large lab runs beside the test. Both ends need
+/// an address.
+pub fn static_neighbours(a: VethEnd<'_>, b: VethEnd<'_>) {
+    for (me, peer) in [(a, b), (b, a)] {
+        let addr = peer
+            .addr
+            .unwrap_or_else(|| panic!("{} in {} has no address to be a neighbour at", peer.ifname, peer.ns));
+        let ip = addr.split('/').next().unwrap_or(addr);
+        let mac = link_mac(peer.ns, peer.ifname);
+        sh(&[
+            "ip",
+            "-n",
+            me.ns,
+            "neigh",
+            "replace",
+            ip,
+            "lladdr",
+            &mac,
+            "dev",
+            me.ifname,
+            "nud",
+            "permanent",
+        ]);
+    }
+}
+
+/// The MAC address of device `ifname` in namespace `ns`.
+pub fn link_mac(ns: &str, ifname: &str) -> String {
+    let out = Command::new("ip")
+        .args(["-n", ns, "-br", "link", "show", "dev", ifname])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run ip: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // `NAME@PEER STATE MAC <FLAGS>`
+    text.split_whitespace()
+        .nth(2)
+        .filter(|mac| out.status.success() && mac.len() == 17)
+        .unwrap_or_else(|| {
+            panic!(
+                "no MAC for {ifname} in {ns}: {text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+        .to_string()
 }
 
 impl Drop for NetNsGuard {
@@ -124,10 +267,7 @@ mod tests {
         let g = NetNsGuard::new("oskt");
         let path = path_of(g.name());
         assert!(path.exists());
-        let child = Command::new("ip")
-            .args(["netns", "exec", g.name(), "sleep", "30"])
-            .spawn()
-            .unwrap();
+        let child = g.command("sleep").arg("30").spawn().unwrap();
         let mut child = crate::child::ChildGuard::new(child);
         let deadline = Instant::now() + Duration::from_secs(5);
         while crate::procfs::pids_in_netns(&[&path]).is_empty() {
@@ -141,5 +281,45 @@ mod tests {
         drop(g);
         assert!(!path.exists());
         assert!(!child.child().wait().unwrap().success());
+    }
+
+    #[test]
+    fn a_veth_pair_carries_datagrams_between_two_namespaces() {
+        if !root_or_skip("a_veth_pair_carries_datagrams_between_two_namespaces") {
+            return;
+        }
+        let (a, b) = (NetNsGuard::new("oskva"), NetNsGuard::new("oskvb"));
+        let end_a = VethEnd::new(a.name(), "va")
+            .mac("02:52:46:00:0e:01")
+            .addr("10.209.0.1/24");
+        let end_b = VethEnd::new(b.name(), "vb").addr("10.209.0.2/24");
+        veth_pair(end_a, end_b);
+        static_neighbours(end_a, end_b);
+        assert_eq!(link_mac(a.name(), "va"), "02:52:46:00:0e:01");
+        // A command in the namespace sees its devices, /sys included.
+        let out = b.command("cat").arg("/sys/class/net/vb/address").output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), link_mac(b.name(), "vb"));
+        let neigh = Command::new("ip")
+            .args(["-n", b.name(), "neigh", "show", "dev", "vb"])
+            .output()
+            .unwrap();
+        let neigh = String::from_utf8_lossy(&neigh.stdout);
+        assert!(
+            neigh.contains("10.209.0.1 lladdr 02:52:46:00:0e:01 PERMANENT"),
+            "{neigh}"
+        );
+        // A datagram from a reaches b over the pair.
+        let rx = b.run(|| std::net::UdpSocket::bind("10.209.0.2:0").unwrap());
+        rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let to = rx.local_addr().unwrap();
+        a.run(|| {
+            let tx = std::net::UdpSocket::bind("10.209.0.1:0").unwrap();
+            tx.send_to(b"over the veth", to).unwrap();
+        });
+        let mut buf = [0u8; 32];
+        let (n, from) = rx.recv_from(&mut buf).expect("the datagram crossed the pair");
+        assert_eq!(&buf[..n], b"over the veth");
+        assert_eq!(from.ip(), std::net::IpAddr::from([10, 209, 0, 1]));
     }
 }

@@ -7,7 +7,7 @@
 //! every case checks the program's own copy count, so a silent fallback to
 //! user space fails it. Needs root.
 
-use oskit::testing::{root_or_skip, sh, NetNsGuard};
+use oskit::testing::{root_or_skip, sh, sh_in, veth_pair, NetNsGuard, VethEnd};
 use reflector_proto::auth::Secret;
 use reflector_proto::blocking;
 use reflector_proto::client::{Config as ClientConfig, JoinRequest, Session};
@@ -44,19 +44,21 @@ impl Lab {
             c: NetNsGuard::new("kfc"),
         };
         let (r, c) = (lab.r.name(), lab.c.name());
-        sh(&[
-            "ip", "link", "add", "vr", "address", MAC_R, "netns", r, "type", "veth", "peer", "name", "vc", "address",
-            MAC_C, "netns", c,
-        ]);
-        for (ns, dev, ip) in [(r, "vr", "10.203.0.1/24"), (c, "vc", "10.203.0.2/24")] {
-            sh(&["ip", "-n", ns, "addr", "add", ip, "dev", dev]);
-            sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
-            sh(&[
-                "ip", "netns", "exec", ns, "ethtool", "-K", dev, "tx", "off", "rx", "off",
-            ]);
+        veth_pair(
+            VethEnd::new(r, "vr").mac(MAC_R).addr("10.203.0.1/24"),
+            VethEnd::new(c, "vc").mac(MAC_C).addr("10.203.0.2/24"),
+        );
+        for (ns, dev) in [(r, "vr"), (c, "vc")] {
+            checksum_offload_off(ns, dev);
         }
         lab
     }
+}
+
+/// Checksum offload off on `dev` in `ns`: the receiving kernel then
+/// verifies every copy's checksum (see the module comment).
+fn checksum_offload_off(ns: &str, dev: &str) {
+    sh_in(ns, &["ethtool", "-K", dev, "tx", "off", "rx", "off"]);
 }
 
 /// Raises `net.core.netdev_max_backlog` (initial namespace only) for the
@@ -438,8 +440,10 @@ fn nothing_left_after(signal: nix::sys::signal::Signal) {
     let secret = std::env::temp_dir().join(format!("reflector-ebpf-secret-{}-{signal}", std::process::id()));
     std::fs::write(&secret, hex::encode(SECRET)).unwrap();
     let before = our_programs();
-    let mut child = std::process::Command::new("ip")
-        .args(["netns", "exec", lab.r.name(), env!("CARGO_BIN_EXE_reflector"), "serve"])
+    let mut child = lab
+        .r
+        .command(env!("CARGO_BIN_EXE_reflector"))
+        .arg("serve")
         .args([
             "--bind",
             "10.203.0.1",
@@ -456,7 +460,7 @@ fn nothing_left_after(signal: nix::sys::signal::Signal) {
         .spawn()
         .unwrap();
     wait_for("the program loaded", 10, || our_programs() > before);
-    // `ip netns exec` execs the reflector: the child is the reflector.
+    // The namespace's command execs the reflector: the child is the reflector.
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
     let status = child.wait().unwrap();
     let _ = std::fs::remove_file(&secret);
@@ -579,38 +583,12 @@ fn members_behind_other_devices_and_a_router() {
         (&gw, "vg2", "10.204.3.1/24", &c2, "vc2", "10.204.3.2/24"),
     ];
     for (a, da, ipa, b, db, ipb) in links {
-        sh(&[
-            "ip",
-            "link",
-            "add",
-            da,
-            "netns",
-            a.name(),
-            "type",
-            "veth",
-            "peer",
-            "name",
-            db,
-            "netns",
-            b.name(),
-        ]);
-        for (ns, dev, ip) in [(a, da, ipa), (b, db, ipb)] {
-            sh(&["ip", "-n", ns.name(), "addr", "add", ip, "dev", dev]);
-            sh(&["ip", "-n", ns.name(), "link", "set", dev, "up"]);
-            sh(&[
-                "ip",
-                "netns",
-                "exec",
-                ns.name(),
-                "ethtool",
-                "-K",
-                dev,
-                "tx",
-                "off",
-                "rx",
-                "off",
-            ]);
-        }
+        veth_pair(
+            VethEnd::new(a.name(), da).addr(ipa),
+            VethEnd::new(b.name(), db).addr(ipb),
+        );
+        checksum_offload_off(a.name(), da);
+        checksum_offload_off(b.name(), db);
     }
     sh(&[
         "ip",
@@ -623,15 +601,7 @@ fn members_behind_other_devices_and_a_router() {
         "10.204.2.2",
     ]);
     sh(&["ip", "-n", c2.name(), "route", "add", "default", "via", "10.204.3.1"]);
-    sh(&[
-        "ip",
-        "netns",
-        "exec",
-        gw.name(),
-        "sysctl",
-        "-qw",
-        "net.ipv4.ip_forward=1",
-    ]);
+    oskit::netns::sysctl(&gw.open().unwrap(), "net.ipv4.ip_forward", "1").unwrap_or_else(|e| panic!("{e}"));
 
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = Arc::clone(&stop);
@@ -880,20 +850,9 @@ impl Tcpdump {
     fn start(ns: &NetNsGuard, dev: &str) -> Tcpdump {
         use std::io::BufRead;
         let path = std::env::temp_dir().join(format!("reflector-churn-{}-{}.pcap", std::process::id(), ns.name()));
-        let mut child = std::process::Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                ns.name(),
-                "tcpdump",
-                "-i",
-                dev,
-                "-nn",
-                "-s",
-                "96",
-                "-B",
-                "65536",
-            ])
+        let mut child = ns
+            .command("tcpdump")
+            .args(["-i", dev, "-nn", "-s", "96", "-B", "65536"])
             .args(["--time-stamp-precision=nano", "-Z", "root", "-w"])
             .arg(&path)
             .arg("udp")

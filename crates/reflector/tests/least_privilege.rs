@@ -5,7 +5,7 @@
 //! test's. Without the capability, the same command stops at start with a
 //! message naming it.
 
-use oskit::testing::{root_or_skip, sh, NetNsGuard};
+use oskit::testing::{root_or_skip, NetNsGuard};
 use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -112,23 +112,15 @@ fn as_unit(ns: &NetNsGuard, settings: &[(String, String)], with_caps: bool, extr
     } else {
         ("-all".to_string(), "-all".to_string())
     };
-    let mut c = Command::new("ip");
-    c.args([
-        "netns",
-        "exec",
-        ns.name(),
-        "setpriv",
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-    ])
-    .arg(format!("--bounding-set={bounding}"))
-    .arg(format!("--inh-caps={ambient}"))
-    .arg(format!("--ambient-caps={ambient}"))
-    .arg("--no-new-privs")
-    .args(setting(settings, "ExecStart").split_whitespace())
-    .args(extra)
-    .env("RUST_LOG", "warn");
+    let mut c = ns.command("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(format!("--bounding-set={bounding}"))
+        .arg(format!("--inh-caps={ambient}"))
+        .arg(format!("--ambient-caps={ambient}"))
+        .arg("--no-new-privs")
+        .args(setting(settings, "ExecStart").split_whitespace())
+        .args(extra)
+        .env("RUST_LOG", "warn");
     c
 }
 
@@ -166,7 +158,6 @@ fn the_reflector_unit_verifies_and_serves_unprivileged() {
     let (path, settings) = localized(&install, "reflector.service");
     verify(&path);
     let ns = NetNsGuard::new("lpr");
-    sh(&["ip", "-n", ns.name(), "link", "set", "lo", "up"]);
     let o = as_unit(&ns, &settings, true, &["--duration", "0.5"]).output().unwrap();
     assert!(o.status.success(), "the unit's command failed: {}", stderr(&o));
     // Its ports are all unprivileged: it needs no capability at all.
@@ -203,7 +194,6 @@ fn the_control_unit_verifies_and_listens_on_443_with_only_its_capability() {
     verify(&path);
     assert_eq!(setting(&settings, "CapabilityBoundingSet"), "CAP_NET_BIND_SERVICE");
     let ns = NetNsGuard::new("lpc");
-    sh(&["ip", "-n", ns.name(), "link", "set", "lo", "up"]);
 
     let mut child = Running(
         as_unit(&ns, &settings, true, &[])

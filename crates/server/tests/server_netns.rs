@@ -6,7 +6,7 @@
 //! member still receives every datagram. Needs root; creates and removes its
 //! own namespaces.
 
-use oskit::testing::{root_or_skip, sh, NetNsGuard};
+use oskit::testing::{root_or_skip, sh, static_neighbours, veth_pair, NetNsGuard, VethEnd};
 use reflector_proto::auth::Secret;
 use reflector_proto::client::Session;
 use reflector_proto::protocol::DATA_PAYLOAD;
@@ -36,36 +36,13 @@ impl Lab {
             b: NetNsGuard::new("rftb"),
         };
         let (a, b) = (lab.a.name(), lab.b.name());
-        // Created straight inside the namespaces: the names need to be unique
-        // only there.
-        sh(&[
-            "ip", "link", "add", "va", "address", MAC_A, "netns", a, "type", "veth", "peer", "name", "vb", "address",
-            MAC_B, "netns", b,
-        ]);
+        let end_a = VethEnd::new(a, "va").mac(MAC_A).addr("10.201.0.1/24");
+        let end_b = VethEnd::new(b, "vb").mac(MAC_B).addr("10.201.0.2/24");
+        veth_pair(end_a, end_b);
         // Permanent neighbour entries: ARP entries of all namespaces share
         // one kernel table (gc_thresh3, 1024 by default), which a large lab
         // running beside this test can fill; permanent entries are exempt.
-        for (ns, dev, ip, peer, peer_mac) in [
-            (a, "va", "10.201.0.1/24", "10.201.0.2", MAC_B),
-            (b, "vb", "10.201.0.2/24", "10.201.0.1", MAC_A),
-        ] {
-            sh(&["ip", "-n", ns, "addr", "add", ip, "dev", dev]);
-            sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
-            sh(&[
-                "ip",
-                "-n",
-                ns,
-                "neigh",
-                "replace",
-                peer,
-                "lladdr",
-                peer_mac,
-                "dev",
-                dev,
-                "nud",
-                "permanent",
-            ]);
-        }
+        static_neighbours(end_a, end_b);
         // 20 Mbit/s with a 3 KB bucket and queue: a fan-out burst of 100-byte
         // datagrams to 20 members overflows it at once.
         sh(&[

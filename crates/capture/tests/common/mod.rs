@@ -2,7 +2,7 @@
 //! pair, deleted again by `Drop` even when the test panics.
 #![expect(dead_code, reason = "each test file uses a part of the lab")]
 
-use oskit::testing::NetNsGuard;
+use oskit::testing::{netns_command, static_neighbours, veth_pair, NetNsGuard, VethEnd};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -14,16 +14,6 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_capture");
 pub use oskit::testing::root_or_skip;
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("run ip");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// Namespaces `a` and `b`, veth `a_if` (10.x.y.1) in a and `b_if` (10.x.y.2) in b,
 /// IPv6 off and static neighbours, so only the test's packets cross the link.
@@ -43,83 +33,28 @@ impl Lab {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
         let tag = format!("{}x{}", pid % 100_000, n);
+        // From here on Drop cleans up whatever was made.
+        let guards = [NetNsGuard::new("capa"), NetNsGuard::new("capb")];
         let lab = Lab {
-            a: format!("captest-{pid}-{n}-a"),
-            b: format!("captest-{pid}-{n}-b"),
+            a: guards[0].name().to_string(),
+            b: guards[1].name().to_string(),
             a_if: format!("ca{tag}"),
             b_if: format!("cb{tag}"),
             a_ip: format!("10.{}.{}.1", 100 + (pid % 100), n % 250),
             b_ip: format!("10.{}.{}.2", 100 + (pid % 100), n % 250),
-            _guards: [
-                NetNsGuard::adopt(format!("captest-{pid}-{n}-a")),
-                NetNsGuard::adopt(format!("captest-{pid}-{n}-b")),
-            ],
+            _guards: guards,
         };
-        // From here on Drop cleans up whatever was made.
-        ip(&["netns", "add", &lab.a]);
-        ip(&["netns", "add", &lab.b]);
-        for ns in [&lab.a, &lab.b] {
-            lab.exec_ok(
-                ns,
-                &[
-                    "sysctl",
-                    "-qw",
-                    "net.ipv6.conf.all.disable_ipv6=1",
-                    "net.ipv6.conf.default.disable_ipv6=1",
-                ],
-            );
+        for guard in &lab._guards {
+            let ns = guard.open().expect("open the lab's namespace");
+            for key in ["net.ipv6.conf.all.disable_ipv6", "net.ipv6.conf.default.disable_ipv6"] {
+                oskit::netns::sysctl(&ns, key, "1").unwrap_or_else(|e| panic!("{e}"));
+            }
         }
-        ip(&[
-            "-n", &lab.a, "link", "add", &lab.a_if, "type", "veth", "peer", "name", &lab.b_if, "netns", &lab.b,
-        ]);
-        ip(&[
-            "-n",
-            &lab.a,
-            "addr",
-            "add",
-            &format!("{}/24", lab.a_ip),
-            "dev",
-            &lab.a_if,
-        ]);
-        ip(&[
-            "-n",
-            &lab.b,
-            "addr",
-            "add",
-            &format!("{}/24", lab.b_ip),
-            "dev",
-            &lab.b_if,
-        ]);
-        ip(&["-n", &lab.a, "link", "set", &lab.a_if, "up"]);
-        ip(&["-n", &lab.b, "link", "set", &lab.b_if, "up"]);
-        let mac_a = lab.mac(&lab.a, &lab.a_if);
-        let mac_b = lab.mac(&lab.b, &lab.b_if);
-        ip(&[
-            "-n",
-            &lab.a,
-            "neigh",
-            "add",
-            &lab.b_ip,
-            "lladdr",
-            &mac_b,
-            "dev",
-            &lab.a_if,
-            "nud",
-            "permanent",
-        ]);
-        ip(&[
-            "-n",
-            &lab.b,
-            "neigh",
-            "add",
-            &lab.a_ip,
-            "lladdr",
-            &mac_a,
-            "dev",
-            &lab.b_if,
-            "nud",
-            "permanent",
-        ]);
+        let (a_addr, b_addr) = (format!("{}/24", lab.a_ip), format!("{}/24", lab.b_ip));
+        let a_end = VethEnd::new(&lab.a, &lab.a_if).addr(&a_addr);
+        let b_end = VethEnd::new(&lab.b, &lab.b_if).addr(&b_addr);
+        veth_pair(a_end, b_end);
+        static_neighbours(a_end, b_end);
         lab
     }
 
@@ -130,9 +65,7 @@ impl Lab {
     pub fn add_monitor(&self) -> String {
         let n = self.b_if.trim_start_matches("cb");
         let (tx, rx) = (format!("mt{n}"), format!("mr{n}"));
-        ip(&["-n", &self.b, "link", "add", &tx, "type", "veth", "peer", "name", &rx]);
-        ip(&["-n", &self.b, "link", "set", &tx, "up"]);
-        ip(&["-n", &self.b, "link", "set", &rx, "up"]);
+        veth_pair(VethEnd::new(&self.b, &tx), VethEnd::new(&self.b, &rx));
         self.exec_ok(&self.b, &["ethtool", "-K", &tx, "txvlan", "off"]);
         self.exec_ok(&self.b, &["tc", "qdisc", "add", "dev", &self.b_if, "clsact"]);
         self.exec_ok(
@@ -154,14 +87,11 @@ impl Lab {
             .map(|l| l.trim().to_string())
     }
 
-    fn mac(&self, ns: &str, ifname: &str) -> String {
-        let out = self.exec_ok(ns, &["cat", &format!("/sys/class/net/{ifname}/address")]);
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-
+    /// `args` (a program and its arguments) to run in namespace `ns`.
     pub fn cmd(&self, ns: &str, args: &[&str]) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", ns]).args(args);
+        let (program, rest) = args.split_first().expect("a program to run");
+        let mut c = netns_command(ns, program);
+        c.args(rest);
         c
     }
 
@@ -174,11 +104,6 @@ impl Lab {
             String::from_utf8_lossy(&out.stderr)
         );
         out
-    }
-
-    /// Path of namespace `ns` for setns().
-    pub fn ns_path(ns: &str) -> String {
-        format!("/var/run/netns/{ns}")
     }
 
     /// Runs the generator in `a` towards `b`: `count` UDP packets (or raw

@@ -37,8 +37,13 @@ struct PoolInner {
     /// Buffers of a ring (with their ids), dropped since the ring took its
     /// buffers back last.
     returned: Vec<(u16, Box<[u8]>)>,
+    preallocated: usize,
     allocated: usize,
     handed_out: u64,
+    /// [`RecvBuf`]s alive now.
+    held: usize,
+    /// Ring buffers dropped so far (each goes back to the kernel's ring).
+    ring_returned: u64,
 }
 
 /// Fixed-size receive buffers for one event loop (single-threaded: no
@@ -48,15 +53,25 @@ struct PoolInner {
 #[derive(Clone)]
 pub struct RecvPool(Rc<RefCell<PoolInner>>);
 
-/// What a pool has done, for tests and the curious.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a pool has done: for tests, and published as the loop's receive
+/// metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PoolStats {
-    /// Buffers ever allocated by the pool.
+    /// Buffers allocated when the pool was made.
+    pub preallocated: usize,
+    /// Buffers ever allocated by the pool (the preallocated ones included;
+    /// the pool frees none while it lives).
     pub allocated: usize,
     /// Buffers in the free list now.
     pub free: usize,
     /// Buffers handed out as [`RecvBuf`]s so far.
     pub handed_out: u64,
+    /// [`RecvBuf`]s alive now: datagrams being handled, kept by a fan-out
+    /// that waits, or queued in a parked group's backlog.
+    pub held: usize,
+    /// Buffers of a kernel ring dropped so far, each on its way back to the
+    /// ring ([`RecvPool::take_returned`]).
+    pub ring_returned: u64,
 }
 
 impl RecvPool {
@@ -70,6 +85,7 @@ impl RecvPool {
             let mut i = p.0.borrow_mut();
             i.free = (0..prealloc).map(|_| vec![0u8; size].into_boxed_slice()).collect();
             i.allocated = prealloc;
+            i.preallocated = prealloc;
         }
         p
     }
@@ -100,7 +116,11 @@ impl RecvPool {
     /// The same for buffer `bid` of a ring: it comes back to
     /// [`RecvPool::take_returned`].
     pub fn wrap_ring(&self, buf: Box<[u8]>, bid: u16, start: usize, len: usize) -> RecvBuf {
-        self.0.borrow_mut().handed_out += 1;
+        {
+            let mut i = self.0.borrow_mut();
+            i.handed_out += 1;
+            i.held += 1;
+        }
         let end = (start + len).min(buf.len());
         RecvBuf {
             start: start.min(end) as u32,
@@ -128,9 +148,12 @@ impl RecvPool {
     pub fn stats(&self) -> PoolStats {
         let i = self.0.borrow();
         PoolStats {
+            preallocated: i.preallocated,
             allocated: i.allocated,
             free: i.free.len(),
             handed_out: i.handed_out,
+            held: i.held,
+            ring_returned: i.ring_returned,
         }
     }
 }
@@ -164,9 +187,11 @@ impl Drop for RecvBuf {
         // An empty boxed slice allocates nothing.
         let b = std::mem::take(&mut self.buf);
         let mut p = self.pool.borrow_mut();
+        p.held -= 1;
         if self.bid == NO_BID {
             p.free.push(b);
         } else {
+            p.ring_returned += 1;
             p.returned.push((self.bid, b));
         }
     }
@@ -314,9 +339,11 @@ mod tests {
         // Both preallocated ones are out; a third is allocated.
         let c = p.filled(b"y");
         let ptrs = [a.as_ptr(), b.as_ptr(), c.as_ptr()];
-        assert_eq!(p.stats().allocated, 3);
+        let s = p.stats();
+        assert_eq!((s.preallocated, s.allocated, s.held, s.handed_out), (2, 3, 3, 3));
         drop((a, b, c));
         assert_eq!(p.stats().free, 3);
+        assert_eq!(p.stats().held, 0);
         // No allocation in steady state: the same buffers go round.
         for _ in 0..100 {
             let d = p.filled(b"again");
@@ -328,7 +355,9 @@ mod tests {
         // Ring buffers come back with their ids.
         let r = p.wrap_ring(vec![0u8; 16].into_boxed_slice(), 5, 2, 4);
         assert_eq!(r.len(), 4);
+        assert_eq!((p.stats().held, p.stats().ring_returned), (2, 0));
         drop(r);
+        assert_eq!((p.stats().held, p.stats().ring_returned), (1, 1));
         let mut back = Vec::new();
         p.take_returned(&mut back);
         assert_eq!(back.iter().map(|b| b.0).collect::<Vec<_>>(), vec![5]);

@@ -7,7 +7,7 @@ use crate::backend::{Fanout, Progress, Wake};
 use crate::checkpoint::Board;
 use crate::membership::Group;
 use crate::membership::{Change, DropReason, Event, Keys, Now, Policy, ReplyBudget};
-use crate::metrics::GroupCounters;
+use crate::metrics::{GroupCounters, ReceivePoolCounters};
 use crate::receive::{Ready, Receive, ReceiveKind, Received, RecvBuf};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::time::TimeSpec;
@@ -64,6 +64,8 @@ struct Loop<'a> {
     policy: &'a Policy,
     fanout: Box<dyn Fanout>,
     receive: Box<dyn Receive>,
+    /// Where the receive pool's stats are published for `/metrics`.
+    pool_counters: Arc<ReceivePoolCounters>,
     /// What the loop waits for on a socket whose group is not waiting:
     /// datagrams, unless the receive has its own ring.
     idle_flags: EpollFlags,
@@ -82,12 +84,16 @@ fn loop_err(e: impl Into<io::Error>) -> ServeError {
     ServeError::Loop(e.into())
 }
 
+// The loop's parts, each from a different owner (config, backend, metrics,
+// checkpoints): a struct for them would only be built to be taken apart here.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn event_loop(
     slots: Vec<NewSlot>,
     keys: &Keys,
     policy: &Policy,
     backend: crate::backend::Backend,
     receive: ReceiveKind,
+    pool_counters: Arc<ReceivePoolCounters>,
     board: Option<Arc<Board>>,
     stop: &AtomicBool,
 ) -> Result<(), ServeError> {
@@ -140,12 +146,14 @@ pub(super) fn event_loop(
         fanout,
         rx: Vec::with_capacity(receive.batch()),
         receive,
+        pool_counters,
         idle_flags,
         epoll,
         timer,
         board,
         unverified: ReplyBudget::full(policy.replies_per_s, mono_now_ms()),
     };
+    lp.publish_pool();
     lp.run(stop)
 }
 
@@ -209,7 +217,13 @@ impl Loop<'_> {
         for (i, s) in self.slots.iter().enumerate() {
             self.fanout.sync(i, &s.counters, &mut |_| {});
         }
+        self.publish_pool();
         Ok(())
+    }
+
+    /// The receive pool's stats for `/metrics`.
+    fn publish_pool(&self) {
+        self.pool_counters.publish(self.receive.pool().stats());
     }
 
     /// Resumes the fan-outs whose back-off time has come, and re-arms the
@@ -504,6 +518,7 @@ impl Loop<'_> {
     /// Expiry: silent members, and members an ICMP error was about that have
     /// been silent since; the backend reports its counters.
     fn sweep(&mut self) {
+        self.publish_pool();
         let now = crate::now();
         let now_ms = now.mono_ms;
         let mut probes = Vec::new();

@@ -161,7 +161,9 @@ impl Server {
             bytes_per_s: u32::try_from(cfg.policy.member_bytes_per_s).unwrap_or(u32::MAX),
         };
         let backend = Backend::start(cfg.backend, cfg.bind, caps, cfg.fallback).map_err(ServeError::Config)?;
-        let registry = Registry::new(backend.kind().name(), &ports);
+        let nthreads = cfg.threads.clamp(1, socks.len().max(1));
+        let mut registry = Registry::new(backend.kind().name(), &ports);
+        registry.receive_pools = (0..nthreads).map(|_| Arc::default()).collect();
         let mut watch = Watch::new();
         if backend.resends() {
             let mut targets = Vec::with_capacity(socks.len());
@@ -188,7 +190,6 @@ impl Server {
             }
             _ => None,
         };
-        let nthreads = cfg.threads.clamp(1, socks.len().max(1));
         let mut per_thread: Vec<Vec<NewSlot>> = (0..nthreads).map(|_| Vec::new()).collect();
         for (i, sock) in socks.into_iter().enumerate() {
             let (port, counters) = (registry.groups[i].0, Arc::clone(&registry.groups[i].1));
@@ -206,8 +207,9 @@ impl Server {
             let (keys, policy, stop2) = (cfg.keys.clone(), cfg.policy, Arc::clone(&stop));
             let board = board.clone();
             let (backend, receive) = (backend.clone(), cfg.receive);
+            let pool_counters = Arc::clone(&registry.receive_pools[t]);
             let h = watch.spawn(&format!("reflector-{t}"), move || {
-                event_loop(slots, &keys, &policy, backend, receive, board, &stop2)
+                event_loop(slots, &keys, &policy, backend, receive, pool_counters, board, &stop2)
             });
             match h {
                 Ok(h) => threads.push(h),
