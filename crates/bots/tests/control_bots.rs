@@ -141,6 +141,15 @@ fn moving_bots_lose_nothing() {
     cfg.move_every = Some(Duration::from_millis(400));
     cfg.seed = 7;
     let report = run_bots(&cfg, &AtomicBool::new(false)).unwrap();
+    // The bots' last LEAVEs may still be on their way on a loaded machine.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        let t = s.server.registry().total();
+        if t.leaves >= t.joins {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
     s.server.stop();
     let reg = s.server.join().unwrap();
     s.control.stop();
