@@ -1,11 +1,16 @@
-//! A two-namespace veth lab for the benchmarks that need real devices: the
-//! reflector's namespace and the clients', one veth between them with
-//! static neighbour entries (no ARP in the measurements). Removed on drop,
-//! and labs left by a killed run are swept at the next start.
+//! The two-host veth lab of the benchmarks that need real devices: the
+//! reflector's host and the clients', one veth between them with permanent
+//! neighbour entries (no ARP in the measurements). netlab builds it, records
+//! it, removes it on drop (and on Ctrl-C, through the stop flag), and sweeps
+//! the labs of killed runs at the next start; processes start in its hosts
+//! through netlab's [`Launcher`] (the host's CPU set, the run's clock).
 
+use netlab::lab::{sweep, Lab, LabOptions, Launcher, SweepMode};
+use netlab::model::{Link, LinkParams, Node, NodeKind, Topology};
 use oskit::netns::NetNs;
 use std::net::Ipv4Addr;
 use std::process::Command;
+use std::sync::atomic::AtomicBool;
 
 /// Runs a command; its stderr is the error.
 pub fn sh(args: &[&str]) -> Result<(), String> {
@@ -23,97 +28,108 @@ pub fn sh(args: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
-/// The two namespaces and the veth (`vr` on the reflector's side, `vc` on
-/// the clients').
-#[derive(Debug)]
+/// The lab's host where the implementation under test runs.
+pub const REFLECTOR_HOST: &str = "reflector";
+/// The lab's host where the clients' sockets live.
+pub const CLIENTS_HOST: &str = "clients";
+
+/// What a benchmark asks of its lab.
+#[derive(Clone, Debug)]
+pub struct VethLabOptions {
+    /// The lab's name (`netlab list` shows it).
+    pub name: String,
+    /// The reflector is 10.`subnet`.0.1, the clients 10.`subnet`.0.2.
+    pub subnet: u8,
+    /// The CPU list every process started in the reflector's host is
+    /// pinned to (taskset syntax), from its first instruction.
+    pub reflector_cpus: Option<String>,
+    /// Raise `net.core.netdev_max_backlog` to at least this while the lab
+    /// is up (restored when the last lab is removed).
+    pub netdev_backlog: Option<u64>,
+}
+
+/// The two hosts and the veth between them.
 pub struct VethLab {
+    lab: Lab,
     /// Namespace names.
     pub r: String,
     pub c: String,
+    /// The veth's device on the reflector's side and on the clients'.
+    pub r_dev: String,
+    pub c_dev: String,
     pub reflector_ip: Ipv4Addr,
     pub client_ip: Ipv4Addr,
 }
 
 impl VethLab {
-    /// Namespaces `<prefix>r<pid>` and `<prefix>c<pid>`, addresses
-    /// 10.`subnet`.0.1 (reflector) and .2 (clients).
-    pub fn new(prefix: &str, subnet: u8) -> Result<VethLab, String> {
-        let pid = std::process::id();
-        Self::sweep(prefix);
-        let lab = VethLab {
-            r: format!("{prefix}r{pid}"),
-            c: format!("{prefix}c{pid}"),
-            reflector_ip: Ipv4Addr::new(10, subnet, 0, 1),
-            client_ip: Ipv4Addr::new(10, subnet, 0, 2),
+    /// Builds the lab; `stop` (set on Ctrl-C) interrupts the build, which
+    /// then removes what it made.
+    pub fn new(o: &VethLabOptions, stop: &AtomicBool) -> Result<VethLab, String> {
+        let node = |name: &str, cpus: Option<String>| Node {
+            name: name.into(),
+            kind: NodeKind::Host,
+            cpus,
         };
-        // From here on a failure removes what was made (Drop).
-        let l = lab;
-        sh(&["ip", "netns", "add", &l.r])?;
-        sh(&["ip", "netns", "add", &l.c])?;
-        let (rmac, cmac) = (
-            format!("02:52:46:00:{subnet:02x}:01"),
-            format!("02:52:46:00:{subnet:02x}:02"),
-        );
-        sh(&[
-            "ip", "link", "add", "vr", "address", &rmac, "netns", &l.r, "type", "veth", "peer", "name", "vc",
-            "address", &cmac, "netns", &l.c,
-        ])?;
-        let (rip, cip) = (l.reflector_ip.to_string(), l.client_ip.to_string());
-        for (ns, dev, ip, peer, mac) in [(&l.r, "vr", &rip, &cip, &cmac), (&l.c, "vc", &cip, &rip, &rmac)] {
-            sh(&["ip", "-n", ns, "addr", "add", &format!("{ip}/24"), "dev", dev])?;
-            sh(&["ip", "-n", ns, "link", "set", dev, "up"])?;
-            sh(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
-            sh(&[
-                "ip",
-                "-n",
-                ns,
-                "neigh",
-                "replace",
-                peer,
-                "lladdr",
-                mac,
-                "dev",
-                dev,
-                "nud",
-                "permanent",
-            ])?;
+        let topo = Topology {
+            name: o.name.clone(),
+            nodes: vec![node(REFLECTOR_HOST, o.reflector_cpus.clone()), node(CLIENTS_HOST, None)],
+            links: vec![Link {
+                a: REFLECTOR_HOST.into(),
+                b: CLIENTS_HOST.into(),
+                // Unshaped, no delay: a bare veth.
+                params: LinkParams::default(),
+            }],
+        };
+        // No delay lines in this lab, so netlab never starts its binary.
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let mut opts = LabOptions::new(exe);
+        opts.scenario = o.name.clone();
+        opts.first_subnet = Some(Ipv4Addr::new(10, o.subnet, 0, 0));
+        opts.netdev_backlog = o.netdev_backlog;
+        // `Lab::up` sweeps too, silently: this says what a killed run left.
+        match sweep(&opts.state_dir, SweepMode::DeadOnly) {
+            Ok(swept) if !swept.removed.is_empty() => {
+                eprintln!("removed what earlier runs left: {}", swept.removed.join(", "))
+            }
+            Ok(_) => {}
+            Err(e) => eprintln!("warning: cannot sweep the labs of earlier runs: {e}"),
         }
-        Ok(l)
+        let lab = Lab::up(&topo, &opts, stop).map_err(|e| format!("cannot build the lab: {e}"))?;
+        let iface = |host: &str| {
+            lab.plan
+                .addressing
+                .ifaces
+                .iter()
+                .find(|i| i.node == host)
+                .map(|i| (i.ifname.clone(), i.addr))
+                .ok_or_else(|| format!("the lab has no interface for host {host}"))
+        };
+        let ((r_dev, reflector_ip), (c_dev, client_ip)) = (iface(REFLECTOR_HOST)?, iface(CLIENTS_HOST)?);
+        let ns = |host: &str| lab.ns_of(host).map(String::from).map_err(|e| e.to_string());
+        let (r, c) = (ns(REFLECTOR_HOST)?, ns(CLIENTS_HOST)?);
+        Ok(VethLab {
+            lab,
+            r,
+            c,
+            r_dev,
+            c_dev,
+            reflector_ip,
+            client_ip,
+        })
+    }
+
+    /// Starts processes in the lab's hosts.
+    pub fn launcher(&self) -> Launcher {
+        self.lab.launcher()
+    }
+
+    /// The MAC address of the lab's interface with address `ip` (the
+    /// permanent neighbour entries name it).
+    pub fn mac_of(ip: Ipv4Addr) -> String {
+        netlab::addr::mac_of(ip)
     }
 
     pub fn ns(name: &str) -> Result<NetNs, String> {
         NetNs::open(name).map_err(|e| e.to_string())
-    }
-
-    /// Removes labs of this prefix whose process is gone (a run killed with
-    /// SIGKILL cannot clean up after itself).
-    pub fn sweep(prefix: &str) {
-        let Ok(o) = Command::new("ip").args(["netns", "list"]).output() else {
-            return;
-        };
-        for line in String::from_utf8_lossy(&o.stdout).lines() {
-            let name = line.split_whitespace().next().unwrap_or("");
-            let Some(rest) = name.strip_prefix(prefix) else {
-                continue;
-            };
-            let Some(pid) = rest.get(1..).and_then(|p| p.parse::<u32>().ok()) else {
-                continue;
-            };
-            if !(rest.starts_with('r') || rest.starts_with('c'))
-                || std::path::Path::new(&format!("/proc/{pid}")).exists()
-            {
-                continue;
-            }
-            eprintln!("removing {name}, left by an earlier run");
-            let _ = Command::new("ip").args(["netns", "del", name]).status();
-        }
-    }
-}
-
-impl Drop for VethLab {
-    fn drop(&mut self) {
-        for n in [&self.r, &self.c] {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
     }
 }

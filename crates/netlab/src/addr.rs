@@ -166,8 +166,27 @@ impl Addressing {
     }
 }
 
-/// Computes interfaces, subnets and routes.
+/// Where subnets are allocated from unless a lab asks otherwise.
+pub const DEFAULT_FIRST_SUBNET: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 0);
+
+/// Computes interfaces, subnets and routes, subnets from 10.0.0.0 on.
 pub fn plan_addressing(t: &Topology) -> Result<Addressing, ModelError> {
+    plan_addressing_from(t, DEFAULT_FIRST_SUBNET)
+}
+
+/// Computes interfaces, subnets and routes, subnets from `first` on (within
+/// 10.0.0.0/8): a program that builds a small lab and hard-codes where its
+/// hosts are (a benchmark whose figures must stay comparable with earlier
+/// runs) chooses the addresses, e.g. 10.210.0.0 gives a two-host pair
+/// 10.210.0.1 and 10.210.0.2.
+pub fn plan_addressing_from(t: &Topology, first: Ipv4Addr) -> Result<Addressing, ModelError> {
+    if first.octets()[0] != 10 {
+        return Err(ModelError::BadValue {
+            item: "first subnet".into(),
+            value: first.to_string(),
+            expected: "an address in 10.0.0.0/8, where lab subnets are allocated".into(),
+        });
+    }
     let segs = segments(t)?;
     let kind: HashMap<&str, NodeKind> = t.nodes.iter().map(|n| (n.name.as_str(), n.kind)).collect();
 
@@ -189,7 +208,7 @@ pub fn plan_addressing(t: &Topology) -> Result<Addressing, ModelError> {
 
     // Subnets: aligned bump allocation, smallest power of two that fits the
     // members plus network and broadcast addresses.
-    let mut next: u64 = u32::from(Ipv4Addr::new(10, 0, 0, 0)) as u64;
+    let mut next: u64 = u32::from(first) as u64;
     let end: u64 = u32::from(Ipv4Addr::new(11, 0, 0, 0)) as u64;
     let mut segments_out = Vec::with_capacity(segs.count);
     for &n in &seg_size {
@@ -342,6 +361,33 @@ mod tests {
         assert!(a.routes.is_empty());
         assert!(a.ifaces.iter().all(|i| i.ifname == "eth0"));
         assert_eq!(a.neighbour_entries_all_pairs(), 6);
+    }
+
+    #[test]
+    fn a_lab_may_choose_where_its_subnets_start() {
+        let t = Builtin::Pair.build(&LinkParams::default());
+        let a = plan_addressing_from(&t, Ipv4Addr::new(10, 210, 0, 0)).unwrap();
+        assert_eq!(
+            a.segments,
+            [Segment {
+                net: Ipv4Addr::new(10, 210, 0, 0),
+                prefix: 30
+            }]
+        );
+        assert_eq!(a.addr_of("h1"), Some(Ipv4Addr::new(10, 210, 0, 1)));
+        assert_eq!(a.addr_of("h2"), Some(Ipv4Addr::new(10, 210, 0, 2)));
+        // An unaligned start is rounded up to the subnet's size.
+        let a = plan_addressing_from(&t, Ipv4Addr::new(10, 210, 0, 1)).unwrap();
+        assert_eq!(a.addr_of("h1"), Some(Ipv4Addr::new(10, 210, 0, 5)));
+        // Outside 10.0.0.0/8, and past its end, there is no room.
+        assert!(matches!(
+            plan_addressing_from(&t, Ipv4Addr::new(192, 168, 0, 0)),
+            Err(ModelError::BadValue { .. })
+        ));
+        assert!(matches!(
+            plan_addressing_from(&t, Ipv4Addr::new(10, 255, 255, 254)),
+            Err(ModelError::AddressSpace)
+        ));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Turning a topology into the list of ip/tc/sysctl operations that builds
 //! it. Pure: the plan is data, unit-tested as data, and applied elsewhere.
 
-use crate::addr::{mac_of, plan_addressing, Addressing};
+use crate::addr::{mac_of, plan_addressing_from, Addressing, DEFAULT_FIRST_SUBNET};
 use crate::error::ModelError;
 use crate::model::{LinkParams, NodeKind, Topology};
 use serde::{Deserialize, Serialize};
@@ -146,6 +146,13 @@ pub struct PlanOptions {
     /// Fixed ECMP hash seed (reproducible path choice): router i gets
     /// seed + i + 1; `None` leaves the kernel's per-namespace random seed.
     pub ecmp_seed: Option<u32>,
+    /// Where the lab's subnets start (see [`plan_addressing_from`]).
+    #[serde(default = "default_first_subnet")]
+    pub first_subnet: std::net::Ipv4Addr,
+}
+
+fn default_first_subnet() -> std::net::Ipv4Addr {
+    DEFAULT_FIRST_SUBNET
 }
 
 impl Default for PlanOptions {
@@ -154,6 +161,7 @@ impl Default for PlanOptions {
             delay_backend: DelayBackend::DelayLine,
             dilation: Dilation::default(),
             ecmp_seed: None,
+            first_subnet: DEFAULT_FIRST_SUBNET,
         }
     }
 }
@@ -495,7 +503,7 @@ impl Buckets {
 /// a buildable lab.
 pub fn build_plan(t: &Topology, naming: &Naming, o: &PlanOptions) -> Result<Plan, ModelError> {
     t.validate()?;
-    let addressing = plan_addressing(t)?;
+    let addressing = plan_addressing_from(t, o.first_subnet)?;
     let fab = naming.fabric();
     let mut ops = Buckets::default();
     let mut shaped = Vec::new();

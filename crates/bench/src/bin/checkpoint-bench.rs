@@ -7,7 +7,7 @@
 //! from then on) and costs nothing beside plain copies.
 #![deny(unsafe_code)]
 
-use bench::lab::VethLab;
+use bench::lab::{VethLab, VethLabOptions, REFLECTOR_HOST};
 use bytes::Bytes;
 use clap::Parser;
 use oskit::child::ChildGuard;
@@ -19,8 +19,8 @@ use reflector_proto::client::{Config as ClientConfig, Event, JoinRequest, Sessio
 use reflector_proto::protocol::{Packet, SessionKeys};
 use std::io::Write as _;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
-use std::path::PathBuf;
-use std::process::{Command, ExitCode, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
@@ -270,37 +270,59 @@ struct Row {
 
 fn start_reflector(
     lab: &VethLab,
-    bin: &PathBuf,
-    secret: &PathBuf,
-    summary: &PathBuf,
+    bin: &Path,
+    secret: &Path,
+    summary: &Path,
     zc: bool,
     max: usize,
 ) -> Result<ChildGuard, String> {
-    let child = Command::new("ip")
-        .args(["netns", "exec", &lab.r])
-        .arg(bin)
-        .args([
-            "serve",
-            "--bind",
-            &lab.reflector_ip.to_string(),
-            "--ports",
-            &GROUP.to_string(),
-        ])
-        .args(["--backend", "sendmmsg", "--threads", "1", "--max-per-ip", "1000"])
-        .args(["--checkpoint-port", &CK_PORT.to_string(), "--checkpoint-every", "100ms"])
-        .args([
-            "--checkpoint-max-bytes",
-            &max.to_string(),
-            "--checkpoint-fetch-every",
-            "0s",
-        ])
-        .args(["--checkpoint-conns", "1024", "--checkpoint-conns-per-ip", "1024"])
-        .args(["--checkpoint-timeout", "60s"])
-        .args(["--checkpoint-zerocopy", if zc { "on" } else { "off" }])
-        .arg("--secret-file")
-        .arg(secret)
-        .arg("--summary-json")
-        .arg(summary)
+    let (ip, group, ck_port, max) = (
+        lab.reflector_ip.to_string(),
+        GROUP.to_string(),
+        CK_PORT.to_string(),
+        max.to_string(),
+    );
+    let argv: Vec<&std::ffi::OsStr> = [bin.as_os_str()]
+        .into_iter()
+        .chain(
+            [
+                "serve",
+                "--bind",
+                &ip,
+                "--ports",
+                &group,
+                "--backend",
+                "sendmmsg",
+                "--threads",
+                "1",
+                "--max-per-ip",
+                "1000",
+                "--checkpoint-port",
+                &ck_port,
+                "--checkpoint-every",
+                "100ms",
+                "--checkpoint-max-bytes",
+                &max,
+                "--checkpoint-fetch-every",
+                "0s",
+                "--checkpoint-conns",
+                "1024",
+                "--checkpoint-conns-per-ip",
+                "1024",
+                "--checkpoint-timeout",
+                "60s",
+                "--checkpoint-zerocopy",
+                if zc { "on" } else { "off" },
+                "--secret-file",
+            ]
+            .map(std::ffi::OsStr::new),
+        )
+        .chain([secret.as_os_str(), "--summary-json".as_ref(), summary.as_os_str()])
+        .collect();
+    let child = lab
+        .launcher()
+        .command(REFLECTOR_HOST, &argv)
+        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -341,7 +363,15 @@ fn run(a: Args) -> Result<(), String> {
         let secret_file = dir.join("secret");
         let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
         std::fs::write(&secret_file, hex).map_err(|e| e.to_string())?;
-        let lab = VethLab::new("ckb", 211)?;
+        let lab = VethLab::new(
+            &VethLabOptions {
+                name: "checkpoint-bench".into(),
+                subnet: 211,
+                reflector_cpus: None,
+                netdev_backlog: None,
+            },
+            &STOP,
+        )?;
         let kmax = *a.joiners.iter().max().unwrap_or(&1);
         let mut rows = Vec::new();
         for &size in &a.sizes_mib {

@@ -11,6 +11,7 @@ pub fn run(a: ScenarioArgs) -> Result<ExitCode, LabError> {
             tdf: s.tdf.unwrap_or(netlab::plan::Tdf::ONE),
         },
         ecmp_seed: s.ecmp_seed,
+        ..PlanOptions::default()
     };
     let p = build_plan(&s.topology, &Naming::new("RUN"), &o)?;
     let head = format!(

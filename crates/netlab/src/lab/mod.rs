@@ -155,6 +155,10 @@ pub struct LabOptions {
     /// Give the lab a clock even at TDF 1, so its TDF can change later
     /// (adaptive dilation starts undilated).
     pub virtual_time: bool,
+    /// Where the lab's subnets start (default 10.0.0.0): for programs that
+    /// need their hosts at known addresses (see
+    /// [`plan_addressing_from`](crate::addr::plan_addressing_from)).
+    pub first_subnet: Option<std::net::Ipv4Addr>,
 }
 
 impl LabOptions {
@@ -170,6 +174,7 @@ impl LabOptions {
             state_dir: PathBuf::from(STATE_DIR),
             netdev_backlog: None,
             virtual_time: false,
+            first_subnet: None,
         }
     }
 }
@@ -207,6 +212,7 @@ impl Lab {
             delay_backend: backend,
             dilation: opts.dilation,
             ecmp_seed: opts.ecmp_seed,
+            first_subnet: opts.first_subnet.unwrap_or(crate::addr::DEFAULT_FIRST_SUBNET),
         };
         let plan = match build_plan(topo, &naming, &plan_opts) {
             Ok(p) => p,

@@ -4,7 +4,7 @@
 
 use crate::measure::now_unix;
 
-use bench::lab::{sh, VethLab};
+use bench::lab::{sh, VethLab, VethLabOptions, CLIENTS_HOST, REFLECTOR_HOST};
 use oskit::netns::NetNs;
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::blocking;
@@ -13,6 +13,7 @@ use reflector_proto::protocol::SessionKeys;
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::process::{Command, Stdio};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 pub(crate) const REFLECTOR_IP: Ipv4Addr = Ipv4Addr::new(10, 210, 0, 1);
@@ -21,9 +22,6 @@ pub(crate) const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 210, 0, 2);
 /// changes the destination address and its checksums, not only the port):
 /// member `i`'s is 10.211.(i / 250).(1 + i % 250), routed over the veth.
 pub(crate) const MEMBER_NET: &str = "10.211.0.0/16";
-
-/// The MAC of the clients' end of the veth (`VethLab`'s, for subnet 210).
-pub(crate) const CLIENT_MAC: &str = "02:52:46:00:d2:02";
 
 pub(crate) fn member_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 211, (i / 250) as u8, (1 + i % 250) as u8)
@@ -64,31 +62,50 @@ pub(crate) fn port_of(k: usize) -> u16 {
 }
 pub(crate) const MCAST_PORT: u16 = 4601;
 
-/// The lab's namespaces and veth ([`VethLab`]), a device that frees what
-/// the egress sink redirects to it, and the raised backlog (restored on
-/// drop, before the namespaces go).
+/// The lab's hosts and veth ([`VethLab`]) and a device that frees what the
+/// egress sink redirects to it.
 pub(crate) struct Lab {
     pub(crate) veth: VethLab,
-    pub(crate) backlog: Option<String>,
 }
 
-pub(crate) const BACKLOG: &str = "/proc/sys/net/core/netdev_max_backlog";
+/// Every clone waits in the sending CPU's backlog: a 256-member group
+/// overflows the default 1,000 (the setting lives in the initial namespace
+/// only; netlab raises it while the lab is up and restores it).
+pub(crate) const BACKLOG: u64 = 30_000;
 
 impl Lab {
-    /// The lab, with addresses for `members` members, and the receive
-    /// softirq of both ends of the veth steered to CPU `rps` (RPS).
-    pub(crate) fn new(members: usize, rps: Option<usize>) -> Result<Lab, String> {
-        let veth = VethLab::new("fb", 210)?;
+    /// The lab, with addresses for `members` members; every process started
+    /// in the reflector's host is pinned to the measured CPU `cpu`, and with
+    /// `rps` the receive softirq of both ends of the veth is steered there
+    /// too (RPS). `stop` interrupts the build.
+    pub(crate) fn new(members: usize, cpu: usize, rps: bool, stop: &AtomicBool) -> Result<Lab, String> {
+        let veth = VethLab::new(
+            &VethLabOptions {
+                name: "fanout-bench".into(),
+                subnet: 210,
+                reflector_cpus: Some(cpu.to_string()),
+                netdev_backlog: Some(BACKLOG),
+            },
+            stop,
+        )?;
+        if (veth.reflector_ip, veth.client_ip) != (REFLECTOR_IP, CLIENT_IP) {
+            return Err(format!(
+                "the lab's hosts are at {} and {}, not {REFLECTOR_IP} and {CLIENT_IP}",
+                veth.reflector_ip, veth.client_ip
+            ));
+        }
         let r = veth.r.clone();
+        let (r_dev, c_dev) = (&veth.r_dev, &veth.c_dev);
+        let client_mac = VethLab::mac_of(CLIENT_IP);
         // Member addresses on the clients' side, a route and static
         // neighbours (the clients' MAC) on the reflector's.
         let mut on_c = String::new();
-        let mut on_r = format!("route add {MEMBER_NET} dev vr\n");
+        let mut on_r = format!("route add {MEMBER_NET} dev {r_dev}\n");
         for i in 0..members {
             let ip = member_ip(i);
-            on_c.push_str(&format!("addr add {ip}/32 dev vc\n"));
+            on_c.push_str(&format!("addr add {ip}/32 dev {c_dev}\n"));
             on_r.push_str(&format!(
-                "neigh replace {ip} lladdr {CLIENT_MAC} dev vr nud permanent\n"
+                "neigh replace {ip} lladdr {client_mac} dev {r_dev} nud permanent\n"
             ));
         }
         ip_batch(&veth.c, &on_c)?;
@@ -99,19 +116,11 @@ impl Lab {
             "ip", "-n", &r, "link", "add", "sinkd", "type", "veth", "peer", "name", "sinkp",
         ])?;
         sh(&["ip", "-n", &r, "link", "set", "sinkd", "up"])?;
-        // Every clone waits in the sending CPU's backlog: a 256-member group
-        // overflows the default 1,000 (the setting lives in the initial
-        // namespace only; restored on drop).
-        if let Some(cpu) = rps {
-            steer_rx(&r, "vr", cpu)?;
-            steer_rx(&veth.c, "vc", cpu)?;
+        if rps {
+            steer_rx(&veth, REFLECTOR_HOST, r_dev, cpu)?;
+            steer_rx(&veth, CLIENTS_HOST, c_dev, cpu)?;
         }
-        let old = std::fs::read_to_string(BACKLOG).map_err(|e| format!("{BACKLOG}: {e}"))?;
-        std::fs::write(BACKLOG, "30000").map_err(|e| format!("{BACKLOG}: {e}"))?;
-        Ok(Lab {
-            veth,
-            backlog: Some(old.trim().to_string()),
-        })
+        Ok(Lab { veth })
     }
 
     pub(crate) fn ns(name: &str) -> Result<NetNs, String> {
@@ -119,20 +128,28 @@ impl Lab {
     }
 }
 
-/// Steers the receive softirq of `dev` (in namespace `ns`) to `cpu` with
+/// Steers the receive softirq of `dev` (in lab host `host`) to `cpu` with
 /// RPS, and reads the mask back. sysfs shows the devices of the namespace
-/// that mounted it, hence `ip netns exec` (which mounts the namespace's own).
-pub(crate) fn steer_rx(ns: &str, dev: &str, cpu: usize) -> Result<(), String> {
+/// that mounted it, so a process started in the host (whose launcher
+/// mounts the namespace's own) writes and reads the file.
+pub(crate) fn steer_rx(lab: &VethLab, host: &str, dev: &str, cpu: usize) -> Result<(), String> {
     if cpu >= 64 {
         return Err(format!("--cpu {cpu}: RPS steering here supports CPUs 0..63"));
     }
     let mask = format!("{:x}", 1u64 << cpu);
     let file = format!("/sys/class/net/{dev}/queues/rx-0/rps_cpus");
-    sh(&["ip", "netns", "exec", ns, "sh", "-c", &format!("echo {mask} > {file}")])?;
-    let o = Command::new("ip")
-        .args(["netns", "exec", ns, "cat", &file])
+    let o = lab
+        .launcher()
+        .command(host, &["sh", "-c", &format!("echo {mask} > {file} && cat {file}")])
+        .map_err(|e| e.to_string())?
         .output()
         .map_err(|e| format!("cannot run ip: {e}"))?;
+    if !o.status.success() {
+        return Err(format!(
+            "RPS on {dev} in host {host}: writing {mask} to {file} failed: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ));
+    }
     let got = String::from_utf8_lossy(&o.stdout);
     let got = got.trim().replace(',', "");
     if u64::from_str_radix(&got, 16) != Ok(1u64 << cpu) {
@@ -141,14 +158,6 @@ pub(crate) fn steer_rx(ns: &str, dev: &str, cpu: usize) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        if let Some(b) = &self.backlog {
-            let _ = std::fs::write(BACKLOG, b);
-        }
-    }
 }
 
 /// The sender member: its socket and session (none for multicast), where

@@ -22,15 +22,17 @@ use measure::{one_run, Place, Sample, BACKGROUND_MAX_PCT};
 use report::{summarize, write_csv, Cell, Row};
 
 use bench::grid::{reflector_impl, reflector_impls};
+use bench::lab::REFLECTOR_HOST;
 use bench::rawloop::SendMode;
 use clap::{Parser, Subcommand};
 use oskit::child::ChildGuard;
 use reflector_proto::auth::Secret;
 use reflector_server::receive::ReceiveKind;
+use std::ffi::OsString;
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::path::PathBuf;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
@@ -245,75 +247,94 @@ fn start_impl(
     to: &[SocketAddr],
     port: u16,
 ) -> Result<ChildGuard, String> {
-    let mut cmd = Command::new("ip");
-    // Pinned to the measured CPU from its first instruction, every thread.
-    cmd.args(["netns", "exec", &at.lab.veth.r, "taskset", "-c", &at.cpu.to_string()]);
+    // The command line; the lab's launcher starts it in the reflector's
+    // host, pinned to the measured CPU (the host's CPU set) from its first
+    // instruction, every thread.
+    let mut argv: Vec<OsString> = Vec::new();
     let floor = SendMode::of_impl(imp);
     let relay = imp == "multicast" || floor.is_some();
     if let Some(mode) = floor {
         let me = std::env::current_exe().map_err(|e| e.to_string())?;
         let to: Vec<String> = to.iter().map(ToString::to_string).collect();
-        cmd.arg(me).args([
-            "raw-loop",
-            "--send",
-            mode.arg(),
-            "--bind",
-            &format!("{REFLECTOR_IP}:{port}"),
-            "--to",
-            &to.join(","),
-            // The reflector's buffers (--rcvbuf, --sndbuf below).
-            "--bufsize",
-            "8388608",
-        ]);
+        argv.push(me.into());
+        argv.extend(
+            [
+                "raw-loop",
+                "--send",
+                mode.arg(),
+                "--bind",
+                &format!("{REFLECTOR_IP}:{port}"),
+                "--to",
+                &to.join(","),
+                // The reflector's buffers (--rcvbuf, --sndbuf below).
+                "--bufsize",
+                "8388608",
+            ]
+            .map(OsString::from),
+        );
     } else if imp == "multicast" {
         let me = std::env::current_exe().map_err(|e| e.to_string())?;
-        cmd.arg(me).args([
-            "mcast-relay",
-            "--bind",
-            &format!("{REFLECTOR_IP}:{port}"),
-            "--group",
-            &format!("{MCAST}:{MCAST_PORT}"),
-            "--ifaddr",
-            &REFLECTOR_IP.to_string(),
-        ]);
+        argv.push(me.into());
+        argv.extend(
+            [
+                "mcast-relay",
+                "--bind",
+                &format!("{REFLECTOR_IP}:{port}"),
+                "--group",
+                &format!("{MCAST}:{MCAST_PORT}"),
+                "--ifaddr",
+                &REFLECTOR_IP.to_string(),
+            ]
+            .map(OsString::from),
+        );
     } else {
         let (backend, receive) = reflector_impl(imp).ok_or_else(|| format!("unknown implementation '{imp}'"))?;
-        cmd.arg(reflector).args([
-            "serve",
-            "--bind",
-            &REFLECTOR_IP.to_string(),
-            "--ports",
-            &port.to_string(),
-            "--backend",
-            backend.name(),
-            "--strict-backend",
-            "--threads",
-            "1",
-            "--max-per-ip",
-            "1000",
-            "--max-members",
-            "1024",
-            "--member-rate-pps",
-            "0",
-            "--member-rate-bytes",
-            "0",
-            "--member-timeout",
-            "10m",
-            "--rcvbuf",
-            "8388608",
-            "--sndbuf",
-            "8388608",
-        ]);
-        cmd.arg("--secret-file").arg(secret_file);
+        argv.push(reflector.into());
+        argv.extend(
+            [
+                "serve",
+                "--bind",
+                &REFLECTOR_IP.to_string(),
+                "--ports",
+                &port.to_string(),
+                "--backend",
+                backend.name(),
+                "--strict-backend",
+                "--threads",
+                "1",
+                "--max-per-ip",
+                "1000",
+                "--max-members",
+                "1024",
+                "--member-rate-pps",
+                "0",
+                "--member-rate-bytes",
+                "0",
+                "--member-timeout",
+                "10m",
+                "--rcvbuf",
+                "8388608",
+                "--sndbuf",
+                "8388608",
+            ]
+            .map(OsString::from),
+        );
+        argv.push("--secret-file".into());
+        argv.push(secret_file.into());
         // Only when not the default, so that a reflector built before
         // `--receive` existed can still be measured (--reflector, A/B runs).
         if receive != ReceiveKind::default() {
-            cmd.args(["--receive", receive.name()]);
+            argv.extend(["--receive", receive.name()].map(OsString::from));
         }
     }
     // The relays say when they are bound (the raw loop prints its address);
     // the reflector is ready when the JOINs (which retry) are answered.
-    let mut child = cmd
+    let mut child = at
+        .lab
+        .veth
+        .launcher()
+        .command(REFLECTOR_HOST, &argv)
+        .map_err(|e| format!("cannot start {imp}: {e}"))?
         .stdout(if relay { Stdio::piped() } else { Stdio::null() })
         .stderr(Stdio::null())
         .spawn()
@@ -438,10 +459,7 @@ fn bench(a: Args) -> Result<(), String> {
     // The sender's short sleeps while its window is full end on time (the
     // default slack is 50 us).
     let _ = nix::sys::prctl::set_timerslack(1_000);
-    let lab = Lab::new(
-        a.receivers.iter().max().map_or(0, |r| r + 1),
-        (!a.no_rps).then_some(cpu),
-    )?;
+    let lab = Lab::new(a.receivers.iter().max().map_or(0, |r| r + 1), cpu, !a.no_rps, &STOP)?;
     let at = Place {
         lab: &lab,
         cpu,

@@ -212,7 +212,7 @@ pub(crate) fn one_run(
     } else {
         let rns = Lab::ns(&lab.veth.r)?;
         let sink = rns
-            .run(|| Sink::attach("vr", Some("sinkd")))
+            .run(|| Sink::attach(&lab.veth.r_dev, Some("sinkd")))
             .map_err(|e| e.to_string())??;
         measured_phase(at, &mut cl.sender, size, r, a.seconds, &mut Copies::Sink(&sink))?
     };
