@@ -80,6 +80,7 @@
 
 mod checkpoint;
 mod driver;
+mod inbox;
 mod moves;
 mod streams;
 #[cfg(target_os = "linux")]
@@ -97,6 +98,7 @@ pub use token::{fetch as fetch_token, fetch_area, AreaTokens, ControlError, Cont
 pub use types::*;
 
 use checkpoint::Transfer;
+use inbox::Inbox;
 use reflector_proto::client::{self as session, Event as SessionEvent, Failure, JoinRequest, Session};
 use reflector_proto::protocol::{
     ErrorCode, Kind, Packet, SessionKeys, DATA_PAYLOAD, INSTANCE_LEN, MAX_DATAGRAM, MAX_DATAGRAM_KERNEL,
@@ -108,59 +110,6 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use streams::{Streams, Verdict};
-
-/// One received DATA held in the inbox.
-struct Slot {
-    group: u16,
-    sender: u32,
-    instance: u64,
-    seq: u64,
-    len: usize,
-    buf: Box<[u8; MAX_GAME_PAYLOAD]>,
-}
-
-/// Received DATA waiting for [`Client::recv`]: fixed slots allocated at
-/// start, so receiving never allocates.
-struct Inbox {
-    slots: Vec<Slot>,
-    head: usize,
-    len: usize,
-}
-
-impl Inbox {
-    fn new(n: usize) -> Inbox {
-        let slots = (0..n.max(1))
-            .map(|_| Slot {
-                group: 0,
-                sender: 0,
-                instance: 0,
-                seq: 0,
-                len: 0,
-                buf: Box::new([0; MAX_GAME_PAYLOAD]),
-            })
-            .collect();
-        Inbox { slots, head: 0, len: 0 }
-    }
-
-    fn push(&mut self) -> Option<&mut Slot> {
-        if self.len == self.slots.len() {
-            return None;
-        }
-        let i = (self.head + self.len) % self.slots.len();
-        self.len += 1;
-        Some(&mut self.slots[i])
-    }
-
-    fn pop(&mut self) -> Option<&Slot> {
-        if self.len == 0 {
-            return None;
-        }
-        let i = self.head;
-        self.head = (self.head + 1) % self.slots.len();
-        self.len -= 1;
-        Some(&self.slots[i])
-    }
-}
 
 /// When (Unix ms) the token held was received: the renewal moment is
 /// reckoned from it.
