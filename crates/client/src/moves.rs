@@ -12,17 +12,10 @@ impl<D: Driver> Client<D> {
         let received = reflector_proto::unix_now_ms();
         let local = self.sock.local_addr().map_err(|e| Error::socket("getsockname", e))?;
         let reflector = resolve(&t.reflector, local)?;
-        let keys = SessionKeys::from_session(t.session_key);
         self.token_needed_said = false;
         let key = (reflector, t.group);
-        let req = JoinRequest {
-            reflector,
-            group: t.group,
-            player: t.player,
-            token: t.token,
-            keys,
-            first_seq: self.next_seq,
-        };
+        let req = join_request(reflector, &t, self.next_seq);
+        let keys = req.keys;
         self.held = Some(Held {
             received_unix_ms: received,
         });
@@ -72,15 +65,8 @@ impl<D: Driver> Client<D> {
             m.wanted = false;
         }
         for &(reflector, t) in &grants {
-            let keys = SessionKeys::from_session(t.session_key);
-            let req = JoinRequest {
-                reflector,
-                group: t.group,
-                player: t.player,
-                token: t.token,
-                keys,
-                first_seq: self.next_seq,
-            };
+            let req = join_request(reflector, t, self.next_seq);
+            let keys = req.keys;
             match self.find((reflector, t.group)) {
                 Some(i) => {
                     let m = &mut self.memberships[i];
@@ -206,5 +192,18 @@ impl<D: Driver> Client<D> {
         }
         self.stats.token_requests += 1;
         self.events.push_back(Event::TokenRequested);
+    }
+}
+
+/// The JOIN a grant opens: its token and session key, sequence numbers
+/// going on from the client-wide counter.
+fn join_request(reflector: SocketAddr, t: &Token, first_seq: u64) -> JoinRequest {
+    JoinRequest {
+        reflector,
+        group: t.group,
+        player: t.player,
+        token: t.token,
+        keys: SessionKeys::from_session(t.session_key),
+        first_seq,
     }
 }
