@@ -548,6 +548,14 @@ int reflector_fanout(struct __sk_buff *skb)
 		goto pass_up;
 	if (congested(gid))
 		goto pass_up; /* user space waits on the full queue, or judges a LEAVE */
+	/* The destinations as they are now, not as they were before the fence
+	 * was read: user space removes a leaver from the list before it counts
+	 * the LEAVE judged, so a list read after an open fence never holds a
+	 * member whose LEAVE was judged. The element read above may be older
+	 * (this CPU can stop between the two reads while a LEAVE is judged). */
+	g = bpf_map_lookup_elem(&groups, &group_port);
+	if (!g || g->id != gid || (g->flags & GROUP_PASS_UP))
+		goto pass_up;
 
 	m = bpf_map_lookup_elem(&members, &mk);
 	if (!m)
