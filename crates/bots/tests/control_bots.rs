@@ -66,7 +66,7 @@ fn setup_full(
         ControlConfig {
             listen: (LOCAL, 0).into(),
             world,
-            secret,
+            secret: secret.into(),
             token_ttl_s: 60,
             auth,
         },

@@ -58,7 +58,7 @@ fn control(reflector: IpAddr, port: u16) -> ControlServer {
         ControlConfig {
             listen: ([127, 0, 0, 1], 0).into(),
             world,
-            secret: Secret::new(&SECRET).unwrap(),
+            secret: Secret::new(&SECRET).unwrap().into(),
             token_ttl_s: TOKEN_TTL_S,
             auth: None,
         },

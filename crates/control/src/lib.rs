@@ -26,6 +26,8 @@
 #![deny(unsafe_code)]
 
 pub mod players;
+mod secret;
+pub use secret::{SecretCell, SECRET_RECHECK};
 
 /// Boxed error for command entry points: `main` prints it with its causes.
 pub type CliError = Box<dyn std::error::Error + Send + Sync>;
@@ -350,7 +352,9 @@ impl World {
 pub struct ControlConfig {
     pub listen: SocketAddr,
     pub world: World,
-    pub secret: Secret,
+    /// What tokens are signed with; `control` replaces it when the secret
+    /// file changes.
+    pub secret: SecretCell,
     pub token_ttl_s: u64,
     /// Player tickets and rate limits; `None`: anonymous joins (tests, closed networks).
     pub auth: Option<Arc<crate::players::JoinAuth>>,
@@ -525,6 +529,7 @@ pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u3
         Some(_) => return bad(400, format!("area must be a number of cells from 0 to {MAX_AREA}")),
     };
     let expires_unix_s = now_unix_s.saturating_add(cfg.token_ttl_s);
+    let secret = cfg.secret.get();
     let grant = |cell: (u32, u32)| {
         let target = cfg.world.target_of(cell);
         let token = TokenClaims {
@@ -533,7 +538,7 @@ pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u3
             group: target.port(),
             expires_unix_s,
         }
-        .sign(&cfg.secret);
+        .sign(&secret);
         JoinGrant {
             player,
             cell: [cell.0, cell.1],
@@ -541,7 +546,7 @@ pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u3
             reflector_id: target.reflector_id,
             group: target.port(),
             token: hex::encode(token),
-            session_key: hex::encode(SessionKeys::derive(&cfg.secret, &token).session),
+            session_key: hex::encode(SessionKeys::derive(&secret, &token).session),
             expires_unix_s,
         }
     };
@@ -603,6 +608,17 @@ pub fn metrics(cfg: &ControlConfig, http: &reflector_http::Stats, format: reflec
         "Token requests refused 429 by the per-player or per-address rate limit.",
     )
     .sample(&[], cfg.auth.as_ref().map_or(0, |a| a.rate_limited.load(Relaxed)));
+    let (reloads, reload_errors) = cfg.secret.reloads();
+    e.counter(
+        "reflector_control_token_secret_reloads",
+        "Times the control server took a new token secret (the secret file changed, or SIGHUP).",
+    )
+    .sample(&[], reloads);
+    e.counter(
+        "reflector_control_token_secret_reload_errors",
+        "New versions of the secret file that could not be read or parsed: the secret in force was kept.",
+    )
+    .sample(&[], reload_errors);
     expo::process(&mut e);
     e.finish()
 }
@@ -724,7 +740,11 @@ pub fn try_hint(url: &str, ticket_keys: Option<&std::path::Path>) -> String {
 pub fn run(args: ControlArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
     let tls = args.http.tls()?;
     check_transport(args.listen, tls.is_some(), args.insecure_http)?;
-    let secret = Secret::from_file(&args.secret_file)?;
+    let secret = SecretCell::from(Secret::from_file(&args.secret_file)?);
+    // SIGHUP re-reads the secret file rather than ending the process.
+    let hangup = oskit::signal::flag_on(&[oskit::signal::SIGHUP], oskit::signal::Second::Ignore)
+        .map_err(|e| format!("cannot install the SIGHUP handler: {e}"))?;
+    let mut secret_file = secret::SecretFile::new(&args.secret_file, secret.clone(), hangup);
     let world = World::new(args.grid.0, args.grid.1, args.cell_size, args.assign, &args.reflectors)
         .map_err(|e| format!("bad world: {e}"))?;
     for (name, v) in [
@@ -767,6 +787,7 @@ pub fn run(args: ControlArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
     );
     let started = Instant::now();
     while !stop.load(Relaxed) {
+        secret_file.poll();
         std::thread::sleep(Duration::from_millis(50));
     }
     let served = server.stop();
@@ -847,7 +868,7 @@ mod tests {
         ControlConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             world: world(Assign::RoundRobin),
-            secret: Secret::new(&[5; 32]).unwrap(),
+            secret: Secret::new(&[5; 32]).unwrap().into(),
             token_ttl_s: 60,
             auth: None,
         }
@@ -922,7 +943,7 @@ mod tests {
         assert_eq!(t.group, 4001);
         assert_eq!(t.expires_unix_s, 1_060);
         let token: [u8; reflector_proto::protocol::TOKEN_LEN] = hex::decode(&t.token).unwrap().try_into().unwrap();
-        let claims = reflector_proto::auth::verify_token(&c.secret, &token, 0, 4001, 42, 1_000_000).unwrap();
+        let claims = reflector_proto::auth::verify_token(&c.secret.get(), &token, 0, 4001, 42, 1_000_000).unwrap();
         assert_eq!(claims.expires_unix_s, 1_060);
     }
 
@@ -951,7 +972,8 @@ mod tests {
         for g in &a.area {
             let token: [u8; reflector_proto::protocol::TOKEN_LEN] = hex::decode(&g.token).unwrap().try_into().unwrap();
             let claims =
-                reflector_proto::auth::verify_token(&c.secret, &token, g.reflector_id, g.group, 42, 1_000_000).unwrap();
+                reflector_proto::auth::verify_token(&c.secret.get(), &token, g.reflector_id, g.group, 42, 1_000_000)
+                    .unwrap();
             assert_eq!(claims.expires_unix_s, 1_060);
             assert_ne!(g.session_key, a.cell.session_key);
         }

@@ -1,8 +1,8 @@
 //! OS plumbing that every crate of the workspace needs and that used to be
 //! written once per crate: entering a network namespace, CPU pinning,
 //! `/proc` parsing, a guard that never leaves a child process behind, a
-//! stop flag set by signals, socket-buffer setters and the answer of a
-//! capability probe. A leaf: it depends on no other crate of ours.
+//! stop flag set by signals, socket-buffer setters, a watched file and the
+//! answer of a capability probe. A leaf: it depends on no other crate of ours.
 //!
 //! Every call that can fail returns a [`SysError`] naming the call (and the
 //! file or namespace it was about), so a caller can wrap it in its own error
@@ -21,6 +21,7 @@ pub mod sockopt;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod units;
+pub mod watch;
 
 use std::io;
 

@@ -258,6 +258,21 @@ impl Exposition {
             e.counter(name, help).sample(&[], v.load(Relaxed));
         }
         write_receive_pools(&mut e, &r.receive_pools);
+        e.counter(
+            "reflector_token_secret_reloads",
+            "Times serve took a new token secret (the secret file changed, or SIGHUP).",
+        )
+        .sample(&[], r.secret.reloads.load(Relaxed));
+        e.counter(
+            "reflector_token_secret_reload_errors",
+            "New versions of the secret file that could not be read or parsed: the secret in force was kept (the log says why).",
+        )
+        .sample(&[], r.secret.reload_errors.load(Relaxed));
+        e.gauge(
+            "reflector_token_secret_previous_until_seconds",
+            "Unix time until which tokens signed with the previous secret are accepted (0: no previous secret).",
+        )
+        .sample(&[], r.secret.previous_until_s.load(Relaxed));
         e.gauge(
             "reflector_checkpoint_memory_bytes",
             "Bytes of stored checkpoint states plus upload bodies being received (bounded by --checkpoint-memory).",
@@ -388,6 +403,19 @@ pub struct Registry {
     /// Each event loop's receive pool, in loop order (none until a server
     /// starts its loops).
     pub receive_pools: Vec<Arc<ReceivePoolCounters>>,
+    /// Reloads of the token secret (`serve` updates them).
+    pub secret: Arc<SecretCounters>,
+}
+
+/// The token secret's reloads, for an operator rolling it over: did every
+/// reflector take the new file, and until when does it accept the old
+/// secret.
+#[derive(Debug, Default)]
+pub struct SecretCounters {
+    pub reloads: AtomicU64,
+    pub reload_errors: AtomicU64,
+    /// Unix seconds until which the previous secret is accepted (0: none).
+    pub previous_until_s: AtomicU64,
 }
 
 impl Registry {
@@ -397,6 +425,7 @@ impl Registry {
             groups: ports.iter().map(|&p| (p, Arc::new(GroupCounters::default()))).collect(),
             channel: Arc::default(),
             receive_pools: Vec::new(),
+            secret: Arc::default(),
         }
     }
 

@@ -221,7 +221,7 @@ fn world_control_server(
         ControlConfig {
             listen: ([127, 0, 0, 1], 0).into(),
             world,
-            secret: Secret::new(&SECRET).expect("a valid secret"),
+            secret: Secret::new(&SECRET).expect("a valid secret").into(),
             token_ttl_s: 300,
             auth: None,
         },

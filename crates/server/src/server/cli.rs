@@ -26,7 +26,10 @@ pub struct ServeArgs {
     /// Group ports: a range `4000-4015`, a list `4000,4002`, or both. Each port is one group.
     #[arg(long, default_value = "4000-4015", value_parser = parse_ports)]
     pub ports: PortList,
-    /// File with the secret shared with the control server (hex, or a passphrase of 16+ bytes).
+    /// File with the secret shared with the control server (hex, or a passphrase of 16+ bytes),
+    /// optionally followed by a line `previous SECRET until UNIX_SECONDS` accepted during a
+    /// rollover. Re-read when it changes (checked every second) or on SIGHUP; a version that
+    /// does not parse is logged and the secret in force kept.
     #[arg(long)]
     pub secret_file: PathBuf,
     /// Fan-out backend: sendmmsg (one syscall per batch of members), sendto (one per
@@ -246,7 +249,10 @@ pub enum Toggle {
 
 /// `reflector serve`.
 pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
-    let token_secret = reflector_proto::auth::SecretRing::from_file(&args.secret_file)?;
+    let token_ring = reflector_proto::auth::SecretRing::from_file(&args.secret_file)?;
+    // SIGHUP re-reads the secret file rather than ending the process.
+    let hangup = oskit::signal::flag_on(&[oskit::signal::SIGHUP], oskit::signal::Second::Ignore)
+        .map_err(|e| format!("cannot install the SIGHUP handler: {e}"))?;
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -272,7 +278,7 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         bind: args.bind,
         ports: args.ports.0.clone(),
         keys: Keys {
-            token_secret,
+            token_secret: token_ring.clone(),
             reflector_id: args.reflector_id,
             cookie_key: Secret::random(),
         },
@@ -352,11 +358,13 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         }
         None => None,
     };
+    let mut secret_file = super::secret::SecretFile::new(&args.secret_file, &token_ring, hangup, &server);
     let deadline = args.duration.map(|d| Instant::now() + d);
     while !stop.load(Relaxed) {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
+        secret_file.poll(&server);
         std::thread::sleep(Duration::from_millis(50));
     }
     server.stop();

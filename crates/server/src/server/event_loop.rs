@@ -2,6 +2,7 @@
 //! the backend that fans out for them; a fan-out that has to wait parks its
 //! group while the loop serves the others.
 
+use super::secret::SharedSecret;
 use super::ServeError;
 use crate::backend::{Fanout, Progress, Wake};
 use crate::checkpoint::Board;
@@ -60,7 +61,10 @@ const RING_TOKEN: u64 = u64::MAX - 1;
 /// timer that wakes fan-outs waiting out a full device queue.
 struct Loop<'a> {
     slots: Vec<Slot>,
-    keys: &'a Keys,
+    keys: Keys,
+    /// Where a new token secret comes from, and the last one taken.
+    secret: Arc<SharedSecret>,
+    secret_seen: u64,
     policy: &'a Policy,
     fanout: Box<dyn Fanout>,
     receive: Box<dyn Receive>,
@@ -89,7 +93,8 @@ fn loop_err(e: impl Into<io::Error>) -> ServeError {
 #[allow(clippy::too_many_arguments)]
 pub(super) fn event_loop(
     slots: Vec<NewSlot>,
-    keys: &Keys,
+    keys: Keys,
+    secret: Arc<SharedSecret>,
     policy: &Policy,
     backend: crate::backend::Backend,
     receive: ReceiveKind,
@@ -142,6 +147,8 @@ pub(super) fn event_loop(
     let mut lp = Loop {
         slots,
         keys,
+        secret,
+        secret_seen: 0,
         policy,
         fanout,
         rx: Vec::with_capacity(receive.batch()),
@@ -167,6 +174,9 @@ impl Loop<'_> {
                 Err(nix::errno::Errno::EINTR) => 0,
                 Err(e) => return Err(loop_err(e)),
             };
+            if let Some(ring) = self.secret.newer(&mut self.secret_seen) {
+                self.keys.token_secret = ring;
+            }
             for ev in &events[..n] {
                 if ev.data() == TIMER_TOKEN {
                     // Reading resets the timer's readiness; waiting fan-outs
@@ -380,7 +390,7 @@ impl Loop<'_> {
     /// the backend, then the fan-out (tag field zeroed, so every member gets
     /// the same bytes whatever the backend) or the reply.
     fn handle(&mut self, i: usize, now: Now, src: SocketAddr, mut buf: RecvBuf) -> Progress {
-        let (keys, policy) = (self.keys, self.policy);
+        let (keys, policy) = (&self.keys, self.policy);
         let datagram: &mut [u8] = &mut buf;
         // Before the core judges it: a valid LEAVE removes the member.
         let fenced = self.fanout.leave_arrived(i, src, datagram);
@@ -532,7 +542,7 @@ impl Loop<'_> {
             let gone = s.group.expire(self.policy, now);
             // Each member's RTT, measured by the reflector itself.
             probes.clear();
-            let probed = s.group.probes(self.keys, self.policy, now, &mut probes);
+            let probed = s.group.probes(&self.keys, self.policy, now, &mut probes);
             s.counters
                 .occupancy_checks
                 .fetch_add(probed.checks_started as u64, Relaxed);
@@ -552,7 +562,7 @@ impl Loop<'_> {
                 }
                 // Paper 000 §3: the game state, asked of one member.
                 if let Some(m) = b.due_source(s.group.port(), s.group.members(), now_ms) {
-                    if let Some((to, nonce, d)) = s.group.checkpoint_request(self.keys, m, now_ms) {
+                    if let Some((to, nonce, d)) = s.group.checkpoint_request(&self.keys, m, now_ms) {
                         if SendOne::send(s.sock.as_fd(), d.as_bytes(), to).is_ok() {
                             b.requested(s.group.port(), &s.group.members()[m], nonce, now_ms);
                         }

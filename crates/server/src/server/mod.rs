@@ -20,9 +20,11 @@ pub mod cli;
 mod error;
 mod event_loop;
 pub mod http;
+mod secret;
 
 pub use error::{bind_hint, ServeError};
 use event_loop::{event_loop, NewSlot};
+use secret::SharedSecret;
 
 use crate::backend::{Backend, BackendKind};
 use crate::checkpoint::{Channel, CheckpointConfig};
@@ -31,7 +33,7 @@ use crate::liveness::{Liveness, Watch};
 use crate::membership::{Group, Keys, Policy};
 use crate::metrics::Registry;
 use crate::receive::{ReceiveKind, Support};
-use reflector_proto::auth::Secret;
+use reflector_proto::auth::{Secret, SecretRing};
 use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -104,6 +106,7 @@ pub struct Server {
     threads: Vec<JoinHandle<Result<(), ServeError>>>,
     liveness: Liveness,
     stop: Arc<AtomicBool>,
+    secret: Arc<SharedSecret>,
 }
 
 impl Server {
@@ -202,14 +205,26 @@ impl Server {
             }
             per_thread[i % nthreads].push(NewSlot { sock, group, counters });
         }
+        let secret = SharedSecret::new(cfg.keys.token_secret.clone());
         let mut threads = Vec::new();
         for (t, slots) in per_thread.into_iter().enumerate() {
             let (keys, policy, stop2) = (cfg.keys.clone(), cfg.policy, Arc::clone(&stop));
+            let secret = Arc::clone(&secret);
             let board = board.clone();
             let (backend, receive) = (backend.clone(), cfg.receive);
             let pool_counters = Arc::clone(&registry.receive_pools[t]);
             let h = watch.spawn(&format!("reflector-{t}"), move || {
-                event_loop(slots, &keys, &policy, backend, receive, pool_counters, board, &stop2)
+                event_loop(
+                    slots,
+                    keys,
+                    secret,
+                    &policy,
+                    backend,
+                    receive,
+                    pool_counters,
+                    board,
+                    &stop2,
+                )
             });
             match h {
                 Ok(h) => threads.push(h),
@@ -233,6 +248,7 @@ impl Server {
             threads,
             liveness: watch.liveness(),
             stop,
+            secret,
         })
     }
 
@@ -254,6 +270,14 @@ impl Server {
     /// The checkpoint channel's TCP port, if it has one.
     pub fn checkpoint_port(&self) -> Option<u16> {
         self.channel.as_ref().map(Channel::port)
+    }
+
+    /// Replaces the secret joins are checked with (a rollover: the new
+    /// secret, with the old one as `previous` until the tokens it signed
+    /// have expired). Every event loop uses it from its next wake-up, within
+    /// 100 ms; members already admitted keep their session keys.
+    pub fn set_token_secret(&self, ring: SecretRing) {
+        self.secret.replace(ring);
     }
 
     /// Asks the loops to stop (they notice within 100 ms).
