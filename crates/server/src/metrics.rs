@@ -102,6 +102,7 @@ counters! {
     older_tokens: "counter", "JOINs of a member carrying another token that does not expire later than the membership's (a captured older JOIN), dropped.";
     echo_replies: "counter", "ECHO_REPLYs sent to members' ECHOs.";
     echo_suppressed: "counter", "ECHOs not answered: the member's echo budget (4 a second) was spent.";
+    moved_sent: "counter", "MOVEDs sent to members while draining (serve --drain-timeout): each member once a second until it leaves or the drain ends.";
     unreachable_removed: "counter", "Members removed because ICMP errors were reported about them and they had sent nothing since, for two keepalive intervals (an ICMP error alone removes nobody).";
     control_bytes_in as "control_received_bytes": "counter", "Bytes of datagrams that were not member traffic (joins, strays, floods).";
     reply_bytes_out as "reply_sent_bytes": "counter", "Bytes of replies (challenge, ack, error); never more than control_received_bytes.";

@@ -83,6 +83,7 @@ fn pool_counters_in_metrics(case: Case) {
         None,
         Exposition::new(server.registry().clone(), false),
         Arc::new(|| Ok(())),
+        Arc::new(|| Ok(())),
         Arc::clone(&stop),
     )
     .expect("metrics listener starts");

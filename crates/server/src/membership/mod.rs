@@ -60,7 +60,7 @@ pub use member::*;
 pub use types::*;
 
 use reflector_proto::auth::keyed_value;
-use reflector_proto::protocol::{ErrorCode, Kind, Packet, ParseError, SmallDatagram};
+use reflector_proto::protocol::{ErrorCode, Kind, MovedReason, Packet, ParseError, SmallDatagram};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
@@ -85,6 +85,8 @@ pub struct Group {
     /// Changes not yet taken by [`Group::take_changes`]; reused, so the
     /// DATA path allocates nothing.
     changes: Vec<Change>,
+    /// When MOVED last went to every member (monotonic ms): once a second.
+    moved_at_ms: Option<u64>,
 }
 
 impl Group {
@@ -100,6 +102,7 @@ impl Group {
             instance: None,
             made: 0,
             changes: Vec::new(),
+            moved_at_ms: None,
         }
     }
 
@@ -545,6 +548,29 @@ impl Group {
         let m = &mut self.members[i];
         let h = m.next_header(Kind::CheckpointRequest, port);
         Some((m.addr, nonce, SmallDatagram::nonce(&h, nonce, &m.keys)))
+    }
+
+    /// MOVED to every member, under its key, to its validated address (the
+    /// only addresses a member has here), at most once a second: this
+    /// reflector stops serving the memberships (`reason`) within
+    /// `within_ms`. Appended to `out`; how many.
+    pub fn moved_all(
+        &mut self,
+        reason: MovedReason,
+        within_ms: u16,
+        now_ms: u64,
+        out: &mut Vec<(SocketAddr, SmallDatagram)>,
+    ) -> usize {
+        if self.moved_at_ms.is_some_and(|t| now_ms.saturating_sub(t) < 1_000) {
+            return 0;
+        }
+        self.moved_at_ms = Some(now_ms);
+        let port = self.port;
+        for m in &mut self.members {
+            let h = m.next_header(Kind::Moved, port);
+            out.push((m.addr, SmallDatagram::moved(&h, reason, within_ms, &m.keys)));
+        }
+        self.members.len()
     }
 
     /// Removes members whose token expired (wall clock, [`Now::unix_ms`]:

@@ -124,6 +124,13 @@ pub struct ServeArgs {
     /// Write the final counters as JSON to this file.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
+    /// On SIGTERM or Ctrl-C, drain for at most this long before stopping: /readyz answers 503,
+    /// every member is told once a second, with a MOVED under its key, that this reflector stops
+    /// serving it (its client asks the control server where to go), and the reflector stops as
+    /// soon as the last member has left, or at the deadline. 0 (the default): stop at once. A
+    /// second signal exits at once (status 1).
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = duration_in(Duration::ZERO, DAY))]
+    pub drain_timeout: Duration,
     /// Checkpoints: serve the groups' game state on this TCP port (announced in JOIN_ACK): every
     /// --checkpoint-every the reflector asks one member per group (the lowest RTT) for its
     /// state, keeps the latest, and hands it to joiners and to members that resync. Off unless given.
@@ -321,7 +328,10 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
     let tls = args.http.tls()?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     let http = args.metrics.map(bind_metrics).transpose()?;
-    let server = Server::start(cfg, Arc::clone(&stop))?;
+    // The loops and the metrics listener stop when this run says, not on
+    // the signal itself: a drain keeps them serving after it.
+    let serving_stop = Arc::new(AtomicBool::new(false));
+    let server = Server::start(cfg, Arc::clone(&serving_stop))?;
     let ports = server.ports();
     if let Some(p) = server.checkpoint_port() {
         tracing::info!(
@@ -341,28 +351,64 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         args.receive,
         threads.min(ports.len())
     );
+    let draining = Arc::new(AtomicBool::new(false));
     let metrics = match http {
         Some(listener) => {
             if let Some(addr) = args.metrics {
                 tracing::info!("metrics at {scheme}://{addr}/metrics");
             }
             let liveness = server.liveness();
+            let (alive, draining) = (liveness.clone(), Arc::clone(&draining));
             Some(serve_metrics(
                 listener,
                 args.http.limits(),
                 tls,
                 crate::metrics::Exposition::new(server.registry().clone(), args.metrics_per_group),
-                Arc::new(move || liveness.check()),
-                Arc::clone(&stop),
+                Arc::new(move || alive.check()),
+                Arc::new(move || {
+                    if draining.load(Relaxed) {
+                        return Err("draining".into());
+                    }
+                    liveness.check()
+                }),
+                Arc::clone(&serving_stop),
             )?)
         }
         None => None,
     };
     let mut secret_file = super::secret::SecretFile::new(&args.secret_file, &token_ring, hangup, &server);
     let deadline = args.duration.map(|d| Instant::now() + d);
-    while !stop.load(Relaxed) {
-        if deadline.is_some_and(|d| Instant::now() >= d) {
+    let mut drain_until: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
             break;
+        }
+        if stop.load(Relaxed) {
+            if args.drain_timeout.is_zero() {
+                break;
+            }
+            match drain_until {
+                None => {
+                    draining.store(true, Relaxed);
+                    server.drain(args.drain_timeout);
+                    drain_until = Some(now + args.drain_timeout);
+                    tracing::info!(
+                        "draining: {} member(s) told to move; stopping when the last has left, within {:?}",
+                        server.members(),
+                        args.drain_timeout
+                    );
+                }
+                Some(until) if now >= until => {
+                    tracing::warn!("drain timeout: stopping with {} member(s) still here", server.members());
+                    break;
+                }
+                Some(_) if server.members() == 0 => {
+                    tracing::info!("drained: every member has left; stopping");
+                    break;
+                }
+                Some(_) => {}
+            }
         }
         secret_file.poll(&server);
         std::thread::sleep(Duration::from_millis(50));

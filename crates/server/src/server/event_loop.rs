@@ -3,6 +3,7 @@
 //! group while the loop serves the others.
 
 use super::secret::SharedSecret;
+use super::Drain;
 use super::ServeError;
 use crate::backend::{Fanout, Progress, Wake};
 use crate::checkpoint::Board;
@@ -14,7 +15,7 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use oskit::clock::mono_now_ms;
-use reflector_proto::protocol::{strip_tag, version1_error, Kind, ParseError};
+use reflector_proto::protocol::{strip_tag, version1_error, Kind, MovedReason, ParseError};
 use sendpath::errqueue::{ErrEntry, ErrKind};
 use sendpath::SendOne;
 use std::collections::VecDeque;
@@ -65,6 +66,7 @@ struct Loop<'a> {
     /// Where a new token secret comes from, and the last one taken.
     secret: Arc<SharedSecret>,
     secret_seen: u64,
+    drain: Arc<Drain>,
     policy: &'a Policy,
     fanout: Box<dyn Fanout>,
     receive: Box<dyn Receive>,
@@ -95,6 +97,7 @@ pub(super) fn event_loop(
     slots: Vec<NewSlot>,
     keys: Keys,
     secret: Arc<SharedSecret>,
+    drain: Arc<Drain>,
     policy: &Policy,
     backend: crate::backend::Backend,
     receive: ReceiveKind,
@@ -149,6 +152,7 @@ pub(super) fn event_loop(
         keys,
         secret,
         secret_seen: 0,
+        drain,
         policy,
         fanout,
         rx: Vec::with_capacity(receive.batch()),
@@ -532,6 +536,8 @@ impl Loop<'_> {
         let now = crate::now();
         let now_ms = now.mono_ms;
         let mut probes = Vec::new();
+        let mut moved = Vec::new();
+        let drain_until = self.drain.until_mono_ms();
         for (i, s) in self.slots.iter_mut().enumerate() {
             // Signs of life and counters from the backend first (the kernel
             // path's DATA), so its members are not expired for silence.
@@ -556,6 +562,18 @@ impl Loop<'_> {
                 Change::Added(a) => fanout.member_added(i, a, m),
                 Change::Removed(a) => fanout.member_removed(i, a),
             });
+            if let Some(until) = drain_until {
+                // What is left of the drain, in the field's unit (a longer
+                // drain says 65.5 s until less is left).
+                let within = u16::try_from(until.saturating_sub(now_ms)).unwrap_or(u16::MAX);
+                moved.clear();
+                s.group.moved_all(MovedReason::Draining, within, now_ms, &mut moved);
+                for (to, d) in &moved {
+                    if SendOne::send(s.sock.as_fd(), d.as_bytes(), *to).is_ok() {
+                        s.counters.moved_sent.fetch_add(1, Relaxed);
+                    }
+                }
+            }
             if let Some(b) = &self.board {
                 if gone.total() > 0 {
                     b.set_roster(s.group.port(), s.group.members());

@@ -36,7 +36,7 @@ use crate::receive::{ReceiveKind, Support};
 use reflector_proto::auth::{Secret, SecretRing};
 use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -107,6 +107,21 @@ pub struct Server {
     liveness: Liveness,
     stop: Arc<AtomicBool>,
     secret: Arc<SharedSecret>,
+    drain: Arc<Drain>,
+}
+
+/// A drain under way: until when (monotonic ms; 0: not draining) the
+/// loops keep serving while they tell every member to move (MOVED).
+#[derive(Debug, Default)]
+pub(crate) struct Drain {
+    until_mono_ms: AtomicU64,
+}
+
+impl Drain {
+    /// The deadline, if draining.
+    pub(crate) fn until_mono_ms(&self) -> Option<u64> {
+        Some(self.until_mono_ms.load(Relaxed)).filter(|&t| t != 0)
+    }
 }
 
 impl Server {
@@ -206,10 +221,11 @@ impl Server {
             per_thread[i % nthreads].push(NewSlot { sock, group, counters });
         }
         let secret = SharedSecret::new(cfg.keys.token_secret.clone());
+        let drain = Arc::new(Drain::default());
         let mut threads = Vec::new();
         for (t, slots) in per_thread.into_iter().enumerate() {
             let (keys, policy, stop2) = (cfg.keys.clone(), cfg.policy, Arc::clone(&stop));
-            let secret = Arc::clone(&secret);
+            let (secret, drain) = (Arc::clone(&secret), Arc::clone(&drain));
             let board = board.clone();
             let (backend, receive) = (backend.clone(), cfg.receive);
             let pool_counters = Arc::clone(&registry.receive_pools[t]);
@@ -218,6 +234,7 @@ impl Server {
                     slots,
                     keys,
                     secret,
+                    drain,
                     &policy,
                     backend,
                     receive,
@@ -249,6 +266,7 @@ impl Server {
             liveness: watch.liveness(),
             stop,
             secret,
+            drain,
         })
     }
 
@@ -278,6 +296,28 @@ impl Server {
     /// 100 ms; members already admitted keep their session keys.
     pub fn set_token_secret(&self, ring: SecretRing) {
         self.secret.replace(ring);
+    }
+
+    /// Starts draining (fleet drain, `serve --drain-timeout`): the loops
+    /// keep serving, and tell every member once a second, with MOVED under
+    /// its key, that this reflector stops serving it within `within`
+    /// (counted in `moved_sent`). Stopping stays the caller's: when the
+    /// members are gone ([`Server::members`]) or at the deadline.
+    pub fn drain(&self, within: std::time::Duration) {
+        let until = oskit::clock::mono_now_ms()
+            .saturating_add(within.as_millis() as u64)
+            .max(1);
+        self.drain.until_mono_ms.store(until, Relaxed);
+    }
+
+    /// Whether [`Server::drain`] was called.
+    pub fn draining(&self) -> bool {
+        self.drain.until_mono_ms().is_some()
+    }
+
+    /// Members of all groups now (as the loops last published them).
+    pub fn members(&self) -> u64 {
+        self.registry.groups.iter().map(|(_, c)| c.members.load(Relaxed)).sum()
     }
 
     /// Asks the loops to stop (they notice within 100 ms).
