@@ -109,7 +109,13 @@ fn main() -> ExitCode {
     // starts, so a missing capability is named instead of an EPERM later.
     let unprivileged_from = oskit::caps::unprivileged_port_start();
     let (command, needs) = match &cli.command {
-        Command::Serve(a) => ("serve", privileges::for_serve(&a.ports.0, a.metrics, unprivileged_from)),
+        Command::Serve(a) => {
+            let ebpf_strict = a.backend == Some(reflector_server::backend::BackendKind::Ebpf) && a.strict_backend;
+            (
+                "serve",
+                privileges::for_serve(&a.ports.0, a.metrics, unprivileged_from, ebpf_strict),
+            )
+        }
         Command::Control(a) => ("control", privileges::for_control(a.listen, unprivileged_from)),
         Command::Bots(a) => ("bots", privileges::for_bots(&a.netns)),
         Command::Ticket(_) => ("ticket", Vec::new()),

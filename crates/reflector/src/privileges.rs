@@ -11,6 +11,7 @@
 //! | --- | --- | --- |
 //! | `serve` | none | group ports and `--metrics` at or above the unprivileged start (1024) |
 //! | `serve` | `CAP_NET_BIND_SERVICE` | a group port or `--metrics` port below it |
+//! | `serve` | `CAP_BPF`, `CAP_NET_ADMIN`, `CAP_PERFMON` | `--backend ebpf --strict-backend` (without `--strict-backend` a missing one makes it fall back to user space, saying which) |
 //! | `control` | `CAP_NET_BIND_SERVICE` | `--listen` port below it (e.g. 443 with TLS) |
 //! | `bots` | `CAP_SYS_ADMIN` | `--netns` (entering a namespace is `setns`) |
 //!
@@ -46,12 +47,26 @@ fn ports_need(what: &str, ports: impl IntoIterator<Item = u16>, unprivileged_fro
     })
 }
 
-/// `reflector serve`: group ports and the metrics listener.
-pub fn for_serve(ports: &[u16], metrics: Option<SocketAddr>, unprivileged_from: u16) -> Vec<Need> {
+/// `reflector serve`: group ports, the metrics listener, and the kernel
+/// fan-out when it must run (`ebpf_strict`: `--backend ebpf
+/// --strict-backend`; otherwise a lack makes it fall back, not fail).
+pub fn for_serve(ports: &[u16], metrics: Option<SocketAddr>, unprivileged_from: u16, ebpf_strict: bool) -> Vec<Need> {
     let mut needs: Vec<Need> = ports_need("group", ports.iter().copied(), unprivileged_from)
         .into_iter()
         .collect();
     needs.extend(ports_need("--metrics", metrics.map(|m| m.port()), unprivileged_from));
+    if ebpf_strict {
+        for (cap, why) in [
+            (Cap::Bpf, "--backend ebpf --strict-backend: loading the fan-out program and its maps"),
+            (Cap::NetAdmin, "--backend ebpf --strict-backend: attaching the program to the devices"),
+            (
+                Cap::Perfmon,
+                "--backend ebpf --strict-backend: the kernel's verifier allows the program's pointer arithmetic only with it",
+            ),
+        ] {
+            needs.push(Need { cap, why: why.into() });
+        }
+    }
     needs
 }
 
@@ -108,15 +123,18 @@ mod tests {
 
     #[test]
     fn high_ports_need_nothing_and_low_ports_name_the_capability() {
-        assert!(for_serve(&[4000, 4001], Some("127.0.0.1:9100".parse().unwrap()), 1024).is_empty());
-        let n = for_serve(&[53, 80, 4000], None, 1024);
+        assert!(for_serve(&[4000, 4001], Some("127.0.0.1:9100".parse().unwrap()), 1024, false).is_empty());
+        let n = for_serve(&[53, 80, 4000], None, 1024, false);
         assert_eq!(n.len(), 1);
         assert_eq!(n[0].cap, Cap::NetBindService);
         assert!(n[0].why.contains("group port 53 (and 1 more)"), "{}", n[0].why);
-        let n = for_serve(&[4000], Some("0.0.0.0:80".parse().unwrap()), 1024);
+        let n = for_serve(&[4000], Some("0.0.0.0:80".parse().unwrap()), 1024, false);
         assert!(n[0].why.contains("--metrics port 80"));
         // A lowered unprivileged start (as some distributions set) needs nothing.
-        assert!(for_serve(&[80], None, 0).is_empty());
+        assert!(for_serve(&[80], None, 0, false).is_empty());
+        // The kernel fan-out, when it may not fall back: its three.
+        let caps: Vec<Cap> = for_serve(&[4000], None, 1024, true).iter().map(|n| n.cap).collect();
+        assert_eq!(caps, [Cap::Bpf, Cap::NetAdmin, Cap::Perfmon]);
         // Port 0 means "any free port", which is never privileged.
         assert!(for_control("127.0.0.1:0".parse().unwrap(), 1024).is_empty());
         assert_eq!(for_control("0.0.0.0:443".parse().unwrap(), 1024).len(), 1);
@@ -126,7 +144,7 @@ mod tests {
 
     #[test]
     fn the_message_names_what_is_missing_and_how_to_grant_it() {
-        let needs = for_serve(&[80], None, 1024);
+        let needs = for_serve(&[80], None, 1024, false);
         assert!(missing("serve", &needs, CapSet(1 << Cap::NetBindService.number())).is_ok());
         let err = missing("serve", &needs, CapSet(0)).unwrap_err();
         assert!(err.contains("CAP_NET_BIND_SERVICE: group port 80"), "{err}");

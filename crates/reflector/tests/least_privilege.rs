@@ -5,7 +5,7 @@
 //! test's. Without the capability, the same command stops at start with a
 //! message naming it.
 
-use oskit::testing::{root_or_skip, NetNsGuard};
+use oskit::testing::{root_or_skip, veth_pair, NetNsGuard, VethEnd};
 use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -173,6 +173,51 @@ fn the_reflector_unit_verifies_and_serves_unprivileged() {
     assert!(!o.status.success());
     let err = stderr(&o);
     assert!(err.contains("CAP_NET_BIND_SERVICE: group port 80"), "{err}");
+}
+
+#[test]
+fn the_ebpf_unit_verifies_and_fans_out_in_the_kernel_with_only_its_capabilities() {
+    if !root_or_skip("the_ebpf_unit_verifies_and_fans_out_in_the_kernel_with_only_its_capabilities") {
+        return;
+    }
+    let install = Install::new("ebpf");
+    let (path, settings) = localized(&install, "reflector-ebpf.service");
+    verify(&path);
+    const CAPS: &str = "CAP_BPF CAP_NET_ADMIN CAP_PERFMON";
+    assert_eq!(setting(&settings, "CapabilityBoundingSet"), CAPS);
+    assert_eq!(setting(&settings, "AmbientCapabilities"), CAPS);
+    let ns = NetNsGuard::new("lpe");
+    // The kernel path serves addresses of Ethernet devices: one here.
+    veth_pair(
+        VethEnd::new(ns.name(), "le0").addr("10.207.0.1/24"),
+        VethEnd::new(ns.name(), "le1"),
+    );
+    let run = |settings: &[(String, String)]| {
+        as_unit(&ns, settings, true, &["--bind", "10.207.0.1", "--duration", "0.5"])
+            .output()
+            .unwrap()
+    };
+    let o = run(&settings);
+    assert!(o.status.success(), "the unit's command failed: {}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("(backend ebpf)"), "the kernel path, not a fallback: {out}");
+    // Each of the three is needed, and named when missing (--strict-backend).
+    for cap in CAPS.split(' ') {
+        let less: Vec<(String, String)> = settings
+            .iter()
+            .map(|(k, v)| match k.as_str() {
+                "CapabilityBoundingSet" | "AmbientCapabilities" => (
+                    k.clone(),
+                    v.split(' ').filter(|c| *c != cap).collect::<Vec<_>>().join(" "),
+                ),
+                _ => (k.clone(), v.clone()),
+            })
+            .collect();
+        let o = run(&less);
+        assert!(!o.status.success(), "started without {cap}");
+        let err = stderr(&o);
+        assert!(err.contains(cap) && err.contains("--strict-backend"), "{cap}: {err}");
+    }
 }
 
 struct Running(Child);

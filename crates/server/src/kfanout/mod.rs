@@ -79,7 +79,32 @@ pub fn probe() -> Support {
     }
 }
 
+/// The capabilities loading and attaching the program needs, and which of
+/// them this process lacks (none when the set cannot be read).
+const NEEDS: [oskit::caps::Cap; 3] = [
+    oskit::caps::Cap::Bpf,
+    oskit::caps::Cap::NetAdmin,
+    oskit::caps::Cap::Perfmon,
+];
+
+fn lacking() -> Vec<&'static str> {
+    match oskit::caps::effective() {
+        Ok(have) => NEEDS.iter().filter(|c| !have.has(**c)).map(|c| c.name()).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
 fn load() -> Result<Ebpf, String> {
+    // A verifier log is no way to learn that a capability is missing (the
+    // kernel refuses pointer arithmetic without CAP_PERFMON, say): named first.
+    let missing = lacking();
+    if !missing.is_empty() {
+        return Err(format!(
+            "the eBPF fan-out needs CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON; this process lacks {} \
+             (run as root, or grant them: setcap, or AmbientCapabilities= as in deploy/systemd/reflector-ebpf.service)",
+            missing.join(", ")
+        ));
+    }
     let mut ebpf = Ebpf::load(sys::object()).map_err(|e| {
         let why = match &e {
             aya::EbpfError::MapError(_) => ": creating maps needs CAP_BPF and CAP_NET_ADMIN (root)",
