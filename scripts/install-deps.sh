@@ -22,7 +22,8 @@ set -euo pipefail
 #   prometheus   promtool checks /metrics and deploy/prometheus' rules; the tests run a real Prometheus scraping a reflector
 #   mono-mcs     Mono's C# compiler: the client C ABI's C# binding is built with it in tests (C# 7, as Unity takes)
 #   mono-runtime the mono command: runs that C# binding's example player against a real reflector in tests
-packages=(iproute2 libpcap-dev tcpdump tshark netsniff-ng clang llvm libbpf-dev ethtool pkg-config python3 procps systemd util-linux libfaketime prometheus mono-mcs mono-runtime)
+#   redis-server the fleet's registry: the tests start their own Redis (registry, placement, failover)
+packages=(iproute2 libpcap-dev tcpdump tshark netsniff-ng clang llvm libbpf-dev ethtool pkg-config python3 procps systemd util-linux libfaketime prometheus mono-mcs mono-runtime redis-server)
 
 missing=()
 for p in "${packages[@]}"; do

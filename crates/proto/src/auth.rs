@@ -64,6 +64,17 @@ impl Secret {
         &self.0
     }
 
+    /// HMAC-SHA256 under this secret of `label` then `data`, whole (a
+    /// signature the fleet's registry entries carry: anyone who can write
+    /// to the registry but does not hold the secret cannot make one).
+    pub fn hmac_sha256(&self, label: &[u8], data: &[u8]) -> [u8; 32] {
+        // HMAC accepts keys of any length, so new_from_slice cannot fail.
+        let mut m = HmacSha256::new_from_slice(&self.0).expect("HMAC takes any key length");
+        m.update(label);
+        m.update(data);
+        m.finalize().into_bytes().into()
+    }
+
     /// A fresh random secret (the reflector's private cookie key).
     pub fn random() -> Secret {
         let mut b = vec![0u8; 32];

@@ -1,0 +1,612 @@
+//! The fleet's registry in Redis (paper 000's many groups over many
+//! reflectors): each reflector registers itself and heartbeats a signed
+//! entry with a TTL; control servers read the live entries and place every
+//! cell of the world on one reflector's group with an atomic claim, so two
+//! control servers never place one cell twice and a placement stays while
+//! its reflector lives.
+//!
+//! What is in Redis, under a prefix (default `reflector`):
+//!
+//! | key | type | what |
+//! | --- | --- | --- |
+//! | `P:next-id` | counter | `INCR`: reflector ids, never reused |
+//! | `P:reflectors` | set | ids that registered (stale ones are pruned) |
+//! | `P:reflector:ID` | string, TTL | the reflector's [`Registration`] (JSON), signed, refreshed every heartbeat |
+//! | `P:cells` | hash | cell `x,y` -> `ID:PORT`, changed only by compare-and-set |
+//!
+//! No token, session key or game secret is ever stored there. An entry is
+//! signed (HMAC-SHA256) with the secret reflectors and control servers
+//! share, over its fields and its expiry, so a writer to Redis who does not
+//! hold the secret cannot route players to a reflector of its own
+//! ([`View::rogue`] counts what was refused), nor replay an old entry
+//! beyond its expiry. Liveness is the entry's TTL, found by polling: a
+//! reflector whose heartbeats stop is gone from the next refresh after its
+//! TTL.
+
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+use redis::Connection;
+use reflector_proto::auth::Secret;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+/// Where the registry is and how long an entry lives without a heartbeat.
+#[derive(Clone, Debug)]
+pub struct RegistryConfig {
+    /// `redis://[user:password@]host:port[/db]` (`rediss://` for TLS).
+    pub url: String,
+    /// Prefix of every key, so several fleets can share one Redis.
+    pub prefix: String,
+    /// An entry's time to live; heartbeats go every third of it.
+    pub ttl: Duration,
+}
+
+impl RegistryConfig {
+    pub fn new(url: &str) -> RegistryConfig {
+        RegistryConfig {
+            url: url.to_string(),
+            prefix: "reflector".into(),
+            ttl: DEFAULT_TTL,
+        }
+    }
+
+    /// How often a reflector heartbeats (a third of the TTL: two may be
+    /// lost before it is taken for dead).
+    pub fn heartbeat_every(&self) -> Duration {
+        self.ttl / 3
+    }
+
+    fn key(&self, what: &str) -> String {
+        format!("{}:{what}", self.prefix)
+    }
+}
+
+/// A dead reflector is noticed within this plus a control server's poll.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(3);
+
+/// How long a Redis call may take before it counts as failed: the
+/// registry is polled, so a slow Redis costs a poll, not a stall.
+const IO_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Clocks of the fleet's hosts may differ by this much.
+const CLOCK_SKEW_MS: u64 = 1_000;
+
+/// The signature's domain: no other HMAC under the secret means this.
+const SIG_LABEL: &[u8] = b"reflector registration v1";
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("registry {url}: {source}")]
+    Redis {
+        url: String,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("registry: reflector ids are exhausted (id {0} is above 65535): use a new prefix or reset {1}")]
+    IdsExhausted(u64, String),
+    #[error("registry: reflector id {0} is held by a live reflector; ids are never shared")]
+    IdTaken(u16),
+    #[error("registry: {0}")]
+    Bad(String),
+}
+
+/// What a reflector tells the fleet about itself.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Registration {
+    pub id: u16,
+    /// The address members send to.
+    pub addr: IpAddr,
+    /// Its group ports.
+    pub ports: Vec<u16>,
+    /// Members it takes at most, over all its groups.
+    pub capacity: u64,
+    /// Its load at the last heartbeat: members, and copies sent per second.
+    pub members: u64,
+    pub copies_per_s: u64,
+    /// Being taken out of service: no new cells go there, and its cells
+    /// are placed elsewhere.
+    pub draining: bool,
+    /// The signature holds until then (Unix ms): a replayed old entry
+    /// expires with it.
+    pub valid_until_unix_ms: u64,
+    /// HMAC-SHA256 (hex) of the other fields under the shared secret.
+    #[serde(default)]
+    pub sig: String,
+}
+
+impl Registration {
+    fn signed_bytes(&self) -> Vec<u8> {
+        let unsigned = Registration {
+            sig: String::new(),
+            ..self.clone()
+        };
+        // Serialising a struct of plain fields cannot fail.
+        serde_json::to_vec(&unsigned).unwrap_or_default()
+    }
+
+    pub fn sign(&mut self, secret: &Secret) {
+        self.sig = hex::encode(secret.hmac_sha256(SIG_LABEL, &self.signed_bytes()));
+    }
+
+    /// Whether the entry was made by a holder of `secret` and has not
+    /// expired at `now_unix_ms`.
+    pub fn verify(&self, secret: &Secret, now_unix_ms: u64) -> Result<(), Refused> {
+        let want = secret.hmac_sha256(SIG_LABEL, &self.signed_bytes());
+        let got = hex::decode(&self.sig).map_err(|_| Refused::BadSignature)?;
+        // Equal lengths first; then every byte compared, whatever differs.
+        if got.len() != want.len() || got.iter().zip(want.iter()).fold(0u8, |d, (a, b)| d | (a ^ b)) != 0 {
+            return Err(Refused::BadSignature);
+        }
+        if now_unix_ms > self.valid_until_unix_ms.saturating_add(CLOCK_SKEW_MS) {
+            return Err(Refused::Expired);
+        }
+        if self.ports.is_empty() {
+            return Err(Refused::NoPorts);
+        }
+        Ok(())
+    }
+}
+
+/// Why an entry was not taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    BadSignature,
+    Expired,
+    NoPorts,
+}
+
+/// A lazily (re)connected Redis connection: a call that fails drops it,
+/// and the next call connects again, so Redis restarting costs the calls
+/// made while it is down and nothing more.
+struct Link {
+    cfg: RegistryConfig,
+    client: redis::Client,
+    conn: Option<Connection>,
+}
+
+impl Link {
+    fn new(cfg: &RegistryConfig) -> Result<Link, RegistryError> {
+        let client = redis::Client::open(cfg.url.as_str()).map_err(|source| RegistryError::Redis {
+            url: redacted(&cfg.url),
+            source,
+        })?;
+        Ok(Link {
+            cfg: cfg.clone(),
+            client,
+            conn: None,
+        })
+    }
+
+    fn err(&self, source: redis::RedisError) -> RegistryError {
+        RegistryError::Redis {
+            url: redacted(&self.cfg.url),
+            source,
+        }
+    }
+
+    fn with<T>(&mut self, f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>) -> Result<T, RegistryError> {
+        if self.conn.is_none() {
+            let c = self
+                .client
+                .get_connection_with_timeout(IO_TIMEOUT)
+                .map_err(|e| self.err(e))?;
+            c.set_read_timeout(Some(IO_TIMEOUT)).map_err(|e| self.err(e))?;
+            c.set_write_timeout(Some(IO_TIMEOUT)).map_err(|e| self.err(e))?;
+            self.conn = Some(c);
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(RegistryError::Bad("no connection".into()));
+        };
+        match f(conn) {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                self.conn = None;
+                Err(self.err(e))
+            }
+        }
+    }
+}
+
+/// The URL without its password, for messages.
+pub fn redacted(url: &str) -> String {
+    match (url.split_once("://"), url.rfind('@')) {
+        (Some((scheme, rest)), Some(at)) => {
+            let auth = &rest[..at - scheme.len() - 3];
+            let user = auth.split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:***@{}", &url[at + 1..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+fn unix_ms() -> u64 {
+    reflector_proto::unix_now_ms()
+}
+
+/// A reflector's side: registers once, then heartbeats.
+pub struct Registrar {
+    link: Link,
+    secret: Secret,
+    reg: Registration,
+}
+
+impl Registrar {
+    /// Registers a reflector serving `ports` on `addr`. `id`: the one to
+    /// use (refused if a live reflector holds it), or `None` for a new one
+    /// from the counter (ids are never reused).
+    pub fn register(
+        cfg: &RegistryConfig,
+        secret: &Secret,
+        id: Option<u16>,
+        addr: IpAddr,
+        ports: &[u16],
+        capacity: u64,
+    ) -> Result<Registrar, RegistryError> {
+        let mut link = Link::new(cfg)?;
+        let id = match id {
+            Some(id) => id,
+            None => {
+                let next = cfg.key("next-id");
+                let n: u64 = link.with(|c| redis::cmd("INCR").arg(&next).query(c))?;
+                u16::try_from(n).map_err(|_| RegistryError::IdsExhausted(n, next))?
+            }
+        };
+        let mut r = Registrar {
+            link,
+            secret: secret.clone(),
+            reg: Registration {
+                id,
+                addr,
+                ports: ports.to_vec(),
+                capacity,
+                members: 0,
+                copies_per_s: 0,
+                draining: false,
+                valid_until_unix_ms: 0,
+                sig: String::new(),
+            },
+        };
+        // The first write only if nobody holds the id: two live reflectors
+        // with one id would get each other's tokens.
+        if !r.write(true)? {
+            return Err(RegistryError::IdTaken(id));
+        }
+        let (set, id) = (r.link.cfg.key("reflectors"), r.reg.id);
+        r.link.with(|c| redis::cmd("SADD").arg(&set).arg(id).query::<()>(c))?;
+        Ok(r)
+    }
+
+    pub fn id(&self) -> u16 {
+        self.reg.id
+    }
+
+    fn write(&mut self, only_new: bool) -> Result<bool, RegistryError> {
+        let ttl = self.link.cfg.ttl;
+        self.reg.valid_until_unix_ms = unix_ms() + ttl.as_millis() as u64;
+        self.reg.sign(&self.secret);
+        let key = self.link.cfg.key(&format!("reflector:{}", self.reg.id));
+        let value = serde_json::to_string(&self.reg).map_err(|e| RegistryError::Bad(e.to_string()))?;
+        let written: Option<String> = self.link.with(|c| {
+            let mut cmd = redis::cmd("SET");
+            cmd.arg(&key).arg(&value).arg("PX").arg(ttl.as_millis() as u64);
+            if only_new {
+                cmd.arg("NX");
+            }
+            cmd.query(c)
+        })?;
+        Ok(written.is_some())
+    }
+
+    /// Refreshes the entry with the load now (call every
+    /// [`RegistryConfig::heartbeat_every`]). After an outage of Redis, or a
+    /// restart that lost the keys, this writes the entry again.
+    pub fn heartbeat(&mut self, members: u64, copies_per_s: u64, draining: bool) -> Result<(), RegistryError> {
+        self.reg.members = members;
+        self.reg.copies_per_s = copies_per_s;
+        self.reg.draining = draining;
+        self.write(false)?;
+        let (set, id) = (self.link.cfg.key("reflectors"), self.reg.id);
+        self.link.with(|c| redis::cmd("SADD").arg(&set).arg(id).query::<()>(c))
+    }
+
+    /// Removes the entry (a clean stop): its cells are placed elsewhere at
+    /// the control servers' next poll rather than after the TTL.
+    pub fn deregister(&mut self) -> Result<(), RegistryError> {
+        let key = self.link.cfg.key(&format!("reflector:{}", self.reg.id));
+        let (set, id) = (self.link.cfg.key("reflectors"), self.reg.id);
+        self.link.with(|c| redis::cmd("DEL").arg(&key).query::<()>(c))?;
+        self.link.with(|c| redis::cmd("SREM").arg(&set).arg(id).query::<()>(c))
+    }
+}
+
+/// One group on one reflector, where a cell is placed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Placed {
+    pub reflector: u16,
+    pub port: u16,
+}
+
+impl Placed {
+    fn encode(self) -> String {
+        format!("{}:{}", self.reflector, self.port)
+    }
+
+    fn decode(s: &str) -> Option<Placed> {
+        let (r, p) = s.split_once(':')?;
+        Some(Placed {
+            reflector: r.parse().ok()?,
+            port: p.parse().ok()?,
+        })
+    }
+}
+
+/// A control server's picture of the fleet after a refresh.
+#[derive(Clone, Debug, Default)]
+pub struct View {
+    /// Live reflectors by id (entries that verified).
+    pub reflectors: BTreeMap<u16, Registration>,
+    /// Every cell placed on a live reflector.
+    pub cells: HashMap<(u32, u32), Placed>,
+    /// Entries refused (bad signature, expired, no ports) since the start.
+    pub rogue: u64,
+    /// Cells this control server placed or moved since the start.
+    pub claims: u64,
+}
+
+impl View {
+    /// Where members of `cell` go: the reflector's address and the group.
+    pub fn target(&self, cell: (u32, u32)) -> Option<(u16, SocketAddr)> {
+        let p = self.cells.get(&cell)?;
+        let r = self.reflectors.get(&p.reflector)?;
+        Some((p.reflector, SocketAddr::new(r.addr, p.port)))
+    }
+}
+
+/// Compare-and-set of one cell: sets it to ARGV[3] if it is ARGV[2] now
+/// ('' for unset); returns whether it did, and what it is afterwards (ours,
+/// or the placement another control server made first).
+const CLAIM: &str = r"
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if (cur == false and ARGV[2] == '') or cur == ARGV[2] then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+  return {1, ARGV[3]}
+end
+return {0, cur or ''}
+";
+
+/// A control server's side: polls the registry and keeps every cell of the
+/// world placed on a live reflector that is not draining.
+pub struct Directory {
+    link: Link,
+    secret: Secret,
+    claim: redis::Script,
+    view: View,
+}
+
+impl Directory {
+    pub fn new(cfg: &RegistryConfig, secret: &Secret) -> Result<Directory, RegistryError> {
+        Ok(Directory {
+            link: Link::new(cfg)?,
+            secret: secret.clone(),
+            claim: redis::Script::new(CLAIM),
+            view: View::default(),
+        })
+    }
+
+    /// The view of the last successful refresh (kept while Redis is down).
+    pub fn view(&self) -> &View {
+        &self.view
+    }
+
+    /// Reads the live reflectors, then places each of `cells` that has no
+    /// live, serving reflector (atomically: if another control server
+    /// placed it first, its placement is taken). On an error the previous
+    /// view stays in force.
+    pub fn refresh(&mut self, cells: &[(u32, u32)]) -> Result<&View, RegistryError> {
+        let live = self.read_reflectors()?;
+        let key = self.link.cfg.key("cells");
+        let stored: HashMap<String, String> = self.link.with(|c| redis::cmd("HGETALL").arg(&key).query(c))?;
+        let serving = |p: &Placed| {
+            live.get(&p.reflector)
+                .is_some_and(|r| !r.draining && r.ports.contains(&p.port))
+        };
+        // Cells per reflector and per group, for the least loaded choice.
+        let mut load: HashMap<u16, u64> = HashMap::new();
+        let mut per_group: HashMap<Placed, u64> = HashMap::new();
+        let mut placed: HashMap<(u32, u32), Placed> = HashMap::new();
+        let mut raw: HashMap<(u32, u32), String> = HashMap::new();
+        for &cell in cells {
+            let field = format!("{},{}", cell.0, cell.1);
+            if let Some(v) = stored.get(&field) {
+                raw.insert(cell, v.clone());
+                if let Some(p) = Placed::decode(v).filter(|p| serving(p)) {
+                    *load.entry(p.reflector).or_default() += 1;
+                    *per_group.entry(p).or_default() += 1;
+                    placed.insert(cell, p);
+                }
+            }
+        }
+        for &cell in cells {
+            if placed.contains_key(&cell) {
+                continue;
+            }
+            let Some(choice) = choose(&live, &load, &per_group) else {
+                break; // no reflector serves: the cells wait for one
+            };
+            let field = format!("{},{}", cell.0, cell.1);
+            let expected = raw.get(&cell).cloned().unwrap_or_default();
+            let claim = &self.claim;
+            let (ours, now): (i64, String) = self.link.with(|c| {
+                claim
+                    .key(&key)
+                    .arg(&field)
+                    .arg(&expected)
+                    .arg(choice.encode())
+                    .invoke(c)
+            })?;
+            let got = Placed::decode(&now);
+            if ours == 1 {
+                self.view.claims += 1;
+            }
+            if let Some(p) = got.filter(|p| live.contains_key(&p.reflector)) {
+                *load.entry(p.reflector).or_default() += 1;
+                *per_group.entry(p).or_default() += 1;
+                placed.insert(cell, p);
+            }
+        }
+        self.view.reflectors = live;
+        self.view.cells = placed;
+        Ok(&self.view)
+    }
+
+    fn read_reflectors(&mut self) -> Result<BTreeMap<u16, Registration>, RegistryError> {
+        let set = self.link.cfg.key("reflectors");
+        let ids: Vec<u16> = self.link.with(|c| redis::cmd("SMEMBERS").arg(&set).query(c))?;
+        let mut live = BTreeMap::new();
+        if ids.is_empty() {
+            return Ok(live);
+        }
+        let keys: Vec<String> = ids
+            .iter()
+            .map(|id| self.link.cfg.key(&format!("reflector:{id}")))
+            .collect();
+        let values: Vec<Option<String>> = self.link.with(|c| redis::cmd("MGET").arg(&keys).query(c))?;
+        let now = unix_ms();
+        let mut gone = Vec::new();
+        for (&id, v) in ids.iter().zip(values) {
+            let Some(v) = v else {
+                gone.push(id);
+                continue;
+            };
+            match serde_json::from_str::<Registration>(&v) {
+                Ok(r) if r.id == id && r.verify(&self.secret, now).is_ok() => {
+                    live.insert(id, r);
+                }
+                Ok(r) => {
+                    self.view.rogue += 1;
+                    tracing::warn!(
+                        "registry: entry of reflector {id} refused ({:?}): not signed with this fleet's secret, or stale",
+                        r.verify(&self.secret, now).err()
+                    );
+                }
+                Err(e) => {
+                    self.view.rogue += 1;
+                    tracing::warn!("registry: entry of reflector {id} does not parse: {e}");
+                }
+            }
+        }
+        // Ids whose entry expired: pruned, so the set does not grow for ever.
+        if !gone.is_empty() {
+            self.link
+                .with(|c| redis::cmd("SREM").arg(&set).arg(&gone).query::<()>(c))?;
+        }
+        Ok(live)
+    }
+}
+
+/// The live, serving reflector with the fewest cells (then the fewest
+/// members, then the lowest id), and its group with the fewest cells.
+fn choose(
+    live: &BTreeMap<u16, Registration>,
+    load: &HashMap<u16, u64>,
+    per_group: &HashMap<Placed, u64>,
+) -> Option<Placed> {
+    let r = live
+        .values()
+        .filter(|r| !r.draining && !r.ports.is_empty())
+        .min_by_key(|r| (load.get(&r.id).copied().unwrap_or(0), r.members, r.id))?;
+    let port = *r.ports.iter().min_by_key(|&&p| {
+        let g = Placed {
+            reflector: r.id,
+            port: p,
+        };
+        (per_group.get(&g).copied().unwrap_or(0), p)
+    })?;
+    Some(Placed { reflector: r.id, port })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reg(id: u16) -> Registration {
+        Registration {
+            id,
+            addr: "10.0.0.1".parse().unwrap(),
+            ports: vec![4000, 4001],
+            capacity: 1000,
+            members: 0,
+            copies_per_s: 0,
+            draining: false,
+            valid_until_unix_ms: 10_000,
+            sig: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_signature_binds_every_field_and_the_expiry() {
+        let secret = Secret::new(&[7; 32]).unwrap();
+        let mut r = reg(3);
+        r.sign(&secret);
+        assert_eq!(r.verify(&secret, 5_000), Ok(()));
+        assert_eq!(r.verify(&secret, 10_000 + CLOCK_SKEW_MS + 1), Err(Refused::Expired));
+        let other = Secret::new(&[8; 32]).unwrap();
+        assert_eq!(r.verify(&other, 5_000), Err(Refused::BadSignature));
+        let mut moved = r.clone();
+        moved.addr = "192.0.2.66".parse().unwrap();
+        assert_eq!(
+            moved.verify(&secret, 5_000),
+            Err(Refused::BadSignature),
+            "a rogue address"
+        );
+        let mut longer = r.clone();
+        longer.valid_until_unix_ms += 1_000_000;
+        assert_eq!(
+            longer.verify(&secret, 5_000),
+            Err(Refused::BadSignature),
+            "a stretched expiry"
+        );
+    }
+
+    #[test]
+    fn the_least_loaded_serving_reflector_and_group_are_chosen() {
+        let mut live = BTreeMap::new();
+        for id in [1, 2, 3] {
+            live.insert(id, reg(id));
+        }
+        live.get_mut(&3).unwrap().draining = true;
+        let mut load = HashMap::new();
+        load.insert(1, 5);
+        load.insert(2, 2);
+        let mut per_group = HashMap::new();
+        per_group.insert(
+            Placed {
+                reflector: 2,
+                port: 4000,
+            },
+            2,
+        );
+        assert_eq!(
+            choose(&live, &load, &per_group),
+            Some(Placed {
+                reflector: 2,
+                port: 4001
+            }),
+            "reflector 3 drains; 2 has fewer cells; its port 4000 has them"
+        );
+        live.clear();
+        assert_eq!(choose(&live, &load, &per_group), None);
+    }
+
+    #[test]
+    fn passwords_stay_out_of_messages() {
+        assert_eq!(
+            redacted("redis://fleet:s3cret@10.0.0.9:6379/0"),
+            "redis://fleet:***@10.0.0.9:6379/0"
+        );
+        assert_eq!(redacted("redis://10.0.0.9:6379"), "redis://10.0.0.9:6379");
+    }
+}

@@ -1,0 +1,167 @@
+//! The registry against a real Redis (Debian's redis-server, with a
+//! password): ids, heartbeats and expiry, placement by two control servers
+//! at once, a dead or draining reflector's cells moved, a rogue entry
+//! refused, Redis down and restarted.
+
+use reflector_proto::auth::Secret;
+use reflector_registry::testing::RedisServer;
+use reflector_registry::{Directory, Placed, Registrar, RegistryConfig, RegistryError, View};
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+fn secret() -> Secret {
+    Secret::new(&[0x42; 32]).unwrap()
+}
+
+fn config(redis: &RedisServer, ttl_ms: u64) -> RegistryConfig {
+    RegistryConfig {
+        ttl: Duration::from_millis(ttl_ms),
+        ..RegistryConfig::new(&redis.url())
+    }
+}
+
+fn ip(last: u8) -> IpAddr {
+    IpAddr::from([10, 0, 0, last])
+}
+
+fn grid(cols: u32, rows: u32) -> Vec<(u32, u32)> {
+    (0..rows).flat_map(|y| (0..cols).map(move |x| (x, y))).collect()
+}
+
+fn per_reflector(v: &View) -> HashMap<u16, usize> {
+    let mut n = HashMap::new();
+    for p in v.cells.values() {
+        *n.entry(p.reflector).or_default() += 1;
+    }
+    n
+}
+
+#[test]
+fn ids_are_unique_and_an_id_held_is_refused() {
+    let redis = RedisServer::start();
+    let cfg = config(&redis, 3_000);
+    let a = Registrar::register(&cfg, &secret(), None, ip(1), &[4000], 100).unwrap();
+    let b = Registrar::register(&cfg, &secret(), None, ip(2), &[4000], 100).unwrap();
+    assert_ne!(a.id(), b.id());
+    match Registrar::register(&cfg, &secret(), Some(a.id()), ip(3), &[4000], 100) {
+        Err(RegistryError::IdTaken(id)) => assert_eq!(id, a.id()),
+        other => panic!("a live reflector's id given again: {:?}", other.map(|r| r.id())),
+    }
+    // A wrong password is an error that names the server, not the password.
+    let bad = RegistryConfig::new(&redis.url().replace("fleet-test-password", "wrong"));
+    let e = Registrar::register(&bad, &secret(), None, ip(4), &[4000], 100)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("127.0.0.1") && !e.contains("wrong"), "{e}");
+}
+
+#[test]
+fn two_control_servers_place_every_cell_once_and_follow_failures() {
+    let redis = RedisServer::start();
+    let cfg = config(&redis, 600);
+    let cells = grid(4, 3);
+    let mut a = Registrar::register(&cfg, &secret(), None, ip(1), &[4000, 4001], 100).unwrap();
+    let mut b = Registrar::register(&cfg, &secret(), None, ip(2), &[5000], 100).unwrap();
+    let mut one = Directory::new(&cfg, &secret()).unwrap();
+    let mut two = Directory::new(&cfg, &secret()).unwrap();
+    // Both at once: every claim is a compare-and-set, so they agree.
+    let (v1, v2) = std::thread::scope(|s| {
+        let h = s.spawn(|| one.refresh(&cells).unwrap().clone());
+        let v2 = two.refresh(&cells).unwrap().clone();
+        (h.join().unwrap(), v2)
+    });
+    assert_eq!(v1.cells.len(), cells.len(), "every cell placed");
+    assert_eq!(v1.cells, v2.cells, "both control servers see one placement");
+    assert_eq!(v1.claims + v2.claims, cells.len() as u64, "each cell claimed once");
+    let n = per_reflector(&v1);
+    assert_eq!((n[&a.id()], n[&b.id()]), (6, 6), "spread over the live reflectors");
+    let (ta, _) = v1.target((0, 0)).unwrap();
+    assert!(ta == a.id() || ta == b.id());
+
+    // Placements stay while their reflectors live.
+    a.heartbeat(10, 0, false).unwrap();
+    b.heartbeat(10, 0, false).unwrap();
+    let again = one.refresh(&cells).unwrap().clone();
+    assert_eq!(again.cells, v1.cells);
+    assert_eq!(again.claims, v1.claims, "nothing claimed again");
+
+    // b stops heartbeating: after the TTL its cells go to a.
+    let died = Instant::now();
+    let moved = loop {
+        a.heartbeat(10, 0, false).unwrap();
+        let v = one.refresh(&cells).unwrap().clone();
+        if !v.reflectors.contains_key(&b.id()) {
+            break v;
+        }
+        assert!(died.elapsed() < Duration::from_secs(3), "b never expired");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(died.elapsed() >= Duration::from_millis(400), "not before its TTL");
+    assert_eq!(per_reflector(&moved)[&a.id()], cells.len(), "all cells on a");
+    let v2 = two.refresh(&cells).unwrap();
+    assert_eq!(v2.cells, moved.cells, "the other control server agrees");
+
+    // A draining reflector gets no cells and gives its own away.
+    let mut c = Registrar::register(&cfg, &secret(), None, ip(3), &[6000], 100).unwrap();
+    a.heartbeat(10, 0, true).unwrap();
+    c.heartbeat(0, 0, false).unwrap();
+    let v = one.refresh(&cells).unwrap();
+    assert_eq!(
+        per_reflector(v).get(&c.id()),
+        Some(&cells.len()),
+        "a drains: c has them all"
+    );
+    assert!(v.reflectors[&a.id()].draining);
+    // A clean stop removes the entry at once.
+    c.deregister().unwrap();
+    a.heartbeat(10, 0, false).unwrap();
+    let v = one.refresh(&cells).unwrap();
+    assert!(!v.reflectors.contains_key(&c.id()));
+    assert_eq!(per_reflector(v)[&a.id()], cells.len());
+    drop(b);
+}
+
+#[test]
+fn a_rogue_entry_is_refused_and_counted() {
+    let redis = RedisServer::start();
+    let cfg = config(&redis, 3_000);
+    let cells = grid(2, 2);
+    let honest = Registrar::register(&cfg, &secret(), None, ip(1), &[4000], 100).unwrap();
+    // Someone who can write to Redis but lacks the fleet's secret.
+    let other = Secret::new(&[0x66; 32]).unwrap();
+    let rogue = Registrar::register(&cfg, &other, None, ip(66), &[4000], 100).unwrap();
+    let mut d = Directory::new(&cfg, &secret()).unwrap();
+    let v = d.refresh(&cells).unwrap();
+    assert!(v.reflectors.contains_key(&honest.id()));
+    assert!(
+        !v.reflectors.contains_key(&rogue.id()),
+        "not signed with the fleet's secret"
+    );
+    assert!(v.rogue >= 1);
+    assert!(v.cells.values().all(|p| p.reflector == honest.id()));
+}
+
+#[test]
+fn redis_down_keeps_the_view_and_a_restart_is_repaired_by_heartbeats() {
+    let mut redis = RedisServer::start();
+    let port = redis.port;
+    let cfg = config(&redis, 3_000);
+    let cells = grid(3, 1);
+    let mut a = Registrar::register(&cfg, &secret(), None, ip(1), &[4000], 100).unwrap();
+    let mut d = Directory::new(&cfg, &secret()).unwrap();
+    let before: HashMap<(u32, u32), Placed> = d.refresh(&cells).unwrap().cells.clone();
+    assert_eq!(before.len(), 3);
+    redis.kill();
+    assert!(d.refresh(&cells).is_err());
+    assert_eq!(d.view().cells, before, "the last view answers while Redis is down");
+    assert!(a.heartbeat(0, 0, false).is_err());
+    // Back, empty (a restart that lost every key): the next heartbeat
+    // registers again and the cells are placed again, on the same id.
+    let _redis = RedisServer::start_on(port);
+    a.heartbeat(0, 0, false).unwrap();
+    let v = d.refresh(&cells).unwrap();
+    assert_eq!(v.cells.len(), 3);
+    assert!(v.cells.values().all(|p| p.reflector == a.id()));
+}
