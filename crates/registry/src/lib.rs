@@ -27,7 +27,7 @@
 pub mod testing;
 
 use redis::Connection;
-use reflector_proto::auth::Secret;
+use reflector_proto::auth::{Secret, SecretRing};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
@@ -140,6 +140,23 @@ impl Registration {
         if got.len() != want.len() || got.iter().zip(want.iter()).fold(0u8, |d, (a, b)| d | (a ^ b)) != 0 {
             return Err(Refused::BadSignature);
         }
+        self.check_fields(now_unix_ms)
+    }
+
+    /// [`Registration::verify`] with a ring's current secret, or its
+    /// previous one while that is accepted: during a rollover reflectors
+    /// and control servers hold different files for a while.
+    pub fn verify_ring(&self, ring: &SecretRing, now_unix_ms: u64) -> Result<(), Refused> {
+        match self.verify(&ring.current, now_unix_ms) {
+            Err(Refused::BadSignature) => match &ring.previous {
+                Some((old, until)) if now_unix_ms < until.saturating_mul(1000) => self.verify(old, now_unix_ms),
+                _ => Err(Refused::BadSignature),
+            },
+            other => other,
+        }
+    }
+
+    fn check_fields(&self, now_unix_ms: u64) -> Result<(), Refused> {
         if now_unix_ms > self.valid_until_unix_ms.saturating_add(CLOCK_SKEW_MS) {
             return Err(Refused::Expired);
         }
@@ -229,8 +246,18 @@ fn unix_ms() -> u64 {
 /// A reflector's side: registers once, then heartbeats.
 pub struct Registrar {
     link: Link,
-    secret: Secret,
+    secret: SecretRing,
     reg: Registration,
+}
+
+/// The secret an entry is signed with: the previous one while it is still
+/// accepted (the control servers may not have the new file yet: a rollover
+/// gives the reflectors the new secret first), else the current one.
+fn signing_secret(ring: &SecretRing, now_unix_ms: u64) -> &Secret {
+    match &ring.previous {
+        Some((old, until)) if now_unix_ms < until.saturating_mul(1000) => old,
+        _ => &ring.current,
+    }
 }
 
 impl Registrar {
@@ -239,7 +266,7 @@ impl Registrar {
     /// from the counter (ids are never reused).
     pub fn register(
         cfg: &RegistryConfig,
-        secret: &Secret,
+        secret: &SecretRing,
         id: Option<u16>,
         addr: IpAddr,
         ports: &[u16],
@@ -283,10 +310,16 @@ impl Registrar {
         self.reg.id
     }
 
+    /// The secret file changed: entries are signed with the new ring.
+    pub fn set_secret(&mut self, ring: SecretRing) {
+        self.secret = ring;
+    }
+
     fn write(&mut self, only_new: bool) -> Result<bool, RegistryError> {
         let ttl = self.link.cfg.ttl;
-        self.reg.valid_until_unix_ms = unix_ms() + ttl.as_millis() as u64;
-        self.reg.sign(&self.secret);
+        let now = unix_ms();
+        self.reg.valid_until_unix_ms = now + ttl.as_millis() as u64;
+        self.reg.sign(signing_secret(&self.secret, now));
         let key = self.link.cfg.key(&format!("reflector:{}", self.reg.id));
         let value = serde_json::to_string(&self.reg).map_err(|e| RegistryError::Bad(e.to_string()))?;
         let written: Option<String> = self.link.with(|c| {
@@ -381,19 +414,24 @@ return {0, cur or ''}
 /// world placed on a live reflector that is not draining.
 pub struct Directory {
     link: Link,
-    secret: Secret,
+    secret: SecretRing,
     claim: redis::Script,
     view: View,
 }
 
 impl Directory {
-    pub fn new(cfg: &RegistryConfig, secret: &Secret) -> Result<Directory, RegistryError> {
+    pub fn new(cfg: &RegistryConfig, secret: &SecretRing) -> Result<Directory, RegistryError> {
         Ok(Directory {
             link: Link::new(cfg)?,
             secret: secret.clone(),
             claim: redis::Script::new(CLAIM),
             view: View::default(),
         })
+    }
+
+    /// The secret file changed: entries are checked with the new ring.
+    pub fn set_secret(&mut self, ring: SecretRing) {
+        self.secret = ring;
     }
 
     /// The view of the last successful refresh (kept while Redis is down).
@@ -482,14 +520,14 @@ impl Directory {
                 continue;
             };
             match serde_json::from_str::<Registration>(&v) {
-                Ok(r) if r.id == id && r.verify(&self.secret, now).is_ok() => {
+                Ok(r) if r.id == id && r.verify_ring(&self.secret, now).is_ok() => {
                     live.insert(id, r);
                 }
                 Ok(r) => {
                     self.view.rogue += 1;
                     tracing::warn!(
                         "registry: entry of reflector {id} refused ({:?}): not signed with this fleet's secret, or stale",
-                        r.verify(&self.secret, now).err()
+                        r.verify_ring(&self.secret, now).err()
                     );
                 }
                 Err(e) => {
@@ -569,6 +607,29 @@ mod tests {
             Err(Refused::BadSignature),
             "a stretched expiry"
         );
+    }
+
+    #[test]
+    fn during_a_rollover_entries_are_signed_with_the_secret_both_sides_hold() {
+        let (old, new) = (Secret::new(&[1; 32]).unwrap(), Secret::new(&[2; 32]).unwrap());
+        // Step 1: reflectors hold NEW with OLD as previous; control servers OLD.
+        let reflector = SecretRing {
+            current: new.clone(),
+            previous: Some((old.clone(), 100)),
+        };
+        let control: SecretRing = old.clone().into();
+        let mut r = reg(1);
+        r.sign(signing_secret(&reflector, 50_000));
+        assert_eq!(r.verify_ring(&control, 5_000), Ok(()));
+        // Step 2: the control servers hold the same file.
+        assert_eq!(r.verify_ring(&reflector, 5_000), Ok(()));
+        // After the overlap: signed and checked with NEW only.
+        let mut r = reg(1);
+        r.sign(signing_secret(&reflector, 100_000));
+        assert_eq!(r.verify(&new, 5_000), Ok(()));
+        let after: SecretRing = new.into();
+        assert_eq!(r.verify_ring(&after, 5_000), Ok(()));
+        assert_eq!(r.verify_ring(&control, 5_000), Err(Refused::BadSignature));
     }
 
     #[test]

@@ -3,15 +3,15 @@
 //! at once, a dead or draining reflector's cells moved, a rogue entry
 //! refused, Redis down and restarted.
 
-use reflector_proto::auth::Secret;
+use reflector_proto::auth::{Secret, SecretRing};
 use reflector_registry::testing::RedisServer;
 use reflector_registry::{Directory, Placed, Registrar, RegistryConfig, RegistryError, View};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-fn secret() -> Secret {
-    Secret::new(&[0x42; 32]).unwrap()
+fn secret() -> SecretRing {
+    Secret::new(&[0x42; 32]).unwrap().into()
 }
 
 fn config(redis: &RedisServer, ttl_ms: u64) -> RegistryConfig {
@@ -130,7 +130,7 @@ fn a_rogue_entry_is_refused_and_counted() {
     let cells = grid(2, 2);
     let honest = Registrar::register(&cfg, &secret(), None, ip(1), &[4000], 100).unwrap();
     // Someone who can write to Redis but lacks the fleet's secret.
-    let other = Secret::new(&[0x66; 32]).unwrap();
+    let other: SecretRing = Secret::new(&[0x66; 32]).unwrap().into();
     let rogue = Registrar::register(&cfg, &other, None, ip(66), &[4000], 100).unwrap();
     let mut d = Directory::new(&cfg, &secret()).unwrap();
     let v = d.refresh(&cells).unwrap();
