@@ -25,6 +25,7 @@
 //! not depend on the reflector's data plane.
 #![deny(unsafe_code)]
 
+pub mod fleet;
 pub mod players;
 mod secret;
 pub use secret::{SecretCell, SECRET_RECHECK};
@@ -65,8 +66,19 @@ pub struct ControlArgs {
     pub secret_file: PathBuf,
     /// A reflector and its group ports, as clients reach it: IP:PORTS, e.g.
     /// 127.0.0.1:4000-4015 or 10.0.0.2:4000,4002. Repeat for several reflectors.
-    #[arg(long = "reflector", required = true, value_parser = parse_reflector)]
+    #[arg(long = "reflector", required_unless_present = "registry", conflicts_with = "registry", value_parser = parse_reflector)]
     pub reflectors: Vec<ReflectorSpec>,
+    /// A fleet instead of --reflector: place cells on the live reflectors registered in this
+    /// Redis (redis://[user@]host:port, or rediss:// for TLS) by `serve --registry`. Several
+    /// control servers with the same registry agree on every placement.
+    #[arg(long, value_name = "URL")]
+    pub registry: Option<String>,
+    /// File with the registry's password (one line).
+    #[arg(long, value_name = "FILE", requires = "registry")]
+    pub registry_password_file: Option<PathBuf>,
+    /// Prefix of the registry's keys (the reflectors' --registry-prefix).
+    #[arg(long, value_name = "PREFIX", default_value = "reflector")]
+    pub registry_prefix: String,
     /// World grid, COLSxROWS cells.
     #[arg(long, default_value = "8x8", value_parser = parse_grid)]
     pub grid: (u32, u32),
@@ -198,8 +210,10 @@ pub struct World {
     pub rows: u32,
     pub cell_size: f64,
     pub assign: Assign,
-    /// Every (reflector, port) pair in mapping order.
+    /// Every (reflector, port) pair in mapping order (none in a fleet).
     pub targets: Vec<Target>,
+    /// In a fleet (`--registry`): the placements of the registry instead.
+    pub fleet: Option<fleet::Fleet>,
 }
 
 /// One group on one reflector. The reflector id is the position of its
@@ -266,7 +280,33 @@ impl World {
             cell_size,
             assign,
             targets,
+            fleet: None,
         })
+    }
+
+    /// A world whose cells the fleet's registry places (`--registry`).
+    pub fn for_fleet(cols: u32, rows: u32, cell_size: f64, fleet: fleet::Fleet) -> Result<World, String> {
+        // The static checks, with a placeholder target that is never used.
+        let mut w = World::new(
+            cols,
+            rows,
+            cell_size,
+            Assign::RoundRobin,
+            &[ReflectorSpec {
+                ip: IpAddr::from([0, 0, 0, 0]),
+                ports: vec![1],
+            }],
+        )?;
+        w.targets.clear();
+        w.fleet = Some(fleet);
+        Ok(w)
+    }
+
+    /// Every cell, row by row.
+    pub fn all_cells(&self) -> Vec<(u32, u32)> {
+        (0..self.rows)
+            .flat_map(|y| (0..self.cols).map(move |x| (x, y)))
+            .collect()
     }
 
     pub fn cells(&self) -> u64 {
@@ -312,7 +352,12 @@ impl World {
             .collect()
     }
 
-    pub fn target_of(&self, cell: (u32, u32)) -> Target {
+    /// The (reflector, port) that serves a cell: `None` only in a fleet,
+    /// for a cell no live reflector has taken yet.
+    pub fn target_of(&self, cell: (u32, u32)) -> Option<Target> {
+        if let Some(f) = &self.fleet {
+            return f.target(cell).map(|(reflector_id, addr)| Target { reflector_id, addr });
+        }
         let idx = u64::from(cell.1.min(self.rows - 1)) * u64::from(self.cols) + u64::from(cell.0.min(self.cols - 1));
         let n = self.targets.len() as u64;
         let t = match self.assign {
@@ -320,7 +365,7 @@ impl World {
             Assign::Blocks => idx * n / self.cells(),
         };
         // t < n by construction in both arms.
-        self.targets[t as usize]
+        self.targets.get(t as usize).copied()
     }
 
     pub fn to_json(&self) -> serde_json::Value {
@@ -328,9 +373,9 @@ impl World {
         let mapping: Vec<serde_json::Value> = if self.cells() <= WORLD_LISTING_MAX_CELLS {
             (0..self.rows)
                 .flat_map(|cy| (0..self.cols).map(move |cx| (cx, cy)))
-                .map(|c| {
-                    let t = self.target_of(c);
-                    serde_json::json!({"cell": [c.0, c.1], "reflector": t.to_string(), "reflector_id": t.reflector_id, "group": t.port()})
+                .map(|c| match self.target_of(c) {
+                    Some(t) => serde_json::json!({"cell": [c.0, c.1], "reflector": t.to_string(), "reflector_id": t.reflector_id, "group": t.port()}),
+                    None => serde_json::json!({"cell": [c.0, c.1], "reflector": null}),
                 })
                 .collect()
         } else {
@@ -530,8 +575,9 @@ pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u3
     };
     let expires_unix_s = now_unix_s.saturating_add(cfg.token_ttl_s);
     let secret = cfg.secret.get();
-    let grant = |cell: (u32, u32)| {
-        let target = cfg.world.target_of(cell);
+    // Cells without a reflector are only possible in a fleet: the caller
+    // checks the player's own cell; the area's get no grant.
+    let grant = |cell: (u32, u32), target: Target| {
         let token = TokenClaims {
             player,
             reflector: target.reflector_id,
@@ -550,8 +596,18 @@ pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u3
             expires_unix_s,
         }
     };
+    let Some(own) = cfg.world.target_of(cell) else {
+        return Reply {
+            status: 503,
+            body: serde_json::json!({"error": format!(
+                "no reflector serves cell ({}, {}) now: the fleet has no live reflector for it yet; retry",
+                cell.0, cell.1
+            )}),
+            retry_after_s: Some(1),
+        };
+    };
     let body = if area == 0 {
-        serde_json::to_value(grant(cell))
+        serde_json::to_value(grant(cell, own))
     } else {
         // One grant per other group of the area, nearest cell first.
         let w = &cfg.world;
@@ -559,10 +615,10 @@ pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u3
             w.target_of((x, y))
         })
         .into_iter()
-        .map(|[x, y]| grant((x, y)))
+        .filter_map(|[x, y]| w.target_of((x, y)).map(|t| grant((x, y), t)))
         .collect();
         serde_json::to_value(AreaGrant {
-            cell: grant(cell),
+            cell: grant(cell, own),
             area: grants,
         })
     };
@@ -608,6 +664,9 @@ pub fn metrics(cfg: &ControlConfig, http: &reflector_http::Stats, format: reflec
         "Token requests refused 429 by the per-player or per-address rate limit.",
     )
     .sample(&[], cfg.auth.as_ref().map_or(0, |a| a.rate_limited.load(Relaxed)));
+    if let Some(f) = &cfg.world.fleet {
+        fleet::write_metrics(&mut e, f);
+    }
     let (reloads, reload_errors) = cfg.secret.reloads();
     e.counter(
         "reflector_control_token_secret_reloads",
@@ -661,10 +720,15 @@ impl ControlServer {
                 };
             }
             if req.method == "GET" && req.target.split('?').next() == Some("/world") {
+                // A fleet's placements change; a static world's never do.
+                let body = match cfg.world.fleet {
+                    Some(_) => format!("{}\n", cfg.world.to_json()).into(),
+                    None => world.clone(),
+                };
                 return reflector_http::Response {
                     status: 200,
                     content_type: "application/json",
-                    body: world.clone(),
+                    body,
                     retry_after_s: None,
                 };
             }
@@ -745,8 +809,29 @@ pub fn run(args: ControlArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
     let hangup = oskit::signal::flag_on(&[oskit::signal::SIGHUP], oskit::signal::Second::Ignore)
         .map_err(|e| format!("cannot install the SIGHUP handler: {e}"))?;
     let mut secret_file = secret::SecretFile::new(&args.secret_file, secret.clone(), hangup);
-    let world = World::new(args.grid.0, args.grid.1, args.cell_size, args.assign, &args.reflectors)
-        .map_err(|e| format!("bad world: {e}"))?;
+    let fleet_cfg = match &args.registry {
+        Some(url) => Some(reflector_registry::RegistryConfig {
+            url: reflector_registry::RegistryConfig::url_with_password(url, args.registry_password_file.as_deref())?,
+            prefix: args.registry_prefix.clone(),
+            ..reflector_registry::RegistryConfig::new(url)
+        }),
+        None => None,
+    };
+    let world = match &fleet_cfg {
+        Some(_) => World::for_fleet(args.grid.0, args.grid.1, args.cell_size, fleet::Fleet::default()),
+        None => World::new(args.grid.0, args.grid.1, args.cell_size, args.assign, &args.reflectors),
+    }
+    .map_err(|e| format!("bad world: {e}"))?;
+    let _poller = match (&fleet_cfg, &world.fleet) {
+        (Some(rc), Some(f)) => Some(fleet::Poller::start(
+            rc,
+            secret.clone(),
+            f.clone(),
+            world.all_cells(),
+            Arc::clone(&stop),
+        )?),
+        _ => None,
+    };
     for (name, v) in [
         ("--ticket-rate-player", args.ticket_rate_player),
         ("--ticket-rate-ip", args.ticket_rate_ip),
@@ -777,12 +862,18 @@ pub fn run(args: ControlArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         auth,
     };
     let (cols, rows, ntargets) = (cfg.world.cols, cfg.world.rows, cfg.world.targets.len());
+    let onto = match &fleet_cfg {
+        Some(rc) => format!(
+            "the fleet's live reflectors (registry {})",
+            reflector_registry::redacted(&rc.url)
+        ),
+        None => format!("{ntargets} group(s) ({})", args.assign),
+    };
     let server = ControlServer::start_with(cfg, args.http.limits(), tls, Arc::clone(&stop))?;
     tracing::info!(
-        "control server at {}: {cols}x{rows} cells of {} units onto {ntargets} group(s) ({}); try: {}",
+        "control server at {}: {cols}x{rows} cells of {} units onto {onto}; try: {}",
         server.addr(),
         args.cell_size,
-        args.assign,
         try_hint(&server.url(), args.ticket_keys.as_deref())
     );
     let started = Instant::now();
@@ -852,14 +943,14 @@ mod tests {
         let t: Vec<String> = rr.targets.iter().map(|t| t.to_string()).collect();
         assert_eq!(t, ["10.0.0.1:4000", "10.0.0.1:4001", "10.0.0.2:5000"]);
         let cells: Vec<(u32, u32)> = (0..2).flat_map(|y| (0..4).map(move |x| (x, y))).collect();
-        let got: Vec<u16> = cells.iter().map(|&c| rr.target_of(c).port()).collect();
+        let got: Vec<u16> = cells.iter().map(|&c| rr.target_of(c).unwrap().port()).collect();
         assert_eq!(got, [4000, 4001, 5000, 4000, 4001, 5000, 4000, 4001]);
         let bl = world(Assign::Blocks);
-        let got: Vec<u16> = cells.iter().map(|&c| bl.target_of(c).port()).collect();
+        let got: Vec<u16> = cells.iter().map(|&c| bl.target_of(c).unwrap().port()).collect();
         assert_eq!(got, [4000, 4000, 4000, 4001, 4001, 4001, 5000, 5000]);
         // More targets than cells: every cell still gets a valid target.
         let tiny = World::new(1, 1, 1.0, Assign::Blocks, &[refl("10.0.0.1:1-50")]).unwrap();
-        assert_eq!(tiny.target_of((0, 0)).port(), 1);
+        assert_eq!(tiny.target_of((0, 0)).unwrap().port(), 1);
         assert!(World::new(1, 1, 0.0, Assign::Blocks, &[refl("10.0.0.1:1")]).is_err());
         assert!(World::new(1, 1, 1.0, Assign::Blocks, &[]).is_err());
     }

@@ -22,7 +22,9 @@ pub struct SecretCell {
 
 #[derive(Debug)]
 struct Inner {
-    secret: RwLock<Secret>,
+    /// The whole file: its current secret signs, and the fleet's registry
+    /// entries are checked against both while the previous is accepted.
+    secret: RwLock<SecretRing>,
     reloads: AtomicU64,
     reload_errors: AtomicU64,
 }
@@ -31,7 +33,7 @@ impl From<Secret> for SecretCell {
     fn from(secret: Secret) -> SecretCell {
         SecretCell {
             inner: Arc::new(Inner {
-                secret: RwLock::new(secret),
+                secret: RwLock::new(secret.into()),
                 reloads: AtomicU64::new(0),
                 reload_errors: AtomicU64::new(0),
             }),
@@ -43,11 +45,25 @@ impl SecretCell {
     /// The secret in force (a copy: a request signs with one secret
     /// throughout, whatever a reload does meanwhile).
     pub fn get(&self) -> Secret {
+        self.inner
+            .secret
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .current
+            .clone()
+    }
+
+    /// The whole secret file as last read.
+    pub fn ring(&self) -> SecretRing {
         self.inner.secret.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub fn set(&self, secret: Secret) {
-        *self.inner.secret.write().unwrap_or_else(|p| p.into_inner()) = secret;
+        self.set_ring(secret.into());
+    }
+
+    pub fn set_ring(&self, ring: SecretRing) {
+        *self.inner.secret.write().unwrap_or_else(|p| p.into_inner()) = ring;
     }
 
     /// Reloads taken, and new versions of the file refused.
@@ -83,7 +99,7 @@ impl SecretFile {
         };
         match ring {
             Ok(ring) => {
-                self.cell.set(ring.current);
+                self.cell.set_ring(ring);
                 self.cell.inner.reloads.fetch_add(1, Relaxed);
                 tracing::info!("token secret reloaded from {path}: new tokens are signed with it");
             }

@@ -53,6 +53,44 @@ impl RegistryConfig {
         }
     }
 
+    /// `url` with the password read from `password_file` (trimmed), so no
+    /// password is ever on a command line or in a config file: a URL that
+    /// carries one is refused.
+    pub fn url_with_password(url: &str, password_file: Option<&std::path::Path>) -> Result<String, RegistryError> {
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Err(RegistryError::Bad(format!(
+                "'{url}' is not a Redis URL (redis://[user@]host:port, or rediss:// for TLS)"
+            )));
+        };
+        if !matches!(scheme, "redis" | "rediss") {
+            return Err(RegistryError::Bad(format!(
+                "'{scheme}://': only redis:// and rediss:// are registries"
+            )));
+        }
+        let (user, host) = match rest.rsplit_once('@') {
+            Some((auth, _)) if auth.contains(':') => {
+                return Err(RegistryError::Bad(
+                    "the registry URL carries a password: put it in --registry-password-file instead".into(),
+                ))
+            }
+            Some((user, host)) => (user, host),
+            None => ("", rest),
+        };
+        let Some(path) = password_file else {
+            return Ok(url.to_string());
+        };
+        let password = std::fs::read_to_string(path)
+            .map_err(|e| RegistryError::Bad(format!("cannot read {}: {e}", path.display())))?;
+        let password = password.trim();
+        if password.is_empty() || password.contains(['@', '/', ' ']) {
+            return Err(RegistryError::Bad(format!(
+                "{}: the password must be one line without '@', '/' or spaces",
+                path.display()
+            )));
+        }
+        Ok(format!("{scheme}://{user}:{password}@{host}"))
+    }
+
     /// How often a reflector heartbeats (a third of the TTL: two may be
     /// lost before it is taken for dead).
     pub fn heartbeat_every(&self) -> Duration {
@@ -660,6 +698,22 @@ mod tests {
         );
         live.clear();
         assert_eq!(choose(&live, &load, &per_group), None);
+    }
+
+    #[test]
+    fn the_password_comes_from_a_file_only() {
+        let f = std::env::temp_dir().join(format!("registry-pw-{}", std::process::id()));
+        std::fs::write(&f, "s3cret\n").unwrap();
+        let u = RegistryConfig::url_with_password("redis://fleet@10.0.0.9:6379", Some(&f)).unwrap();
+        assert_eq!(u, "redis://fleet:s3cret@10.0.0.9:6379");
+        let u = RegistryConfig::url_with_password("redis://10.0.0.9:6379", Some(&f)).unwrap();
+        assert_eq!(u, "redis://:s3cret@10.0.0.9:6379");
+        assert!(RegistryConfig::url_with_password("redis://a:b@10.0.0.9", None)
+            .unwrap_err()
+            .to_string()
+            .contains("--registry-password-file"));
+        assert!(RegistryConfig::url_with_password("http://x", None).is_err());
+        let _ = std::fs::remove_file(&f);
     }
 
     #[test]

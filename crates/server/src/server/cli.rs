@@ -124,6 +124,27 @@ pub struct ServeArgs {
     /// Write the final counters as JSON to this file.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
+    /// Join a fleet: register in this Redis (redis://[user@]host:port, or rediss:// for TLS)
+    /// and heartbeat there, so control servers started with the same --registry place cells
+    /// here. The id tokens must name then comes from the registry, unless --reflector-id is
+    /// nonzero (refused if a live reflector holds it). The password goes in
+    /// --registry-password-file, never in the URL.
+    #[arg(long, value_name = "URL")]
+    pub registry: Option<String>,
+    /// File with the registry's password (one line).
+    #[arg(long, value_name = "FILE", requires = "registry")]
+    pub registry_password_file: Option<PathBuf>,
+    /// Prefix of the registry's keys (several fleets can share one Redis).
+    #[arg(long, value_name = "PREFIX", default_value = "reflector")]
+    pub registry_prefix: String,
+    /// How long the registry keeps this reflector without a heartbeat (it heartbeats every
+    /// third of it): the cells of a reflector that died move after this.
+    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = duration_in(ms(300), ms(600_000)))]
+    pub registry_ttl: Duration,
+    /// The address members reach this reflector at, as the registry announces it. Default:
+    /// --bind (which must then be a specific address).
+    #[arg(long, value_name = "IP", requires = "registry")]
+    pub advertise: Option<IpAddr>,
     /// On SIGTERM or Ctrl-C, drain for at most this long before stopping: /readyz answers 503,
     /// every member is told once a second, with a MOVED under its key, that this reflector stops
     /// serving it (its client asks the control server where to go), and the reflector stops as
@@ -281,12 +302,47 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         )
         .into());
     }
+    // In a fleet the id tokens name is the registry's: registered first.
+    let registrar = match &args.registry {
+        Some(url) => {
+            let rcfg = reflector_registry::RegistryConfig {
+                url: reflector_registry::RegistryConfig::url_with_password(
+                    url,
+                    args.registry_password_file.as_deref(),
+                )?,
+                prefix: args.registry_prefix.clone(),
+                ttl: args.registry_ttl,
+            };
+            let advertise = args.advertise.unwrap_or(args.bind);
+            if advertise.is_unspecified() {
+                return Err(
+                    "--registry: give --advertise, the address members reach this reflector at (--bind is a wildcard)"
+                        .into(),
+                );
+            }
+            if args.ports.0.contains(&0) {
+                return Err("--registry: give the group ports (port 0 cannot be announced)".into());
+            }
+            let capacity = args.max_members * args.ports.0.len() as u64;
+            let r = super::fleet::register(
+                &rcfg,
+                &token_ring,
+                args.reflector_id,
+                advertise,
+                &args.ports.0,
+                capacity,
+            )?;
+            Some((r, rcfg.heartbeat_every()))
+        }
+        None => None,
+    };
+    let reflector_id = registrar.as_ref().map_or(args.reflector_id, |(r, _)| r.id());
     let cfg = ServerConfig {
         bind: args.bind,
         ports: args.ports.0.clone(),
         keys: Keys {
             token_secret: token_ring.clone(),
-            reflector_id: args.reflector_id,
+            reflector_id,
             cookie_key: Secret::random(),
         },
         policy: Policy {
@@ -331,7 +387,15 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
     // The loops and the metrics listener stop when this run says, not on
     // the signal itself: a drain keeps them serving after it.
     let serving_stop = Arc::new(AtomicBool::new(false));
-    let server = Server::start(cfg, Arc::clone(&serving_stop))?;
+    let server = match Server::start(cfg, Arc::clone(&serving_stop)) {
+        Ok(s) => s,
+        Err(e) => {
+            if let Some((mut r, _)) = registrar {
+                let _ = r.deregister();
+            }
+            return Err(e.into());
+        }
+    };
     let ports = server.ports();
     if let Some(p) = server.checkpoint_port() {
         tracing::info!(
@@ -342,7 +406,7 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
     }
     tracing::info!(
         "reflector {} serving {} group(s) on {}:{}-{} with backend {} (receive {}) on {} thread(s)",
-        args.reflector_id,
+        reflector_id,
         ports.len(),
         args.bind,
         ports.first().copied().unwrap_or(0),
@@ -352,6 +416,19 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         threads.min(ports.len())
     );
     let draining = Arc::new(AtomicBool::new(false));
+    let heartbeats = match registrar {
+        Some((r, every)) => Some(
+            super::fleet::Heartbeats::start(
+                r,
+                every,
+                server.registry().clone(),
+                Arc::clone(&draining),
+                server.shared_secret(),
+            )
+            .map_err(|e| format!("cannot start the registry's heartbeat thread: {e}"))?,
+        ),
+        None => None,
+    };
     let metrics = match http {
         Some(listener) => {
             if let Some(addr) = args.metrics {
@@ -412,6 +489,11 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         }
         secret_file.poll(&server);
         std::thread::sleep(Duration::from_millis(50));
+    }
+    // Out of the registry first: the control servers place the cells
+    // elsewhere while this one finishes.
+    if let Some(h) = heartbeats {
+        h.stop();
     }
     server.stop();
     let registry = server.join()?;

@@ -19,6 +19,7 @@
 pub mod cli;
 mod error;
 mod event_loop;
+mod fleet;
 pub mod http;
 mod secret;
 
@@ -308,6 +309,11 @@ impl Server {
             .saturating_add(within.as_millis() as u64)
             .max(1);
         self.drain.until_mono_ms.store(until, Relaxed);
+    }
+
+    /// Where new token secrets come from, for the registry's heartbeats.
+    pub(crate) fn shared_secret(&self) -> Arc<SharedSecret> {
+        Arc::clone(&self.secret)
     }
 
     /// Whether [`Server::drain`] was called.

@@ -1,0 +1,183 @@
+//! A small fleet on loopback: a Redis of the test's own (with a password),
+//! two reflectors (`serve --registry`) and two control servers (`control
+//! --registry`). Both control servers place every cell on a live reflector
+//! and agree; a player joins where it is told with the token it got (the
+//! token names the id the registry gave); `kill -9` of a reflector moves
+//! its cells to the other within its TTL and a poll, and the player joins
+//! there.
+
+mod support;
+
+use reflector_registry::testing::{RedisServer, PASSWORD};
+use std::io::BufRead;
+use std::net::{SocketAddr, UdpSocket};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use support::*;
+
+const SECRET: [u8; 32] = [0x44; 32];
+
+struct Fleet {
+    _redis: RedisServer,
+    dir: Scratch,
+    url: String,
+}
+
+impl Fleet {
+    fn new() -> Fleet {
+        let redis = RedisServer::start();
+        let dir = Scratch::new("fleet");
+        std::fs::write(dir.0.join("secret"), hex(&SECRET)).unwrap();
+        std::fs::write(dir.0.join("redis-password"), PASSWORD).unwrap();
+        let url = format!("redis://127.0.0.1:{}", redis.port);
+        Fleet {
+            _redis: redis,
+            dir,
+            url,
+        }
+    }
+
+    fn registry_args(&self) -> Vec<String> {
+        vec![
+            "--registry".into(),
+            self.url.clone(),
+            "--registry-password-file".into(),
+            self.dir.0.join("redis-password").to_str().unwrap().into(),
+        ]
+    }
+
+    fn reflector(&self) -> (Proc, u16) {
+        let mut args = self.registry_args();
+        args.extend(["--registry-ttl".into(), "1s".into()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (p, group, _) = start_serve(&self.dir.0.join("secret"), &args);
+        (p, group)
+    }
+
+    /// A control server (anonymous joins, a 2x2 world): it and its port.
+    fn control(&self) -> (Proc, u16) {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_reflector"))
+            .args([
+                "control",
+                "--anonymous-joins",
+                "--listen",
+                "127.0.0.1:0",
+                "--grid",
+                "2x2",
+            ])
+            .arg("--secret-file")
+            .arg(self.dir.0.join("secret"))
+            .args(self.registry_args())
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the reflector binary runs");
+        let err = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut lines = err.lines();
+        let port = loop {
+            let line = lines.next().expect("the control server's start-up line").unwrap();
+            if let Some(rest) = line.split("control server at ").nth(1) {
+                break rest.split(':').nth(1).unwrap().parse::<u16>().unwrap();
+            }
+        };
+        // Keep reading, so the pipe never fills.
+        std::thread::spawn(move || for _ in lines {});
+        (Proc(child), port)
+    }
+}
+
+/// `/join` for `player` at the centre of `cell`: (status, reflector id,
+/// reflector address, the whole answer).
+fn join_at(control: u16, player: u32, cell: (u32, u32)) -> (u16, u16, Option<SocketAddr>, serde_json::Value) {
+    let (x, y) = (cell.0 as f64 * 100.0 + 50.0, cell.1 as f64 * 100.0 + 50.0);
+    let (code, body) = get_status(control, &format!("/join?player={player}&x={x}&y={y}"));
+    let v: serde_json::Value = serde_json::from_str(body.trim()).unwrap_or_default();
+    let id = v["reflector_id"].as_u64().unwrap_or(0) as u16;
+    let addr = v["reflector"].as_str().and_then(|a| a.parse().ok());
+    (code, id, addr, v)
+}
+
+/// Joins with the token and session key of a `/join` answer.
+fn join_with(answer: &serde_json::Value, player: u32) -> bool {
+    let unhex = |s: &str| -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    };
+    let token: [u8; 32] = unhex(answer["token"].as_str().unwrap()).try_into().unwrap();
+    let session: [u8; 32] = unhex(answer["session_key"].as_str().unwrap()).try_into().unwrap();
+    let reflector: SocketAddr = answer["reflector"].as_str().unwrap().parse().unwrap();
+    let req = reflector_proto::client::JoinRequest {
+        reflector,
+        group: reflector.port(),
+        player,
+        token,
+        keys: reflector_proto::protocol::SessionKeys::from_session(session),
+        first_seq: 1,
+    };
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let cfg = reflector_proto::client::Config {
+        retry: Duration::from_millis(200),
+        give_up: Some(Duration::from_secs(3)),
+    };
+    reflector_proto::blocking::join(&sock, req, cfg).is_ok()
+}
+
+/// Waits (at most `secs`) until `f` holds.
+fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) -> Duration {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < Duration::from_secs(secs), "{what}: not within {secs} s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    t0.elapsed()
+}
+
+#[test]
+fn two_control_servers_place_cells_on_live_reflectors_and_follow_a_crash() {
+    let fleet = Fleet::new();
+    let (r1, g1) = fleet.reflector();
+    let (r2, g2) = fleet.reflector();
+    let (_c1, p1) = fleet.control();
+    let (_c2, p2) = fleet.control();
+    let cells = [(0, 0), (1, 0), (0, 1), (1, 1)];
+    wait_until("every cell placed on both control servers", 10, || {
+        cells
+            .iter()
+            .all(|&c| join_at(p1, 1, c).0 == 200 && join_at(p2, 1, c).0 == 200)
+    });
+    let mut used = std::collections::HashSet::new();
+    for &c in &cells {
+        let (_, id1, a1, _) = join_at(p1, 1, c);
+        let (_, id2, a2, _) = join_at(p2, 1, c);
+        assert_eq!((id1, a1), (id2, a2), "cell {c:?}: both control servers agree");
+        assert!([g1, g2].contains(&a1.unwrap().port()));
+        used.insert(a1.unwrap().port());
+    }
+    assert_eq!(used.len(), 2, "the cells are spread over both reflectors");
+
+    // A player joins where it is told: the token names the registry's id.
+    let (_, id, addr, answer) = join_at(p1, 7, (0, 0));
+    assert!(join_with(&answer, 7), "joined reflector {id} at {addr:?}");
+
+    // The reflector of cell (0, 0) dies: its cells move to the other.
+    let mut reflectors = [r1, r2];
+    let dead_port = addr.unwrap().port();
+    let dead = usize::from(dead_port != g1);
+    reflectors[dead].signal(nix::sys::signal::Signal::SIGKILL);
+    let moved = wait_until("cell (0, 0) moved off the dead reflector", 6, || {
+        let (code, _, a, _) = join_at(p1, 7, (0, 0));
+        code == 200 && a.is_some_and(|a| a.port() != dead_port)
+    });
+    eprintln!("fleet: cell moved {moved:?} after kill -9 (TTL 1 s, polls every 1 s)");
+    for &c in &cells {
+        let (_, _, a, _) = join_at(p2, 1, c);
+        assert_ne!(a.unwrap().port(), dead_port, "cell {c:?} still on the dead reflector");
+    }
+    let (_, _, _, answer) = join_at(p2, 7, (0, 0));
+    assert!(join_with(&answer, 7), "joined the live reflector");
+    assert!(reflectors[1 - dead].alive());
+}
