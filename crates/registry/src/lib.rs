@@ -31,7 +31,7 @@ use reflector_proto::auth::{Secret, SecretRing};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Where the registry is and how long an entry lives without a heartbeat.
 #[derive(Clone, Debug)]
@@ -150,6 +150,10 @@ pub struct Registration {
     /// The signature holds until then (Unix ms): a replayed old entry
     /// expires with it.
     pub valid_until_unix_ms: u64,
+    /// Random per process (hex): a heartbeat rewrites only its own entry,
+    /// so two processes never share an id unnoticed.
+    #[serde(default)]
+    pub instance: String,
     /// HMAC-SHA256 (hex) of the other fields under the shared secret.
     #[serde(default)]
     pub sig: String,
@@ -281,11 +285,73 @@ fn unix_ms() -> u64 {
     reflector_proto::unix_now_ms()
 }
 
+/// Redis' `run_id` and uptime (`INFO server`): a new `run_id` is a
+/// restart, which may have lost every key.
+fn server_info(link: &mut Link) -> Result<(String, u64), RegistryError> {
+    let info: String = link.with(|c| redis::cmd("INFO").arg("server").query(c))?;
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(':')))
+            .map(str::trim)
+            .unwrap_or("")
+            .to_string()
+    };
+    let uptime = field("uptime_in_seconds").parse().unwrap_or(u64::MAX);
+    Ok((field("run_id"), uptime))
+}
+
+/// A Redis that restarted lost its id counter with its keys: live
+/// reflectors put it back at their next heartbeat, so a newcomer waits
+/// until they all had the chance (two TTLs of the longest allowed, 20 s
+/// at most) before it takes an id.
+fn wait_for_reregistration(link: &mut Link) -> Result<(), RegistryError> {
+    let hold = (2 * link.cfg.ttl).min(Duration::from_secs(20));
+    let (_, uptime) = server_info(link)?;
+    let up = Duration::from_secs(uptime);
+    if up < hold {
+        let wait = hold - up + Duration::from_secs(1);
+        tracing::info!(
+            "registry {} started {up:?} ago: waiting {wait:?} so live reflectors register again before a new id is taken",
+            redacted(&link.cfg.url)
+        );
+        std::thread::sleep(wait);
+    }
+    Ok(())
+}
+
 /// A reflector's side: registers once, then heartbeats.
 pub struct Registrar {
     link: Link,
     secret: SecretRing,
     reg: Registration,
+    write_script: redis::Script,
+}
+
+/// KEYS: the entry, the id counter, the id set; ARGV: the entry's JSON, its
+/// TTL in ms, this process's instance, 1 for a first write, the id.
+const WRITE: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  if ARGV[4] == '1' then return 0 end
+  local ok, e = pcall(cjson.decode, cur)
+  if not ok or e['instance'] ~= ARGV[3] then return 0 end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local n = tonumber(redis.call('GET', KEYS[2]) or '0')
+if n < tonumber(ARGV[5]) then redis.call('SET', KEYS[2], ARGV[5]) end
+redis.call('SADD', KEYS[3], ARGV[5])
+return 1
+";
+
+/// A fresh random instance id (hex).
+fn instance_id() -> String {
+    let mut b = [0u8; 8];
+    // Without an OS random source nothing here can be trusted anyway;
+    // the time keeps two processes apart in that case.
+    if getrandom::getrandom(&mut b).is_err() {
+        b = unix_ms().to_be_bytes();
+    }
+    hex::encode(b)
 }
 
 /// The secret an entry is signed with: the previous one while it is still
@@ -311,6 +377,7 @@ impl Registrar {
         capacity: u64,
     ) -> Result<Registrar, RegistryError> {
         let mut link = Link::new(cfg)?;
+        wait_for_reregistration(&mut link)?;
         let id = match id {
             Some(id) => id,
             None => {
@@ -331,16 +398,16 @@ impl Registrar {
                 copies_per_s: 0,
                 draining: false,
                 valid_until_unix_ms: 0,
+                instance: instance_id(),
                 sig: String::new(),
             },
+            write_script: redis::Script::new(WRITE),
         };
         // The first write only if nobody holds the id: two live reflectors
         // with one id would get each other's tokens.
         if !r.write(true)? {
             return Err(RegistryError::IdTaken(id));
         }
-        let (set, id) = (r.link.cfg.key("reflectors"), r.reg.id);
-        r.link.with(|c| redis::cmd("SADD").arg(&set).arg(id).query::<()>(c))?;
         Ok(r)
     }
 
@@ -353,22 +420,34 @@ impl Registrar {
         self.secret = ring;
     }
 
+    /// Writes the entry: the first time only if nobody holds the id, later
+    /// only if the entry there is this process's own (or gone: a restart of
+    /// Redis, an outage longer than the TTL); either way the id counter is
+    /// kept at least at this id, so a Redis that lost its keys does not
+    /// hand a live reflector's id to a newcomer. False if the id is held.
     fn write(&mut self, only_new: bool) -> Result<bool, RegistryError> {
         let ttl = self.link.cfg.ttl;
         let now = unix_ms();
         self.reg.valid_until_unix_ms = now + ttl.as_millis() as u64;
         self.reg.sign(signing_secret(&self.secret, now));
         let key = self.link.cfg.key(&format!("reflector:{}", self.reg.id));
+        let (next, set) = (self.link.cfg.key("next-id"), self.link.cfg.key("reflectors"));
         let value = serde_json::to_string(&self.reg).map_err(|e| RegistryError::Bad(e.to_string()))?;
-        let written: Option<String> = self.link.with(|c| {
-            let mut cmd = redis::cmd("SET");
-            cmd.arg(&key).arg(&value).arg("PX").arg(ttl.as_millis() as u64);
-            if only_new {
-                cmd.arg("NX");
-            }
-            cmd.query(c)
+        let (id, instance) = (self.reg.id, self.reg.instance.clone());
+        let script = &self.write_script;
+        let written: i64 = self.link.with(|c| {
+            script
+                .key(&key)
+                .key(&next)
+                .key(&set)
+                .arg(&value)
+                .arg(ttl.as_millis() as u64)
+                .arg(&instance)
+                .arg(u8::from(only_new))
+                .arg(id)
+                .invoke(c)
         })?;
-        Ok(written.is_some())
+        Ok(written == 1)
     }
 
     /// Refreshes the entry with the load now (call every
@@ -378,9 +457,14 @@ impl Registrar {
         self.reg.members = members;
         self.reg.copies_per_s = copies_per_s;
         self.reg.draining = draining;
-        self.write(false)?;
-        let (set, id) = (self.link.cfg.key("reflectors"), self.reg.id);
-        self.link.with(|c| redis::cmd("SADD").arg(&set).arg(id).query::<()>(c))
+        if self.write(false)? {
+            Ok(())
+        } else {
+            // Another process wrote an entry under this id while ours was
+            // gone (an outage of Redis longer than the TTL, and a newcomer
+            // given the id): both now accept the same tokens.
+            Err(RegistryError::IdTaken(self.reg.id))
+        }
     }
 
     /// Removes the entry (a clean stop): its cells are placed elsewhere at
@@ -455,6 +539,11 @@ pub struct Directory {
     secret: SecretRing,
     claim: redis::Script,
     view: View,
+    /// Redis' run id at the last refresh: a new one is a restart.
+    run_id: Option<String>,
+    /// After a restart, until then no cell moves: the reflectors register
+    /// again and the placements held here are written back.
+    hold_until: Option<Instant>,
 }
 
 impl Directory {
@@ -464,6 +553,8 @@ impl Directory {
             secret: secret.clone(),
             claim: redis::Script::new(CLAIM),
             view: View::default(),
+            run_id: None,
+            hold_until: None,
         })
     }
 
@@ -482,7 +573,23 @@ impl Directory {
     /// placed it first, its placement is taken). On an error the previous
     /// view stays in force.
     pub fn refresh(&mut self, cells: &[(u32, u32)]) -> Result<&View, RegistryError> {
+        let (run_id, _) = server_info(&mut self.link)?;
+        if self.run_id.as_ref().is_some_and(|r| *r != run_id) {
+            let hold = 2 * self.link.cfg.ttl;
+            tracing::warn!(
+                "registry {} restarted: placements held for {hold:?} while the reflectors register again",
+                redacted(&self.link.cfg.url)
+            );
+            self.hold_until = Some(Instant::now() + hold);
+        }
+        self.run_id = Some(run_id);
+        if self.hold_until.is_some_and(|t| Instant::now() >= t) {
+            self.hold_until = None;
+        }
         let live = self.read_reflectors()?;
+        if self.hold_until.is_some() {
+            return self.hold(live);
+        }
         let key = self.link.cfg.key("cells");
         let stored: HashMap<String, String> = self.link.with(|c| redis::cmd("HGETALL").arg(&key).query(c))?;
         let serving = |p: &Placed| {
@@ -535,6 +642,29 @@ impl Directory {
         }
         self.view.reflectors = live;
         self.view.cells = placed;
+        Ok(&self.view)
+    }
+
+    /// While Redis has just restarted: every placement held here is written
+    /// back unless another control server wrote one first (then that one
+    /// is taken), and nothing moves; reflectors not registered again yet
+    /// keep their entries of before in the view, so `/join` goes on.
+    fn hold(&mut self, live: BTreeMap<u16, Registration>) -> Result<&View, RegistryError> {
+        let key = self.link.cfg.key("cells");
+        let held: Vec<((u32, u32), Placed)> = self.view.cells.iter().map(|(c, p)| (*c, *p)).collect();
+        for (cell, p) in held {
+            let field = format!("{},{}", cell.0, cell.1);
+            let claim = &self.claim;
+            let (_, now): (i64, String) = self
+                .link
+                .with(|c| claim.key(&key).arg(&field).arg("").arg(p.encode()).invoke(c))?;
+            if let Some(q) = Placed::decode(&now) {
+                self.view.cells.insert(cell, q);
+            }
+        }
+        for (id, r) in live {
+            self.view.reflectors.insert(id, r);
+        }
         Ok(&self.view)
     }
 
@@ -618,6 +748,7 @@ mod tests {
             copies_per_s: 0,
             draining: false,
             valid_until_unix_ms: 10_000,
+            instance: "00".into(),
             sig: String::new(),
         }
     }

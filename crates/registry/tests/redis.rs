@@ -40,7 +40,7 @@ fn per_reflector(v: &View) -> HashMap<u16, usize> {
 #[test]
 fn ids_are_unique_and_an_id_held_is_refused() {
     let redis = RedisServer::start();
-    let cfg = config(&redis, 3_000);
+    let cfg = config(&redis, 600);
     let a = Registrar::register(&cfg, &secret(), None, ip(1), &[4000], 100).unwrap();
     let b = Registrar::register(&cfg, &secret(), None, ip(2), &[4000], 100).unwrap();
     assert_ne!(a.id(), b.id());
@@ -126,7 +126,7 @@ fn two_control_servers_place_every_cell_once_and_follow_failures() {
 #[test]
 fn a_rogue_entry_is_refused_and_counted() {
     let redis = RedisServer::start();
-    let cfg = config(&redis, 3_000);
+    let cfg = config(&redis, 600);
     let cells = grid(2, 2);
     let honest = Registrar::register(&cfg, &secret(), None, ip(1), &[4000], 100).unwrap();
     // Someone who can write to Redis but lacks the fleet's secret.
@@ -147,7 +147,7 @@ fn a_rogue_entry_is_refused_and_counted() {
 fn redis_down_keeps_the_view_and_a_restart_is_repaired_by_heartbeats() {
     let mut redis = RedisServer::start();
     let port = redis.port;
-    let cfg = config(&redis, 3_000);
+    let cfg = config(&redis, 600);
     let cells = grid(3, 1);
     let mut a = Registrar::register(&cfg, &secret(), None, ip(1), &[4000], 100).unwrap();
     let mut d = Directory::new(&cfg, &secret()).unwrap();
@@ -157,11 +157,47 @@ fn redis_down_keeps_the_view_and_a_restart_is_repaired_by_heartbeats() {
     assert!(d.refresh(&cells).is_err());
     assert_eq!(d.view().cells, before, "the last view answers while Redis is down");
     assert!(a.heartbeat(0, 0, false).is_err());
-    // Back, empty (a restart that lost every key): the next heartbeat
-    // registers again and the cells are placed again, on the same id.
+    // Back, empty (a restart that lost every key): the control server
+    // holds its placements (and writes them back) while reflectors
+    // register again; the next heartbeat registers a again, on its id.
     let _redis = RedisServer::start_on(port);
-    a.heartbeat(0, 0, false).unwrap();
     let v = d.refresh(&cells).unwrap();
-    assert_eq!(v.cells.len(), 3);
-    assert!(v.cells.values().all(|p| p.reflector == a.id()));
+    assert_eq!(v.cells, before, "held across the restart");
+    assert!(v.target((0, 0)).is_some(), "and still answered");
+    a.heartbeat(0, 0, false).unwrap();
+    // A newcomer waits until the live ones had their chance, and never
+    // gets an id a live reflector holds (the counter was lost too).
+    let t0 = Instant::now();
+    let mut b = Registrar::register(&cfg, &secret(), None, ip(2), &[5000], 100).unwrap();
+    assert!(t0.elapsed() >= Duration::from_millis(200), "it waited for the others");
+    assert_ne!(b.id(), a.id(), "an id in use is never handed out again");
+    // Once the hold is over, placement is back to its rules: a's cells
+    // stay on a (alive), none moved.
+    let until = Instant::now() + Duration::from_millis(1_300);
+    while Instant::now() < until {
+        a.heartbeat(0, 0, false).unwrap();
+        b.heartbeat(0, 0, false).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let v = d.refresh(&cells).unwrap();
+    assert_eq!(v.cells, before);
+    assert!(v.reflectors.contains_key(&b.id()));
+}
+
+#[test]
+fn a_second_process_on_a_held_id_is_refused_at_heartbeat() {
+    let redis = RedisServer::start();
+    let cfg = config(&redis, 600);
+    let mut a = Registrar::register(&cfg, &secret(), None, ip(1), &[4000], 100).unwrap();
+    // Its entry removed behind its back, and the id taken by another.
+    let mut c = redis::Client::open(redis.url()).unwrap().get_connection().unwrap();
+    redis::cmd("DEL")
+        .arg(format!("reflector:reflector:{}", a.id()))
+        .query::<()>(&mut c)
+        .unwrap();
+    let _b = Registrar::register(&cfg, &secret(), Some(a.id()), ip(2), &[4000], 100).unwrap();
+    match a.heartbeat(0, 0, false) {
+        Err(RegistryError::IdTaken(id)) => assert_eq!(id, a.id()),
+        other => panic!("a heartbeat over another process's entry: {other:?}"),
+    }
 }
