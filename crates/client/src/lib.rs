@@ -198,6 +198,8 @@ pub struct Client<D: Driver = UdpDriver> {
     /// A token request in flight on a helper thread.
     fetching: Option<mpsc::Receiver<Result<AreaTokens, ControlError>>>,
     fetch_not_before: Option<Instant>,
+    /// A renewal brought no later expiry: the next waits until then.
+    renew_not_before: Option<Instant>,
     token_needed_said: bool,
     events: VecDeque<Event>,
     inbox: Inbox,
@@ -266,6 +268,7 @@ impl<D: Driver> Client<D> {
             left: false,
             fetching: None,
             fetch_not_before: None,
+            renew_not_before: None,
             token_needed_said: false,
             events: VecDeque::with_capacity(64),
             inbox: Inbox::new(cfg.inbox),
@@ -923,11 +926,7 @@ impl<D: Driver> Client<D> {
             m.last_keepalive = now;
             self.send_echo(i, now);
         }
-        if let Some(at) = self.memberships[i].session.renew_at() {
-            if reflector_proto::unix_now_ms() >= at {
-                self.need_token(now);
-            }
-        }
+        self.renew_if_due(i, now);
     }
 
     /// The keepalive: an ECHO, a sign of life like KEEPALIVE that the
