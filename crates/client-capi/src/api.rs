@@ -237,11 +237,11 @@ pub fn event(e: Event) -> rc_event {
             out.members = members;
             out.rejoin = u8::from(rejoin);
         }
-        Event::Rejoining(r) => {
+        Event::Rejoining { reason: r, .. } => {
             out.kind = RC_EVENT_REJOINING;
             out.reason = reason(r);
         }
-        Event::Renewed { expires_unix_s } => {
+        Event::Renewed { expires_unix_s, .. } => {
             out.kind = RC_EVENT_RENEWED;
             out.expires_unix_s = expires_unix_s;
         }

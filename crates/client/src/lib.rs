@@ -752,6 +752,7 @@ impl<D: Driver> Client<D> {
                 m.last_heard = now;
                 self.stats.renewals += 1;
                 self.events.push_back(Event::Renewed {
+                    group: key.1,
                     expires_unix_s: m.session.expires_unix_s(),
                 });
             }
@@ -787,9 +788,9 @@ impl<D: Driver> Client<D> {
             first_seq: self.next_seq.max(m.session.next_seq()),
             ..m.session.rejoin_request()
         };
-        let reflector = m.reflector;
+        let (reflector, group) = (m.reflector, m.key().1);
         self.stats.rejoins += 1;
-        self.events.push_back(Event::Rejoining(why));
+        self.events.push_back(Event::Rejoining { group, reason: why });
         self.start(Some(i), req, reflector, true, now);
     }
 

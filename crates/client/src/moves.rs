@@ -31,7 +31,10 @@ impl<D: Driver> Client<D> {
             Some(_) if self.cell != Some(key) => {
                 self.leave_quietly();
                 self.stats.rejoins += 1;
-                self.events.push_back(Event::Rejoining(RejoinReason::NewGroup));
+                self.events.push_back(Event::Rejoining {
+                    group: t.group,
+                    reason: RejoinReason::NewGroup,
+                });
                 self.cell = Some(key);
                 self.start(None, req, reflector, true, now);
             }

@@ -183,7 +183,10 @@ fn forged_not_member_rejoins_with_the_held_token_without_the_control_server() {
     });
     assert_eq!(
         ev.first().map(|e| &e.1),
-        Some(&Event::Rejoining(RejoinReason::NotMember))
+        Some(&Event::Rejoining {
+            group: r.port,
+            reason: RejoinReason::NotMember
+        })
     );
     assert_eq!(stub.requests(), 1, "a forged error never reaches the control server");
     assert_eq!(c.stats().token_requests, 1);
@@ -217,7 +220,10 @@ fn a_restarted_reflector_is_rejoined_within_two_seconds() {
     assert!(
         ev.iter().any(|(_, e)| matches!(
             e,
-            Event::Rejoining(RejoinReason::NotMember | RejoinReason::ReflectorSilent)
+            Event::Rejoining {
+                group,
+                reason: RejoinReason::NotMember | RejoinReason::ReflectorSilent
+            } if *group == port
         )),
         "{ev:?}"
     );
@@ -253,7 +259,7 @@ fn a_rebound_client_receives_again_within_one_keepalive_interval() {
     // Its next ECHO (due within one interval) draws the reflector's PROBE;
     // the margin is for the round trip and a busy machine.
     assert!(took < KEEPALIVE + Duration::from_millis(250), "took {took:?}");
-    assert!(!ev.iter().any(|(_, e)| matches!(e, Event::Rejoining(_))), "{ev:?}");
+    assert!(!ev.iter().any(|(_, e)| matches!(e, Event::Rejoining { .. })), "{ev:?}");
     r.stop();
 }
 
@@ -289,10 +295,15 @@ fn renewal_fetches_a_new_token_ahead_of_expiry_and_keeps_the_membership() {
     pump_until(&mut [&mut c], Duration::from_secs(4), &mut ev, |_, ev| {
         ev.iter().any(|(_, e)| matches!(e, Event::Renewed { .. }))
     });
+    assert!(
+        ev.iter()
+            .any(|(_, e)| matches!(e, Event::Renewed { group, .. } if *group == r.port)),
+        "the renewal names its group: {ev:?}"
+    );
     assert_eq!(stub.requests(), 2);
     assert!(
         !ev.iter()
-            .any(|(_, e)| matches!(e, Event::Rejoining(_) | Event::Joined { .. })),
+            .any(|(_, e)| matches!(e, Event::Rejoining { .. } | Event::Joined { .. })),
         "{ev:?}"
     );
     assert!(c.is_member());
@@ -355,10 +366,15 @@ fn a_renewal_that_brought_no_later_expiry_is_not_asked_again_at_once() {
     pump_until(&mut [&mut c], Duration::from_secs(5), &mut ev, |_, ev| {
         ev.iter().any(|(_, e)| matches!(e, Event::Renewed { .. }))
     });
+    assert!(
+        ev.iter()
+            .any(|(_, e)| matches!(e, Event::Renewed { group, .. } if *group == r.port)),
+        "{ev:?}"
+    );
     assert!(stub.requests() <= asked + 2, "{} requests", stub.requests());
     assert!(
         !ev.iter()
-            .any(|(_, e)| matches!(e, Event::Rejoining(_) | Event::Joined { .. })),
+            .any(|(_, e)| matches!(e, Event::Rejoining { .. } | Event::Joined { .. })),
         "{ev:?}"
     );
     assert_eq!(c.stats().renewals, 1);
