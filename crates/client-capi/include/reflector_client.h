@@ -16,12 +16,24 @@
 #define REFLECTOR_C_VERSION_MAJOR 1
 
 /**
- * Minor version: additions only (new functions, types, status codes and
- * event kinds; no struct that exists changes size or layout). 1.1 added
- * checkpoints (`rc_poll_checkpoint` and the functions after it); the
- * status codes from `RC_ERR_BUFFER_TOO_SMALL` on come only from those.
+ * Minor version: additions only. New functions, types, status codes and
+ * event kinds; no function that exists changes its arguments, and no
+ * struct that exists changes its size or the offset of a field (a new
+ * field may only take bytes that were padding, checked at compile time).
+ * What a client is configured with is never a struct the caller fills:
+ * it is arguments, or setters on an `rc_config` handle (1.2), so a new
+ * setting is a new function and old callers' structs never grow. A
+ * caller ignores event kinds it does not know; a status code new in a
+ * minor version comes only from that version's functions.
+ * 1.1 added checkpoints (`rc_poll_checkpoint` and the functions after
+ * it; the status codes from `RC_ERR_BUFFER_TOO_SMALL` on). 1.2 added
+ * areas of interest and control server lists: `rc_config` and its
+ * functions, `rc_set_position`, `rc_sending_group`, `rc_member_groups`,
+ * `RC_EVENT_MOVED`, `RC_EVENT_LEFT_GROUP`, `rc_event.from_group`,
+ * `RC_ERR_WRONG_STATE`, and the group in `RC_EVENT_REJOINING` and
+ * `RC_EVENT_RENEWED`.
  */
-#define REFLECTOR_C_VERSION_MINOR 1
+#define REFLECTOR_C_VERSION_MINOR 2
 
 /**
  * Bytes of a reflector token.
@@ -44,6 +56,11 @@
  * Live client handles at once, per process.
  */
 #define RC_MAX_CLIENTS 4096
+
+/**
+ * Live config handles at once, per process. (Since 1.2.)
+ */
+#define RC_MAX_CONFIGS 1024
 
 /**
  * What an `rc_checkpoint_event` is. (Since 1.1.)
@@ -109,11 +126,13 @@ typedef enum {
    */
   RC_EVENT_JOINED = 1,
   /**
-   * Joining again with the token held, for `reason`.
+   * Joining `group` again with the token held, for `reason` (the group
+   * since 1.2; for `RC_REJOIN_NEW_GROUP`, the new group).
    */
   RC_EVENT_REJOINING = 2,
   /**
-   * The membership now lasts until `expires_unix_s`.
+   * The membership of `group` now lasts until `expires_unix_s` (the
+   * group since 1.2: with an area, each group renewed says so).
    */
   RC_EVENT_RENEWED = 3,
   /**
@@ -141,6 +160,18 @@ typedef enum {
    * thread that polled) the message.
    */
   RC_EVENT_ERROR = 9,
+  /**
+   * `rc_send` goes to `group` from now on, the player's new cell, whose
+   * JOIN_ACK has just come (a move, `rc_set_position`); it went to
+   * `from_group`. (Since 1.2.)
+   */
+  RC_EVENT_MOVED = 10,
+  /**
+   * `group`, out of the new area, was left (its LEAVE sent) once every
+   * group of the new area was a member (make-before-break); its DATA
+   * already on the way is still delivered for a moment. (Since 1.2.)
+   */
+  RC_EVENT_LEFT_GROUP = 11,
 } rc_event_kind;
 
 /**
@@ -259,6 +290,12 @@ typedef enum {
    * was used. (Since 1.1.)
    */
   RC_ERR_PROTOCOL = -18,
+  /**
+   * The call does not apply to this client: `rc_set_position` on a
+   * client that is handed its tokens (its game asks for the area
+   * itself), or after `rc_leave`. Nothing was done. (Since 1.2.)
+   */
+  RC_ERR_WRONG_STATE = -19,
 } rc_status;
 
 /**
@@ -274,7 +311,8 @@ typedef uint64_t rc_handle;
 typedef struct {
   rc_event_kind kind;
   /**
-   * JOINED: the group.
+   * JOINED, REJOINING, RENEWED, LEFT_GROUP: the group; MOVED: the group
+   * `rc_send` goes to now.
    */
   uint16_t group;
   /**
@@ -285,6 +323,11 @@ typedef struct {
    * JOINED: 1 if this is a rejoin.
    */
   uint8_t rejoin;
+  /**
+   * MOVED: the group `rc_send` went to before. (Since 1.2, in what was
+   * padding: the struct's size and its other fields' offsets are 1.1's.)
+   */
+  uint16_t from_group;
   /**
    * REJOINING: why.
    */
@@ -427,6 +470,15 @@ typedef struct {
    */
   uint64_t failures;
 } rc_checkpoint_counters;
+
+/**
+ * A client configuration handle (since 1.2): made by
+ * `rc_config_new_control`, changed by its setters, read (copied) by
+ * `rc_client_new_from_config`, freed by `rc_config_free`. Never 0, never
+ * equal to a client handle (each is refused where the other is wanted),
+ * dead once freed, as client handles are.
+ */
+typedef uint64_t rc_config;
 
 #ifdef __cplusplus
 extern "C" {
@@ -655,6 +707,98 @@ rc_status rc_checkpoint_configure(rc_handle h,
  * The client's checkpoint counters into `*stats`. (Since 1.1.)
  */
 rc_status rc_checkpoint_stats(rc_handle h, rc_checkpoint_counters *stats);
+
+/**
+ * Areas of interest and control server lists (since 1.2) need settings
+ * the 1.1 constructors do not take, so a client gets them from a config:
+ * an `rc_config` handle made with the arguments of
+ * `rc_client_new_control` (the same meaning, the same NULLs), changed by
+ * setters (`rc_config_set_area_radius`, `rc_config_add_fallback_url`; a
+ * later minor version adds a setting as a new setter, never as a field of
+ * a caller's struct), and read by `rc_client_new_from_config`, which
+ * copies it: the config may be changed, used for more clients and freed
+ * at once. Config handles follow the client handles' rules (a table
+ * behind a mutex, usable from any thread, each call serialized per
+ * handle, a freed one refused with `RC_ERR_BAD_HANDLE`), and are never
+ * taken for a client's handle nor the other way round.
+ *
+ * This call: a config with the arguments of `rc_client_new_control`; its
+ * handle goes to `*out`. Nothing is sent until a client is made from it.
+ */
+rc_status rc_config_new_control(const char *url,
+                                const char *ticket,
+                                uint32_t player,
+                                double x,
+                                double y,
+                                const char *ca_file,
+                                int allow_plain_http,
+                                const char *local,
+                                rc_config *out);
+
+/**
+ * The area of interest: the player's cell and every cell within `radius`
+ * cells of it (0, the default: the cell only). The client asks the
+ * control server for all of them in one request (the control server
+ * takes at most 2, and refuses more: an `RC_EVENT_ERROR` with
+ * `RC_ERR_CONTROL`) and is a member of each group: it hears the whole
+ * area and sends to its cell only. (Since 1.2.)
+ */
+rc_status rc_config_set_area_radius(rc_config cfg, uint8_t radius);
+
+/**
+ * Adds a control server of the same world, tried after the URL given to
+ * `rc_config_new_control` and the ones added before it. A request moves
+ * on only when a server could not answer (a connect error, a timeout, a
+ * 5xx); a refusal (401, 403, 429) is the answer. Every URL is checked
+ * (`https://`, or `http://` with `allow_plain_http`) before a request is
+ * sent. (Since 1.2.)
+ */
+rc_status rc_config_add_fallback_url(rc_config cfg, const char *url);
+
+/**
+ * A client from a copy of the config (the config stays the caller's);
+ * the handle goes to `*out`. It asks the control server at once, for the
+ * area when the config has a radius. (Since 1.2.)
+ */
+rc_status rc_client_new_from_config(rc_config cfg, rc_handle *out);
+
+/**
+ * Frees a config; clients made from it keep their copy. The handle is
+ * dead after. (Since 1.2.)
+ */
+rc_status rc_config_free(rc_config cfg);
+
+/**
+ * The player moved to (`x`, `y`), world units as given at creation: the
+ * client asks the control server for the area there (one request, now or
+ * when the one in flight ends), joins the groups it does not hold,
+ * switches `rc_send` to the new cell at its JOIN_ACK (`RC_EVENT_MOVED`)
+ * and only then leaves the groups out of the new area
+ * (`RC_EVENT_LEFT_GROUP`): make-before-break, at any radius. Each call is
+ * a request (one unit of the ticket's rate limit): call it when the
+ * player crosses into another cell, not every frame. Errors:
+ * `RC_ERR_INVALID_ARGUMENT` (not finite), `RC_ERR_WRONG_STATE` (a client
+ * handed its tokens, or after `rc_leave`). (Since 1.2.)
+ */
+rc_status rc_set_position(rc_handle h, double x, double y);
+
+/**
+ * The group `rc_send` goes to now into `*group`: the player's cell, or
+ * during a move the previous cell until the new one's JOIN_ACK. `RC_OK`,
+ * or `RC_NONE` while there is none. (Since 1.2.)
+ */
+rc_status rc_sending_group(rc_handle h, uint16_t *group);
+
+/**
+ * The groups the client is a member of now (its cell's and those of its
+ * area; during a move the old ones too, until left), in no particular
+ * order: as many as fit copied into `groups` (`cap` of them; NULL with 0
+ * asks the number), how many there are into `*count`. `RC_OK`, or
+ * `RC_ERR_BUFFER_TOO_SMALL` when `cap` is less than `*count` (the first
+ * `cap` copied). 25 hold an area of radius 2; during a move the old
+ * groups are there too until they are left. (Since 1.2.)
+ */
+rc_status rc_member_groups(rc_handle h, uint16_t *groups, size_t cap, size_t *count);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -15,11 +15,17 @@ use std::time::{Duration, Instant};
 
 static CLIENTS: Mutex<Table<Entry>> = Mutex::new(Table::new(RC_MAX_CLIENTS));
 
+/// The configs (`rc_config`): a tagged table, so a config handle is never
+/// a client's.
+static CONFIGS: Mutex<Table<Config>> = Mutex::new(Table::new_tagged(RC_MAX_CONFIGS));
+
 /// What a handle holds: the client, and the state of the last checkpoint
 /// polled as `RC_CHECKPOINT_READY` until `rc_checkpoint_take` copies it out.
 pub struct Entry {
     client: Client,
     fetched: Option<Fetched>,
+    /// It asks the control server (so `rc_set_position` applies).
+    control: bool,
 }
 
 struct Fetched {
@@ -145,23 +151,32 @@ fn token(p: &TokenParts<'_>) -> Res<Token> {
     })
 }
 
-fn start(source: TokenSource, local: Option<&str>) -> Res<rc_handle> {
+fn config(source: TokenSource, local: Option<&str>) -> Config {
     let mut cfg = Config::new(source);
     if let Some(local) = local {
         cfg.local = local.to_string();
     }
+    cfg
+}
+
+fn start(cfg: Config) -> Res<rc_handle> {
+    let control = matches!(cfg.token, TokenSource::Control(_));
     // The clock's epoch is taken before any client exists, so every
     // `rc_now_ms()` value maps to an instant after the client started.
     epoch();
     let client = Client::new(cfg).map_err(|e| client_error(&e))?;
-    let inserted = lock(&CLIENTS).insert(Entry { client, fetched: None });
+    let inserted = lock(&CLIENTS).insert(Entry {
+        client,
+        fetched: None,
+        control,
+    });
     inserted.map_err(|e| bad_handle(0, e))
 }
 
 /// A client with a token handed in; `local` is the address to bind
 /// (`None`: any).
 pub fn new_with_token(p: &TokenParts<'_>, local: Option<&str>) -> Res<rc_handle> {
-    start(TokenSource::Given(token(p)?), local)
+    start(config(TokenSource::Given(token(p)?), local))
 }
 
 /// What a client that asks the control server needs.
@@ -175,13 +190,87 @@ pub struct ControlParts<'a> {
     pub allow_plain_http: bool,
 }
 
-/// A client that gets its tokens from the control server.
-pub fn new_control(p: &ControlParts<'_>, local: Option<&str>) -> Res<rc_handle> {
+fn control(p: &ControlParts<'_>) -> TokenSource {
     let mut c = ControlServer::new(p.url, p.player, (p.x, p.y));
     c.ticket = p.ticket.map(str::to_string);
     c.ca_file = p.ca_file.map(Into::into);
     c.allow_plain_http = p.allow_plain_http;
-    start(TokenSource::Control(c), local)
+    TokenSource::Control(c)
+}
+
+/// A client that gets its tokens from the control server.
+pub fn new_control(p: &ControlParts<'_>, local: Option<&str>) -> Res<rc_handle> {
+    start(config(control(p), local))
+}
+
+fn bad_config(cfg: rc_config, e: HandleError) -> rc_status {
+    match e {
+        HandleError::Bad => fail(
+            rc_status::RC_ERR_BAD_HANDLE,
+            format!("handle {cfg:#x} is not a live config (never made, already freed, or a client's)"),
+        ),
+        HandleError::Full => fail(
+            rc_status::RC_ERR_TABLE_FULL,
+            format!("{RC_MAX_CONFIGS} configs are live already; free some"),
+        ),
+    }
+}
+
+/// Runs `f` on the config behind `cfg`, holding its lock.
+fn with_config<R>(cfg: rc_config, f: impl FnOnce(&mut Config) -> Res<R>) -> Res<R> {
+    let entry = lock(&CONFIGS).get(cfg).map_err(|e| bad_config(cfg, e))?;
+    let mut c = lock(&entry);
+    f(&mut c)
+}
+
+/// A config for a client that gets its tokens from the control server,
+/// with what `new_control` takes; its setters add the rest.
+pub fn config_new_control(p: &ControlParts<'_>, local: Option<&str>) -> Res<rc_config> {
+    let inserted = lock(&CONFIGS).insert(config(control(p), local));
+    inserted.map_err(|e| bad_config(0, e))
+}
+
+/// The area of interest, in cells around the player's (0: its cell only).
+pub fn config_set_area_radius(cfg: rc_config, radius: u8) -> Res<()> {
+    with_config(cfg, |c| {
+        c.area_radius = radius;
+        Ok(())
+    })
+}
+
+/// One more control server of the same world, tried after those before it.
+pub fn config_add_fallback_url(cfg: rc_config, url: &str) -> Res<()> {
+    if url.is_empty() {
+        return Err(fail(rc_status::RC_ERR_INVALID_ARGUMENT, "the fallback URL is empty"));
+    }
+    with_config(cfg, |c| match &mut c.token {
+        TokenSource::Control(control) => {
+            control.fallback_urls.push(url.to_string());
+            Ok(())
+        }
+        TokenSource::Given(_) => Err(fail(
+            rc_status::RC_ERR_INVALID_ARGUMENT,
+            "this config is handed its tokens: it asks no control server",
+        )),
+    })
+}
+
+/// A client started from a copy of the config (which stays live).
+pub fn client_new_from_config(cfg: rc_config) -> Res<rc_handle> {
+    let c = with_config(cfg, |c| Ok(c.clone()))?;
+    start(c)
+}
+
+/// Frees a config (clients made from it keep their copy).
+pub fn config_free(cfg: rc_config) -> Res<()> {
+    let entry = lock(&CONFIGS).remove(cfg).map_err(|e| bad_config(cfg, e))?;
+    drop(entry);
+    Ok(())
+}
+
+/// Live configs (for tests and leak checks).
+pub fn live_configs() -> usize {
+    lock(&CONFIGS).len()
 }
 
 /// Runs `f` on the client behind `h`, holding that client's lock (not
@@ -237,12 +326,14 @@ pub fn event(e: Event) -> rc_event {
             out.members = members;
             out.rejoin = u8::from(rejoin);
         }
-        Event::Rejoining(r) => {
+        Event::Rejoining { group, reason: r } => {
             out.kind = RC_EVENT_REJOINING;
+            out.group = group;
             out.reason = reason(r);
         }
-        Event::Renewed { expires_unix_s } => {
+        Event::Renewed { group, expires_unix_s } => {
             out.kind = RC_EVENT_RENEWED;
+            out.group = group;
             out.expires_unix_s = expires_unix_s;
         }
         Event::TokenRequested => out.kind = RC_EVENT_TOKEN_REQUESTED,
@@ -258,10 +349,15 @@ pub fn event(e: Event) -> rc_event {
             out.instance = instance;
         }
         Event::Left => out.kind = RC_EVENT_LEFT,
-        // Areas of interest are not in the C ABI (a C client has radius 0
-        // and never moves), so these never come; `poll_event` skips them
-        // should they, and the C numbers stay as they are.
-        Event::Moved { .. } | Event::LeftGroup { .. } => {}
+        Event::Moved { from, to } => {
+            out.kind = RC_EVENT_MOVED;
+            out.group = to;
+            out.from_group = from;
+        }
+        Event::LeftGroup { group } => {
+            out.kind = RC_EVENT_LEFT_GROUP;
+            out.group = group;
+        }
         Event::Error(e) => {
             out.kind = RC_EVENT_ERROR;
             out.error = client_error(&e);
@@ -272,11 +368,7 @@ pub fn event(e: Event) -> rc_event {
 
 /// The next event, or `None`.
 pub fn poll_event(h: rc_handle) -> Res<Option<rc_event>> {
-    with(h, |c| {
-        Ok(std::iter::from_fn(|| c.poll_event())
-            .find(|e| !matches!(e, Event::Moved { .. } | Event::LeftGroup { .. }))
-            .map(event))
-    })
+    with(h, |c| Ok(c.poll_event().map(event)))
 }
 
 /// The next datagram copied into `buf` (cut to fit, said in the info),
@@ -352,6 +444,49 @@ pub fn is_member(h: rc_handle) -> Res<bool> {
 /// The group the client is in (`None` while not a member).
 pub fn group(h: rc_handle) -> Res<Option<u16>> {
     with(h, |c| Ok(c.group()))
+}
+
+/// The group `send` goes to now (`None` while it has none).
+pub fn sending_group(h: rc_handle) -> Res<Option<u16>> {
+    with(h, |c| Ok(c.sending_group()))
+}
+
+/// The groups the client is a member of, copied into `buf` as far as it
+/// holds them; how many there are.
+pub fn member_groups(h: rc_handle, buf: &mut [u16]) -> Res<usize> {
+    with(h, |c| {
+        let mut n = 0;
+        for g in c.member_groups() {
+            if let Some(slot) = buf.get_mut(n) {
+                *slot = g;
+            }
+            n += 1;
+        }
+        Ok(n)
+    })
+}
+
+/// The player moved to (`x`, `y`): the area there is asked for.
+pub fn set_position(h: rc_handle, x: f64, y: f64) -> Res<()> {
+    if !(x.is_finite() && y.is_finite()) {
+        return Err(fail(
+            rc_status::RC_ERR_INVALID_ARGUMENT,
+            format!("the position ({x}, {y}) is not finite"),
+        ));
+    }
+    with_entry(h, |e| {
+        if e.client.set_position((x, y)) {
+            return Ok(());
+        }
+        Err(fail(
+            rc_status::RC_ERR_WRONG_STATE,
+            if e.control {
+                "the client has left (rc_leave): it moves no more"
+            } else {
+                "this client is handed its tokens: the game asks for the area at the new position itself"
+            },
+        ))
+    })
 }
 
 /// The client's instance id.

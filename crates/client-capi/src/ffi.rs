@@ -542,6 +542,172 @@ pub unsafe extern "C" fn rc_checkpoint_stats(h: rc_handle, stats: *mut rc_checkp
     })
 }
 
+/// Areas of interest and control server lists (since 1.2) need settings
+/// the 1.1 constructors do not take, so a client gets them from a config:
+/// an `rc_config` handle made with the arguments of
+/// `rc_client_new_control` (the same meaning, the same NULLs), changed by
+/// setters (`rc_config_set_area_radius`, `rc_config_add_fallback_url`; a
+/// later minor version adds a setting as a new setter, never as a field of
+/// a caller's struct), and read by `rc_client_new_from_config`, which
+/// copies it: the config may be changed, used for more clients and freed
+/// at once. Config handles follow the client handles' rules (a table
+/// behind a mutex, usable from any thread, each call serialized per
+/// handle, a freed one refused with `RC_ERR_BAD_HANDLE`), and are never
+/// taken for a client's handle nor the other way round.
+///
+/// This call: a config with the arguments of `rc_client_new_control`; its
+/// handle goes to `*out`. Nothing is sent until a client is made from it.
+#[no_mangle]
+pub unsafe extern "C" fn rc_config_new_control(
+    url: *const c_char,
+    ticket: *const c_char,
+    player: u32,
+    x: f64,
+    y: f64,
+    ca_file: *const c_char,
+    allow_plain_http: c_int,
+    local: *const c_char,
+    out: *mut rc_config,
+) -> rc_status {
+    call(|| {
+        // SAFETY: each pointer as the header says, checked for NULL.
+        let (p, local) = unsafe {
+            (
+                ControlParts {
+                    url: text(url, "url")?,
+                    ticket: opt_text(ticket, "ticket")?,
+                    player,
+                    x,
+                    y,
+                    ca_file: opt_text(ca_file, "ca_file")?,
+                    allow_plain_http: allow_plain_http != 0,
+                },
+                opt_text(local, "local")?,
+            )
+        };
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let cfg = api::config_new_control(&p, local)?;
+        // SAFETY: `out` is a writable rc_config, checked for NULL above.
+        done(unsafe { put(out, cfg, "out") })
+    })
+}
+
+/// The area of interest: the player's cell and every cell within `radius`
+/// cells of it (0, the default: the cell only). The client asks the
+/// control server for all of them in one request (the control server
+/// takes at most 2, and refuses more: an `RC_EVENT_ERROR` with
+/// `RC_ERR_CONTROL`) and is a member of each group: it hears the whole
+/// area and sends to its cell only. (Since 1.2.)
+#[no_mangle]
+pub extern "C" fn rc_config_set_area_radius(cfg: rc_config, radius: u8) -> rc_status {
+    call(|| done(api::config_set_area_radius(cfg, radius)))
+}
+
+/// Adds a control server of the same world, tried after the URL given to
+/// `rc_config_new_control` and the ones added before it. A request moves
+/// on only when a server could not answer (a connect error, a timeout, a
+/// 5xx); a refusal (401, 403, 429) is the answer. Every URL is checked
+/// (`https://`, or `http://` with `allow_plain_http`) before a request is
+/// sent. (Since 1.2.)
+#[no_mangle]
+pub unsafe extern "C" fn rc_config_add_fallback_url(cfg: rc_config, url: *const c_char) -> rc_status {
+    call(|| {
+        // SAFETY: a NUL-terminated string (the header's contract), checked for NULL.
+        let url = unsafe { text(url, "url")? };
+        done(api::config_add_fallback_url(cfg, url))
+    })
+}
+
+/// A client from a copy of the config (the config stays the caller's);
+/// the handle goes to `*out`. It asks the control server at once, for the
+/// area when the config has a radius. (Since 1.2.)
+#[no_mangle]
+pub unsafe extern "C" fn rc_client_new_from_config(cfg: rc_config, out: *mut rc_handle) -> rc_status {
+    call(|| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let h = api::client_new_from_config(cfg)?;
+        // SAFETY: `out` is a writable handle, checked for NULL above.
+        done(unsafe { put(out, h, "out") })
+    })
+}
+
+/// Frees a config; clients made from it keep their copy. The handle is
+/// dead after. (Since 1.2.)
+#[no_mangle]
+pub extern "C" fn rc_config_free(cfg: rc_config) -> rc_status {
+    call(|| done(api::config_free(cfg)))
+}
+
+/// The player moved to (`x`, `y`), world units as given at creation: the
+/// client asks the control server for the area there (one request, now or
+/// when the one in flight ends), joins the groups it does not hold,
+/// switches `rc_send` to the new cell at its JOIN_ACK (`RC_EVENT_MOVED`)
+/// and only then leaves the groups out of the new area
+/// (`RC_EVENT_LEFT_GROUP`): make-before-break, at any radius. Each call is
+/// a request (one unit of the ticket's rate limit): call it when the
+/// player crosses into another cell, not every frame. Errors:
+/// `RC_ERR_INVALID_ARGUMENT` (not finite), `RC_ERR_WRONG_STATE` (a client
+/// handed its tokens, or after `rc_leave`). (Since 1.2.)
+#[no_mangle]
+pub extern "C" fn rc_set_position(h: rc_handle, x: f64, y: f64) -> rc_status {
+    call(|| done(api::set_position(h, x, y)))
+}
+
+/// The group `rc_send` goes to now into `*group`: the player's cell, or
+/// during a move the previous cell until the new one's JOIN_ACK. `RC_OK`,
+/// or `RC_NONE` while there is none. (Since 1.2.)
+#[no_mangle]
+pub unsafe extern "C" fn rc_sending_group(h: rc_handle, group: *mut u16) -> rc_status {
+    call(|| {
+        if group.is_null() {
+            return Err(null("group"));
+        }
+        match api::sending_group(h)? {
+            None => Ok(rc_status::RC_NONE),
+            // SAFETY: `group` is a writable u16 (checked for NULL).
+            Some(g) => done(unsafe { put(group, g, "group") }),
+        }
+    })
+}
+
+/// The groups the client is a member of now (its cell's and those of its
+/// area; during a move the old ones too, until left), in no particular
+/// order: as many as fit copied into `groups` (`cap` of them; NULL with 0
+/// asks the number), how many there are into `*count`. `RC_OK`, or
+/// `RC_ERR_BUFFER_TOO_SMALL` when `cap` is less than `*count` (the first
+/// `cap` copied). 25 hold an area of radius 2; during a move the old
+/// groups are there too until they are left. (Since 1.2.)
+#[no_mangle]
+pub unsafe extern "C" fn rc_member_groups(h: rc_handle, groups: *mut u16, cap: usize, count: *mut usize) -> rc_status {
+    call(|| {
+        if count.is_null() {
+            return Err(null("count"));
+        }
+        let buf: &mut [u16] = match (cap, groups.is_null()) {
+            (0, _) => &mut [],
+            (_, true) => return Err(null("groups")),
+            // SAFETY: `cap` writable, aligned u16 at `groups` (the
+            // header's contract), checked for NULL.
+            (_, false) => unsafe { std::slice::from_raw_parts_mut(groups, cap) },
+        };
+        let n = api::member_groups(h, buf)?;
+        // SAFETY: `count` is a writable size_t (checked for NULL).
+        unsafe { put(count, n, "count")? };
+        Ok(if n > cap {
+            fail(
+                rc_status::RC_ERR_BUFFER_TOO_SMALL,
+                format!("the client is in {n} groups; the buffer holds {cap}"),
+            )
+        } else {
+            rc_status::RC_OK
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,8 @@
 //! linking and the rules.
 //!
 //! - `types`: what the header declares (status codes, events, stats);
-//! - `handles`: integer handles (slot + generation) in a locked table;
+//! - `handles`: integer handles (slot + generation) in a locked table
+//!   (clients', and configs' in a tagged one);
 //! - `api`: the operations, in safe Rust;
 //! - `ffi`: the `extern "C"` functions, the only unsafe code.
 //!
@@ -13,6 +14,11 @@
 //! calls on one handle from several threads are serialized (a game uses
 //! each handle from one thread at a time: its loop). The last-error
 //! message is per thread: read it on the thread whose call failed.
+//!
+//! Config handles (since 1.2: an area of interest and control server
+//! lists, set by setters rather than a caller's struct, so later settings
+//! are new functions) follow the client handles' rules in a table of
+//! their own; a client copies its config when it is made.
 //!
 //! Checkpoints (since 1.1) follow the same rules: the exchanges run inside
 //! `rc_update` on the caller's thread, their outcomes are polled

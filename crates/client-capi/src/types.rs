@@ -7,11 +7,23 @@
 /// Major version of the C ABI; `rc_version()` returns it in its top 16 bits.
 /// A program built against one major version must not load another.
 pub const REFLECTOR_C_VERSION_MAJOR: u32 = 1;
-/// Minor version: additions only (new functions, types, status codes and
-/// event kinds; no struct that exists changes size or layout). 1.1 added
-/// checkpoints (`rc_poll_checkpoint` and the functions after it); the
-/// status codes from `RC_ERR_BUFFER_TOO_SMALL` on come only from those.
-pub const REFLECTOR_C_VERSION_MINOR: u32 = 1;
+/// Minor version: additions only. New functions, types, status codes and
+/// event kinds; no function that exists changes its arguments, and no
+/// struct that exists changes its size or the offset of a field (a new
+/// field may only take bytes that were padding, checked at compile time).
+/// What a client is configured with is never a struct the caller fills:
+/// it is arguments, or setters on an `rc_config` handle (1.2), so a new
+/// setting is a new function and old callers' structs never grow. A
+/// caller ignores event kinds it does not know; a status code new in a
+/// minor version comes only from that version's functions.
+/// 1.1 added checkpoints (`rc_poll_checkpoint` and the functions after
+/// it; the status codes from `RC_ERR_BUFFER_TOO_SMALL` on). 1.2 added
+/// areas of interest and control server lists: `rc_config` and its
+/// functions, `rc_set_position`, `rc_sending_group`, `rc_member_groups`,
+/// `RC_EVENT_MOVED`, `RC_EVENT_LEFT_GROUP`, `rc_event.from_group`,
+/// `RC_ERR_WRONG_STATE`, and the group in `RC_EVENT_REJOINING` and
+/// `RC_EVENT_RENEWED`.
+pub const REFLECTOR_C_VERSION_MINOR: u32 = 2;
 
 /// Bytes of a reflector token.
 pub const RC_TOKEN_LEN: usize = 32;
@@ -25,6 +37,9 @@ pub const RC_MAX_PAYLOAD: usize = 1440;
 /// Live client handles at once, per process.
 pub const RC_MAX_CLIENTS: usize = 4096;
 
+/// Live config handles at once, per process. (Since 1.2.)
+pub const RC_MAX_CONFIGS: usize = 1024;
+
 const _: () = assert!(RC_TOKEN_LEN == reflector_proto::auth::TOKEN_LEN);
 const _: () = assert!(RC_SESSION_KEY_LEN == reflector_proto::protocol::SESSION_KEY_LEN);
 const _: () = assert!(RC_MAX_PAYLOAD == reflector_client::MAX_PAYLOAD);
@@ -33,6 +48,13 @@ const _: () = assert!(RC_MAX_PAYLOAD == reflector_client::MAX_PAYLOAD);
 /// never a handle; a freed handle stays invalid (its slot's generation
 /// moves on), so using it again returns `RC_ERR_BAD_HANDLE`.
 pub type rc_handle = u64;
+
+/// A client configuration handle (since 1.2): made by
+/// `rc_config_new_control`, changed by its setters, read (copied) by
+/// `rc_client_new_from_config`, freed by `rc_config_free`. Never 0, never
+/// equal to a client handle (each is refused where the other is wanted),
+/// dead once freed, as client handles are.
+pub type rc_config = u64;
 
 /// What every call returns. `RC_OK` and `RC_NONE` are not errors; every
 /// negative value is, with a message from `rc_last_error`.
@@ -87,6 +109,10 @@ pub enum rc_status {
     /// not fit the request (bad MAC, wrong digest, malformed): nothing in it
     /// was used. (Since 1.1.)
     RC_ERR_PROTOCOL = -18,
+    /// The call does not apply to this client: `rc_set_position` on a
+    /// client that is handed its tokens (its game asks for the area
+    /// itself), or after `rc_leave`. Nothing was done. (Since 1.2.)
+    RC_ERR_WRONG_STATE = -19,
 }
 
 /// What an `rc_event` is.
@@ -97,9 +123,11 @@ pub enum rc_event_kind {
     RC_EVENT_NONE = 0,
     /// A member of `group` (`members` in it, `rejoin` set if again).
     RC_EVENT_JOINED = 1,
-    /// Joining again with the token held, for `reason`.
+    /// Joining `group` again with the token held, for `reason` (the group
+    /// since 1.2; for `RC_REJOIN_NEW_GROUP`, the new group).
     RC_EVENT_REJOINING = 2,
-    /// The membership now lasts until `expires_unix_s`.
+    /// The membership of `group` now lasts until `expires_unix_s` (the
+    /// group since 1.2: with an area, each group renewed says so).
     RC_EVENT_RENEWED = 3,
     /// Asking the control server for a token.
     RC_EVENT_TOKEN_REQUESTED = 4,
@@ -114,6 +142,14 @@ pub enum rc_event_kind {
     /// Something failed: `error` says what kind, `rc_last_error` (on the
     /// thread that polled) the message.
     RC_EVENT_ERROR = 9,
+    /// `rc_send` goes to `group` from now on, the player's new cell, whose
+    /// JOIN_ACK has just come (a move, `rc_set_position`); it went to
+    /// `from_group`. (Since 1.2.)
+    RC_EVENT_MOVED = 10,
+    /// `group`, out of the new area, was left (its LEAVE sent) once every
+    /// group of the new area was a member (make-before-break); its DATA
+    /// already on the way is still delivered for a moment. (Since 1.2.)
+    RC_EVENT_LEFT_GROUP = 11,
 }
 
 /// Why a client joins again (`RC_EVENT_REJOINING`).
@@ -136,12 +172,16 @@ pub enum rc_rejoin_reason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct rc_event {
     pub kind: rc_event_kind,
-    /// JOINED: the group.
+    /// JOINED, REJOINING, RENEWED, LEFT_GROUP: the group; MOVED: the group
+    /// `rc_send` goes to now.
     pub group: u16,
     /// JOINED: members of the group at join time.
     pub members: u16,
     /// JOINED: 1 if this is a rejoin.
     pub rejoin: u8,
+    /// MOVED: the group `rc_send` went to before. (Since 1.2, in what was
+    /// padding: the struct's size and its other fields' offsets are 1.1's.)
+    pub from_group: u16,
     /// REJOINING: why.
     pub reason: rc_rejoin_reason,
     /// SENDER_HEARD, SENDER_SILENT: the player.
@@ -153,6 +193,41 @@ pub struct rc_event {
     /// ERROR: the kind of error.
     pub error: rc_status,
 }
+
+/// `rc_event` as 1.1 declared it, for the check below only.
+#[repr(C)]
+#[allow(dead_code, reason = "its layout is all that is used")]
+struct rc_event_1_1 {
+    kind: rc_event_kind,
+    group: u16,
+    members: u16,
+    rejoin: u8,
+    reason: rc_rejoin_reason,
+    player: u32,
+    instance: u64,
+    expires_unix_s: u64,
+    error: rc_status,
+}
+
+// rc_event keeps 1.1's size and every 1.1 field at its 1.1 offset, on
+// every target (`from_group` took padding): a 1.1 caller's struct holds a
+// 1.2 event.
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    type Old = rc_event_1_1;
+    assert!(size_of::<rc_event>() == size_of::<Old>());
+    assert!(offset_of!(rc_event, kind) == offset_of!(Old, kind));
+    assert!(offset_of!(rc_event, group) == offset_of!(Old, group));
+    assert!(offset_of!(rc_event, members) == offset_of!(Old, members));
+    assert!(offset_of!(rc_event, rejoin) == offset_of!(Old, rejoin));
+    assert!(offset_of!(rc_event, reason) == offset_of!(Old, reason));
+    assert!(offset_of!(rc_event, player) == offset_of!(Old, player));
+    assert!(offset_of!(rc_event, instance) == offset_of!(Old, instance));
+    assert!(offset_of!(rc_event, expires_unix_s) == offset_of!(Old, expires_unix_s));
+    assert!(offset_of!(rc_event, error) == offset_of!(Old, error));
+    assert!(offset_of!(rc_event, from_group) > offset_of!(Old, rejoin));
+    assert!(offset_of!(rc_event, from_group) + 2 <= offset_of!(Old, reason));
+};
 
 /// What `rc_recv` says about the datagram it copied.
 #[repr(C)]
@@ -295,6 +370,7 @@ impl rc_event {
         group: 0,
         members: 0,
         rejoin: 0,
+        from_group: 0,
         reason: rc_rejoin_reason::RC_REJOIN_NONE,
         player: 0,
         instance: 0,

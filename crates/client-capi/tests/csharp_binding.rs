@@ -48,6 +48,7 @@ fn unity_package_lays_out_the_plugin_folder() {
         "Plugins/x86_64/libreflector_c.so",
         "Scripts/ReflectorClient.cs",
         "Scripts/Examples~/Player.cs",
+        "Scripts/Examples~/Mover.cs",
         "README.txt",
     ] {
         assert!(out.join(f).is_file(), "{f} missing from the plugin folder");

@@ -86,11 +86,30 @@ fn header_declares_every_entry_point() {
         "rc_checkpoint_take",
         "rc_checkpoint_configure",
         "rc_checkpoint_stats",
+        "rc_group",
+        "rc_instance",
+        "rc_set_token",
+        "rc_rebind",
+        "rc_live_clients",
+        "rc_config_new_control",
+        "rc_config_set_area_radius",
+        "rc_config_add_fallback_url",
+        "rc_client_new_from_config",
+        "rc_config_free",
+        "rc_set_position",
+        "rc_sending_group",
+        "rc_member_groups",
     ] {
         assert!(h.contains(&format!(" {f}(")), "{f} missing from the header");
     }
     assert!(h.contains("#define REFLECTOR_C_VERSION_MAJOR 1"));
-    assert!(h.contains("#define REFLECTOR_C_VERSION_MINOR 1"));
+    assert!(h.contains("#define REFLECTOR_C_VERSION_MINOR 2"));
     assert!(h.contains("RC_ERR_BUFFER_TOO_SMALL = -12"));
     assert!(h.contains("RC_CHECKPOINT_READY = 3"));
+    // 1.2's additions, numbered after 1.1's (which keep theirs).
+    assert!(h.contains("RC_EVENT_ERROR = 9"));
+    assert!(h.contains("RC_EVENT_MOVED = 10"));
+    assert!(h.contains("RC_EVENT_LEFT_GROUP = 11"));
+    assert!(h.contains("RC_ERR_WRONG_STATE = -19"));
+    assert!(h.contains("typedef uint64_t rc_config;"));
 }

@@ -198,6 +198,8 @@ pub struct Client<D: Driver = UdpDriver> {
     /// A token request in flight on a helper thread.
     fetching: Option<mpsc::Receiver<Result<AreaTokens, ControlError>>>,
     fetch_not_before: Option<Instant>,
+    /// A renewal brought no later expiry: the next waits until then.
+    renew_not_before: Option<Instant>,
     token_needed_said: bool,
     events: VecDeque<Event>,
     inbox: Inbox,
@@ -266,6 +268,7 @@ impl<D: Driver> Client<D> {
             left: false,
             fetching: None,
             fetch_not_before: None,
+            renew_not_before: None,
             token_needed_said: false,
             events: VecDeque::with_capacity(64),
             inbox: Inbox::new(cfg.inbox),
@@ -749,6 +752,7 @@ impl<D: Driver> Client<D> {
                 m.last_heard = now;
                 self.stats.renewals += 1;
                 self.events.push_back(Event::Renewed {
+                    group: key.1,
                     expires_unix_s: m.session.expires_unix_s(),
                 });
             }
@@ -784,9 +788,9 @@ impl<D: Driver> Client<D> {
             first_seq: self.next_seq.max(m.session.next_seq()),
             ..m.session.rejoin_request()
         };
-        let reflector = m.reflector;
+        let (reflector, group) = (m.reflector, m.key().1);
         self.stats.rejoins += 1;
-        self.events.push_back(Event::Rejoining(why));
+        self.events.push_back(Event::Rejoining { group, reason: why });
         self.start(Some(i), req, reflector, true, now);
     }
 
@@ -923,11 +927,7 @@ impl<D: Driver> Client<D> {
             m.last_keepalive = now;
             self.send_echo(i, now);
         }
-        if let Some(at) = self.memberships[i].session.renew_at() {
-            if reflector_proto::unix_now_ms() >= at {
-                self.need_token(now);
-            }
-        }
+        self.renew_if_due(i, now);
     }
 
     /// The keepalive: an ECHO, a sign of life like KEEPALIVE that the

@@ -31,7 +31,10 @@ impl<D: Driver> Client<D> {
             Some(_) if self.cell != Some(key) => {
                 self.leave_quietly();
                 self.stats.rejoins += 1;
-                self.events.push_back(Event::Rejoining(RejoinReason::NewGroup));
+                self.events.push_back(Event::Rejoining {
+                    group: t.group,
+                    reason: RejoinReason::NewGroup,
+                });
                 self.cell = Some(key);
                 self.start(None, req, reflector, true, now);
             }
@@ -41,6 +44,7 @@ impl<D: Driver> Client<D> {
                 self.start(cell, req, reflector, rejoin, now);
             }
         }
+        self.renewal_settled(now);
         Ok(())
     }
 
@@ -96,7 +100,40 @@ impl<D: Driver> Client<D> {
             self.break_by = Some(now + MOVE_BREAK_AFTER);
         }
         self.settle_move(now);
+        self.renewal_settled(now);
         Ok(())
+    }
+
+    /// At membership `i`'s renewal moment, asks for new tokens (one
+    /// request renews every group), unless a renewal that brought no
+    /// later expiry is still backing off ([`Client::renewal_settled`]).
+    pub(crate) fn renew_if_due(&mut self, i: usize, now: Instant) {
+        if self.renew_not_before.is_some_and(|t| now < t) {
+            return;
+        }
+        let at = self.memberships[i].session.renew_at();
+        if at.is_some_and(|at| reflector_proto::unix_now_ms() >= at) {
+            self.need_token(now);
+        }
+    }
+
+    /// After a grant: a member it was for that is still past its renewal
+    /// moment got no token expiring later than the one it holds (the
+    /// control server answered within the second of its last grant, or
+    /// will not go past an expiry of its own). Asked again at once, it
+    /// would give the same answer on every update until the second rolls
+    /// over, or for good: the next renewal request waits
+    /// [`token::renewal_backoff`] (the game's [`Event::TokenNeeded`] too).
+    fn renewal_settled(&mut self, now: Instant) {
+        let now_ms = reflector_proto::unix_now_ms();
+        let unrenewed = self
+            .memberships
+            .iter()
+            .filter(|m| m.live() && m.wanted)
+            .filter(|m| m.session.renew_at().is_some_and(|at| now_ms >= at))
+            .map(|m| m.session.expires_unix_s())
+            .min();
+        self.renew_not_before = unrenewed.map(|expires| now + token::renewal_backoff(expires, now_ms));
     }
 
     /// Carries a move on: [`Client::send`] follows the cell once it is a

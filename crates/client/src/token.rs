@@ -414,6 +414,23 @@ mod http {
     }
 }
 
+/// The longest a renewal that brought no later expiry waits before the
+/// next ([`renewal_backoff`]).
+pub(crate) const RENEWAL_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How long the client waits before asking again after a renewal that
+/// brought no token expiring later than the one held (`expires_unix_s`),
+/// at `now_unix_ms`: a quarter of the time left before that expiry, at
+/// least [`crate::TOKEN_RETRY`] (an expiry is in whole seconds: a second
+/// later the control server's answer can differ) and at most
+/// [`RENEWAL_BACKOFF_MAX`]. The tries thin out as the expiry nears and
+/// never come on every update: 16 over the last third of a
+/// 300 s token whose expiry the control server will not extend.
+pub(crate) fn renewal_backoff(expires_unix_s: u64, now_unix_ms: u64) -> std::time::Duration {
+    let left = std::time::Duration::from_millis(expires_unix_s.saturating_mul(1000).saturating_sub(now_unix_ms));
+    (left / 4).clamp(crate::TOKEN_RETRY, RENEWAL_BACKOFF_MAX)
+}
+
 /// Asks the control server for a token (blocking; the client calls it on
 /// a helper thread).
 pub fn fetch(c: &ControlServer) -> Result<Token, ControlError> {
@@ -430,5 +447,38 @@ pub fn fetch_area(c: &ControlServer, radius: u8) -> Result<AreaTokens, ControlEr
     {
         let _ = (c, radius);
         Err(ControlError::NoHttp)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_renewal_without_a_later_expiry_backs_off_a_quarter_of_the_time_left() {
+        let exp = 1_000_000;
+        let at = |left_ms: u64| renewal_backoff(exp, exp * 1000 - left_ms);
+        // The renewal moment of a 300 s token (100 s left): 25 s.
+        assert_eq!(at(100_000), Duration::from_secs(25));
+        // Never more than a minute (an hour's token renews 20 min early).
+        assert_eq!(at(1_200_000), RENEWAL_BACKOFF_MAX);
+        // Never less than a second: the expiry's own resolution, so the
+        // same second's answer is not asked for again.
+        assert_eq!(at(10_000), Duration::from_millis(2_500));
+        assert_eq!(at(2_000), crate::TOKEN_RETRY);
+        assert_eq!(
+            renewal_backoff(exp, exp * 1000 + 5_000),
+            crate::TOKEN_RETRY,
+            "expired already"
+        );
+        // A token whose expiry is never extended is asked about a few
+        // times over the last third of its life, not on every update.
+        let (mut now, end, mut asks) = (exp * 1000 - 100_000, exp * 1000, 0);
+        while now < end {
+            now += renewal_backoff(exp, now).as_millis() as u64;
+            asks += 1;
+        }
+        assert_eq!(asks, 16, "requests over the last 100 s");
     }
 }

@@ -157,10 +157,17 @@ pub enum Event {
         members: u16,
         rejoin: bool,
     },
-    /// Joining again with the token and key held, for this reason.
-    Rejoining(RejoinReason),
-    /// The membership now lasts until this (Unix s).
+    /// Joining `group` again with the token and key held, for `reason`
+    /// (for [`RejoinReason::NewGroup`], `group` is the new group). With an
+    /// area each group rejoins on its own, so the event names which.
+    Rejoining {
+        group: u16,
+        reason: RejoinReason,
+    },
+    /// The membership of `group` now lasts until `expires_unix_s` (Unix
+    /// s). With an area one request renews every group, and each says so.
     Renewed {
+        group: u16,
         expires_unix_s: u64,
     },
     /// Asking the control server for a token.

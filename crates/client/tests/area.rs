@@ -284,7 +284,10 @@ fn cross_one_cell(radius: u8) {
         for (x, c) in cells.iter_mut().enumerate() {
             c.update(Instant::now());
             while let Some(e) = c.poll_event() {
-                assert!(!matches!(e, Event::Rejoining(_) | Event::Error(_)), "cell {x}: {e:?}");
+                assert!(
+                    !matches!(e, Event::Rejoining { .. } | Event::Error(_)),
+                    "cell {x}: {e:?}"
+                );
             }
             while let Some(d) = c.recv() {
                 if d.sender == 1 {
@@ -303,7 +306,7 @@ fn cross_one_cell(radius: u8) {
                     owed_to.insert(group, sends_before);
                 }
                 Event::Moved { .. } => moved = true,
-                Event::Rejoining(_) | Event::Error(_) => panic!("the mover: {e:?}"),
+                Event::Rejoining { .. } | Event::Error(_) => panic!("the mover: {e:?}"),
                 _ => {}
             }
             mover_events.push(e);
@@ -445,7 +448,11 @@ fn a_group_rejoins_on_its_own_and_one_request_renews_the_area() {
     });
     assert_eq!(
         ev.first().map(|e| &e.1),
-        Some(&Event::Rejoining(RejoinReason::NotMember))
+        Some(&Event::Rejoining {
+            group: ports[1],
+            reason: RejoinReason::NotMember
+        }),
+        "the rejoin names the neighbour's group"
     );
     assert!(
         !ev.iter()
@@ -460,9 +467,18 @@ fn a_group_rejoins_on_its_own_and_one_request_renews_the_area() {
         ev.iter().filter(|(_, e)| matches!(e, Event::Renewed { .. })).count() == 2
     });
     assert_eq!(stub.requests(), 2, "one request renewed both groups");
+    let mut renewed: Vec<u16> = ev
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Event::Renewed { group, .. } => Some(*group),
+            _ => None,
+        })
+        .collect();
+    renewed.sort_unstable();
+    assert_eq!(renewed, ports_of(&[0, 1], &ports), "each renewal names its group");
     assert!(
         !ev.iter()
-            .any(|(_, e)| matches!(e, Event::Rejoining(_) | Event::Joined { .. })),
+            .any(|(_, e)| matches!(e, Event::Rejoining { .. } | Event::Joined { .. })),
         "{ev:?}"
     );
     assert_eq!(c.stats().renewals, 2);

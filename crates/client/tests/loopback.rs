@@ -183,7 +183,10 @@ fn forged_not_member_rejoins_with_the_held_token_without_the_control_server() {
     });
     assert_eq!(
         ev.first().map(|e| &e.1),
-        Some(&Event::Rejoining(RejoinReason::NotMember))
+        Some(&Event::Rejoining {
+            group: r.port,
+            reason: RejoinReason::NotMember
+        })
     );
     assert_eq!(stub.requests(), 1, "a forged error never reaches the control server");
     assert_eq!(c.stats().token_requests, 1);
@@ -217,7 +220,10 @@ fn a_restarted_reflector_is_rejoined_within_two_seconds() {
     assert!(
         ev.iter().any(|(_, e)| matches!(
             e,
-            Event::Rejoining(RejoinReason::NotMember | RejoinReason::ReflectorSilent)
+            Event::Rejoining {
+                group,
+                reason: RejoinReason::NotMember | RejoinReason::ReflectorSilent
+            } if *group == port
         )),
         "{ev:?}"
     );
@@ -253,7 +259,7 @@ fn a_rebound_client_receives_again_within_one_keepalive_interval() {
     // Its next ECHO (due within one interval) draws the reflector's PROBE;
     // the margin is for the round trip and a busy machine.
     assert!(took < KEEPALIVE + Duration::from_millis(250), "took {took:?}");
-    assert!(!ev.iter().any(|(_, e)| matches!(e, Event::Rejoining(_))), "{ev:?}");
+    assert!(!ev.iter().any(|(_, e)| matches!(e, Event::Rejoining { .. })), "{ev:?}");
     r.stop();
 }
 
@@ -289,13 +295,88 @@ fn renewal_fetches_a_new_token_ahead_of_expiry_and_keeps_the_membership() {
     pump_until(&mut [&mut c], Duration::from_secs(4), &mut ev, |_, ev| {
         ev.iter().any(|(_, e)| matches!(e, Event::Renewed { .. }))
     });
+    assert!(
+        ev.iter()
+            .any(|(_, e)| matches!(e, Event::Renewed { group, .. } if *group == r.port)),
+        "the renewal names its group: {ev:?}"
+    );
     assert_eq!(stub.requests(), 2);
     assert!(
         !ev.iter()
-            .any(|(_, e)| matches!(e, Event::Rejoining(_) | Event::Joined { .. })),
+            .any(|(_, e)| matches!(e, Event::Rejoining { .. } | Event::Joined { .. })),
         "{ev:?}"
     );
     assert!(c.is_member());
+    assert_eq!(c.stats().renewals, 1);
+    r.stop();
+}
+
+/// A renewal answered with a token that expires no later than the one held
+/// (the control server answering within the second of its last grant, or
+/// not extending an expiry of its own) is not asked again on every update
+/// until the second rolls over: the client backs off (a quarter of the time
+/// left, at least 1 s), and renews at the next try that brings a later
+/// expiry.
+#[test]
+#[cfg(feature = "http")]
+fn a_renewal_that_brought_no_later_expiry_is_not_asked_again_at_once() {
+    use reflector_client::ControlServer;
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::sync::Arc;
+    let r = Reflector::start(0, false);
+    // The token expires in 11 s: its renewal moment (10 s before expiry)
+    // comes within about a second, and the stub answers the renewal with
+    // the very same token (same expiry) until `extend` is set.
+    let same = common::net::ticket_json(&token(4, r.port, r.addr(), 11));
+    let later = common::net::ticket_json(&token(4, r.port, r.addr(), 300));
+    let extend = Arc::new(AtomicBool::new(false));
+    let stub = {
+        let extend = Arc::clone(&extend);
+        common::net::HttpStub::start(move || {
+            let body = if extend.load(SeqCst) { &later } else { &same };
+            (200, vec![], body.clone())
+        })
+    };
+    let cfg = Config {
+        local: "127.0.0.1:0".into(),
+        ..Config::new(TokenSource::Control(ControlServer {
+            allow_plain_http: true,
+            ..ControlServer::new(stub.url.clone(), 4, (0.0, 0.0))
+        }))
+    };
+    let mut c = Client::new(cfg).unwrap();
+    join_all(&mut [&mut c]);
+    let joined = Instant::now();
+    let mut ev = Vec::new();
+    // 3 s of updates every millisecond: the renewal moment and the back-off
+    // after its answer (about 2.5 s with 10 s left).
+    pump_until(&mut [&mut c], Duration::from_secs(5), &mut ev, |_, _| {
+        joined.elapsed() >= Duration::from_secs(3)
+    });
+    let asked = stub.requests();
+    assert!(asked >= 2, "the renewal moment came: {asked} requests");
+    assert!(
+        asked <= 3,
+        "{asked} requests in 3 s: a renewal that brought no later expiry was asked again at once"
+    );
+    assert!(!ev.iter().any(|(_, e)| matches!(e, Event::Renewed { .. })), "{ev:?}");
+    assert!(c.is_member());
+    // A later expiry is taken at the next try, after the back-off.
+    extend.store(true, SeqCst);
+    pump_until(&mut [&mut c], Duration::from_secs(5), &mut ev, |_, ev| {
+        ev.iter().any(|(_, e)| matches!(e, Event::Renewed { .. }))
+    });
+    assert!(
+        ev.iter()
+            .any(|(_, e)| matches!(e, Event::Renewed { group, .. } if *group == r.port)),
+        "{ev:?}"
+    );
+    assert!(stub.requests() <= asked + 2, "{} requests", stub.requests());
+    assert!(
+        !ev.iter()
+            .any(|(_, e)| matches!(e, Event::Rejoining { .. } | Event::Joined { .. })),
+        "{ev:?}"
+    );
     assert_eq!(c.stats().renewals, 1);
     r.stop();
 }

@@ -14,6 +14,14 @@
 // are copied by the library before it returns), and copy a
 // CheckpointKind.Ready's state out with TakeCheckpoint (the library keeps
 // it until then). The exchanges run inside Update(), on its thread.
+//
+// Areas of interest (library 1.2): WithControl(..., areaRadius: 1,
+// fallbackUrls: new[] { "https://control2.example" }) hears the cells
+// around the player's; SetPosition(x, y) when the player crosses into
+// another cell; EventKind.Moved (ev.FromGroup -> ev.Group) when sends
+// switch to the new cell, EventKind.LeftGroup (ev.Group) for each group
+// out of the new area once the new ones are members; SendingGroup,
+// MemberGroups(). They throw with a 1.1 library (Native.Minor says which).
 
 using System;
 using System.Collections.Generic;
@@ -44,6 +52,7 @@ namespace Reflector
         ErrTimedOut = -16,
         ErrRefused = -17,
         ErrProtocol = -18,
+        ErrWrongState = -19,
     }
 
     public enum CheckpointKind
@@ -96,8 +105,12 @@ namespace Reflector
         SenderSilent = 7,
         Left = 8,
         Error = 9,
+        Moved = 10,
+        LeftGroup = 11,
     }
 
+    /// <summary>Group: Joined, Rejoining, Renewed, LeftGroup's group, Moved's new
+    /// sending group; FromGroup: Moved's old one (1.2, in 1.1's padding).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public struct Event
     {
@@ -105,6 +118,7 @@ namespace Reflector
         public ushort Group;
         public ushort Members;
         public byte Rejoin;
+        public ushort FromGroup;
         public int Reason;
         public uint Player;
         public ulong Instance;
@@ -158,6 +172,8 @@ namespace Reflector
         /// <summary>The native library's name, without "lib" and ".so".</summary>
         public const string Lib = "reflector_c";
         public const int VersionMajor = 1;
+        /// <summary>The minor version areas of interest came with.</summary>
+        public const int VersionMinorAreas = 2;
         public const int TokenLen = 32;
         public const int SessionKeyLen = 32;
         public const int MaxPayload = 1440;
@@ -196,6 +212,31 @@ namespace Reflector
         public static extern Status rc_checkpoint_configure(ulong h, int fetchOnJoin, ulong timeoutMs, ulong maxBytes);
 
         [DllImport(Lib)] public static extern Status rc_checkpoint_stats(ulong h, out CheckpointStats stats);
+
+        [DllImport(Lib)]
+        public static extern Status rc_config_new_control(byte[] url, byte[] ticket, uint player, double x, double y,
+            byte[] caFile, int allowPlainHttp, byte[] local, out ulong config);
+
+        [DllImport(Lib)] public static extern Status rc_config_set_area_radius(ulong config, byte radius);
+        [DllImport(Lib)] public static extern Status rc_config_add_fallback_url(ulong config, byte[] url);
+        [DllImport(Lib)] public static extern Status rc_client_new_from_config(ulong config, out ulong handle);
+        [DllImport(Lib)] public static extern Status rc_config_free(ulong config);
+        [DllImport(Lib)] public static extern Status rc_set_position(ulong h, double x, double y);
+        [DllImport(Lib)] public static extern Status rc_sending_group(ulong h, out ushort group);
+
+        [DllImport(Lib)]
+        public static extern Status rc_member_groups(ulong h, ushort[] groups, UIntPtr cap, out UIntPtr count);
+
+        /// <summary>The library's minor version.</summary>
+        public static int Minor { get { return (int)(rc_version() & 0xffff); } }
+
+        /// <summary>Throws unless the library is at least 1.wanted.</summary>
+        public static void Need(int wanted, string what)
+        {
+            if (Minor < wanted)
+                throw new ReflectorException(Status.ErrInvalidArgument,
+                    what + " needs library 1." + wanted + "; this one is 1." + Minor);
+        }
 
         /// <summary>This thread's last error message.</summary>
         public static string LastError()
@@ -260,14 +301,38 @@ namespace Reflector
             return new Client(h);
         }
 
-        /// <summary>A client that asks the control server for its tokens.</summary>
+        /// <summary>A client that asks the control server for its tokens. An area
+        /// (areaRadius > 0: the cells around the player's, 2 at most) or
+        /// fallbackUrls (more control servers of the world, tried in turn when
+        /// one cannot answer) need library 1.2: they go through an rc_config,
+        /// freed before this returns.</summary>
         public static Client WithControl(string url, string ticket, uint player, double x, double y,
-            string caFile = null, bool allowPlainHttp = false, string local = null)
+            string caFile = null, bool allowPlainHttp = false, string local = null, byte areaRadius = 0,
+            string[] fallbackUrls = null)
         {
             CheckVersion();
             ulong h;
-            Native.Check(Native.rc_client_new_control(Native.Utf8(url), Native.Utf8(ticket), player, x, y,
-                Native.Utf8(caFile), allowPlainHttp ? 1 : 0, Native.Utf8(local), out h));
+            if (areaRadius == 0 && (fallbackUrls == null || fallbackUrls.Length == 0))
+            {
+                Native.Check(Native.rc_client_new_control(Native.Utf8(url), Native.Utf8(ticket), player, x, y,
+                    Native.Utf8(caFile), allowPlainHttp ? 1 : 0, Native.Utf8(local), out h));
+                return new Client(h);
+            }
+            Native.Need(Native.VersionMinorAreas, "an area or fallback URLs");
+            ulong cfg;
+            Native.Check(Native.rc_config_new_control(Native.Utf8(url), Native.Utf8(ticket), player, x, y,
+                Native.Utf8(caFile), allowPlainHttp ? 1 : 0, Native.Utf8(local), out cfg));
+            try
+            {
+                Native.Check(Native.rc_config_set_area_radius(cfg, areaRadius));
+                if (fallbackUrls != null)
+                    foreach (var u in fallbackUrls) Native.Check(Native.rc_config_add_fallback_url(cfg, Native.Utf8(u)));
+                Native.Check(Native.rc_client_new_from_config(cfg, out h));
+            }
+            finally
+            {
+                Native.rc_config_free(cfg);
+            }
             return new Client(h);
         }
 
@@ -321,6 +386,47 @@ namespace Reflector
         public void Leave()
         {
             Native.Check(Native.rc_leave(Handle));
+        }
+
+        /// <summary>The player moved to (x, y): the area there is asked for (one
+        /// request: call it when the player crosses into another cell). Then
+        /// EventKind.Moved when sends switch to the new cell, EventKind.LeftGroup
+        /// for each group out of the new area once the new ones are members.
+        /// Library 1.2.</summary>
+        public void SetPosition(double x, double y)
+        {
+            Native.Need(Native.VersionMinorAreas, "SetPosition");
+            Native.Check(Native.rc_set_position(Handle, x, y));
+        }
+
+        /// <summary>The group Send goes to now, or null. Library 1.2.</summary>
+        public ushort? SendingGroup
+        {
+            get
+            {
+                Native.Need(Native.VersionMinorAreas, "SendingGroup");
+                ushort g;
+                return Native.Check(Native.rc_sending_group(Handle, out g)) == Status.Ok ? g : (ushort?)null;
+            }
+        }
+
+        /// <summary>The groups the client is a member of now, sorted. Library 1.2.</summary>
+        public ushort[] MemberGroups()
+        {
+            Native.Need(Native.VersionMinorAreas, "MemberGroups");
+            var buf = new ushort[25];
+            UIntPtr count;
+            var s = Native.rc_member_groups(Handle, buf, (UIntPtr)buf.Length, out count);
+            if (s == Status.ErrBufferTooSmall)
+            {
+                buf = new ushort[(int)(ulong)count];
+                s = Native.rc_member_groups(Handle, buf, (UIntPtr)buf.Length, out count);
+            }
+            Native.Check(s);
+            var groups = new ushort[Math.Min((int)(ulong)count, buf.Length)];
+            Array.Copy(buf, groups, groups.Length);
+            Array.Sort(groups);
+            return groups;
         }
 
         /// <summary>The next checkpoint event, or false when there is none. A Ready

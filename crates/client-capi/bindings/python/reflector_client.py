@@ -16,6 +16,14 @@
                 tick, state = c.take_checkpoint()
     c.close()
 
+An area of interest and more control servers (library 1.2):
+
+    c = rc.Client.with_control(lib, "https://control.example", ticket, player, x, y,
+                               area_radius=1, fallback_urls=["https://control2.example"])
+    c.set_position(x, y)                         # crossed into another cell
+    # events: RC_EVENT_MOVED (ev.from_group -> ev.group), RC_EVENT_LEFT_GROUP (ev.group)
+    c.sending_group(), c.member_groups()
+
 A handle is used from one thread at a time; errors raise ReflectorError
 with the library's message. Checkpoint exchanges run inside update(); the
 bytes given to provide_checkpoint are copied by the library at once, and a
@@ -28,6 +36,8 @@ import os
 REFLECTOR_C_VERSION_MAJOR = 1
 # The checkpoint functions came with 1.1.
 REFLECTOR_C_VERSION_MINOR_CHECKPOINTS = 1
+# Areas of interest (rc_config, rc_set_position, ...) came with 1.2.
+REFLECTOR_C_VERSION_MINOR_AREAS = 2
 RC_TOKEN_LEN = 32
 RC_SESSION_KEY_LEN = 32
 RC_MAX_PAYLOAD = 1440
@@ -44,6 +54,7 @@ RC_ERR_NO_CHANNEL = -15
 RC_ERR_TIMED_OUT = -16
 RC_ERR_REFUSED = -17
 RC_ERR_PROTOCOL = -18
+RC_ERR_WRONG_STATE = -19
 
 RC_CHECKPOINT_NONE = 0
 RC_CHECKPOINT_REQUESTED = 1
@@ -65,6 +76,8 @@ RC_EVENT_SENDER_HEARD = 6
 RC_EVENT_SENDER_SILENT = 7
 RC_EVENT_LEFT = 8
 RC_EVENT_ERROR = 9
+RC_EVENT_MOVED = 10
+RC_EVENT_LEFT_GROUP = 11
 
 EVENT_NAMES = {
     RC_EVENT_JOINED: "joined",
@@ -76,15 +89,20 @@ EVENT_NAMES = {
     RC_EVENT_SENDER_SILENT: "sender_silent",
     RC_EVENT_LEFT: "left",
     RC_EVENT_ERROR: "error",
+    RC_EVENT_MOVED: "moved",
+    RC_EVENT_LEFT_GROUP: "left_group",
 }
 
 
 class Event(ctypes.Structure):
+    """`group`: JOINED, REJOINING, RENEWED, LEFT_GROUP's group, MOVED's new
+    sending group; `from_group`: MOVED's old one (1.2, in 1.1's padding)."""
     _fields_ = [
         ("kind", ctypes.c_int),
         ("group", ctypes.c_uint16),
         ("members", ctypes.c_uint16),
         ("rejoin", ctypes.c_uint8),
+        ("from_group", ctypes.c_uint16),
         ("reason", ctypes.c_int),
         ("player", ctypes.c_uint32),
         ("instance", ctypes.c_uint64),
@@ -191,13 +209,41 @@ def load(path=None):
         "rc_checkpoint_configure": (ctypes.c_int, [u64, ctypes.c_int, u64, u64]),
         "rc_checkpoint_stats": (ctypes.c_int, [u64, ctypes.POINTER(CheckpointStats)]),
     }
+    # 1.2's functions, bound only when the library has them (a 1.1
+    # library loads, and with_control without an area works with it).
+    sigs_1_2 = {
+        "rc_config_new_control": (ctypes.c_int, [
+            char_p, char_p, u32, ctypes.c_double, ctypes.c_double, char_p, ctypes.c_int, char_p,
+            ctypes.POINTER(u64)]),
+        "rc_config_set_area_radius": (ctypes.c_int, [u64, ctypes.c_uint8]),
+        "rc_config_add_fallback_url": (ctypes.c_int, [u64, char_p]),
+        "rc_client_new_from_config": (ctypes.c_int, [u64, ctypes.POINTER(u64)]),
+        "rc_config_free": (ctypes.c_int, [u64]),
+        "rc_set_position": (ctypes.c_int, [u64, ctypes.c_double, ctypes.c_double]),
+        "rc_sending_group": (ctypes.c_int, [u64, ctypes.POINTER(u16)]),
+        "rc_member_groups": (ctypes.c_int, [u64, ctypes.POINTER(u16), size, ctypes.POINTER(size)]),
+    }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)
         f.restype, f.argtypes = res, args
     major = lib.rc_version() >> 16
     if major != REFLECTOR_C_VERSION_MAJOR:
         raise ReflectorError(-2, "library major version %d, this binding %d" % (major, REFLECTOR_C_VERSION_MAJOR))
+    if minor(lib) >= REFLECTOR_C_VERSION_MINOR_AREAS:
+        for name, (res, args) in sigs_1_2.items():
+            f = getattr(lib, name)
+            f.restype, f.argtypes = res, args
     return lib
+
+
+def minor(lib):
+    """The library's minor version."""
+    return lib.rc_version() & 0xFFFF
+
+
+def _need(lib, wanted, what):
+    if minor(lib) < wanted:
+        raise ReflectorError(-2, "%s needs library 1.%d; this one is 1.%d" % (what, wanted, minor(lib)))
 
 
 def last_error(lib):
@@ -236,12 +282,30 @@ class Client:
         return cls(lib, h.value)
 
     @classmethod
-    def with_control(cls, lib, url, ticket, player, x, y, ca_file=None, allow_plain_http=False, local=None):
+    def with_control(cls, lib, url, ticket, player, x, y, ca_file=None, allow_plain_http=False, local=None,
+                     area_radius=0, fallback_urls=()):
+        """A client that asks the control server at `url` for its tokens.
+        `area_radius` > 0 (the cells around the player's, 2 at most) or
+        `fallback_urls` (more control servers of the world, tried in turn
+        when one cannot answer) need library 1.2: they go through an
+        rc_config, freed before this returns."""
+        args = (url.encode(), ticket.encode() if ticket else None, player, x, y,
+                ca_file.encode() if ca_file else None, 1 if allow_plain_http else 0,
+                local.encode() if local else None)
         h = ctypes.c_uint64()
-        _check(lib, lib.rc_client_new_control(
-            url.encode(), ticket.encode() if ticket else None, player, x, y,
-            ca_file.encode() if ca_file else None, 1 if allow_plain_http else 0,
-            local.encode() if local else None, ctypes.byref(h)))
+        if not area_radius and not fallback_urls:
+            _check(lib, lib.rc_client_new_control(*args, ctypes.byref(h)))
+            return cls(lib, h.value)
+        _need(lib, REFLECTOR_C_VERSION_MINOR_AREAS, "an area or fallback URLs")
+        cfg = ctypes.c_uint64()
+        _check(lib, lib.rc_config_new_control(*args, ctypes.byref(cfg)))
+        try:
+            _check(lib, lib.rc_config_set_area_radius(cfg.value, area_radius))
+            for u in fallback_urls:
+                _check(lib, lib.rc_config_add_fallback_url(cfg.value, u.encode()))
+            _check(lib, lib.rc_client_new_from_config(cfg.value, ctypes.byref(h)))
+        finally:
+            lib.rc_config_free(cfg.value)
         return cls(lib, h.value)
 
     def update(self, now_ms=None):
@@ -285,6 +349,33 @@ class Client:
 
     def leave(self):
         _check(self._lib, self._lib.rc_leave(self.handle))
+
+    def set_position(self, x, y):
+        """The player moved to (x, y): the area there is asked for (one
+        request: call it when the player crosses into another cell). Then
+        RC_EVENT_MOVED when sends switch to the new cell, RC_EVENT_LEFT_GROUP
+        for each group out of the new area once the new ones are members.
+        Library 1.2."""
+        _need(self._lib, REFLECTOR_C_VERSION_MINOR_AREAS, "set_position")
+        _check(self._lib, self._lib.rc_set_position(self.handle, x, y))
+
+    def sending_group(self):
+        """The group send() goes to now, or None. Library 1.2."""
+        _need(self._lib, REFLECTOR_C_VERSION_MINOR_AREAS, "sending_group")
+        g = ctypes.c_uint16()
+        code = _check(self._lib, self._lib.rc_sending_group(self.handle, ctypes.byref(g)))
+        return None if code == RC_NONE else g.value
+
+    def member_groups(self):
+        """The groups the client is a member of now, sorted. Library 1.2."""
+        _need(self._lib, REFLECTOR_C_VERSION_MINOR_AREAS, "member_groups")
+        count = ctypes.c_size_t()
+        while True:
+            buf = (ctypes.c_uint16 * max(count.value, 25))()
+            code = self._lib.rc_member_groups(self.handle, buf, len(buf), ctypes.byref(count))
+            if code != RC_ERR_BUFFER_TOO_SMALL:
+                _check(self._lib, code)
+                return sorted(buf[:count.value])
 
     def checkpoint_events(self):
         """The checkpoint events waiting, in order. A READY event's state

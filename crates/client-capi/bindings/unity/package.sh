@@ -7,6 +7,7 @@
 #   OUT/Plugins/x86_64/libreflector_c.so   the C ABI, Linux x86_64 (release build)
 #   OUT/Scripts/ReflectorClient.cs         the P/Invoke binding (library name: Native.Lib)
 #   OUT/Scripts/Examples~/Player.cs        a console example (folders ending in ~ are not imported)
+#   OUT/Scripts/Examples~/Mover.cs         a console example with an area of interest, moving
 #   OUT/README.txt
 #
 # REFLECTOR_C_LIB=path/to/libreflector_c.so uses a library already built
@@ -35,7 +36,7 @@ rm -rf "$out"
 mkdir -p "$out/Plugins/x86_64" "$out/Scripts/Examples~"
 cp "$lib" "$out/Plugins/x86_64/libreflector_c.so"
 cp "$crate/bindings/csharp/ReflectorClient.cs" "$out/Scripts/"
-cp "$crate/bindings/csharp/Player.cs" "$out/Scripts/Examples~/"
+cp "$crate/bindings/csharp/Player.cs" "$crate/bindings/csharp/Mover.cs" "$out/Scripts/Examples~/"
 cat > "$out/README.txt" <<'TXT'
 Reflector client for Unity (Linux x86_64 only).
 
@@ -46,6 +47,9 @@ Scripts/ReflectorClient.cs        namespace Reflector: Client.WithToken(...) or
                                   PollEvent(out ev), Recv(out d), Send(bytes); Dispose() at the end.
                                   Checkpoints: PollCheckpoint(out ck), ProvideCheckpoint(tick, state)
                                   on Requested, TakeCheckpoint(out state, out tick) on Ready.
+                                  Areas (library 1.2): WithControl(..., areaRadius: 1,
+                                  fallbackUrls: ...), SetPosition(x, y) on crossing into another
+                                  cell, EventKind.Moved / LeftGroup.
 
 Use a Client from the main thread (or one thread at a time). No callbacks
 cross into C#, so IL2CPP needs no special attributes. Other platforms are

@@ -48,9 +48,19 @@ impl Reflector {
         r
     }
 
+    /// `groups` groups on free ports (instance ids on): the cells of a
+    /// world (see [`area_control_server`]); `port` is the first.
+    pub fn start_groups(groups: usize) -> Reflector {
+        Reflector::start_ports(vec![0; groups], None)
+    }
+
     fn start_with(checkpoint: Option<CheckpointConfig>) -> Reflector {
+        Reflector::start_ports(vec![0], checkpoint)
+    }
+
+    fn start_ports(ports: Vec<u16>, checkpoint: Option<CheckpointConfig>) -> Reflector {
         let cfg = ServerConfig {
-            ports: vec![0],
+            ports,
             policy: Policy {
                 keepalive_ms: 500,
                 data_instance: true,
@@ -76,6 +86,11 @@ impl Reflector {
         self.port
     }
 
+    /// Every group's port, in the order the groups were given.
+    pub fn ports(&self) -> Vec<u16> {
+        self.server.ports().to_vec()
+    }
+
     /// The reflector's counters, summed over its groups.
     pub fn counters(&self) -> Snapshot {
         self.server.registry().total()
@@ -85,6 +100,52 @@ impl Reflector {
         self.server.stop();
         self.server.join().expect("the reflector stops cleanly");
     }
+}
+
+/// A real control server over plain HTTP on loopback (anonymous joins,
+/// tokens for 300 s, the reflector's secret) for a row of `r`'s groups:
+/// a world of one row of 100-unit cells, cell i served by group i.
+pub fn area_control_server(r: &Reflector) -> reflector_control::ControlServer {
+    use reflector_control::{Assign, ControlConfig, ReflectorSpec, World};
+    let ports = r.ports();
+    let world = World::new(
+        ports.len() as u32,
+        1,
+        100.0,
+        Assign::RoundRobin,
+        &[ReflectorSpec {
+            ip: [127, 0, 0, 1].into(),
+            ports,
+        }],
+    )
+    .expect("a world");
+    reflector_control::ControlServer::start_with(
+        ControlConfig {
+            listen: ([127, 0, 0, 1], 0).into(),
+            world,
+            secret: Secret::new(&SECRET).expect("a valid secret"),
+            token_ttl_s: 300,
+            auth: None,
+        },
+        reflector_http::Limits::default(),
+        None,
+        Arc::new(AtomicBool::new(false)),
+    )
+    .expect("the control server starts")
+}
+
+/// The centre of cell `x` of [`area_control_server`]'s row.
+pub fn centre(x: usize) -> (f64, f64) {
+    (x as f64 * 100.0 + 50.0, 50.0)
+}
+
+/// An `http://` URL on loopback where nothing listens (a port just freed):
+/// a control server that is down.
+pub fn down_url() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let addr = l.local_addr().expect("its address");
+    drop(l);
+    format!("http://{addr}")
 }
 
 /// A token as the control server would issue it.
@@ -265,8 +326,15 @@ pub fn assert_all_heard(heard: &BTreeSet<(u32, u32)>, players: &[u32], output: &
 /// (`static_lib`: the static one, with the system libraries Rust's std
 /// needs on Linux).
 pub fn build_grid(cc: &Path, static_lib: bool) -> PathBuf {
+    let out = if static_lib { "grid-static" } else { "grid" };
+    build_grid_with(cc, static_lib, &crate_dir().join("include"), out)
+}
+
+/// `build_grid` against the header in `include` (an older version's, to
+/// check that its programs run on this library), into `name`.
+pub fn build_grid_with(cc: &Path, static_lib: bool, include: &Path, name: &str) -> PathBuf {
     let lib = lib_dir();
-    let out = scratch("c").join(if static_lib { "grid-static" } else { "grid" });
+    let out = scratch("c").join(name);
     let mut cmd = Command::new(cc);
     cmd.args([
         "-std=c99",
@@ -276,7 +344,7 @@ pub fn build_grid(cc: &Path, static_lib: bool) -> PathBuf {
         "-Werror",
         "-I",
     ])
-    .arg(crate_dir().join("include"))
+    .arg(include)
     .arg(crate_dir().join("examples/c/grid.c"))
     .arg("-o")
     .arg(&out);
@@ -327,17 +395,56 @@ pub fn rust_player(r: &Reflector, m: &Minted, seconds: u64) -> BTreeSet<(u32, u3
 
 /// Compiles the C# binding and its example player with `mcs` (C# 7).
 pub fn build_player_exe(mcs: &Path) -> PathBuf {
-    let out = scratch("csharp").join("player.exe");
+    build_csharp(mcs, "Player.cs", "player.exe")
+}
+
+/// Compiles the C# binding and the example program `main` (a file of
+/// bindings/csharp) with `mcs` (C# 7) into `exe`.
+pub fn build_csharp(mcs: &Path, main: &str, exe: &str) -> PathBuf {
+    let out = scratch("csharp").join(exe);
     let src = crate_dir().join("bindings/csharp");
     let mut cmd = Command::new(mcs);
     cmd.arg("-langversion:7")
         .arg("-warnaserror")
         .arg(format!("-out:{}", out.display()))
         .arg(src.join("ReflectorClient.cs"))
-        .arg(src.join("Player.cs"));
+        .arg(src.join(main));
     let (o, e, ok) = run(cmd, Duration::from_secs(120));
-    assert!(ok, "the C# binding does not build:\n{o}\n{e}");
+    assert!(ok, "the C# binding and {main} do not build:\n{o}\n{e}");
     out
+}
+
+/// A Rust player (the client crate) asking the control server at `url`
+/// for the group of its cell at `position` (radius 0): sends its position
+/// every 50 ms once a member, until `stop`; returns the players it heard.
+pub fn rust_cell_player(url: &str, player: u32, position: (f64, f64), stop: &AtomicBool) -> BTreeSet<u32> {
+    use reflector_client::ControlServer;
+    let cfg = Config {
+        local: "127.0.0.1:0".into(),
+        ..Config::new(TokenSource::Control(ControlServer {
+            allow_plain_http: true,
+            ..ControlServer::new(url, player, position)
+        }))
+    };
+    let mut c = Client::new(cfg).expect("the Rust client starts");
+    let mut heard = BTreeSet::new();
+    let mut last = Instant::now();
+    // Bounded: the caller stops it within a minute.
+    let end = Instant::now() + Duration::from_secs(60);
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) && Instant::now() < end {
+        let now = Instant::now();
+        c.update(now);
+        while c.poll_event().is_some() {}
+        while let Some(d) = c.recv() {
+            heard.insert(d.sender);
+        }
+        if c.is_member() && now.duration_since(last) >= Duration::from_millis(50) {
+            last = now;
+            c.send(b"pos").expect("a member sends");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    heard
 }
 
 /// The size of the state the example players hand in for a checkpoint.
