@@ -123,7 +123,7 @@ pub fn area_control_server(r: &Reflector) -> reflector_control::ControlServer {
         ControlConfig {
             listen: ([127, 0, 0, 1], 0).into(),
             world,
-            secret: Secret::new(&SECRET).expect("a valid secret"),
+            secret: Secret::new(&SECRET).expect("a valid secret").into(),
             token_ttl_s: 300,
             auth: None,
         },
