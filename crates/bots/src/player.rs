@@ -47,6 +47,8 @@ pub(super) struct BotStats {
     pub(super) renewals: u64,
     pub(super) cell_changes: u64,
     pub(super) group_changes: u64,
+    /// MOVEDs received (a draining or re-placed reflector).
+    pub(super) moves_asked: u64,
     pub(super) errors: u64,
     pub(super) lat_max_ns: u64,
     pub(super) lat_sum_ns: u128,
@@ -379,6 +381,15 @@ impl<E: Edge> Ctx<'_, E> {
                         self.checkpoint_job(idx, bot, mem, port, CkOp::Upload { nonce, tick, state });
                     }
                     Some(Event::Renewed) => bot.stats.renewals += 1,
+                    // The reflector ends the membership (MOVED, under the
+                    // bot's key): a new grant for the same position, which
+                    // names the reflector the cell is placed on now.
+                    Some(Event::Moved(_)) => {
+                        bot.stats.moves_asked += 1;
+                        if !bot.http_busy {
+                            self.ask_grant(idx, bot);
+                        }
+                    }
                     Some(Event::Retransmitted) | Some(Event::Probed) | None => {}
                 }
             }

@@ -172,6 +172,16 @@ typedef enum {
    * already on the way is still delivered for a moment. (Since 1.2.)
    */
   RC_EVENT_LEFT_GROUP = 11,
+  /**
+   * The reflector of `group` said (a MOVED under this client's key) that
+   * it stops serving the membership within `within_ms`, for
+   * `move_reason` (1 draining, 2 the cell placed elsewhere, 3 shutting
+   * down). A client made with a control server asks it where to go and
+   * joins there before it leaves (`RC_EVENT_MOVED`, `RC_EVENT_LEFT_GROUP`
+   * if the placement changed); one that is handed tokens gets
+   * `RC_EVENT_TOKEN_NEEDED`. (Since 1.2.)
+   */
+  RC_EVENT_MOVE_ASKED = 12,
 } rc_event_kind;
 
 /**
@@ -336,6 +346,16 @@ typedef struct {
    * SENDER_HEARD, SENDER_SILENT: the player.
    */
   uint32_t player;
+  /**
+   * MOVE_ASKED: why (1 draining, 2 reassigned, 3 shutting down). (Since
+   * 1.2, in 1.1's padding.)
+   */
+  uint16_t move_reason;
+  /**
+   * MOVE_ASKED: the reflector serves the membership this much longer.
+   * (Since 1.2, in 1.1's padding.)
+   */
+  uint16_t within_ms;
   /**
    * SENDER_HEARD, SENDER_SILENT: the player's client instance id.
    */

@@ -358,6 +358,16 @@ pub fn event(e: Event) -> rc_event {
             out.kind = RC_EVENT_LEFT_GROUP;
             out.group = group;
         }
+        Event::MoveAsked {
+            group,
+            reason,
+            within_ms,
+        } => {
+            out.kind = RC_EVENT_MOVE_ASKED;
+            out.group = group;
+            out.move_reason = reason;
+            out.within_ms = within_ms;
+        }
         Event::Error(e) => {
             out.kind = RC_EVENT_ERROR;
             out.error = client_error(&e);

@@ -150,6 +150,14 @@ pub enum rc_event_kind {
     /// group of the new area was a member (make-before-break); its DATA
     /// already on the way is still delivered for a moment. (Since 1.2.)
     RC_EVENT_LEFT_GROUP = 11,
+    /// The reflector of `group` said (a MOVED under this client's key) that
+    /// it stops serving the membership within `within_ms`, for
+    /// `move_reason` (1 draining, 2 the cell placed elsewhere, 3 shutting
+    /// down). A client made with a control server asks it where to go and
+    /// joins there before it leaves (`RC_EVENT_MOVED`, `RC_EVENT_LEFT_GROUP`
+    /// if the placement changed); one that is handed tokens gets
+    /// `RC_EVENT_TOKEN_NEEDED`. (Since 1.2.)
+    RC_EVENT_MOVE_ASKED = 12,
 }
 
 /// Why a client joins again (`RC_EVENT_REJOINING`).
@@ -186,6 +194,12 @@ pub struct rc_event {
     pub reason: rc_rejoin_reason,
     /// SENDER_HEARD, SENDER_SILENT: the player.
     pub player: u32,
+    /// MOVE_ASKED: why (1 draining, 2 reassigned, 3 shutting down). (Since
+    /// 1.2, in 1.1's padding.)
+    pub move_reason: u16,
+    /// MOVE_ASKED: the reflector serves the membership this much longer.
+    /// (Since 1.2, in 1.1's padding.)
+    pub within_ms: u16,
     /// SENDER_HEARD, SENDER_SILENT: the player's client instance id.
     pub instance: u64,
     /// RENEWED: Unix seconds.
@@ -210,8 +224,8 @@ struct rc_event_1_1 {
 }
 
 // rc_event keeps 1.1's size and every 1.1 field at its 1.1 offset, on
-// every target (`from_group` took padding): a 1.1 caller's struct holds a
-// 1.2 event.
+// every target (`from_group`, `move_reason` and `within_ms` took padding):
+// a 1.1 caller's struct holds a 1.2 event.
 const _: () = {
     use std::mem::{offset_of, size_of};
     type Old = rc_event_1_1;
@@ -227,6 +241,8 @@ const _: () = {
     assert!(offset_of!(rc_event, error) == offset_of!(Old, error));
     assert!(offset_of!(rc_event, from_group) > offset_of!(Old, rejoin));
     assert!(offset_of!(rc_event, from_group) + 2 <= offset_of!(Old, reason));
+    assert!(offset_of!(rc_event, move_reason) >= offset_of!(Old, player) + 4);
+    assert!(offset_of!(rc_event, within_ms) + 2 <= offset_of!(Old, instance));
 };
 
 /// What `rc_recv` says about the datagram it copied.
@@ -373,6 +389,8 @@ impl rc_event {
         from_group: 0,
         reason: rc_rejoin_reason::RC_REJOIN_NONE,
         player: 0,
+        move_reason: 0,
+        within_ms: 0,
         instance: 0,
         expires_unix_s: 0,
         error: rc_status::RC_OK,

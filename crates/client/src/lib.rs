@@ -166,6 +166,12 @@ pub const LEAVE_LINGER: Duration = Duration::from_millis(500);
 /// reflector down, a join refused): the old groups are not held forever.
 pub const MOVE_BREAK_AFTER: Duration = Duration::from_secs(10);
 
+/// A reflector that ends a membership repeats MOVED every second until the
+/// member has gone; the client asks the control server again only this
+/// often, so a placement that has not changed yet (Redis not polled yet, a
+/// single reflector) costs one request, not one a second.
+pub const MOVE_FOLLOW_EVERY: Duration = Duration::from_secs(5);
+
 /// One player's memberships (its cell's group, and with
 /// [`Config::area_radius`] the groups around it), its socket and its
 /// timers; see the crate docs. `D` is the socket ([`UdpDriver`] unless told
@@ -194,6 +200,8 @@ pub struct Client<D: Driver = UdpDriver> {
     /// The next area granted answers a move: taken make-before-break even
     /// at radius 0.
     moving: bool,
+    /// When a MOVED was last followed ([`MOVE_FOLLOW_EVERY`]).
+    move_followed_at: Option<Instant>,
     left: bool,
     /// A token request in flight on a helper thread.
     fetching: Option<mpsc::Receiver<Result<AreaTokens, ControlError>>>,
@@ -265,6 +273,7 @@ impl<D: Driver> Client<D> {
             break_by: None,
             move_pending: false,
             moving: false,
+            move_followed_at: None,
             left: false,
             fetching: None,
             fetch_not_before: None,
@@ -776,6 +785,7 @@ impl<D: Driver> Client<D> {
                 self.ck_nonce = Some((key, nonce));
                 self.ck_events.push_back(CheckpointEvent::Requested { group: key.1 });
             }
+            SessionEvent::Moved(m) => self.move_asked(i, m, now),
             SessionEvent::Retransmitted | SessionEvent::Restarted => {}
         }
     }

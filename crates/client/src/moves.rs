@@ -183,6 +183,39 @@ impl<D: Driver> Client<D> {
         });
     }
 
+    /// The reflector of membership `i` is ending it (MOVED, MAC-checked by
+    /// the session): a new placement for the same position, followed like
+    /// a move (make-before-break), at most once per
+    /// [`MOVE_FOLLOW_EVERY`] however often the reflector repeats itself.
+    pub(crate) fn move_asked(&mut self, i: usize, m: reflector_proto::protocol::Moved, now: Instant) {
+        let ms = &mut self.memberships[i];
+        ms.last_heard = now;
+        let group = ms.session.request().group;
+        self.stats.moves_asked += 1;
+        self.events.push_back(Event::MoveAsked {
+            group,
+            reason: m.reason.map_or_else(|raw| raw, |r| r as u16),
+            within_ms: m.within_ms,
+        });
+        if self
+            .move_followed_at
+            .is_some_and(|t| now.saturating_duration_since(t) < MOVE_FOLLOW_EVERY)
+        {
+            return;
+        }
+        self.move_followed_at = Some(now);
+        match &self.cfg.token {
+            TokenSource::Control(_) => {
+                self.move_pending = true;
+                self.request_token(now);
+            }
+            TokenSource::Given(_) => {
+                self.token_needed_said = false;
+                self.need_token(now);
+            }
+        }
+    }
+
     pub(crate) fn leave_quietly(&mut self) {
         for m in self.memberships.iter_mut().filter(|m| m.live()) {
             m.session.advance_seq(self.next_seq);

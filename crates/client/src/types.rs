@@ -199,6 +199,18 @@ pub enum Event {
     LeftGroup {
         group: u16,
     },
+    /// The reflector of `group` said, in a MOVED under this client's key,
+    /// that it stops serving the membership within `within_ms` (`reason`:
+    /// 1 draining, 2 the cell placed elsewhere, 3 shutting down). The
+    /// client asks the control server where to go and joins there before
+    /// it leaves here ([`Event::Moved`] and [`Event::LeftGroup`] follow if
+    /// the placement changed); a game that hands tokens in gets
+    /// [`Event::TokenNeeded`] as well.
+    MoveAsked {
+        group: u16,
+        reason: u16,
+        within_ms: u16,
+    },
     /// Every membership was left ([`Client::leave`]).
     Left,
     Error(Error),
@@ -278,6 +290,9 @@ pub struct Stats {
     pub rejoins: u64,
     pub renewals: u64,
     pub token_requests: u64,
+    /// MOVEDs received (each reflector repeats it every second until the
+    /// member is gone; the client follows one every [`crate::MOVE_FOLLOW_EVERY`]).
+    pub moves_asked: u64,
     /// CHECKPOINT_REQUESTs received.
     pub checkpoints_requested: u64,
     /// Uploads the reflector stored.

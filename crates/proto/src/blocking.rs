@@ -115,13 +115,15 @@ impl<'a> Joiner<'a> {
             Event::Failed(failure) => Err(JoinError::Failed { player, group, failure }),
             Event::MembershipLost => Err(JoinError::MembershipLost { player, group }),
             // A checkpoint request during the join cannot be answered by a
-            // blocking joiner; the reflector asks again later.
+            // blocking joiner; the reflector asks again later. A MOVED is
+            // the caller's to follow once it has the session.
             Event::Retransmitted
             | Event::Restarted
             | Event::Joined(_)
             | Event::Probed
             | Event::Renewed
-            | Event::CheckpointRequested { .. } => Ok(()),
+            | Event::CheckpointRequested { .. }
+            | Event::Moved(_) => Ok(()),
         }
     }
 }

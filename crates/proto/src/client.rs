@@ -40,7 +40,7 @@
 
 use crate::auth::TokenClaims;
 use crate::protocol::{
-    renewal, seal, EmitError, ErrorCode, Header, JoinAck, Kind, Packet, SessionKeys, SmallDatagram, COOKIE_LEN,
+    renewal, seal, EmitError, ErrorCode, Header, JoinAck, Kind, Moved, Packet, SessionKeys, SmallDatagram, COOKIE_LEN,
     DATA_PAYLOAD, TOKEN_LEN,
 };
 use std::net::SocketAddr;
@@ -142,6 +142,11 @@ pub enum Event {
     /// The JOIN_ACK (MAC-checked, same membership) of a renewal: the
     /// membership now lasts until the newer token's expiry.
     Renewed,
+    /// MOVED (MAC-checked, this membership): the reflector stops serving
+    /// the membership within `within_ms` (draining, the cell placed
+    /// elsewhere, shutting down). Ask the control server where to go, join
+    /// there, then leave here. An unauthenticated ERROR never means this.
+    Moved(Moved),
 }
 
 /// Where a session is.
@@ -403,6 +408,7 @@ impl Session {
             (Kind::CheckpointRequest, State::Member(_)) if pkt.membership() == self.membership => {
                 Some(Event::CheckpointRequested { nonce: pkt.nonce()? })
             }
+            (Kind::Moved, State::Member(_)) if pkt.membership() == self.membership => Some(Event::Moved(pkt.moved()?)),
             (Kind::Error, State::Challenging | State::Echoing(_)) => {
                 match pkt.error_code()? {
                     Ok(ErrorCode::BadCookie) => {
@@ -609,6 +615,7 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::MovedReason;
     use proptest::prelude::*;
 
     const GROUP: u16 = 4000;
@@ -891,6 +898,38 @@ mod tests {
         let mut forged = req.as_bytes().to_vec();
         forged[24] ^= 1;
         assert_eq!(s.handle(t0, reflector(), &Packet::parse(&forged[..]).unwrap()), None);
+        // MOVED under our key is an event; under another key, from another
+        // address or for another membership it is nothing.
+        let moved = SmallDatagram::moved(&hdr(Kind::Moved), MovedReason::Draining, 1_500, &keys());
+        assert_eq!(
+            s.handle(t0, reflector(), &Packet::parse(moved.as_bytes()).unwrap()),
+            Some(Event::Moved(Moved {
+                reason: Ok(MovedReason::Draining),
+                within_ms: 1_500
+            }))
+        );
+        let other = SessionKeys::from_session([9; 32]);
+        let forged = SmallDatagram::moved(&hdr(Kind::Moved), MovedReason::Draining, 1_500, &other);
+        assert_eq!(
+            s.handle(t0, reflector(), &Packet::parse(forged.as_bytes()).unwrap()),
+            None
+        );
+        let elsewhere: SocketAddr = "192.0.2.9:4000".parse().unwrap();
+        assert_eq!(s.handle(t0, elsewhere, &Packet::parse(moved.as_bytes()).unwrap()), None);
+        let stale = SmallDatagram::moved(
+            &Header {
+                membership: 0x56,
+                ..hdr(Kind::Moved)
+            },
+            MovedReason::Draining,
+            1_500,
+            &keys(),
+        );
+        assert_eq!(
+            s.handle(t0, reflector(), &Packet::parse(stale.as_bytes()).unwrap()),
+            None
+        );
+        assert!(s.is_member(), "MOVED alone ends nothing");
         // DATA sealed in place, untagged in a group without tags.
         let mut out = [0u8; 64];
         out[crate::protocol::DATA_PAYLOAD..][..3].copy_from_slice(b"pos");

@@ -107,10 +107,12 @@ namespace Reflector
         Error = 9,
         Moved = 10,
         LeftGroup = 11,
+        MoveAsked = 12,
     }
 
     /// <summary>Group: Joined, Rejoining, Renewed, LeftGroup's group, Moved's new
-    /// sending group; FromGroup: Moved's old one (1.2, in 1.1's padding).</summary>
+    /// sending group; FromGroup: Moved's old one; MoveReason, WithinMs:
+    /// MoveAsked's (1.2, all three in 1.1's padding).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public struct Event
     {
@@ -121,6 +123,8 @@ namespace Reflector
         public ushort FromGroup;
         public int Reason;
         public uint Player;
+        public ushort MoveReason;
+        public ushort WithinMs;
         public ulong Instance;
         public ulong ExpiresUnixS;
         public Status Error;

@@ -78,6 +78,7 @@ RC_EVENT_LEFT = 8
 RC_EVENT_ERROR = 9
 RC_EVENT_MOVED = 10
 RC_EVENT_LEFT_GROUP = 11
+RC_EVENT_MOVE_ASKED = 12
 
 EVENT_NAMES = {
     RC_EVENT_JOINED: "joined",
@@ -91,12 +92,14 @@ EVENT_NAMES = {
     RC_EVENT_ERROR: "error",
     RC_EVENT_MOVED: "moved",
     RC_EVENT_LEFT_GROUP: "left_group",
+    RC_EVENT_MOVE_ASKED: "move_asked",
 }
 
 
 class Event(ctypes.Structure):
     """`group`: JOINED, REJOINING, RENEWED, LEFT_GROUP's group, MOVED's new
-    sending group; `from_group`: MOVED's old one (1.2, in 1.1's padding)."""
+    sending group; `from_group`: MOVED's old one; `move_reason`, `within_ms`:
+    MOVE_ASKED's (1.2, all three in 1.1's padding)."""
     _fields_ = [
         ("kind", ctypes.c_int),
         ("group", ctypes.c_uint16),
@@ -105,6 +108,8 @@ class Event(ctypes.Structure):
         ("from_group", ctypes.c_uint16),
         ("reason", ctypes.c_int),
         ("player", ctypes.c_uint32),
+        ("move_reason", ctypes.c_uint16),
+        ("within_ms", ctypes.c_uint16),
         ("instance", ctypes.c_uint64),
         ("expires_unix_s", ctypes.c_uint64),
         ("error", ctypes.c_int),

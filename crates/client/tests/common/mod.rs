@@ -110,6 +110,11 @@ impl Reflector {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
+    /// Drains (`serve --drain-timeout`): MOVED to every member.
+    pub fn drain(&self, within: Duration) {
+        self.server.drain(within);
+    }
+
     /// Stops it and waits until its sockets are closed (the port is free).
     pub fn stop(self) {
         self.server.stop();
