@@ -3,10 +3,11 @@
 //! neighbour entries (no ARP in the measurements). netlab builds it, records
 //! it, removes it on drop (and on Ctrl-C, through the stop flag), and sweeps
 //! the labs of killed runs at the next start; processes start in its hosts
-//! through netlab's [`Launcher`] (the host's CPU set, the run's clock).
+//! through netlab's [`Launcher`] (the host's CPU set, the run's clock), and
+//! receive packet steering is one of netlab's checked device settings.
 
 use netlab::lab::{sweep, Lab, LabOptions, Launcher, SweepMode};
-use netlab::model::{Link, LinkParams, Node, NodeKind, Topology};
+use netlab::model::{CpuList, DeviceSetting, Link, LinkParams, Node, NodeKind, Sysfs, Topology};
 use oskit::netns::NetNs;
 use std::net::Ipv4Addr;
 use std::process::Command;
@@ -46,7 +47,14 @@ pub struct VethLabOptions {
     /// Raise `net.core.netdev_max_backlog` to at least this while the lab
     /// is up (restored when the last lab is removed).
     pub netdev_backlog: Option<u64>,
+    /// Steer the receive softirq of both ends of the veth to these CPUs
+    /// (RPS), written and read back by netlab as the lab is built.
+    pub rps_cpus: Option<CpuList>,
 }
+
+/// Each host's device on the veth: netlab names a node's device on its
+/// first link `eth0`.
+const VETH_DEV: &str = "eth0";
 
 /// The two hosts and the veth between them.
 pub struct VethLab {
@@ -79,6 +87,17 @@ impl VethLab {
                 // Unshaped, no delay: a bare veth.
                 params: LinkParams::default(),
             }],
+            device_settings: o
+                .rps_cpus
+                .iter()
+                .flat_map(|cpus| {
+                    [REFLECTOR_HOST, CLIENTS_HOST].map(|host| DeviceSetting {
+                        node: host.into(),
+                        dev: VETH_DEV.into(),
+                        set: Sysfs::RpsCpus(cpus.clone()),
+                    })
+                })
+                .collect(),
         };
         // No delay lines in this lab, so netlab never starts its binary.
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -121,6 +140,25 @@ impl VethLab {
     /// Starts processes in the lab's hosts.
     pub fn launcher(&self) -> Launcher {
         self.lab.launcher()
+    }
+
+    /// Runs `argv` in lab host `host` through the launcher and waits for
+    /// it; its stderr is the error.
+    pub fn run_in(&self, host: &str, argv: &[&str]) -> Result<(), String> {
+        let o = self
+            .launcher()
+            .command(host, argv)
+            .map_err(|e| e.to_string())?
+            .output()
+            .map_err(|e| format!("cannot run {} in host {host}: {e}", argv.join(" ")))?;
+        if !o.status.success() {
+            return Err(format!(
+                "{} in host {host} failed: {}",
+                argv.join(" "),
+                String::from_utf8_lossy(&o.stderr).trim()
+            ));
+        }
+        Ok(())
     }
 
     /// The MAC address of the lab's interface with address `ip` (the

@@ -5,7 +5,7 @@
 //! goes with it). Loopback for the user-space backends; the eBPF cases in
 //! namespaces of their own (root).
 
-use oskit::testing::{root_or_skip, sh, NetNsGuard};
+use oskit::testing::{root_or_skip, veth_pair, NetNsGuard, VethEnd};
 use reflector_bots::{run_bots, BotsConfig};
 use reflector_control::{Assign, ControlConfig, ControlServer, ReflectorSpec, World};
 use reflector_proto::auth::Secret;
@@ -127,14 +127,10 @@ impl Lab {
             r: NetNsGuard::new("rnr"),
             c: NetNsGuard::new("rnc"),
         };
-        let (r, c) = (lab.r.name(), lab.c.name());
-        sh(&[
-            "ip", "link", "add", "vr", "netns", r, "type", "veth", "peer", "name", "vc", "netns", c,
-        ]);
-        for (ns, dev, ip) in [(r, "vr", "10.204.0.1/24"), (c, "vc", "10.204.0.2/24")] {
-            sh(&["ip", "-n", ns, "addr", "add", ip, "dev", dev]);
-            sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
-        }
+        veth_pair(
+            VethEnd::new(lab.r.name(), "vr").addr("10.204.0.1/24"),
+            VethEnd::new(lab.c.name(), "vc").addr("10.204.0.2/24"),
+        );
         lab
     }
 

@@ -169,6 +169,12 @@ fn run_one(op: &Op) -> Result<(), LabError> {
             c
         }
         Op::Sysctl { ns, key, value } => return crate::netns::sysctl(ns, key, value),
+        Op::Sysfs { ns, dev, set } => {
+            return crate::netns::write_sysfs(ns, dev, set).map_err(|msg| LabError::Apply {
+                op: op.to_string(),
+                msg,
+            })
+        }
         Op::Ethtool { ns, args } => {
             let mut c = Command::new("ip");
             c.args(["netns", "exec", ns, "ethtool"]).args(args);

@@ -42,6 +42,13 @@ pub enum ModelError {
     CommandHost { index: usize, host: String },
     #[error("scenario file {path}: {msg}")]
     Scenario { path: String, msg: String },
+    #[error("device setting {index}: {node} has no device '{dev}' in the plan ({known})")]
+    UnknownDevice {
+        index: usize,
+        node: String,
+        dev: String,
+        known: String,
+    },
     #[error("address space exhausted: the topology needs more than 10.0.0.0/8")]
     AddressSpace,
 }
@@ -55,6 +62,9 @@ pub enum LabError {
     MissingCaps { missing: String },
     #[error("`{cmd}` failed (exit {code}): {stderr}")]
     Command { cmd: String, code: String, stderr: String },
+    /// An operation netlab does in-process (a device's sysfs setting).
+    #[error("`{op}` failed: {msg}")]
+    Apply { op: String, msg: String },
     #[error("could not start `{cmd}`: {source}")]
     Spawn { cmd: String, source: io::Error },
     #[error("{call} failed: {source}")]

@@ -116,6 +116,185 @@ pub struct Topology {
     pub name: String,
     pub nodes: Vec<Node>,
     pub links: Vec<Link>,
+    /// Settings of single devices that no `ip` or `tc` command makes
+    /// (receive packet steering), applied once the devices are up.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub device_settings: Vec<DeviceSetting>,
+}
+
+/// A setting of one device of a host or router, written to the device's
+/// files under `/sys/class/net` inside the node's namespace once the device
+/// is up (the plan's [`Op::Sysfs`](crate::plan::Op::Sysfs)). Nothing to
+/// undo: the device, and what was written to it, go with the namespace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceSetting {
+    /// The host or router the device belongs to.
+    pub node: String,
+    /// The device as the plan names it: a node's device on its k-th link
+    /// (in the order of the topology's links) is `eth<k>`.
+    pub dev: String,
+    pub set: Sysfs,
+}
+
+/// What a [`DeviceSetting`] writes: typed settings with fixed files and
+/// checked values, never a free path or a shell line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Sysfs {
+    /// Receive packet steering (RPS): the receive softirq of every receive
+    /// queue of the device runs on these CPUs (`queues/rx-*/rps_cpus`).
+    RpsCpus(CpuList),
+}
+
+impl Sysfs {
+    /// The files, relative to the device's directory, as a shell glob.
+    pub fn files(&self) -> &'static str {
+        match self {
+            Sysfs::RpsCpus(_) => "queues/rx-*/rps_cpus",
+        }
+    }
+
+    /// The text written to each file.
+    pub fn value(&self) -> String {
+        match self {
+            Sysfs::RpsCpus(c) => c.kernel_mask(),
+        }
+    }
+
+    /// Two settings of the same kind on one device would overwrite each
+    /// other.
+    fn same_kind(&self, other: &Sysfs) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+    }
+}
+
+/// The most CPUs a CPU list may name: the largest `NR_CPUS` the kernel
+/// can be built with.
+pub const MAX_CPUS: usize = 8192;
+
+/// A non-empty set of CPUs, written as a list in taskset's syntax (`1`,
+/// `0-3`, `0,2-3`) and checked when made: ascending ranges, every CPU
+/// below [`MAX_CPUS`]. Whether the machine has them is for the kernel to
+/// say when the setting is written.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct CpuList(Vec<usize>);
+
+impl CpuList {
+    pub fn parse(text: &str) -> Result<CpuList, ModelError> {
+        let bad = |why: &str| ModelError::BadValue {
+            item: "CPU list".into(),
+            value: text.into(),
+            expected: format!("a CPU list like 1, 0-3 or 0,2-3 ({why})"),
+        };
+        let mut cpus = Vec::new();
+        for part in text.split(',') {
+            let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+            let num = |s: &str| {
+                if s.is_empty() || !s.chars().all(|c| c.is_ascii_digit()) {
+                    return Err(bad("CPUs are numbers"));
+                }
+                s.parse::<usize>()
+                    .ok()
+                    .filter(|&c| c < MAX_CPUS)
+                    .ok_or_else(|| bad(&format!("CPUs are numbered below {MAX_CPUS}")))
+            };
+            let (lo, hi) = (num(lo)?, num(hi)?);
+            if lo > hi {
+                return Err(bad("a range goes up"));
+            }
+            cpus.extend(lo..=hi);
+        }
+        cpus.sort_unstable();
+        cpus.dedup();
+        Ok(CpuList(cpus))
+    }
+
+    /// The set of one CPU.
+    pub fn one(cpu: usize) -> Result<CpuList, ModelError> {
+        CpuList::parse(&cpu.to_string())
+    }
+
+    /// The CPUs, ascending.
+    pub fn cpus(&self) -> &[usize] {
+        &self.0
+    }
+
+    /// The set as the kernel writes CPU masks (`rps_cpus`,
+    /// `smp_affinity`): hexadecimal in 32-bit words separated by commas,
+    /// the most significant first (the kernel refuses a word of more than
+    /// eight digits): CPU 1 is `2`, CPUs 0-35 are `f,ffffffff`.
+    pub fn kernel_mask(&self) -> String {
+        let top = self.0.last().copied().unwrap_or(0);
+        let mut words = vec![0u32; top / 32 + 1];
+        for &c in &self.0 {
+            words[c / 32] |= 1 << (c % 32);
+        }
+        let mut text = format!("{:x}", words[words.len() - 1]);
+        for w in words.iter().rev().skip(1) {
+            text.push_str(&format!(",{w:08x}"));
+        }
+        text
+    }
+
+    /// The CPUs of a kernel CPU mask (as [`kernel_mask`](Self::kernel_mask)
+    /// writes it and sysfs shows it, leading zero words and all); `None` if
+    /// it is not one.
+    pub fn from_kernel_mask(text: &str) -> Option<Vec<usize>> {
+        let mut cpus = Vec::new();
+        for (i, word) in text.trim().rsplit(',').enumerate() {
+            let w = u32::from_str_radix(word, 16).ok()?;
+            cpus.extend((0..32).filter(|b| w & (1 << b) != 0).map(|b| i * 32 + b));
+        }
+        cpus.sort_unstable();
+        Some(cpus)
+    }
+}
+
+impl std::fmt::Display for CpuList {
+    /// The shortest list: `0-3,5`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        let mut i = 0;
+        while i < self.0.len() {
+            let mut j = i;
+            while j + 1 < self.0.len() && self.0[j + 1] == self.0[j] + 1 {
+                j += 1;
+            }
+            parts.push(if i == j {
+                self.0[i].to_string()
+            } else {
+                format!("{}-{}", self.0[i], self.0[j])
+            });
+            i = j + 1;
+        }
+        f.write_str(&parts.join(","))
+    }
+}
+
+impl TryFrom<String> for CpuList {
+    type Error = ModelError;
+    fn try_from(s: String) -> Result<CpuList, ModelError> {
+        CpuList::parse(&s)
+    }
+}
+
+impl From<CpuList> for String {
+    fn from(c: CpuList) -> String {
+        c.to_string()
+    }
+}
+
+/// Why the kernel would refuse `dev` as a device name (and a path under
+/// `/sys/class/net` would not be that device's), if it would.
+pub fn device_name_problem(dev: &str) -> Option<&'static str> {
+    if dev.is_empty() || dev.len() > 15 {
+        return Some("device names are 1 to 15 bytes");
+    }
+    if dev == "." || dev == ".." || dev.chars().any(|c| c == '/' || c == ':' || c.is_whitespace()) {
+        return Some("device names have no '/', ':' or spaces and are not '.' or '..'");
+    }
+    None
 }
 
 /// Why the kernel would refuse `n` as a switch (a bridge device in the
@@ -207,7 +386,52 @@ impl Topology {
             l.params.validate(&format!("link {} ({} - {})", i, l.a, l.b))?;
         }
         self.check_switch_loops()?;
+        self.check_device_settings()?;
         segments(self).map(|_| ())
+    }
+
+    /// Device settings name a host or router and a possible device name,
+    /// one setting of each kind per device (whether the plan has that
+    /// device is checked with the plan: it names the devices).
+    fn check_device_settings(&self) -> Result<(), ModelError> {
+        for (i, d) in self.device_settings.iter().enumerate() {
+            let item = format!("device setting {i} ({}:{})", d.node, d.dev);
+            match self.node(&d.node).map(|n| n.kind) {
+                None => {
+                    return Err(ModelError::BadValue {
+                        item,
+                        value: d.node.clone(),
+                        expected: "the name of a host or router of the topology".into(),
+                    })
+                }
+                Some(NodeKind::Switch) => {
+                    return Err(ModelError::BadValue {
+                        item,
+                        value: d.node.clone(),
+                        expected: "a host or router (a switch is a bridge, and its ports are the fabric's)".into(),
+                    })
+                }
+                Some(_) => {}
+            }
+            if let Some(rule) = device_name_problem(&d.dev) {
+                return Err(ModelError::BadValue {
+                    item,
+                    value: d.dev.clone(),
+                    expected: format!("a device name: {rule}"),
+                });
+            }
+            if self.device_settings[..i]
+                .iter()
+                .any(|e| e.node == d.node && e.dev == d.dev && e.set.same_kind(&d.set))
+            {
+                return Err(ModelError::BadValue {
+                    item,
+                    value: d.set.files().into(),
+                    expected: "one setting of each kind per device (a second would overwrite the first)".into(),
+                });
+            }
+        }
+        Ok(())
     }
 
     fn check_switch_loops(&self) -> Result<(), ModelError> {
@@ -320,6 +544,7 @@ mod tests {
             name: "t".into(),
             nodes: vec![n("h1", NodeKind::Host), n("h1", NodeKind::Host)],
             links: vec![],
+            device_settings: vec![],
         };
         assert!(matches!(t.validate(), Err(ModelError::DuplicateNode(x)) if x == "h1"));
         t.nodes[1].name = "s1".into();
@@ -352,6 +577,7 @@ mod tests {
                 name: "t".into(),
                 nodes: vec![n("h1", NodeKind::Host), n(name, NodeKind::Switch)],
                 links: vec![l("h1", name)],
+                device_settings: vec![],
             };
             let r = t.validate();
             assert_eq!(r.is_ok(), ok, "{name}: {r:?}");
@@ -362,6 +588,35 @@ mod tests {
         }
         // Hosts are namespaces, not devices: a long host name is fine.
         assert!(switch_name_problem("p1a").is_some() && valid_name("p1a"));
+    }
+
+    #[test]
+    fn cpu_lists_are_checked_and_written_as_the_kernel_reads_masks() {
+        let c = CpuList::parse("5,0-3,2").unwrap();
+        assert_eq!(c.cpus(), [0, 1, 2, 3, 5]);
+        assert_eq!(c.to_string(), "0-3,5");
+        assert_eq!(c.kernel_mask(), "2f");
+        assert_eq!(CpuList::one(1).unwrap().kernel_mask(), "2");
+        // 32-bit words, most significant first, the kernel's limit of
+        // eight digits each.
+        assert_eq!(CpuList::parse("0-35").unwrap().kernel_mask(), "f,ffffffff");
+        assert_eq!(CpuList::one(32).unwrap().kernel_mask(), "1,00000000");
+        assert_eq!(CpuList::one(8191).unwrap().kernel_mask().split(',').count(), 256);
+        // What sysfs shows back, leading zero words and all.
+        assert_eq!(CpuList::from_kernel_mask("00000000,00000002\n"), Some(vec![1]));
+        assert_eq!(CpuList::from_kernel_mask("f,ffffffff"), Some((0..36).collect()));
+        assert_eq!(CpuList::from_kernel_mask("0"), Some(vec![]));
+        assert_eq!(CpuList::from_kernel_mask("xyz"), None);
+        let too_big = "99999999999999999999999";
+        for bad in ["", "a", "1,,2", "3-1", "-1", "1-", "8192", "0-8192", too_big] {
+            let e = CpuList::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("a CPU list like"), "{bad}: {e}");
+        }
+        // Serialized as its list, checked when read.
+        let json = serde_json::to_string(&c).unwrap();
+        assert_eq!(json, r#""0-3,5""#);
+        assert_eq!(serde_json::from_str::<CpuList>(&json).unwrap(), c);
+        assert!(serde_json::from_str::<CpuList>(r#""2-1""#).is_err());
     }
 
     #[test]

@@ -1,9 +1,9 @@
-//! Turning a topology into the list of ip/tc/sysctl operations that builds
+//! Turning a topology into the list of ip/tc/sysctl/sysfs operations that builds
 //! it. Pure: the plan is data, unit-tested as data, and applied elsewhere.
 
 use crate::addr::{mac_of, plan_addressing_from, Addressing, DEFAULT_FIRST_SUBNET};
 use crate::error::ModelError;
-use crate::model::{LinkParams, NodeKind, Topology};
+use crate::model::{LinkParams, NodeKind, Sysfs, Topology};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -195,6 +195,17 @@ pub enum Op {
         ns: String,
         args: Vec<String>,
     },
+    /// A device setting no `ip` or `tc` command makes (receive packet
+    /// steering), written to device `dev`'s files under `/sys/class/net`
+    /// inside namespace `ns` and read back: in-process, from a thread that
+    /// entered the namespace with the namespace's own sysfs mounted (the
+    /// caller's `/sys` shows the caller's devices). Planned after the
+    /// device is up; nothing to undo, the device goes with the namespace.
+    Sysfs {
+        ns: String,
+        dev: String,
+        set: Sysfs,
+    },
     /// A delay-line process moving frames between ports `a` and `b` of the
     /// fabric namespace.
     DelayLine {
@@ -214,6 +225,12 @@ impl fmt::Display for Op {
             Op::AddNetns(n) => write!(f, "ip netns add {n}"),
             Op::Sysctl { ns, key, value } => write!(f, "ip netns exec {ns} sysctl -qw {key}={value}"),
             Op::Ethtool { ns, args } => write!(f, "ip netns exec {ns} ethtool {}", args.join(" ")),
+            Op::Sysfs { ns, dev, set } => write!(
+                f,
+                "ip netns exec {ns} sh -c 'echo {} | tee /sys/class/net/{dev}/{} >/dev/null'",
+                set.value(),
+                set.files()
+            ),
             Op::Cmd { ns, tool, args } => {
                 let t = match tool {
                     Tool::Ip => "ip",
@@ -442,7 +459,7 @@ fn shaping_ops(ns: &str, dev: &str, p: &LinkParams, o: &PlanOptions) -> Vec<Op> 
 /// Ops sorted into phases so that the batch applier needs few processes:
 /// all namespaces, then their sysctls, bridges, veth pairs, then per
 /// namespace its `ip` ops (addresses, links up, routes) and its `tc` ops,
-/// and the delay lines last. Within a namespace the order of creation is
+/// the devices' sysfs settings, and the delay lines last. Within a namespace the order of creation is
 /// kept, which is all that the dependencies between ops need.
 #[derive(Default)]
 struct Buckets {
@@ -452,6 +469,7 @@ struct Buckets {
     veths: Vec<Op>,
     ns_ip: Vec<(String, Vec<Op>)>,
     ns_tc: Vec<(String, Vec<Op>)>,
+    sysfs: Vec<Op>,
     delay: Vec<Op>,
 }
 
@@ -466,6 +484,7 @@ impl Buckets {
         match &op {
             Op::AddNetns(_) => self.netns.push(op),
             Op::Sysctl { .. } | Op::Ethtool { .. } => self.sysctl.push(op),
+            Op::Sysfs { .. } => self.sysfs.push(op),
             Op::DelayLine { .. } => self.delay.push(op),
             Op::Cmd { ns: None, .. } => self.veths.push(op),
             Op::Cmd {
@@ -494,6 +513,7 @@ impl Buckets {
         v.extend(self.veths);
         v.extend(self.ns_ip.into_iter().flat_map(|(_, o)| o));
         v.extend(self.ns_tc.into_iter().flat_map(|(_, o)| o));
+        v.extend(self.sysfs);
         v.extend(self.delay);
         v
     }
@@ -653,6 +673,10 @@ pub fn build_plan(t: &Topology, naming: &Naming, o: &PlanOptions) -> Result<Plan
         });
     }
 
+    for (index, d) in t.device_settings.iter().enumerate() {
+        ops.add(device_setting(&addressing, naming, index, d)?);
+    }
+
     Ok(Plan {
         shaped,
         naming: naming.clone(),
@@ -660,6 +684,39 @@ pub fn build_plan(t: &Topology, naming: &Naming, o: &PlanOptions) -> Result<Plan
         addressing,
         namespaces,
         ops: ops.finish(),
+    })
+}
+
+/// The op of device setting `index`, once the plan's addressing shows that
+/// its node has that device (the topology's validation checked the rest).
+fn device_setting(
+    addressing: &Addressing,
+    naming: &Naming,
+    index: usize,
+    d: &crate::model::DeviceSetting,
+) -> Result<Op, ModelError> {
+    let devices: Vec<&str> = addressing
+        .ifaces
+        .iter()
+        .filter(|i| i.node == d.node)
+        .map(|i| i.ifname.as_str())
+        .collect();
+    if !devices.contains(&d.dev.as_str()) {
+        return Err(ModelError::UnknownDevice {
+            index,
+            node: d.node.clone(),
+            dev: d.dev.clone(),
+            known: if devices.is_empty() {
+                "it is on no link, so it has none".into()
+            } else {
+                format!("its devices: {}", devices.join(", "))
+            },
+        });
+    }
+    Ok(Op::Sysfs {
+        ns: naming.ns(&d.node),
+        dev: d.dev.clone(),
+        set: d.set.clone(),
     })
 }
 
@@ -874,6 +931,71 @@ mod tests {
         assert!(!ops
             .iter()
             .any(|o| o.starts_with("ip -n netlab-b-h2 neigh replace 10.0.0.3 ")));
+    }
+
+    #[test]
+    fn a_device_setting_is_planned_after_its_device_is_up_and_checked_against_the_plan() {
+        use crate::model::{CpuList, DeviceSetting};
+        let mut t = Builtin::Pair.build(&LinkParams {
+            bw_bps: Some(10_000_000),
+            delay_ns: 1_000_000,
+            ..Default::default()
+        });
+        let rps = |node: &str, dev: &str, cpus: &str| DeviceSetting {
+            node: node.into(),
+            dev: dev.into(),
+            set: Sysfs::RpsCpus(CpuList::parse(cpus).unwrap()),
+        };
+        t.device_settings = vec![rps("h1", "eth0", "1,3"), rps("h2", "eth0", "0")];
+        let p = build_plan(&t, &Naming::new("r1"), &PlanOptions::default()).unwrap();
+        let ops = render(&p);
+        let at = |line: &str| {
+            ops.iter()
+                .position(|o| o == line)
+                .unwrap_or_else(|| panic!("no {line} in {ops:#?}"))
+        };
+        let h1 =
+            at("ip netns exec netlab-r1-h1 sh -c 'echo a | tee /sys/class/net/eth0/queues/rx-*/rps_cpus >/dev/null'");
+        let h2 =
+            at("ip netns exec netlab-r1-h2 sh -c 'echo 1 | tee /sys/class/net/eth0/queues/rx-*/rps_cpus >/dev/null'");
+        assert_eq!(
+            p.ops[h1],
+            Op::Sysfs {
+                ns: "netlab-r1-h1".into(),
+                dev: "eth0".into(),
+                set: Sysfs::RpsCpus(CpuList::parse("1,3").unwrap()),
+            }
+        );
+        // After the device exists, is up and is shaped; before the delay
+        // lines, which are processes (the last phase).
+        assert!(h1 > at("ip -n netlab-r1-h1 link set eth0 up"));
+        assert!(ops[..h1].iter().any(|o| o.starts_with("tc -n netlab-r1-h2 ")));
+        assert_eq!((h2, ops.len()), (h1 + 1, h1 + 3));
+        assert!(ops[h1 + 2].contains("delay-line"));
+        // A device the plan does not make is refused, naming the node's.
+        t.device_settings = vec![rps("h1", "eth1", "0")];
+        let e = build_plan(&t, &Naming::new("r1"), &PlanOptions::default()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "device setting 0: h1 has no device 'eth1' in the plan (its devices: eth0)"
+        );
+        // Nodes, device names and repeats are the topology's to check.
+        for (bad, why) in [
+            (vec![rps("h9", "eth0", "0")], "h9"),
+            (vec![rps("h1", "../lo", "0")], "no '/'"),
+            (
+                vec![rps("h1", "eth0", "0"), rps("h1", "eth0", "1")],
+                "one setting of each kind",
+            ),
+        ] {
+            t.device_settings = bad;
+            let e = build_plan(&t, &Naming::new("r1"), &PlanOptions::default()).unwrap_err();
+            assert!(e.to_string().contains(why), "{e}");
+        }
+        let mut star = Builtin::Star { hosts: 2 }.build(&LinkParams::default());
+        star.device_settings = vec![rps("s1", "eth0", "0")];
+        let e = build_plan(&star, &Naming::new("r1"), &PlanOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("a switch is a bridge"), "{e}");
     }
 
     #[test]

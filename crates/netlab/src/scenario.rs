@@ -220,6 +220,7 @@ impl Scenario {
                 name: "custom".into(),
                 nodes,
                 links,
+                device_settings: vec![],
             }
         } else {
             Builtin::from_parts(&f.topology.kind, f.topology.hosts, f.topology.switches, f.topology.k)?.build(&params)

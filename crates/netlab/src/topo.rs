@@ -97,6 +97,7 @@ impl Builtin {
             name: self.label(),
             nodes: vec![],
             links: vec![],
+            device_settings: vec![],
         };
         let node = |t: &mut Topology, name: String, kind| t.nodes.push(Node { name, kind, cpus: None });
         let link = |t: &mut Topology, a: String, b: String| {

@@ -60,6 +60,52 @@ impl NetNs {
         })
     }
 
+    /// Like [`NetNs::run`], with this namespace's own sysfs on `/sys` for
+    /// `f`, as `ip netns exec` gives a command: sysfs shows the devices of
+    /// the namespace of whoever mounted it, so a thread that only entered
+    /// the namespace would still see, and write to, the caller's devices
+    /// under `/sys/class/net`. The fresh thread first takes a mount
+    /// namespace of its own (`unshare(CLONE_NEWNS)`, which moves this
+    /// thread alone; its mounts made slaves, so nothing it mounts reaches
+    /// the caller's), enters the network namespace, and mounts sysfs over
+    /// `/sys`. When the thread ends its mount namespace and the mount go
+    /// with it; the caller's `/sys` is never touched. Needs
+    /// `CAP_SYS_ADMIN`.
+    pub fn run_with_sysfs<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T, SysError> {
+        use nix::mount::{mount, umount2, MntFlags, MsFlags};
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)
+                    .map_err(|e| SysError::new("unshare(CLONE_NEWNS)", e))?;
+                let slaves = MsFlags::MS_REC | MsFlags::MS_SLAVE;
+                mount(None::<&str>, "/", None::<&str>, slaves, None::<&str>)
+                    .map_err(|e| SysError::new("mount --make-rslave /", e))?;
+                self.enter_this_thread()?;
+                // As `ip netns exec`: the old sysfs out of the way if it can
+                // be; where it cannot, the new one goes over it, read-only
+                // if the old one is (a read-only mount cannot be shadowed
+                // by a writable one).
+                let mut flags = MsFlags::empty();
+                if umount2("/sys", MntFlags::MNT_DETACH).is_err()
+                    && nix::sys::statvfs::statvfs("/sys")
+                        .is_ok_and(|v| v.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
+                {
+                    flags |= MsFlags::MS_RDONLY;
+                }
+                mount(Some("sysfs"), "/sys", Some("sysfs"), flags, None::<&str>)
+                    .map_err(|e| SysError::new(format!("mount sysfs of {} on /sys", self.path.display()), e))?;
+                Ok(f())
+            })
+            .join()
+            .unwrap_or_else(|_| {
+                Err(SysError::new(
+                    format!("thread in {}", self.path.display()),
+                    std::io::Error::other("panicked"),
+                ))
+            })
+        })
+    }
+
     fn enter_this_thread(&self) -> Result<(), SysError> {
         nix::sched::setns(&self.file, nix::sched::CloneFlags::CLONE_NEWNET)
             .map_err(|e| SysError::new(format!("setns({})", self.path.display()), e))

@@ -188,22 +188,42 @@ pub fn static_neighbours(a: VethEnd<'_>, b: VethEnd<'_>) {
             .addr
             .unwrap_or_else(|| panic!("{} in {} has no address to be a neighbour at", peer.ifname, peer.ns));
         let ip = addr.split('/').next().unwrap_or(addr);
-        let mac = link_mac(peer.ns, peer.ifname);
-        sh(&[
-            "ip",
-            "-n",
-            me.ns,
-            "neigh",
-            "replace",
-            ip,
-            "lladdr",
-            &mac,
-            "dev",
-            me.ifname,
-            "nud",
-            "permanent",
-        ]);
+        permanent_neighbour(me, ip, &link_mac(peer.ns, peer.ifname));
     }
+}
+
+/// A permanent neighbour entry behind `end` (its namespace and device):
+/// `ip` is at `mac`, so nothing is resolved by ARP (a peer without an
+/// address, a MAC the test chose, a MAC that changed). Replaces an entry
+/// that is there.
+pub fn permanent_neighbour(end: VethEnd<'_>, ip: &str, mac: &str) {
+    let (ns, dev) = (end.ns, end.ifname);
+    sh(&[
+        "ip",
+        "-n",
+        ns,
+        "neigh",
+        "replace",
+        ip,
+        "lladdr",
+        mac,
+        "dev",
+        dev,
+        "nud",
+        "permanent",
+    ]);
+}
+
+/// A route in namespace `ns` to `dest` (`10.1.3.0/24`, `default`) through
+/// gateway `via`.
+pub fn route_via(ns: &str, dest: &str, via: &str) {
+    sh(&["ip", "-n", ns, "route", "add", dest, "via", via]);
+}
+
+/// Gives the device of `end` the MAC address `mac` (a router whose
+/// address changes, as after a replaced card).
+pub fn set_link_mac(end: VethEnd<'_>, mac: &str) {
+    sh(&["ip", "-n", end.ns, "link", "set", end.ifname, "address", mac]);
 }
 
 /// The MAC address of device `ifname` in namespace `ns`.
@@ -281,6 +301,36 @@ mod tests {
         drop(g);
         assert!(!path.exists());
         assert!(!child.child().wait().unwrap().success());
+    }
+
+    #[test]
+    fn a_thread_with_the_namespaces_sysfs_sees_its_devices_and_leaves_the_callers_alone() {
+        if !root_or_skip("a_thread_with_the_namespaces_sysfs_sees_its_devices_and_leaves_the_callers_alone") {
+            return;
+        }
+        let (a, b) = (NetNsGuard::new("oskfa"), NetNsGuard::new("oskfb"));
+        veth_pair(VethEnd::new(a.name(), "sfa"), VethEnd::new(b.name(), "sfb"));
+        let list = || {
+            let mut v: Vec<String> = std::fs::read_dir("/sys/class/net")
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            v.sort();
+            v
+        };
+        let ours = list();
+        let ns = a.open().unwrap();
+        assert_eq!(ns.run_with_sysfs(list).unwrap(), ["lo", "sfa"]);
+        // A thread that only entered the namespace still sees the caller's
+        // sysfs: why run_with_sysfs mounts its own.
+        assert_eq!(ns.run(list).unwrap(), ours);
+        // What the thread wrote lands on the namespace's device.
+        let mtu = "/sys/class/net/sfa/mtu";
+        ns.run_with_sysfs(|| std::fs::write(mtu, "1400")).unwrap().unwrap();
+        let out = a.command("cat").arg(mtu).output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1400");
+        // The mount went with the thread: the caller's /sys is as it was.
+        assert_eq!(list(), ours);
     }
 
     #[test]

@@ -590,17 +590,8 @@ fn members_behind_other_devices_and_a_router() {
         checksum_offload_off(a.name(), da);
         checksum_offload_off(b.name(), db);
     }
-    sh(&[
-        "ip",
-        "-n",
-        r.name(),
-        "route",
-        "add",
-        "10.204.3.0/24",
-        "via",
-        "10.204.2.2",
-    ]);
-    sh(&["ip", "-n", c2.name(), "route", "add", "default", "via", "10.204.3.1"]);
+    oskit::testing::route_via(r.name(), "10.204.3.0/24", "10.204.2.2");
+    oskit::testing::route_via(c2.name(), "default", "10.204.3.1");
     oskit::netns::sysctl(&gw.open().unwrap(), "net.ipv4.ip_forward", "1").unwrap_or_else(|e| panic!("{e}"));
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -691,28 +682,8 @@ fn members_behind_other_devices_and_a_router() {
 
     // The router's MAC changes; the reflector learns it from the neighbour
     // table (set here as an ARP update would) and copies reach C2 again.
-    sh(&[
-        "ip",
-        "-n",
-        gw.name(),
-        "link",
-        "set",
-        "vg1",
-        "address",
-        "02:52:46:00:02:99",
-    ]);
-    sh(&[
-        "ip",
-        "-n",
-        r.name(),
-        "neigh",
-        "replace",
-        "10.204.2.2",
-        "lladdr",
-        "02:52:46:00:02:99",
-        "dev",
-        "vr2",
-    ]);
+    oskit::testing::set_link_mac(VethEnd::new(gw.name(), "vg1"), "02:52:46:00:02:99");
+    oskit::testing::permanent_neighbour(VethEnd::new(r.name(), "vr2"), "10.204.2.2", "02:52:46:00:02:99");
     let before = got[3];
     let mut round = ROUNDS;
     wait_for("delivery through the router again", 5, || {

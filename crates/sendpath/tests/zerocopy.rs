@@ -4,7 +4,7 @@
 //! program that drops them) completions come uncopied and every buffer is
 //! released; behind a slow qdisc the bound on pinned bytes holds.
 
-use oskit::testing::{root_or_skip, sh, NetNsGuard};
+use oskit::testing::{permanent_neighbour, root_or_skip, sh, veth_pair, NetNsGuard, VethEnd};
 use sendpath::zerocopy::{Sent, ZeroCopySender};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
@@ -15,36 +15,25 @@ use std::time::Duration;
 /// packet: the kernel frees it there, before any local delivery.
 const DROP_ALL: &str = "1,6 0 0 2,";
 
-/// A namespace with veth `za` (10.97.0.1) and its peer `zb` (10.97.0.2).
-fn veth_pair() -> NetNsGuard {
+/// A namespace with veth `za` (10.97.0.1) and its peer `zb` (10.97.0.2,
+/// an address of its own if `zb_addr`, else none).
+fn za_zb(zb_addr: bool) -> NetNsGuard {
     let ns = NetNsGuard::new("zc");
     let n = ns.name();
-    sh(&["ip", "-n", n, "link", "add", "za", "type", "veth", "peer", "name", "zb"]);
-    sh(&["ip", "-n", n, "addr", "add", "10.97.0.1/24", "dev", "za"]);
-    sh(&["ip", "-n", n, "link", "set", "za", "up"]);
-    sh(&["ip", "-n", n, "link", "set", "zb", "up"]);
+    let zb = VethEnd::new(n, "zb");
+    veth_pair(
+        VethEnd::new(n, "za").addr("10.97.0.1/24"),
+        if zb_addr { zb.addr("10.97.0.2/24") } else { zb },
+    );
     ns
 }
 
-/// [`veth_pair`] where everything sent to 10.97.0.2 is dropped on `za`'s
+/// [`za_zb`] where everything sent to 10.97.0.2 is dropped on `za`'s
 /// egress: packets leave the stack without local delivery.
 fn dropping_sink() -> NetNsGuard {
-    let ns = veth_pair();
+    let ns = za_zb(false);
     let n = ns.name();
-    sh(&[
-        "ip",
-        "-n",
-        n,
-        "neigh",
-        "add",
-        "10.97.0.2",
-        "lladdr",
-        "02:00:00:00:00:02",
-        "dev",
-        "za",
-        "nud",
-        "permanent",
-    ]);
+    permanent_neighbour(VethEnd::new(n, "za"), "10.97.0.2", "02:00:00:00:00:02");
     sh(&["tc", "-n", n, "qdisc", "add", "dev", "za", "clsact"]);
     sh(&[
         "tc", "-n", n, "filter", "add", "dev", "za", "egress", "bpf", "da", "bytecode", DROP_ALL,
@@ -61,8 +50,7 @@ fn over_veth_the_kernel_copies_and_the_sender_falls_back() {
     if !root_or_skip("over_veth_the_kernel_copies_and_the_sender_falls_back") {
         return;
     }
-    let ns = veth_pair();
-    sh(&["ip", "-n", ns.name(), "addr", "add", "10.97.0.2/24", "dev", "zb"]);
+    let ns = za_zb(true);
     ns.run(|| {
         let rx = UdpSocket::bind("10.97.0.2:7000").unwrap();
         rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -126,22 +114,9 @@ fn behind_a_slow_qdisc_the_pinned_bytes_stay_bounded() {
     if !root_or_skip("behind_a_slow_qdisc_the_pinned_bytes_stay_bounded") {
         return;
     }
-    let ns = veth_pair();
+    let ns = za_zb(false);
     let n = ns.name();
-    sh(&[
-        "ip",
-        "-n",
-        n,
-        "neigh",
-        "add",
-        "10.97.0.2",
-        "lladdr",
-        "02:00:00:00:00:02",
-        "dev",
-        "za",
-        "nud",
-        "permanent",
-    ]);
+    permanent_neighbour(VethEnd::new(n, "za"), "10.97.0.2", "02:00:00:00:00:02");
     // 8 Mbit/s with a deep queue: completions come late (when TBF lets a
     // datagram's last fragment go), uncopied (the peer drops it on ingress).
     sh(&[
@@ -210,8 +185,7 @@ fn uring_send_zc_over_veth_delivers_every_datagram_and_reports_the_copy() {
     if !root_or_skip("uring_send_zc_over_veth_delivers_every_datagram_and_reports_the_copy") {
         return;
     }
-    let ns = veth_pair();
-    sh(&["ip", "-n", ns.name(), "addr", "add", "10.97.0.2/24", "dev", "zb"]);
+    let ns = za_zb(true);
     ns.run(|| {
         let rx = UdpSocket::bind("10.97.0.2:7000").unwrap();
         rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();

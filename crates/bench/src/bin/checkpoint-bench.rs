@@ -369,6 +369,7 @@ fn run(a: Args) -> Result<(), String> {
                 subnet: 211,
                 reflector_cpus: None,
                 netdev_backlog: None,
+                rps_cpus: None,
             },
             &STOP,
         )?;

@@ -5,13 +5,14 @@
 //! veth drops them, so completions come back uncopied, as a NIC's would).
 #![deny(unsafe_code)]
 
+use bench::lab::{VethLab, VethLabOptions, REFLECTOR_HOST};
 use bench::thread_cpu;
 use clap::Parser;
 use oskit::procfs;
 use sendpath::zerocopy::{Sent, ZeroCopySender};
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -62,73 +63,44 @@ impl Mode {
     }
 }
 
-struct Lab {
-    ns: String,
-}
+/// The sender's address: the lab's first host (the host of the code
+/// under test, here the send path).
+const SENDER: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 1);
+/// Where the datagrams go: the other end of the veth, whose MAC the
+/// sender knows (a permanent neighbour entry), so every send leaves the
+/// device, where the TC program drops it.
+const SINK: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 2);
 
-impl Lab {
-    fn new() -> Result<Lab, String> {
-        let lab = Lab {
-            ns: format!("zcbench{}", std::process::id()),
-        };
-        let n = lab.ns.as_str();
-        for args in [
-            vec!["ip", "netns", "add", n],
-            vec!["ip", "-n", n, "link", "add", "za", "type", "veth", "peer", "name", "zb"],
-            vec!["ip", "-n", n, "addr", "add", "10.96.0.1/24", "dev", "za"],
-            vec!["ip", "-n", n, "link", "set", "za", "up"],
-            vec!["ip", "-n", n, "link", "set", "zb", "up"],
-            vec![
-                "ip",
-                "-n",
-                n,
-                "neigh",
-                "add",
-                "10.96.0.2",
-                "lladdr",
-                "02:00:00:00:00:02",
-                "dev",
-                "za",
-                "nud",
-                "permanent",
-            ],
-            vec!["tc", "-n", n, "qdisc", "add", "dev", "za", "clsact"],
-            // TC_ACT_SHOT (2) for every packet, in direct-action mode.
-            vec![
-                "tc",
-                "-n",
-                n,
-                "filter",
-                "add",
-                "dev",
-                "za",
-                "egress",
-                "bpf",
-                "da",
-                "bytecode",
-                "1,6 0 0 2,",
-            ],
-        ] {
-            let out = Command::new(args[0])
-                .args(&args[1..])
-                .output()
-                .map_err(|e| format!("cannot run {}: {e}", args[0]))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "{} failed: {} (needs root)",
-                    args.join(" "),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ));
-            }
-        }
-        Ok(lab)
+/// The lab: netlab's two-host veth lab ([`VethLab`]: named, recorded,
+/// removed on drop and on Ctrl-C, swept after a killed run), the sender
+/// in its first host, and the TC program that drops every packet on the
+/// sender's device.
+fn lab(stop: &AtomicBool) -> Result<VethLab, String> {
+    let lab = VethLab::new(
+        &VethLabOptions {
+            name: "zerocopy-bench".into(),
+            subnet: 96,
+            reflector_cpus: None,
+            netdev_backlog: None,
+            rps_cpus: None,
+        },
+        stop,
+    )?;
+    if (lab.reflector_ip, lab.client_ip) != (SENDER, SINK) {
+        return Err(format!(
+            "the lab's hosts are at {} and {}, not {SENDER} and {SINK}",
+            lab.reflector_ip, lab.client_ip
+        ));
     }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
-    }
+    let dev = lab.r_dev.as_str();
+    // TC_ACT_SHOT (2) for every packet, in direct-action mode.
+    let drop_all = "1,6 0 0 2,";
+    lab.run_in(REFLECTOR_HOST, &["tc", "qdisc", "add", "dev", dev, "clsact"])?;
+    let filter = [
+        "tc", "filter", "add", "dev", dev, "egress", "bpf", "da", "bytecode", drop_all,
+    ];
+    lab.run_in(REFLECTOR_HOST, &filter)?;
+    Ok(lab)
 }
 
 struct Run {
@@ -141,9 +113,9 @@ struct Run {
 }
 
 fn measure(mode: Mode, size: usize, secs: f64, stop: &AtomicBool) -> Result<Run, String> {
-    let tx = UdpSocket::bind("10.96.0.1:0").map_err(|e| format!("bind: {e}"))?;
+    let tx = UdpSocket::bind(SocketAddr::from((SENDER, 0))).map_err(|e| format!("bind: {e}"))?;
     sendpath::set_udp_segment(tx.as_fd(), 1400).map_err(|e| format!("UDP_SEGMENT: {e}"))?;
-    let to: SocketAddr = "10.96.0.2:9".parse().expect("a literal address");
+    let to = SocketAddr::from((SINK, 9));
     let mut uring = match mode {
         Mode::Uring => {
             tx.connect(to).map_err(|e| format!("connect: {e}"))?;
@@ -222,14 +194,14 @@ fn main() -> ExitCode {
         eprintln!("zerocopy-bench: signals: {e}");
         return ExitCode::from(1);
     }
-    let lab = match Lab::new() {
+    let lab = match lab(&stop) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("zerocopy-bench: {e}");
-            return ExitCode::from(1);
+            return ExitCode::from(if stop.load(Ordering::Relaxed) { 130 } else { 1 });
         }
     };
-    let ns = match oskit::netns::NetNs::open(&lab.ns) {
+    let ns = match VethLab::ns(&lab.r) {
         Ok(n) => n,
         Err(e) => {
             eprintln!("zerocopy-bench: {e}");

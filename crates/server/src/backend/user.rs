@@ -440,31 +440,16 @@ mod tests {
     #[test]
     fn a_pending_fanout_holds_the_received_buffer_without_a_copy() {
         use crate::receive::RecvPool;
-        use oskit::testing::{root_or_skip, sh, NetNsGuard};
+        use oskit::testing::{permanent_neighbour, root_or_skip, sh, veth_pair, NetNsGuard, VethEnd};
         if !root_or_skip("a_pending_fanout_holds_the_received_buffer_without_a_copy") {
             return;
         }
         let ns = NetNsGuard::new("rfpb");
         let n = ns.name();
         // A veth whose other end has no address: what leaves is dropped there.
-        sh(&["ip", "-n", n, "link", "add", "va", "type", "veth", "peer", "name", "vb"]);
-        sh(&["ip", "-n", n, "addr", "add", "10.203.0.1/24", "dev", "va"]);
-        sh(&["ip", "-n", n, "link", "set", "va", "up"]);
-        sh(&["ip", "-n", n, "link", "set", "vb", "up"]);
-        sh(&[
-            "ip",
-            "-n",
-            n,
-            "neigh",
-            "replace",
-            "10.203.0.2",
-            "lladdr",
-            "02:52:46:00:00:09",
-            "dev",
-            "va",
-            "nud",
-            "permanent",
-        ]);
+        let va = VethEnd::new(n, "va").addr("10.203.0.1/24");
+        veth_pair(va, VethEnd::new(n, "vb"));
+        permanent_neighbour(va, "10.203.0.2", "02:52:46:00:00:09");
         sh(&[
             "tc", "-n", n, "qdisc", "add", "dev", "va", "root", "tbf", "rate", "1mbit", "burst", "1600", "limit",
             "3000",

@@ -4,7 +4,8 @@
 
 use crate::measure::now_unix;
 
-use bench::lab::{sh, VethLab, VethLabOptions, CLIENTS_HOST, REFLECTOR_HOST};
+use bench::lab::{sh, VethLab, VethLabOptions};
+use netlab::model::CpuList;
 use oskit::netns::NetNs;
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::blocking;
@@ -77,14 +78,21 @@ impl Lab {
     /// The lab, with addresses for `members` members; every process started
     /// in the reflector's host is pinned to the measured CPU `cpu`, and with
     /// `rps` the receive softirq of both ends of the veth is steered there
-    /// too (RPS). `stop` interrupts the build.
+    /// too (RPS: netlab writes both devices' `rps_cpus` in their hosts'
+    /// namespaces and reads them back). `stop` interrupts the build.
     pub(crate) fn new(members: usize, cpu: usize, rps: bool, stop: &AtomicBool) -> Result<Lab, String> {
+        let rps_cpus = if rps {
+            Some(CpuList::one(cpu).map_err(|e| format!("--cpu {cpu}: {e}"))?)
+        } else {
+            None
+        };
         let veth = VethLab::new(
             &VethLabOptions {
                 name: "fanout-bench".into(),
                 subnet: 210,
                 reflector_cpus: Some(cpu.to_string()),
                 netdev_backlog: Some(BACKLOG),
+                rps_cpus,
             },
             stop,
         )?;
@@ -116,48 +124,12 @@ impl Lab {
             "ip", "-n", &r, "link", "add", "sinkd", "type", "veth", "peer", "name", "sinkp",
         ])?;
         sh(&["ip", "-n", &r, "link", "set", "sinkd", "up"])?;
-        if rps {
-            steer_rx(&veth, REFLECTOR_HOST, r_dev, cpu)?;
-            steer_rx(&veth, CLIENTS_HOST, c_dev, cpu)?;
-        }
         Ok(Lab { veth })
     }
 
     pub(crate) fn ns(name: &str) -> Result<NetNs, String> {
         VethLab::ns(name)
     }
-}
-
-/// Steers the receive softirq of `dev` (in lab host `host`) to `cpu` with
-/// RPS, and reads the mask back. sysfs shows the devices of the namespace
-/// that mounted it, so a process started in the host (whose launcher
-/// mounts the namespace's own) writes and reads the file.
-pub(crate) fn steer_rx(lab: &VethLab, host: &str, dev: &str, cpu: usize) -> Result<(), String> {
-    if cpu >= 64 {
-        return Err(format!("--cpu {cpu}: RPS steering here supports CPUs 0..63"));
-    }
-    let mask = format!("{:x}", 1u64 << cpu);
-    let file = format!("/sys/class/net/{dev}/queues/rx-0/rps_cpus");
-    let o = lab
-        .launcher()
-        .command(host, &["sh", "-c", &format!("echo {mask} > {file} && cat {file}")])
-        .map_err(|e| e.to_string())?
-        .output()
-        .map_err(|e| format!("cannot run ip: {e}"))?;
-    if !o.status.success() {
-        return Err(format!(
-            "RPS on {dev} in host {host}: writing {mask} to {file} failed: {}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        ));
-    }
-    let got = String::from_utf8_lossy(&o.stdout);
-    let got = got.trim().replace(',', "");
-    if u64::from_str_radix(&got, 16) != Ok(1u64 << cpu) {
-        return Err(format!(
-            "RPS on {dev}: wrote {mask} to {file}, read back '{got}' (a kernel without CONFIG_RPS?)"
-        ));
-    }
-    Ok(())
 }
 
 /// The sender member: its socket and session (none for multicast), where
