@@ -2,7 +2,6 @@
 //! receivers of each implementation (reflector members with real tokens,
 //! raw-loop receivers, multicast group members).
 
-use crate::measure::now_unix;
 
 use bench::lab::{sh, VethLab, VethLabOptions};
 use netlab::model::CpuList;
@@ -157,7 +156,7 @@ pub(crate) fn join_all(lab: &Lab, secret: &Secret, receivers: usize, port: u16) 
             player,
             reflector: 0,
             group: port,
-            expires_unix_s: now_unix() + 3600,
+            expires_unix_s: reflector_proto::unix_now_ms() / 1000 + 3600,
         }
         .sign(secret);
         let req = JoinRequest {

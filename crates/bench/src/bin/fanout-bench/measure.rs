@@ -13,12 +13,6 @@ use std::os::fd::AsRawFd as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-pub(crate) fn now_unix() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// One DATA datagram of `size` bytes from the sender (sealed with its
 /// session: tag and sequence, as a game client would).
 pub(crate) fn next_datagram(tx: &mut Sender, size: usize, buf: &mut [u8], body: &[u8]) -> usize {
