@@ -477,11 +477,27 @@ pub fn authorize(
     query: &str,
     now_unix_s: u64,
     now: Instant,
+    held: Option<u32>,
 ) -> Result<u32, Reply> {
     use crate::players::Refusal;
-    if let Err(s) = auth.per_ip.lock().unwrap_or_else(|e| e.into_inner()).take(peer, now) {
-        auth.rate_limited.fetch_add(1, Relaxed);
-        return Err(too_many("too many requests from this address", s));
+    match held {
+        // A player that holds a valid token of ours is being re-placed (its
+        // reflector failed or drains): many such players behind one address
+        // must not be throttled into 429s by the address's budget, so only
+        // the player's own budget is spent, before the ticket is verified
+        // (a captured token buys a flood no more than its player's rate).
+        Some(p) => {
+            if let Err(s) = auth.per_player.lock().unwrap_or_else(|e| e.into_inner()).take(p, now) {
+                auth.rate_limited.fetch_add(1, Relaxed);
+                return Err(too_many("too many token requests for this player", s));
+            }
+        }
+        None => {
+            if let Err(s) = auth.per_ip.lock().unwrap_or_else(|e| e.into_inner()).take(peer, now) {
+                auth.rate_limited.fetch_add(1, Relaxed);
+                return Err(too_many("too many requests from this address", s));
+            }
+        }
     }
     let refuse = |r: Refusal| {
         auth.count(r);
@@ -500,6 +516,13 @@ pub fn authorize(
     if asked.is_some_and(|p| p.trim() != player.to_string()) {
         return Err(refuse(Refusal::OtherPlayer));
     }
+    if let Some(p) = held {
+        if p != player {
+            return Err(refuse(Refusal::OtherPlayer));
+        }
+        auth.recoveries.fetch_add(1, Relaxed);
+        return Ok(player);
+    }
     if let Err(s) = auth
         .per_player
         .lock()
@@ -510,6 +533,20 @@ pub fn authorize(
         return Err(too_many("too many token requests for this player", s));
     }
     Ok(player)
+}
+
+/// The player of the join token a `/join` carries as `held=HEX` (the
+/// token the client holds now), if it is one of ours (current secret, or
+/// the previous while it is accepted) and has not expired.
+pub fn held_player(secret: &reflector_proto::auth::SecretRing, query: &str, now_unix_ms: u64) -> Option<u32> {
+    let hex_token = query_pairs(query).into_iter().find(|(k, _)| k == "held")?.1;
+    let bytes = hex::decode(hex_token.trim()).ok()?;
+    let token: [u8; reflector_proto::auth::TOKEN_LEN] = bytes.try_into().ok()?;
+    let claims = TokenClaims::peek(&token);
+    secret
+        .verify_token(&token, claims.reflector, claims.group, claims.player, now_unix_ms)
+        .ok()
+        .map(|c| c.player)
 }
 
 /// Answers one request. Pure: the clock comes in as `now_unix_s`.
@@ -664,6 +701,11 @@ pub fn metrics(cfg: &ControlConfig, http: &reflector_http::Stats, format: reflec
         "Token requests refused 429 by the per-player or per-address rate limit.",
     )
     .sample(&[], cfg.auth.as_ref().map_or(0, |a| a.rate_limited.load(Relaxed)));
+    e.counter(
+        "reflector_control_join_recoveries",
+        "Token requests that carried a valid join token of the same player (re-placement after a reflector failed or drained): charged to the player's rate limit only, not to its address's.",
+    )
+    .sample(&[], cfg.auth.as_ref().map_or(0, |a| a.recoveries.load(Relaxed)));
     if let Some(f) = &cfg.world.fleet {
         fleet::write_metrics(&mut e, f);
     }
@@ -736,7 +778,16 @@ impl ControlServer {
             let (path, query) = req.target.split_once('?').unwrap_or((req.target, ""));
             let reply = match (&cfg.auth, req.method, path) {
                 (Some(auth), "GET", "/join") => {
-                    match authorize(auth, req.authorization, req.peer.ip(), query, now_s, Instant::now()) {
+                    let held = held_player(&cfg.secret.ring(), query, reflector_proto::unix_now_ms());
+                    match authorize(
+                        auth,
+                        req.authorization,
+                        req.peer.ip(),
+                        query,
+                        now_s,
+                        Instant::now(),
+                        held,
+                    ) {
                         Ok(player) => join(&cfg, query, now_s, Some(player)),
                         Err(refused) => refused,
                     }
@@ -966,6 +1017,39 @@ mod tests {
     }
 
     #[test]
+    fn a_held_token_names_its_player_only_if_it_is_ours_and_current() {
+        let secret = Secret::new(&[5; 32]).unwrap();
+        let ring: reflector_proto::auth::SecretRing = secret.clone().into();
+        let token = |player: u32, expires_unix_s: u64, s: &Secret| {
+            hex::encode(
+                TokenClaims {
+                    player,
+                    reflector: 2,
+                    group: 4001,
+                    expires_unix_s,
+                }
+                .sign(s),
+            )
+        };
+        let now_ms = 1_000_000_000;
+        let q = |t: String| format!("x=1&y=1&held={t}");
+        assert_eq!(held_player(&ring, &q(token(9, 2_000_000, &secret)), now_ms), Some(9));
+        assert_eq!(
+            held_player(&ring, &q(token(9, 999_999, &secret)), now_ms),
+            None,
+            "expired"
+        );
+        let other = Secret::new(&[6; 32]).unwrap();
+        assert_eq!(
+            held_player(&ring, &q(token(9, 2_000_000, &other)), now_ms),
+            None,
+            "not ours"
+        );
+        assert_eq!(held_player(&ring, "x=1&y=1&held=zz", now_ms), None);
+        assert_eq!(held_player(&ring, "x=1&y=1", now_ms), None);
+    }
+
+    #[test]
     fn tickets_decide_the_player_and_floods_get_429_with_retry_after() {
         use crate::players::{JoinAuth, TicketVerifier};
         use reflector_proto::ticket::TicketMinter;
@@ -984,33 +1068,47 @@ mod tests {
         let bearer = |p: u32| format!("Bearer {}", minter.mint(p, now_s, 60));
         // The ticket says who the player is; the query may only agree.
         let q = "player=42&x=1&y=1";
-        assert_eq!(authorize(&auth, Some(&bearer(42)), peer, q, now_s, t), Ok(42));
-        assert_eq!(authorize(&auth, Some(&bearer(42)), peer, "x=1&y=1", now_s, t), Ok(42));
-        let other = authorize(&auth, Some(&bearer(7)), peer, q, now_s, t).unwrap_err();
+        assert_eq!(authorize(&auth, Some(&bearer(42)), peer, q, now_s, t, None), Ok(42));
+        assert_eq!(
+            authorize(&auth, Some(&bearer(42)), peer, "x=1&y=1", now_s, t, None),
+            Ok(42)
+        );
+        let other = authorize(&auth, Some(&bearer(7)), peer, q, now_s, t, None).unwrap_err();
         assert_eq!(other.status, 403);
         // Three requests per second from one address (burst 6): the rest wait.
         let peer2: std::net::IpAddr = "192.0.2.2".parse().unwrap();
-        let missing = authorize(&auth, None, peer2, q, now_s, t).unwrap_err();
+        let missing = authorize(&auth, None, peer2, q, now_s, t, None).unwrap_err();
         assert_eq!(missing.status, 401);
         assert!(missing.body["error"]
             .as_str()
             .unwrap()
             .contains("Authorization: Bearer"));
         let statuses: Vec<u16> = (0..8)
-            .map(|_| authorize(&auth, Some("Bearer x.y.z"), peer2, q, now_s, t).map_or_else(|r| r.status, |_| 200))
+            .map(|_| {
+                authorize(&auth, Some("Bearer x.y.z"), peer2, q, now_s, t, None).map_or_else(|r| r.status, |_| 200)
+            })
             .collect();
         assert_eq!(statuses, [401, 401, 401, 401, 401, 429, 429, 429]);
-        let limited = authorize(&auth, None, peer2, q, now_s, t).unwrap_err();
+        let limited = authorize(&auth, None, peer2, q, now_s, t, None).unwrap_err();
         assert_eq!((limited.status, limited.retry_after_s), (429, Some(1)));
+        // A player re-placed with a valid token of its own is not charged to
+        // the address (its own budget only); the ticket must still agree.
+        assert_eq!(
+            authorize(&auth, Some(&bearer(42)), peer2, q, now_s, t, Some(42)),
+            Ok(42)
+        );
+        let not_his = authorize(&auth, Some(&bearer(42)), peer2, q, now_s, t, Some(7)).unwrap_err();
+        assert_eq!(not_his.status, 403);
+        assert_eq!(auth.recoveries.load(Relaxed), 1);
         // One ticket per second per player (burst 5), from any address.
         let peer3: std::net::IpAddr = "192.0.2.3".parse().unwrap();
         let per_player: Vec<u16> = (0..5)
-            .map(|_| authorize(&auth, Some(&bearer(9)), peer3, "", now_s, t).map_or_else(|r| r.status, |_| 200))
+            .map(|_| authorize(&auth, Some(&bearer(9)), peer3, "", now_s, t, None).map_or_else(|r| r.status, |_| 200))
             .collect();
         assert_eq!(per_player, [200, 200, 200, 200, 200]);
         let peer4: std::net::IpAddr = "192.0.2.4".parse().unwrap();
         assert_eq!(
-            authorize(&auth, Some(&bearer(9)), peer4, "", now_s, t)
+            authorize(&auth, Some(&bearer(9)), peer4, "", now_s, t, None)
                 .unwrap_err()
                 .status,
             429
@@ -1018,7 +1116,7 @@ mod tests {
         let refused: std::collections::HashMap<_, _> = auth.refused().into_iter().collect();
         assert_eq!(
             (refused["missing"], refused["malformed"], refused["other_player"]),
-            (1, 5, 1)
+            (1, 5, 2)
         );
         let _ = std::fs::remove_dir_all(dir);
     }

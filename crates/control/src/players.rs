@@ -262,6 +262,9 @@ pub struct JoinAuth {
     pub per_ip: Mutex<RateLimiter<IpAddr>>,
     refused: HashMap<Refusal, std::sync::atomic::AtomicU64>,
     pub rate_limited: std::sync::atomic::AtomicU64,
+    /// Requests that carried a valid join token of their player (see
+    /// `authorize`): re-placements.
+    pub recoveries: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for JoinAuth {
@@ -281,6 +284,7 @@ impl JoinAuth {
             per_ip: Mutex::new(RateLimiter::new(ip_per_s, ip_per_s * 2.0)),
             refused: Refusal::ALL.iter().map(|r| (*r, Default::default())).collect(),
             rate_limited: Default::default(),
+            recoveries: Default::default(),
         }
     }
 

@@ -2,7 +2,6 @@
 //! receivers of each implementation (reflector members with real tokens,
 //! raw-loop receivers, multicast group members).
 
-
 use bench::lab::{sh, VethLab, VethLabOptions};
 use netlab::model::CpuList;
 use oskit::netns::NetNs;
