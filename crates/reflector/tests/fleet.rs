@@ -99,8 +99,8 @@ fn join_at(control: u16, player: u32, cell: (u32, u32)) -> (u16, u16, Option<Soc
     (code, id, addr, v)
 }
 
-/// Joins with the token and session key of a `/join` answer.
-fn join_with(answer: &serde_json::Value, player: u32) -> bool {
+/// The join request a `/join` answer makes (its token and session key).
+fn request_of(answer: &serde_json::Value, player: u32) -> reflector_proto::client::JoinRequest {
     let unhex = |s: &str| -> Vec<u8> {
         (0..s.len())
             .step_by(2)
@@ -110,20 +110,26 @@ fn join_with(answer: &serde_json::Value, player: u32) -> bool {
     let token: [u8; 32] = unhex(answer["token"].as_str().unwrap()).try_into().unwrap();
     let session: [u8; 32] = unhex(answer["session_key"].as_str().unwrap()).try_into().unwrap();
     let reflector: SocketAddr = answer["reflector"].as_str().unwrap().parse().unwrap();
-    let req = reflector_proto::client::JoinRequest {
+    reflector_proto::client::JoinRequest {
         reflector,
         group: reflector.port(),
         player,
         token,
         keys: reflector_proto::protocol::SessionKeys::from_session(session),
         first_seq: 1,
-    };
+    }
+}
+
+/// Joins with a `/join` answer from a fresh socket: the socket once
+/// admitted, or `None`.
+fn join_with(answer: &serde_json::Value, player: u32) -> Option<UdpSocket> {
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     let cfg = reflector_proto::client::Config {
         retry: Duration::from_millis(200),
         give_up: Some(Duration::from_secs(3)),
     };
-    reflector_proto::blocking::join(&sock, req, cfg).is_ok()
+    reflector_proto::blocking::join(&sock, request_of(answer, player), cfg).ok()?;
+    Some(sock)
 }
 
 /// Waits (at most `secs`) until `f` holds.
@@ -161,7 +167,7 @@ fn two_control_servers_place_cells_on_live_reflectors_and_follow_a_crash() {
 
     // A player joins where it is told: the token names the registry's id.
     let (_, id, addr, answer) = join_at(p1, 7, (0, 0));
-    assert!(join_with(&answer, 7), "joined reflector {id} at {addr:?}");
+    assert!(join_with(&answer, 7).is_some(), "joined reflector {id} at {addr:?}");
 
     // The reflector of cell (0, 0) dies: its cells move to the other.
     let mut reflectors = [r1, r2];
@@ -178,6 +184,78 @@ fn two_control_servers_place_cells_on_live_reflectors_and_follow_a_crash() {
         assert_ne!(a.unwrap().port(), dead_port, "cell {c:?} still on the dead reflector");
     }
     let (_, _, _, answer) = join_at(p2, 7, (0, 0));
-    assert!(join_with(&answer, 7), "joined the live reflector");
+    assert!(join_with(&answer, 7).is_some(), "joined the live reflector");
     assert!(reflectors[1 - dead].alive());
+}
+
+#[test]
+fn a_reflector_whose_cells_went_elsewhere_tells_its_members_to_move() {
+    let fleet = Fleet::new();
+    let (_r1, g1) = fleet.reflector();
+    let (_r2, g2) = fleet.reflector();
+    let (_c, port) = fleet.control();
+    wait_until("cell (0, 0) placed", 10, || join_at(port, 1, (0, 0)).0 == 200);
+    let (_, here_id, here, answer) = join_at(port, 5, (0, 0));
+    let here = here.unwrap();
+    let keys = request_of(&answer, 5).keys;
+    let sock = join_with(&answer, 5).expect("joined");
+    // Where the other reflector is: the group of a cell placed there.
+    let cells = [(0, 0), (1, 0), (0, 1), (1, 1)];
+    let (there_id, there) = cells
+        .iter()
+        .map(|&c| join_at(port, 1, c))
+        .find(|(_, _, a, _)| a.is_some_and(|a| a.port() != here.port()))
+        .map(|(_, id, a, _)| (id, a.unwrap()))
+        .expect("a cell on the other reflector");
+    assert!([g1, g2].contains(&there.port()));
+    // As a control server that took this reflector for dead (cut off from
+    // the registry a while) would have: every cell of it placed elsewhere.
+    for (x, y) in cells {
+        let field = format!("{x},{y}");
+        if join_at(port, 1, (x, y)).1 == here_id {
+            let set = Command::new("redis-cli")
+                .args([
+                    "-p",
+                    &fleet._redis.port.to_string(),
+                    "--no-auth-warning",
+                    "-a",
+                    PASSWORD,
+                ])
+                .args([
+                    "HSET",
+                    "reflector:cells",
+                    &field,
+                    &format!("{there_id}:{}", there.port()),
+                ])
+                .output()
+                .expect("redis-cli runs (Debian package redis-tools, with redis-server)");
+            assert!(set.status.success());
+        }
+    }
+    // Its member is told (after two TTLs, in case the registry was only
+    // restarting), under its own key, that the cell is served elsewhere.
+    sock.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let t0 = Instant::now();
+    let mut buf = [0u8; 256];
+    let moved = loop {
+        assert!(t0.elapsed() < Duration::from_secs(8), "no MOVED came");
+        let Ok((n, from)) = sock.recv_from(&mut buf) else {
+            continue;
+        };
+        let Ok(p) = reflector_proto::protocol::Packet::parse(&buf[..n]) else {
+            continue;
+        };
+        if p.kind() == reflector_proto::protocol::Kind::Moved && from == here && keys.verify(&p) {
+            break p.moved().unwrap();
+        }
+    };
+    assert_eq!(moved.reason, Ok(reflector_proto::protocol::MovedReason::Reassigned));
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1_500),
+        "not before two TTLs: {:?}",
+        t0.elapsed()
+    );
+    // And the control server sends it there.
+    let (_, id, a, _) = join_at(port, 5, (0, 0));
+    assert_eq!((id, a), (there_id, Some(there)));
 }

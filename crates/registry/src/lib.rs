@@ -467,6 +467,21 @@ impl Registrar {
         }
     }
 
+    /// This reflector's ports that some cell of the world is placed on now
+    /// (`P:cells`), and whether any cell is placed at all (an empty hash is
+    /// a Redis that lost its keys, not a verdict on this reflector).
+    pub fn placed_ports(&mut self) -> Result<(std::collections::HashSet<u16>, bool), RegistryError> {
+        let key = self.link.cfg.key("cells");
+        let cells: Vec<String> = self.link.with(|c| redis::cmd("HVALS").arg(&key).query(c))?;
+        let mine = cells
+            .iter()
+            .filter_map(|v| Placed::decode(v))
+            .filter(|p| p.reflector == self.reg.id)
+            .map(|p| p.port)
+            .collect();
+        Ok((mine, !cells.is_empty()))
+    }
+
     /// Removes the entry (a clean stop): its cells are placed elsewhere at
     /// the control servers' next poll rather than after the TTL.
     pub fn deregister(&mut self) -> Result<(), RegistryError> {

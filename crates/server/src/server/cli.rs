@@ -421,9 +421,12 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
             super::fleet::Heartbeats::start(
                 r,
                 every,
+                args.registry_ttl,
+                server.ports().to_vec(),
                 server.registry().clone(),
                 Arc::clone(&draining),
                 server.shared_secret(),
+                server.drain_state(),
             )
             .map_err(|e| format!("cannot start the registry's heartbeat thread: {e}"))?,
         ),

@@ -538,6 +538,7 @@ impl Loop<'_> {
         let mut probes = Vec::new();
         let mut moved = Vec::new();
         let drain_until = self.drain.until_mono_ms();
+        let reassigned = self.drain.reassigned();
         for (i, s) in self.slots.iter_mut().enumerate() {
             // Signs of life and counters from the backend first (the kernel
             // path's DATA), so its members are not expired for silence.
@@ -562,12 +563,20 @@ impl Loop<'_> {
                 Change::Added(a) => fanout.member_added(i, a, m),
                 Change::Removed(a) => fanout.member_removed(i, a),
             });
-            if let Some(until) = drain_until {
+            let told = match drain_until {
                 // What is left of the drain, in the field's unit (a longer
                 // drain says 65.5 s until less is left).
-                let within = u16::try_from(until.saturating_sub(now_ms)).unwrap_or(u16::MAX);
+                Some(until) => Some((
+                    MovedReason::Draining,
+                    u16::try_from(until.saturating_sub(now_ms)).unwrap_or(u16::MAX),
+                )),
+                // Served on as long as members stay: the longest the field says.
+                None if reassigned.contains(&s.group.port()) => Some((MovedReason::Reassigned, u16::MAX)),
+                None => None,
+            };
+            if let Some((reason, within)) = told {
                 moved.clear();
-                s.group.moved_all(MovedReason::Draining, within, now_ms, &mut moved);
+                s.group.moved_all(reason, within, now_ms, &mut moved);
                 for (to, d) in &moved {
                     if SendOne::send(s.sock.as_fd(), d.as_bytes(), *to).is_ok() {
                         s.counters.moved_sent.fetch_add(1, Relaxed);

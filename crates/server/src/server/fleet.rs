@@ -6,6 +6,7 @@
 //! reflector keeps serving, and writes its entry again when Redis is back.
 
 use super::secret::SharedSecret;
+use super::Drain;
 use crate::metrics::Registry;
 use reflector_proto::auth::SecretRing;
 use reflector_registry::{Registrar, RegistryConfig, RegistryError};
@@ -41,12 +42,17 @@ pub(crate) struct Heartbeats {
 }
 
 impl Heartbeats {
+    // The thread's inputs, each from its own owner.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
         mut registrar: Registrar,
         every: Duration,
+        ttl: Duration,
+        ports: Vec<u16>,
         counters: Registry,
         draining: Arc<AtomicBool>,
         secret: Arc<SharedSecret>,
+        drain: Arc<Drain>,
     ) -> std::io::Result<Heartbeats> {
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = Arc::clone(&stop);
@@ -55,6 +61,7 @@ impl Heartbeats {
             let mut last = (Instant::now(), fanned_out(&counters));
             let mut failing = false;
             let mut next = Instant::now();
+            let mut orphans = Orphans::new(ports, 2 * ttl);
             while !stop2.load(Relaxed) {
                 if Instant::now() < next {
                     std::thread::sleep(Duration::from_millis(20));
@@ -70,11 +77,17 @@ impl Heartbeats {
                 last = now;
                 let members = counters.groups.iter().map(|(_, c)| c.members.load(Relaxed)).sum();
                 match registrar.heartbeat(members, rate, draining.load(Relaxed)) {
-                    Ok(()) if failing => {
-                        failing = false;
-                        tracing::info!("registry reachable again: heartbeats resumed");
+                    Ok(()) => {
+                        if failing {
+                            failing = false;
+                            tracing::info!("registry reachable again: heartbeats resumed");
+                        }
+                        if let Ok((placed, any)) = registrar.placed_ports() {
+                            if let Some(ports) = orphans.update(&placed, any, Instant::now()) {
+                                drain.reassign(ports);
+                            }
+                        }
                     }
-                    Ok(()) => {}
                     Err(e) if !failing => {
                         failing = true;
                         tracing::warn!("{e}; serving on, heartbeats retried");
@@ -101,6 +114,81 @@ impl Heartbeats {
     }
 }
 
+/// This reflector's groups that no cell is placed on: after `after` of it
+/// (a Redis that restarted is refilled by the control servers meanwhile),
+/// their members are told to move. Split brain while cut off from the
+/// registry is accepted: members keep playing here, new players go where
+/// the control servers say, and this heals it once the registry is back.
+struct Orphans {
+    ports: Vec<u16>,
+    after: Duration,
+    since: std::collections::HashMap<u16, Instant>,
+    told: Vec<u16>,
+}
+
+impl Orphans {
+    fn new(ports: Vec<u16>, after: Duration) -> Orphans {
+        Orphans {
+            ports,
+            after,
+            since: Default::default(),
+            told: Vec::new(),
+        }
+    }
+
+    /// The groups to tell now, if that changed.
+    fn update(&mut self, placed: &std::collections::HashSet<u16>, any: bool, now: Instant) -> Option<Vec<u16>> {
+        for &p in &self.ports {
+            if any && !placed.contains(&p) {
+                self.since.entry(p).or_insert(now);
+            } else {
+                self.since.remove(&p);
+            }
+        }
+        let mut due: Vec<u16> = self
+            .since
+            .iter()
+            .filter(|(_, t)| now.saturating_duration_since(**t) >= self.after)
+            .map(|(p, _)| *p)
+            .collect();
+        due.sort_unstable();
+        if due == self.told {
+            return None;
+        }
+        if !due.is_empty() {
+            tracing::info!("no cell is placed on group(s) {due:?} here any more: their members are told to move");
+        }
+        self.told = due.clone();
+        Some(due)
+    }
+}
+
 fn fanned_out(r: &Registry) -> u64 {
     r.groups.iter().map(|(_, c)| c.fanned_out.load(Relaxed)).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn a_group_is_told_only_after_it_stayed_unplaced() {
+        let t0 = Instant::now();
+        let s = |ms| t0 + Duration::from_millis(ms);
+        let mut o = Orphans::new(vec![4000, 4001], Duration::from_secs(2));
+        let placed: HashSet<u16> = [4000].into();
+        assert_eq!(o.update(&placed, true, s(0)), None, "4001 unplaced, not long enough");
+        // An empty registry (restarted) says nothing about anyone.
+        assert_eq!(o.update(&HashSet::new(), false, s(1_000)), None);
+        assert_eq!(o.update(&placed, true, s(1_500)), None, "the clock started again");
+        assert_eq!(o.update(&placed, true, s(3_600)), Some(vec![4001]));
+        assert_eq!(o.update(&placed, true, s(4_000)), None, "said once");
+        let both: HashSet<u16> = [4000, 4001].into();
+        assert_eq!(
+            o.update(&both, true, s(5_000)),
+            Some(vec![]),
+            "placed again: no more MOVED"
+        );
+    }
 }

@@ -116,12 +116,23 @@ pub struct Server {
 #[derive(Debug, Default)]
 pub(crate) struct Drain {
     until_mono_ms: AtomicU64,
+    /// Groups no cell is placed on any more (the fleet moved their cells
+    /// elsewhere): their members are told to move, reason `reassigned`.
+    reassigned: std::sync::Mutex<Vec<u16>>,
 }
 
 impl Drain {
     /// The deadline, if draining.
     pub(crate) fn until_mono_ms(&self) -> Option<u64> {
         Some(self.until_mono_ms.load(Relaxed)).filter(|&t| t != 0)
+    }
+
+    pub(crate) fn reassigned(&self) -> Vec<u16> {
+        self.reassigned.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(crate) fn reassign(&self, ports: Vec<u16>) {
+        *self.reassigned.lock().unwrap_or_else(|p| p.into_inner()) = ports;
     }
 }
 
@@ -311,9 +322,22 @@ impl Server {
         self.drain.until_mono_ms.store(until, Relaxed);
     }
 
+    /// The drain and reassignment state the loops read.
+    pub(crate) fn drain_state(&self) -> Arc<Drain> {
+        Arc::clone(&self.drain)
+    }
+
     /// Where new token secrets come from, for the registry's heartbeats.
     pub(crate) fn shared_secret(&self) -> Arc<SharedSecret> {
         Arc::clone(&self.secret)
+    }
+
+    /// The groups on `ports` are served elsewhere now (the fleet placed
+    /// their cells on another reflector, e.g. while this one was cut off
+    /// from the registry): their members are told so once a second with a
+    /// MOVED (reason `reassigned`), and follow it. Replaces the previous set.
+    pub fn reassign(&self, ports: Vec<u16>) {
+        self.drain.reassign(ports);
     }
 
     /// Whether [`Server::drain`] was called.
