@@ -250,9 +250,16 @@ impl<D: Driver> Client<D> {
         }
         let c = c.clone();
         let radius = self.cfg.area_radius;
+        // The cell's newest token, while it is good: proof that this is a
+        // player being re-placed or renewed, not a stranger.
+        let held = self
+            .cell
+            .and_then(|k| self.find(k))
+            .filter(|&i| self.memberships[i].session.is_member())
+            .map(|i| self.memberships[i].session.rejoin_request().token);
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
-            let _ = tx.send(token::fetch_area(&c, radius));
+            let _ = tx.send(token::fetch_area_holding(&c, radius, held));
         });
         self.fetching = Some(rx);
         // This request carries the position the game gave last.

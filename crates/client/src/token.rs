@@ -231,7 +231,7 @@ mod http {
     /// [`ControlError::fails_over`]). Every URL is checked before anything
     /// is sent, so a bad one is a configuration error, not a skipped server.
     /// `radius` > 0 asks for the area around the player's cell too.
-    pub fn fetch(c: &ControlServer, radius: u8) -> Result<AreaTokens, ControlError> {
+    pub fn fetch(c: &ControlServer, radius: u8, held: Option<&[u8; 32]>) -> Result<AreaTokens, ControlError> {
         for url in c.urls() {
             if url.starts_with("http://") {
                 if !c.allow_plain_http {
@@ -249,7 +249,7 @@ mod http {
         let mut last = None;
         for url in c.urls() {
             for addr in addresses(url) {
-                match fetch_at(c, radius, url, addr.clone(), tls.clone()) {
+                match fetch_at(c, radius, held, url, addr.clone(), tls.clone()) {
                     Err(e) if e.fails_over() => {
                         failed.push(match addr {
                             Ok(a) => format!("{url} at {a}: {e}"),
@@ -304,6 +304,7 @@ mod http {
     fn fetch_at(
         c: &ControlServer,
         radius: u8,
+        held: Option<&[u8; 32]>,
         url: &str,
         addr: Result<SocketAddr, String>,
         tls: Option<Arc<rustls::ClientConfig>>,
@@ -332,6 +333,12 @@ mod http {
         // Without `area` the request is exactly the plain join's.
         if radius > 0 {
             req = req.query("area", &radius.to_string());
+        }
+        // The token held now: a re-placement is charged to this player's
+        // rate limit only, not to its address's (many players behind one
+        // NAT recovering at once from a reflector's failure).
+        if let Some(h) = held {
+            req = req.query("held", &hex::encode(h));
         }
         if let Some(t) = &c.ticket {
             req = req.set("Authorization", &format!("Bearer {t}"));
@@ -441,11 +448,20 @@ pub fn fetch(c: &ControlServer) -> Result<Token, ControlError> {
 /// cells of the player's (one request; `radius` 0 is the plain join,
 /// sent without `area`; the control server takes at most 2). Blocking.
 pub fn fetch_area(c: &ControlServer, radius: u8) -> Result<AreaTokens, ControlError> {
+    fetch_area_holding(c, radius, None)
+}
+
+/// [`fetch_area`], saying which token the client holds now (`held`).
+pub(crate) fn fetch_area_holding(
+    c: &ControlServer,
+    radius: u8,
+    held: Option<[u8; 32]>,
+) -> Result<AreaTokens, ControlError> {
     #[cfg(feature = "http")]
-    return http::fetch(c, radius);
+    return http::fetch(c, radius, held.as_ref());
     #[cfg(not(feature = "http"))]
     {
-        let _ = (c, radius);
+        let _ = (c, radius, held);
         Err(ControlError::NoHttp)
     }
 }

@@ -17,7 +17,8 @@ use std::time::Duration;
 #[test]
 fn a_draining_reflector_moves_its_members_make_before_break() {
     let (a, b) = (Reflector::start(0, true), Reflector::start(0, true));
-    let answer = Arc::new(Mutex::new(ticket_json(&token(9, a.port, a.addr(), 300))));
+    let token_a = token(9, a.port, a.addr(), 300);
+    let answer = Arc::new(Mutex::new(ticket_json(&token_a)));
     let stub = {
         let answer = Arc::clone(&answer);
         HttpStub::start(move || (200, Vec::new(), answer.lock().unwrap().clone()))
@@ -71,8 +72,15 @@ fn a_draining_reflector_moves_its_members_make_before_break() {
     );
     assert_eq!(client.sending_group(), Some(b.port));
     assert!(client.stats().moves_asked >= 1);
-    // One placement asked for, however many MOVEDs came.
+    // One placement asked for, however many MOVEDs came, carrying the token
+    // held (the control server charges a re-placement to the player only).
     assert_eq!(stub.requests() - asked_before, 1, "{mine:?}");
+    let held = hex::encode(token_a.token);
+    assert!(
+        stub.last_request().contains(&format!("held={held}")),
+        "{}",
+        stub.last_request()
+    );
 
     // The client is heard on the new reflector, and a is empty.
     let sent = client.send(b"after the move").expect("sending to b");

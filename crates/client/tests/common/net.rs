@@ -105,6 +105,8 @@ pub type Answer = (u16, Vec<(&'static str, String)>, String);
 pub struct HttpStub {
     pub url: String,
     requests: Arc<AtomicU64>,
+    /// The request line of the last request (`GET /join?... HTTP/1.1`).
+    last: Arc<std::sync::Mutex<String>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -117,6 +119,8 @@ impl HttpStub {
         let requests = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (count, halt) = (Arc::clone(&requests), Arc::clone(&stop));
+        let last = Arc::new(std::sync::Mutex::new(String::new()));
+        let last_line = Arc::clone(&last);
         let thread = std::thread::spawn(move || {
             while !halt.load(SeqCst) {
                 let Ok((mut conn, _)) = listener.accept() else {
@@ -133,6 +137,8 @@ impl HttpStub {
                         Ok(n) => req.extend_from_slice(&buf[..n]),
                     }
                 }
+                let line = String::from_utf8_lossy(&req).lines().next().unwrap_or("").to_string();
+                *last_line.lock().unwrap() = line;
                 count.fetch_add(1, SeqCst);
                 let (status, headers, body) = answer();
                 let mut resp = format!(
@@ -150,6 +156,7 @@ impl HttpStub {
         HttpStub {
             url,
             requests,
+            last,
             stop,
             thread: Some(thread),
         }
@@ -157,6 +164,11 @@ impl HttpStub {
 
     pub fn requests(&self) -> u64 {
         self.requests.load(SeqCst)
+    }
+
+    /// The request line of the last request.
+    pub fn last_request(&self) -> String {
+        self.last.lock().unwrap().clone()
     }
 }
 
