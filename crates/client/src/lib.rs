@@ -167,10 +167,12 @@ pub const LEAVE_LINGER: Duration = Duration::from_millis(500);
 pub const MOVE_BREAK_AFTER: Duration = Duration::from_secs(10);
 
 /// A reflector that ends a membership repeats MOVED every second until the
-/// member has gone; the client asks the control server again only this
-/// often, so a placement that has not changed yet (Redis not polled yet, a
-/// single reflector) costs one request, not one a second.
-pub const MOVE_FOLLOW_EVERY: Duration = Duration::from_secs(5);
+/// member has gone. The client follows the first at once; while the
+/// control server's answer keeps the cell where it was (its registry not
+/// polled yet, or a single reflector), it asks again after 1 s, then 2 s,
+/// 4 s, at most this long apart: a placement about to change is found
+/// within a second or two, one that does not costs few requests.
+pub const MOVE_FOLLOW_MAX: Duration = Duration::from_secs(8);
 
 /// One player's memberships (its cell's group, and with
 /// [`Config::area_radius`] the groups around it), its socket and its
@@ -200,8 +202,10 @@ pub struct Client<D: Driver = UdpDriver> {
     /// The next area granted answers a move: taken make-before-break even
     /// at radius 0.
     moving: bool,
-    /// When a MOVED was last followed ([`MOVE_FOLLOW_EVERY`]).
-    move_followed_at: Option<Instant>,
+    /// When a MOVED was last followed, the cell then, and the wait before
+    /// the next is followed ([`MOVE_FOLLOW_MAX`]).
+    move_followed: Option<(Instant, Option<GroupKey>)>,
+    move_follow_wait: Duration,
     left: bool,
     /// A token request in flight on a helper thread.
     fetching: Option<mpsc::Receiver<Result<AreaTokens, ControlError>>>,
@@ -273,7 +277,8 @@ impl<D: Driver> Client<D> {
             break_by: None,
             move_pending: false,
             moving: false,
-            move_followed_at: None,
+            move_followed: None,
+            move_follow_wait: Duration::from_secs(1),
             left: false,
             fetching: None,
             fetch_not_before: None,

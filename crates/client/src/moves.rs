@@ -185,8 +185,8 @@ impl<D: Driver> Client<D> {
 
     /// The reflector of membership `i` is ending it (MOVED, MAC-checked by
     /// the session): a new placement for the same position, followed like
-    /// a move (make-before-break), at most once per
-    /// [`MOVE_FOLLOW_EVERY`] however often the reflector repeats itself.
+    /// a move (make-before-break); while the answers keep the cell where it
+    /// was, followed less and less often ([`MOVE_FOLLOW_MAX`]).
     pub(crate) fn move_asked(&mut self, i: usize, m: reflector_proto::protocol::Moved, now: Instant) {
         let ms = &mut self.memberships[i];
         ms.last_heard = now;
@@ -197,13 +197,18 @@ impl<D: Driver> Client<D> {
             reason: m.reason.map_or_else(|raw| raw, |r| r as u16),
             within_ms: m.within_ms,
         });
-        if self
-            .move_followed_at
-            .is_some_and(|t| now.saturating_duration_since(t) < MOVE_FOLLOW_EVERY)
-        {
-            return;
+        if let Some((at, cell)) = self.move_followed {
+            if now.saturating_duration_since(at) < self.move_follow_wait {
+                return;
+            }
+            // The last answer kept the cell where it was: wait longer.
+            self.move_follow_wait = if cell == self.cell {
+                (self.move_follow_wait * 2).min(MOVE_FOLLOW_MAX)
+            } else {
+                Duration::from_secs(1)
+            };
         }
-        self.move_followed_at = Some(now);
+        self.move_followed = Some((now, self.cell));
         match &self.cfg.token {
             TokenSource::Control(_) => {
                 self.move_pending = true;

@@ -291,7 +291,8 @@ pub struct Stats {
     pub renewals: u64,
     pub token_requests: u64,
     /// MOVEDs received (each reflector repeats it every second until the
-    /// member is gone; the client follows one every [`crate::MOVE_FOLLOW_EVERY`]).
+    /// member is gone; see [`crate::MOVE_FOLLOW_MAX`] for how often the
+    /// client follows them).
     pub moves_asked: u64,
     /// CHECKPOINT_REQUESTs received.
     pub checkpoints_requested: u64,

@@ -47,8 +47,14 @@ impl Fleet {
     }
 
     fn reflector(&self) -> (Proc, u16) {
+        self.reflector_with(&[])
+    }
+
+    /// A reflector of the fleet (registry TTL 1 s) with `extra` flags.
+    fn reflector_with(&self, extra: &[&str]) -> (Proc, u16) {
         let mut args = self.registry_args();
         args.extend(["--registry-ttl".into(), "1s".into()]);
+        args.extend(extra.iter().map(|s| s.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let (p, group, _) = start_serve(&self.dir.0.join("secret"), &args);
         (p, group)
@@ -258,4 +264,93 @@ fn a_reflector_whose_cells_went_elsewhere_tells_its_members_to_move() {
     // And the control server sends it there.
     let (_, id, a, _) = join_at(port, 5, (0, 0));
     assert_eq!((id, a), (there_id, Some(there)));
+}
+
+/// A game client (the client library) placed by a control server of the
+/// fleet, at the centre of cell (0, 0).
+fn game_client(control: u16, player: u32) -> reflector_client::Client {
+    let cfg = reflector_client::Config {
+        local: "127.0.0.1:0".into(),
+        ..reflector_client::Config::new(reflector_client::TokenSource::Control(
+            reflector_client::ControlServer {
+                url: format!("http://127.0.0.1:{control}"),
+                fallback_urls: Vec::new(),
+                ticket: None,
+                player,
+                position: (50.0, 50.0),
+                ca_file: None,
+                allow_plain_http: true,
+            },
+        ))
+    };
+    reflector_client::Client::new(cfg).expect("the client starts")
+}
+
+#[test]
+fn a_drained_reflector_hands_its_players_to_another_and_stops_when_empty() {
+    let fleet = Fleet::new();
+    let (r1, g1) = fleet.reflector_with(&["--drain-timeout", "20s"]);
+    let (r2, g2) = fleet.reflector_with(&["--drain-timeout", "20s"]);
+    let (_c, port) = fleet.control();
+    wait_until("cell (0, 0) placed", 10, || join_at(port, 1, (0, 0)).0 == 200);
+    let mut player = game_client(port, 21);
+    let t0 = Instant::now();
+    while !player.is_member() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "the player never joined");
+        player.update(Instant::now());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let first = player.sending_group().unwrap();
+    let mut reflectors = [(r1, g1), (r2, g2)];
+    let i = usize::from(first != g1);
+    assert_eq!(reflectors[i].1, first);
+    // Drain the player's reflector: the registry marks it, the control
+    // server places the cell on the other, the player is told and follows.
+    reflectors[i].0.signal(nix::sys::signal::Signal::SIGTERM);
+    let mut events = Vec::new();
+    let t0 = Instant::now();
+    let mut told = None;
+    while player.sending_group() == Some(first) || !player.is_member() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "not moved: {events:?}");
+        player.update(Instant::now());
+        while let Some(e) = player.poll_event() {
+            if matches!(e, reflector_client::Event::MoveAsked { .. }) {
+                told.get_or_insert_with(Instant::now);
+            }
+            events.push(e);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let moved_after = t0.elapsed();
+    // In a fleet the drained reflector tells its members once their cell is
+    // placed elsewhere, so the first answer is the new placement: the move
+    // window (told -> sending through the new reflector) is a request and a
+    // join, not a poll of the registry.
+    let window = told.expect("told to move").elapsed();
+    assert!(window < Duration::from_secs(1), "move window {window:?}: {events:?}");
+    assert_eq!(player.sending_group(), Some(reflectors[1 - i].1));
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, reflector_client::Event::MoveAsked { reason: 1, .. })),
+        "{events:?}"
+    );
+    // With its last member gone, the drained reflector stops by itself.
+    let t1 = Instant::now();
+    let status = loop {
+        player.update(Instant::now());
+        if let Some(st) = reflectors[i].0.exited_within(Duration::from_millis(20)) {
+            break st;
+        }
+        assert!(
+            t1.elapsed() < Duration::from_secs(5),
+            "the drained reflector did not stop"
+        );
+    };
+    assert!(status.success(), "{status:?}");
+    eprintln!(
+        "fleet: the player moved {moved_after:?} after SIGTERM (move window {window:?}); the reflector stopped {:?} later",
+        t1.elapsed()
+    );
+    assert!(reflectors[1 - i].0.alive());
 }

@@ -28,8 +28,11 @@ pub fn unix_s() -> u64 {
 pub struct Scratch(pub PathBuf);
 
 impl Scratch {
+    /// A new directory for each call (tests of one binary run at once).
     pub fn new(name: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("reflector-secret-{name}-{}", std::process::id()));
+        static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let d = std::env::temp_dir().join(format!("reflector-scratch-{name}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         Scratch(d)
@@ -115,13 +118,15 @@ pub fn get(port: u16, path: &str) -> String {
 
 /// `reflector serve` on a free group port of 127.0.0.1 with its metrics
 /// listener, the secret from `secret_file` and `extra` flags; the process,
-/// the group port and the metrics port, once it listens.
+/// the group port and the metrics port, once it listens. If it stops or
+/// does not listen within 10 s, the panic shows what it printed.
 pub fn start_serve(secret_file: &Path, extra: &[&str]) -> (Proc, u16, u16) {
     let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
     let group = udp.local_addr().unwrap().port();
     drop(udp);
     let metrics = free_port();
-    let serve = Proc(
+    let log = std::env::temp_dir().join(format!("reflector-serve-{}-{group}.log", std::process::id()));
+    let mut serve = Proc(
         Command::new(env!("CARGO_BIN_EXE_reflector"))
             .args([
                 "serve",
@@ -138,11 +143,20 @@ pub fn start_serve(secret_file: &Path, extra: &[&str]) -> (Proc, u16, u16) {
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("the reflector binary runs"),
     );
-    wait_listening(metrics);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", metrics)).is_err() {
+        if !serve.alive() || Instant::now() >= deadline {
+            let printed = std::fs::read_to_string(&log).unwrap_or_default();
+            let _ = std::fs::remove_file(&log);
+            panic!("reflector serve on port {group} did not start: {printed}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_file(&log);
     (serve, group, metrics)
 }
 

@@ -539,6 +539,7 @@ impl Loop<'_> {
         let mut moved = Vec::new();
         let drain_until = self.drain.until_mono_ms();
         let reassigned = self.drain.reassigned();
+        let in_fleet = self.drain.in_fleet();
         for (i, s) in self.slots.iter_mut().enumerate() {
             // Signs of life and counters from the backend first (the kernel
             // path's DATA), so its members are not expired for silence.
@@ -563,15 +564,18 @@ impl Loop<'_> {
                 Change::Added(a) => fanout.member_added(i, a, m),
                 Change::Removed(a) => fanout.member_removed(i, a),
             });
+            let placed_elsewhere = reassigned.contains(&s.group.port());
             let told = match drain_until {
                 // What is left of the drain, in the field's unit (a longer
-                // drain says 65.5 s until less is left).
-                Some(until) => Some((
+                // drain says 65.5 s until less is left). In a fleet, once
+                // the group's cells are placed elsewhere.
+                Some(until) if placed_elsewhere || !in_fleet => Some((
                     MovedReason::Draining,
                     u16::try_from(until.saturating_sub(now_ms)).unwrap_or(u16::MAX),
                 )),
+                Some(_) => None,
                 // Served on as long as members stay: the longest the field says.
-                None if reassigned.contains(&s.group.port()) => Some((MovedReason::Reassigned, u16::MAX)),
+                None if placed_elsewhere => Some((MovedReason::Reassigned, u16::MAX)),
                 None => None,
             };
             if let Some((reason, within)) = told {

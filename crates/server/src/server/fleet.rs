@@ -62,6 +62,7 @@ impl Heartbeats {
             let mut failing = false;
             let mut next = Instant::now();
             let mut orphans = Orphans::new(ports, 2 * ttl);
+            drain.set_fleet();
             while !stop2.load(Relaxed) {
                 if Instant::now() < next {
                     std::thread::sleep(Duration::from_millis(20));
@@ -83,6 +84,13 @@ impl Heartbeats {
                             tracing::info!("registry reachable again: heartbeats resumed");
                         }
                         if let Ok((placed, any)) = registrar.placed_ports() {
+                            // Draining, this reflector knows why its cells
+                            // went: no need to wait for a restart to settle.
+                            orphans.after = if draining.load(Relaxed) {
+                                Duration::ZERO
+                            } else {
+                                2 * ttl
+                            };
                             if let Some(ports) = orphans.update(&placed, any, Instant::now()) {
                                 drain.reassign(ports);
                             }

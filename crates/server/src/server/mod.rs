@@ -119,6 +119,10 @@ pub(crate) struct Drain {
     /// Groups no cell is placed on any more (the fleet moved their cells
     /// elsewhere): their members are told to move, reason `reassigned`.
     reassigned: std::sync::Mutex<Vec<u16>>,
+    /// In a fleet a drain tells a group's members only once its cells are
+    /// placed elsewhere (in `reassigned`), so they find the new placement
+    /// at the first ask; alone, every group at once.
+    fleet: AtomicBool,
 }
 
 impl Drain {
@@ -133,6 +137,14 @@ impl Drain {
 
     pub(crate) fn reassign(&self, ports: Vec<u16>) {
         *self.reassigned.lock().unwrap_or_else(|p| p.into_inner()) = ports;
+    }
+
+    pub(crate) fn set_fleet(&self) {
+        self.fleet.store(true, Relaxed);
+    }
+
+    pub(crate) fn in_fleet(&self) -> bool {
+        self.fleet.load(Relaxed)
     }
 }
 
