@@ -68,6 +68,7 @@ impl Install {
         std::fs::copy(data.join("test-cert.pem"), creds.join("tls-cert")).unwrap();
         std::fs::copy(data.join("test-key.pem"), creds.join("tls-key")).unwrap();
         std::fs::write(creds.join("secret"), "ab".repeat(32)).unwrap();
+        std::fs::write(creds.join("redis-password"), FLEET_PASSWORD).unwrap();
         std::fs::write(
             creds.join("ticket-keys"),
             format!(
@@ -85,9 +86,12 @@ impl Install {
         Install { dir }
     }
 
-    /// The unit with its binary and credential paths pointing here.
+    /// The unit with its binary and credential paths pointing here, and a
+    /// fleet's hosts on the namespace's loopback.
     fn localize(&self, unit: &str) -> String {
         unit.replace("/usr/local/bin/reflector", self.dir.join("reflector").to_str().unwrap())
+            .replace("redis.internal", "127.0.0.1")
+            .replace("--advertise 203.0.113.10", "--advertise 127.0.0.1")
             .replace(
                 "${CREDENTIALS_DIRECTORY}",
                 self.dir.join("credentials").to_str().unwrap(),
@@ -218,6 +222,151 @@ fn the_ebpf_unit_verifies_and_fans_out_in_the_kernel_with_only_its_capabilities(
         let err = stderr(&o);
         assert!(err.contains(cap) && err.contains("--strict-backend"), "{cap}: {err}");
     }
+}
+
+/// The password the fleet's Redis user has in these tests.
+const FLEET_PASSWORD: &str = "fleet-unit-test-password";
+
+/// Debian's redis-server in `ns` on 127.0.0.1:6379 with the shipped ACL file
+/// (the test's password hashed in), so the units' commands run against the
+/// very permissions an installation gives them.
+fn fleet_redis(ns: &NetNsGuard, install: &Install) -> Running {
+    let acl = std::fs::read_to_string(repo_file("deploy/redis/fleet.acl"))
+        .unwrap()
+        .replace("PASSWORD_SHA256", &sha256_hex(FLEET_PASSWORD));
+    let acl_path = install.dir.join("fleet.acl");
+    std::fs::write(&acl_path, acl).unwrap();
+    let child = ns
+        .command("redis-server")
+        .args([
+            "--port",
+            "6379",
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(&install.dir)
+        .arg("--aclfile")
+        .arg(&acl_path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server runs (make deps installs it)");
+    let redis = Running(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ns.run(|| TcpStream::connect("127.0.0.1:6379").is_ok()) {
+        assert!(Instant::now() < deadline, "redis-server did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    redis
+}
+
+/// `redis-cli` in `ns` as the fleet's user: what it printed.
+fn fleet_redis_cli(ns: &NetNsGuard, args: &[&str]) -> String {
+    let o = ns
+        .command("redis-cli")
+        .args(["--no-auth-warning", "--user", "fleet", "--pass", FLEET_PASSWORD])
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// SHA-256 in hex, for the ACL file's password hash, as its README says
+/// to make it (`sha256sum`).
+fn sha256_hex(s: &str) -> String {
+    let o = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(s.as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("sha256sum runs (coreutils)");
+    String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn the_fleet_units_register_through_the_shipped_acl_with_only_their_capabilities() {
+    if !root_or_skip("the_fleet_units_register_through_the_shipped_acl_with_only_their_capabilities") {
+        return;
+    }
+    let install = Install::new("fleet");
+    let (rpath, rsettings) = localized(&install, "reflector-fleet.service");
+    let (cpath, csettings) = localized(&install, "reflector-control-fleet.service");
+    verify(&rpath);
+    verify(&cpath);
+    // The drain fits in the stop timeout.
+    assert!(setting(&rsettings, "ExecStart").contains("--drain-timeout 30s"));
+    assert_eq!(setting(&rsettings, "TimeoutStopSec"), "40");
+    let ns = NetNsGuard::new("lpf");
+    let _redis = fleet_redis(&ns, &install);
+    let mut reflector = Running(
+        as_unit(&ns, &rsettings, true, &[])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut control = Running(
+        as_unit(&ns, &csettings, true, &[])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // The reflector registered and the control server placed the world's
+    // cells on it, both as the ACL's user.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let cells = fleet_redis_cli(&ns, &["HVALS", "reflector:cells"]);
+        if cells.lines().count() == 64 && cells.lines().all(|l| l.starts_with("1:")) {
+            break;
+        }
+        for (name, c) in [("reflector", &mut reflector), ("control", &mut control)] {
+            if let Some(status) = c.0.try_wait().unwrap() {
+                let mut err = String::new();
+                std::io::Read::read_to_string(c.0.stderr.as_mut().unwrap(), &mut err).unwrap();
+                panic!("the {name} unit's command exited ({status}): {err}");
+            }
+        }
+        assert!(Instant::now() < deadline, "cells not placed: {cells}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(fleet_redis_cli(&ns, &["GET", "reflector:reflector:1"]).contains("\"draining\":false"));
+    // SIGTERM: no members, so the drain ends at once and the entry goes.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(reflector.0.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = reflector.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the drained reflector did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    assert_eq!(
+        fleet_redis_cli(&ns, &["GET", "reflector:reflector:1"]).trim(),
+        "",
+        "deregistered"
+    );
 }
 
 struct Running(Child);
