@@ -45,6 +45,11 @@
 //! schedule: a PROBE is answered in the [`Client::update`] that receives it,
 //! so NAT rebinding needs nothing from the game.
 //!
+//! Loops other than a game's fixed-rate one: [`Client::next_update`] says
+//! when `update` is next due, so a loop sleeps until then or until the
+//! socket is readable; feature `tokio` adds `TokioDriver` and such a loop
+//! (`Client::update_when_due`, `ready`, `send_async`).
+//!
 //! Checkpoints (docs/protocol.md, "Checkpoints"): where JOIN_ACK announces
 //! the group's checkpoint channel, the client speaks the channel, version 2,
 //! itself, advanced by [`Client::update`] without threads or blocking
@@ -82,6 +87,7 @@ mod checkpoint;
 mod driver;
 mod inbox;
 mod moves;
+mod schedule;
 mod streams;
 #[cfg(target_os = "linux")]
 mod sys;
@@ -91,8 +97,11 @@ mod types;
 pub use checkpoint::{CheckpointError, CheckpointOp};
 #[cfg(target_os = "linux")]
 pub use driver::MmsgDriver;
+#[cfg(feature = "tokio")]
+pub use driver::TokioDriver;
 pub use driver::{Driver, UdpDriver};
 pub use reflector_proto::checkpoint::Refusal;
+pub use schedule::{CHECKPOINT_POLL, FETCH_POLL};
 pub use streams::{SenderKey, StreamCounters};
 pub use token::{fetch as fetch_token, fetch_area, AreaTokens, ControlError, ControlServer, Token};
 pub use types::*;
@@ -574,7 +583,8 @@ impl<D: Driver> Client<D> {
 
     /// Does all I/O due at `now`: receives everything waiting (answering
     /// PROBEs at once), sends keepalives (ECHOs), retries joins, renews,
-    /// rejoins, carries a move on, and reports silent senders.
+    /// rejoins, carries a move on, and reports silent senders. When the
+    /// next one is due: [`Client::next_update`].
     pub fn update(&mut self, now: Instant) {
         if self.left {
             return;
@@ -891,6 +901,8 @@ impl<D: Driver> Client<D> {
         }
     }
 
+    /// Each timer here (and in `membership_timers`) has its deadline in
+    /// [`Client::next_update`] (schedule.rs).
     fn timers(&mut self, now: Instant) {
         // No group at all, or one whose join ended: after a failed
         // request, ask again (for the whole area) once the wait is over.

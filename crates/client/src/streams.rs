@@ -128,6 +128,16 @@ impl Streams {
         Some(key)
     }
 
+    /// When [`Streams::poll_silent`] next has a sender to report: the
+    /// earliest a sender heard goes silent (`None` with none heard).
+    pub fn next_silent(&self) -> Option<Instant> {
+        self.map
+            .values()
+            .filter(|s| !s.silent)
+            .map(|s| s.last_heard + self.silent_after)
+            .min()
+    }
+
     /// Senders tracked now.
     pub fn tracked(&self) -> usize {
         self.map.len()
@@ -165,8 +175,10 @@ mod tests {
         s.accept((1, 0), 1, t0);
         s.accept((2, 0), 1, t0 + Duration::from_millis(50));
         assert_eq!(s.accept((3, 0), 1, t0), Verdict::TableFull);
+        assert_eq!(s.next_silent(), Some(t0 + Duration::from_millis(100)));
         assert_eq!(s.poll_silent(t0 + Duration::from_millis(99)), None);
         assert_eq!(s.poll_silent(t0 + Duration::from_millis(100)), Some((1, 0)));
+        assert_eq!(s.next_silent(), Some(t0 + Duration::from_millis(150)));
         assert_eq!(s.poll_silent(t0 + Duration::from_millis(100)), None);
         assert_eq!(s.accept((1, 0), 2, t0), Verdict::Fresh { first: true });
         assert_eq!(s.tracked(), 2);

@@ -58,3 +58,7 @@ impl Driver for UdpDriver {
 mod mmsg;
 #[cfg(target_os = "linux")]
 pub use mmsg::MmsgDriver;
+#[cfg(feature = "tokio")]
+mod tokio;
+#[cfg(feature = "tokio")]
+pub use self::tokio::TokioDriver;
