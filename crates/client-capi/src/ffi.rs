@@ -188,6 +188,37 @@ pub unsafe extern "C" fn rc_client_new_with_token(
     })
 }
 
+/// The arguments of `rc_client_new_control` and `rc_config_new_control`,
+/// read.
+///
+/// # Safety
+/// Each pointer is NULL (where optional) or a NUL-terminated string.
+unsafe fn control_parts<'a>(
+    url: *const c_char,
+    ticket: *const c_char,
+    player: u32,
+    (x, y): (f64, f64),
+    ca_file: *const c_char,
+    allow_plain_http: c_int,
+    local: *const c_char,
+) -> Res<(ControlParts<'a>, Option<&'a str>)> {
+    // SAFETY: the caller's contract, passed on; NULL checked by each.
+    unsafe {
+        Ok((
+            ControlParts {
+                url: text(url, "url")?,
+                ticket: opt_text(ticket, "ticket")?,
+                player,
+                x,
+                y,
+                ca_file: opt_text(ca_file, "ca_file")?,
+                allow_plain_http: allow_plain_http != 0,
+            },
+            opt_text(local, "local")?,
+        ))
+    }
+}
+
 /// A client that asks the control server at `url` for its tokens, with
 /// the game backend's `ticket` (`NULL`: none), for `player` at (`x`,
 /// `y`); `ca_file` (`NULL`: the usual roots) a PEM file of a private CA;
@@ -207,20 +238,7 @@ pub unsafe extern "C" fn rc_client_new_control(
 ) -> rc_status {
     call(|| {
         // SAFETY: each pointer as the header says, checked for NULL.
-        let (p, local) = unsafe {
-            (
-                ControlParts {
-                    url: text(url, "url")?,
-                    ticket: opt_text(ticket, "ticket")?,
-                    player,
-                    x,
-                    y,
-                    ca_file: opt_text(ca_file, "ca_file")?,
-                    allow_plain_http: allow_plain_http != 0,
-                },
-                opt_text(local, "local")?,
-            )
-        };
+        let (p, local) = unsafe { control_parts(url, ticket, player, (x, y), ca_file, allow_plain_http, local)? };
         if out.is_null() {
             return Err(null("out"));
         }
@@ -571,20 +589,7 @@ pub unsafe extern "C" fn rc_config_new_control(
 ) -> rc_status {
     call(|| {
         // SAFETY: each pointer as the header says, checked for NULL.
-        let (p, local) = unsafe {
-            (
-                ControlParts {
-                    url: text(url, "url")?,
-                    ticket: opt_text(ticket, "ticket")?,
-                    player,
-                    x,
-                    y,
-                    ca_file: opt_text(ca_file, "ca_file")?,
-                    allow_plain_http: allow_plain_http != 0,
-                },
-                opt_text(local, "local")?,
-            )
-        };
+        let (p, local) = unsafe { control_parts(url, ticket, player, (x, y), ca_file, allow_plain_http, local)? };
         if out.is_null() {
             return Err(null("out"));
         }
