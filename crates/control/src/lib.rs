@@ -242,6 +242,17 @@ impl fmt::Display for Target {
 /// unauthenticated request must not make the server build a huge answer.
 const WORLD_LISTING_MAX_CELLS: u64 = 4096;
 
+/// A grid of at least one cell of a positive, finite size.
+fn check_grid(cols: u32, rows: u32, cell_size: f64) -> Result<(), String> {
+    if !(cell_size.is_finite() && cell_size > 0.0) {
+        return Err(format!("cell size must be a positive number, got {cell_size}"));
+    }
+    if cols == 0 || rows == 0 {
+        return Err(format!("grid {cols}x{rows} has no cells"));
+    }
+    Ok(())
+}
+
 impl World {
     pub fn new(
         cols: u32,
@@ -250,12 +261,7 @@ impl World {
         assign: Assign,
         reflectors: &[ReflectorSpec],
     ) -> Result<World, String> {
-        if !(cell_size.is_finite() && cell_size > 0.0) {
-            return Err(format!("cell size must be a positive number, got {cell_size}"));
-        }
-        if cols == 0 || rows == 0 {
-            return Err(format!("grid {cols}x{rows} has no cells"));
-        }
+        check_grid(cols, rows, cell_size)?;
         if reflectors.len() > usize::from(u16::MAX) {
             return Err(format!("{} reflectors; at most {}", reflectors.len(), u16::MAX));
         }
@@ -286,20 +292,15 @@ impl World {
 
     /// A world whose cells the fleet's registry places (`--registry`).
     pub fn for_fleet(cols: u32, rows: u32, cell_size: f64, fleet: fleet::Fleet) -> Result<World, String> {
-        // The static checks, with a placeholder target that is never used.
-        let mut w = World::new(
+        check_grid(cols, rows, cell_size)?;
+        Ok(World {
             cols,
             rows,
             cell_size,
-            Assign::RoundRobin,
-            &[ReflectorSpec {
-                ip: IpAddr::from([0, 0, 0, 0]),
-                ports: vec![1],
-            }],
-        )?;
-        w.targets.clear();
-        w.fleet = Some(fleet);
-        Ok(w)
+            assign: Assign::RoundRobin,
+            targets: Vec::new(),
+            fleet: Some(fleet),
+        })
     }
 
     /// Every cell, row by row.

@@ -271,13 +271,17 @@ impl Link {
 
 /// The URL without its password, for messages.
 pub fn redacted(url: &str) -> String {
-    match (url.split_once("://"), url.rfind('@')) {
-        (Some((scheme, rest)), Some(at)) => {
-            let auth = &rest[..at - scheme.len() - 3];
+    // Within what follows the scheme only: an '@' before "://" (a typo) is
+    // no password to hide, nor an index to cut at.
+    match url
+        .split_once("://")
+        .and_then(|(scheme, rest)| Some((scheme, rest.rsplit_once('@')?)))
+    {
+        Some((scheme, (auth, host))) => {
             let user = auth.split(':').next().unwrap_or("");
-            format!("{scheme}://{user}:***@{}", &url[at + 1..])
+            format!("{scheme}://{user}:***@{host}")
         }
-        _ => url.to_string(),
+        None => url.to_string(),
     }
 }
 
@@ -869,5 +873,6 @@ mod tests {
             "redis://fleet:***@10.0.0.9:6379/0"
         );
         assert_eq!(redacted("redis://10.0.0.9:6379"), "redis://10.0.0.9:6379");
+        assert_eq!(redacted("a@b://x:y@host"), "a@b://x:***@host", "an '@' in the scheme");
     }
 }
