@@ -327,7 +327,9 @@ fn the_fleet_units_register_through_the_shipped_acl_with_only_their_capabilities
     );
     // The reflector registered and the control server placed the world's
     // cells on it, both as the ACL's user.
-    let deadline = Instant::now() + Duration::from_secs(15);
+    // A reflector registering with a Redis just started waits two TTLs
+    // (6 s at the unit's 3 s) so live ones re-register first.
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let cells = fleet_redis_cli(&ns, &["HVALS", "reflector:cells"]);
         if cells.lines().count() == 64 && cells.lines().all(|l| l.starts_with("1:")) {
