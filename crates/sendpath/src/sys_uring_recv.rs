@@ -289,6 +289,19 @@ fn datagram(key: u64, bid: u16, buf: Box<[u8]>, msghdr: &libc::msghdr, len: usiz
 /// buffer ring: one receive armed on a loopback socket must deliver one
 /// datagram. The error names the cause.
 pub fn probe_recv_multishot() -> Result<(), String> {
+    // On its own thread: the kernel's teardown of a ring signals every live
+    // thread that submitted to it (task work), which interrupts whatever
+    // that thread blocks in next with EINTR, some time after the ring is
+    // gone. A thread that has exited is left alone.
+    std::thread::Builder::new()
+        .name("uring-probe".into())
+        .spawn(probe_on_this_thread)
+        .map_err(|e| format!("could not start the io_uring probe's thread ({e})"))?
+        .join()
+        .unwrap_or_else(|_| Err("the io_uring probe panicked".into()))
+}
+
+fn probe_on_this_thread() -> Result<(), String> {
     let mut r = UringRecv::new(2, 64).map_err(|e| setup_error(&e))?;
     let mut p = io_uring::register::Probe::new();
     r.ring
@@ -409,5 +422,27 @@ mod tests {
             });
         }
         assert_eq!(rest, vec![vec![4u8; 10], vec![5u8; 10]]);
+    }
+
+    /// The probe leaves nothing behind on the caller's thread: a blocking
+    /// receive right after it times out instead of failing with EINTR
+    /// (what the kernel's teardown of a ring this thread had submitted to
+    /// did, within milliseconds).
+    #[test]
+    fn the_probe_does_not_interrupt_the_callers_next_wait() {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.set_read_timeout(Some(std::time::Duration::from_millis(50)))
+            .unwrap();
+        let mut buf = [0u8; 16];
+        for _ in 0..5 {
+            probe_recv_multishot().expect("io_uring multishot receive works here");
+            for _ in 0..4 {
+                let e = sock.recv_from(&mut buf).expect_err("nothing was sent");
+                assert!(
+                    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut),
+                    "the wait after the probe ended with {e}"
+                );
+            }
+        }
     }
 }

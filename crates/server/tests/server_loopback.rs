@@ -14,6 +14,7 @@ use reflector_server::membership::Policy;
 use reflector_server::metrics::Snapshot;
 use reflector_server::server::{Server, ServerConfig};
 use reflector_server::testing::Case;
+use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -94,13 +95,17 @@ impl Client {
         self.sock.send_to(bytes, self.server).unwrap();
     }
 
+    /// The next datagram, or None when the read timeout passes. Any other
+    /// error fails the test: an EINTR here once came from io_uring work
+    /// the server left to run on this thread, and read as lost datagrams.
     fn recv(&mut self) -> Option<&[u8]> {
         match self.sock.recv_from(&mut self.buf) {
             Ok((n, from)) => {
                 assert_eq!(from, self.server, "datagrams come from the group's port");
                 Some(&self.buf[..n])
             }
-            Err(_) => None,
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => None,
+            Err(e) => panic!("receiving on the client's socket: {e}"),
         }
     }
 
