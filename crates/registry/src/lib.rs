@@ -25,6 +25,9 @@
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+mod tls;
+
+pub use tls::RegistryTls;
 
 use redis::Connection;
 use reflector_proto::auth::{Secret, SecretRing};
@@ -42,6 +45,8 @@ pub struct RegistryConfig {
     pub prefix: String,
     /// An entry's time to live; heartbeats go every third of it.
     pub ttl: Duration,
+    /// How a `rediss://` server is checked (default: the system's roots).
+    pub tls: RegistryTls,
 }
 
 impl RegistryConfig {
@@ -50,6 +55,7 @@ impl RegistryConfig {
             url: url.to_string(),
             prefix: "reflector".into(),
             ttl: DEFAULT_TTL,
+            tls: RegistryTls::default(),
         }
     }
 
@@ -129,6 +135,17 @@ pub enum RegistryError {
     IdTaken(u16),
     #[error("registry: {0}")]
     Bad(String),
+    /// A connection that cannot work until the operator changes something
+    /// (a certificate, a CA file, the URL's scheme), unlike an outage.
+    #[error("registry {url}: {problem}")]
+    Misconfigured { url: String, problem: String },
+}
+
+impl RegistryError {
+    /// Whether retrying cannot help: the set-up is wrong, Redis is not down.
+    pub fn is_misconfigured(&self) -> bool {
+        matches!(self, RegistryError::Bad(_) | RegistryError::Misconfigured { .. })
+    }
 }
 
 /// What a reflector tells the fleet about itself.
@@ -228,10 +245,7 @@ struct Link {
 
 impl Link {
     fn new(cfg: &RegistryConfig) -> Result<Link, RegistryError> {
-        let client = redis::Client::open(cfg.url.as_str()).map_err(|source| RegistryError::Redis {
-            url: redacted(&cfg.url),
-            source,
-        })?;
+        let client = tls::client(&cfg.url, &cfg.tls)?;
         Ok(Link {
             cfg: cfg.clone(),
             client,
@@ -251,7 +265,7 @@ impl Link {
             let c = self
                 .client
                 .get_connection_with_timeout(IO_TIMEOUT)
-                .map_err(|e| self.err(e))?;
+                .map_err(|e| tls::explain(&self.cfg.url, &self.cfg.tls, &self.client, e, IO_TIMEOUT))?;
             c.set_read_timeout(Some(IO_TIMEOUT)).map_err(|e| self.err(e))?;
             c.set_write_timeout(Some(IO_TIMEOUT)).map_err(|e| self.err(e))?;
             self.conn = Some(c);
@@ -580,6 +594,13 @@ impl Directory {
     /// The secret file changed: entries are checked with the new ring.
     pub fn set_secret(&mut self, ring: SecretRing) {
         self.secret = ring;
+    }
+
+    /// Connects and pings once: a control server checks its set-up at
+    /// start ([`RegistryError::is_misconfigured`] is worth stopping for; an
+    /// unreachable Redis is not, it answers from placements once it has any).
+    pub fn check(&mut self) -> Result<(), RegistryError> {
+        self.link.with(|c| redis::cmd("PING").query::<String>(c)).map(drop)
     }
 
     /// The view of the last successful refresh (kept while Redis is down).

@@ -1,11 +1,13 @@
 //! The registry against a real Redis (Debian's redis-server, with a
 //! password): ids, heartbeats and expiry, placement by two control servers
 //! at once, a dead or draining reflector's cells moved, a rogue entry
-//! refused, Redis down and restarted.
+//! refused, Redis down and restarted; and over TLS: the round trip with the
+//! fleet's CA (and a client certificate), refusals that name a wrong CA, a
+//! missing client certificate and a scheme that does not match the port.
 
 use reflector_proto::auth::{Secret, SecretRing};
-use reflector_registry::testing::RedisServer;
-use reflector_registry::{Directory, Placed, Registrar, RegistryConfig, RegistryError, View};
+use reflector_registry::testing::{RedisServer, TestCa, TlsMode};
+use reflector_registry::{Directory, Placed, Registrar, RegistryConfig, RegistryError, RegistryTls, View};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -190,7 +192,7 @@ fn a_second_process_on_a_held_id_is_refused_at_heartbeat() {
     let cfg = config(&redis, 600);
     let mut a = Registrar::register(&cfg, &secret(), None, ip(1), &[4000], 100).unwrap();
     // Its entry removed behind its back, and the id taken by another.
-    let mut c = redis::Client::open(redis.url()).unwrap().get_connection().unwrap();
+    let mut c = redis.client().get_connection().unwrap();
     redis::cmd("DEL")
         .arg(format!("reflector:reflector:{}", a.id()))
         .query::<()>(&mut c)
@@ -200,4 +202,138 @@ fn a_second_process_on_a_held_id_is_refused_at_heartbeat() {
         Err(RegistryError::IdTaken(id)) => assert_eq!(id, a.id()),
         other => panic!("a heartbeat over another process's entry: {other:?}"),
     }
+}
+
+fn tls_config(redis: &RedisServer, tls: RegistryTls) -> RegistryConfig {
+    RegistryConfig {
+        tls,
+        ..config(redis, 600)
+    }
+}
+
+/// Registers, heartbeats and places a world over `cfg`: the whole round
+/// trip a fleet makes through its registry.
+fn round_trip(cfg: &RegistryConfig) {
+    let cells = grid(2, 2);
+    let mut a = Registrar::register(cfg, &secret(), None, ip(1), &[4000], 100).unwrap();
+    a.heartbeat(3, 10, false).unwrap();
+    let mut d = Directory::new(cfg, &secret()).unwrap();
+    d.check().unwrap();
+    let v = d.refresh(&cells).unwrap();
+    assert_eq!(v.cells.len(), cells.len(), "every cell placed");
+    assert_eq!(v.reflectors[&a.id()].members, 3, "the heartbeat's load arrived");
+    assert_eq!(v.target((1, 1)).unwrap().0, a.id());
+    let (ports, any) = a.placed_ports().unwrap();
+    assert!(any && ports.contains(&4000), "the reflector reads its claims back");
+}
+
+#[test]
+fn the_round_trip_goes_over_tls_checked_against_the_fleets_ca() {
+    let redis = RedisServer::start_tls(TlsMode::ServerOnly);
+    assert!(redis.url().starts_with("rediss://"));
+    round_trip(&tls_config(&redis, redis.client_tls()));
+}
+
+#[test]
+fn a_redis_that_requires_client_certificates_gets_one() {
+    let redis = RedisServer::start_tls(TlsMode::ClientCertificates);
+    let tls = redis.client_tls();
+    assert!(tls.client_cert.is_some());
+    round_trip(&tls_config(&redis, tls.clone()));
+    // Without one the server ends the handshake, and the message says why.
+    let without = RegistryTls {
+        client_cert: None,
+        ..tls
+    };
+    let e = Registrar::register(&tls_config(&redis, without), &secret(), None, ip(2), &[4000], 100)
+        .err()
+        .expect("refused without a client certificate");
+    assert!(e.is_misconfigured(), "{e}");
+    assert!(e.to_string().contains("--registry-cert-file"), "{e}");
+}
+
+#[test]
+fn a_server_certificate_that_does_not_verify_is_refused_by_name() {
+    let redis = RedisServer::start_tls(TlsMode::ServerOnly);
+    let scratch = std::env::temp_dir().join(format!("registry-other-ca-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    let other = scratch.join("other-ca.pem");
+    TestCa::new("another CA").write(&other);
+    let wrong_ca = RegistryTls {
+        ca_file: Some(other.clone()),
+        client_cert: None,
+    };
+    // Both sides: a reflector registering, a control server checking.
+    let e = Registrar::register(
+        &tls_config(&redis, wrong_ca.clone()),
+        &secret(),
+        None,
+        ip(1),
+        &[4000],
+        100,
+    )
+    .err()
+    .expect("a certificate of another CA");
+    let mut d = Directory::new(&tls_config(&redis, wrong_ca), &secret()).unwrap();
+    let e2 = d.check().expect_err("a certificate of another CA");
+    let _ = std::fs::remove_dir_all(&scratch);
+    for e in [e, e2] {
+        eprintln!("refused as: {e}");
+        assert!(e.is_misconfigured(), "{e}");
+        let text = e.to_string();
+        assert!(text.contains("does not verify against the CA file"), "{text}");
+        assert!(text.contains("other-ca.pem"), "names the file: {text}");
+        assert!(!text.contains(reflector_registry::testing::PASSWORD), "{text}");
+    }
+    // The system's roots do not know the test CA either.
+    let e = Registrar::register(&config(&redis, 600), &secret(), None, ip(1), &[4000], 100)
+        .err()
+        .expect("not signed by a public CA");
+    assert!(e.to_string().contains("the system's roots"), "{e}");
+}
+
+#[test]
+fn a_scheme_that_does_not_match_the_port_is_named() {
+    let plain = RedisServer::start();
+    let tls = RedisServer::start_tls(TlsMode::ServerOnly);
+    // rediss:// to the plain server (with a good CA file: the scheme is wrong).
+    let to_plain = tls_config(
+        &plain,
+        RegistryTls {
+            ca_file: tls.ca_file(),
+            client_cert: None,
+        },
+    );
+    let to_plain = RegistryConfig {
+        url: plain.url().replace("redis://", "rediss://"),
+        ..to_plain
+    };
+    let e = Registrar::register(&to_plain, &secret(), None, ip(1), &[4000], 100)
+        .err()
+        .expect("TLS to a plain port");
+    assert!(e.is_misconfigured(), "{e}");
+    eprintln!("refused as: {e}");
+    assert!(e.to_string().contains("plain Redis port"), "{e}");
+    // redis:// to the TLS server.
+    let to_tls = RegistryConfig {
+        url: tls.url().replace("rediss://", "redis://"),
+        ..config(&tls, 600)
+    };
+    let mut d = Directory::new(&to_tls, &secret()).unwrap();
+    let e = d.check().expect_err("plain text to a TLS port");
+    assert!(e.is_misconfigured(), "{e}");
+    eprintln!("refused as: {e}");
+    assert!(
+        e.to_string().contains("is a TLS port") && e.to_string().contains("rediss://"),
+        "{e}"
+    );
+    // A Redis that is down is an outage, not a set-up to fix.
+    let port = plain.port;
+    drop(plain);
+    let down = RegistryConfig::new(&format!("redis://127.0.0.1:{port}"));
+    let e = Directory::new(&down, &secret())
+        .unwrap()
+        .check()
+        .expect_err("nobody listens");
+    assert!(!e.is_misconfigured(), "{e}");
 }
