@@ -66,6 +66,14 @@ impl Poller {
     ) -> Result<Poller, RegistryError> {
         let mut dir = Directory::new(cfg, &secret.ring())?;
         let url = reflector_registry::redacted(&cfg.url);
+        // A wrong certificate, CA file or scheme never heals by itself:
+        // stop here, naming it. An unreachable Redis may come back: the
+        // poller goes on, and /join answers once cells are placed.
+        match dir.check() {
+            Err(e) if e.is_misconfigured() => return Err(e),
+            Err(e) => tracing::warn!("fleet: {e}; polling on until it answers"),
+            Ok(()) => {}
+        }
         let handle = std::thread::Builder::new()
             .name("registry".into())
             .spawn(move || {

@@ -4,11 +4,13 @@
 //! and agree; a player joins where it is told with the token it got (the
 //! token names the id the registry gave); `kill -9` of a reflector moves
 //! its cells to the other within its TTL and a poll, and the player joins
-//! there.
+//! there. Over TLS (`rediss://` with the fleet's CA file): the same
+//! placement and join, and a wrong CA or a plain URL to the TLS port
+//! stopping both programs with a message that names the problem.
 
 mod support;
 
-use reflector_registry::testing::{RedisServer, PASSWORD};
+use reflector_registry::testing::{RedisServer, TestCa, TlsMode, PASSWORD};
 use std::io::BufRead;
 use std::net::{SocketAddr, UdpSocket};
 use std::process::{Command, Stdio};
@@ -21,29 +23,48 @@ struct Fleet {
     _redis: RedisServer,
     dir: Scratch,
     url: String,
+    /// The registry flags beyond the URL and the password (TLS files).
+    tls_args: Vec<String>,
 }
 
 impl Fleet {
     fn new() -> Fleet {
-        let redis = RedisServer::start();
+        Fleet::with_redis(RedisServer::start())
+    }
+
+    /// A fleet whose registry speaks TLS only, its certificate signed by a
+    /// CA the programs are given with --registry-ca-file.
+    fn over_tls() -> Fleet {
+        let redis = RedisServer::start_tls(TlsMode::ServerOnly);
+        let ca = redis.ca_file().expect("a TLS server's CA");
+        let mut fleet = Fleet::with_redis(redis);
+        fleet.tls_args = vec!["--registry-ca-file".into(), ca.to_str().unwrap().into()];
+        fleet
+    }
+
+    fn with_redis(redis: RedisServer) -> Fleet {
         let dir = Scratch::new("fleet");
         std::fs::write(dir.0.join("secret"), hex(&SECRET)).unwrap();
         std::fs::write(dir.0.join("redis-password"), PASSWORD).unwrap();
-        let url = format!("redis://127.0.0.1:{}", redis.port);
+        // The server's URL without its password (that goes in the file).
+        let url = redis.url().replace(&format!(":{PASSWORD}@"), "");
         Fleet {
             _redis: redis,
             dir,
             url,
+            tls_args: Vec::new(),
         }
     }
 
     fn registry_args(&self) -> Vec<String> {
-        vec![
+        let mut args = vec![
             "--registry".into(),
             self.url.clone(),
             "--registry-password-file".into(),
             self.dir.0.join("redis-password").to_str().unwrap().into(),
-        ]
+        ];
+        args.extend(self.tls_args.iter().cloned());
+        args
     }
 
     fn reflector(&self) -> (Proc, u16) {
@@ -60,23 +81,44 @@ impl Fleet {
         (p, group)
     }
 
-    /// A control server (anonymous joins, a 2x2 world): it and its port.
-    fn control(&self) -> (Proc, u16) {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_reflector"))
-            .args([
-                "control",
-                "--anonymous-joins",
-                "--listen",
-                "127.0.0.1:0",
-                "--grid",
-                "2x2",
-            ])
+    /// `reflector control` of the fleet (anonymous joins, a 2x2 world)
+    /// with `registry` as its registry flags.
+    fn control_command(&self, registry: &[String]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_reflector"));
+        c.args([
+            "control",
+            "--anonymous-joins",
+            "--listen",
+            "127.0.0.1:0",
+            "--grid",
+            "2x2",
+        ])
+        .arg("--secret-file")
+        .arg(self.dir.0.join("secret"))
+        .args(registry)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+        c
+    }
+
+    /// `reflector serve` of the fleet with `registry` as its registry flags.
+    fn serve_command(&self, registry: &[String]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_reflector"));
+        c.args(["serve", "--bind", "127.0.0.1", "--ports", &free_port().to_string()])
             .arg("--secret-file")
             .arg(self.dir.0.join("secret"))
-            .args(self.registry_args())
-            .env("RUST_LOG", "info")
+            .args(registry)
+            .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::null());
+        c
+    }
+
+    /// A control server (anonymous joins, a 2x2 world): it and its port.
+    fn control(&self) -> (Proc, u16) {
+        let mut child = self
+            .control_command(&self.registry_args())
             .stderr(Stdio::piped())
             .spawn()
             .expect("the reflector binary runs");
@@ -359,4 +401,78 @@ fn a_drained_reflector_hands_its_players_to_another_and_stops_when_empty() {
         t1.elapsed()
     );
     assert!(reflectors[1 - i].0.alive());
+}
+
+/// What `cmd` printed on stderr, once it exited (within 10 s) with a
+/// failure status; a program that goes on running or succeeds fails the test.
+fn refusal(mut cmd: Command) -> String {
+    let mut p = Proc(cmd.stderr(Stdio::piped()).spawn().expect("the reflector binary runs"));
+    let status = p
+        .exited_within(Duration::from_secs(10))
+        .expect("it should stop at once, naming the problem");
+    let mut err = String::new();
+    std::io::Read::read_to_string(p.0.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "exited 0: {err}");
+    err
+}
+
+#[test]
+fn a_fleet_over_tls_places_cells_and_a_player_joins_where_it_is_told() {
+    let fleet = Fleet::over_tls();
+    assert!(fleet.url.starts_with("rediss://127.0.0.1:"), "{}", fleet.url);
+    let (_r1, g1) = fleet.reflector();
+    let (_c, port) = fleet.control();
+    wait_until("cell (0, 0) placed over TLS", 10, || join_at(port, 1, (0, 0)).0 == 200);
+    let (_, id, addr, answer) = join_at(port, 9, (0, 0));
+    assert_eq!(
+        addr.map(|a| a.port()),
+        Some(g1),
+        "placed on the reflector that registered over TLS"
+    );
+    assert!(id >= 1, "the token names the id the registry gave");
+    assert!(join_with(&answer, 9).is_some(), "joined reflector {id} at {addr:?}");
+}
+
+#[test]
+fn a_wrong_ca_or_a_plain_url_to_the_tls_port_stops_both_programs_naming_it() {
+    let fleet = Fleet::over_tls();
+    let other = fleet.dir.0.join("other-ca.pem");
+    TestCa::new("not the fleet's CA").write(&other);
+    let password = fleet.dir.0.join("redis-password").to_str().unwrap().to_string();
+    let wrong_ca: Vec<String> = vec![
+        "--registry".into(),
+        fleet.url.clone(),
+        "--registry-password-file".into(),
+        password.clone(),
+        "--registry-ca-file".into(),
+        other.to_str().unwrap().into(),
+    ];
+    let plain: Vec<String> = vec![
+        "--registry".into(),
+        fleet.url.replace("rediss://", "redis://"),
+        "--registry-password-file".into(),
+        password,
+    ];
+    for (name, cmd) in [
+        ("serve", fleet.serve_command(&wrong_ca)),
+        ("control", fleet.control_command(&wrong_ca)),
+    ] {
+        let err = refusal(cmd);
+        eprintln!("{name} refused: {}", err.trim());
+        assert!(
+            err.contains("does not verify against the CA file") && err.contains("other-ca.pem"),
+            "{name}: {err}"
+        );
+    }
+    for (name, cmd) in [
+        ("serve", fleet.serve_command(&plain)),
+        ("control", fleet.control_command(&plain)),
+    ] {
+        let err = refusal(cmd);
+        eprintln!("{name} refused: {}", err.trim());
+        assert!(
+            err.contains("is a TLS port") && err.contains("use rediss://"),
+            "{name}: {err}"
+        );
+    }
 }

@@ -134,6 +134,17 @@ pub struct ServeArgs {
     /// File with the registry's password (one line).
     #[arg(long, value_name = "FILE", requires = "registry")]
     pub registry_password_file: Option<PathBuf>,
+    /// PEM file of the CA that signed the registry's certificate (a rediss:// URL): the server
+    /// is checked against it instead of the system's roots.
+    #[arg(long, value_name = "FILE", requires = "registry")]
+    pub registry_ca_file: Option<PathBuf>,
+    /// PEM client certificate for a registry that requires one (redis.conf tls-auth-clients
+    /// yes, its default), with --registry-key-file.
+    #[arg(long, value_name = "FILE", requires_all = ["registry", "registry_key_file"])]
+    pub registry_cert_file: Option<PathBuf>,
+    /// PEM private key of --registry-cert-file.
+    #[arg(long, value_name = "FILE", requires = "registry_cert_file")]
+    pub registry_key_file: Option<PathBuf>,
     /// Prefix of the registry's keys (several fleets can share one Redis).
     #[arg(long, value_name = "PREFIX", default_value = "reflector")]
     pub registry_prefix: String,
@@ -312,6 +323,10 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
                 )?,
                 prefix: args.registry_prefix.clone(),
                 ttl: args.registry_ttl,
+                tls: reflector_registry::RegistryTls {
+                    ca_file: args.registry_ca_file.clone(),
+                    client_cert: args.registry_cert_file.clone().zip(args.registry_key_file.clone()),
+                },
             };
             let advertise = args.advertise.unwrap_or(args.bind);
             if advertise.is_unspecified() {
