@@ -227,10 +227,16 @@ fn the_ebpf_unit_verifies_and_fans_out_in_the_kernel_with_only_its_capabilities(
 /// The password the fleet's Redis user has in these tests.
 const FLEET_PASSWORD: &str = "fleet-unit-test-password";
 
-/// Debian's redis-server in `ns` on 127.0.0.1:6379 with the shipped ACL file
-/// (the test's password hashed in), so the units' commands run against the
-/// very permissions an installation gives them.
+/// Debian's redis-server in `ns`, TLS only on 127.0.0.1:6380 as the units
+/// expect it (its certificate signed by a CA made here, handed to the units
+/// as their `redis-ca` credential), with the shipped ACL file (the test's
+/// password hashed in), so the units' commands run against the very
+/// permissions an installation gives them.
 fn fleet_redis(ns: &NetNsGuard, install: &Install) -> Running {
+    let ca = reflector_registry::testing::TestCa::new("fleet unit test CA");
+    ca.write(&install.dir.join("credentials/redis-ca"));
+    let (cert, key) = (install.dir.join("redis.pem"), install.dir.join("redis-key.pem"));
+    ca.issue(&["127.0.0.1", "redis.internal"], &cert, &key);
     let acl = std::fs::read_to_string(repo_file("deploy/redis/fleet.acl"))
         .unwrap()
         .replace("PASSWORD_SHA256", &sha256_hex(FLEET_PASSWORD));
@@ -240,7 +246,11 @@ fn fleet_redis(ns: &NetNsGuard, install: &Install) -> Running {
         .command("redis-server")
         .args([
             "--port",
-            "6379",
+            "0",
+            "--tls-port",
+            "6380",
+            "--tls-auth-clients",
+            "no",
             "--bind",
             "127.0.0.1",
             "--save",
@@ -248,6 +258,12 @@ fn fleet_redis(ns: &NetNsGuard, install: &Install) -> Running {
             "--appendonly",
             "no",
         ])
+        .arg("--tls-cert-file")
+        .arg(&cert)
+        .arg("--tls-key-file")
+        .arg(&key)
+        .arg("--tls-ca-cert-file")
+        .arg(install.dir.join("credentials/redis-ca"))
         .arg("--dir")
         .arg(&install.dir)
         .arg("--aclfile")
@@ -258,17 +274,19 @@ fn fleet_redis(ns: &NetNsGuard, install: &Install) -> Running {
         .expect("redis-server runs (make deps installs it)");
     let redis = Running(child);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !ns.run(|| TcpStream::connect("127.0.0.1:6379").is_ok()) {
+    while !ns.run(|| TcpStream::connect("127.0.0.1:6380").is_ok()) {
         assert!(Instant::now() < deadline, "redis-server did not listen");
         std::thread::sleep(Duration::from_millis(20));
     }
     redis
 }
 
-/// `redis-cli` in `ns` as the fleet's user: what it printed.
-fn fleet_redis_cli(ns: &NetNsGuard, args: &[&str]) -> String {
+/// `redis-cli` in `ns` as the fleet's user, over TLS: what it printed.
+fn fleet_redis_cli(ns: &NetNsGuard, install: &Install, args: &[&str]) -> String {
     let o = ns
         .command("redis-cli")
+        .args(["-p", "6380", "--tls", "--cacert"])
+        .arg(install.dir.join("credentials/redis-ca"))
         .args(["--no-auth-warning", "--user", "fleet", "--pass", FLEET_PASSWORD])
         .args(args)
         .output()
@@ -331,7 +349,7 @@ fn the_fleet_units_register_through_the_shipped_acl_with_only_their_capabilities
     // (6 s at the unit's 3 s) so live ones re-register first.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let cells = fleet_redis_cli(&ns, &["HVALS", "reflector:cells"]);
+        let cells = fleet_redis_cli(&ns, &install, &["HVALS", "reflector:cells"]);
         if cells.lines().count() == 64 && cells.lines().all(|l| l.starts_with("1:")) {
             break;
         }
@@ -345,7 +363,7 @@ fn the_fleet_units_register_through_the_shipped_acl_with_only_their_capabilities
         assert!(Instant::now() < deadline, "cells not placed: {cells}");
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(fleet_redis_cli(&ns, &["GET", "reflector:reflector:1"]).contains("\"draining\":false"));
+    assert!(fleet_redis_cli(&ns, &install, &["GET", "reflector:reflector:1"]).contains("\"draining\":false"));
     // SIGTERM: no members, so the drain ends at once and the entry goes.
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(reflector.0.id() as i32),
@@ -365,7 +383,7 @@ fn the_fleet_units_register_through_the_shipped_acl_with_only_their_capabilities
     };
     assert!(status.success(), "{status:?}");
     assert_eq!(
-        fleet_redis_cli(&ns, &["GET", "reflector:reflector:1"]).trim(),
+        fleet_redis_cli(&ns, &install, &["GET", "reflector:reflector:1"]).trim(),
         "",
         "deregistered"
     );
