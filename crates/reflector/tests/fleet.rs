@@ -84,7 +84,11 @@ impl Fleet {
     /// `reflector control` of the fleet (anonymous joins, a 2x2 world)
     /// with `registry` as its registry flags.
     fn control_command(&self, registry: &[String]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_reflector"));
+        self.control_command_from(Command::new(env!("CARGO_BIN_EXE_reflector")), registry)
+    }
+
+    /// The same from `c`, a command of the binary (in a namespace, say).
+    fn control_command_from(&self, mut c: Command, registry: &[String]) -> Command {
         c.args([
             "control",
             "--anonymous-joins",
@@ -475,4 +479,80 @@ fn a_wrong_ca_or_a_plain_url_to_the_tls_port_stops_both_programs_naming_it() {
             "{name}: {err}"
         );
     }
+}
+
+/// A plain redis:// URL to another host's address is warned about, once:
+/// in a namespace of the test's own, 10.77.0.1 on its loopback device stands
+/// for that host (no traffic leaves the namespace).
+#[test]
+fn a_plain_url_to_another_host_is_warned_about_once() {
+    use oskit::testing::{root_or_skip, sh, NetNsGuard};
+    if !root_or_skip("a_plain_url_to_another_host_is_warned_about_once") {
+        return;
+    }
+    let fleet = Fleet::new();
+    let ns = NetNsGuard::new("rtw");
+    sh(&["ip", "-n", ns.name(), "addr", "add", "10.77.0.1/32", "dev", "lo"]);
+    let _redis = Proc(
+        ns.command("redis-server")
+            .args(["--bind", "10.77.0.1", "--port", "6379", "--requirepass", PASSWORD])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(&fleet.dir.0)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server runs"),
+    );
+    wait_until("redis-server listens in the namespace", 10, || {
+        ns.run(|| std::net::TcpStream::connect("10.77.0.1:6379").is_ok())
+    });
+    let registry: Vec<String> = vec![
+        "--registry".into(),
+        "redis://10.77.0.1:6379".into(),
+        "--registry-password-file".into(),
+        fleet.dir.0.join("redis-password").to_str().unwrap().into(),
+    ];
+    let mut control = Proc(
+        fleet
+            .control_command_from(ns.command(env!("CARGO_BIN_EXE_reflector")), &registry)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the reflector binary runs"),
+    );
+    // Up to its first poll that reached the registry (it works, in clear),
+    // and one more: the warning is said at start, and not again.
+    let lines = std::io::BufReader::new(control.0.stderr.take().unwrap()).lines();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in lines.map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let mut printed = Vec::new();
+    let t0 = Instant::now();
+    let mut reachable_at = None;
+    while reachable_at.is_none_or(|t: Instant| t.elapsed() < Duration::from_millis(1_500)) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "never reached the registry: {printed:?}"
+        );
+        if let Ok(l) = rx.recv_timeout(Duration::from_millis(100)) {
+            if l.contains("reachable") {
+                reachable_at.get_or_insert_with(Instant::now);
+            }
+            printed.push(l);
+        }
+    }
+    let warnings = printed.iter().filter(|l| l.contains("in clear")).count();
+    assert_eq!(warnings, 1, "{printed:#?}");
+    assert!(
+        printed
+            .iter()
+            .any(|l| l.contains("in clear") && l.contains("rediss://")),
+        "the warning says what to do: {printed:#?}"
+    );
+    drop(control);
 }
