@@ -58,7 +58,9 @@ impl RedisServer {
         let dir = std::env::temp_dir().join(format!("registry-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a scratch directory");
         let mut cmd = Command::new("redis-server");
-        cmd.args(["--bind", "127.0.0.1", "--requirepass", PASSWORD])
+        // 127.0.0.2 too, an address of this host that a TLS server's
+        // certificate does not name.
+        cmd.args(["--bind", "127.0.0.1", "127.0.0.2", "--requirepass", PASSWORD])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")
             .arg(&dir);

@@ -285,6 +285,18 @@ fn a_server_certificate_that_does_not_verify_is_refused_by_name() {
         assert!(text.contains("other-ca.pem"), "names the file: {text}");
         assert!(!text.contains(reflector_registry::testing::PASSWORD), "{text}");
     }
+    // The right CA, but a host the certificate does not name.
+    let other_host = RegistryConfig {
+        url: redis.url().replace("127.0.0.1", "127.0.0.2"),
+        ..tls_config(&redis, redis.client_tls())
+    };
+    let e = Directory::new(&other_host, &secret())
+        .unwrap()
+        .check()
+        .expect_err("not its name");
+    eprintln!("refused as: {e}");
+    assert!(e.is_misconfigured(), "{e}");
+    assert!(e.to_string().contains("not valid for '127.0.0.2'"), "{e}");
     // The system's roots do not know the test CA either.
     let e = Registrar::register(&config(&redis, 600), &secret(), None, ip(1), &[4000], 100)
         .err()
