@@ -306,7 +306,7 @@ REQUIRED_SECTIONS = ["secret", "cookie_key", "now_unix_ms", "tokens", "cookies",
 # Sealed payloads: the section's keys, a datagram's keys, and the receiving
 # steps' counters in their order.
 SEALED_KEYS = {"master_secret", "world", "world_id", "epoch_length_s", "jitter_bound_s",
-               "cells", "senders", "datagrams"}
+               "cells", "senders", "datagrams", "keys_request"}
 SEALED_DATAGRAM_KEYS = {"name", "keys", "tags", "sender", "hex", "game_data", "reject", "why"}
 SEALED_STEPS = ["sealed_malformed", "sealed_version", "sealed_no_key", "sealed_replay", "sealed_bad"]
 
@@ -1704,6 +1704,30 @@ class Checker:
                 self.r.fail(G, str(e))
         self.r.check(G, opened > 0 and rejected > 0,
                      "sealed.datagrams: needs at least one that opens and one rejected (%d, %d)" % (opened, rejected))
+        self.check_keys_request(G, sec.get("keys_request"))
+
+    def check_keys_request(self, G, req):
+        """/keys: mac = HMAC(Km, "reflector-keys-v1" || token || at as u64)[..16]."""
+        what = "sealed.keys_request"
+        if not isinstance(req, dict):
+            self.r.fail(G, "%s is missing (Test vectors)" % what)
+            return
+        for k in req:
+            if k not in ("keys", "token", "at_unix_s", "mac"):
+                self.r.fail(G, "AMBIGUOUS: %s.%s is not described by the document; not checked" % (what, k))
+        try:
+            rec = self.token_at(req.get("keys"), what)
+            token = hexbytes(req.get("token"), what + ".token", 32)
+            at = as_int(req.get("at_unix_s"), what + ".at_unix_s")
+            mac = hexbytes(req.get("mac"), what + ".mac", 16)
+            if "Km" not in rec or not 0 <= at < 1 << 64:
+                raise Bad("%s: no MAC key to check it with, or at_unix_s out of range" % what)
+        except Bad as e:
+            self.r.fail(G, str(e))
+            return
+        self.r.check(G, token == rec["token"], "%s: the token is not the one its keys belong to" % what)
+        want = mac16(rec["Km"], b"reflector-keys-v1" + token + struct.pack(">Q", at))
+        self.r.check(G, mac == want, "%s: mac %s, the document gives %s" % (what, mac.hex(), want.hex()))
 
     def listed(self, sec, name):
         v = sec.get(name)

@@ -232,9 +232,9 @@ class Builder:
         return {"secret": SECRET.hex(), "cookie_key": COOKIE_KEY.hex(), "now_unix_ms": NOW_MS,
                 "tokens": toks, "cookies": cookies, "datagrams": dgs,
                 "channel": {"challenge": challenge.hex(), "keys": 0, "messages": msgs},
-                "invalid": invalid, "areas": areas(), "sealed": self.sealed(kt)}
+                "invalid": invalid, "areas": areas(), "sealed": self.sealed(t0, km, kt)}
 
-    def sealed(self, kt):
+    def sealed(self, t0, km, kt):
         """The committed file's sealed section (made by the Rust implementation
         with ring, not by the checker's code), its tagged datagrams tagged again
         under this file's token 0: the AEAD's associated data leaves the tag
@@ -261,6 +261,10 @@ class Builder:
             for at in (0, 17, 31):
                 self.spots.append((("sealed", "senders", i, "sender_key"), at, at + 1, "sender key"))
         self.spots.append((("sealed", "world_id"), 0, 4, "world id"))
+        at = NOW_MS // 1000
+        sec["keys_request"] = {"keys": 0, "token": t0.hex(), "at_unix_s": at,
+                               "mac": H(km, b"reflector-keys-v1" + t0 + struct.pack(">Q", at), 16).hex()}
+        self.spots.append((("sealed", "keys_request", "mac"), 0, 16, "keys request MAC"))
         return sec
 
 

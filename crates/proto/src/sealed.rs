@@ -287,6 +287,39 @@ impl EpochKey {
     }
 }
 
+/// A JOIN_ACK whose flags ask for sealing without the instance id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the group's JOIN_ACK flags {0:#04x} say sealed (bit 2) without the instance id (bit 1): the group is misconfigured; send no DATA in it")]
+pub struct SealedWithoutInstance(pub u8);
+
+/// Whether a group's DATA is sealed, from its JOIN_ACK flags.
+pub fn group_is_sealed(flags: u8) -> Result<bool, SealedWithoutInstance> {
+    use crate::protocol::{FLAG_INSTANCE, FLAG_SEALED};
+    match (flags & FLAG_SEALED != 0, flags & FLAG_INSTANCE != 0) {
+        (true, false) => Err(SealedWithoutInstance(flags)),
+        (sealed, _) => Ok(sealed),
+    }
+}
+
+/// The MAC of a `/keys` request (not yet served by the control server):
+/// `HMAC(Km, "reflector-keys-v1" ‖ token ‖ at)[..16]`, `at` the client's
+/// Unix seconds. Proves the session key, not just the token (which crosses
+/// the network in every JOIN).
+pub fn keys_request_mac(keys: &SessionKeys, token: &[u8; crate::auth::TOKEN_LEN], at_unix_s: u64) -> [u8; 16] {
+    use hmac::{Hmac, Mac};
+    // HMAC-SHA256 takes keys of any length: new_from_slice cannot fail.
+    let mut m = Hmac::<Sha256>::new_from_slice(keys.mac_key()).expect("HMAC accepts any key length");
+    m.update(KEYS_REQUEST_LABEL);
+    m.update(token);
+    m.update(&at_unix_s.to_be_bytes());
+    let full = m.finalize().into_bytes();
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&full[..16]);
+    out
+}
+
+const KEYS_REQUEST_LABEL: &[u8] = b"reflector-keys-v1";
+
 // ---------------------------------------------------------------------------
 // Sealing and opening.
 

@@ -1030,6 +1030,15 @@ fn sealed_section(tk: &[([u8; TOKEN_LEN], SessionKeys)]) -> J {
         ("cells", J::A(cells)),
         ("senders", J::A(senders)),
         ("datagrams", J::A(datagrams)),
+        (
+            "keys_request",
+            J::O(vec![
+                ("keys", u(0u64)),
+                ("token", h(tk[0].0)),
+                ("at_unix_s", u(NOW_S)),
+                ("mac", h(sealed::keys_request_mac(&tk[0].1, &tk[0].0, NOW_S))),
+            ]),
+        ),
     ])
 }
 
@@ -1405,6 +1414,13 @@ fn sealed_keys_open_and_rejections_are_what_the_file_says() {
             (ek, player, instance)
         })
         .collect();
+    let req = &sec["keys_request"];
+    let k = keys_at(&file, req).expect("the keys request names its keys");
+    let token: [u8; TOKEN_LEN] = arr(req, "token");
+    assert_eq!(
+        sealed::keys_request_mac(&k, &token, num(req, "at_unix_s")).to_vec(),
+        bytes(req, "mac")
+    );
     let datagrams = list(sec, "datagrams");
     assert!(datagrams.iter().any(|d| d.get("game_data").is_some()));
     assert!(datagrams.iter().any(|d| d["reject"] == "sealed_bad"));

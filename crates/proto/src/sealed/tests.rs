@@ -555,3 +555,25 @@ proptest! {
         prop_assert_eq!(opened(&key, &bad).is_ok(), TAG.contains(&i));
     }
 }
+
+#[test]
+fn sealing_is_a_group_policy_that_needs_the_instance_flag() {
+    use crate::protocol::{FLAG_SEALED, FLAG_TAGS};
+    assert_eq!(group_is_sealed(0), Ok(false));
+    assert_eq!(group_is_sealed(FLAG_TAGS | FLAG_INSTANCE), Ok(false));
+    assert_eq!(group_is_sealed(FLAG_INSTANCE | FLAG_SEALED), Ok(true));
+    assert_eq!(group_is_sealed(0xff), Ok(true));
+    let e = group_is_sealed(FLAG_TAGS | FLAG_SEALED).unwrap_err();
+    assert_eq!(e, SealedWithoutInstance(5));
+    assert!(e.to_string().contains("misconfigured"));
+}
+
+#[test]
+fn a_keys_request_mac_binds_the_session_key_the_token_and_the_time() {
+    let token = [7u8; crate::auth::TOKEN_LEN];
+    let mac = keys_request_mac(&session(1), &token, 1_767_225_600);
+    assert_ne!(mac, keys_request_mac(&session(2), &token, 1_767_225_600));
+    assert_ne!(mac, keys_request_mac(&session(1), &[8u8; 32], 1_767_225_600));
+    assert_ne!(mac, keys_request_mac(&session(1), &token, 1_767_225_601));
+    assert_eq!(mac, keys_request_mac(&session(1), &token, 1_767_225_600));
+}
