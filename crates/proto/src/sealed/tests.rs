@@ -516,6 +516,29 @@ fn bad_secrets_and_schedules_are_named() {
 
 proptest! {
     #[test]
+    fn arbitrary_bytes_never_panic_the_receiver_and_never_open(
+        data in proptest::collection::vec(any::<u8>(), 0..200),
+        make_it_data in any::<bool>(),
+    ) {
+        let mut data = data;
+        if make_it_data && data.len() >= 24 {
+            // Past the first check more often: a DATA with a length that agrees.
+            data[3] = Kind::Data as u8;
+            let n = (data.len() - 24) as u16;
+            data[6..8].copy_from_slice(&n.to_be_bytes());
+        }
+        let mut r = Receiver::new(4);
+        if let Ok(f) = sealed_fields(&data) {
+            // Hold the very key the input names, so the AEAD is reached.
+            r.add_epoch_key(master().epoch_key(f.cell, f.epoch));
+        }
+        let mut copy = data.clone();
+        prop_assert!(r.receive(&mut copy).is_err());
+        let c = r.counters();
+        prop_assert_eq!(c.malformed + c.version + c.no_key + c.replay + c.bad, 1);
+    }
+
+    #[test]
     fn epochs_start_in_order_with_jitter_below_its_bound(
         epoch in 0u32..u32::MAX,
         length in 1u64..100_000,
