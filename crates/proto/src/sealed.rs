@@ -503,6 +503,8 @@ impl SenderKey {
         let tag = self
             .aead
             .seal_in_place_separate_tag(nonce(h.seq), Aad::from(&ad), &mut out[field::CIPHERTEXT..end])
+            // ring refuses only inputs beyond ChaCha20's 2^38-byte limit,
+            // far above MAX_SEALED_GAME_DATA, checked above.
             .map_err(|_| SealError::TooLarge(game_len))?;
         out[end..len].copy_from_slice(tag.as_ref());
         self.last_sealed = h.seq;
