@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Independent conformance checker for the reflector protocol's test vectors.
 
-Written from docs/protocol.md (version 2, revision 2.1) alone.  It reads the
+Written from docs/protocol.md (version 2, revision 2.2) alone.  It reads the
 vectors file described in the document's "Test vectors" section and checks
-every token, key, cookie, datagram and checkpoint-channel message in it
-against the document's rules, and that every entry under `invalid` is
+every token, key, cookie, datagram, checkpoint-channel message, area and
+sealed payload in it against the document's rules (HKDF-SHA256 and
+ChaCha20-Poly1305 written here from RFC 5869 and RFC 8439 and checked
+against their examples, since the standard library has neither), and that every entry under `invalid` is
 rejected by one of those rules.
 
 Usage: python3 scripts/check-vectors.py [docs/protocol-vectors.json]
@@ -117,6 +119,144 @@ def siphash_selftest():
 
 
 # ---------------------------------------------------------------------------
+# HKDF-SHA256 (RFC 5869) and ChaCha20-Poly1305 (RFC 8439), written from the
+# RFCs: the standard library has neither an AEAD nor HKDF.  Slow (pure
+# Python) but the vectors are short.
+# ---------------------------------------------------------------------------
+
+def hkdf_extract(salt, ikm):
+    return hmac.new(salt, ikm, hashlib.sha256).digest()
+
+
+def hkdf_expand(prk, info, length):
+    out, block, i = b"", b"", 1
+    while len(out) < length:
+        block = hmac.new(prk, block + info + bytes([i]), hashlib.sha256).digest()
+        out += block
+        i += 1
+    return out[:length]
+
+
+_M32 = 0xFFFFFFFF
+
+
+def _quarter_round(s, a, b, c, d):
+    def rotl(x, n):
+        return ((x << n) | (x >> (32 - n))) & _M32
+    s[a] = (s[a] + s[b]) & _M32
+    s[d] = rotl(s[d] ^ s[a], 16)
+    s[c] = (s[c] + s[d]) & _M32
+    s[b] = rotl(s[b] ^ s[c], 12)
+    s[a] = (s[a] + s[b]) & _M32
+    s[d] = rotl(s[d] ^ s[a], 8)
+    s[c] = (s[c] + s[d]) & _M32
+    s[b] = rotl(s[b] ^ s[c], 7)
+
+
+def chacha20_block(key, counter, nonce):
+    """RFC 8439 §2.3: one 64-byte block; 32-byte key, 32-bit counter, 12-byte nonce."""
+    state = ([0x61707865, 0x3320646E, 0x79622D32, 0x6B206574]
+             + list(struct.unpack("<8I", key)) + [counter & _M32]
+             + list(struct.unpack("<3I", nonce)))
+    w = list(state)
+    for _ in range(10):
+        _quarter_round(w, 0, 4, 8, 12)
+        _quarter_round(w, 1, 5, 9, 13)
+        _quarter_round(w, 2, 6, 10, 14)
+        _quarter_round(w, 3, 7, 11, 15)
+        _quarter_round(w, 0, 5, 10, 15)
+        _quarter_round(w, 1, 6, 11, 12)
+        _quarter_round(w, 2, 7, 8, 13)
+        _quarter_round(w, 3, 4, 9, 14)
+    return struct.pack("<16I", *[(w[i] + state[i]) & _M32 for i in range(16)])
+
+
+def chacha20_xor(key, counter, nonce, data):
+    """RFC 8439 §2.4: encryption and decryption alike."""
+    out = bytearray()
+    for i in range(0, len(data), 64):
+        stream = chacha20_block(key, counter + i // 64, nonce)
+        out += bytes(x ^ y for x, y in zip(data[i:i + 64], stream))
+    return bytes(out)
+
+
+def poly1305(key, msg):
+    """RFC 8439 §2.5: the 16-byte tag of msg under a 32-byte one-time key."""
+    r = int.from_bytes(key[:16], "little") & 0x0FFFFFFC0FFFFFFC0FFFFFFC0FFFFFFF
+    s = int.from_bytes(key[16:32], "little")
+    p = (1 << 130) - 5
+    acc = 0
+    for i in range(0, len(msg), 16):
+        acc = ((acc + int.from_bytes(msg[i:i + 16] + b"\x01", "little")) * r) % p
+    return ((acc + s) & ((1 << 128) - 1)).to_bytes(16, "little")
+
+
+def _pad16(b):
+    return bytes((16 - len(b) % 16) % 16)
+
+
+def aead_tag(key, nonce, aad, ciphertext):
+    """RFC 8439 §2.8: Poly1305 under the block-0 key over aad, ciphertext and their lengths."""
+    one_time = chacha20_block(key, 0, nonce)[:32]
+    data = (aad + _pad16(aad) + ciphertext + _pad16(ciphertext)
+            + struct.pack("<QQ", len(aad), len(ciphertext)))
+    return poly1305(one_time, data)
+
+
+def aead_seal(key, nonce, aad, plaintext):
+    ct = chacha20_xor(key, 1, nonce, plaintext)
+    return ct + aead_tag(key, nonce, aad, ct)
+
+
+def aead_open(key, nonce, aad, sealed):
+    """The plaintext, or None if the tag does not verify."""
+    if len(sealed) < 16:
+        return None
+    ct, tag = sealed[:-16], sealed[-16:]
+    if not hmac.compare_digest(aead_tag(key, nonce, aad, ct), tag):
+        return None
+    return chacha20_xor(key, 1, nonce, ct)
+
+
+def crypto_selftest():
+    """The RFCs' own examples; a list of failure messages (empty if right)."""
+    bad = []
+    # RFC 5869 A.1
+    prk = hkdf_extract(bytes(range(13)), b"\x0b" * 22)
+    if prk.hex() != "077709362c2e32df0ddc3f0dc47bba6390b6c73bb50f9c3122ec844ad7c2b3e5":
+        bad.append("HKDF-Extract (RFC 5869 A.1)")
+    okm = hkdf_expand(prk, bytes(range(0xF0, 0xFA)), 42)
+    if okm.hex() != ("3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf"
+                     "34007208d5b887185865"):
+        bad.append("HKDF-Expand (RFC 5869 A.1)")
+    # RFC 8439 §2.3.2
+    block = chacha20_block(bytes(range(32)), 1, bytes.fromhex("000000090000004a00000000"))
+    if block.hex() != ("10f1e7e4d13b5915500fdd1fa32071c4c7d1f4c733c068030422aa9ac3d46c4e"
+                       "d2826446079faa0914c2d705d98b02a2b5129cd1de164eb9cbd083e8a2503c4e"):
+        bad.append("ChaCha20 block (RFC 8439 2.3.2)")
+    # RFC 8439 §2.5.2
+    tag = poly1305(bytes.fromhex("85d6be7857556d337f4452fe42d506a80103808afb0db2fd4abff6af4149f51b"),
+                   b"Cryptographic Forum Research Group")
+    if tag.hex() != "a8061dc1305136c6c22b8baf0c0127a9":
+        bad.append("Poly1305 (RFC 8439 2.5.2)")
+    # RFC 8439 §2.8.2
+    key = bytes(range(0x80, 0xA0))
+    nonce = bytes.fromhex("070000004041424344454647")
+    aad = bytes.fromhex("50515253c0c1c2c3c4c5c6c7")
+    text = (b"Ladies and Gentlemen of the class of '99: If I could offer you only one tip "
+            b"for the future, sunscreen would be it.")
+    sealed = aead_seal(key, nonce, aad, text)
+    if sealed[:16].hex() != "d31a8d34648e60db7b86afbc53ef7ec2" or \
+            sealed[-16:].hex() != "1ae10b594f09e26a7e902ecbd0600691":
+        bad.append("ChaCha20-Poly1305 (RFC 8439 2.8.2)")
+    if aead_open(key, nonce, aad, sealed) != text:
+        bad.append("ChaCha20-Poly1305 does not open its own output")
+    if aead_open(key, nonce, aad, sealed[:-1] + bytes([sealed[-1] ^ 1])) is not None:
+        bad.append("ChaCha20-Poly1305 opened an altered tag")
+    return bad
+
+
+# ---------------------------------------------------------------------------
 # The document's constants.
 # ---------------------------------------------------------------------------
 
@@ -161,7 +301,14 @@ FLAG_BITS = {"tags": 0, "instance": 1, "sealed": 2}
 HELLO_LEN, REQUEST_LEN, REPLY_LEN, BODY_MAC_LEN = 32, 64, 88, 16
 
 REQUIRED_SECTIONS = ["secret", "cookie_key", "now_unix_ms", "tokens", "cookies",
-                     "datagrams", "channel", "invalid", "areas"]
+                     "datagrams", "channel", "invalid", "areas", "sealed"]
+
+# Sealed payloads: the section's keys, a datagram's keys, and the receiving
+# steps' counters in their order.
+SEALED_KEYS = {"master_secret", "world", "world_id", "epoch_length_s", "jitter_bound_s",
+               "cells", "senders", "datagrams", "keys_request"}
+SEALED_DATAGRAM_KEYS = {"name", "keys", "tags", "sender", "hex", "game_data", "reject", "why"}
+SEALED_STEPS = ["sealed_malformed", "sealed_version", "sealed_no_key", "sealed_replay", "sealed_bad"]
 
 # Keys of an entry that describe it rather than give a field to check.
 DESCRIPTIVE = {"name", "type", "keys", "hex", "why", "note", "notes", "comment",
@@ -495,6 +642,9 @@ class Checker:
         bad = siphash_selftest()
         r.check("siphash self-test", not bad,
                 "SipHash-2-4 implementation disagrees with the published vectors: %s" % "; ".join(bad[:4]))
+        bad = crypto_selftest()
+        r.check("crypto self-test", not bad,
+                "HKDF or ChaCha20-Poly1305 disagrees with its RFC's example: %s" % "; ".join(bad))
         if not isinstance(self.doc, dict):
             r.fail(G, "the vectors file is not one JSON object (Test vectors)")
             return
@@ -516,6 +666,7 @@ class Checker:
         self.check_channel()
         self.check_invalid()
         self.check_areas()
+        self.check_sealed()
         for text, where in self.ambiguities.items():
             self.r.fail("ambiguities", "AMBIGUOUS: %s; concerns %d entr%s: %s"
                         % (text, len(where), "y" if len(where) == 1 else "ies", ", ".join(where)))
@@ -1434,6 +1585,194 @@ class Checker:
         if not (isinstance(v, list) and len(v) == 2):
             raise Bad("%s: not a pair [column, row]" % what)
         return as_int(v[0], what), as_int(v[1], what)
+
+    # -- sealed payloads -----------------------------------------------------
+
+    def check_sealed(self):
+        """Sealed payloads: the cell ids, epoch keys, jitters and starts, the
+        sender keys, and every sealed DATA judged by the receiving steps with
+        exactly the epoch keys of `cells` held."""
+        G = "sealed"
+        sec = self.doc.get("sealed")
+        if not isinstance(sec, dict) or not sec:
+            return  # a missing or empty section already failed
+        for k in sec:
+            if k not in SEALED_KEYS:
+                self.r.fail(G, "AMBIGUOUS: sealed.%s is not described by the document; not checked" % k)
+        try:
+            master = hexbytes(sec.get("master_secret"), "sealed.master_secret")
+            world = sec.get("world")
+            if not isinstance(world, str):
+                raise Bad("sealed.world is not a string")
+            world_id = hexbytes(sec.get("world_id"), "sealed.world_id", 4)
+            length = as_int(sec.get("epoch_length_s"), "sealed.epoch_length_s")
+            jitter_bound = as_int(sec.get("jitter_bound_s"), "sealed.jitter_bound_s")
+        except Bad as e:
+            self.r.fail(G, str(e))
+            return
+        self.r.check(G, len(master) >= 32, "sealed.master_secret: %d bytes, at least 32" % len(master))
+        want_world = hashlib.sha256(b"reflector-world-v1" + world.encode("utf-8")).digest()[:4]
+        self.r.check(G, world_id == want_world, "sealed.world_id %s, the world name gives %s"
+                     % (world_id.hex(), want_world.hex()))
+        self.r.check(G, length >= 1 and 0 <= jitter_bound <= length // 2,
+                     "sealed: jitter bound %d is not within half the epoch length %d" % (jitter_bound, length))
+        prk = hkdf_extract(b"reflector-sealed-v1", master)
+
+        held = {}  # (cell id, epoch) -> epoch key
+        for _, what, c in self.entries(G, "sealed.cells", self.listed(sec, "cells")):
+            try:
+                col, row = self.cell_pair(c.get("cell"), what + ".cell")
+                cid = hexbytes(c.get("cell_id"), what + ".cell_id", 8)
+                epoch = as_int(c.get("epoch"), what + ".epoch")
+                key = hexbytes(c.get("epoch_key"), what + ".epoch_key", 32)
+                jitter = as_int(c.get("jitter"), what + ".jitter")
+                starts = as_int(c.get("starts_unix_s"), what + ".starts_unix_s")
+            except Bad as e:
+                self.r.fail(G, str(e))
+                continue
+            if not (0 <= col < 1 << 16 and 0 <= row < 1 << 16 and 0 <= epoch < 1 << 32):
+                self.r.fail(G, "%s: column, row or epoch out of range" % what)
+                continue
+            want_cid = want_world + struct.pack(">HH", col, row)
+            self.r.check(G, cid == want_cid, "%s: cell_id %s, the document gives %s" % (what, cid.hex(), want_cid.hex()))
+            e = struct.pack(">I", epoch)
+            want_key = hkdf_expand(prk, b"reflector-epoch-key-v1" + want_cid + e, 32)
+            self.r.check(G, key == want_key, "%s: epoch_key differs from HKDF-Expand(PRK, ...)" % what)
+            raw = int.from_bytes(hkdf_expand(prk, b"reflector-epoch-jitter-v1" + want_cid + e, 8), "big")
+            want_jitter = raw % jitter_bound if jitter_bound else 0
+            self.r.check(G, jitter == want_jitter, "%s: jitter %d, the document gives %d" % (what, jitter, want_jitter))
+            self.r.check(G, starts == epoch * length + want_jitter,
+                         "%s: starts_unix_s %d, the document gives %d" % (what, starts, epoch * length + want_jitter))
+            held[(want_cid, epoch)] = want_key
+
+        senders = []
+        for _, what, s in self.entries(G, "sealed.senders", self.listed(sec, "senders")):
+            try:
+                cid = hexbytes(s.get("cell_id"), what + ".cell_id", 8)
+                epoch = as_int(s.get("epoch"), what + ".epoch")
+                player = as_int(s.get("player"), what + ".player")
+                instance = as_int(s.get("instance"), what + ".instance")
+                key = hexbytes(s.get("sender_key"), what + ".sender_key", 32)
+            except Bad as e:
+                self.r.fail(G, str(e))
+                senders.append(None)
+                continue
+            ek = held.get((cid, epoch))
+            if not self.r.check(G, ek is not None, "%s: no entry of cells has its cell and epoch" % what):
+                senders.append(None)
+                continue
+            want = hkdf_expand(ek, b"reflector-sender-key-v1" + cid + struct.pack(">IIQ", epoch, player, instance), 32)
+            self.r.check(G, key == want, "%s: sender_key differs from HKDF-Expand(E, ...)" % what)
+            senders.append((cid, epoch, player, instance, want))
+
+        opened = rejected = 0
+        for _, what, d in self.entries(G, "sealed.datagrams", self.listed(sec, "datagrams")):
+            for k in d:
+                if k not in SEALED_DATAGRAM_KEYS:
+                    self.r.fail(G, "AMBIGUOUS: %s.%s is not described by the document; not checked" % (what, k))
+            try:
+                b = hexbytes(d.get("hex"), what + ".hex")
+                idx = as_int(d.get("sender"), what + ".sender")
+                sender = senders[idx] if 0 <= idx < len(senders) else None
+                if sender is None:
+                    raise Bad("%s: sender %d names no readable entry of senders" % (what, idx))
+                step, game = self.receive_sealed(b, held)
+                if "game_data" in d:
+                    want = hexbytes(d.get("game_data"), what + ".game_data")
+                    if not self.r.check(G, step is None, "%s: must open, refused at %s" % (what, step)):
+                        continue
+                    self.r.check(G, game == want, "%s: opens to %s, given %s" % (what, game.hex(), want.hex()))
+                    self.r.check(G, len(b) <= MAX_DATA and len(game) <= MAX_DATA - 72,
+                                 "%s: %d bytes, beyond the kernel path's %d" % (what, len(b), MAX_DATA))
+                    cid, epoch, player, instance, _ = sender
+                    self.r.check(G, (b[48:56], struct.unpack(">I", b[44:48])[0], struct.unpack(">I", b[8:12])[0],
+                                     struct.unpack(">Q", b[32:40])[0]) == (cid, epoch, player, instance),
+                                 "%s: its cell, epoch, player or instance is not its sender's" % what)
+                    self.check_sealed_tag(G, what, d, b)
+                    opened += 1
+                elif "reject" in d:
+                    reject = d.get("reject")
+                    if reject not in SEALED_STEPS:
+                        raise Bad("%s: reject %r is not a counter the document names" % (what, reject))
+                    self.r.check(G, step == reject, "%s: must be refused at %s, %s" % (
+                        what, reject, "opens" if step is None else "refused at %s" % step))
+                    self.r.check(G, "why" in d, "%s: a rejected datagram says why" % what)
+                    rejected += 1
+                else:
+                    self.r.fail(G, "%s: neither game_data nor reject" % what)
+            except Bad as e:
+                self.r.fail(G, str(e))
+        self.r.check(G, opened > 0 and rejected > 0,
+                     "sealed.datagrams: needs at least one that opens and one rejected (%d, %d)" % (opened, rejected))
+        self.check_keys_request(G, sec.get("keys_request"))
+
+    def check_keys_request(self, G, req):
+        """/keys: mac = HMAC(Km, "reflector-keys-v1" || token || at as u64)[..16]."""
+        what = "sealed.keys_request"
+        if not isinstance(req, dict):
+            self.r.fail(G, "%s is missing (Test vectors)" % what)
+            return
+        for k in req:
+            if k not in ("keys", "token", "at_unix_s", "mac"):
+                self.r.fail(G, "AMBIGUOUS: %s.%s is not described by the document; not checked" % (what, k))
+        try:
+            rec = self.token_at(req.get("keys"), what)
+            token = hexbytes(req.get("token"), what + ".token", 32)
+            at = as_int(req.get("at_unix_s"), what + ".at_unix_s")
+            mac = hexbytes(req.get("mac"), what + ".mac", 16)
+            if "Km" not in rec or not 0 <= at < 1 << 64:
+                raise Bad("%s: no MAC key to check it with, or at_unix_s out of range" % what)
+        except Bad as e:
+            self.r.fail(G, str(e))
+            return
+        self.r.check(G, token == rec["token"], "%s: the token is not the one its keys belong to" % what)
+        want = mac16(rec["Km"], b"reflector-keys-v1" + token + struct.pack(">Q", at))
+        self.r.check(G, mac == want, "%s: mac %s, the document gives %s" % (what, mac.hex(), want.hex()))
+
+    def listed(self, sec, name):
+        v = sec.get(name)
+        if not isinstance(v, list) or not v:
+            self.r.fail("sealed", "sealed.%s is missing or empty (Test vectors)" % name)
+            return []
+        return v
+
+    def receive_sealed(self, b, held):
+        """The receiving steps of a sealed group: (None, game data) if the
+        datagram opens, else (the counter of the step that refused it, None).
+        Step 3 (the replay window) needs a receiver's state; each datagram is
+        judged alone, so only a sequence of 0 fails it."""
+        if (len(b) < 72 or struct.unpack(">H", b[0:2])[0] != MAGIC or b[2] != 2 or b[3] != DATA
+                or struct.unpack(">H", b[6:8])[0] != len(b) - HEADER):
+            return "sealed_malformed", None
+        if b[40] != 1:
+            return "sealed_version", None
+        cid, epoch = b[48:56], struct.unpack(">I", b[44:48])[0]
+        ek = held.get((cid, epoch))
+        if ek is None:
+            return "sealed_no_key", None
+        player, seq, instance = struct.unpack(">I", b[8:12])[0], struct.unpack(">Q", b[16:24])[0], b[32:40]
+        if seq == 0:
+            return "sealed_replay", None
+        key = hkdf_expand(ek, b"reflector-sender-key-v1" + cid + struct.pack(">II", epoch, player) + instance, 32)
+        aad = b[:24] + bytes(8) + b[32:56]
+        game = aead_open(key, bytes(4) + b[16:24], aad, b[56:])
+        if game is None:
+            return "sealed_bad", None
+        return None, game
+
+    def check_sealed_tag(self, G, what, d, b):
+        tags = d.get("tags")
+        if not isinstance(tags, bool):
+            raise Bad("%s: tags is not true or false" % what)
+        if not tags:
+            self.r.check(G, b[24:32] == bytes(8), "%s: tags off, but the tag field is not zero" % what)
+            return
+        rec = self.token_at(d.get("keys"), what)
+        if "Kt" not in rec:
+            raise Bad("%s: no secret to derive the tag key of keys %r" % (what, d.get("keys")))
+        want = siphash24(rec["Kt"], b[:24] + bytes(8) + b[32:])
+        self.r.check(G, b[24:32] == want.to_bytes(8, "big"),
+                     "%s: DATA tag over the sealed datagram is %s, the document gives %016x" % (what, b[24:32].hex(), want))
 
     # -- invalid -------------------------------------------------------------
 

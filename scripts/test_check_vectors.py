@@ -5,7 +5,10 @@ Builds a small vectors file with its own implementation of docs/protocol.md's
 rules (separate from the checker's code, SipHash included), checks that the
 checker passes it, and that flipping any single byte of any MAC, tag, key or
 digest, emptying the file, breaking its JSON, dropping or emptying a section
-makes the checker fail.
+makes the checker fail.  The sealed section is the committed file's (made by
+the Rust implementation with ring, so not by the checker's own ChaCha20-Poly1305),
+re-tagged under this file's keys; corrupting any key, header or AEAD byte of it,
+or naming a rejection at the wrong step, makes the checker fail.
 
 Run: python3 scripts/test_check_vectors.py
 """
@@ -25,6 +28,7 @@ import importlib.util
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHECKER = os.path.join(HERE, "check-vectors.py")
+VECTORS = os.path.join(os.path.dirname(HERE), "docs", "protocol-vectors.json")
 
 
 def load_checker():
@@ -228,7 +232,40 @@ class Builder:
         return {"secret": SECRET.hex(), "cookie_key": COOKIE_KEY.hex(), "now_unix_ms": NOW_MS,
                 "tokens": toks, "cookies": cookies, "datagrams": dgs,
                 "channel": {"challenge": challenge.hex(), "keys": 0, "messages": msgs},
-                "invalid": invalid, "areas": areas()}
+                "invalid": invalid, "areas": areas(), "sealed": self.sealed(t0, km, kt)}
+
+    def sealed(self, t0, km, kt):
+        """The committed file's sealed section (made by the Rust implementation
+        with ring, not by the checker's code), its tagged datagrams tagged again
+        under this file's token 0: the AEAD's associated data leaves the tag
+        field out, so they still open."""
+        with open(VECTORS) as f:
+            sec = json.load(f)["sealed"]
+        for i, d in enumerate(sec["datagrams"]):
+            b = bytearray.fromhex(d["hex"])
+            if d.get("tags"):
+                d["keys"] = 0
+                b[24:32] = sip(kt, bytes(b[:24]) + bytes(8) + bytes(b[32:])).to_bytes(8, "big")
+                d["hex"] = bytes(b).hex()
+            if "game_data" in d:
+                n = len(b)
+                # The tag field, the sealed header, the first and last
+                # ciphertext bytes and the whole AEAD tag.
+                for lo, hi, label in ((24, 32, "sealed DATA tag"), (32, 57, "sealed header"),
+                                      (n - 17, n, "sealed ciphertext end and AEAD tag")):
+                    self.spots.append((("sealed", "datagrams", i, "hex"), lo, hi, label))
+        for i in range(len(sec["cells"])):
+            for at in (0, 17, 31):
+                self.spots.append((("sealed", "cells", i, "epoch_key"), at, at + 1, "epoch key"))
+        for i in range(len(sec["senders"])):
+            for at in (0, 17, 31):
+                self.spots.append((("sealed", "senders", i, "sender_key"), at, at + 1, "sender key"))
+        self.spots.append((("sealed", "world_id"), 0, 4, "world id"))
+        at = NOW_MS // 1000
+        sec["keys_request"] = {"keys": 0, "token": t0.hex(), "at_unix_s": at,
+                               "mac": H(km, b"reflector-keys-v1" + t0 + struct.pack(">Q", at), 16).hex()}
+        self.spots.append((("sealed", "keys_request", "mac"), 0, 16, "keys request MAC"))
+        return sec
 
 
 def areas():
@@ -310,7 +347,8 @@ class CheckVectorsTest(unittest.TestCase):
         lines = out.strip().splitlines()
         self.assertRegex(lines[-1], r"^\d+ passed, 0 failed$")
         self.assertNotIn("FAIL", out)
-        for g in ("tokens:", "cookies:", "datagrams:", "channel:", "invalid:", "coverage:"):
+        for g in ("tokens:", "cookies:", "datagrams:", "channel:", "invalid:", "coverage:", "sealed:",
+                  "crypto self-test:"):
             self.assertTrue(any(l.startswith(g) for l in lines), g)
 
     def test_flipping_any_byte_of_any_mac_tag_key_or_digest_fails(self):
@@ -388,7 +426,7 @@ class CheckVectorsTest(unittest.TestCase):
 
     def test_missing_and_empty_sections_fail(self):
         for section in ("secret", "cookie_key", "now_unix_ms", "tokens", "cookies", "datagrams",
-                        "channel", "invalid", "areas"):
+                        "channel", "invalid", "areas", "sealed"):
             doc = copy.deepcopy(self.doc)
             del doc[section]
             rc, out = self.run_inproc(doc)
@@ -409,6 +447,48 @@ class CheckVectorsTest(unittest.TestCase):
         doc = copy.deepcopy(self.doc)
         doc["areas"][1]["groups"] = doc["areas"][1]["groups"][:-1]
         self.assertFails(*self.run_inproc(doc), "one group short")
+
+    def test_crypto_reference(self):
+        self.assertEqual(self.cv.crypto_selftest(), [])
+        key, nonce = bytes(range(32)), bytes(12)
+        sealed = self.cv.aead_seal(key, nonce, b"ad", b"game data")
+        self.assertEqual(self.cv.aead_open(key, nonce, b"ad", sealed), b"game data")
+        self.assertIsNone(self.cv.aead_open(key, nonce, b"aD", sealed))
+        self.assertIsNone(self.cv.aead_open(key, bytes(11) + b"\x01", b"ad", sealed))
+
+    def test_a_corrupted_sealed_datagram_fails(self):
+        doc = copy.deepcopy(self.doc)
+        d = next(d for d in doc["sealed"]["datagrams"] if d.get("game_data"))
+        b = bytearray.fromhex(d["hex"])
+        b[60] ^= 0x01  # one ciphertext byte
+        d["hex"] = bytes(b).hex()
+        rc, out = self.run_inproc(doc)
+        self.assertFails(rc, out, "a sealed datagram with an altered ciphertext byte")
+        self.assertIn("must open, refused at sealed_bad", out)
+        doc = copy.deepcopy(self.doc)
+        d = next(d for d in doc["sealed"]["datagrams"] if d.get("game_data"))
+        d["game_data"] = "00" + d["game_data"][2:]
+        self.assertFails(*self.run_inproc(doc), "a sealed datagram given the wrong game data")
+
+    def test_a_sealed_rejection_that_opens_or_fails_elsewhere_fails(self):
+        doc = copy.deepcopy(self.doc)
+        dgs = doc["sealed"]["datagrams"]
+        good = next(d for d in dgs if d.get("game_data"))
+        bad = next(d for d in dgs if d.get("reject") == "sealed_bad")
+        bad["hex"] = good["hex"]
+        rc, out = self.run_inproc(doc)
+        self.assertFails(rc, out, "a datagram listed as rejected that opens")
+        self.assertIn("opens", out)
+        doc = copy.deepcopy(self.doc)
+        d = next(d for d in doc["sealed"]["datagrams"] if d.get("reject") == "sealed_no_key")
+        d["reject"] = "sealed_bad"
+        self.assertFails(*self.run_inproc(doc), "a rejection named at the wrong step")
+        doc = copy.deepcopy(self.doc)
+        doc["sealed"]["cells"][0]["starts_unix_s"] += 1
+        self.assertFails(*self.run_inproc(doc), "a wrong epoch start")
+        doc = copy.deepcopy(self.doc)
+        doc["sealed"]["cells"][0]["cell"] = [4, 1]
+        self.assertFails(*self.run_inproc(doc), "a cell id that is not its cell's")
 
     def test_missing_file_fails(self):
         p = subprocess.run([sys.executable, CHECKER, os.path.join(self.tmp.name, "nope.json")],

@@ -20,6 +20,9 @@
 //! - [`control`]: what the control server answers (the join grant, the
 //!   world) as JSON types, and the group-port syntax it shares with the
 //!   reflectors;
+//! - [`sealed`]: sealed payloads (protocol revision 2.2): cell ids, epoch
+//!   and sender keys (HKDF-SHA256), seal and open in place
+//!   (ChaCha20-Poly1305), the receiving rules with their counters;
 //! - `ticket` (feature `tickets`): the player ticket a game backend signs
 //!   for the control server (claims, key file, minting).
 //!
@@ -33,6 +36,7 @@ pub mod checkpoint;
 pub mod client;
 pub mod control;
 pub mod protocol;
+pub mod sealed;
 #[cfg(feature = "tickets")]
 pub mod ticket;
 

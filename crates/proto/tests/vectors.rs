@@ -24,6 +24,9 @@ use reflector_proto::protocol::{
     emit, version1_error, Auth, ErrorCode, Header, JoinAck, Kind, MovedReason, Packet, SessionKeys, SmallDatagram,
     FLAG_INSTANCE, FLAG_TAGS, INSTANCE_LEN, MAGIC, TOKEN_LEN,
 };
+use reflector_proto::sealed::{
+    self, CellId, EpochKey, MasterSecret, Receiver, Schedule, SenderKey, WorldId, SEALED_MIN,
+};
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
@@ -711,6 +714,7 @@ fn build() -> String {
         ("channel", channel(&tk)),
         ("invalid", J::A(invalid(&tk))),
         ("areas", areas()),
+        ("sealed", sealed_section(&tk)),
     ]);
     let mut out = serde_json::to_string_pretty(&root).expect("serialisable");
     out.push('\n');
@@ -760,6 +764,282 @@ fn areas() -> J {
             })
             .collect(),
     )
+}
+
+// ---------------------------------------------------------------------------
+// Sealed payloads (docs/protocol.md, "Sealed payloads").
+
+const WORLD: &str = "vector world";
+const EPOCH_LENGTH_S: u64 = 600;
+const JITTER_BOUND_S: u64 = 60;
+const INSTANCE_B: u64 = 0x0a1b_2c3d_4e5f_6071;
+const GAME_DATA: &[u8] = b"player 1001 at 12.5,34.0 heading 90";
+
+fn master_bytes() -> [u8; 32] {
+    core::array::from_fn(|i| 0xc0 + i as u8)
+}
+
+fn master() -> MasterSecret {
+    MasterSecret::new(&master_bytes()).expect("32 bytes")
+}
+
+fn schedule() -> Schedule {
+    Schedule::new(EPOCH_LENGTH_S, JITTER_BOUND_S).expect("a valid schedule")
+}
+
+fn cell_at(column: u32, row: u32) -> CellId {
+    CellId::new(WorldId::from_name(WORLD), column, row).expect("in range")
+}
+
+/// The epoch current at the vectors' clock.
+fn epoch_now() -> u32 {
+    u32::try_from(NOW_S / EPOCH_LENGTH_S).expect("fits 32 bits")
+}
+
+/// The receiver's epoch keys: (cell, epoch).
+fn sealed_cells() -> [([u32; 2], u32); 3] {
+    let e = epoch_now();
+    [([3, 1], e), ([3, 1], e + 1), ([0, 2], e)]
+}
+
+/// The senders: (index in `sealed_cells`, player, instance).
+fn sealed_senders() -> [(usize, u32, u64); 3] {
+    [
+        (0, PLAYER_A, INSTANCE),
+        (0, PLAYER_B, INSTANCE_B),
+        (1, PLAYER_A, INSTANCE),
+    ]
+}
+
+fn epoch_key_at(i: usize) -> EpochKey {
+    let ([column, row], epoch) = sealed_cells()[i];
+    master().epoch_key(cell_at(column, row), epoch)
+}
+
+fn sender_key_at(i: usize) -> SenderKey {
+    let (c, player, instance) = sealed_senders()[i];
+    epoch_key_at(c).sender_key(player, instance)
+}
+
+/// A sealed DATA of sender `sender` (an index in `sealed_senders`).
+fn sealed_data(sender: usize, membership: u32, seq: u64, game: &[u8], tags: Option<&SessionKeys>) -> Vec<u8> {
+    let (_, player, _) = sealed_senders()[sender];
+    let mut buf = vec![0u8; SEALED_MIN + game.len()];
+    buf[sealed::field::CIPHERTEXT..][..game.len()].copy_from_slice(game);
+    let n = sender_key_at(sender)
+        .seal(&header(Kind::Data, player, membership, seq), game.len(), tags, &mut buf)
+        .expect("seals");
+    buf.truncate(n);
+    buf
+}
+
+/// (name, keys, tags, sender, hex, Ok(game data) or Err((reject, why))).
+type SealedCase = (
+    &'static str,
+    Option<usize>,
+    bool,
+    usize,
+    Vec<u8>,
+    Result<Vec<u8>, (&'static str, &'static str)>,
+);
+
+fn sealed_cases(tk: &[([u8; TOKEN_LEN], SessionKeys)]) -> Vec<SealedCase> {
+    let sent = sealed_data(0, MEMBERSHIP, 77, GAME_DATA, Some(&tk[0].1));
+    let mut received = sent.clone();
+    received[24..32].fill(0);
+    let altered = |f: &dyn Fn(&mut Vec<u8>)| {
+        let mut d = received.clone();
+        f(&mut d);
+        d
+    };
+    let mut clear = vec![0u8; 40 + 8];
+    clear[32..40].copy_from_slice(&INSTANCE.to_be_bytes());
+    clear[40..].copy_from_slice(b"in clear");
+    let clear = {
+        let n = reflector_proto::protocol::seal(
+            &header(Kind::Data, PLAYER_A, MEMBERSHIP, 79),
+            clear.len(),
+            None,
+            &mut clear,
+        )
+        .expect("a DATA");
+        clear[..n].to_vec()
+    };
+    vec![
+        (
+            "sealed DATA as sent, tagged",
+            Some(0),
+            true,
+            0,
+            sent.clone(),
+            Ok(GAME_DATA.to_vec()),
+        ),
+        (
+            "the same as members receive it (tag zeroed)",
+            None,
+            false,
+            0,
+            received.clone(),
+            Ok(GAME_DATA.to_vec()),
+        ),
+        (
+            "player B, empty game data, no tags",
+            None,
+            false,
+            1,
+            sealed_data(1, 0x0bad_cafe, 5, b"", None),
+            Ok(Vec::new()),
+        ),
+        (
+            "player A in the next epoch, tagged",
+            Some(0),
+            true,
+            2,
+            sealed_data(2, MEMBERSHIP, 78, b"after the rotation", Some(&tk[0].1)),
+            Ok(b"after the rotation".to_vec()),
+        ),
+        (
+            "one ciphertext byte altered",
+            None,
+            false,
+            0,
+            altered(&|d| d[60] ^= 0x01),
+            Err(("sealed_bad", "the ciphertext changed on the path")),
+        ),
+        (
+            "the AEAD tag altered",
+            None,
+            false,
+            0,
+            altered(&|d| {
+                let n = d.len();
+                d[n - 1] ^= 0x80
+            }),
+            Err(("sealed_bad", "the last byte of the AEAD tag changed")),
+        ),
+        (
+            "the header's membership id altered",
+            None,
+            false,
+            0,
+            altered(&|d| d[15] ^= 0x01),
+            Err(("sealed_bad", "the header is associated data")),
+        ),
+        (
+            "the header's player changed to B",
+            None,
+            false,
+            0,
+            altered(&|d| d[8..12].copy_from_slice(&PLAYER_B.to_be_bytes())),
+            Err(("sealed_bad", "player B's sender key does not open player A's datagram")),
+        ),
+        (
+            "the cell id changed to another cell the receiver holds",
+            None,
+            false,
+            0,
+            altered(&|d| d[48..56].copy_from_slice(&cell_at(0, 2).0)),
+            Err(("sealed_bad", "that cell's key does not open it")),
+        ),
+        (
+            "an epoch the receiver holds no key for",
+            None,
+            false,
+            0,
+            altered(&|d| d[44..48].copy_from_slice(&(epoch_now() + 2).to_be_bytes())),
+            Err(("sealed_no_key", "refused before any AEAD work")),
+        ),
+        (
+            "sealed version 2",
+            None,
+            false,
+            0,
+            altered(&|d| d[40] = 2),
+            Err(("sealed_version", "this revision serves sealed version 1 only")),
+        ),
+        (
+            "a clear DATA in a sealed group",
+            None,
+            false,
+            0,
+            clear,
+            Err((
+                "sealed_malformed",
+                "48 bytes: shorter than the smallest sealed DATA (72)",
+            )),
+        ),
+    ]
+}
+
+fn sealed_section(tk: &[([u8; TOKEN_LEN], SessionKeys)]) -> J {
+    let m = master();
+    let cells = sealed_cells()
+        .iter()
+        .enumerate()
+        .map(|(i, &([column, row], epoch))| {
+            let c = cell_at(column, row);
+            J::O(vec![
+                ("cell", J::A(vec![u(column), u(row)])),
+                ("cell_id", h(c.0)),
+                ("epoch", u(epoch)),
+                ("epoch_key", h(epoch_key_at(i).as_bytes())),
+                ("jitter", u(m.jitter(c, epoch, JITTER_BOUND_S))),
+                ("starts_unix_s", u(schedule().start(&m, c, epoch))),
+            ])
+        })
+        .collect();
+    let senders = sealed_senders()
+        .iter()
+        .map(|&(c, player, instance)| {
+            let ek = epoch_key_at(c);
+            J::O(vec![
+                ("cell_id", h(ek.cell().0)),
+                ("epoch", u(ek.epoch())),
+                ("player", u(player)),
+                ("instance", u(instance)),
+                ("sender_key", h(ek.sender_key_bytes(player, instance))),
+            ])
+        })
+        .collect();
+    let datagrams = sealed_cases(tk)
+        .into_iter()
+        .map(|(name, keys, tags, sender, bytes, outcome)| {
+            let mut o = vec![
+                ("name", s(name)),
+                ("keys", keys_of(keys)),
+                ("tags", J::B(tags)),
+                ("sender", u(sender as u64)),
+                ("hex", h(&bytes)),
+            ];
+            match outcome {
+                Ok(game) => o.push(("game_data", h(game))),
+                Err((reject, why)) => {
+                    o.push(("reject", s(reject)));
+                    o.push(("why", s(why)));
+                }
+            }
+            J::O(o)
+        })
+        .collect();
+    J::O(vec![
+        ("master_secret", h(master_bytes())),
+        ("world", s(WORLD)),
+        ("world_id", h(WorldId::from_name(WORLD).0)),
+        ("epoch_length_s", u(EPOCH_LENGTH_S)),
+        ("jitter_bound_s", u(JITTER_BOUND_S)),
+        ("cells", J::A(cells)),
+        ("senders", J::A(senders)),
+        ("datagrams", J::A(datagrams)),
+        (
+            "keys_request",
+            J::O(vec![
+                ("keys", u(0u64)),
+                ("token", h(tk[0].0)),
+                ("at_unix_s", u(NOW_S)),
+                ("mac", h(sealed::keys_request_mac(&tk[0].1, &tk[0].0, NOW_S))),
+            ]),
+        ),
+    ])
 }
 
 fn path() -> PathBuf {
@@ -1095,5 +1375,84 @@ fn the_areas_grant_what_the_crate_grants() {
             groups[(c[1] * grid[0] + c[0]) as usize]
         });
         assert_eq!(granted, list("granted"), "{a}");
+    }
+}
+
+#[test]
+fn sealed_keys_open_and_rejections_are_what_the_file_says() {
+    let file = load();
+    let sec = &file["sealed"];
+    let master = MasterSecret::new(&bytes(sec, "master_secret")).expect("a master secret");
+    let world = WorldId::from_name(sec["world"].as_str().expect("world name"));
+    assert_eq!(world.0.to_vec(), bytes(sec, "world_id"));
+    let schedule = Schedule::new(num(sec, "epoch_length_s"), num(sec, "jitter_bound_s")).expect("schedule");
+    let mut held = Vec::new();
+    for c in list(sec, "cells") {
+        let at: Vec<u32> = list(c, "cell")
+            .iter()
+            .map(|v| v.as_u64().and_then(|n| u32::try_from(n).ok()).expect("a coordinate"))
+            .collect();
+        let cell = CellId::new(world, at[0], at[1]).expect("in range");
+        assert_eq!(cell.0.to_vec(), bytes(c, "cell_id"));
+        let epoch = u32::try_from(num(c, "epoch")).expect("an epoch fits 32 bits");
+        let ek = master.epoch_key(cell, epoch);
+        assert_eq!(ek.as_bytes().to_vec(), bytes(c, "epoch_key"));
+        assert_eq!(master.jitter(cell, epoch, schedule.jitter_bound_s()), num(c, "jitter"));
+        assert_eq!(schedule.start(&master, cell, epoch), num(c, "starts_unix_s"));
+        held.push(ek);
+    }
+    let senders: Vec<(EpochKey, u32, u64)> = list(sec, "senders")
+        .iter()
+        .map(|s| {
+            let ek = held
+                .iter()
+                .find(|k| k.cell().0.to_vec() == bytes(s, "cell_id") && u64::from(k.epoch()) == num(s, "epoch"))
+                .expect("a sender's cell and epoch are in cells")
+                .clone();
+            let (player, instance) = (num(s, "player") as u32, num(s, "instance"));
+            assert_eq!(ek.sender_key_bytes(player, instance).to_vec(), bytes(s, "sender_key"));
+            (ek, player, instance)
+        })
+        .collect();
+    let req = &sec["keys_request"];
+    let k = keys_at(&file, req).expect("the keys request names its keys");
+    let token: [u8; TOKEN_LEN] = arr(req, "token");
+    assert_eq!(
+        sealed::keys_request_mac(&k, &token, num(req, "at_unix_s")).to_vec(),
+        bytes(req, "mac")
+    );
+    let datagrams = list(sec, "datagrams");
+    assert!(datagrams.iter().any(|d| d.get("game_data").is_some()));
+    assert!(datagrams.iter().any(|d| d["reject"] == "sealed_bad"));
+    for d in datagrams {
+        let name = d["name"].as_str().unwrap_or("?");
+        let wire = bytes(d, "hex");
+        let (ek, player, instance) = &senders[num(d, "sender") as usize];
+        // A fresh receiver per datagram: each is judged alone.
+        let mut receiver = Receiver::new(8);
+        for k in &held {
+            receiver.add_epoch_key(k.clone());
+        }
+        let mut buf = wire.clone();
+        match d.get("game_data") {
+            Some(_) => {
+                let game = receiver.receive(&mut buf).unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert_eq!(buf[game].to_vec(), bytes(d, "game_data"), "{name}");
+                let mut again = wire.clone();
+                let opened = ek.sender_key(*player, *instance).open(&mut again).expect("opens");
+                assert_eq!(again[opened].to_vec(), bytes(d, "game_data"), "{name}");
+                if d["tags"] == true {
+                    let k = keys_at(&file, d).expect("a tagged datagram names its keys");
+                    let p = Packet::parse(&wire[..]).expect("a DATA");
+                    assert!(k.verify_tag(&p), "{name}: the DATA tag over the sealed datagram");
+                } else {
+                    assert_eq!(&wire[24..32], &[0u8; 8], "{name}: untagged");
+                }
+            }
+            None => {
+                let err = receiver.receive(&mut buf).expect_err(name);
+                assert_eq!(err.counter(), d["reject"], "{name}");
+            }
+        }
     }
 }
