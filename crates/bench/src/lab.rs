@@ -108,10 +108,10 @@ impl VethLab {
         // `Lab::up` sweeps too, silently: this says what a killed run left.
         match sweep(&opts.state_dir, SweepMode::DeadOnly) {
             Ok(swept) if !swept.removed.is_empty() => {
-                eprintln!("removed what earlier runs left: {}", swept.removed.join(", "))
+                tracing::info!("removed what earlier runs left: {}", swept.removed.join(", "))
             }
             Ok(_) => {}
-            Err(e) => eprintln!("warning: cannot sweep the labs of earlier runs: {e}"),
+            Err(e) => tracing::warn!("cannot sweep the labs of earlier runs: {e}"),
         }
         let lab = Lab::up(&topo, &opts, stop).map_err(|e| format!("cannot build the lab: {e}"))?;
         let iface = |host: &str| {
