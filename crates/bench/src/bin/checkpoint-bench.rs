@@ -371,6 +371,8 @@ fn run(a: Args) -> Result<(), String> {
                 reflector_cpus: None,
                 netdev_backlog: None,
                 rps_cpus: None,
+                client_addresses: None,
+                reflector_discard: vec![],
             },
             &STOP,
         )?;

@@ -83,6 +83,8 @@ fn lab(stop: &AtomicBool) -> Result<VethLab, String> {
             reflector_cpus: None,
             netdev_backlog: None,
             rps_cpus: None,
+            client_addresses: None,
+            reflector_discard: vec![],
         },
         stop,
     )?;
