@@ -10,7 +10,8 @@ use std::process::Command;
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let so = out.join("libvtime_shim.so");
-    for f in ["shim/vtime_shim.c", "shim/vtime_record.h"] {
+    let sources = ["shim/vtime_shim.c", "shim/vtime_timers.c"];
+    for f in sources.iter().chain(&["shim/vtime_shim.h", "shim/vtime_record.h"]) {
         println!("cargo:rerun-if-changed={f}");
     }
     let compiler = cc::Build::new()
@@ -25,10 +26,9 @@ fn main() {
         "-fvisibility=hidden",
         "-o",
         so.to_str().expect("OUT_DIR is UTF-8"),
-        "shim/vtime_shim.c",
-        "-ldl",
-        "-lpthread",
     ]);
+    cmd.args(sources);
+    cmd.args(["-ldl", "-lpthread"]);
     let status = cmd
         .status()
         .unwrap_or_else(|e| panic!("cannot run the C compiler ({cmd:?}): {e}; install a C compiler (gcc or clang)"));

@@ -7,27 +7,12 @@
 //! receive packet steering is one of netlab's checked device settings.
 
 use netlab::lab::{sweep, Lab, LabOptions, Launcher, SweepMode};
-use netlab::model::{CpuList, DeviceSetting, Link, LinkParams, Node, NodeKind, Sysfs, Topology};
+use netlab::model::{
+    AddressBlock, CpuList, DeviceSetting, DiscardDevice, Link, LinkParams, Node, NodeKind, Sysfs, Topology,
+};
 use oskit::netns::NetNs;
 use std::net::Ipv4Addr;
-use std::process::Command;
 use std::sync::atomic::AtomicBool;
-
-/// Runs a command; its stderr is the error.
-pub fn sh(args: &[&str]) -> Result<(), String> {
-    let o = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", args[0]))?;
-    if !o.status.success() {
-        return Err(format!(
-            "{} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&o.stderr).trim()
-        ));
-    }
-    Ok(())
-}
 
 /// The lab's host where the implementation under test runs.
 pub const REFLECTOR_HOST: &str = "reflector";
@@ -50,6 +35,22 @@ pub struct VethLabOptions {
     /// Steer the receive softirq of both ends of the veth to these CPUs
     /// (RPS), written and read back by netlab as the lab is built.
     pub rps_cpus: Option<CpuList>,
+    /// More addresses for the clients' host, each a /32 on its veth device,
+    /// routed from the reflector's host with a permanent neighbour entry
+    /// each (netlab's checked address block).
+    pub client_addresses: Option<ClientAddresses>,
+    /// Devices of the reflector's host that discard what is sent to them
+    /// (a redirect target for a counting sink).
+    pub reflector_discard: Vec<String>,
+}
+
+/// The clients' extra addresses: every one inside `net`/`prefix`, which
+/// must be apart from the lab's own subnet.
+#[derive(Clone, Debug)]
+pub struct ClientAddresses {
+    pub net: Ipv4Addr,
+    pub prefix: u8,
+    pub addrs: Vec<Ipv4Addr>,
 }
 
 /// Each host's device on the veth: netlab names a node's device on its
@@ -98,6 +99,25 @@ impl VethLab {
                     })
                 })
                 .collect(),
+            address_blocks: o
+                .client_addresses
+                .iter()
+                .map(|c| AddressBlock {
+                    node: CLIENTS_HOST.into(),
+                    dev: VETH_DEV.into(),
+                    net: c.net,
+                    prefix: c.prefix,
+                    addrs: c.addrs.clone(),
+                })
+                .collect(),
+            discard_devices: o
+                .reflector_discard
+                .iter()
+                .map(|dev| DiscardDevice {
+                    node: REFLECTOR_HOST.into(),
+                    dev: dev.clone(),
+                })
+                .collect(),
         };
         // No delay lines in this lab, so netlab never starts its binary.
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -108,10 +128,10 @@ impl VethLab {
         // `Lab::up` sweeps too, silently: this says what a killed run left.
         match sweep(&opts.state_dir, SweepMode::DeadOnly) {
             Ok(swept) if !swept.removed.is_empty() => {
-                eprintln!("removed what earlier runs left: {}", swept.removed.join(", "))
+                tracing::info!("removed what earlier runs left: {}", swept.removed.join(", "))
             }
             Ok(_) => {}
-            Err(e) => eprintln!("warning: cannot sweep the labs of earlier runs: {e}"),
+            Err(e) => tracing::warn!("cannot sweep the labs of earlier runs: {e}"),
         }
         let lab = Lab::up(&topo, &opts, stop).map_err(|e| format!("cannot build the lab: {e}"))?;
         let iface = |host: &str| {

@@ -101,6 +101,7 @@ struct BenchArgs {
 }
 
 fn main() -> ExitCode {
+    netlab::log::init_plain();
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Cmd::RawLoop(r)) => rawloop::run(&r).map(|_| ExitCode::SUCCESS),

@@ -210,6 +210,7 @@ struct CapArgs {
 }
 
 fn main() -> ExitCode {
+    init_logging();
     let cli = Cli::parse();
     let r = match cli.cmd {
         Some(Cmd::Gen(g)) => run_gen(g),
@@ -223,6 +224,21 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The library's notices as plain lines on stderr (stdout may carry a
+/// pcap); `RUST_LOG` filters them (default `info`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .with_level(false)
+        .with_target(false)
+        .with_ansi(false)
+        .try_init();
 }
 
 fn secs(s: Option<f64>, what: &str) -> Result<Option<Duration>, capture::CaptureError> {

@@ -320,7 +320,7 @@ pub fn sweep_leftover(iface: &str) -> Result<()> {
             p.id
         )));
     }
-    eprintln!(
+    tracing::warn!(
         "capture: removed a leftover {PROGRAM} program (id {}) from {iface}, left by a capture that did not exit",
         p.id
     );

@@ -152,10 +152,7 @@ fn xdp_sweeps_a_leftover_and_refuses_a_host_interface() {
     // A leftover: our program attached the legacy way (netlink), which
     // outlives its process, as on kernels without XDP links.
     let obj = concat!(env!("OUT_DIR"), "/xsk.bpf.o");
-    lab.exec_ok(
-        &lab.b,
-        &["ip", "link", "set", "dev", &mon, "xdpgeneric", "obj", obj, "sec", "xdp"],
-    );
+    oskit::testing::attach_xdp_legacy(&lab.b, &mon, obj, "xdp");
     assert!(lab.xdp_program(&lab.b, &mon).is_some());
     let run = capture(&lab, &["-i", &mon, "--mode", "xdp", "-c", "20", "-q"]);
     lab.gen("udp", 20, 5000, 7100, 20_000);

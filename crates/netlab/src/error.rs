@@ -42,9 +42,9 @@ pub enum ModelError {
     CommandHost { index: usize, host: String },
     #[error("scenario file {path}: {msg}")]
     Scenario { path: String, msg: String },
-    #[error("device setting {index}: {node} has no device '{dev}' in the plan ({known})")]
+    #[error("{item}: {node} has no device '{dev}' in the plan ({known})")]
     UnknownDevice {
-        index: usize,
+        item: String,
         node: String,
         dev: String,
         known: String,

@@ -1,4 +1,4 @@
-//! How the netlab binary (and the demo, which builds labs with this
+//! How the netlab binary (and the demo and the benchmarks, which build labs with this
 //! library) shows the library's events: one plain line each on stderr, as
 //! the messages are written ("netlab: ..."), no time stamp or level.
 //! `RUST_LOG` filters as usual (default `info`; `RUST_LOG=warn` silences

@@ -120,6 +120,12 @@ pub struct Topology {
     /// (receive packet steering), applied once the devices are up.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub device_settings: Vec<DeviceSetting>,
+    /// More addresses on a host's device, routed from the link's other end.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub address_blocks: Vec<AddressBlock>,
+    /// Devices that discard what is sent to them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub discard_devices: Vec<DiscardDevice>,
 }
 
 /// A setting of one device of a host or router, written to the device's
@@ -165,6 +171,65 @@ impl Sysfs {
     /// other.
     fn same_kind(&self, other: &Sysfs) -> bool {
         std::mem::discriminant(self) == std::mem::discriminant(other)
+    }
+}
+
+/// Addresses a host holds beyond its link's own: each a /32 on one of its
+/// devices, for programs that need many endpoints with addresses of their
+/// own behind one link (a benchmark's group members, each at its own
+/// address as game clients are). The host at the other end of that link
+/// reaches them through a route to `net` over the link and a permanent
+/// neighbour entry per address (no ARP before or during a measurement).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddressBlock {
+    /// The host that holds the addresses.
+    pub node: String,
+    /// Its device, named as the plan names it (`eth<k>`, see
+    /// [`DeviceSetting::dev`]); the link on it must end at a host or
+    /// router (a switch would leave no single peer to route from).
+    pub dev: String,
+    /// The network every address is in, and the route the peer gets; it
+    /// must not overlap the lab's own subnets.
+    pub net: std::net::Ipv4Addr,
+    pub prefix: u8,
+    pub addrs: Vec<std::net::Ipv4Addr>,
+}
+
+/// The most addresses one [`AddressBlock`] may hold: as many as a /16.
+pub const MAX_BLOCK_ADDRS: usize = 65_536;
+
+impl AddressBlock {
+    /// Whether `a` is inside the block's network.
+    pub fn contains(&self, a: std::net::Ipv4Addr) -> bool {
+        u32::from(a) & prefix_mask(self.prefix) == u32::from(self.net)
+    }
+
+    /// Whether the block's network and `net`/`prefix` share an address.
+    pub fn overlaps(&self, net: std::net::Ipv4Addr, prefix: u8) -> bool {
+        let shorter = prefix_mask(self.prefix.min(prefix));
+        u32::from(self.net) & shorter == u32::from(net) & shorter
+    }
+}
+
+/// The mask of a prefix length (0 to 32).
+pub fn prefix_mask(prefix: u8) -> u32 {
+    u32::MAX.checked_shl(32 - u32::from(prefix.min(32))).unwrap_or(0)
+}
+
+/// A device of a host or router that discards what is sent through it: a
+/// veth whose peer (`<dev>p`, in the same namespace) stays down, so the
+/// kernel frees every frame at once. A redirect target for a program that
+/// counts and then drops (this kernel has no dummy device).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiscardDevice {
+    pub node: String,
+    pub dev: String,
+}
+
+impl DiscardDevice {
+    /// The name of the peer that stays down.
+    pub fn peer(&self) -> String {
+        format!("{}p", self.dev)
     }
 }
 
@@ -387,6 +452,7 @@ impl Topology {
         }
         self.check_switch_loops()?;
         self.check_device_settings()?;
+        self.check_extras()?;
         segments(self).map(|_| ())
     }
 
@@ -428,6 +494,96 @@ impl Topology {
                     item,
                     value: d.set.files().into(),
                     expected: "one setting of each kind per device (a second would overwrite the first)".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Address blocks and discard devices name a host (or, for a discard
+    /// device, a router) and a possible device name; a block's addresses are
+    /// unique and inside its network, and blocks do not overlap (whether the
+    /// plan has the device and where its link ends is checked with the plan).
+    fn check_extras(&self) -> Result<(), ModelError> {
+        let kind_of =
+            |item: &str, node: &str, allowed: &[NodeKind], expected: &str| match self.node(node).map(|n| n.kind) {
+                Some(k) if allowed.contains(&k) => Ok(()),
+                _ => Err(ModelError::BadValue {
+                    item: item.to_string(),
+                    value: node.to_string(),
+                    expected: expected.to_string(),
+                }),
+            };
+        for (i, b) in self.address_blocks.iter().enumerate() {
+            let item = format!("address block {i} ({}:{})", b.node, b.dev);
+            let bad = |value: String, expected: &str| ModelError::BadValue {
+                item: item.clone(),
+                value,
+                expected: expected.to_string(),
+            };
+            kind_of(&item, &b.node, &[NodeKind::Host], "the name of a host of the topology")?;
+            if let Some(rule) = device_name_problem(&b.dev) {
+                return Err(bad(b.dev.clone(), &format!("a device name: {rule}")));
+            }
+            if b.prefix == 0 || b.prefix > 32 || u32::from(b.net) & !prefix_mask(b.prefix) != 0 {
+                return Err(bad(
+                    format!("{}/{}", b.net, b.prefix),
+                    "a network with a prefix of 1 to 32 bits and no host bits set",
+                ));
+            }
+            if b.addrs.is_empty() || b.addrs.len() > MAX_BLOCK_ADDRS {
+                return Err(bad(
+                    format!("{} addresses", b.addrs.len()),
+                    &format!("1 to {MAX_BLOCK_ADDRS} addresses"),
+                ));
+            }
+            let mut seen = std::collections::HashSet::new();
+            for a in &b.addrs {
+                if !b.contains(*a) {
+                    return Err(bad(a.to_string(), &format!("an address inside {}/{}", b.net, b.prefix)));
+                }
+                if !seen.insert(*a) {
+                    return Err(bad(a.to_string(), "each address once"));
+                }
+            }
+            if let Some(o) = self.address_blocks[..i].iter().find(|o| o.overlaps(b.net, b.prefix)) {
+                return Err(bad(
+                    format!("{}/{}", b.net, b.prefix),
+                    &format!("a network apart from the earlier block's {}/{}", o.net, o.prefix),
+                ));
+            }
+        }
+        for (i, d) in self.discard_devices.iter().enumerate() {
+            let item = format!("discard device {i} ({}:{})", d.node, d.dev);
+            kind_of(
+                &item,
+                &d.node,
+                &[NodeKind::Host, NodeKind::Router],
+                "the name of a host or router of the topology",
+            )?;
+            // Its peer `<dev>p` must be a device name too, and neither may
+            // be one the plan gives a link (`eth<k>`) or the loopback.
+            let problem = device_name_problem(&d.dev)
+                .or_else(|| device_name_problem(&d.peer()))
+                .or_else(|| {
+                    (d.dev.starts_with("eth") || d.dev == "lo")
+                        .then_some("eth<k> are the links' devices and lo the loopback")
+                });
+            if let Some(rule) = problem {
+                return Err(ModelError::BadValue {
+                    item,
+                    value: d.dev.clone(),
+                    expected: format!("a device name of at most 14 bytes (its peer adds a 'p'): {rule}"),
+                });
+            }
+            if self.discard_devices[..i]
+                .iter()
+                .any(|e| e.node == d.node && e.dev == d.dev)
+            {
+                return Err(ModelError::BadValue {
+                    item,
+                    value: d.dev.clone(),
+                    expected: "each device once per node".into(),
                 });
             }
         }
@@ -545,6 +701,8 @@ mod tests {
             nodes: vec![n("h1", NodeKind::Host), n("h1", NodeKind::Host)],
             links: vec![],
             device_settings: vec![],
+            address_blocks: vec![],
+            discard_devices: vec![],
         };
         assert!(matches!(t.validate(), Err(ModelError::DuplicateNode(x)) if x == "h1"));
         t.nodes[1].name = "s1".into();
@@ -578,6 +736,8 @@ mod tests {
                 nodes: vec![n("h1", NodeKind::Host), n(name, NodeKind::Switch)],
                 links: vec![l("h1", name)],
                 device_settings: vec![],
+                address_blocks: vec![],
+                discard_devices: vec![],
             };
             let r = t.validate();
             assert_eq!(r.is_ok(), ok, "{name}: {r:?}");

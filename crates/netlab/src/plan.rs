@@ -676,6 +676,21 @@ pub fn build_plan(t: &Topology, naming: &Naming, o: &PlanOptions) -> Result<Plan
     for (index, d) in t.device_settings.iter().enumerate() {
         ops.add(device_setting(&addressing, naming, index, d)?);
     }
+    for (index, b) in t.address_blocks.iter().enumerate() {
+        for op in address_block_ops(t, &addressing, naming, index, b)? {
+            ops.add(op);
+        }
+    }
+    // A veth in the node's namespace whose peer stays down: what is sent
+    // through it is freed at once.
+    for d in &t.discard_devices {
+        let ns = naming.ns(&d.node);
+        ops.add(ip(
+            &ns,
+            &["link", "add", &d.dev, "type", "veth", "peer", "name", &d.peer()],
+        ));
+        ops.add(ip(&ns, &["link", "set", &d.dev, "up"]));
+    }
 
     Ok(Plan {
         shaped,
@@ -695,29 +710,90 @@ fn device_setting(
     index: usize,
     d: &crate::model::DeviceSetting,
 ) -> Result<Op, ModelError> {
-    let devices: Vec<&str> = addressing
-        .ifaces
-        .iter()
-        .filter(|i| i.node == d.node)
-        .map(|i| i.ifname.as_str())
-        .collect();
-    if !devices.contains(&d.dev.as_str()) {
-        return Err(ModelError::UnknownDevice {
-            index,
-            node: d.node.clone(),
-            dev: d.dev.clone(),
-            known: if devices.is_empty() {
-                "it is on no link, so it has none".into()
-            } else {
-                format!("its devices: {}", devices.join(", "))
-            },
-        });
+    if !addressing.ifaces.iter().any(|i| i.node == d.node && i.ifname == d.dev) {
+        return Err(unknown_device(
+            addressing,
+            format!("device setting {index}"),
+            &d.node,
+            &d.dev,
+        ));
     }
     Ok(Op::Sysfs {
         ns: naming.ns(&d.node),
         dev: d.dev.clone(),
         set: d.set.clone(),
     })
+}
+
+/// The error for a device `node` does not have in the plan, listing those
+/// it has.
+fn unknown_device(addressing: &Addressing, item: String, node: &str, dev: &str) -> ModelError {
+    let devices: Vec<&str> = addressing
+        .ifaces
+        .iter()
+        .filter(|i| i.node == node)
+        .map(|i| i.ifname.as_str())
+        .collect();
+    ModelError::UnknownDevice {
+        item,
+        node: node.to_string(),
+        dev: dev.to_string(),
+        known: if devices.is_empty() {
+            "it is on no link, so it has none".into()
+        } else {
+            format!("its devices: {}", devices.join(", "))
+        },
+    }
+}
+
+/// The ops of address block `index`: its addresses on the host's device
+/// and, on the node at the other end of that device's link, a route to the
+/// block's network over the link and a permanent neighbour entry for each
+/// address (the host device's MAC), once the plan shows that the device
+/// exists, that its link ends at a host or router, and that the block is
+/// apart from the lab's subnets.
+fn address_block_ops(
+    t: &Topology,
+    addressing: &Addressing,
+    naming: &Naming,
+    index: usize,
+    b: &crate::model::AddressBlock,
+) -> Result<Vec<Op>, ModelError> {
+    let item = format!("address block {index} ({}:{})", b.node, b.dev);
+    let Some(me) = addressing.ifaces.iter().find(|i| i.node == b.node && i.ifname == b.dev) else {
+        return Err(unknown_device(addressing, item, &b.node, &b.dev));
+    };
+    let link = &t.links[me.link];
+    let peer_node = if link.a == b.node { &link.b } else { &link.a };
+    let Some(peer) = addressing
+        .ifaces
+        .iter()
+        .find(|i| i.link == me.link && i.node == *peer_node)
+    else {
+        return Err(ModelError::BadValue {
+            item,
+            value: peer_node.clone(),
+            expected: "a link that ends at a host or router (a switch leaves no single peer to route from)".into(),
+        });
+    };
+    if let Some(s) = addressing.segments.iter().find(|s| b.overlaps(s.net, s.prefix)) {
+        return Err(ModelError::BadValue {
+            item,
+            value: format!("{}/{}", b.net, b.prefix),
+            expected: format!("a network apart from the lab's subnet {}/{}", s.net, s.prefix),
+        });
+    }
+    let (ns, peer_ns, mac) = (naming.ns(&b.node), naming.ns(&peer.node), mac_of(me.addr));
+    let mut ops = Vec::with_capacity(2 * b.addrs.len() + 1);
+    for a in &b.addrs {
+        ops.push(ip(&ns, &["addr", "add", &format!("{a}/32"), "dev", &b.dev]));
+    }
+    let net = format!("{}/{}", b.net, b.prefix);
+    ops.push(ip(&peer_ns, &["route", "add", &net, "dev", &peer.ifname]));
+    for a in &b.addrs {
+        ops.push(neighbour(&peer_ns, &peer.ifname, *a, &mac));
+    }
+    Ok(ops)
 }
 
 /// A veth pair created straight into the two namespaces (from the caller's
@@ -996,6 +1072,111 @@ mod tests {
         star.device_settings = vec![rps("s1", "eth0", "0")];
         let e = build_plan(&star, &Naming::new("r1"), &PlanOptions::default()).unwrap_err();
         assert!(e.to_string().contains("a switch is a bridge"), "{e}");
+    }
+
+    #[test]
+    fn an_address_block_is_planned_with_its_route_and_neighbours_and_checked() {
+        use crate::model::{AddressBlock, DiscardDevice};
+        use std::net::Ipv4Addr;
+        let mut t = Builtin::Pair.build(&LinkParams::default());
+        let block = |addrs: Vec<Ipv4Addr>| AddressBlock {
+            node: "h2".into(),
+            dev: "eth0".into(),
+            net: Ipv4Addr::new(10, 211, 0, 0),
+            prefix: 16,
+            addrs,
+        };
+        let (m1, m2) = (Ipv4Addr::new(10, 211, 0, 1), Ipv4Addr::new(10, 211, 1, 7));
+        t.address_blocks = vec![block(vec![m1, m2])];
+        t.discard_devices = vec![DiscardDevice {
+            node: "h1".into(),
+            dev: "sinkd".into(),
+        }];
+        let ops = render(&build_plan(&t, &Naming::new("r1"), &PlanOptions::default()).unwrap());
+        let at = |line: &str| {
+            ops.iter()
+                .position(|o| o == line)
+                .unwrap_or_else(|| panic!("no {line} in {ops:#?}"))
+        };
+        // The addresses on h2's device once it is up; h1 routes the block
+        // over the link and knows h2's MAC for each address.
+        let up = at("ip -n netlab-r1-h2 link set eth0 up");
+        let first = at("ip -n netlab-r1-h2 addr add 10.211.0.1/32 dev eth0");
+        assert_eq!(at("ip -n netlab-r1-h2 addr add 10.211.1.7/32 dev eth0"), first + 1);
+        assert!(first > up);
+        let route = at("ip -n netlab-r1-h1 route add 10.211.0.0/16 dev eth0");
+        let mac = crate::addr::mac_of(Ipv4Addr::new(10, 0, 0, 2));
+        for m in [m1, m2] {
+            let n = at(&format!(
+                "ip -n netlab-r1-h1 neigh replace {m} lladdr {mac} dev eth0 nud permanent"
+            ));
+            assert!(n > route);
+        }
+        // The discard device: a veth in h1's namespace, up, its peer down.
+        let add = at("ip -n netlab-r1-h1 link add sinkd type veth peer name sinkdp");
+        assert!(at("ip -n netlab-r1-h1 link set sinkd up") > add);
+        assert!(!ops.iter().any(|o| o.contains("link set sinkdp up")));
+
+        // What the plan refuses, naming the problem.
+        let refused = |t: &Topology| {
+            build_plan(t, &Naming::new("r1"), &PlanOptions::default())
+                .unwrap_err()
+                .to_string()
+        };
+        for (b, why) in [
+            (block(vec![]), "1 to 65536 addresses"),
+            (block(vec![m1, m1]), "each address once"),
+            (
+                block(vec![Ipv4Addr::new(10, 212, 0, 1)]),
+                "an address inside 10.211.0.0/16",
+            ),
+            (
+                AddressBlock {
+                    net: Ipv4Addr::new(10, 211, 0, 1),
+                    ..block(vec![m1])
+                },
+                "no host bits set",
+            ),
+            (
+                AddressBlock {
+                    dev: "eth1".into(),
+                    ..block(vec![m1])
+                },
+                "address block 0 (h2:eth1): h2 has no device 'eth1' in the plan (its devices: eth0)",
+            ),
+            (
+                AddressBlock {
+                    net: Ipv4Addr::new(10, 0, 0, 0),
+                    prefix: 8,
+                    addrs: vec![Ipv4Addr::new(10, 9, 0, 1)],
+                    ..block(vec![])
+                },
+                "apart from the lab's subnet 10.0.0.0/",
+            ),
+        ] {
+            t.address_blocks = vec![b];
+            let e = refused(&t);
+            assert!(e.contains(why), "{why}: {e}");
+        }
+        t.address_blocks = vec![block(vec![m1]), block(vec![m2])];
+        assert!(refused(&t).contains("apart from the earlier block's 10.211.0.0/16"));
+        t.address_blocks = vec![];
+        for (dev, why) in [
+            ("eth5", "links' devices"),
+            ("fifteen_bytes_x", "at most 14 bytes"),
+            ("lo", "loopback"),
+        ] {
+            t.discard_devices = vec![DiscardDevice {
+                node: "h1".into(),
+                dev: dev.into(),
+            }];
+            let e = refused(&t);
+            assert!(e.contains(why), "{dev}: {e}");
+        }
+        // A block behind a switch has no single peer to route from.
+        let mut star = Builtin::Star { hosts: 2 }.build(&LinkParams::default());
+        star.address_blocks = vec![block(vec![m1])];
+        assert!(refused(&star).contains("a switch leaves no single peer"));
     }
 
     #[test]

@@ -221,6 +221,8 @@ impl Scenario {
                 nodes,
                 links,
                 device_settings: vec![],
+                address_blocks: vec![],
+                discard_devices: vec![],
             }
         } else {
             Builtin::from_parts(&f.topology.kind, f.topology.hosts, f.topology.switches, f.topology.k)?.build(&params)

@@ -98,6 +98,8 @@ impl Builtin {
             nodes: vec![],
             links: vec![],
             device_settings: vec![],
+            address_blocks: vec![],
+            discard_devices: vec![],
         };
         let node = |t: &mut Topology, name: String, kind| t.nodes.push(Node { name, kind, cpus: None });
         let link = |t: &mut Topology, a: String, b: String| {

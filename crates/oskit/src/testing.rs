@@ -246,6 +246,45 @@ pub fn link_mac(ns: &str, ifname: &str) -> String {
         .to_string()
 }
 
+/// Attaches the XDP program in section `section` of object file `obj` to
+/// device `ifname` of namespace `ns` the legacy way (netlink, in generic
+/// mode): an attachment that outlives the process that made it, as a
+/// crashed program on a kernel without XDP links leaves behind.
+pub fn attach_xdp_legacy(ns: &str, ifname: &str, obj: &str, section: &str) {
+    sh(&[
+        "ip",
+        "-n",
+        ns,
+        "link",
+        "set",
+        "dev",
+        ifname,
+        "xdpgeneric",
+        "obj",
+        obj,
+        "sec",
+        section,
+    ]);
+}
+
+/// The XDP program attached to device `ifname` of namespace `ns`, as
+/// `ip -d link` describes it (`prog/xdp id N name NAME ...`), if any.
+pub fn xdp_program(ns: &str, ifname: &str) -> Option<String> {
+    let out = Command::new("ip")
+        .args(["-n", ns, "-d", "link", "show", "dev", ifname])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run ip: {e}"));
+    assert!(
+        out.status.success(),
+        "ip -n {ns} -d link show dev {ifname}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.trim_start().starts_with("prog/xdp"))
+        .map(|l| l.trim().to_string())
+}
+
 impl Drop for NetNsGuard {
     fn drop(&mut self) {
         delete_netns(&self.name);

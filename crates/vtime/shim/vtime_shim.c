@@ -27,110 +27,54 @@
  *   SO_RCVTIMEO/SO_SNDTIMEO) are converted when armed and keep that factor
  *   if the TDF changes afterwards.
  */
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <linux/futex.h>
-#include <poll.h>
-#include <pthread.h>
-#include <semaphore.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/epoll.h>
-#include <sys/mman.h>
-#include <sys/select.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/time.h>
-#include <sys/timerfd.h>
-#include <time.h>
-#include <unistd.h>
-
-#include "vtime_record.h"
-
-#define EXPORT __attribute__((visibility("default")))
-#if defined(__x86_64__) || defined(__i386__)
-#define cpu_relax() __builtin_ia32_pause()
-#else
-#define cpu_relax() __asm__ __volatile__("" ::: "memory")
-#endif
-#define NS_PER_SEC 1000000000LL
-/* Longest real-time wait between two readings of the record. */
-#define SLICE_NS 50000000LL
-
-#ifndef SO_TIMESTAMP_NEW
-#define SO_TIMESTAMP_NEW 63
-#endif
-#ifndef SO_TIMESTAMPNS_NEW
-#define SO_TIMESTAMPNS_NEW 64
-#endif
-#ifndef SO_TIMESTAMPING_NEW
-#define SO_TIMESTAMPING_NEW 65
-#endif
-#ifndef SO_RCVTIMEO_NEW
-#define SO_RCVTIMEO_NEW 66
-#endif
-#ifndef SO_SNDTIMEO_NEW
-#define SO_SNDTIMEO_NEW 67
-#endif
-#define VT_SO_RCVTIMEO_OLD 20
-#define VT_SO_SNDTIMEO_OLD 21
-#define VT_SO_TIMESTAMP_OLD 29
-#define VT_SO_TIMESTAMPNS_OLD 35
-#define VT_SO_TIMESTAMPING_OLD 37
+#include "vtime_shim.h"
 
 /* ---------------------------------------------------------------- real functions */
 
-static int (*r_clock_gettime)(clockid_t, struct timespec *);
-static int (*r_gettimeofday)(struct timeval *, void *);
-static time_t (*r_time)(time_t *);
-static int (*r_timespec_get)(struct timespec *, int);
-static int (*r_nanosleep)(const struct timespec *, struct timespec *);
-static int (*r_clock_nanosleep)(clockid_t, int, const struct timespec *, struct timespec *);
-static int (*r_usleep)(useconds_t);
-static unsigned (*r_sleep)(unsigned);
-static int (*r_poll)(struct pollfd *, nfds_t, int);
-static int (*r_ppoll)(struct pollfd *, nfds_t, const struct timespec *, const sigset_t *);
-static int (*r_select)(int, fd_set *, fd_set *, fd_set *, struct timeval *);
-static int (*r_pselect)(int, fd_set *, fd_set *, fd_set *, const struct timespec *, const sigset_t *);
-static int (*r_epoll_wait)(int, struct epoll_event *, int, int);
-static int (*r_epoll_pwait)(int, struct epoll_event *, int, int, const sigset_t *);
-static int (*r_epoll_pwait2)(int, struct epoll_event *, int, const struct timespec *, const sigset_t *);
-static int (*r_timerfd_create)(int, int);
-static int (*r_timerfd_settime)(int, int, const struct itimerspec *, struct itimerspec *);
-static int (*r_timerfd_gettime)(int, struct itimerspec *);
-static int (*r_timer_create)(clockid_t, struct sigevent *, timer_t *);
-static int (*r_timer_settime)(timer_t, int, const struct itimerspec *, struct itimerspec *);
-static int (*r_timer_gettime)(timer_t, struct itimerspec *);
-static unsigned (*r_alarm)(unsigned);
-static int (*r_setitimer)(__itimer_which_t, const struct itimerval *, struct itimerval *);
-static int (*r_getitimer)(__itimer_which_t, struct itimerval *);
-static int (*r_cond_init)(pthread_cond_t *, const pthread_condattr_t *);
-static int (*r_cond_destroy)(pthread_cond_t *);
-static int (*r_cond_timedwait)(pthread_cond_t *, pthread_mutex_t *, const struct timespec *);
-static int (*r_cond_clockwait)(pthread_cond_t *, pthread_mutex_t *, clockid_t, const struct timespec *);
-static int (*r_sem_timedwait)(sem_t *, const struct timespec *);
-static int (*r_sem_clockwait)(sem_t *, clockid_t, const struct timespec *);
-static int (*r_mutex_timedlock)(pthread_mutex_t *, const struct timespec *);
-static int (*r_mutex_clocklock)(pthread_mutex_t *, clockid_t, const struct timespec *);
-static int (*r_sigtimedwait)(const sigset_t *, siginfo_t *, const struct timespec *);
-static int (*r_setsockopt)(int, int, int, const void *, socklen_t);
-static int (*r_getsockopt)(int, int, int, void *, socklen_t *);
-static ssize_t (*r_recvmsg)(int, struct msghdr *, int);
-static int (*r_recvmmsg)(int, struct mmsghdr *, unsigned int, int, struct timespec *);
-static long (*r_syscall)(long, ...);
-static int (*r_io_uring_queue_init_params)(unsigned, void *, void *);
-static int (*r_io_uring_queue_init)(unsigned, void *, unsigned);
+int (*r_clock_gettime)(clockid_t, struct timespec *);
+int (*r_gettimeofday)(struct timeval *, void *);
+time_t (*r_time)(time_t *);
+int (*r_timespec_get)(struct timespec *, int);
+int (*r_nanosleep)(const struct timespec *, struct timespec *);
+int (*r_clock_nanosleep)(clockid_t, int, const struct timespec *, struct timespec *);
+int (*r_usleep)(useconds_t);
+unsigned (*r_sleep)(unsigned);
+int (*r_poll)(struct pollfd *, nfds_t, int);
+int (*r_ppoll)(struct pollfd *, nfds_t, const struct timespec *, const sigset_t *);
+int (*r_select)(int, fd_set *, fd_set *, fd_set *, struct timeval *);
+int (*r_pselect)(int, fd_set *, fd_set *, fd_set *, const struct timespec *, const sigset_t *);
+int (*r_epoll_wait)(int, struct epoll_event *, int, int);
+int (*r_epoll_pwait)(int, struct epoll_event *, int, int, const sigset_t *);
+int (*r_epoll_pwait2)(int, struct epoll_event *, int, const struct timespec *, const sigset_t *);
+int (*r_timerfd_create)(int, int);
+int (*r_timerfd_settime)(int, int, const struct itimerspec *, struct itimerspec *);
+int (*r_timerfd_gettime)(int, struct itimerspec *);
+int (*r_timer_create)(clockid_t, struct sigevent *, timer_t *);
+int (*r_timer_settime)(timer_t, int, const struct itimerspec *, struct itimerspec *);
+int (*r_timer_gettime)(timer_t, struct itimerspec *);
+unsigned (*r_alarm)(unsigned);
+int (*r_setitimer)(__itimer_which_t, const struct itimerval *, struct itimerval *);
+int (*r_getitimer)(__itimer_which_t, struct itimerval *);
+int (*r_cond_init)(pthread_cond_t *, const pthread_condattr_t *);
+int (*r_cond_destroy)(pthread_cond_t *);
+int (*r_cond_timedwait)(pthread_cond_t *, pthread_mutex_t *, const struct timespec *);
+int (*r_cond_clockwait)(pthread_cond_t *, pthread_mutex_t *, clockid_t, const struct timespec *);
+int (*r_sem_timedwait)(sem_t *, const struct timespec *);
+int (*r_sem_clockwait)(sem_t *, clockid_t, const struct timespec *);
+int (*r_mutex_timedlock)(pthread_mutex_t *, const struct timespec *);
+int (*r_mutex_clocklock)(pthread_mutex_t *, clockid_t, const struct timespec *);
+int (*r_sigtimedwait)(const sigset_t *, siginfo_t *, const struct timespec *);
+int (*r_setsockopt)(int, int, int, const void *, socklen_t);
+int (*r_getsockopt)(int, int, int, void *, socklen_t *);
+ssize_t (*r_recvmsg)(int, struct msghdr *, int);
+int (*r_recvmmsg)(int, struct mmsghdr *, unsigned int, int, struct timespec *);
+long (*r_syscall)(long, ...);
+int (*r_io_uring_queue_init_params)(unsigned, void *, void *);
+int (*r_io_uring_queue_init)(unsigned, void *, unsigned);
 
-static const struct vtime_record *rec; /* NULL: no domain, pass through */
-static int ready;
-static pthread_once_t once = PTHREAD_ONCE_INIT;
+const struct vtime_record *rec; /* NULL: no domain, pass through */
+int ready;
+pthread_once_t once = PTHREAD_ONCE_INIT;
 
 #define RESOLVE(var, name) (var = (__typeof__(var))dlsym(RTLD_NEXT, name))
 
@@ -168,7 +112,7 @@ static void attach_record(void) {
     rec = r;
 }
 
-static void resolve_all(void) {
+void resolve_all(void) {
     RESOLVE(r_clock_gettime, "clock_gettime");
     RESOLVE(r_gettimeofday, "gettimeofday");
     RESOLVE(r_time, "time");
@@ -213,214 +157,7 @@ static void resolve_all(void) {
     __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
 }
 
-static inline void ensure(void) {
-    if (__builtin_expect(!__atomic_load_n(&ready, __ATOMIC_ACQUIRE), 0))
-        pthread_once(&once, resolve_all);
-}
-
 __attribute__((constructor)) static void vtime_ctor(void) { ensure(); }
-
-static void warn_once(int *flag, const char *msg) {
-    if (!__atomic_exchange_n(flag, 1, __ATOMIC_RELAXED))
-        fprintf(stderr, "vtime: %s\n", msg);
-}
-
-/* ---------------------------------------------------------------- clock model */
-
-struct seg {
-    uint64_t num, den, magic, shift;
-    int64_t r0, v0, epoch;
-};
-
-static inline int64_t clamp128(__int128 v) {
-    if (v > INT64_MAX)
-        return INT64_MAX;
-    if (v < INT64_MIN)
-        return INT64_MIN;
-    return (int64_t)v;
-}
-
-/* n / d with the record's precomputed multiplier (see vtime_record.h). */
-static inline uint64_t div_magic(uint64_t n, const struct seg *s) {
-    if (s->num <= 1)
-        return n;
-    uint64_t t = (uint64_t)(((unsigned __int128)s->magic * n) >> 64);
-    return (t + ((n - t) >> 1)) >> s->shift;
-}
-
-/* floor(a * m / d); a zero d (a damaged record) divides by 1. */
-static int64_t mul_div_floor(int64_t a, uint64_t m, uint64_t d) {
-    if (d == 0)
-        d = 1;
-    __int128 p = (__int128)a * (__int128)m;
-    __int128 q = p / (__int128)d;
-    if (p % (__int128)d != 0 && p < 0)
-        q -= 1;
-    return clamp128(q);
-}
-
-static inline int64_t mul_div_ceil(int64_t a, uint64_t m, uint64_t d) {
-    if (a == INT64_MIN)
-        return INT64_MIN;
-    return -mul_div_floor(-a, m, d);
-}
-
-static inline int64_t ts2ns(const struct timespec *t) { return (int64_t)t->tv_sec * NS_PER_SEC + t->tv_nsec; }
-
-static inline struct timespec ns2ts(int64_t ns) {
-    struct timespec t;
-    t.tv_sec = ns / NS_PER_SEC;
-    t.tv_nsec = ns % NS_PER_SEC;
-    if (t.tv_nsec < 0) {
-        t.tv_nsec += NS_PER_SEC;
-        t.tv_sec -= 1;
-    }
-    return t;
-}
-
-static inline int64_t tv2ns(const struct timeval *t) { return (int64_t)t->tv_sec * NS_PER_SEC + (int64_t)t->tv_usec * 1000; }
-
-static inline struct timeval ns2tv(int64_t ns) {
-    struct timespec t = ns2ts(ns);
-    struct timeval v = {t.tv_sec, t.tv_nsec / 1000};
-    return v;
-}
-
-static inline int valid_ts(const struct timespec *t) { return t->tv_nsec >= 0 && t->tv_nsec < NS_PER_SEC; }
-
-/* The base a clock id is dilated on, or -1 for clocks that stay real (CPU clocks). */
-static inline int base_of(clockid_t id) {
-    switch (id) {
-    case CLOCK_REALTIME:
-    case CLOCK_REALTIME_COARSE:
-    case CLOCK_REALTIME_ALARM:
-        return VTIME_BASE_REALTIME;
-    case CLOCK_MONOTONIC:
-    case CLOCK_MONOTONIC_COARSE:
-        return VTIME_BASE_MONOTONIC;
-    case CLOCK_BOOTTIME:
-    case CLOCK_BOOTTIME_ALARM:
-        return VTIME_BASE_BOOTTIME;
-    case CLOCK_MONOTONIC_RAW:
-        return VTIME_BASE_MONOTONIC_RAW;
-    case CLOCK_TAI:
-        return VTIME_BASE_TAI;
-    default:
-        return -1;
-    }
-}
-
-/*
- * Reads the segment and the real clock inside one seqlock window, so a value
- * read after a rebase is never combined with the segment before it (which
- * could make the clock step back by the width of the window).
- */
-static inline __attribute__((always_inline)) int read_clock(clockid_t id, int base, struct seg *s,
-                                                            int64_t *real) {
-    for (;;) {
-        uint64_t s1 = __atomic_load_n(&rec->seq, __ATOMIC_ACQUIRE);
-        if (s1 & 1) {
-            cpu_relax();
-            continue;
-        }
-        /* The clock first: the vDSO orders its TSC read after every earlier
-           load, so loading the record before it would add their latency. */
-        struct timespec t;
-        int rc = r_clock_gettime(id, &t);
-        s->num = __atomic_load_n(&rec->tdf_num, __ATOMIC_RELAXED);
-        s->den = __atomic_load_n(&rec->tdf_den, __ATOMIC_RELAXED);
-        s->magic = __atomic_load_n(&rec->div_magic, __ATOMIC_RELAXED);
-        s->shift = __atomic_load_n(&rec->div_shift, __ATOMIC_RELAXED);
-        s->r0 = __atomic_load_n(&rec->r0[base], __ATOMIC_RELAXED);
-        s->v0 = __atomic_load_n(&rec->v0[base], __ATOMIC_RELAXED);
-        s->epoch = __atomic_load_n(&rec->epoch[base], __ATOMIC_RELAXED);
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
-        if (__atomic_load_n(&rec->seq, __ATOMIC_RELAXED) != s1)
-            continue;
-        if (rc != 0)
-            return rc;
-        *real = ts2ns(&t);
-        return 0;
-    }
-}
-
-static inline int64_t virt_of(const struct seg *s, int64_t real) {
-    int64_t x = real - s->epoch - s->r0;
-    if (__builtin_expect(x >= 0, 1)) {
-        /* The hot path of every clock read: x * den / num without a divide
-           instruction while the product fits in 63 bits. */
-        if (s->den == 1)
-            return s->epoch + s->v0 + (int64_t)div_magic((uint64_t)x, s);
-        unsigned __int128 p = (unsigned __int128)(uint64_t)x * s->den;
-        if ((uint64_t)(p >> 63) == 0)
-            return s->epoch + s->v0 + (int64_t)div_magic((uint64_t)p, s);
-    }
-    return s->epoch + s->v0 + mul_div_floor(x, s->den, s->num);
-}
-
-/* The earliest real time at which the virtual clock reaches `virt`. */
-static inline int64_t real_of(const struct seg *s, int64_t virt) {
-    return s->epoch + s->r0 + mul_div_ceil(virt - s->epoch - s->v0, s->num, s->den);
-}
-
-static int64_t vnow(clockid_t id) {
-    struct seg s;
-    int64_t real;
-    if (read_clock(id, base_of(id), &s, &real) != 0)
-        return 0;
-    return virt_of(&s, real);
-}
-
-static void cur_tdf(uint64_t *num, uint64_t *den) {
-    struct seg s;
-    int64_t real;
-    read_clock(CLOCK_MONOTONIC, VTIME_BASE_MONOTONIC, &s, &real);
-    *num = s.num;
-    *den = s.den;
-}
-
-static int64_t v2r_dur(int64_t d) {
-    uint64_t n, m;
-    cur_tdf(&n, &m);
-    return mul_div_ceil(d, n, m);
-}
-
-static int64_t r2v_dur(int64_t d) {
-    uint64_t n, m;
-    cur_tdf(&n, &m);
-    return mul_div_floor(d, m, n);
-}
-
-/*
- * Real nanoseconds to wait before the virtual clock `id` reaches `vdl`,
- * capped at SLICE_NS; 0 once it has.
- */
-static int64_t next_slice(clockid_t id, int64_t vdl) {
-    struct seg s;
-    int64_t real;
-    if (read_clock(id, base_of(id), &s, &real) != 0)
-        return 0;
-    if (virt_of(&s, real) >= vdl)
-        return 0;
-    int64_t r = real_of(&s, vdl) - real;
-    if (r < 1)
-        r = 1;
-    return r < SLICE_NS ? r : SLICE_NS;
-}
-
-static inline int64_t vdeadline_rel(int64_t dur) { return vnow(CLOCK_MONOTONIC) + dur; }
-
-/* An absolute real CLOCK_MONOTONIC deadline `slice` ns from now. */
-static struct timespec real_mono_in(int64_t slice) {
-    struct timespec t;
-    r_clock_gettime(CLOCK_MONOTONIC, &t);
-    return ns2ts(ts2ns(&t) + slice);
-}
-
-static inline int active(void) {
-    ensure();
-    return rec != NULL;
-}
 
 /* ---------------------------------------------------------------- clock reads */
 
@@ -819,358 +556,3 @@ EXPORT int pthread_mutex_clocklock(pthread_mutex_t *m, clockid_t clk, const stru
     return timed_wait_v(W_MUTEX, m, NULL, clk, abs);
 }
 
-/* ---------------------------------------------------------------- kernel timers */
-
-/* Which base each timerfd was created on (for TFD_TIMER_ABSTIME), by fd. */
-#define TRACKED_FDS 65536
-static signed char timerfd_clock[TRACKED_FDS];
-
-EXPORT int timerfd_create(int clk, int flags) {
-    ensure();
-    int fd = r_timerfd_create(clk, flags);
-    if (fd >= 0 && fd < TRACKED_FDS)
-        timerfd_clock[fd] = (signed char)(clk + 1);
-    return fd;
-}
-
-static clockid_t timerfd_clk(int fd) {
-    if (fd >= 0 && fd < TRACKED_FDS && timerfd_clock[fd] != 0)
-        return timerfd_clock[fd] - 1;
-    return CLOCK_MONOTONIC;
-}
-
-/* Converts a virtual itimerspec to real; absolute values on clock `clk`. */
-static struct itimerspec its_to_real(const struct itimerspec *v, int abs, clockid_t clk) {
-    struct itimerspec r = *v;
-    r.it_interval = ns2ts(v2r_dur(ts2ns(&v->it_interval)));
-    int64_t val = ts2ns(&v->it_value);
-    if (val == 0)
-        return r; /* disarm */
-    if (abs && base_of(clk) >= 0) {
-        struct seg s;
-        int64_t real;
-        read_clock(clk, base_of(clk), &s, &real);
-        int64_t rd = real_of(&s, val);
-        r.it_value = ns2ts(rd > 0 ? rd : 1);
-    } else {
-        r.it_value = ns2ts(v2r_dur(val));
-    }
-    return r;
-}
-
-static void its_to_virtual(struct itimerspec *r) {
-    int64_t val = ts2ns(&r->it_value);
-    r->it_interval = ns2ts(r2v_dur(ts2ns(&r->it_interval)));
-    /* A running timer with less than one virtual ns left must still read as armed. */
-    int64_t v = r2v_dur(val);
-    r->it_value = ns2ts(val > 0 && v == 0 ? 1 : v);
-}
-
-static int its_ok(const struct itimerspec *v) { return v != NULL && valid_ts(&v->it_value) && valid_ts(&v->it_interval); }
-
-EXPORT int timerfd_settime(int fd, int flags, const struct itimerspec *nv, struct itimerspec *old) {
-    if (!active() || !its_ok(nv))
-        return r_timerfd_settime(fd, flags, nv, old);
-    struct itimerspec r = its_to_real(nv, flags & TFD_TIMER_ABSTIME, timerfd_clk(fd));
-    int rc = r_timerfd_settime(fd, flags, &r, old);
-    if (rc == 0 && old != NULL)
-        its_to_virtual(old);
-    return rc;
-}
-
-EXPORT int timerfd_gettime(int fd, struct itimerspec *cur) {
-    int rc = r_timerfd_gettime(fd, cur);
-    if (rc == 0 && active())
-        its_to_virtual(cur);
-    return rc;
-}
-
-/* POSIX timers: clock per timer id, for TIMER_ABSTIME. */
-#define TIMER_SLOTS 256
-static struct {
-    timer_t id;
-    clockid_t clk;
-    int used;
-} timers[TIMER_SLOTS];
-static pthread_mutex_t timers_lock = PTHREAD_MUTEX_INITIALIZER;
-
-EXPORT int timer_create(clockid_t clk, struct sigevent *sev, timer_t *id) {
-    ensure();
-    int rc = r_timer_create(clk, sev, id);
-    if (rc == 0) {
-        pthread_mutex_lock(&timers_lock);
-        for (int i = 0; i < TIMER_SLOTS; i++) {
-            if (!timers[i].used || timers[i].id == *id) {
-                timers[i].id = *id;
-                timers[i].clk = clk;
-                timers[i].used = 1;
-                break;
-            }
-        }
-        pthread_mutex_unlock(&timers_lock);
-    }
-    return rc;
-}
-
-static clockid_t timer_clk(timer_t id) {
-    clockid_t clk = CLOCK_REALTIME;
-    pthread_mutex_lock(&timers_lock);
-    for (int i = 0; i < TIMER_SLOTS; i++)
-        if (timers[i].used && timers[i].id == id) {
-            clk = timers[i].clk;
-            break;
-        }
-    pthread_mutex_unlock(&timers_lock);
-    return clk;
-}
-
-EXPORT int timer_settime(timer_t id, int flags, const struct itimerspec *nv, struct itimerspec *old) {
-    if (!active() || !its_ok(nv))
-        return r_timer_settime(id, flags, nv, old);
-    clockid_t clk = timer_clk(id);
-    if (base_of(clk) < 0) /* CPU-time timers stay real */
-        return r_timer_settime(id, flags, nv, old);
-    struct itimerspec r = its_to_real(nv, flags & TIMER_ABSTIME, clk);
-    int rc = r_timer_settime(id, flags, &r, old);
-    if (rc == 0 && old != NULL)
-        its_to_virtual(old);
-    return rc;
-}
-
-EXPORT int timer_gettime(timer_t id, struct itimerspec *cur) {
-    int rc = r_timer_gettime(id, cur);
-    if (rc == 0 && active() && base_of(timer_clk(id)) >= 0)
-        its_to_virtual(cur);
-    return rc;
-}
-
-EXPORT unsigned alarm(unsigned secs) {
-    if (!active())
-        return r_alarm(secs);
-    int64_t real = secs == 0 ? 0 : v2r_dur((int64_t)secs * NS_PER_SEC);
-    unsigned rs = (unsigned)((real + NS_PER_SEC - 1) / NS_PER_SEC);
-    unsigned prev = r_alarm(rs);
-    if (prev == 0)
-        return 0;
-    int64_t v = r2v_dur((int64_t)prev * NS_PER_SEC);
-    return (unsigned)((v + NS_PER_SEC - 1) / NS_PER_SEC);
-}
-
-static void itv_to_virtual(struct itimerval *r) {
-    int64_t val = tv2ns(&r->it_value), v = r2v_dur(val);
-    r->it_value = ns2tv(val > 0 && v < 1000 ? 1000 : v);
-    r->it_interval = ns2tv(r2v_dur(tv2ns(&r->it_interval)));
-}
-
-EXPORT int setitimer(__itimer_which_t which, const struct itimerval *restrict nv, struct itimerval *restrict old) {
-    if (!active() || which != ITIMER_REAL || nv == NULL)
-        return r_setitimer(which, nv, old);
-    struct itimerval r;
-    r.it_value = ns2tv(v2r_dur(tv2ns(&nv->it_value)));
-    r.it_interval = ns2tv(v2r_dur(tv2ns(&nv->it_interval)));
-    int rc = r_setitimer(which, &r, old);
-    if (rc == 0 && old != NULL)
-        itv_to_virtual(old);
-    return rc;
-}
-
-EXPORT int getitimer(__itimer_which_t which, struct itimerval *cur) {
-    int rc = r_getitimer(which, cur);
-    if (rc == 0 && which == ITIMER_REAL && active())
-        itv_to_virtual(cur);
-    return rc;
-}
-
-/* ---------------------------------------------------------------- sockets */
-
-static int is_sock_timeo(int level, int name) {
-    return level == SOL_SOCKET && (name == VT_SO_RCVTIMEO_OLD || name == VT_SO_SNDTIMEO_OLD ||
-                                   name == SO_RCVTIMEO_NEW || name == SO_SNDTIMEO_NEW);
-}
-
-/* On 64-bit Linux both the old and the new option take {int64 sec, int64 usec}. */
-EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len) {
-    if (!active() || !is_sock_timeo(level, name) || val == NULL || len < sizeof(struct timeval))
-        return r_setsockopt(fd, level, name, val, len);
-    struct timeval tv;
-    memcpy(&tv, val, sizeof tv);
-    if (tv.tv_sec > 0 || tv.tv_usec > 0)
-        tv = ns2tv(v2r_dur(tv2ns(&tv)));
-    return r_setsockopt(fd, level, name, &tv, sizeof tv);
-}
-
-EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len) {
-    int rc = r_getsockopt(fd, level, name, val, len);
-    if (rc == 0 && active() && is_sock_timeo(level, name) && val != NULL && len != NULL &&
-        *len >= sizeof(struct timeval)) {
-        struct timeval tv;
-        memcpy(&tv, val, sizeof tv);
-        tv = ns2tv(r2v_dur(tv2ns(&tv)));
-        memcpy(val, &tv, sizeof tv);
-    }
-    return rc;
-}
-
-/* Kernel receive timestamps are CLOCK_REALTIME; show them on the virtual clock. */
-static void virtualize_cmsgs(struct msghdr *msg) {
-    if (msg->msg_control == NULL || msg->msg_controllen == 0)
-        return;
-    struct seg s;
-    int64_t real;
-    read_clock(CLOCK_REALTIME, VTIME_BASE_REALTIME, &s, &real);
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c != NULL; c = CMSG_NXTHDR(msg, c)) {
-        if (c->cmsg_level != SOL_SOCKET)
-            continue;
-        size_t len = c->cmsg_len - CMSG_LEN(0);
-        unsigned char *d = CMSG_DATA(c);
-        if ((c->cmsg_type == VT_SO_TIMESTAMP_OLD || c->cmsg_type == SO_TIMESTAMP_NEW) &&
-            len >= sizeof(struct timeval)) {
-            struct timeval tv;
-            memcpy(&tv, d, sizeof tv);
-            tv = ns2tv(virt_of(&s, tv2ns(&tv)));
-            memcpy(d, &tv, sizeof tv);
-        } else if ((c->cmsg_type == VT_SO_TIMESTAMPNS_OLD || c->cmsg_type == SO_TIMESTAMPNS_NEW ||
-                    c->cmsg_type == VT_SO_TIMESTAMPING_OLD || c->cmsg_type == SO_TIMESTAMPING_NEW) &&
-                   len >= sizeof(struct timespec)) {
-            /* For SO_TIMESTAMPING only the first (software) stamp is the system clock. */
-            struct timespec ts;
-            memcpy(&ts, d, sizeof ts);
-            if (ts.tv_sec != 0 || ts.tv_nsec != 0) {
-                ts = ns2ts(virt_of(&s, ts2ns(&ts)));
-                memcpy(d, &ts, sizeof ts);
-            }
-        }
-    }
-}
-
-EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags) {
-    ssize_t rc = r_recvmsg(fd, msg, flags);
-    if (rc >= 0 && active())
-        virtualize_cmsgs(msg);
-    return rc;
-}
-
-EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags, struct timespec *tmo) {
-    if (!active())
-        return r_recvmmsg(fd, v, n, flags, tmo);
-    struct timespec rt, *rp = tmo;
-    if (tmo != NULL && valid_ts(tmo)) {
-        rt = ns2ts(v2r_dur(ts2ns(tmo)));
-        rp = &rt;
-    }
-    int rc = r_recvmmsg(fd, v, n, flags, rp);
-    for (int i = 0; i < rc; i++)
-        virtualize_cmsgs(&v[i].msg_hdr);
-    return rc;
-}
-
-/* ---------------------------------------------------------------- io_uring */
-
-static int uring_warned;
-static const char uring_msg[] = "this program uses io_uring: its timeouts (IORING_OP_TIMEOUT, linked "
-                                "timeouts, wait timeouts) run in REAL time, not dilated";
-
-EXPORT int io_uring_queue_init_params(unsigned entries, void *ring, void *p) {
-    ensure();
-    if (rec != NULL)
-        warn_once(&uring_warned, uring_msg);
-    if (r_io_uring_queue_init_params == NULL)
-        return -ENOSYS;
-    return r_io_uring_queue_init_params(entries, ring, p);
-}
-
-EXPORT int io_uring_queue_init(unsigned entries, void *ring, unsigned flags) {
-    ensure();
-    if (rec != NULL)
-        warn_once(&uring_warned, uring_msg);
-    if (r_io_uring_queue_init == NULL)
-        return -ENOSYS;
-    return r_io_uring_queue_init(entries, ring, flags);
-}
-
-/* ---------------------------------------------------------------- syscall() */
-
-#ifndef FUTEX_CMD_MASK
-#define FUTEX_CMD_MASK ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME)
-#endif
-
-static long futex_v(long a[6]) {
-    int op = (int)a[1];
-    int cmd = op & FUTEX_CMD_MASK;
-    const struct timespec *tmo = (const struct timespec *)a[3];
-    /* Only the wait commands carry a timespec in the fourth argument; for the
-       others (FUTEX_WAKE, FUTEX_REQUEUE, ...) it is a count or garbage, and
-       must not be read. */
-    if ((cmd != FUTEX_WAIT && cmd != FUTEX_WAIT_BITSET) || tmo == NULL || !valid_ts(tmo))
-        return r_syscall(SYS_futex, a[0], a[1], a[2], a[3], a[4], a[5]);
-    /* FUTEX_WAIT's timeout is relative (on CLOCK_MONOTONIC); FUTEX_WAIT_BITSET's is
-       absolute on CLOCK_MONOTONIC, or CLOCK_REALTIME with FUTEX_CLOCK_REALTIME. */
-    clockid_t clk = (cmd == FUTEX_WAIT_BITSET && (op & FUTEX_CLOCK_REALTIME)) ? CLOCK_REALTIME : CLOCK_MONOTONIC;
-    int64_t vdl = cmd == FUTEX_WAIT ? vdeadline_rel(ts2ns(tmo)) : ts2ns(tmo);
-    for (;;) {
-        int64_t sl = next_slice(clk, vdl);
-        if (sl == 0) {
-            errno = ETIMEDOUT;
-            return -1;
-        }
-        struct timespec t;
-        if (cmd == FUTEX_WAIT) {
-            t = ns2ts(sl);
-        } else {
-            r_clock_gettime(clk, &t);
-            t = ns2ts(ts2ns(&t) + sl);
-        }
-        long rc = r_syscall(SYS_futex, a[0], a[1], a[2], (long)&t, a[4], a[5]);
-        if (rc != -1 || errno != ETIMEDOUT)
-            return rc;
-    }
-}
-
-static int errno_result(int e) {
-    if (e == 0)
-        return 0;
-    errno = e;
-    return -1;
-}
-
-/*
- * Stable Rust cannot define a variadic function, which is why this part of
- * the shim must be C. Reading six arguments whatever the call passed is what
- * glibc's own syscall() does.
- */
-EXPORT long syscall(long nr, ...) {
-    va_list ap;
-    long a[6];
-    va_start(ap, nr);
-    for (int i = 0; i < 6; i++)
-        a[i] = va_arg(ap, long);
-    va_end(ap);
-    ensure();
-    if (rec != NULL) {
-        switch (nr) {
-        case SYS_futex:
-            return futex_v(a);
-        case SYS_clock_gettime:
-            return clock_gettime((clockid_t)a[0], (struct timespec *)a[1]);
-        case SYS_gettimeofday:
-            return gettimeofday((struct timeval *)a[0], (void *)a[1]);
-#ifdef SYS_time
-        case SYS_time:
-            return (long)time((time_t *)a[0]);
-#endif
-        case SYS_nanosleep:
-            return nanosleep((const struct timespec *)a[0], (struct timespec *)a[1]);
-        case SYS_clock_nanosleep:
-            return errno_result(clock_nanosleep((clockid_t)a[0], (int)a[1], (const struct timespec *)a[2],
-                                                (struct timespec *)a[3]));
-#ifdef SYS_io_uring_setup
-        case SYS_io_uring_setup:
-            warn_once(&uring_warned, uring_msg);
-            break;
-#endif
-        default:
-            break;
-        }
-    }
-    return r_syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
-}

@@ -68,6 +68,7 @@ const CK_PORT: u16 = 4710;
 const T: Duration = Duration::from_secs(30);
 
 fn main() -> ExitCode {
+    netlab::log::init_plain();
     let args = Args::parse();
     match oskit::signal::flag_on(&[libc::SIGINT, libc::SIGTERM], oskit::signal::Second::Ignore) {
         Ok(flag) => {
@@ -370,6 +371,8 @@ fn run(a: Args) -> Result<(), String> {
                 reflector_cpus: None,
                 netdev_backlog: None,
                 rps_cpus: None,
+                client_addresses: None,
+                reflector_discard: vec![],
             },
             &STOP,
         )?;

@@ -345,6 +345,7 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn main() -> ExitCode {
+    netlab::log::init_plain();
     let a = Args::parse();
     if a.senders == 0 || a.rate == 0 || a.secs.is_nan() || a.secs <= 0.0 || a.repeat == 0 || a.size == 0 {
         eprintln!("client-bench: --senders, --rate, --secs, --repeat and --size must be positive");

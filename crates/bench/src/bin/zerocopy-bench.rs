@@ -83,6 +83,8 @@ fn lab(stop: &AtomicBool) -> Result<VethLab, String> {
             reflector_cpus: None,
             netdev_backlog: None,
             rps_cpus: None,
+            client_addresses: None,
+            reflector_discard: vec![],
         },
         stop,
     )?;
@@ -184,6 +186,7 @@ fn measure(mode: Mode, size: usize, secs: f64, stop: &AtomicBool) -> Result<Run,
 }
 
 fn main() -> ExitCode {
+    netlab::log::init_plain();
     let args = Args::parse();
     if let Some(s) = args.sizes.iter().find(|s| **s == 0 || **s > 65_000) {
         eprintln!("zerocopy-bench: --sizes {s}: each size must be 1 to 65000 bytes");

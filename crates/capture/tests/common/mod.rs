@@ -80,11 +80,7 @@ impl Lab {
 
     /// The XDP program attached to `ifname` in `ns`, as `ip -d link` shows it.
     pub fn xdp_program(&self, ns: &str, ifname: &str) -> Option<String> {
-        let out = self.exec_ok(ns, &["ip", "-d", "link", "show", "dev", ifname]);
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .find(|l| l.trim_start().starts_with("prog/xdp"))
-            .map(|l| l.trim().to_string())
+        oskit::testing::xdp_program(ns, ifname)
     }
 
     /// `args` (a program and its arguments) to run in namespace `ns`.

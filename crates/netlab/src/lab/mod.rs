@@ -17,7 +17,6 @@ use crate::apply::{apply, ApplyCtx, ApplyMode};
 use crate::error::LabError;
 use crate::model::{NodeKind, Topology};
 use crate::plan::{build_plan, DelayBackend, Dilation, Naming, Plan, PlanOptions, NS_PREFIX};
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -146,7 +145,7 @@ pub struct LabOptions {
     pub ecmp_seed: Option<u32>,
     /// The netlab binary, for delay-line processes.
     pub exe: PathBuf,
-    /// Print progress and choices on stderr.
+    /// Log progress and choices (through `tracing`: the binary's subscriber shows them).
     pub verbose: bool,
     pub state_dir: PathBuf,
     /// Raise `net.core.netdev_max_backlog` to at least this (in-kernel
@@ -314,14 +313,12 @@ impl Lab {
         let t0 = Instant::now();
         let mut last = Instant::now();
         let verbose = opts.verbose;
+        // A line every few seconds on a long build, and one at the end: the
+        // caller's subscriber decides where (and whether) it shows.
         let mut progress = |done: usize, total: usize| {
-            if verbose && (last.elapsed() > Duration::from_millis(500) || done == total) {
+            if verbose && (last.elapsed() > Duration::from_secs(2) || done == total) {
                 last = Instant::now();
-                eprint!("\rnetlab: building {}: {done}/{total} operations", lab_label(&run_id));
-                if done == total {
-                    eprintln!();
-                }
-                let _ = std::io::stderr().flush();
+                tracing::info!("netlab: building {}: {done}/{total} operations", lab_label(&run_id));
             }
         };
         let clock = lab.state.clock.clone();

@@ -2,16 +2,14 @@
 //! receivers of each implementation (reflector members with real tokens,
 //! raw-loop receivers, multicast group members).
 
-use bench::lab::{sh, VethLab, VethLabOptions};
+use bench::lab::{ClientAddresses, VethLab, VethLabOptions};
 use netlab::model::CpuList;
 use oskit::netns::NetNs;
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::blocking;
 use reflector_proto::client::{Config as ClientConfig, JoinRequest, Session};
 use reflector_proto::protocol::SessionKeys;
-use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
-use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
@@ -20,36 +18,14 @@ pub(crate) const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 210, 0, 2);
 /// Every member has an address of its own, as game clients do (so each copy
 /// changes the destination address and its checksums, not only the port):
 /// member `i`'s is 10.211.(i / 250).(1 + i % 250), routed over the veth.
-pub(crate) const MEMBER_NET: &str = "10.211.0.0/16";
+pub(crate) const MEMBER_NET: (Ipv4Addr, u8) = (Ipv4Addr::new(10, 211, 0, 0), 16);
 
 pub(crate) fn member_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 211, (i / 250) as u8, (1 + i % 250) as u8)
 }
 
-/// Runs `ip -n NS -batch -` with `commands`, one per line.
-pub(crate) fn ip_batch(ns: &str, commands: &str) -> Result<(), String> {
-    let mut child = Command::new("ip")
-        .args(["-n", ns, "-batch", "-"])
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot run ip: {e}"))?;
-    child
-        .stdin
-        .take()
-        .ok_or("ip has no stdin")?
-        .write_all(commands.as_bytes())
-        .map_err(|e| format!("ip -batch: {e}"))?;
-    let out = child.wait_with_output().map_err(|e| format!("ip -batch: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "ip -n {ns} -batch failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(())
-}
+/// The reflector host's device that frees what the egress sink counted.
+pub(crate) const SINK_DEVICE: &str = "sinkd";
 pub(crate) const MCAST: Ipv4Addr = Ipv4Addr::new(239, 210, 0, 1);
 pub(crate) const PORT: u16 = 4600;
 
@@ -91,6 +67,16 @@ impl Lab {
                 reflector_cpus: Some(cpu.to_string()),
                 netdev_backlog: Some(BACKLOG),
                 rps_cpus,
+                // Member addresses on the clients' side; on the reflector's
+                // a route to them and static neighbours (the clients' MAC).
+                client_addresses: Some(ClientAddresses {
+                    net: MEMBER_NET.0,
+                    prefix: MEMBER_NET.1,
+                    addrs: (0..members).map(member_ip).collect(),
+                }),
+                // Where the egress sink sends what it counted: a device that
+                // frees it at once.
+                reflector_discard: vec![SINK_DEVICE.into()],
             },
             stop,
         )?;
@@ -100,28 +86,6 @@ impl Lab {
                 veth.reflector_ip, veth.client_ip
             ));
         }
-        let r = veth.r.clone();
-        let (r_dev, c_dev) = (&veth.r_dev, &veth.c_dev);
-        let client_mac = VethLab::mac_of(CLIENT_IP);
-        // Member addresses on the clients' side, a route and static
-        // neighbours (the clients' MAC) on the reflector's.
-        let mut on_c = String::new();
-        let mut on_r = format!("route add {MEMBER_NET} dev {r_dev}\n");
-        for i in 0..members {
-            let ip = member_ip(i);
-            on_c.push_str(&format!("addr add {ip}/32 dev {c_dev}\n"));
-            on_r.push_str(&format!(
-                "neigh replace {ip} lladdr {client_mac} dev {r_dev} nud permanent\n"
-            ));
-        }
-        ip_batch(&veth.c, &on_c)?;
-        ip_batch(&r, &on_r)?;
-        // Where the egress sink sends what it counted: a veth whose peer is
-        // down, which frees it at once (this kernel has no dummy device).
-        sh(&[
-            "ip", "-n", &r, "link", "add", "sinkd", "type", "veth", "peer", "name", "sinkp",
-        ])?;
-        sh(&["ip", "-n", &r, "link", "set", "sinkd", "up"])?;
         Ok(Lab { veth })
     }
 

@@ -199,6 +199,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    netlab::log::init_plain();
     let cli = Cli::parse();
     let r = match cli.command {
         Some(Cmd::McastRelay { bind, group, ifaddr }) => mcast_relay(bind, group, ifaddr),
@@ -459,7 +460,13 @@ fn bench(a: Args) -> Result<(), String> {
     // The sender's short sleeps while its window is full end on time (the
     // default slack is 50 us).
     let _ = nix::sys::prctl::set_timerslack(1_000);
-    let lab = Lab::new(a.receivers.iter().max().map_or(0, |r| r + 1), cpu, !a.no_rps, &STOP)?;
+    let members = a.receivers.iter().max().map_or(0, |r| r + 1);
+    let lab_start = Instant::now();
+    let lab = Lab::new(members, cpu, !a.no_rps, &STOP)?;
+    eprintln!(
+        "lab for {members} members up in {:.2} s",
+        lab_start.elapsed().as_secs_f64()
+    );
     let at = Place {
         lab: &lab,
         cpu,

@@ -1,7 +1,7 @@
 //! One run of one implementation: the paced delivery phase and the
 //! saturated CPU phase, with the kernel counters that check them.
 
-use crate::lab::{Clients, Lab, Sender};
+use crate::lab::{Clients, Lab, Sender, SINK_DEVICE};
 use crate::{stopped, Args, STOP};
 
 use bench::sink::Sink;
@@ -206,7 +206,7 @@ pub(crate) fn one_run(
     } else {
         let rns = Lab::ns(&lab.veth.r)?;
         let sink = rns
-            .run(|| Sink::attach(&lab.veth.r_dev, Some("sinkd")))
+            .run(|| Sink::attach(&lab.veth.r_dev, Some(SINK_DEVICE)))
             .map_err(|e| e.to_string())??;
         measured_phase(at, &mut cl.sender, size, r, a.seconds, &mut Copies::Sink(&sink))?
     };
