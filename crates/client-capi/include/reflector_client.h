@@ -31,9 +31,10 @@
  * functions, `rc_set_position`, `rc_sending_group`, `rc_member_groups`,
  * `RC_EVENT_MOVED`, `RC_EVENT_LEFT_GROUP`, `rc_event.from_group`,
  * `RC_ERR_WRONG_STATE`, and the group in `RC_EVENT_REJOINING` and
- * `RC_EVENT_RENEWED`.
+ * `RC_EVENT_RENEWED`. 1.3 added an area's tokens handed in by the game:
+ * `rc_area_add_token`, `rc_set_area` and `RC_MAX_AREA_TOKENS`.
  */
-#define REFLECTOR_C_VERSION_MINOR 2
+#define REFLECTOR_C_VERSION_MINOR 3
 
 /**
  * Bytes of a reflector token.
@@ -61,6 +62,13 @@
  * Live config handles at once, per process. (Since 1.2.)
  */
 #define RC_MAX_CONFIGS 1024
+
+/**
+ * Tokens of one area handed in at once: the player's cell and the 24
+ * around it (an area of radius 2, the largest a control server grants).
+ * (Since 1.3.)
+ */
+#define RC_MAX_AREA_TOKENS 25
 
 /**
  * What an `rc_checkpoint_event` is. (Since 1.1.)
@@ -631,6 +639,36 @@ rc_status rc_set_token(rc_handle h,
                        uint16_t group,
                        const char *reflector,
                        uint64_t expires_unix_s);
+
+/**
+ * Adds one token to the area the game hands in (its backend fetched the
+ * area's tokens, `GET /join?...&area=R`): the first one added is the
+ * player's own cell (where `rc_send` goes), then the other groups of the
+ * area, nearest first; arguments as `rc_client_new_with_token`. Nothing
+ * changes until `rc_set_area`. At most `RC_MAX_AREA_TOKENS`, all for one
+ * player, each group once; a refused token (any error) empties the area
+ * being added, so the game adds it again from its first token. (Since
+ * 1.3.)
+ */
+rc_status rc_area_add_token(rc_handle h,
+                            const uint8_t *token,
+                            size_t token_len,
+                            const uint8_t *session_key,
+                            size_t session_key_len,
+                            uint32_t player,
+                            uint16_t group,
+                            const char *reflector,
+                            uint64_t expires_unix_s);
+
+/**
+ * Hands in the area added by `rc_area_add_token` since the last call:
+ * groups held that are still in it are renewed, new ones joined, and the
+ * others left once the new ones are members (make-before-break:
+ * `RC_EVENT_MOVED` when sends switch to the new cell, `RC_EVENT_LEFT_GROUP`
+ * for each group left). The added tokens are used up whatever the result;
+ * `RC_ERR_WRONG_STATE` if none was added. (Since 1.3.)
+ */
+rc_status rc_set_area(rc_handle h);
 
 /**
  * A new local socket (as after a network change); the membership moves

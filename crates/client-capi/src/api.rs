@@ -6,8 +6,8 @@
 use crate::handles::{lock, HandleError, Table};
 use crate::types::*;
 use reflector_client::{
-    CheckpointError, CheckpointEvent, CheckpointOp, Client, Config, ControlServer, Error, Event, RejoinReason,
-    SendError, Token, TokenSource,
+    AreaTokens, CheckpointError, CheckpointEvent, CheckpointOp, Client, Config, ControlServer, Error, Event,
+    RejoinReason, SendError, Token, TokenSource,
 };
 use std::cell::RefCell;
 use std::sync::{Mutex, OnceLock};
@@ -26,6 +26,9 @@ pub struct Entry {
     fetched: Option<Fetched>,
     /// It asks the control server (so `rc_set_position` applies).
     control: bool,
+    /// An area's tokens added by `rc_area_add_token`, waiting for
+    /// `rc_set_area`: the player's cell first.
+    area: Vec<Token>,
 }
 
 struct Fetched {
@@ -169,6 +172,7 @@ fn start(cfg: Config) -> Res<rc_handle> {
         client,
         fetched: None,
         control,
+        area: Vec::new(),
     });
     inserted.map_err(|e| bad_handle(0, e))
 }
@@ -514,6 +518,69 @@ pub fn leave(h: rc_handle) -> Res<()> {
 pub fn set_token(h: rc_handle, p: &TokenParts<'_>) -> Res<()> {
     let t = token(p)?;
     with(h, |c| c.set_token(t).map_err(|e| client_error(&e)))
+}
+
+/// Adds one token to the area being handed in (`rc_area_add_token`). A
+/// refused token empties the area being added: the game starts it again,
+/// and a half-added area is never handed in by mistake.
+pub fn area_add_token(h: rc_handle, p: &TokenParts<'_>) -> Res<()> {
+    with_entry(h, |e| {
+        let added = check_area_token(&e.area, p);
+        match added {
+            Ok(t) => {
+                e.area.push(t);
+                Ok(())
+            }
+            Err(status) => {
+                e.area.clear();
+                Err(status)
+            }
+        }
+    })
+}
+
+fn check_area_token(area: &[Token], p: &TokenParts<'_>) -> Res<Token> {
+    let t = token(p)?;
+    let invalid = |m: String| fail(rc_status::RC_ERR_INVALID_ARGUMENT, m);
+    if area.len() >= RC_MAX_AREA_TOKENS {
+        return Err(invalid(format!(
+            "an area has at most {RC_MAX_AREA_TOKENS} tokens; the area being added was dropped"
+        )));
+    }
+    if let Some(first) = area.first() {
+        if first.player != t.player {
+            return Err(invalid(format!(
+                "the area's tokens are for player {}, this one for {}; the area being added was dropped",
+                first.player, t.player
+            )));
+        }
+    }
+    if area.iter().any(|a| a.group == t.group && a.reflector == t.reflector) {
+        return Err(invalid(format!(
+            "group {} at {} is in the area already; the area being added was dropped",
+            t.group, t.reflector
+        )));
+    }
+    Ok(t)
+}
+
+/// Hands in the tokens added since the last call (`rc_set_area`); they are
+/// taken whatever the outcome.
+pub fn set_area(h: rc_handle) -> Res<()> {
+    with_entry(h, |e| {
+        let mut tokens = std::mem::take(&mut e.area).into_iter();
+        let Some(cell) = tokens.next() else {
+            return Err(fail(
+                rc_status::RC_ERR_WRONG_STATE,
+                "no token was added since the last rc_set_area (rc_area_add_token first)",
+            ));
+        };
+        let area = AreaTokens {
+            cell,
+            area: tokens.collect(),
+        };
+        e.client.set_area_tokens(area).map_err(|err| client_error(&err))
+    })
 }
 
 pub fn rebind(h: rc_handle) -> Res<()> {

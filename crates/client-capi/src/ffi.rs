@@ -403,6 +403,53 @@ pub unsafe extern "C" fn rc_set_token(
     })
 }
 
+/// Adds one token to the area the game hands in (its backend fetched the
+/// area's tokens, `GET /join?...&area=R`): the first one added is the
+/// player's own cell (where `rc_send` goes), then the other groups of the
+/// area, nearest first; arguments as `rc_client_new_with_token`. Nothing
+/// changes until `rc_set_area`. At most `RC_MAX_AREA_TOKENS`, all for one
+/// player, each group once; a refused token (any error) empties the area
+/// being added, so the game adds it again from its first token. (Since
+/// 1.3.)
+#[no_mangle]
+pub unsafe extern "C" fn rc_area_add_token(
+    h: rc_handle,
+    token: *const u8,
+    token_len: usize,
+    session_key: *const u8,
+    session_key_len: usize,
+    player: u32,
+    group: u16,
+    reflector: *const c_char,
+    expires_unix_s: u64,
+) -> rc_status {
+    call(|| {
+        // SAFETY: each pointer as the header says, checked for NULL.
+        let p = unsafe {
+            TokenParts {
+                token: bytes(token, token_len, "token")?,
+                session_key: bytes(session_key, session_key_len, "session_key")?,
+                player,
+                group,
+                reflector: text(reflector, "reflector")?,
+                expires_unix_s,
+            }
+        };
+        done(api::area_add_token(h, &p))
+    })
+}
+
+/// Hands in the area added by `rc_area_add_token` since the last call:
+/// groups held that are still in it are renewed, new ones joined, and the
+/// others left once the new ones are members (make-before-break:
+/// `RC_EVENT_MOVED` when sends switch to the new cell, `RC_EVENT_LEFT_GROUP`
+/// for each group left). The added tokens are used up whatever the result;
+/// `RC_ERR_WRONG_STATE` if none was added. (Since 1.3.)
+#[no_mangle]
+pub extern "C" fn rc_set_area(h: rc_handle) -> rc_status {
+    call(|| done(api::set_area(h)))
+}
+
 /// A new local socket (as after a network change); the membership moves
 /// to it.
 #[no_mangle]

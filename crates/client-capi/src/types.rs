@@ -22,8 +22,9 @@ pub const REFLECTOR_C_VERSION_MAJOR: u32 = 1;
 /// functions, `rc_set_position`, `rc_sending_group`, `rc_member_groups`,
 /// `RC_EVENT_MOVED`, `RC_EVENT_LEFT_GROUP`, `rc_event.from_group`,
 /// `RC_ERR_WRONG_STATE`, and the group in `RC_EVENT_REJOINING` and
-/// `RC_EVENT_RENEWED`.
-pub const REFLECTOR_C_VERSION_MINOR: u32 = 2;
+/// `RC_EVENT_RENEWED`. 1.3 added an area's tokens handed in by the game:
+/// `rc_area_add_token`, `rc_set_area` and `RC_MAX_AREA_TOKENS`.
+pub const REFLECTOR_C_VERSION_MINOR: u32 = 3;
 
 /// Bytes of a reflector token.
 pub const RC_TOKEN_LEN: usize = 32;
@@ -39,6 +40,11 @@ pub const RC_MAX_CLIENTS: usize = 4096;
 
 /// Live config handles at once, per process. (Since 1.2.)
 pub const RC_MAX_CONFIGS: usize = 1024;
+
+/// Tokens of one area handed in at once: the player's cell and the 24
+/// around it (an area of radius 2, the largest a control server grants).
+/// (Since 1.3.)
+pub const RC_MAX_AREA_TOKENS: usize = 25;
 
 const _: () = assert!(RC_TOKEN_LEN == reflector_proto::auth::TOKEN_LEN);
 const _: () = assert!(RC_SESSION_KEY_LEN == reflector_proto::protocol::SESSION_KEY_LEN);

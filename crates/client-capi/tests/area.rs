@@ -4,13 +4,14 @@
 //! `rc_set_position`'s refusals, the events' C form (MOVED, LEFT_GROUP, and
 //! the group of REJOINING and RENEWED), and a client of radius 1 made from
 //! a config whose first control server is down: it fails over, holds both
-//! groups of its area, moves make-before-break, and reports it.
+//! groups of its area, moves make-before-break, and reports it. Then
+//! (1.3) an area's tokens handed in by the game, with the same moves.
 
 #![allow(unsafe_code, reason = "calls the C ABI's entry points as C would")]
 
 mod common;
 
-use common::{area_control_server, centre, down_url, mint, Reflector};
+use common::{area_control_server, centre, down_url, mint, mint_for, Minted, Reflector};
 use reflector_c::api::{self, TokenParts};
 use reflector_c::ffi::*;
 use reflector_c::types::*;
@@ -305,4 +306,140 @@ fn an_area_client_from_a_config_fails_over_holds_its_area_and_moves() {
     assert_eq!(rc_free(h), rc_status::RC_OK);
     r.stop();
     assert_eq!(control.stop(), 2, "both requests reached the fallback");
+}
+
+/// Adds `m` to the area being handed in to `h` (each group is a port of
+/// the test's reflector on loopback).
+fn add(h: rc_handle, m: &Minted) -> rc_status {
+    let reflector = c(&format!("127.0.0.1:{}", m.group));
+    // SAFETY: buffers of the lengths given and a NUL-terminated string.
+    unsafe {
+        rc_area_add_token(
+            h,
+            m.token.as_ptr(),
+            m.token.len(),
+            m.session_key.as_ptr(),
+            m.session_key.len(),
+            m.player,
+            m.group,
+            reflector.as_ptr(),
+            m.expires_unix_s,
+        )
+    }
+}
+
+#[test]
+fn an_area_handed_in_is_joined_and_moved_make_before_break() {
+    let r = Reflector::start_groups(3);
+    let ports = r.ports();
+    let at = format!("127.0.0.1:{}", ports[0]);
+    let first = mint_for(9, ports[0]);
+    let h = api::new_with_token(
+        &TokenParts {
+            token: &first.token,
+            session_key: &first.session_key,
+            player: 9,
+            group: ports[0],
+            reflector: &at,
+            expires_unix_s: first.expires_unix_s,
+        },
+        Some("127.0.0.1:0"),
+    )
+    .expect("a client starts");
+    let mut ev = Vec::new();
+    pump(h, Duration::from_secs(10), &mut ev, |_| rc_is_member(h) == 1);
+
+    // Refusals, each leaving what was added as it was.
+    assert_eq!(rc_set_area(h), rc_status::RC_ERR_WRONG_STATE);
+    assert!(last_error().contains("no token was added"), "{}", last_error());
+    // A refused token drops what was added: nothing is half handed in.
+    assert_eq!(add(h, &first), rc_status::RC_OK, "{}", last_error());
+    assert_eq!(add(h, &first), rc_status::RC_ERR_INVALID_ARGUMENT);
+    assert!(last_error().contains("in the area already"), "{}", last_error());
+    assert_eq!(rc_set_area(h), rc_status::RC_ERR_WRONG_STATE);
+    assert_eq!(add(h, &first), rc_status::RC_OK, "{}", last_error());
+    assert_eq!(add(h, &mint_for(10, ports[1])), rc_status::RC_ERR_INVALID_ARGUMENT);
+    assert!(last_error().contains("for player 9"), "{}", last_error());
+    assert_eq!(rc_set_area(h), rc_status::RC_ERR_WRONG_STATE);
+    assert_eq!(add(h, &first), rc_status::RC_OK, "{}", last_error());
+    let short = mint_for(9, ports[1]);
+    let reflector = c(&format!("127.0.0.1:{}", ports[1]));
+    // SAFETY: a 5-byte key said to be 5 bytes (the check under test).
+    let st = unsafe {
+        rc_area_add_token(
+            h,
+            short.token.as_ptr(),
+            short.token.len(),
+            short.session_key.as_ptr(),
+            5,
+            9,
+            ports[1],
+            reflector.as_ptr(),
+            short.expires_unix_s,
+        )
+    };
+    assert_eq!(st, rc_status::RC_ERR_INVALID_ARGUMENT);
+    assert!(last_error().contains("session key is 5 bytes"), "{}", last_error());
+    assert_eq!(rc_set_area(h), rc_status::RC_ERR_WRONG_STATE);
+    // At most RC_MAX_AREA_TOKENS (groups that are never joined: the area
+    // is dropped at the one too many).
+    for g in 0..RC_MAX_AREA_TOKENS as u16 {
+        assert_eq!(add(h, &mint_for(9, 20_000 + g)), rc_status::RC_OK, "{}", last_error());
+    }
+    assert_eq!(add(h, &mint_for(9, 21_000)), rc_status::RC_ERR_INVALID_ARGUMENT);
+    assert!(last_error().contains("at most 25 tokens"), "{}", last_error());
+    assert_eq!(rc_set_area(h), rc_status::RC_ERR_WRONG_STATE);
+    assert_eq!(add(9, &first), rc_status::RC_ERR_BAD_HANDLE);
+    // The area as it stands, then used up: the next one starts empty.
+    assert_eq!(add(h, &first), rc_status::RC_OK, "{}", last_error());
+    assert_eq!(rc_set_area(h), rc_status::RC_OK, "{}", last_error());
+    assert_eq!(rc_set_area(h), rc_status::RC_ERR_WRONG_STATE);
+
+    // The cell (port 0) and one neighbour (port 1).
+    let mut ev = Vec::new();
+    for (g, m) in [(0, &first), (1, &mint_for(9, ports[1]))] {
+        assert_eq!(add(h, m), rc_status::RC_OK, "group {g}: {}", last_error());
+    }
+    assert_eq!(rc_set_area(h), rc_status::RC_OK, "{}", last_error());
+    let both = {
+        let mut g = vec![ports[0], ports[1]];
+        g.sort_unstable();
+        g
+    };
+    pump(h, Duration::from_secs(10), &mut ev, |_| member_groups(h) == both);
+    assert_eq!(sending_group(h), Some(ports[0]));
+
+    // Moved: the cell is port 2, port 1 stays, port 0 is left only after
+    // port 2 is a member.
+    let mut ev = Vec::new();
+    for m in [mint_for(9, ports[2]), mint_for(9, ports[1])] {
+        assert_eq!(add(h, &m), rc_status::RC_OK, "{}", last_error());
+    }
+    assert_eq!(rc_set_area(h), rc_status::RC_OK, "{}", last_error());
+    pump(h, Duration::from_secs(10), &mut ev, |ev| {
+        ev.iter().any(|e| e.kind == rc_event_kind::RC_EVENT_LEFT_GROUP)
+    });
+    let joined = ev
+        .iter()
+        .position(|e| e.kind == rc_event_kind::RC_EVENT_JOINED && e.group == ports[2])
+        .expect("port 2 joined");
+    let moved = ev
+        .iter()
+        .position(|e| e.kind == rc_event_kind::RC_EVENT_MOVED)
+        .expect("sends moved");
+    let left = ev
+        .iter()
+        .position(|e| e.kind == rc_event_kind::RC_EVENT_LEFT_GROUP)
+        .expect("port 0 left");
+    assert_eq!((ev[moved].from_group, ev[moved].group), (ports[0], ports[2]), "{ev:?}");
+    assert_eq!(ev[left].group, ports[0]);
+    assert!(joined < left, "make-before-break: {ev:?}");
+    let mut second = vec![ports[1], ports[2]];
+    second.sort_unstable();
+    assert_eq!(member_groups(h), second);
+    assert_eq!(sending_group(h), Some(ports[2]));
+    assert_eq!(rc_free(h), rc_status::RC_OK);
+    // A freed handle takes no token.
+    assert_eq!(add(h, &first), rc_status::RC_ERR_BAD_HANDLE);
+    r.stop();
 }

@@ -99,11 +99,14 @@ fn header_declares_every_entry_point() {
         "rc_set_position",
         "rc_sending_group",
         "rc_member_groups",
+        "rc_area_add_token",
+        "rc_set_area",
     ] {
         assert!(h.contains(&format!(" {f}(")), "{f} missing from the header");
     }
     assert!(h.contains("#define REFLECTOR_C_VERSION_MAJOR 1"));
-    assert!(h.contains("#define REFLECTOR_C_VERSION_MINOR 2"));
+    assert!(h.contains("#define REFLECTOR_C_VERSION_MINOR 3"));
+    assert!(h.contains("#define RC_MAX_AREA_TOKENS 25"));
     assert!(h.contains("RC_ERR_BUFFER_TOO_SMALL = -12"));
     assert!(h.contains("RC_CHECKPOINT_READY = 3"));
     // 1.2's additions, numbered after 1.1's (which keep theirs).

@@ -60,3 +60,54 @@ except rc.ReflectorError as e:
     assert!(out.contains("refused -2 the token is 5 bytes; it must be 32"), "{out}");
     assert!(out.contains("double free -3"), "{out}");
 }
+
+/// An area's tokens handed in from Python (1.3): the client joins both
+/// groups and sends to the first (its cell); a token refused on the way
+/// raises with the library's message and hands nothing in.
+#[test]
+fn python_hands_in_an_area() {
+    let Some(python) = tool("python3") else { return };
+    let r = common::Reflector::start_groups(2);
+    let ports = r.ports();
+    let specs: Vec<String> = ports.iter().map(|&g| common::mint_for(31, g).spec()).collect();
+    let script = r#"
+import sys, time
+import reflector_client as rc
+lib = rc.load()
+def token(spec):
+    player, group, expires, t, k = spec.split(":")
+    return (bytes.fromhex(t), bytes.fromhex(k), int(player), int(group), "127.0.0.1:" + group, int(expires))
+cell, other = token(sys.argv[1]), token(sys.argv[2])
+c = rc.Client.with_token(lib, *cell, local="127.0.0.1:0")
+try:
+    c.set_area([cell, cell])
+    raise SystemExit("a group twice was taken")
+except rc.ReflectorError as e:
+    print("refused", e.code, e.message)
+c.set_area([cell, other])
+deadline = time.time() + 10
+while c.member_groups() != sorted([cell[3], other[3]]):
+    if time.time() > deadline:
+        raise SystemExit("not a member of both groups: %r" % c.member_groups())
+    c.update()
+    c.events()
+    time.sleep(0.001)
+print("members of", c.member_groups(), "sending to", c.sending_group())
+c.close()
+"#;
+    let mut cmd = Command::new(python);
+    cmd.current_dir(crate_dir().join("bindings/python"))
+        .env("REFLECTOR_C_LIB", lib_dir().join("libreflector_c.so"))
+        .args(["-c", script, &specs[0], &specs[1]]);
+    let (out, err, ok) = run(cmd, Duration::from_secs(30));
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("refused -2 group"), "{out}");
+    assert!(out.contains("is in the area already"), "{out}");
+    let mut both = ports.clone();
+    both.sort_unstable();
+    assert!(
+        out.contains(&format!("members of {both:?} sending to {}", ports[0])),
+        "{out}"
+    );
+    r.stop();
+}

@@ -178,6 +178,8 @@ namespace Reflector
         public const int VersionMajor = 1;
         /// <summary>The minor version areas of interest came with.</summary>
         public const int VersionMinorAreas = 2;
+        /// <summary>An area's tokens handed in (rc_area_add_token, rc_set_area) came with 1.3.</summary>
+        public const int VersionMinorHandedAreas = 3;
         public const int TokenLen = 32;
         public const int SessionKeyLen = 32;
         public const int MaxPayload = 1440;
@@ -226,6 +228,16 @@ namespace Reflector
         [DllImport(Lib)] public static extern Status rc_client_new_from_config(ulong config, out ulong handle);
         [DllImport(Lib)] public static extern Status rc_config_free(ulong config);
         [DllImport(Lib)] public static extern Status rc_set_position(ulong h, double x, double y);
+
+        [DllImport(Lib)]
+        public static extern Status rc_set_token(ulong h, byte[] token, UIntPtr tokenLen, byte[] sessionKey,
+            UIntPtr sessionKeyLen, uint player, ushort group, byte[] reflector, ulong expiresUnixS);
+
+        [DllImport(Lib)]
+        public static extern Status rc_area_add_token(ulong h, byte[] token, UIntPtr tokenLen, byte[] sessionKey,
+            UIntPtr sessionKeyLen, uint player, ushort group, byte[] reflector, ulong expiresUnixS);
+
+        [DllImport(Lib)] public static extern Status rc_set_area(ulong h);
         [DllImport(Lib)] public static extern Status rc_sending_group(ulong h, out ushort group);
 
         [DllImport(Lib)]
@@ -390,6 +402,37 @@ namespace Reflector
         public void Leave()
         {
             Native.Check(Native.rc_leave(Handle));
+        }
+
+        /// <summary>Hands in a new token (after EventKind.TokenNeeded, or to move to
+        /// another group); arguments as WithToken.</summary>
+        public void SetToken(byte[] token, byte[] sessionKey, uint player, ushort group, string reflector,
+            ulong expiresUnixS)
+        {
+            Native.Check(Native.rc_set_token(Handle, token, (UIntPtr)token.Length, sessionKey,
+                (UIntPtr)sessionKey.Length, player, group, Native.Utf8(reflector), expiresUnixS));
+        }
+
+        /// <summary>Adds one token of an area the game's backend fetched
+        /// (GET /join?...&amp;area=R): the player's own cell first, then the other
+        /// groups of the area, nearest first; nothing changes until SetArea. A
+        /// refused token empties what was added. Library 1.3.</summary>
+        public void AddAreaToken(byte[] token, byte[] sessionKey, uint player, ushort group, string reflector,
+            ulong expiresUnixS)
+        {
+            Native.Need(Native.VersionMinorHandedAreas, "AddAreaToken");
+            Native.Check(Native.rc_area_add_token(Handle, token, (UIntPtr)token.Length, sessionKey,
+                (UIntPtr)sessionKey.Length, player, group, Native.Utf8(reflector), expiresUnixS));
+        }
+
+        /// <summary>Hands in the tokens added since the last call: groups held
+        /// that are still in the area are renewed, new ones joined, the others
+        /// left once the new ones are members (EventKind.Moved,
+        /// EventKind.LeftGroup). Library 1.3.</summary>
+        public void SetArea()
+        {
+            Native.Need(Native.VersionMinorHandedAreas, "SetArea");
+            Native.Check(Native.rc_set_area(Handle));
         }
 
         /// <summary>The player moved to (x, y): the area there is asked for (one

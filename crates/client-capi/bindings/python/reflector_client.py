@@ -38,6 +38,9 @@ REFLECTOR_C_VERSION_MAJOR = 1
 REFLECTOR_C_VERSION_MINOR_CHECKPOINTS = 1
 # Areas of interest (rc_config, rc_set_position, ...) came with 1.2.
 REFLECTOR_C_VERSION_MINOR_AREAS = 2
+# An area's tokens handed in (rc_area_add_token, rc_set_area) came with 1.3.
+REFLECTOR_C_VERSION_MINOR_HANDED_AREAS = 3
+RC_MAX_AREA_TOKENS = 25
 RC_TOKEN_LEN = 32
 RC_SESSION_KEY_LEN = 32
 RC_MAX_PAYLOAD = 1440
@@ -206,6 +209,7 @@ def load(path=None):
         "rc_max_payload": (ctypes.c_int64, [u64]),
         "rc_is_member": (ctypes.c_int, [u64]),
         "rc_leave": (ctypes.c_int, [u64]),
+        "rc_set_token": (ctypes.c_int, [u64, bytes_p, size, bytes_p, size, u32, u16, char_p, u64]),
         "rc_free": (ctypes.c_int, [u64]),
         "rc_poll_checkpoint": (ctypes.c_int, [u64, ctypes.POINTER(CheckpointEvent)]),
         "rc_provide_checkpoint": (ctypes.c_int, [u64, u64, bytes_p, size]),
@@ -228,6 +232,10 @@ def load(path=None):
         "rc_sending_group": (ctypes.c_int, [u64, ctypes.POINTER(u16)]),
         "rc_member_groups": (ctypes.c_int, [u64, ctypes.POINTER(u16), size, ctypes.POINTER(size)]),
     }
+    sigs_1_3 = {
+        "rc_area_add_token": (ctypes.c_int, [u64, bytes_p, size, bytes_p, size, u32, u16, char_p, u64]),
+        "rc_set_area": (ctypes.c_int, [u64]),
+    }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)
         f.restype, f.argtypes = res, args
@@ -236,6 +244,10 @@ def load(path=None):
         raise ReflectorError(-2, "library major version %d, this binding %d" % (major, REFLECTOR_C_VERSION_MAJOR))
     if minor(lib) >= REFLECTOR_C_VERSION_MINOR_AREAS:
         for name, (res, args) in sigs_1_2.items():
+            f = getattr(lib, name)
+            f.restype, f.argtypes = res, args
+    if minor(lib) >= REFLECTOR_C_VERSION_MINOR_HANDED_AREAS:
+        for name, (res, args) in sigs_1_3.items():
             f = getattr(lib, name)
             f.restype, f.argtypes = res, args
     return lib
@@ -354,6 +366,31 @@ class Client:
 
     def leave(self):
         _check(self._lib, self._lib.rc_leave(self.handle))
+
+    def set_token(self, token, session_key, player, group, reflector, expires_unix_s):
+        """Hands in a new token (after RC_EVENT_TOKEN_NEEDED, or to move to
+        another group); arguments as with_token."""
+        t, tl = _bytes(token)
+        k, kl = _bytes(session_key)
+        _check(self._lib, self._lib.rc_set_token(
+            self.handle, t, tl, k, kl, player, group, reflector.encode(), expires_unix_s))
+
+    def set_area(self, tokens):
+        """Hands in an area's tokens that the game's backend fetched
+        (GET /join?...&area=R): `tokens` is a list of (token, session_key,
+        player, group, reflector, expires_unix_s), the player's own cell
+        first, then the other groups of the area, nearest first (at most
+        RC_MAX_AREA_TOKENS). Groups held that are still in the area are
+        renewed, new ones joined, the others left once the new ones are
+        members (RC_EVENT_MOVED, RC_EVENT_LEFT_GROUP). Library 1.3."""
+        _need(self._lib, REFLECTOR_C_VERSION_MINOR_HANDED_AREAS, "set_area")
+        for token, session_key, player, group, reflector, expires_unix_s in tokens:
+            t, tl = _bytes(token)
+            k, kl = _bytes(session_key)
+            # A refused token empties what was added (the library's rule).
+            _check(self._lib, self._lib.rc_area_add_token(
+                self.handle, t, tl, k, kl, player, group, reflector.encode(), expires_unix_s))
+        _check(self._lib, self._lib.rc_set_area(self.handle))
 
     def set_position(self, x, y):
         """The player moved to (x, y): the area there is asked for (one

@@ -188,18 +188,23 @@ impl Minted {
 }
 
 pub fn mint(player: u32, r: &Reflector) -> Minted {
+    mint_for(player, r.group())
+}
+
+/// A token of `player` for `group` (any port of the test's reflector).
+pub fn mint_for(player: u32, group: u16) -> Minted {
     let secret = Secret::new(&SECRET).expect("a valid secret");
     let expires_unix_s = reflector_proto::unix_now_ms() / 1000 + 300;
     let token = TokenClaims {
         player,
         reflector: 0,
-        group: r.group(),
+        group,
         expires_unix_s,
     }
     .sign(&secret);
     Minted {
         player,
-        group: r.group(),
+        group,
         expires_unix_s,
         token,
         session_key: SessionKeys::derive(&secret, &token).session,
