@@ -1,0 +1,248 @@
+"""Areas of interest and sealed payloads (document sections Area of interest and Sealed payloads)."""
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import os
+import sys
+import struct
+
+from .common import *  # noqa: F401,F403
+
+class AreaSealedChecks:
+    """Methods of the checker (see check-vectors.py's Checker)."""
+
+    def check_areas(self):
+        """Area of interest: the covered cells are those within `radius` of
+        the center in both directions, inside the grid, the center left out,
+        ordered by ring (the larger of the two distances), then row, then
+        column; a cell is granted when its group is neither the center's nor
+        one granted before."""
+        G = "areas"
+        for _, what, a in self.entries(G, "areas", self.section_list("areas")):
+            try:
+                cols, rows = self.cell_pair(a.get("grid"), what + ".grid")
+                cx, cy = self.cell_pair(a.get("center"), what + ".center")
+                radius = as_int(a.get("radius"), what + ".radius")
+                groups = a.get("groups")
+                if not isinstance(groups, list) or len(groups) != cols * rows:
+                    raise Bad("%s.groups: not one group per cell of a %dx%d grid" % (what, cols, rows))
+                if not (cx < cols and cy < rows):
+                    raise Bad("%s.center: outside the grid" % what)
+                want_cells = [self.cell_pair(c, what + ".cells") for c in a.get("cells", [])]
+                want_granted = [self.cell_pair(c, what + ".granted") for c in a.get("granted", [])]
+            except Bad as ex:
+                self.r.fail(G, str(ex))
+                continue
+            covered = [(x, y)
+                       for y in range(max(0, cy - radius), min(rows - 1, cy + radius) + 1)
+                       for x in range(max(0, cx - radius), min(cols - 1, cx + radius) + 1)
+                       if (x, y) != (cx, cy)]
+            covered.sort(key=lambda c: (max(abs(c[0] - cx), abs(c[1] - cy)), c[1], c[0]))
+            group = lambda c: groups[c[1] * cols + c[0]]
+            seen = [group((cx, cy))]
+            granted = []
+            for c in covered:
+                if group(c) not in seen:
+                    seen.append(group(c))
+                    granted.append(c)
+            self.r.check(G, covered == want_cells,
+                         "%s: covered cells %s, the document's rule gives %s" % (what, want_cells, covered))
+            self.r.check(G, granted == want_granted,
+                         "%s: granted cells %s, the document's rule gives %s" % (what, want_granted, granted))
+
+    def cell_pair(self, v, what):
+        if not (isinstance(v, list) and len(v) == 2):
+            raise Bad("%s: not a pair [column, row]" % what)
+        return as_int(v[0], what), as_int(v[1], what)
+
+    # -- sealed payloads -----------------------------------------------------
+
+    def check_sealed(self):
+        """Sealed payloads: the cell ids, epoch keys, jitters and starts, the
+        sender keys, and every sealed DATA judged by the receiving steps with
+        exactly the epoch keys of `cells` held."""
+        G = "sealed"
+        sec = self.doc.get("sealed")
+        if not isinstance(sec, dict) or not sec:
+            return  # a missing or empty section already failed
+        for k in sec:
+            if k not in SEALED_KEYS:
+                self.r.fail(G, "AMBIGUOUS: sealed.%s is not described by the document; not checked" % k)
+        try:
+            master = hexbytes(sec.get("master_secret"), "sealed.master_secret")
+            world = sec.get("world")
+            if not isinstance(world, str):
+                raise Bad("sealed.world is not a string")
+            world_id = hexbytes(sec.get("world_id"), "sealed.world_id", 4)
+            length = as_int(sec.get("epoch_length_s"), "sealed.epoch_length_s")
+            jitter_bound = as_int(sec.get("jitter_bound_s"), "sealed.jitter_bound_s")
+        except Bad as e:
+            self.r.fail(G, str(e))
+            return
+        self.r.check(G, len(master) >= 32, "sealed.master_secret: %d bytes, at least 32" % len(master))
+        want_world = hashlib.sha256(b"reflector-world-v1" + world.encode("utf-8")).digest()[:4]
+        self.r.check(G, world_id == want_world, "sealed.world_id %s, the world name gives %s"
+                     % (world_id.hex(), want_world.hex()))
+        self.r.check(G, length >= 1 and 0 <= jitter_bound <= length // 2,
+                     "sealed: jitter bound %d is not within half the epoch length %d" % (jitter_bound, length))
+        prk = hkdf_extract(b"reflector-sealed-v1", master)
+
+        held = {}  # (cell id, epoch) -> epoch key
+        for _, what, c in self.entries(G, "sealed.cells", self.listed(sec, "cells")):
+            try:
+                col, row = self.cell_pair(c.get("cell"), what + ".cell")
+                cid = hexbytes(c.get("cell_id"), what + ".cell_id", 8)
+                epoch = as_int(c.get("epoch"), what + ".epoch")
+                key = hexbytes(c.get("epoch_key"), what + ".epoch_key", 32)
+                jitter = as_int(c.get("jitter"), what + ".jitter")
+                starts = as_int(c.get("starts_unix_s"), what + ".starts_unix_s")
+            except Bad as e:
+                self.r.fail(G, str(e))
+                continue
+            if not (0 <= col < 1 << 16 and 0 <= row < 1 << 16 and 0 <= epoch < 1 << 32):
+                self.r.fail(G, "%s: column, row or epoch out of range" % what)
+                continue
+            want_cid = want_world + struct.pack(">HH", col, row)
+            self.r.check(G, cid == want_cid, "%s: cell_id %s, the document gives %s" % (what, cid.hex(), want_cid.hex()))
+            e = struct.pack(">I", epoch)
+            want_key = hkdf_expand(prk, b"reflector-epoch-key-v1" + want_cid + e, 32)
+            self.r.check(G, key == want_key, "%s: epoch_key differs from HKDF-Expand(PRK, ...)" % what)
+            raw = int.from_bytes(hkdf_expand(prk, b"reflector-epoch-jitter-v1" + want_cid + e, 8), "big")
+            want_jitter = raw % jitter_bound if jitter_bound else 0
+            self.r.check(G, jitter == want_jitter, "%s: jitter %d, the document gives %d" % (what, jitter, want_jitter))
+            self.r.check(G, starts == epoch * length + want_jitter,
+                         "%s: starts_unix_s %d, the document gives %d" % (what, starts, epoch * length + want_jitter))
+            held[(want_cid, epoch)] = want_key
+
+        senders = []
+        for _, what, s in self.entries(G, "sealed.senders", self.listed(sec, "senders")):
+            try:
+                cid = hexbytes(s.get("cell_id"), what + ".cell_id", 8)
+                epoch = as_int(s.get("epoch"), what + ".epoch")
+                player = as_int(s.get("player"), what + ".player")
+                instance = as_int(s.get("instance"), what + ".instance")
+                key = hexbytes(s.get("sender_key"), what + ".sender_key", 32)
+            except Bad as e:
+                self.r.fail(G, str(e))
+                senders.append(None)
+                continue
+            ek = held.get((cid, epoch))
+            if not self.r.check(G, ek is not None, "%s: no entry of cells has its cell and epoch" % what):
+                senders.append(None)
+                continue
+            want = hkdf_expand(ek, b"reflector-sender-key-v1" + cid + struct.pack(">IIQ", epoch, player, instance), 32)
+            self.r.check(G, key == want, "%s: sender_key differs from HKDF-Expand(E, ...)" % what)
+            senders.append((cid, epoch, player, instance, want))
+
+        opened = rejected = 0
+        for _, what, d in self.entries(G, "sealed.datagrams", self.listed(sec, "datagrams")):
+            for k in d:
+                if k not in SEALED_DATAGRAM_KEYS:
+                    self.r.fail(G, "AMBIGUOUS: %s.%s is not described by the document; not checked" % (what, k))
+            try:
+                b = hexbytes(d.get("hex"), what + ".hex")
+                idx = as_int(d.get("sender"), what + ".sender")
+                sender = senders[idx] if 0 <= idx < len(senders) else None
+                if sender is None:
+                    raise Bad("%s: sender %d names no readable entry of senders" % (what, idx))
+                step, game = self.receive_sealed(b, held)
+                if "game_data" in d:
+                    want = hexbytes(d.get("game_data"), what + ".game_data")
+                    if not self.r.check(G, step is None, "%s: must open, refused at %s" % (what, step)):
+                        continue
+                    self.r.check(G, game == want, "%s: opens to %s, given %s" % (what, game.hex(), want.hex()))
+                    self.r.check(G, len(b) <= MAX_DATA and len(game) <= MAX_DATA - 72,
+                                 "%s: %d bytes, beyond the kernel path's %d" % (what, len(b), MAX_DATA))
+                    cid, epoch, player, instance, _ = sender
+                    self.r.check(G, (b[48:56], struct.unpack(">I", b[44:48])[0], struct.unpack(">I", b[8:12])[0],
+                                     struct.unpack(">Q", b[32:40])[0]) == (cid, epoch, player, instance),
+                                 "%s: its cell, epoch, player or instance is not its sender's" % what)
+                    self.check_sealed_tag(G, what, d, b)
+                    opened += 1
+                elif "reject" in d:
+                    reject = d.get("reject")
+                    if reject not in SEALED_STEPS:
+                        raise Bad("%s: reject %r is not a counter the document names" % (what, reject))
+                    self.r.check(G, step == reject, "%s: must be refused at %s, %s" % (
+                        what, reject, "opens" if step is None else "refused at %s" % step))
+                    self.r.check(G, "why" in d, "%s: a rejected datagram says why" % what)
+                    rejected += 1
+                else:
+                    self.r.fail(G, "%s: neither game_data nor reject" % what)
+            except Bad as e:
+                self.r.fail(G, str(e))
+        self.r.check(G, opened > 0 and rejected > 0,
+                     "sealed.datagrams: needs at least one that opens and one rejected (%d, %d)" % (opened, rejected))
+        self.check_keys_request(G, sec.get("keys_request"))
+
+    def check_keys_request(self, G, req):
+        """/keys: mac = HMAC(Km, "reflector-keys-v1" || token || at as u64)[..16]."""
+        what = "sealed.keys_request"
+        if not isinstance(req, dict):
+            self.r.fail(G, "%s is missing (Test vectors)" % what)
+            return
+        for k in req:
+            if k not in ("keys", "token", "at_unix_s", "mac"):
+                self.r.fail(G, "AMBIGUOUS: %s.%s is not described by the document; not checked" % (what, k))
+        try:
+            rec = self.token_at(req.get("keys"), what)
+            token = hexbytes(req.get("token"), what + ".token", 32)
+            at = as_int(req.get("at_unix_s"), what + ".at_unix_s")
+            mac = hexbytes(req.get("mac"), what + ".mac", 16)
+            if "Km" not in rec or not 0 <= at < 1 << 64:
+                raise Bad("%s: no MAC key to check it with, or at_unix_s out of range" % what)
+        except Bad as e:
+            self.r.fail(G, str(e))
+            return
+        self.r.check(G, token == rec["token"], "%s: the token is not the one its keys belong to" % what)
+        want = mac16(rec["Km"], b"reflector-keys-v1" + token + struct.pack(">Q", at))
+        self.r.check(G, mac == want, "%s: mac %s, the document gives %s" % (what, mac.hex(), want.hex()))
+
+    def listed(self, sec, name):
+        v = sec.get(name)
+        if not isinstance(v, list) or not v:
+            self.r.fail("sealed", "sealed.%s is missing or empty (Test vectors)" % name)
+            return []
+        return v
+
+    def receive_sealed(self, b, held):
+        """The receiving steps of a sealed group: (None, game data) if the
+        datagram opens, else (the counter of the step that refused it, None).
+        Step 3 (the replay window) needs a receiver's state; each datagram is
+        judged alone, so only a sequence of 0 fails it."""
+        if (len(b) < 72 or struct.unpack(">H", b[0:2])[0] != MAGIC or b[2] != 2 or b[3] != DATA
+                or struct.unpack(">H", b[6:8])[0] != len(b) - HEADER):
+            return "sealed_malformed", None
+        if b[40] != 1:
+            return "sealed_version", None
+        cid, epoch = b[48:56], struct.unpack(">I", b[44:48])[0]
+        ek = held.get((cid, epoch))
+        if ek is None:
+            return "sealed_no_key", None
+        player, seq, instance = struct.unpack(">I", b[8:12])[0], struct.unpack(">Q", b[16:24])[0], b[32:40]
+        if seq == 0:
+            return "sealed_replay", None
+        key = hkdf_expand(ek, b"reflector-sender-key-v1" + cid + struct.pack(">II", epoch, player) + instance, 32)
+        aad = b[:24] + bytes(8) + b[32:56]
+        game = aead_open(key, bytes(4) + b[16:24], aad, b[56:])
+        if game is None:
+            return "sealed_bad", None
+        return None, game
+
+    def check_sealed_tag(self, G, what, d, b):
+        tags = d.get("tags")
+        if not isinstance(tags, bool):
+            raise Bad("%s: tags is not true or false" % what)
+        if not tags:
+            self.r.check(G, b[24:32] == bytes(8), "%s: tags off, but the tag field is not zero" % what)
+            return
+        rec = self.token_at(d.get("keys"), what)
+        if "Kt" not in rec:
+            raise Bad("%s: no secret to derive the tag key of keys %r" % (what, d.get("keys")))
+        want = siphash24(rec["Kt"], b[:24] + bytes(8) + b[32:])
+        self.r.check(G, b[24:32] == want.to_bytes(8, "big"),
+                     "%s: DATA tag over the sealed datagram is %s, the document gives %016x" % (what, b[24:32].hex(), want))
+
+    # -- invalid -------------------------------------------------------------
