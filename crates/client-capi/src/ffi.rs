@@ -167,14 +167,14 @@ pub unsafe extern "C" fn rc_client_new_with_token(
     call(|| {
         // SAFETY: each pointer as the header says, checked for NULL.
         let p = unsafe {
-            TokenParts {
-                token: bytes(token, token_len, "token")?,
-                session_key: bytes(session_key, session_key_len, "session_key")?,
+            token_parts(
+                (token, token_len),
+                (session_key, session_key_len),
                 player,
                 group,
-                reflector: text(reflector, "reflector")?,
+                reflector,
                 expires_unix_s,
-            }
+            )?
         };
         // SAFETY: as above.
         let local = unsafe { opt_text(local, "local")? };
@@ -186,6 +186,33 @@ pub unsafe extern "C" fn rc_client_new_with_token(
         // the client is not leaked by a failed write).
         done(unsafe { put(out, h, "out") })
     })
+}
+
+/// The token arguments of `rc_client_new_with_token`, `rc_set_token` and
+/// `rc_area_add_token`, read.
+///
+/// # Safety
+/// `token` and `session_key` point at their lengths of readable bytes (or
+/// are NULL), `reflector` is NULL or a NUL-terminated string.
+unsafe fn token_parts<'a>(
+    (token, token_len): (*const u8, usize),
+    (session_key, session_key_len): (*const u8, usize),
+    player: u32,
+    group: u16,
+    reflector: *const c_char,
+    expires_unix_s: u64,
+) -> Res<TokenParts<'a>> {
+    // SAFETY: the caller's contract, passed on; NULL checked by each.
+    unsafe {
+        Ok(TokenParts {
+            token: bytes(token, token_len, "token")?,
+            session_key: bytes(session_key, session_key_len, "session_key")?,
+            player,
+            group,
+            reflector: text(reflector, "reflector")?,
+            expires_unix_s,
+        })
+    }
 }
 
 /// The arguments of `rc_client_new_control` and `rc_config_new_control`,
@@ -390,14 +417,14 @@ pub unsafe extern "C" fn rc_set_token(
     call(|| {
         // SAFETY: each pointer as the header says, checked for NULL.
         let p = unsafe {
-            TokenParts {
-                token: bytes(token, token_len, "token")?,
-                session_key: bytes(session_key, session_key_len, "session_key")?,
+            token_parts(
+                (token, token_len),
+                (session_key, session_key_len),
                 player,
                 group,
-                reflector: text(reflector, "reflector")?,
+                reflector,
                 expires_unix_s,
-            }
+            )?
         };
         done(api::set_token(h, &p))
     })
@@ -426,14 +453,14 @@ pub unsafe extern "C" fn rc_area_add_token(
     call(|| {
         // SAFETY: each pointer as the header says, checked for NULL.
         let p = unsafe {
-            TokenParts {
-                token: bytes(token, token_len, "token")?,
-                session_key: bytes(session_key, session_key_len, "session_key")?,
+            token_parts(
+                (token, token_len),
+                (session_key, session_key_len),
                 player,
                 group,
-                reflector: text(reflector, "reflector")?,
+                reflector,
                 expires_unix_s,
-            }
+            )?
         };
         done(api::area_add_token(h, &p))
     })
