@@ -27,6 +27,6 @@ fi
 quick=()
 [ "${CAPTURE_BENCH_QUICK:-0}" = 1 ] && quick=(--quick)
 mkdir -p bench/results
-# The driver takes its lab down itself, also one that a killed earlier run left up.
+# The driver's lab is owned by a `netlab run` that removes it when the driver ends, however it ends.
 python3 bench/capture_bench.py "$bin" "$netlab" bench/results "${quick[@]}"
 "$py" bench/capture_plot.py bench/results

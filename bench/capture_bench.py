@@ -4,8 +4,8 @@ captured packet against offered packet rate for each capture mode, with
 tcpdump (default and --immediate-mode) and netsniff-ng measured in the same
 run as anchors; the packzip effect; CPU placement; concurrent captures.
 
-The lab is netlab's `pair` (hosts h1 and h2 on one veth link), brought up
-under a name of this run's own and taken down on every way out. Traffic:
+The lab is netlab's `pair` (hosts h1 and h2 on one veth link), owned by a
+`netlab run` of this script's own and taken down on every way out. Traffic:
 `capture gen --via txring` sends 64-byte broadcast UDP frames from h1 into
 h2, where the capture runs. IPv6 is off in netlab's namespaces and their
 neighbours are permanent (no ARP), so every frame on the link is ours and no
@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 if len(sys.argv) < 4:
@@ -39,10 +40,6 @@ BIN = os.path.abspath(sys.argv[1])
 NETLAB = os.path.abspath(sys.argv[2])
 OUT = sys.argv[3]
 QUICK = "--quick" in sys.argv
-# The lab's scenario name: `netlab list` shows it, so a lab that a killed
-# earlier run left up can be told from other people's labs.
-LAB_PREFIX = "capture-bench-"
-LAB_NAME = f"{LAB_PREFIX}{os.getpid()}"
 GEN_HOST, CAP_HOST = "h1", "h2"
 LINK_IF = "eth0"  # each host's device on its first (here only) link
 MON_PORT = "mon0"
@@ -51,12 +48,17 @@ NCPU = os.cpu_count() or 1
 GEN_CPU, CAP_CPU = 0, (1 if NCPU > 1 else 0)
 # Processes started in the lab and not yet reaped: killed on the way out.
 LIVE = set()
+# How long the lab may stay up: longer than the full sweep takes.
+LAB_LIFETIME_S = 6 * 3600
 
 
 class Lab:
-    """The run id and the hosts' addresses of our netlab lab."""
+    """Our netlab lab: the `netlab run` process that owns it, its run id and
+    the hosts' addresses."""
+    owner = None
     run = None
     addr = {}
+    log = []
 
 
 def sh(*args, check=True):
@@ -70,59 +72,59 @@ def netlab(*args, check=True):
     return sh(NETLAB, *args, check=check)
 
 
-def pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def down_stale():
-    """Takes down the labs of earlier runs of this benchmark that died
-    without doing it themselves (kill -9); labs of live runs and anyone
-    else's labs are left alone."""
-    listing = netlab("list").stdout
-    for run, pid in re.findall(rf"^run (\S+): {LAB_PREFIX}(\d+) \[", listing, re.M):
-        if not pid_alive(int(pid)):
-            print(f"taking down lab {run} of dead benchmark run {pid}", flush=True)
-            netlab("down", "--run", run, check=False)
-
-
 def up():
-    """Brings the pair up under our name and records its run id and addresses.
-    The `up` is waited for even when a signal interrupts us, so that a lab it
-    completes is still ours to take down."""
+    """Brings the pair up, owned by a `netlab run` whose only command waits
+    in h1 for this script to end. A lab owned by a live process is left alone
+    by other people's `netlab clean` and `netlab down --all` (a lab left up
+    by `netlab up` is not), and it goes away without us: on Ctrl-C `netlab
+    run` removes it itself, and if this script is killed (-9) the command
+    ends and the run removes the lab."""
+    scenario = (
+        f'name = "capture bench, pid {os.getpid()}"\n'
+        '[topology]\nkind = "pair"\n'
+        '[[command]]\nhost = "h1"\n'
+        # tail --pid polls once a second and forks nothing meanwhile.
+        f'cmd = "exec tail -f /dev/null --pid={os.getpid()}"\n'
+        f'timeout = "{LAB_LIFETIME_S}s"\n'
+    )
     with tempfile.NamedTemporaryFile("w", prefix="capture-bench-", suffix=".toml") as sc:
-        sc.write(f'name = "{LAB_NAME}"\n[topology]\nkind = "pair"\n')
+        sc.write(scenario)
         sc.flush()
-        p = subprocess.Popen([NETLAB, "up", sc.name, "-q"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-        try:
-            out, err = p.communicate()
-        finally:
-            if p.returncode is None:
-                out, err = p.communicate()
-            m = re.search(r"^netlab: run (\S+) up", out or "", re.M)
-            Lab.run = m.group(1) if m else None
-    if p.returncode != 0 or not Lab.run:
-        raise RuntimeError(f"netlab up failed (exit {p.returncode}): {(err or out).strip()}")
-    Lab.addr = dict(re.findall(r"^\s+(h\d+)\s+(\d+\.\d+\.\d+\.\d+)\s*$", out, re.M))
-    if set(Lab.addr) != {GEN_HOST, CAP_HOST}:
-        raise RuntimeError(f"netlab up: no addresses for {GEN_HOST} and {CAP_HOST} in:\n{out}")
+        Lab.owner = subprocess.Popen([NETLAB, "run", sc.name, "-q"], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
+        # The run prints its summary (run id, addresses) to stderr once the lab is up;
+        # a thread keeps reading so that later output cannot block it.
+        threading.Thread(target=lambda: Lab.log.extend(Lab.owner.stderr), daemon=True).start()
+        deadline = time.monotonic() + 120
+        while True:
+            text = "".join(Lab.log)
+            m = re.search(r"^netlab: run (\S+) up", text, re.M)
+            addr = dict(re.findall(r"^\s+(h\d+)\s+(\d+\.\d+\.\d+\.\d+)\s*$", text, re.M))
+            if m and set(addr) == {GEN_HOST, CAP_HOST}:
+                Lab.run, Lab.addr = m.group(1), addr
+                return
+            if Lab.owner.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"netlab run did not bring the lab up (exit {Lab.owner.poll()}):\n{text}")
+            time.sleep(0.05)
 
 
 def down():
-    """Stops what still runs in the lab, then takes the lab down."""
+    """Stops what still runs in the lab, then has its owner take it down."""
     for p in list(LIVE):
         if p.poll() is None:
             p.kill()
         p.wait()
         LIVE.discard(p)
-    if Lab.run:
-        netlab("down", "--run", Lab.run)
+    if Lab.owner:
+        if Lab.owner.poll() is None:
+            Lab.owner.send_signal(signal.SIGTERM)  # the run removes the lab, then exits
+        try:
+            Lab.owner.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            Lab.owner.kill()
+            Lab.owner.wait()
+            raise RuntimeError(f"netlab run did not take lab {Lab.run} down within 60 s")
+        Lab.owner = None
         Lab.run = None
 
 
@@ -258,7 +260,6 @@ def main():
               f"({drops} kernel drops), cpu {cpu:.3f}s", flush=True)
 
     try:
-        down_stale()
         up()
         tools = ["tcpdump", "tcpdump-immediate", "netsniff-ng", "capture-recv", "capture-v2", "capture-v3"]
         rates = [100_000, 300_000, 0] if QUICK else [50_000, 100_000, 200_000, 300_000, 0]
