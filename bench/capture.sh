@@ -12,8 +12,11 @@ fi
 for t in tcpdump netsniff-ng taskset ip; do
   command -v "$t" >/dev/null || { echo "bench/capture.sh: $t not found (run scripts/install-deps.sh)" >&2; exit 1; }
 done
-bin=target/release/capture
-cargo build --release -p capture
+target=${CARGO_TARGET_DIR:-target}
+bin=$target/release/capture
+netlab=$target/release/netlab
+# The lab (a netlab pair, its monitor port) and every process in it come from netlab.
+cargo build --release -p capture -p netlab
 py=${BENCH_PYTHON:-}
 if [ -z "$py" ]; then
   # Run directly (not from bench/run.sh): use the same private virtualenv.
@@ -24,6 +27,6 @@ fi
 quick=()
 [ "${CAPTURE_BENCH_QUICK:-0}" = 1 ] && quick=(--quick)
 mkdir -p bench/results
-# The driver removes its namespaces itself, also those of a crashed earlier run.
-python3 bench/capture_bench.py "$bin" bench/results "${quick[@]}"
+# The driver's lab is owned by a `netlab run` that removes it when the driver ends, however it ends.
+python3 bench/capture_bench.py "$bin" "$netlab" bench/results "${quick[@]}"
 "$py" bench/capture_plot.py bench/results
