@@ -183,15 +183,41 @@ struct Pending {
     nonce: u64,
 }
 
+/// What [`Board::requested`] changed, to put back with
+/// [`Board::withdraw`] if the request could not be sent.
+#[derive(Debug, Clone, Copy)]
+pub struct Asked {
+    nonce: u64,
+    dropped: Option<Pending>,
+    last_request_ms: Option<u64>,
+}
+
 impl GroupBoard {
-    /// A request went to `who`: the older of the two outstanding ones drops
-    /// out, a miss for its member if it was not answered.
-    fn asked(&mut self, who: (u32, u32), nonce: u64) {
-        if let Some(p) = self.pending[1].take() {
+    /// A request goes to `who`: the older of the two outstanding ones drops
+    /// out (returned), a miss for its member if it was not answered.
+    fn asked(&mut self, who: (u32, u32), nonce: u64) -> Option<Pending> {
+        let dropped = self.pending[1].take();
+        if let Some(p) = dropped {
             *self.misses.entry(p.who).or_insert(0) += 1;
         }
         self.pending[1] = self.pending[0].take();
         self.pending[0] = Some(Pending { who, nonce });
+        dropped
+    }
+
+    /// Undoes `asked` (the request was never sent), unless an upload
+    /// already answered it.
+    fn unasked(&mut self, a: &Asked) {
+        if self.pending[0].is_some_and(|p| p.nonce == a.nonce) {
+            self.pending[0] = self.pending[1].take();
+            self.pending[1] = a.dropped;
+            if let Some(p) = a.dropped {
+                if let Some(m) = self.misses.get_mut(&p.who) {
+                    *m = m.saturating_sub(1);
+                }
+            }
+        }
+        self.last_request_ms = a.last_request_ms;
     }
 }
 
@@ -313,14 +339,40 @@ impl Board {
         })
     }
 
-    /// A CHECKPOINT_REQUEST went to `member` with `nonce`; one left
-    /// unanswered before it counts against its member.
-    pub fn requested(&self, port: u16, member: &Member, nonce: u64, now_ms: u64) {
-        let Some((g, c)) = self.groups.get(&port) else { return };
+    /// A CHECKPOINT_REQUEST is about to go to `member` with `nonce`: it is
+    /// recorded BEFORE it is sent, since the member's upload can reach the
+    /// lobby (another thread) before the event loop runs again; one left
+    /// unanswered before it counts against its member. Then
+    /// [`Board::request_sent`], or [`Board::withdraw`] if the send failed.
+    pub fn requested(&self, port: u16, member: &Member, nonce: u64, now_ms: u64) -> Option<Asked> {
+        self.requested_of(port, (member.sender, member.membership), nonce, now_ms)
+    }
+
+    fn requested_of(&self, port: u16, who: (u32, u32), nonce: u64, now_ms: u64) -> Option<Asked> {
+        let (g, _) = self.groups.get(&port)?;
         let mut g = lock(g);
-        g.asked((member.sender, member.membership), nonce);
-        g.last_request_ms = Some(now_ms);
-        c.checkpoint_requests.fetch_add(1, Relaxed);
+        let dropped = g.asked(who, nonce);
+        let last_request_ms = g.last_request_ms.replace(now_ms);
+        Some(Asked {
+            nonce,
+            dropped,
+            last_request_ms,
+        })
+    }
+
+    /// The request recorded by `requested` went out.
+    pub fn request_sent(&self, port: u16) {
+        if let Some((_, c)) = self.groups.get(&port) {
+            c.checkpoint_requests.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// The request recorded by `requested` could not be sent: as if it had
+    /// not been asked (the next round asks again).
+    pub fn withdraw(&self, port: u16, asked: &Asked) {
+        if let Some((g, _)) = self.groups.get(&port) {
+            lock(g).unasked(asked);
+        }
     }
 
     /// The lobby's checks of a whole REQUEST, in the protocol's order:
@@ -1073,7 +1125,7 @@ mod tests {
         };
         let now = Instant::now();
         for nonce in [1, 2, 3] {
-            lock(&b.groups[&4000].0).asked(WHO, nonce);
+            let _ = lock(&b.groups[&4000].0).asked(WHO, nonce);
         }
         // Request 1 dropped out unanswered; 2 was on its way when 3 went out.
         assert_eq!(lock(&b.groups[&4000].0).misses.get(&WHO), Some(&1));
@@ -1088,6 +1140,45 @@ mod tests {
             b.decide(&authed(2), now),
             Decision::Reply(Answer::Refused(Refusal::NotRequested))
         ));
+    }
+
+    #[test]
+    fn a_request_that_could_not_be_sent_is_withdrawn() {
+        let (b, reg) = board(CheckpointConfig::default());
+        join(&b);
+        let k = member_keys();
+        let authed = |nonce| Authed {
+            req: Request::upload(&who(&k), 1, nonce, 10, 42),
+            keys: k,
+            challenge: 1,
+        };
+        let now = Instant::now();
+        for nonce in [1, 2] {
+            let _ = lock(&b.groups[&4000].0).asked(WHO, nonce);
+        }
+        // Request 3 is recorded before its send (which fails): request 1
+        // drops out meanwhile, a miss.
+        let asked = b.requested_of(4000, WHO, 3, 5_000).expect("a group of the board");
+        assert_eq!(lock(&b.groups[&4000].0).misses.get(&WHO), Some(&1));
+        b.withdraw(4000, &asked);
+        // As before it: 1 and 2 outstanding, no miss, no request time (the
+        // next round asks again), nothing counted as sent.
+        {
+            let g = lock(&b.groups[&4000].0);
+            assert_eq!(g.misses.get(&WHO), Some(&0));
+            assert_eq!(g.last_request_ms, None);
+        }
+        assert_eq!(reg.total().checkpoint_requests, 0);
+        assert!(matches!(
+            b.decide(&authed(3), now),
+            Decision::Reply(Answer::Refused(Refusal::NotRequested))
+        ));
+        assert!(matches!(b.decide(&authed(1), now), Decision::Receive(_)));
+        // A request that went out is counted, and answerable at once.
+        let _ = b.requested_of(4000, WHO, 4, 6_000).expect("a group of the board");
+        b.request_sent(4000);
+        assert_eq!(reg.total().checkpoint_requests, 1);
+        assert!(matches!(b.decide(&authed(4), now), Decision::Receive(_)));
     }
 
     #[test]

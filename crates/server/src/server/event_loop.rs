@@ -594,8 +594,15 @@ impl Loop<'_> {
                 // Paper 000 §3: the game state, asked of one member.
                 if let Some(m) = b.due_source(s.group.port(), s.group.members(), now_ms) {
                     if let Some((to, nonce, d)) = s.group.checkpoint_request(&self.keys, m, now_ms) {
-                        if SendOne::send(s.sock.as_fd(), d.as_bytes(), to).is_ok() {
-                            b.requested(s.group.port(), &s.group.members()[m], nonce, now_ms);
+                        let port = s.group.port();
+                        // Recorded first: the upload may reach the lobby
+                        // before this loop runs again.
+                        if let Some(asked) = b.requested(port, &s.group.members()[m], nonce, now_ms) {
+                            if SendOne::send(s.sock.as_fd(), d.as_bytes(), to).is_ok() {
+                                b.request_sent(port);
+                            } else {
+                                b.withdraw(port, &asked);
+                            }
                         }
                     }
                 }
