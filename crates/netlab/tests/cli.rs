@@ -577,3 +577,22 @@ fn check_on_star_400_samples_and_finds_every_host() {
     eprintln!("star:400: up {up:?}, sampled check {check:?}");
     assert!(check < Duration::from_secs(60), "check took {check:?}");
 }
+
+/// A reader that stops early (`netlab list | head -1`) ends the output
+/// quietly: no panic, success.
+#[test]
+fn output_to_a_closed_pipe_ends_quietly() {
+    for args in [&["list"][..], &["plan", "star:40"][..]] {
+        // A pipe whose reading end is closed before netlab starts.
+        let (reader, writer) = nix::unistd::pipe().unwrap();
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_netlab"))
+            .args(args)
+            .stdout(writer)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "netlab {args:?}: {err}");
+        assert!(out.status.success(), "netlab {args:?}: {:?} {err}", out.status);
+    }
+}

@@ -7,8 +7,9 @@ pub fn run() -> Result<ExitCode, LabError> {
         sweep_quietly();
     }
     let runs = lab::list_runs(&state_dir());
+    let mut lines = Vec::new();
     if runs.is_empty() {
-        println!("no labs");
+        lines.push("no labs".to_string());
     }
     for r in runs {
         let owner = if r.phase == lab::Phase::Detached {
@@ -16,23 +17,25 @@ pub fn run() -> Result<ExitCode, LabError> {
         } else {
             format!(", owner pid {}", r.owner_pid)
         };
-        println!(
+        lines.push(format!(
             "run {}: {} [{}] {:?}{}, delay backend {}",
             r.run_id, r.scenario, r.topology, r.phase, owner, r.delay_backend
-        );
+        ));
         for h in &r.hosts {
-            println!(
+            lines.push(format!(
                 "  {:<8} {:<7} {:<16} ns {}",
                 h.name,
                 format!("{:?}", h.kind).to_lowercase(),
                 h.addr.map(|a| a.to_string()).unwrap_or_default(),
                 h.ns
-            );
+            ));
         }
     }
     let stray: Vec<String> = netlab::netns::our_namespaces();
     if !stray.is_empty() {
-        println!("{} namespaces carry the netlab- prefix", stray.len());
+        lines.push(format!("{} namespaces carry the netlab- prefix", stray.len()));
     }
+    // A reader that stops early (`netlab list | head -1`) ends it quietly.
+    print_lines(lines)?;
     Ok(ExitCode::SUCCESS)
 }
