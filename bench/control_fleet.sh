@@ -45,17 +45,7 @@ key_hex=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
 od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > "$work/secret"
 od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > "$work/redis-password"
 printf '[[key]]\nkid = "bench"\nalg = "HS256"\nsecret_hex = "%s"\n' "$key_hex" > "$work/ticket-keys.toml"
-python3 - "$key_hex" "$players" > "$work/tickets.txt" <<'PY'
-import base64, hashlib, hmac, json, sys, time
-key = bytes.fromhex(sys.argv[1])
-b64 = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()
-head = b64(json.dumps({"alg": "HS256", "typ": "JWT", "kid": "bench"}).encode())
-exp = int(time.time()) + 3600
-for player in range(1, int(sys.argv[2]) + 1):
-    body = b64(json.dumps({"sub": str(player), "exp": exp}).encode())
-    sig = b64(hmac.new(key, f"{head}.{body}".encode(), hashlib.sha256).digest())
-    print(f"{head}.{body}.{sig}")
-PY
+python3 bench/tickets.py "$key_hex" "$players" > "$work/tickets.txt"
 
 ulimit -n "$(ulimit -Hn)"
 pin0=() pin1=()
