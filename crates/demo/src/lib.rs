@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 
 pub mod error;
+pub mod fleet;
 pub mod place;
 pub mod prom;
 pub mod scenario;
@@ -133,7 +134,7 @@ pub struct DemoArgs {
 }
 
 /// A binary next to this program, or the one given; it must exist.
-fn sibling(given: &Option<PathBuf>, name: &str, flag: &str) -> Result<PathBuf, DemoError> {
+pub(crate) fn sibling(given: &Option<PathBuf>, name: &str, flag: &str) -> Result<PathBuf, DemoError> {
     let p = match given {
         Some(p) => p.clone(),
         None => std::env::current_exe()

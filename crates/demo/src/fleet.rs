@@ -1,0 +1,904 @@
+//! The fleet scenario (`reflector-fleet-lab`): several reflectors, several
+//! control servers and one Redis in a netlab star, a thousand bots spread
+//! over the client hosts, and the events a fleet must survive, each on a
+//! schedule: `kill -9` of a reflector, a control server stopped, Redis
+//! restarted empty, a reflector drained.
+//!
+//! Every process starts through the lab's launcher, so under `--tdf` all of
+//! them (Redis too) run on the lab's virtual clock. This process is not
+//! dilated: it keeps the schedule in real time (virtual × TDF) and reports
+//! in virtual seconds.
+//!
+//! What it measures without asking the bots: every reflector's
+//! `/metrics` is polled from a client host every `--poll` (members, copies
+//! fanned out), which gives the delivered rate over time and, per event, the
+//! players it touched (the members of the reflector it hit) and when the
+//! fleet held every player again (members summed over the live reflectors
+//! back to where they were). The bots' JSON report gives the exact owed
+//! loss of the whole run.
+
+use crate::error::DemoError;
+use netlab::lab::{Lab, LabOptions};
+use netlab::scenario::LinkSpec;
+use netlab::topo::Builtin;
+use oskit::child::ChildGuard;
+use reflector_bots::BotsReport;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Read;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The group ports of every reflector (each host has its own address).
+const FIRST_PORT: u16 = 4000;
+const CONTROL_PORT: u16 = 8700;
+const CHECKPOINT_PORT: u16 = 8701;
+const METRICS_PORT: u16 = 9100;
+const REDIS_PORT: u16 = 6379;
+/// The ACL the fleet's Redis is deployed with; the lab runs the same file.
+const FLEET_ACL: &str = include_str!("../../../deploy/redis/fleet.acl");
+
+#[derive(clap::Parser, Debug, Clone)]
+#[command(
+    name = "reflector-fleet-lab",
+    version,
+    about = "A fleet of reflectors in the lab: Redis, reflectors, control servers and bots, and the events a fleet must survive",
+    after_help = "As root: builds a netlab star of the reflector hosts (r1..), the control server hosts (c1..), a Redis \
+host and --clients client hosts, starts Debian's redis-server with the fleet's ACL (deploy/redis/fleet.acl), \
+`reflector serve --registry` on every reflector host and `reflector control --registry` on every control server \
+host, then one bots process whose sockets are spread over the client hosts. On its schedule (--events, virtual \
+seconds after the bots start) it kills a reflector with SIGKILL, stops a control server, restarts Redis empty and \
+drains a reflector (SIGTERM with --drain-timeout). It polls every reflector's /metrics, prints a table per event \
+(players touched, time until the fleet held them all again) and the bots' exact loss, writes a CSV per event and \
+one of the delivered rate over time, and removes the lab.\n\n\
+Exit status: 0 every event recovered and no loss, 1 an event not recovered or loss, 2 errors, 130 interrupted.\n\n\
+Examples:\n  sudo reflector-fleet-lab --clients 10 --bots 100 --duration 40s --events kill=10,control=18,redis=26,drain=32\n  \
+sudo reflector-fleet-lab --tdf 4 --out bench/results"
+)]
+pub struct FleetArgs {
+    /// Reflector hosts.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(2..=16))]
+    pub reflectors: u64,
+    /// Control server hosts.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=8))]
+    pub controls: u64,
+    /// Client hosts (the bots' sockets are spread over them).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=200))]
+    pub clients: u64,
+    /// Bots (players) in all, in one process.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(2..=5000))]
+    pub bots: u64,
+    /// Group ports per reflector.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub groups: u64,
+    /// World grid COLSxROWS the control servers place over the fleet.
+    #[arg(long, default_value = "10x10")]
+    pub grid: String,
+    /// How long the bots play, in virtual time (e.g. 100s).
+    #[arg(long, value_name = "DURATION", default_value = "100s", value_parser = seconds)]
+    pub duration: f64,
+    /// The events, NAME=SECONDS after the bots start (virtual), comma separated. NAME: kill (SIGKILL the
+    /// reflector with the most members), control (stop the first control server), redis (restart Redis
+    /// empty), drain (SIGTERM the reflector with the most members; it drains).
+    #[arg(long, default_value = "kill=20,control=40,redis=60,drain=80")]
+    pub events: String,
+    /// DATA per second per bot.
+    #[arg(long, default_value_t = 10.0)]
+    pub rate: f64,
+    /// Datagram size in bytes, header included.
+    #[arg(long, default_value_t = 100)]
+    pub size: usize,
+    /// Time between bot moves (0 = never).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = seconds)]
+    pub move_every: f64,
+    /// The registry's TTL for reflector entries (detection of a dead reflector).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = seconds)]
+    pub registry_ttl: f64,
+    /// How long a drained reflector waits for its members to leave.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = seconds)]
+    pub drain_timeout: f64,
+    /// Time dilation factor: every process in the lab sees time pass TDF times slower.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub tdf: u32,
+    /// Gigabit lab links instead of Fast Ethernet.
+    #[arg(long)]
+    pub gigabit: bool,
+    /// How often the reflectors' /metrics are read (real time).
+    #[arg(long, value_name = "DURATION", default_value = "200ms", value_parser = seconds)]
+    pub poll: f64,
+    /// Seed for the bots.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write fleet.csv (one row per event) and fleet_rate.csv (the rate over time) here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// The reflector binary (default: `reflector` next to this program).
+    #[arg(long)]
+    pub reflector_bin: Option<PathBuf>,
+    /// The netlab binary (default: `netlab` next to this program).
+    #[arg(long)]
+    pub netlab_bin: Option<PathBuf>,
+    /// Redis' server binary.
+    #[arg(long, default_value = "redis-server")]
+    pub redis_bin: PathBuf,
+}
+
+/// A duration with its unit, or bare seconds, as seconds.
+fn seconds(s: &str) -> Result<f64, String> {
+    oskit::units::secs_or_duration(s).map(|d| d.as_secs_f64())
+}
+
+/// What an event does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EventKind {
+    /// SIGKILL the reflector with the most members.
+    Kill,
+    /// SIGTERM the first control server.
+    Control,
+    /// SIGKILL Redis and start it again, empty.
+    Redis,
+    /// SIGTERM the reflector with the most members: it drains.
+    Drain,
+}
+
+impl EventKind {
+    fn parse(s: &str) -> Result<EventKind, String> {
+        Ok(match s {
+            "kill" => EventKind::Kill,
+            "control" => EventKind::Control,
+            "redis" => EventKind::Redis,
+            "drain" => EventKind::Drain,
+            other => return Err(format!("unknown event '{other}' (kill, control, redis, drain)")),
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            EventKind::Kill => "kill -9 reflector",
+            EventKind::Control => "stop control server",
+            EventKind::Redis => "restart redis",
+            EventKind::Drain => "drain reflector",
+        }
+    }
+}
+
+/// `kill=20,control=40` → the events in time order, checked against the
+/// run's length.
+pub fn parse_events(spec: &str, duration: f64) -> Result<Vec<(EventKind, f64)>, String> {
+    let mut out = Vec::new();
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, at) = part
+            .split_once('=')
+            .ok_or_else(|| format!("--events: '{part}' is not NAME=SECONDS"))?;
+        let kind = EventKind::parse(name.trim()).map_err(|e| format!("--events: {e}"))?;
+        let at = seconds(at.trim()).map_err(|e| format!("--events: {name}: {e}"))?;
+        if at <= 0.0 || at >= duration {
+            return Err(format!(
+                "--events: {name} at {at} s is outside the run (0 to --duration {duration} s, exclusive)"
+            ));
+        }
+        out.push((kind, at));
+    }
+    out.sort_by(|a, b| a.1.total_cmp(&b.1));
+    if out.len() > 64 {
+        return Err("--events: at most 64 events".into());
+    }
+    Ok(out)
+}
+
+/// One sample of one reflector's metrics.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sample {
+    members: u64,
+    fanned_out: u64,
+}
+
+/// `name value` lines of a Prometheus text exposition, for the two
+/// families read here (no labels on the aggregates).
+fn parse_metrics(text: &str) -> Option<Sample> {
+    let mut members = None;
+    let mut fanned_out = None;
+    for line in text.lines() {
+        let mut it = line.split_whitespace();
+        let (Some(name), Some(value)) = (it.next(), it.next()) else {
+            continue;
+        };
+        let v = value.parse::<f64>().ok().map(|f| f as u64);
+        match name {
+            "reflector_members" => members = v,
+            "reflector_fanned_out_total" => fanned_out = v,
+            _ => {}
+        }
+    }
+    Some(Sample {
+        members: members?,
+        fanned_out: fanned_out?,
+    })
+}
+
+/// The metrics timeline: per poll, the real time since the bots started
+/// and each reflector's sample (absent when it did not answer).
+#[derive(Default)]
+struct Timeline {
+    rows: Vec<(f64, Vec<Option<Sample>>)>,
+}
+
+/// One event's outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct EventRow {
+    pub event: &'static str,
+    /// Which process it hit.
+    pub target: String,
+    /// Virtual seconds after the bots started.
+    pub at_s: f64,
+    /// Players on the reflector it hit (kill, drain), from its last sample.
+    pub affected_players: u64,
+    /// Members over every reflector just before the event.
+    pub members_before: u64,
+    /// Virtual seconds from the event until members summed over the live
+    /// reflectors were back to `members_before` (none: never in the run).
+    pub recovery_s: Option<f64>,
+    /// The lowest member count seen after the event, before recovery.
+    pub members_low: u64,
+}
+
+/// Runs the scenario; returns the exit status.
+pub fn run(args: FleetArgs, stop: &AtomicBool) -> Result<i32, DemoError> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err("the fleet lab needs root (network namespaces): run with sudo".into());
+    }
+    if !(args.duration.is_finite() && (5.0..=3600.0).contains(&args.duration)) {
+        return Err(format!("--duration must be between 5 and 3600 seconds, got {}", args.duration).into());
+    }
+    reflector_control::parse_grid(&args.grid).map_err(|e| format!("--grid: {e}"))?;
+    let events = parse_events(&args.events, args.duration)?;
+    let reflector_bin = crate::sibling(&args.reflector_bin, "reflector", "--reflector-bin")?;
+    let netlab_bin = crate::sibling(&args.netlab_bin, "netlab", "--netlab-bin")?;
+    let redis_bin = which(&args.redis_bin).ok_or_else(|| {
+        format!(
+            "--redis-bin {}: not found (Debian's redis-server package; `make deps` installs it)",
+            args.redis_bin.display()
+        )
+    })?;
+
+    let n_refl = args.reflectors as usize;
+    let n_ctl = args.controls as usize;
+    let n_cli = args.clients as usize;
+    // Hosts of the star in order: reflectors, control servers, Redis, clients.
+    let hosts = n_refl + n_ctl + 1 + n_cli;
+    let host = |i: usize| format!("h{}", i + 1);
+    let refl_hosts: Vec<String> = (0..n_refl).map(host).collect();
+    let ctl_hosts: Vec<String> = (n_refl..n_refl + n_ctl).map(host).collect();
+    let redis_host = host(n_refl + n_ctl);
+    let client_hosts: Vec<String> = (n_refl + n_ctl + 1..hosts).map(host).collect();
+
+    let spec = LinkSpec {
+        bw: Some(if args.gigabit { "1gbit" } else { "100mbit" }.into()),
+        ..Default::default()
+    };
+    let link = spec.apply_to("link", &Default::default())?;
+    let mut topo = Builtin::Star { hosts }.build(&link);
+    topo.name = format!("fleet ({n_refl} reflectors, {n_ctl} control servers, {n_cli} client hosts)");
+    let mut o = LabOptions::new(&netlab_bin);
+    o.scenario = "fleet".into();
+    o.verbose = true;
+    o.dilation.tdf = netlab::plan::Tdf::new(u64::from(args.tdf), 1).map_err(|e| format!("--tdf {}: {e}", args.tdf))?;
+    let started = Instant::now();
+    let lab = Lab::up(&topo, &o, stop)?;
+    eprintln!("fleet: lab up in {:.1} s", started.elapsed().as_secs_f64());
+    let outcome = run_in(
+        &args,
+        &events,
+        &lab,
+        &reflector_bin,
+        &redis_bin,
+        &refl_hosts,
+        &ctl_hosts,
+        &redis_host,
+        &client_hosts,
+        stop,
+    );
+    let t = lab.down()?;
+    eprintln!("fleet: lab removed in {:.2}s", t.as_secs_f64());
+    outcome
+}
+
+/// `name` on PATH, or the path given.
+fn which(given: &Path) -> Option<PathBuf> {
+    if given.components().count() > 1 {
+        return given.is_file().then(|| given.to_owned());
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(given))
+        .find(|p| p.is_file())
+}
+
+/// A started process of the scenario, stopped when dropped.
+struct Proc {
+    name: String,
+    guard: Option<ChildGuard>,
+}
+
+impl Proc {
+    fn alive(&mut self) -> bool {
+        match &mut self.guard {
+            Some(g) => matches!(g.child().try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    fn signal(&mut self, sig: nix::sys::signal::Signal) -> Result<(), DemoError> {
+        let g = self
+            .guard
+            .as_mut()
+            .ok_or_else(|| format!("{} is not running", self.name))?;
+        let pid = nix::unistd::Pid::from_raw(g.id() as i32);
+        nix::sys::signal::kill(pid, sig).map_err(|e| format!("cannot signal {}: {e}", self.name))?;
+        Ok(())
+    }
+}
+
+fn spawn(name: &str, mut c: Command, log: &Path) -> Result<Proc, DemoError> {
+    let f = std::fs::File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+    c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(f);
+    let child = c.spawn().map_err(|e| format!("cannot start {name}: {e}"))?;
+    Ok(Proc {
+        name: name.into(),
+        guard: Some(ChildGuard::new(child)),
+    })
+}
+
+fn addr_of(lab: &Lab, host: &str) -> Result<Ipv4Addr, DemoError> {
+    Ok(lab
+        .state
+        .host(host)?
+        .addr
+        .ok_or_else(|| format!("lab host {host} has no address"))?)
+}
+
+/// Waits until `ok`, `secs` real seconds at most.
+fn wait_for(what: &str, secs: f64, stop: &AtomicBool, mut ok: impl FnMut() -> bool) -> Result<(), DemoError> {
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    while !ok() {
+        if stop.load(Relaxed) {
+            return Err("interrupted".into());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("timed out after {secs:.0} s waiting for {what}").into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_in(
+    args: &FleetArgs,
+    events: &[(EventKind, f64)],
+    lab: &Lab,
+    reflector_bin: &Path,
+    redis_bin: &Path,
+    refl_hosts: &[String],
+    ctl_hosts: &[String],
+    redis_host: &str,
+    client_hosts: &[String],
+    stop: &AtomicBool,
+) -> Result<i32, DemoError> {
+    let tdf = f64::from(args.tdf);
+    let dir = crate::scenario::TempDir::new()?;
+    let d = &dir.0;
+    let launcher = lab.launcher();
+    let write = |name: &str, text: &str| -> Result<PathBuf, DemoError> {
+        let p = d.join(name);
+        std::fs::write(&p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+        Ok(p)
+    };
+    let random_hex = || -> Result<String, DemoError> {
+        let mut k = [0u8; 32];
+        getrandom::getrandom(&mut k).map_err(|e| format!("no random source: {e}"))?;
+        Ok(hex::encode(k))
+    };
+    let secret = write("secret", &random_hex()?)?;
+    let ticket_keys = write(
+        "tickets.toml",
+        &format!(
+            "[[key]]\nkid = \"fleet\"\nalg = \"HS256\"\nsecret_hex = \"{}\"\n",
+            random_hex()?
+        ),
+    )?;
+    let password = random_hex()?;
+    let password_file = write("redis-password", &password)?;
+    let digest = <sha2::Sha256 as sha2::Digest>::digest(password.as_bytes());
+    let acl = write("fleet.acl", &FLEET_ACL.replace("PASSWORD_SHA256", &hex::encode(digest)))?;
+
+    let redis_addr = addr_of(lab, redis_host)?;
+    let redis_cmd = || -> Result<Command, DemoError> {
+        let mut c = launcher.command(redis_host, &[redis_bin.as_os_str()])?;
+        c.args(["--bind", &redis_addr.to_string(), "--port", &REDIS_PORT.to_string()])
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+                "--protected-mode",
+                "no",
+            ])
+            .arg("--aclfile")
+            .arg(&acl)
+            .arg("--dir")
+            .arg(d);
+        Ok(c)
+    };
+    let mut redis = spawn("redis", redis_cmd()?, &d.join("redis.log"))?;
+    let redis_up =
+        || std::net::TcpStream::connect_timeout(&(redis_addr, REDIS_PORT).into(), Duration::from_millis(200)).is_ok();
+    let probe_ns = oskit::netns::NetNs::open(lab.ns_of(&client_hosts[0])?)
+        .map_err(|e| format!("cannot open a client host's namespace: {e}"))?;
+    wait_for("Redis", 10.0 * tdf, stop, || probe_ns.run(redis_up).unwrap_or(false))?;
+    let registry = vec![
+        "--registry".to_string(),
+        format!("redis://fleet@{redis_addr}:{REDIS_PORT}"),
+        "--registry-password-file".into(),
+        password_file.to_string_lossy().into_owned(),
+    ];
+    let ports = format!("{FIRST_PORT}-{}", FIRST_PORT as u64 + args.groups - 1);
+
+    let mut reflectors = Vec::new();
+    let mut refl_addrs = Vec::new();
+    for h in refl_hosts {
+        let a = addr_of(lab, h)?;
+        let mut c = launcher.command(h, &[reflector_bin.as_os_str()])?;
+        c.arg("serve")
+            .args([
+                "--bind",
+                &a.to_string(),
+                "--advertise",
+                &a.to_string(),
+                "--ports",
+                &ports,
+            ])
+            .arg("--secret-file")
+            .arg(&secret)
+            .args(&registry)
+            .args(["--registry-ttl", &format!("{}ms", (args.registry_ttl * 1000.0) as u64)])
+            .args([
+                "--drain-timeout",
+                &format!("{}ms", (args.drain_timeout * 1000.0) as u64),
+            ])
+            .args(["--checkpoint-port", &CHECKPOINT_PORT.to_string()])
+            .args(["--metrics", &format!("{a}:{METRICS_PORT}")])
+            .env("RUST_LOG", "warn");
+        reflectors.push(spawn(
+            &format!("reflector on {h}"),
+            c,
+            &d.join(format!("reflector-{h}.log")),
+        )?);
+        refl_addrs.push(a);
+    }
+    let mut controls = Vec::new();
+    let mut control_urls = Vec::new();
+    for h in ctl_hosts {
+        let a = addr_of(lab, h)?;
+        let mut c = launcher.command(h, &[reflector_bin.as_os_str()])?;
+        c.arg("control")
+            .args([
+                "--listen",
+                &format!("{a}:{CONTROL_PORT}"),
+                "--grid",
+                &args.grid,
+                "--insecure-http",
+            ])
+            .arg("--secret-file")
+            .arg(&secret)
+            .arg("--ticket-keys")
+            .arg(&ticket_keys)
+            .args(&registry)
+            // Every bot of a client host asks from its address.
+            .args(["--ticket-rate-ip", "100000"])
+            .env("RUST_LOG", "warn");
+        controls.push(spawn(
+            &format!("control server on {h}"),
+            c,
+            &d.join(format!("control-{h}.log")),
+        )?);
+        control_urls.push(format!("http://{a}:{CONTROL_PORT}"));
+    }
+    for (i, a) in refl_addrs.iter().enumerate() {
+        let url = format!("http://{a}:{METRICS_PORT}/metrics");
+        wait_for(&format!("the reflector on {}", refl_hosts[i]), 20.0 * tdf, stop, || {
+            probe_ns.run(|| get(&url).is_ok()).unwrap_or(false)
+        })?;
+    }
+    for (i, u) in control_urls.iter().enumerate() {
+        let url = format!("{u}/healthz");
+        wait_for(
+            &format!("the control server on {}", ctl_hosts[i]),
+            20.0 * tdf,
+            stop,
+            || probe_ns.run(|| get(&url).is_ok()).unwrap_or(false),
+        )?;
+    }
+    // The control servers place the whole grid once they see live reflectors.
+    std::thread::sleep(Duration::from_secs_f64(2.0 * args.registry_ttl * tdf));
+
+    // The metrics poller, from a client host.
+    let timeline = Arc::new(Mutex::new(Timeline::default()));
+    let polling = Arc::new(AtomicBool::new(true));
+    let t0 = Instant::now();
+    let poller = {
+        let timeline = timeline.clone();
+        let polling = polling.clone();
+        let urls: Vec<String> = refl_addrs
+            .iter()
+            .map(|a| format!("http://{a}:{METRICS_PORT}/metrics"))
+            .collect();
+        let every = Duration::from_secs_f64(args.poll.max(0.05));
+        let ns = oskit::netns::NetNs::open(lab.ns_of(&client_hosts[0])?)
+            .map_err(|e| format!("cannot open a client host's namespace: {e}"))?;
+        ns.spawn::<(), oskit::SysError>(move || {
+            while polling.load(Relaxed) {
+                let at = t0.elapsed().as_secs_f64();
+                let row: Vec<Option<Sample>> = urls
+                    .iter()
+                    .map(|u| get(u).ok().and_then(|t| parse_metrics(&t)))
+                    .collect();
+                if let Ok(mut tl) = timeline.lock() {
+                    tl.rows.push((at, row));
+                }
+                std::thread::sleep(every);
+            }
+        })
+    };
+
+    let bots_netns: Vec<String> = client_hosts
+        .iter()
+        .map(|h| lab.ns_of(h).map(String::from))
+        .collect::<Result<_, _>>()?;
+    let mut bots = launcher.command(&client_hosts[0], &[reflector_bin.as_os_str()])?;
+    bots.arg("bots")
+        .arg("--netns")
+        .arg(bots_netns.join(","))
+        .arg("--ticket-keys")
+        .arg(&ticket_keys)
+        .args(["--control", &control_urls.join(",")])
+        .args(["--count", &args.bots.to_string()])
+        .args(["--duration", &format!("{}ms", (args.duration * 1000.0) as u64)])
+        .args(["--rate", &args.rate.to_string(), "--size", &args.size.to_string()])
+        .args(["--move-every", &format!("{}ms", (args.move_every * 1000.0) as u64)])
+        .args([
+            "--bind",
+            "0.0.0.0",
+            "--seed",
+            &args.seed.to_string(),
+            "--json",
+            "--quiet",
+        ])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(d.join("bots.log")).map_err(|e| format!("cannot create the bots' log: {e}"))?);
+    let mut child = bots.spawn().map_err(|e| format!("cannot start the bots: {e}"))?;
+    let mut out = child.stdout.take().ok_or("the bots child has no stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let mut bots = ChildGuard::new(child);
+    eprintln!(
+        "fleet: {} bots over {} client hosts, {} s (virtual{}), {} Hz x {} B; events: {}",
+        args.bots,
+        client_hosts.len(),
+        args.duration,
+        if args.tdf > 1 {
+            format!(", TDF {}", args.tdf)
+        } else {
+            String::new()
+        },
+        args.rate,
+        args.size,
+        events
+            .iter()
+            .map(|(k, at)| format!("{} at {at} s", k.name()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+
+    // The schedule, in real time.
+    let mut done: Vec<(EventKind, f64, f64, String, Option<usize>)> = Vec::new();
+    let end = Duration::from_secs_f64(args.duration * tdf + 60.0 * tdf);
+    let mut next = 0;
+    loop {
+        if stop.load(Relaxed) {
+            return Err("interrupted".into());
+        }
+        if let Ok(Some(_)) = bots.child().try_wait() {
+            break;
+        }
+        if t0.elapsed() > end {
+            return Err("the bots ran far past their duration; stopped".into());
+        }
+        if let Some(&(kind, at)) = events.get(next) {
+            if t0.elapsed().as_secs_f64() >= at * tdf {
+                next += 1;
+                let real_at = t0.elapsed().as_secs_f64();
+                let (target, refl) = match kind {
+                    EventKind::Kill | EventKind::Drain => {
+                        let i = busiest(&timeline, &mut reflectors).ok_or("no live reflector left to hit")?;
+                        let sig = if kind == EventKind::Kill {
+                            nix::sys::signal::Signal::SIGKILL
+                        } else {
+                            nix::sys::signal::Signal::SIGTERM
+                        };
+                        reflectors[i].signal(sig)?;
+                        (refl_hosts[i].clone(), Some(i))
+                    }
+                    EventKind::Control => {
+                        let i = controls
+                            .iter_mut()
+                            .position(|c| c.alive())
+                            .ok_or("no live control server left to stop")?;
+                        let c = &mut controls[i];
+                        c.signal(nix::sys::signal::Signal::SIGTERM)?;
+                        (c.name.clone(), None)
+                    }
+                    EventKind::Redis => {
+                        redis.signal(nix::sys::signal::Signal::SIGKILL)?;
+                        if let Some(mut g) = redis.guard.take() {
+                            let _ = g.child().wait();
+                        }
+                        redis = spawn("redis", redis_cmd()?, &d.join("redis-2.log"))?;
+                        ("redis".into(), None)
+                    }
+                };
+                eprintln!("fleet: {} ({target}) at {:.1} s", kind.name(), real_at / tdf);
+                done.push((kind, at, real_at, target, refl));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(bots);
+    let text = reader.join().unwrap_or_default();
+    polling.store(false, Relaxed);
+    let _ = poller.join();
+    let report: BotsReport = serde_json::from_str(&text).map_err(|e| {
+        format!(
+            "cannot read the bots' JSON report ({e}); their log ends:\n{}",
+            tail(&d.join("bots.log"))
+        )
+    })?;
+    let tl = timeline.lock().map_err(|_| "timeline lock poisoned")?;
+    let rows: Vec<EventRow> = done
+        .iter()
+        .map(|(kind, at, real_at, target, refl)| analyse(&tl, *kind, *at, *real_at, target, *refl, tdf))
+        .collect();
+
+    print!("{}", event_table(&rows));
+    println!(
+        "\nbots: sent {}, received {} of {} owed, lost {}, errors {}",
+        report.total.sent, report.total.received, report.total.expected, report.lost, report.error_count
+    );
+    if let Some(out) = &args.out {
+        std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+        write_csvs(out, &rows, &tl, tdf, refl_hosts)?;
+    }
+    let unrecovered = rows.iter().filter(|r| r.recovery_s.is_none()).count();
+    Ok(if report.error_count > 0 {
+        2
+    } else if unrecovered > 0 || report.lost > 0 {
+        1
+    } else {
+        0
+    })
+}
+
+/// The live reflector with the most members at the last sample.
+fn busiest(timeline: &Mutex<Timeline>, reflectors: &mut [Proc]) -> Option<usize> {
+    let last = timeline.lock().ok()?.rows.last()?.1.clone();
+    (0..reflectors.len())
+        .filter(|&i| reflectors[i].alive())
+        .max_by_key(|&i| last.get(i).copied().flatten().map_or(0, |s| s.members))
+}
+
+fn analyse(
+    tl: &Timeline,
+    kind: EventKind,
+    at: f64,
+    real_at: f64,
+    target: &str,
+    refl: Option<usize>,
+    tdf: f64,
+) -> EventRow {
+    let total = |row: &Vec<Option<Sample>>, skip: Option<usize>| -> u64 {
+        row.iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != skip)
+            .filter_map(|(_, s)| s.map(|s| s.members))
+            .sum()
+    };
+    let before = tl.rows.iter().rev().find(|(t, _)| *t <= real_at);
+    let members_before = before.map_or(0, |(_, r)| total(r, None));
+    let affected = match (before, refl) {
+        (Some((_, r)), Some(i)) => r.get(i).copied().flatten().map_or(0, |s| s.members),
+        _ => 0,
+    };
+    let mut low = members_before;
+    let mut recovery = None;
+    for (t, r) in tl.rows.iter().filter(|(t, _)| *t > real_at) {
+        // The reflector hit no longer counts: its members are held only once
+        // they are members elsewhere.
+        let m = total(r, refl);
+        low = low.min(m);
+        if m >= members_before {
+            recovery = Some((t - real_at) / tdf);
+            break;
+        }
+    }
+    EventRow {
+        event: kind.name(),
+        target: target.to_string(),
+        at_s: at,
+        affected_players: affected,
+        members_before,
+        recovery_s: recovery,
+        members_low: low,
+    }
+}
+
+fn event_table(rows: &[EventRow]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\n{:<22} {:<26} {:>7} {:>9} {:>8} {:>8} {:>11}",
+        "event", "target", "at s", "affected", "members", "lowest", "recovery s"
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{:<22} {:<26} {:>7.1} {:>9} {:>8} {:>8} {:>11}",
+            r.event,
+            r.target,
+            r.at_s,
+            r.affected_players,
+            r.members_before,
+            r.members_low,
+            r.recovery_s.map_or("never".into(), |v| format!("{v:.2}"))
+        );
+    }
+    s
+}
+
+fn write_csvs(out: &Path, rows: &[EventRow], tl: &Timeline, tdf: f64, refl_hosts: &[String]) -> Result<(), DemoError> {
+    let mut s = String::from("event,target,at_s,affected_players,members_before,members_low,recovery_s\n");
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{},{},{:.3},{},{},{},{}",
+            r.event,
+            r.target,
+            r.at_s,
+            r.affected_players,
+            r.members_before,
+            r.members_low,
+            r.recovery_s.map_or(String::new(), |v| format!("{v:.3}"))
+        );
+    }
+    let p = out.join("fleet.csv");
+    std::fs::write(&p, s).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+    // Copies fanned out per virtual second between polls, per reflector.
+    let mut s = String::from("t_s");
+    for h in refl_hosts {
+        let _ = write!(s, ",members_{h},copies_per_s_{h}");
+    }
+    s.push('\n');
+    let mut last: BTreeMap<usize, (f64, u64)> = BTreeMap::new();
+    for (t, row) in &tl.rows {
+        let _ = write!(s, "{:.3}", t / tdf);
+        for (i, smp) in row.iter().enumerate() {
+            match smp {
+                Some(x) => {
+                    let rate = match last.get(&i) {
+                        Some(&(t1, f1)) if *t > t1 && x.fanned_out >= f1 => {
+                            (x.fanned_out - f1) as f64 / ((t - t1) / tdf)
+                        }
+                        _ => 0.0,
+                    };
+                    last.insert(i, (*t, x.fanned_out));
+                    let _ = write!(s, ",{},{rate:.1}", x.members);
+                }
+                None => {
+                    last.remove(&i);
+                    s.push_str(",,");
+                }
+            }
+        }
+        s.push('\n');
+    }
+    let p = out.join("fleet_rate.csv");
+    std::fs::write(&p, s).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+    eprintln!("fleet: wrote {} and {}", out.join("fleet.csv").display(), p.display());
+    Ok(())
+}
+
+fn get(url: &str) -> Result<String, String> {
+    ureq::get(url)
+        .timeout(Duration::from_millis(500))
+        .call()
+        .map_err(|e| format!("GET {url}: {e}"))?
+        .into_string()
+        .map_err(|e| format!("GET {url}: {e}"))
+}
+
+fn tail(p: &Path) -> String {
+    let text = std::fs::read_to_string(p).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().rev().take(10).collect();
+    lines.into_iter().rev().collect::<Vec<_>>().join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_parsed_in_time_order_and_checked_against_the_run() {
+        let e = parse_events("drain=80,kill=20, control=40", 100.0).unwrap();
+        assert_eq!(
+            e,
+            vec![
+                (EventKind::Kill, 20.0),
+                (EventKind::Control, 40.0),
+                (EventKind::Drain, 80.0)
+            ]
+        );
+        assert!(parse_events("kill=120", 100.0).unwrap_err().contains("outside the run"));
+        assert!(parse_events("explode=10", 100.0)
+            .unwrap_err()
+            .contains("unknown event 'explode'"));
+        assert!(parse_events("kill", 100.0).unwrap_err().contains("NAME=SECONDS"));
+    }
+
+    #[test]
+    fn metrics_text_gives_members_and_copies() {
+        let text = "# HELP reflector_members x\n# TYPE reflector_members gauge\nreflector_members 42\n\
+                    reflector_fanned_out_total 12345\nreflector_group_members{group=\"4000\"} 3\n";
+        let s = parse_metrics(text).unwrap();
+        assert_eq!((s.members, s.fanned_out), (42, 12345));
+        assert!(parse_metrics("reflector_members 1\n").is_none());
+    }
+
+    #[test]
+    fn recovery_is_when_the_live_reflectors_hold_every_member_again() {
+        let s = |m| {
+            Some(Sample {
+                members: m,
+                fanned_out: 0,
+            })
+        };
+        let tl = Timeline {
+            rows: vec![
+                (1.0, vec![s(10), s(20), s(30)]),
+                (2.0, vec![None, s(20), s(30)]),
+                (3.0, vec![None, s(25), s(33)]),
+                (4.0, vec![None, s(27), s(33)]),
+            ],
+        };
+        // Reflector 0 killed at real 1.5 s with TDF 2: its 10 players are
+        // back (27 + 33 = 60) at real 4.0 s, 1.25 virtual seconds later.
+        let r = analyse(&tl, EventKind::Kill, 0.75, 1.5, "h1", Some(0), 2.0);
+        assert_eq!((r.affected_players, r.members_before, r.members_low), (10, 60, 50));
+        assert_eq!(r.recovery_s, Some(1.25));
+        // Never back within the timeline.
+        let r = analyse(&tl, EventKind::Kill, 1.5, 3.0, "h2", Some(1), 1.0);
+        assert_eq!(r.recovery_s, None);
+    }
+}
