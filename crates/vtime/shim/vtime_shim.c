@@ -75,6 +75,7 @@ int (*r_io_uring_queue_init)(unsigned, void *, unsigned);
 const struct vtime_record *rec; /* NULL: no domain, pass through */
 int ready;
 pthread_once_t once = PTHREAD_ONCE_INIT;
+__thread int resolving;
 
 #define RESOLVE(var, name) (var = (__typeof__(var))dlsym(RTLD_NEXT, name))
 
@@ -112,8 +113,29 @@ static void attach_record(void) {
     rec = r;
 }
 
+/* Symbols a C library may lack (glibc before 2.30 has no
+ * pthread_cond_clockwait, before 2.35 no epoll_pwait2; liburing is seldom
+ * loaded). A failed dlsym allocates its error message, and an allocator that
+ * is itself starting up cannot take that: jemalloc reads the clock and makes
+ * raw system calls while holding its init lock, so resolving these from
+ * there would wait on that lock forever. They are looked up at their first
+ * use instead, when the allocator is long up. */
+pthread_once_t once_optional = PTHREAD_ONCE_INIT;
+
+void resolve_optional(void) {
+    RESOLVE(r_epoll_pwait2, "epoll_pwait2");
+    RESOLVE(r_cond_clockwait, "pthread_cond_clockwait");
+    RESOLVE(r_sem_clockwait, "sem_clockwait");
+    RESOLVE(r_mutex_clocklock, "pthread_mutex_clocklock");
+    RESOLVE(r_io_uring_queue_init_params, "io_uring_queue_init_params");
+    RESOLVE(r_io_uring_queue_init, "io_uring_queue_init");
+}
+
 void resolve_all(void) {
+    resolving = 1;
+    /* First what an allocator calls (jemalloc: the clock, raw system calls). */
     RESOLVE(r_clock_gettime, "clock_gettime");
+    RESOLVE(r_syscall, "syscall");
     RESOLVE(r_gettimeofday, "gettimeofday");
     RESOLVE(r_time, "time");
     RESOLVE(r_timespec_get, "timespec_get");
@@ -127,7 +149,6 @@ void resolve_all(void) {
     RESOLVE(r_pselect, "pselect");
     RESOLVE(r_epoll_wait, "epoll_wait");
     RESOLVE(r_epoll_pwait, "epoll_pwait");
-    RESOLVE(r_epoll_pwait2, "epoll_pwait2");
     RESOLVE(r_timerfd_create, "timerfd_create");
     RESOLVE(r_timerfd_settime, "timerfd_settime");
     RESOLVE(r_timerfd_gettime, "timerfd_gettime");
@@ -140,20 +161,15 @@ void resolve_all(void) {
     RESOLVE(r_cond_init, "pthread_cond_init");
     RESOLVE(r_cond_destroy, "pthread_cond_destroy");
     RESOLVE(r_cond_timedwait, "pthread_cond_timedwait");
-    RESOLVE(r_cond_clockwait, "pthread_cond_clockwait");
     RESOLVE(r_sem_timedwait, "sem_timedwait");
-    RESOLVE(r_sem_clockwait, "sem_clockwait");
     RESOLVE(r_mutex_timedlock, "pthread_mutex_timedlock");
-    RESOLVE(r_mutex_clocklock, "pthread_mutex_clocklock");
     RESOLVE(r_sigtimedwait, "sigtimedwait");
     RESOLVE(r_setsockopt, "setsockopt");
     RESOLVE(r_getsockopt, "getsockopt");
     RESOLVE(r_recvmsg, "recvmsg");
     RESOLVE(r_recvmmsg, "recvmmsg");
-    RESOLVE(r_syscall, "syscall");
-    RESOLVE(r_io_uring_queue_init_params, "io_uring_queue_init_params");
-    RESOLVE(r_io_uring_queue_init, "io_uring_queue_init");
     attach_record();
+    resolving = 0;
     __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
 }
 
@@ -342,6 +358,7 @@ EXPORT int pselect(int n, fd_set *r, fd_set *w, fd_set *e, const struct timespec
 static int no_epoll_pwait2; /* the kernel said ENOSYS once */
 
 static int epoll_v(int ep, struct epoll_event *ev, int max, int64_t vdl, const sigset_t *mask) {
+    ensure_optional();
     for (;;) {
         int64_t sl = next_slice(CLOCK_MONOTONIC, vdl);
         if (sl == 0)
@@ -375,7 +392,7 @@ EXPORT int epoll_pwait(int ep, struct epoll_event *ev, int max, int timeout_ms, 
 }
 
 EXPORT int epoll_pwait2(int ep, struct epoll_event *ev, int max, const struct timespec *tmo, const sigset_t *mask) {
-    ensure();
+    ensure_optional();
     if (r_epoll_pwait2 == NULL) {
         errno = ENOSYS;
         return -1;
@@ -508,6 +525,7 @@ static int timed_wait_v(enum wait_kind kind, void *obj, pthread_mutex_t *m, cloc
 }
 
 static int dilatable(clockid_t clk, const struct timespec *abs) {
+    ensure_optional();
     return active() && base_of(clk) >= 0 && abs != NULL && valid_ts(abs) && r_cond_clockwait != NULL &&
            r_sem_clockwait != NULL && r_mutex_clocklock != NULL;
 }

@@ -117,13 +117,27 @@ extern int (*r_io_uring_queue_init)(unsigned, void *, unsigned);
 extern const struct vtime_record *rec; /* NULL: no domain, pass through */
 extern int ready;
 extern pthread_once_t once;
+/* Set on the thread running resolve_all: a call of ours made from inside it
+ * (dlsym allocates when a symbol is missing, and an allocator such as
+ * jemalloc reads the clock and makes raw system calls) must not wait on the
+ * pthread_once that thread holds. */
+extern __thread int resolving;
 
 /* Resolves the real functions and attaches the record (once). */
 void resolve_all(void);
 
 static inline void ensure(void) {
-    if (__builtin_expect(!__atomic_load_n(&ready, __ATOMIC_ACQUIRE), 0))
+    if (__builtin_expect(!__atomic_load_n(&ready, __ATOMIC_ACQUIRE), 0) && !resolving)
         pthread_once(&once, resolve_all);
+}
+
+/* Symbols a C library or program may lack, resolved at their first use
+ * rather than at start (see resolve_optional in vtime_shim.c). */
+extern pthread_once_t once_optional;
+void resolve_optional(void);
+static inline void ensure_optional(void) {
+    ensure();
+    pthread_once(&once_optional, resolve_optional);
 }
 
 static inline void warn_once(int *flag, const char *msg) {

@@ -258,7 +258,7 @@ static const char uring_msg[] = "this program uses io_uring: its timeouts (IORIN
                                 "timeouts, wait timeouts) run in REAL time, not dilated";
 
 EXPORT int io_uring_queue_init_params(unsigned entries, void *ring, void *p) {
-    ensure();
+    ensure_optional();
     if (rec != NULL)
         warn_once(&uring_warned, uring_msg);
     if (r_io_uring_queue_init_params == NULL)
@@ -267,7 +267,7 @@ EXPORT int io_uring_queue_init_params(unsigned entries, void *ring, void *p) {
 }
 
 EXPORT int io_uring_queue_init(unsigned entries, void *ring, unsigned flags) {
-    ensure();
+    ensure_optional();
     if (rec != NULL)
         warn_once(&uring_warned, uring_msg);
     if (r_io_uring_queue_init == NULL)

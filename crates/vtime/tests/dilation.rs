@@ -617,3 +617,59 @@ fn futex_wakes_with_any_fourth_argument_pass_through() {
     std::fs::remove_file(&bin).unwrap();
     s.assert_empty();
 }
+
+/// A program whose allocator reads the clock and makes raw system calls
+/// (as jemalloc does: Redis under the shim hung at start) is not deadlocked
+/// by the shim's own start-up: resolving the real functions allocates when
+/// a symbol is missing, and that allocation re-enters the shim on the same
+/// thread. The program starts, and its time is dilated.
+#[test]
+fn an_allocator_that_reads_the_clock_does_not_deadlock_the_shim() {
+    let s = Scratch::new("alloc");
+    let bin = s.0.join("alloc-clock");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/alloc_clock.c");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let st = Command::new(&cc)
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
+    assert!(st.success(), "compiling {} failed", src.display());
+    let mut child = s
+        .vtime()
+        .args(["run", "--tdf", "2", "--"])
+        .arg(&bin)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Bounded: a deadlocked start never ends by itself.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            std::fs::remove_file(&bin).unwrap();
+            panic!("the program did not end within 20 s under the shim (deadlocked at start)");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = child.wait_with_output().unwrap();
+    std::fs::remove_file(&bin).unwrap();
+    assert!(o.status.success(), "{}", stderr_of(&o));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let fields: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(fields.first(), Some(&"ok"), "{out}");
+    // 100 ms of its own time, not less (it did sleep, on the shim's clock)
+    // and the allocator really read the clock.
+    let ms: i64 = fields[1].parse().unwrap();
+    assert!(
+        (95..1000).contains(&ms),
+        "a 100 ms sleep measured {ms} ms of its own time"
+    );
+    let reads: i64 = fields[2].parse().unwrap();
+    assert!(reads > 0, "the allocator never ran");
+    s.assert_empty();
+}
