@@ -148,9 +148,18 @@ impl Transfer {
         Ok(t)
     }
 
-    /// A FETCH of the group's latest checkpoint, at most `max_state` bytes.
-    pub fn fetch(addr: SocketAddr, who: Who, max_state: u64, deadline: Instant) -> Result<Transfer, CheckpointError> {
-        let mut t = Transfer::new(CheckpointOp::Fetch, addr, who, deadline)?;
+    /// A FETCH of the group's latest checkpoint (`op` [`CheckpointOp::Fetch`])
+    /// or a FETCH_OTHER of the other one kept ([`CheckpointOp::FetchOther`]),
+    /// at most `max_state` bytes.
+    pub fn fetch(
+        op: CheckpointOp,
+        addr: SocketAddr,
+        who: Who,
+        max_state: u64,
+        deadline: Instant,
+    ) -> Result<Transfer, CheckpointError> {
+        debug_assert!(op != CheckpointOp::Upload, "an upload is Transfer::upload");
+        let mut t = Transfer::new(op, addr, who, deadline)?;
         t.max_state = max_state;
         Ok(t)
     }
@@ -319,6 +328,7 @@ impl Transfer {
                             Request::upload(&self.member(), hello.challenge, self.nonce, len, self.tick)
                         }
                         CheckpointOp::Fetch => Request::fetch(&self.member(), hello.challenge, Op::Fetch),
+                        CheckpointOp::FetchOther => Request::fetch(&self.member(), hello.challenge, Op::FetchOther),
                     };
                     self.req_mac = req.mac;
                     // The state waits behind the request in `out` for an
@@ -348,7 +358,7 @@ impl Transfer {
                     self.expect(REPLY_LEN);
                     self.step = match self.op {
                         CheckpointOp::Upload => Step::Continue,
-                        CheckpointOp::Fetch => Step::Reply,
+                        CheckpointOp::Fetch | CheckpointOp::FetchOther => Step::Reply,
                     };
                 }
                 Step::Continue => {
@@ -398,9 +408,9 @@ impl Transfer {
                             }
                             Ok(Some(Done::Stored(st)))
                         }
-                        (CheckpointOp::Fetch, Answer::Empty) => Ok(Some(Done::Empty)),
+                        (CheckpointOp::Fetch | CheckpointOp::FetchOther, Answer::Empty) => Ok(Some(Done::Empty)),
                         (
-                            CheckpointOp::Fetch,
+                            CheckpointOp::Fetch | CheckpointOp::FetchOther,
                             Answer::Checkpoint {
                                 stored,
                                 body_len,
@@ -467,13 +477,25 @@ impl<D: crate::Driver> crate::Client<D> {
         ))
     }
 
-    pub(crate) fn start_fetch(&mut self, i: usize, now: Instant) -> Result<(), CheckpointError> {
-        if self.ck_fetch.is_some() {
-            return Err(CheckpointError::InFlight(CheckpointOp::Fetch));
+    /// Starts a fetch on membership `i`'s channel: `op` is
+    /// [`CheckpointOp::Fetch`] (the latest) or [`CheckpointOp::FetchOther`].
+    /// One of each may run at once (the reflector paces them apart).
+    pub(crate) fn start_fetch(&mut self, i: usize, op: CheckpointOp, now: Instant) -> Result<(), CheckpointError> {
+        let in_flight = match op {
+            CheckpointOp::Upload => return Err(CheckpointError::InFlight(op)),
+            CheckpointOp::Fetch => self.ck_fetch.is_some(),
+            CheckpointOp::FetchOther => self.ck_fetch_other.is_some(),
+        };
+        if in_flight {
+            return Err(CheckpointError::InFlight(op));
         }
         let (who, addr) = self.channel(i)?;
         let deadline = now + self.cfg.checkpoint_timeout;
-        self.ck_fetch = Some(Transfer::fetch(addr, who, self.cfg.checkpoint_max_bytes, deadline)?);
+        let t = Transfer::fetch(op, addr, who, self.cfg.checkpoint_max_bytes, deadline)?;
+        match op {
+            CheckpointOp::FetchOther => self.ck_fetch_other = Some(t),
+            _ => self.ck_fetch = Some(t),
+        }
         Ok(())
     }
 
@@ -486,10 +508,11 @@ impl<D: crate::Driver> crate::Client<D> {
 
     /// Carries the exchanges under way as far as their sockets allow.
     pub(crate) fn checkpoints(&mut self, now: Instant) {
-        for op in [CheckpointOp::Upload, CheckpointOp::Fetch] {
+        for op in [CheckpointOp::Upload, CheckpointOp::Fetch, CheckpointOp::FetchOther] {
             let slot = match op {
                 CheckpointOp::Upload => &mut self.ck_upload,
                 CheckpointOp::Fetch => &mut self.ck_fetch,
+                CheckpointOp::FetchOther => &mut self.ck_fetch_other,
             };
             let Some(t) = slot.as_mut() else { continue };
             let group = t.group;
@@ -506,12 +529,13 @@ impl<D: crate::Driver> crate::Client<D> {
                 }
                 Ok(Some(Done::Empty)) => {
                     self.stats.checkpoints_fetched += 1;
-                    crate::CheckpointEvent::Empty { group }
+                    crate::CheckpointEvent::Empty { group, op }
                 }
                 Ok(Some(Done::Fetched { stored, age_ms, state })) => {
                     self.stats.checkpoints_fetched += 1;
                     crate::CheckpointEvent::Checkpoint {
                         group,
+                        op,
                         number: stored.number,
                         tick: stored.tick,
                         from_player: stored.from_player,

@@ -232,6 +232,8 @@ pub struct Client<D: Driver = UdpDriver> {
     ck_nonce: Option<(GroupKey, u64)>,
     ck_upload: Option<Transfer>,
     ck_fetch: Option<Transfer>,
+    /// A FETCH_OTHER under way ([`Client::fetch_checkpoint_other`]).
+    ck_fetch_other: Option<Transfer>,
     ck_events: VecDeque<CheckpointEvent>,
 }
 
@@ -302,6 +304,7 @@ impl<D: Driver> Client<D> {
             ck_nonce: None,
             ck_upload: None,
             ck_fetch: None,
+            ck_fetch_other: None,
             ck_events: VecDeque::new(),
             sock,
             cfg,
@@ -436,7 +439,21 @@ impl<D: Driver> Client<D> {
     /// ones are refused (`Busy`).
     pub fn fetch_checkpoint(&mut self) -> Result<(), CheckpointError> {
         let i = self.sending_index().ok_or(CheckpointError::NotMember)?;
-        self.start_fetch(i, Instant::now())
+        self.start_fetch(i, CheckpointOp::Fetch, Instant::now())
+    }
+
+    /// Fetches the other checkpoint of the two the reflector keeps for the
+    /// group [`Client::send`] goes to (FETCH_OTHER: the one before the
+    /// latest, uploaded by another member when the reflector has one), so
+    /// a joiner can compare two members' snapshots. It runs beside a
+    /// [`Client::fetch_checkpoint`] (one of each at a time). The outcome is
+    /// a [`CheckpointEvent`] whose `op` is [`CheckpointOp::FetchOther`]:
+    /// `Checkpoint`, `Empty` (fewer than two stored) or `Failed`. The
+    /// reflector allows one per member per `--checkpoint-fetch-every`,
+    /// apart from the FETCHes.
+    pub fn fetch_checkpoint_other(&mut self) -> Result<(), CheckpointError> {
+        let i = self.sending_index().ok_or(CheckpointError::NotMember)?;
+        self.start_fetch(i, CheckpointOp::FetchOther, Instant::now())
     }
 
     /// Changes the checkpoint settings of a running client
@@ -577,6 +594,7 @@ impl<D: Driver> Client<D> {
         // Exchanges under way end with the membership (their sockets close).
         self.ck_upload = None;
         self.ck_fetch = None;
+        self.ck_fetch_other = None;
         self.ck_nonce = None;
         self.left = true;
     }
@@ -762,7 +780,7 @@ impl<D: Driver> Client<D> {
                 // are only heard.
                 let is_cell = self.cell == Some(key);
                 if is_cell && self.cfg.checkpoint_fetch_on_join && ack.checkpoint_port != 0 && self.ck_fetch.is_none() {
-                    if let Err(reason) = self.start_fetch(i, now) {
+                    if let Err(reason) = self.start_fetch(i, CheckpointOp::Fetch, now) {
                         self.checkpoint_failed(CheckpointOp::Fetch, reason);
                     }
                 }

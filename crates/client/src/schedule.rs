@@ -101,7 +101,7 @@ impl<D: Driver> Client<D> {
                 };
             }
         }
-        if self.ck_upload.is_some() || self.ck_fetch.is_some() {
+        if self.ck_upload.is_some() || self.ck_fetch.is_some() || self.ck_fetch_other.is_some() {
             next = earliest(next, Some(now + CHECKPOINT_POLL));
         }
         next = earliest(next, self.streams.next_silent());

@@ -227,10 +227,14 @@ pub enum CheckpointEvent {
     /// The state provided was stored by the reflector (its authenticated
     /// STORED named our state's digest, tick and player).
     Uploaded { group: u16, number: u64, tick: u64 },
-    /// The group's latest checkpoint, its SHA-256 checked against the
-    /// authenticated REPLY.
+    /// A checkpoint of the group, its SHA-256 checked against the
+    /// authenticated REPLY: the latest, or the other one kept.
     Checkpoint {
         group: u16,
+        /// Which one: [`CheckpointOp::Fetch`], the latest (also the fetch on
+        /// join), or [`CheckpointOp::FetchOther`], the other one kept
+        /// ([`Client::fetch_checkpoint_other`]).
+        op: CheckpointOp,
         /// The checkpoint's number in its group.
         number: u64,
         /// The game tick its uploader gave.
@@ -241,8 +245,9 @@ pub enum CheckpointEvent {
         age_ms: u32,
         bytes: Vec<u8>,
     },
-    /// The group has no checkpoint yet.
-    Empty { group: u16 },
+    /// The group has no checkpoint yet (`op` [`CheckpointOp::Fetch`]), or
+    /// fewer than two, so no other one (`op` [`CheckpointOp::FetchOther`]).
+    Empty { group: u16, op: CheckpointOp },
     /// An exchange failed (nothing in it was taken as a checkpoint); see
     /// [`CheckpointError::refusal`] for the reflector's reason.
     Failed {
