@@ -57,6 +57,21 @@ enum Step {
     State,
 }
 
+/// Which way an exchange waits on its socket now: what an event-driven
+/// loop watches it for (the tokio driver's) so that the next `update`
+/// comes when the socket can move the exchange on, not on a poll.
+#[cfg_attr(
+    not(feature = "tokio"),
+    allow(dead_code, reason = "only the tokio loop watches the socket")
+)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waits {
+    /// Bytes to read (HELLO, a REPLY, the state).
+    Read,
+    /// The connect to complete, or room to write (REQUEST, the state).
+    Write,
+}
+
 /// The member an exchange speaks for, taken when it starts.
 #[derive(Clone, Copy)]
 pub(crate) struct Who {
@@ -189,6 +204,32 @@ impl Transfer {
             pending_request: None,
             req_sent: 0,
         })
+    }
+
+    /// The exchange's TCP socket, for a loop that waits on it.
+    #[cfg_attr(
+        not(feature = "tokio"),
+        allow(dead_code, reason = "only the tokio loop watches the socket")
+    )]
+    pub fn socket(&self) -> &TcpStream {
+        &self.stream
+    }
+
+    /// What the exchange waits for on its socket now.
+    #[cfg_attr(
+        not(feature = "tokio"),
+        allow(dead_code, reason = "only the tokio loop watches the socket")
+    )]
+    pub fn waits(&self) -> Waits {
+        match self.step {
+            Step::Connecting | Step::Request | Step::Body => Waits::Write,
+            Step::Hello | Step::Continue | Step::Reply | Step::State => Waits::Read,
+        }
+    }
+
+    /// When the exchange fails if it has not ended (`TimedOut`).
+    pub fn deadline(&self) -> Instant {
+        self.deadline
     }
 
     fn member(&self) -> Member<'_> {
@@ -497,6 +538,13 @@ impl<D: crate::Driver> crate::Client<D> {
             _ => self.ck_fetch = Some(t),
         }
         Ok(())
+    }
+
+    /// The exchanges under way (an upload, a fetch, a fetch of the other).
+    pub(crate) fn transfers(&self) -> impl Iterator<Item = &Transfer> {
+        [&self.ck_upload, &self.ck_fetch, &self.ck_fetch_other]
+            .into_iter()
+            .filter_map(Option::as_ref)
     }
 
     pub(crate) fn checkpoint_failed(&mut self, op: CheckpointOp, reason: CheckpointError) {

@@ -93,6 +93,7 @@ mod streams;
 mod sys;
 mod token;
 mod types;
+mod wake;
 
 pub use checkpoint::{CheckpointError, CheckpointOp};
 #[cfg(target_os = "linux")]
@@ -218,6 +219,9 @@ pub struct Client<D: Driver = UdpDriver> {
     left: bool,
     /// A token request in flight on a helper thread.
     fetching: Option<mpsc::Receiver<Result<AreaTokens, ControlError>>>,
+    /// Signalled by that thread once its answer is in `fetching`: an
+    /// async loop wakes for it (see wake.rs).
+    wake: std::sync::Arc<wake::Wake>,
     fetch_not_before: Option<Instant>,
     /// A renewal brought no later expiry: the next waits until then.
     renew_not_before: Option<Instant>,
@@ -292,6 +296,7 @@ impl<D: Driver> Client<D> {
             move_follow_wait: Duration::from_secs(1),
             left: false,
             fetching: None,
+            wake: Default::default(),
             fetch_not_before: None,
             renew_not_before: None,
             token_needed_said: false,

@@ -79,6 +79,15 @@ pub struct Config {
     /// Used with [`TokenSource::Control`]; a game that hands tokens in
     /// gives the area with [`crate::Client::set_area_tokens`].
     pub area_radius: u8,
+    /// How often [`Client::next_update`] asks for an `update` while work
+    /// runs that a loop watching only the UDP socket cannot see: a token
+    /// request on its helper thread, a checkpoint exchange on its TCP
+    /// socket. `None` (the default): every [`crate::FETCH_POLL`] (10 ms)
+    /// and [`crate::CHECKPOINT_POLL`] (5 ms) respectively, and not at all
+    /// in the tokio driver's loop, which is woken by that work itself.
+    /// `Some(d)`: every `d` in either (for the tokio loop a fallback only;
+    /// a game loop that calls `update` every frame needs none).
+    pub background_poll: Option<Duration>,
 }
 
 impl Config {
@@ -97,6 +106,7 @@ impl Config {
             checkpoint_max_bytes: 16 << 20,
             checkpoint_addr: None,
             area_radius: 0,
+            background_poll: None,
         }
     }
 }
