@@ -77,17 +77,21 @@ impl<D: Driver> Client<D> {
     /// first: the earliest of the client's timers (a keepalive, a JOIN step
     /// resent, a refused join or token request tried again, the renewal
     /// moment, a reflector's silence, a move's break, a sender going
-    /// silent), or every [`FETCH_POLL`] while a token request is in flight
-    /// and every [`CHECKPOINT_POLL`] while a checkpoint exchange is under
-    /// way. An instant already past means now. `None`: nothing is timed
-    /// (after [`Client::leave`]); only a datagram needs an `update`.
+    /// silent, a checkpoint exchange's deadline), or every [`FETCH_POLL`]
+    /// while a token request is in flight and every [`CHECKPOINT_POLL`]
+    /// while a checkpoint exchange is under way (both
+    /// [`Config::background_poll`] if set). An instant already past means
+    /// now. `None`: nothing is timed (after [`Client::leave`]); only a
+    /// datagram needs an `update`.
     ///
     /// An event-driven loop sleeps until this instant or until the socket
     /// is readable, whichever comes first, calls `update`, and asks again
     /// (also after a call that starts something, such as
     /// [`Client::set_position`] or [`Client::provide_checkpoint`]). An
     /// `update` at any other moment is harmless. The tokio driver's loop
-    /// (`Client::update_when_due`, feature `tokio`) is such a loop.
+    /// (`Client::update_when_due`, feature `tokio`) is such a loop, one
+    /// that is also woken by the token answer and the exchanges' sockets,
+    /// so it does not poll them.
     pub fn next_update(&self) -> Option<Instant> {
         self.next_due(Woken::default())
     }
