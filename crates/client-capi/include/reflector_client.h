@@ -32,9 +32,12 @@
  * `RC_EVENT_MOVED`, `RC_EVENT_LEFT_GROUP`, `rc_event.from_group`,
  * `RC_ERR_WRONG_STATE`, and the group in `RC_EVENT_REJOINING` and
  * `RC_EVENT_RENEWED`. 1.3 added an area's tokens handed in by the game:
- * `rc_area_add_token`, `rc_set_area` and `RC_MAX_AREA_TOKENS`.
+ * `rc_area_add_token`, `rc_set_area` and `RC_MAX_AREA_TOKENS`. 1.4 added
+ * the other checkpoint kept: `rc_fetch_checkpoint_other`,
+ * `RC_CHECKPOINT_OP_FETCH_OTHER`, and `op` filled in READY and EMPTY
+ * checkpoint events (which fetch they answer).
  */
-#define REFLECTOR_C_VERSION_MINOR 3
+#define REFLECTOR_C_VERSION_MINOR 4
 
 /**
  * Bytes of a reflector token.
@@ -91,11 +94,14 @@ typedef enum {
   /**
    * The group's latest checkpoint came (`number`, `tick`, `from_player`,
    * `age_ms`) and its SHA-256 checked: its `len` bytes wait for
-   * `rc_checkpoint_take`.
+   * `rc_checkpoint_take`. Since 1.4 `op` says which fetch it answers:
+   * `RC_CHECKPOINT_OP_FETCH` (the latest) or `RC_CHECKPOINT_OP_FETCH_OTHER`
+   * (the other one kept).
    */
   RC_CHECKPOINT_READY = 3,
   /**
-   * The group has no checkpoint yet.
+   * The group has no checkpoint yet; or, for `op`
+   * `RC_CHECKPOINT_OP_FETCH_OTHER` (1.4), fewer than two, so no other one.
    */
   RC_CHECKPOINT_EMPTY = 4,
   /**
@@ -119,6 +125,12 @@ typedef enum {
    * The group's latest checkpoint from the reflector.
    */
   RC_CHECKPOINT_OP_FETCH = 2,
+  /**
+   * The other checkpoint the reflector keeps for the group (the one
+   * before the latest, from another member when it has one): only after
+   * `rc_fetch_checkpoint_other`. (Since 1.4.)
+   */
+  RC_CHECKPOINT_OP_FETCH_OTHER = 3,
 } rc_checkpoint_op;
 
 /**
@@ -441,7 +453,9 @@ typedef struct {
    */
   uint16_t group;
   /**
-   * FAILED: the exchange that failed.
+   * FAILED: the exchange that failed. READY, EMPTY (since 1.4; 0 before):
+   * the fetch answered, `RC_CHECKPOINT_OP_FETCH` or
+   * `RC_CHECKPOINT_OP_FETCH_OTHER`.
    */
   rc_checkpoint_op op;
   /**
@@ -691,12 +705,12 @@ rc_status rc_free(rc_handle h);
  * Checkpoints (since 1.1): the group's game state, kept by the reflector;
  * it asks a member for it now and then, and a joiner fetches the latest.
  *
- * Threading: the exchanges (one upload and one fetch at most, each a
- * non-blocking TCP connection) run inside `rc_update`, on the thread that
- * calls it, a bounded amount of work per call; the library has no thread
- * of its own for them and calls nothing back: outcomes are polled here, a
- * queue apart from `rc_poll_event`. One thread at a time per handle, as
- * for every call.
+ * Threading: the exchanges (one upload and one fetch of each kind at
+ * most, each a non-blocking TCP connection) run inside `rc_update`, on
+ * the thread that calls it, a bounded amount of work per call; the
+ * library has no thread of its own for them and calls nothing back:
+ * outcomes are polled here, a queue apart from `rc_poll_event`. One
+ * thread at a time per handle, as for every call.
  *
  * Memory: the bytes given to `rc_provide_checkpoint` are copied before it
  * returns (the caller's buffer is its own again at once); a fetched state
@@ -732,6 +746,20 @@ rc_status rc_provide_checkpoint(rc_handle h, uint64_t tick, const uint8_t *state
  * `RC_ERR_NO_CHANNEL`, `RC_ERR_IO`. (Since 1.1.)
  */
 rc_status rc_fetch_checkpoint(rc_handle h);
+
+/**
+ * Fetches the other checkpoint the reflector keeps for the group now
+ * (FETCH_OTHER: the one before the latest, uploaded by another member
+ * when the reflector has one), so a game can compare two members'
+ * snapshots. It may run beside `rc_fetch_checkpoint` (one of each at a
+ * time). The outcome is an event whose `op` is
+ * `RC_CHECKPOINT_OP_FETCH_OTHER`: `RC_CHECKPOINT_READY`, `_EMPTY` (fewer
+ * than two stored) or `_FAILED` (the reflector paces these apart from
+ * the FETCHes: sooner than its interval, `RC_ERR_REFUSED`, refusal 6).
+ * Errors: `RC_ERR_IN_FLIGHT`, `RC_ERR_NOT_MEMBER`, `RC_ERR_NO_CHANNEL`,
+ * `RC_ERR_IO`. (Since 1.4.)
+ */
+rc_status rc_fetch_checkpoint_other(rc_handle h);
 
 /**
  * Copies the state of the last `RC_CHECKPOINT_READY` into `buf` (`cap`

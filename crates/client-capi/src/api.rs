@@ -610,6 +610,14 @@ fn checkpoint_error(e: &CheckpointError) -> rc_status {
     fail(checkpoint_status(e), e.to_string())
 }
 
+fn checkpoint_op(op: CheckpointOp) -> rc_checkpoint_op {
+    match op {
+        CheckpointOp::Upload => rc_checkpoint_op::RC_CHECKPOINT_OP_UPLOAD,
+        CheckpointOp::Fetch => rc_checkpoint_op::RC_CHECKPOINT_OP_FETCH,
+        CheckpointOp::FetchOther => rc_checkpoint_op::RC_CHECKPOINT_OP_FETCH_OTHER,
+    }
+}
+
 /// The header's form of a checkpoint event; a READY's state moves into
 /// `fetched` (replacing one not taken), a FAILED's message becomes this
 /// thread's last error.
@@ -629,6 +637,7 @@ fn checkpoint_event(e: CheckpointEvent, fetched: &mut Option<Fetched>) -> rc_che
         }
         CheckpointEvent::Checkpoint {
             group,
+            op,
             number,
             tick,
             from_player,
@@ -637,6 +646,7 @@ fn checkpoint_event(e: CheckpointEvent, fetched: &mut Option<Fetched>) -> rc_che
         } => {
             out.kind = RC_CHECKPOINT_READY;
             out.group = group;
+            out.op = checkpoint_op(op);
             out.number = number;
             out.tick = tick;
             out.from_player = from_player;
@@ -644,17 +654,15 @@ fn checkpoint_event(e: CheckpointEvent, fetched: &mut Option<Fetched>) -> rc_che
             out.len = bytes.len();
             *fetched = Some(Fetched { tick, bytes });
         }
-        CheckpointEvent::Empty { group } => {
+        CheckpointEvent::Empty { group, op } => {
             out.kind = RC_CHECKPOINT_EMPTY;
             out.group = group;
+            out.op = checkpoint_op(op);
         }
         CheckpointEvent::Failed { group, op, reason } => {
             out.kind = RC_CHECKPOINT_FAILED;
             out.group = group;
-            out.op = match op {
-                CheckpointOp::Upload => rc_checkpoint_op::RC_CHECKPOINT_OP_UPLOAD,
-                CheckpointOp::Fetch => rc_checkpoint_op::RC_CHECKPOINT_OP_FETCH,
-            };
+            out.op = checkpoint_op(op);
             out.refusal = reason.refusal().map_or(0, |r| r as u8);
             out.error = checkpoint_error(&reason);
         }
@@ -681,6 +689,11 @@ pub fn provide_checkpoint(h: rc_handle, tick: u64, state: &[u8]) -> Res<()> {
 /// Starts a fetch of the group's latest checkpoint.
 pub fn fetch_checkpoint(h: rc_handle) -> Res<()> {
     with(h, |c| c.fetch_checkpoint().map_err(|e| checkpoint_error(&e)))
+}
+
+/// Starts a fetch of the other checkpoint the reflector keeps (1.4).
+pub fn fetch_checkpoint_other(h: rc_handle) -> Res<()> {
+    with(h, |c| c.fetch_checkpoint_other().map_err(|e| checkpoint_error(&e)))
 }
 
 /// What `checkpoint_take` did.

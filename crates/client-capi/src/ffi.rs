@@ -500,12 +500,12 @@ pub extern "C" fn rc_free(h: rc_handle) -> rc_status {
 /// Checkpoints (since 1.1): the group's game state, kept by the reflector;
 /// it asks a member for it now and then, and a joiner fetches the latest.
 ///
-/// Threading: the exchanges (one upload and one fetch at most, each a
-/// non-blocking TCP connection) run inside `rc_update`, on the thread that
-/// calls it, a bounded amount of work per call; the library has no thread
-/// of its own for them and calls nothing back: outcomes are polled here, a
-/// queue apart from `rc_poll_event`. One thread at a time per handle, as
-/// for every call.
+/// Threading: the exchanges (one upload and one fetch of each kind at
+/// most, each a non-blocking TCP connection) run inside `rc_update`, on
+/// the thread that calls it, a bounded amount of work per call; the
+/// library has no thread of its own for them and calls nothing back:
+/// outcomes are polled here, a queue apart from `rc_poll_event`. One
+/// thread at a time per handle, as for every call.
 ///
 /// Memory: the bytes given to `rc_provide_checkpoint` are copied before it
 /// returns (the caller's buffer is its own again at once); a fetched state
@@ -560,6 +560,21 @@ pub unsafe extern "C" fn rc_provide_checkpoint(h: rc_handle, tick: u64, state: *
 #[no_mangle]
 pub extern "C" fn rc_fetch_checkpoint(h: rc_handle) -> rc_status {
     call(|| done(api::fetch_checkpoint(h)))
+}
+
+/// Fetches the other checkpoint the reflector keeps for the group now
+/// (FETCH_OTHER: the one before the latest, uploaded by another member
+/// when the reflector has one), so a game can compare two members'
+/// snapshots. It may run beside `rc_fetch_checkpoint` (one of each at a
+/// time). The outcome is an event whose `op` is
+/// `RC_CHECKPOINT_OP_FETCH_OTHER`: `RC_CHECKPOINT_READY`, `_EMPTY` (fewer
+/// than two stored) or `_FAILED` (the reflector paces these apart from
+/// the FETCHes: sooner than its interval, `RC_ERR_REFUSED`, refusal 6).
+/// Errors: `RC_ERR_IN_FLIGHT`, `RC_ERR_NOT_MEMBER`, `RC_ERR_NO_CHANNEL`,
+/// `RC_ERR_IO`. (Since 1.4.)
+#[no_mangle]
+pub extern "C" fn rc_fetch_checkpoint_other(h: rc_handle) -> rc_status {
+    call(|| done(api::fetch_checkpoint_other(h)))
 }
 
 /// Copies the state of the last `RC_CHECKPOINT_READY` into `buf` (`cap`

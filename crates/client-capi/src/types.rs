@@ -23,8 +23,11 @@ pub const REFLECTOR_C_VERSION_MAJOR: u32 = 1;
 /// `RC_EVENT_MOVED`, `RC_EVENT_LEFT_GROUP`, `rc_event.from_group`,
 /// `RC_ERR_WRONG_STATE`, and the group in `RC_EVENT_REJOINING` and
 /// `RC_EVENT_RENEWED`. 1.3 added an area's tokens handed in by the game:
-/// `rc_area_add_token`, `rc_set_area` and `RC_MAX_AREA_TOKENS`.
-pub const REFLECTOR_C_VERSION_MINOR: u32 = 3;
+/// `rc_area_add_token`, `rc_set_area` and `RC_MAX_AREA_TOKENS`. 1.4 added
+/// the other checkpoint kept: `rc_fetch_checkpoint_other`,
+/// `RC_CHECKPOINT_OP_FETCH_OTHER`, and `op` filled in READY and EMPTY
+/// checkpoint events (which fetch they answer).
+pub const REFLECTOR_C_VERSION_MINOR: u32 = 4;
 
 /// Bytes of a reflector token.
 pub const RC_TOKEN_LEN: usize = 32;
@@ -306,9 +309,12 @@ pub enum rc_checkpoint_kind {
     RC_CHECKPOINT_UPLOADED = 2,
     /// The group's latest checkpoint came (`number`, `tick`, `from_player`,
     /// `age_ms`) and its SHA-256 checked: its `len` bytes wait for
-    /// `rc_checkpoint_take`.
+    /// `rc_checkpoint_take`. Since 1.4 `op` says which fetch it answers:
+    /// `RC_CHECKPOINT_OP_FETCH` (the latest) or `RC_CHECKPOINT_OP_FETCH_OTHER`
+    /// (the other one kept).
     RC_CHECKPOINT_READY = 3,
-    /// The group has no checkpoint yet.
+    /// The group has no checkpoint yet; or, for `op`
+    /// `RC_CHECKPOINT_OP_FETCH_OTHER` (1.4), fewer than two, so no other one.
     RC_CHECKPOINT_EMPTY = 4,
     /// An exchange (`op`) failed: `error` says what kind, `refusal` the
     /// reflector's reason if it refused, `rc_last_error` (on the thread that
@@ -325,6 +331,10 @@ pub enum rc_checkpoint_op {
     RC_CHECKPOINT_OP_UPLOAD = 1,
     /// The group's latest checkpoint from the reflector.
     RC_CHECKPOINT_OP_FETCH = 2,
+    /// The other checkpoint the reflector keeps for the group (the one
+    /// before the latest, from another member when it has one): only after
+    /// `rc_fetch_checkpoint_other`. (Since 1.4.)
+    RC_CHECKPOINT_OP_FETCH_OTHER = 3,
 }
 
 /// One checkpoint event; which fields mean something depends on `kind`.
@@ -336,7 +346,9 @@ pub struct rc_checkpoint_event {
     pub kind: rc_checkpoint_kind,
     /// Every kind: the group.
     pub group: u16,
-    /// FAILED: the exchange that failed.
+    /// FAILED: the exchange that failed. READY, EMPTY (since 1.4; 0 before):
+    /// the fetch answered, `RC_CHECKPOINT_OP_FETCH` or
+    /// `RC_CHECKPOINT_OP_FETCH_OTHER`.
     pub op: rc_checkpoint_op,
     /// UPLOADED, READY: the checkpoint's number in its group.
     pub number: u64,

@@ -171,6 +171,7 @@ fn upload_when_asked_and_a_joiner_takes_exactly_those_bytes() {
         (ready.group, ready.number, ready.tick, ready.from_player, ready.len),
         (mb.group, up.number, 42, 61, state.len())
     );
+    assert_eq!(ready.op, rc_checkpoint_op::RC_CHECKPOINT_OP_FETCH, "the latest (1.4)");
 
     // The size first, a short buffer refused (the state kept), then all.
     let (mut len, mut tick) = (0usize, 0u64);
@@ -201,6 +202,33 @@ fn upload_when_asked_and_a_joiner_takes_exactly_those_bytes() {
     assert_eq!(r.counters().checkpoints_served, 1);
     let sb = stats(b);
     assert_eq!((sb.fetched, sb.failures), (1, 0));
+
+    // The other one kept (1.4): with one stored there is none, an EMPTY
+    // that says which fetch it answers, not a failure.
+    assert_eq!(rc_fetch_checkpoint_other(b), rc_status::RC_OK);
+    assert_eq!(rc_fetch_checkpoint_other(b), rc_status::RC_ERR_IN_FLIGHT);
+    got.clear();
+    pump(&[b], Duration::from_secs(5), &mut got, |g| {
+        g.iter()
+            .any(|(_, e)| matches!(e.kind, RC_CHECKPOINT_FAILED | RC_CHECKPOINT_READY | RC_CHECKPOINT_EMPTY))
+    });
+    let other = got
+        .iter()
+        .find(|(_, e)| e.kind != RC_CHECKPOINT_REQUESTED)
+        .map(|(_, e)| *e)
+        .expect("the FETCH_OTHER ended");
+    assert_eq!(
+        (other.kind, other.op, other.group),
+        (
+            RC_CHECKPOINT_EMPTY,
+            rc_checkpoint_op::RC_CHECKPOINT_OP_FETCH_OTHER,
+            mb.group
+        ),
+        "{}",
+        last_error()
+    );
+    let sb = stats(b);
+    assert_eq!((sb.fetched, sb.failures), (2, 0));
 
     // A fetch at once is sooner than the reflector allows: FAILED, refused
     // as busy (6), with a message on the polling thread.

@@ -5,13 +5,14 @@
 //! prints its tick, size and FNV-1a, which must be those of exactly the
 //! state the first player made for that tick (each program makes it from
 //! its id and the tick, as `common::example_state` does). The reflector's
-//! counters must agree.
+//! counters must agree. The other checkpoint kept (FETCH_OTHER, 1.4) from
+//! Python and C#: with none stored, EMPTY naming that fetch.
 
 mod common;
 
 use common::{
-    build_grid, build_player_exe, crate_dir, example_state, fetches, fnv1a, lib_dir, mint, run, tool, uploads,
-    Reflector, STATE_LEN,
+    build_csharp_from, build_grid, build_player_exe, crate_dir, example_state, fetches, fnv1a, lib_dir, mint, run,
+    tool, uploads, Reflector, STATE_LEN,
 };
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -111,4 +112,79 @@ fn csharp_player_uploads_and_a_csharp_joiner_fetches_the_same_bytes() {
         cmd.env("LD_LIBRARY_PATH", lib_dir()).arg(&exe).args(args);
         cmd
     });
+}
+
+/// Checks a binding's FETCH_OTHER output: a second ask refused in flight
+/// (-14), then EMPTY (4) with op FETCH_OTHER (3) for the group.
+fn assert_fetch_other_empty(out: &str, group: u16) {
+    assert!(out.lines().any(|l| l == "in flight -14"), "{out}");
+    assert!(
+        out.lines().any(|l| l == format!("ended 4 3 {group}")),
+        "EMPTY answering FETCH_OTHER:\n{out}"
+    );
+}
+
+#[test]
+fn python_fetch_other_with_nothing_stored_is_empty_and_says_which() {
+    let Some(python) = tool("python3") else { return };
+    let r = Reflector::start_checkpoints(60_000);
+    let m = mint(73, &r);
+    let script = r#"
+import sys, time
+import reflector_client as rc
+lib = rc.load()
+player, group, expires, t, k = sys.argv[1].split(":")
+c = rc.Client.with_token(lib, bytes.fromhex(t), bytes.fromhex(k), int(player), int(group), "127.0.0.1:" + group,
+                         int(expires), local="127.0.0.1:0")
+c.checkpoint_configure(fetch_on_join=False)
+deadline = time.time() + 20
+while not c.is_member():
+    if time.time() > deadline:
+        raise SystemExit("not a member")
+    c.update()
+    c.events()
+    time.sleep(0.001)
+c.fetch_checkpoint_other()
+try:
+    c.fetch_checkpoint_other()
+    raise SystemExit("a second FETCH_OTHER was started")
+except rc.ReflectorError as e:
+    print("in flight", e.code)
+ended = None
+while ended is None:
+    if time.time() > deadline:
+        raise SystemExit("the FETCH_OTHER did not end")
+    c.update()
+    c.events()
+    for ck in c.checkpoint_events():
+        if ck.kind != rc.RC_CHECKPOINT_REQUESTED:
+            ended = ck
+    time.sleep(0.001)
+print("ended", ended.kind, ended.op, ended.group)
+c.close()
+"#;
+    let mut cmd = Command::new(python);
+    cmd.current_dir(crate_dir().join("bindings/python"))
+        .env("REFLECTOR_C_LIB", lib_dir().join("libreflector_c.so"))
+        .args(["-c", script, &m.spec()]);
+    let (out, err, ok) = run(cmd, Duration::from_secs(30));
+    assert!(ok, "{out}\n{err}");
+    assert_fetch_other_empty(&out, r.group());
+    r.stop();
+}
+
+#[test]
+fn csharp_fetch_other_with_nothing_stored_is_empty_and_says_which() {
+    let (Some(mcs), Some(mono)) = (tool("mcs"), tool("mono")) else {
+        return;
+    };
+    let exe = build_csharp_from(&mcs, &crate_dir().join("tests/csharp/FetchOther.cs"), "fetch_other.exe");
+    let r = Reflector::start_checkpoints(60_000);
+    let m = mint(74, &r);
+    let mut cmd = Command::new(mono);
+    cmd.env("LD_LIBRARY_PATH", lib_dir()).arg(&exe).arg(m.spec());
+    let (out, err, ok) = run(cmd, Duration::from_secs(30));
+    assert!(ok, "fetch_other.exe failed:\n{out}\n{err}");
+    assert_fetch_other_empty(&out, r.group());
+    r.stop();
 }

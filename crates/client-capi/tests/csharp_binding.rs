@@ -1,10 +1,14 @@
 //! The C# binding (bindings/csharp, P/Invoke): compiled with Mono's `mcs`
 //! as C# 7, run with `mono`; a C# player and a Rust player in one group
-//! against a real reflector hear each other.
+//! against a real reflector hear each other; an area's tokens handed in
+//! from C#.
 
 mod common;
 
-use common::{assert_all_heard, build_player_exe, heard, lib_dir, mint, run, rust_player, tool, Reflector};
+use common::{
+    assert_all_heard, build_csharp_from, build_player_exe, crate_dir, heard, lib_dir, mint, mint_for, run, rust_player,
+    tool, Reflector,
+};
 use std::process::Command;
 use std::time::Duration;
 
@@ -29,6 +33,47 @@ fn csharp_player_and_rust_player_hear_each_other() {
     assert!(out.contains("hears player 32: pos"), "it prints what it hears:\n{out}");
     all.extend(heard(&out));
     assert_all_heard(&all, &[31, 32], &out);
+    r.stop();
+}
+
+/// An area's tokens handed in from C# (1.3), as `python_hands_in_an_area`
+/// does from Python, run under Mono so the P/Invoke signatures and the
+/// marshalling of `AddAreaToken`, `SetArea`, `SetToken`, `MemberGroups` and
+/// `SendingGroup` are proven against the built library, not only compiled:
+/// the client joins both groups and sends to the first (its cell); a group
+/// added twice, and a 5-byte token to `SetToken`, are refused with the
+/// library's status and message; the cell's own token renews.
+#[test]
+fn csharp_hands_in_an_area() {
+    let (Some(mcs), Some(mono)) = (tool("mcs"), tool("mono")) else {
+        return;
+    };
+    let exe = build_csharp_from(
+        &mcs,
+        &crate_dir().join("tests/csharp/HandsInArea.cs"),
+        "hands_in_area.exe",
+    );
+    let r = Reflector::start_groups(2);
+    let ports = r.ports();
+    let specs: Vec<String> = ports.iter().map(|&g| mint_for(31, g).spec()).collect();
+    let mut cmd = Command::new(mono);
+    cmd.env("LD_LIBRARY_PATH", lib_dir()).arg(&exe).args(&specs);
+    let (out, err, ok) = run(cmd, Duration::from_secs(30));
+    assert!(ok, "hands_in_area.exe failed:\n{out}\n{err}");
+    assert!(out.contains("refused -2 group"), "{out}");
+    assert!(out.contains("is in the area already"), "{out}");
+    let mut both = ports.clone();
+    both.sort_unstable();
+    assert!(
+        out.contains(&format!("members of {both:?} sending to {}", ports[0])),
+        "{out}"
+    );
+    assert!(
+        out.contains("set_token refused -2 the token is 5 bytes; it must be 32"),
+        "{out}"
+    );
+    assert!(out.lines().any(|l| l == "renewed"), "{out}");
+    assert!(!out.contains("error "), "{out}");
     r.stop();
 }
 

@@ -101,11 +101,12 @@ fn header_declares_every_entry_point() {
         "rc_member_groups",
         "rc_area_add_token",
         "rc_set_area",
+        "rc_fetch_checkpoint_other",
     ] {
         assert!(h.contains(&format!(" {f}(")), "{f} missing from the header");
     }
     assert!(h.contains("#define REFLECTOR_C_VERSION_MAJOR 1"));
-    assert!(h.contains("#define REFLECTOR_C_VERSION_MINOR 3"));
+    assert!(h.contains("#define REFLECTOR_C_VERSION_MINOR 4"));
     assert!(h.contains("#define RC_MAX_AREA_TOKENS 25"));
     assert!(h.contains("RC_ERR_BUFFER_TOO_SMALL = -12"));
     assert!(h.contains("RC_CHECKPOINT_READY = 3"));
@@ -115,4 +116,7 @@ fn header_declares_every_entry_point() {
     assert!(h.contains("RC_EVENT_LEFT_GROUP = 11"));
     assert!(h.contains("RC_ERR_WRONG_STATE = -19"));
     assert!(h.contains("typedef uint64_t rc_config;"));
+    // 1.4's, after 1.1's ops.
+    assert!(h.contains("RC_CHECKPOINT_OP_FETCH = 2"));
+    assert!(h.contains("RC_CHECKPOINT_OP_FETCH_OTHER = 3"));
 }

@@ -57,6 +57,21 @@ enum Step {
     State,
 }
 
+/// Which way an exchange waits on its socket now: what an event-driven
+/// loop watches it for (the tokio driver's) so that the next `update`
+/// comes when the socket can move the exchange on, not on a poll.
+#[cfg_attr(
+    not(feature = "tokio"),
+    allow(dead_code, reason = "only the tokio loop watches the socket")
+)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waits {
+    /// Bytes to read (HELLO, a REPLY, the state).
+    Read,
+    /// The connect to complete, or room to write (REQUEST, the state).
+    Write,
+}
+
 /// The member an exchange speaks for, taken when it starts.
 #[derive(Clone, Copy)]
 pub(crate) struct Who {
@@ -148,9 +163,18 @@ impl Transfer {
         Ok(t)
     }
 
-    /// A FETCH of the group's latest checkpoint, at most `max_state` bytes.
-    pub fn fetch(addr: SocketAddr, who: Who, max_state: u64, deadline: Instant) -> Result<Transfer, CheckpointError> {
-        let mut t = Transfer::new(CheckpointOp::Fetch, addr, who, deadline)?;
+    /// A FETCH of the group's latest checkpoint (`op` [`CheckpointOp::Fetch`])
+    /// or a FETCH_OTHER of the other one kept ([`CheckpointOp::FetchOther`]),
+    /// at most `max_state` bytes.
+    pub fn fetch(
+        op: CheckpointOp,
+        addr: SocketAddr,
+        who: Who,
+        max_state: u64,
+        deadline: Instant,
+    ) -> Result<Transfer, CheckpointError> {
+        debug_assert!(op != CheckpointOp::Upload, "an upload is Transfer::upload");
+        let mut t = Transfer::new(op, addr, who, deadline)?;
         t.max_state = max_state;
         Ok(t)
     }
@@ -180,6 +204,32 @@ impl Transfer {
             pending_request: None,
             req_sent: 0,
         })
+    }
+
+    /// The exchange's TCP socket, for a loop that waits on it.
+    #[cfg_attr(
+        not(feature = "tokio"),
+        allow(dead_code, reason = "only the tokio loop watches the socket")
+    )]
+    pub fn socket(&self) -> &TcpStream {
+        &self.stream
+    }
+
+    /// What the exchange waits for on its socket now.
+    #[cfg_attr(
+        not(feature = "tokio"),
+        allow(dead_code, reason = "only the tokio loop watches the socket")
+    )]
+    pub fn waits(&self) -> Waits {
+        match self.step {
+            Step::Connecting | Step::Request | Step::Body => Waits::Write,
+            Step::Hello | Step::Continue | Step::Reply | Step::State => Waits::Read,
+        }
+    }
+
+    /// When the exchange fails if it has not ended (`TimedOut`).
+    pub fn deadline(&self) -> Instant {
+        self.deadline
     }
 
     fn member(&self) -> Member<'_> {
@@ -319,6 +369,7 @@ impl Transfer {
                             Request::upload(&self.member(), hello.challenge, self.nonce, len, self.tick)
                         }
                         CheckpointOp::Fetch => Request::fetch(&self.member(), hello.challenge, Op::Fetch),
+                        CheckpointOp::FetchOther => Request::fetch(&self.member(), hello.challenge, Op::FetchOther),
                     };
                     self.req_mac = req.mac;
                     // The state waits behind the request in `out` for an
@@ -348,7 +399,7 @@ impl Transfer {
                     self.expect(REPLY_LEN);
                     self.step = match self.op {
                         CheckpointOp::Upload => Step::Continue,
-                        CheckpointOp::Fetch => Step::Reply,
+                        CheckpointOp::Fetch | CheckpointOp::FetchOther => Step::Reply,
                     };
                 }
                 Step::Continue => {
@@ -398,9 +449,9 @@ impl Transfer {
                             }
                             Ok(Some(Done::Stored(st)))
                         }
-                        (CheckpointOp::Fetch, Answer::Empty) => Ok(Some(Done::Empty)),
+                        (CheckpointOp::Fetch | CheckpointOp::FetchOther, Answer::Empty) => Ok(Some(Done::Empty)),
                         (
-                            CheckpointOp::Fetch,
+                            CheckpointOp::Fetch | CheckpointOp::FetchOther,
                             Answer::Checkpoint {
                                 stored,
                                 body_len,
@@ -467,14 +518,33 @@ impl<D: crate::Driver> crate::Client<D> {
         ))
     }
 
-    pub(crate) fn start_fetch(&mut self, i: usize, now: Instant) -> Result<(), CheckpointError> {
-        if self.ck_fetch.is_some() {
-            return Err(CheckpointError::InFlight(CheckpointOp::Fetch));
+    /// Starts a fetch on membership `i`'s channel: `op` is
+    /// [`CheckpointOp::Fetch`] (the latest) or [`CheckpointOp::FetchOther`].
+    /// One of each may run at once (the reflector paces them apart).
+    pub(crate) fn start_fetch(&mut self, i: usize, op: CheckpointOp, now: Instant) -> Result<(), CheckpointError> {
+        let in_flight = match op {
+            CheckpointOp::Upload => return Err(CheckpointError::InFlight(op)),
+            CheckpointOp::Fetch => self.ck_fetch.is_some(),
+            CheckpointOp::FetchOther => self.ck_fetch_other.is_some(),
+        };
+        if in_flight {
+            return Err(CheckpointError::InFlight(op));
         }
         let (who, addr) = self.channel(i)?;
         let deadline = now + self.cfg.checkpoint_timeout;
-        self.ck_fetch = Some(Transfer::fetch(addr, who, self.cfg.checkpoint_max_bytes, deadline)?);
+        let t = Transfer::fetch(op, addr, who, self.cfg.checkpoint_max_bytes, deadline)?;
+        match op {
+            CheckpointOp::FetchOther => self.ck_fetch_other = Some(t),
+            _ => self.ck_fetch = Some(t),
+        }
         Ok(())
+    }
+
+    /// The exchanges under way (an upload, a fetch, a fetch of the other).
+    pub(crate) fn transfers(&self) -> impl Iterator<Item = &Transfer> {
+        [&self.ck_upload, &self.ck_fetch, &self.ck_fetch_other]
+            .into_iter()
+            .filter_map(Option::as_ref)
     }
 
     pub(crate) fn checkpoint_failed(&mut self, op: CheckpointOp, reason: CheckpointError) {
@@ -486,10 +556,11 @@ impl<D: crate::Driver> crate::Client<D> {
 
     /// Carries the exchanges under way as far as their sockets allow.
     pub(crate) fn checkpoints(&mut self, now: Instant) {
-        for op in [CheckpointOp::Upload, CheckpointOp::Fetch] {
+        for op in [CheckpointOp::Upload, CheckpointOp::Fetch, CheckpointOp::FetchOther] {
             let slot = match op {
                 CheckpointOp::Upload => &mut self.ck_upload,
                 CheckpointOp::Fetch => &mut self.ck_fetch,
+                CheckpointOp::FetchOther => &mut self.ck_fetch_other,
             };
             let Some(t) = slot.as_mut() else { continue };
             let group = t.group;
@@ -506,12 +577,13 @@ impl<D: crate::Driver> crate::Client<D> {
                 }
                 Ok(Some(Done::Empty)) => {
                     self.stats.checkpoints_fetched += 1;
-                    crate::CheckpointEvent::Empty { group }
+                    crate::CheckpointEvent::Empty { group, op }
                 }
                 Ok(Some(Done::Fetched { stored, age_ms, state })) => {
                     self.stats.checkpoints_fetched += 1;
                     crate::CheckpointEvent::Checkpoint {
                         group,
+                        op,
                         number: stored.number,
                         tick: stored.tick,
                         from_player: stored.from_player,

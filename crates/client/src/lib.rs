@@ -93,6 +93,7 @@ mod streams;
 mod sys;
 mod token;
 mod types;
+mod wake;
 
 pub use checkpoint::{CheckpointError, CheckpointOp};
 #[cfg(target_os = "linux")]
@@ -218,6 +219,9 @@ pub struct Client<D: Driver = UdpDriver> {
     left: bool,
     /// A token request in flight on a helper thread.
     fetching: Option<mpsc::Receiver<Result<AreaTokens, ControlError>>>,
+    /// Signalled by that thread once its answer is in `fetching`: an
+    /// async loop wakes for it (see wake.rs).
+    wake: std::sync::Arc<wake::Wake>,
     fetch_not_before: Option<Instant>,
     /// A renewal brought no later expiry: the next waits until then.
     renew_not_before: Option<Instant>,
@@ -232,6 +236,8 @@ pub struct Client<D: Driver = UdpDriver> {
     ck_nonce: Option<(GroupKey, u64)>,
     ck_upload: Option<Transfer>,
     ck_fetch: Option<Transfer>,
+    /// A FETCH_OTHER under way ([`Client::fetch_checkpoint_other`]).
+    ck_fetch_other: Option<Transfer>,
     ck_events: VecDeque<CheckpointEvent>,
 }
 
@@ -290,6 +296,7 @@ impl<D: Driver> Client<D> {
             move_follow_wait: Duration::from_secs(1),
             left: false,
             fetching: None,
+            wake: Default::default(),
             fetch_not_before: None,
             renew_not_before: None,
             token_needed_said: false,
@@ -302,6 +309,7 @@ impl<D: Driver> Client<D> {
             ck_nonce: None,
             ck_upload: None,
             ck_fetch: None,
+            ck_fetch_other: None,
             ck_events: VecDeque::new(),
             sock,
             cfg,
@@ -436,7 +444,21 @@ impl<D: Driver> Client<D> {
     /// ones are refused (`Busy`).
     pub fn fetch_checkpoint(&mut self) -> Result<(), CheckpointError> {
         let i = self.sending_index().ok_or(CheckpointError::NotMember)?;
-        self.start_fetch(i, Instant::now())
+        self.start_fetch(i, CheckpointOp::Fetch, Instant::now())
+    }
+
+    /// Fetches the other checkpoint of the two the reflector keeps for the
+    /// group [`Client::send`] goes to (FETCH_OTHER: the one before the
+    /// latest, uploaded by another member when the reflector has one), so
+    /// a joiner can compare two members' snapshots. It runs beside a
+    /// [`Client::fetch_checkpoint`] (one of each at a time). The outcome is
+    /// a [`CheckpointEvent`] whose `op` is [`CheckpointOp::FetchOther`]:
+    /// `Checkpoint`, `Empty` (fewer than two stored) or `Failed`. The
+    /// reflector allows one per member per `--checkpoint-fetch-every`,
+    /// apart from the FETCHes.
+    pub fn fetch_checkpoint_other(&mut self) -> Result<(), CheckpointError> {
+        let i = self.sending_index().ok_or(CheckpointError::NotMember)?;
+        self.start_fetch(i, CheckpointOp::FetchOther, Instant::now())
     }
 
     /// Changes the checkpoint settings of a running client
@@ -577,6 +599,7 @@ impl<D: Driver> Client<D> {
         // Exchanges under way end with the membership (their sockets close).
         self.ck_upload = None;
         self.ck_fetch = None;
+        self.ck_fetch_other = None;
         self.ck_nonce = None;
         self.left = true;
     }
@@ -762,7 +785,7 @@ impl<D: Driver> Client<D> {
                 // are only heard.
                 let is_cell = self.cell == Some(key);
                 if is_cell && self.cfg.checkpoint_fetch_on_join && ack.checkpoint_port != 0 && self.ck_fetch.is_none() {
-                    if let Err(reason) = self.start_fetch(i, now) {
+                    if let Err(reason) = self.start_fetch(i, CheckpointOp::Fetch, now) {
                         self.checkpoint_failed(CheckpointOp::Fetch, reason);
                     }
                 }

@@ -263,7 +263,10 @@ impl<D: Driver> Client<D> {
             .filter(|&i| self.memberships[i].session.is_member())
             .map(|i| self.memberships[i].session.rejoin_request().token);
         let (tx, rx) = mpsc::channel();
+        let signal = crate::wake::SignalOnDrop(std::sync::Arc::clone(&self.wake));
         std::thread::spawn(move || {
+            // Dropped last, after the answer is sent (or on a panic).
+            let _signal = signal;
             let _ = tx.send(token::fetch_area_holding(&c, radius, held));
         });
         self.fetching = Some(rx);

@@ -7,24 +7,39 @@
 //! `Client::timers` and `Client::membership_timers` (lib.rs), the move's
 //! break (`settle_move`, moves.rs), silent senders
 //! (`Streams::poll_silent`) and the checkpoint exchanges (checkpoint.rs).
-//! A timer added there needs its deadline here. The tests below check
+//! A timer added there needs its deadline here (a checkpoint exchange's
+//! own deadline too: with a long poll, or none, it is what ends a channel
+//! that never answers). The tests below check
 //! that an `update` at the deadline does what is due, and that no
 //! deadline is one an `update` leaves in the past (a loop would spin).
 
 use crate::*;
 
 /// How often [`Client::next_update`] asks for an `update` while a token
-/// request is in flight: the request runs on a helper thread (a blocking
-/// HTTPS call, off the caller's thread), which cannot wake the caller's
-/// loop, so its answer is looked for this often.
+/// request is in flight (unless [`Config::background_poll`] says): the
+/// request runs on a helper thread (a blocking HTTPS call, off the
+/// caller's thread), which cannot wake a loop that watches only the UDP
+/// socket, so its answer is looked for this often. The tokio driver's
+/// loop is woken by the helper instead.
 pub const FETCH_POLL: Duration = Duration::from_millis(10);
 
 /// How often [`Client::next_update`] asks for an `update` while a
-/// checkpoint exchange is under way: its TCP socket is the client's own,
-/// not watched by the caller's loop (only the UDP socket is), so it is
-/// carried on this often until it ends (within
-/// [`Config::checkpoint_timeout`]).
+/// checkpoint exchange is under way (unless [`Config::background_poll`]
+/// says): its TCP socket is the client's own, not watched by a loop that
+/// watches only the UDP socket, so it is carried on this often until it
+/// ends (within [`Config::checkpoint_timeout`]). The tokio driver's loop
+/// waits on that socket instead.
 pub const CHECKPOINT_POLL: Duration = Duration::from_millis(5);
+
+/// What an event-driven loop is woken by besides the UDP socket and the
+/// client's timers; what it is not woken by is polled.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Woken {
+    /// The token request's helper thread (wake.rs).
+    pub token_answer: bool,
+    /// The checkpoint exchanges' TCP sockets.
+    pub checkpoint_sockets: bool,
+}
 
 /// The earlier of two optional instants.
 fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
@@ -62,18 +77,29 @@ impl<D: Driver> Client<D> {
     /// first: the earliest of the client's timers (a keepalive, a JOIN step
     /// resent, a refused join or token request tried again, the renewal
     /// moment, a reflector's silence, a move's break, a sender going
-    /// silent), or every [`FETCH_POLL`] while a token request is in flight
-    /// and every [`CHECKPOINT_POLL`] while a checkpoint exchange is under
-    /// way. An instant already past means now. `None`: nothing is timed
-    /// (after [`Client::leave`]); only a datagram needs an `update`.
+    /// silent, a checkpoint exchange's deadline), or every [`FETCH_POLL`]
+    /// while a token request is in flight and every [`CHECKPOINT_POLL`]
+    /// while a checkpoint exchange is under way (both
+    /// [`Config::background_poll`] if set). An instant already past means
+    /// now. `None`: nothing is timed (after [`Client::leave`]); only a
+    /// datagram needs an `update`.
     ///
     /// An event-driven loop sleeps until this instant or until the socket
     /// is readable, whichever comes first, calls `update`, and asks again
     /// (also after a call that starts something, such as
     /// [`Client::set_position`] or [`Client::provide_checkpoint`]). An
     /// `update` at any other moment is harmless. The tokio driver's loop
-    /// (`Client::update_when_due`, feature `tokio`) is such a loop.
+    /// (`Client::update_when_due`, feature `tokio`) is such a loop, one
+    /// that is also woken by the token answer and the exchanges' sockets,
+    /// so it does not poll them.
     pub fn next_update(&self) -> Option<Instant> {
+        self.next_due(Woken::default())
+    }
+
+    /// [`Client::next_update`] for a loop that is also woken by `woken`:
+    /// what wakes it is not polled, unless [`Config::background_poll`]
+    /// asks for a poll all the same (a fallback).
+    pub(crate) fn next_due(&self, woken: Woken) -> Option<Instant> {
         if self.left {
             return None;
         }
@@ -86,7 +112,8 @@ impl<D: Driver> Client<D> {
         // with nothing to ask for is no deadline.
         let retry = self.fetch_not_before.filter(|&t| t > now);
         if self.fetching.is_some() {
-            next = earliest(next, Some(now + FETCH_POLL));
+            let poll = self.cfg.background_poll.or((!woken.token_answer).then_some(FETCH_POLL));
+            next = earliest(next, poll.map(|p| now + p));
         } else if retry.is_some() {
             next = earliest(next, retry);
         } else if matches!(self.cfg.token, TokenSource::Control(_)) {
@@ -101,8 +128,17 @@ impl<D: Driver> Client<D> {
                 };
             }
         }
-        if self.ck_upload.is_some() || self.ck_fetch.is_some() {
-            next = earliest(next, Some(now + CHECKPOINT_POLL));
+        let mut exchanges = false;
+        for t in self.transfers() {
+            exchanges = true;
+            next = earliest(next, Some(t.deadline()));
+        }
+        if exchanges {
+            let poll = self
+                .cfg
+                .background_poll
+                .or((!woken.checkpoint_sockets).then_some(CHECKPOINT_POLL));
+            next = earliest(next, poll.map(|p| now + p));
         }
         next = earliest(next, self.streams.next_silent());
         // Groups just left only linger (DATA already on its way is judged
@@ -335,6 +371,31 @@ mod tests {
         assert_eq!(c.next_update(), Some(t0 + Duration::from_millis(500)));
         c.leave();
         assert_eq!(c.next_update(), None);
+    }
+
+    #[test]
+    fn a_token_request_in_flight_is_polled_unless_the_loop_is_woken_by_its_answer() {
+        let t0 = Instant::now();
+        let mut c = client(300);
+        // A keepalive of 65.5 s: nothing else is due soon.
+        join_with(&mut c, t0, u16::MAX);
+        let (_answer, rx) = mpsc::channel();
+        c.fetching = Some(rx);
+        let polled = c.next_update().expect("a poll");
+        assert!(polled <= Instant::now() + FETCH_POLL, "{:?}", polled - t0);
+        let woken = Woken {
+            token_answer: true,
+            checkpoint_sockets: false,
+        };
+        let due = c.next_due(woken).expect("the keepalive");
+        assert_eq!(due, t0 + Duration::from_millis(u64::from(u16::MAX)), "not polled");
+        // A fallback asked for: polled that often, woken or not.
+        c.cfg.background_poll = Some(Duration::from_secs(30));
+        for at in [c.next_update(), c.next_due(woken)] {
+            let at = at.expect("the fallback");
+            let now = Instant::now();
+            assert!(at > now + Duration::from_secs(29) && at <= now + Duration::from_secs(30));
+        }
     }
 
     #[test]

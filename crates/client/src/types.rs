@@ -79,6 +79,15 @@ pub struct Config {
     /// Used with [`TokenSource::Control`]; a game that hands tokens in
     /// gives the area with [`crate::Client::set_area_tokens`].
     pub area_radius: u8,
+    /// How often [`Client::next_update`] asks for an `update` while work
+    /// runs that a loop watching only the UDP socket cannot see: a token
+    /// request on its helper thread, a checkpoint exchange on its TCP
+    /// socket. `None` (the default): every [`crate::FETCH_POLL`] (10 ms)
+    /// and [`crate::CHECKPOINT_POLL`] (5 ms) respectively, and not at all
+    /// in the tokio driver's loop, which is woken by that work itself.
+    /// `Some(d)`: every `d` in either (for the tokio loop a fallback only;
+    /// a game loop that calls `update` every frame needs none).
+    pub background_poll: Option<Duration>,
 }
 
 impl Config {
@@ -97,6 +106,7 @@ impl Config {
             checkpoint_max_bytes: 16 << 20,
             checkpoint_addr: None,
             area_radius: 0,
+            background_poll: None,
         }
     }
 }
@@ -227,10 +237,14 @@ pub enum CheckpointEvent {
     /// The state provided was stored by the reflector (its authenticated
     /// STORED named our state's digest, tick and player).
     Uploaded { group: u16, number: u64, tick: u64 },
-    /// The group's latest checkpoint, its SHA-256 checked against the
-    /// authenticated REPLY.
+    /// A checkpoint of the group, its SHA-256 checked against the
+    /// authenticated REPLY: the latest, or the other one kept.
     Checkpoint {
         group: u16,
+        /// Which one: [`CheckpointOp::Fetch`], the latest (also the fetch on
+        /// join), or [`CheckpointOp::FetchOther`], the other one kept
+        /// ([`Client::fetch_checkpoint_other`]).
+        op: CheckpointOp,
         /// The checkpoint's number in its group.
         number: u64,
         /// The game tick its uploader gave.
@@ -241,8 +255,9 @@ pub enum CheckpointEvent {
         age_ms: u32,
         bytes: Vec<u8>,
     },
-    /// The group has no checkpoint yet.
-    Empty { group: u16 },
+    /// The group has no checkpoint yet (`op` [`CheckpointOp::Fetch`]), or
+    /// fewer than two, so no other one (`op` [`CheckpointOp::FetchOther`]).
+    Empty { group: u16, op: CheckpointOp },
     /// An exchange failed (nothing in it was taken as a checkpoint); see
     /// [`CheckpointError::refusal`] for the reflector's reason.
     Failed {

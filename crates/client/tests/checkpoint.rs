@@ -139,7 +139,16 @@ fn a_member_uploads_when_asked_and_a_joiner_fetches_exactly_those_bytes() {
     pump(&mut [&mut a], Duration::from_secs(5), &mut got, |g| {
         g.iter().any(|(_, e)| !matches!(e, CheckpointEvent::Requested { .. }))
     });
-    assert!(got.contains(&(0, CheckpointEvent::Empty { group })), "{got:?}");
+    assert!(
+        got.contains(&(
+            0,
+            CheckpointEvent::Empty {
+                group,
+                op: CheckpointOp::Fetch
+            }
+        )),
+        "{got:?}"
+    );
     assert_eq!(r.counters().checkpoints_stored, 0);
 
     let state = b"the game state at tick 42: three players, one flag".to_vec();
@@ -457,6 +466,7 @@ fn a_checkpoint_trickled_in_small_pieces_is_assembled_and_checked() {
         ended,
         [CheckpointEvent::Checkpoint {
             group: r.port,
+            op: CheckpointOp::Fetch,
             number: 3,
             tick: 11,
             from_player: 2,
@@ -492,4 +502,146 @@ fn a_refused_connect_is_a_failure_event_not_a_hang() {
     assert_eq!(c.stats().checkpoint_failures, 1);
     assert!(c.is_member());
     r.stop();
+}
+
+/// Pumps `clients` until client `who` reports the end of a fetch of `op`;
+/// returns that event.
+fn fetch_outcome(clients: &mut [&mut Client], who: usize, op: CheckpointOp) -> CheckpointEvent {
+    let ends = move |(i, e): &(usize, CheckpointEvent)| {
+        *i == who
+            && matches!(e,
+                CheckpointEvent::Checkpoint { op: o, .. }
+                | CheckpointEvent::Empty { op: o, .. }
+                | CheckpointEvent::Failed { op: o, .. } if *o == op)
+    };
+    let mut got = Vec::new();
+    pump(clients, Duration::from_secs(5), &mut got, |g| g.iter().any(ends));
+    got.into_iter().find(ends).map(|(_, e)| e).expect("the fetch ended")
+}
+
+#[test]
+fn fetch_other_gets_the_other_members_checkpoint_and_empty_while_one_is_stored() {
+    let r = reflector();
+    let group = r.port;
+    let no_fetch_on_join = |c: &mut Config| c.checkpoint_fetch_on_join = false;
+    let mut a = client_with(1, &r, no_fetch_on_join);
+    let mut b = client_with(2, &r, no_fetch_on_join);
+    let mut c = client_with(3, &r, no_fetch_on_join);
+    let mut d = client_with(4, &r, no_fetch_on_join);
+    join_all(&mut [&mut a]);
+    let state_a = b"player 1's snapshot at tick 10".to_vec();
+    upload(&r, &mut a, 10, &state_a);
+
+    // One stored: FETCH_OTHER has nothing to give, and says so (EMPTY,
+    // not a failure).
+    join_all(&mut [&mut d]);
+    d.fetch_checkpoint_other().expect("the fetch starts");
+    assert_eq!(
+        d.fetch_checkpoint_other(),
+        Err(CheckpointError::InFlight(CheckpointOp::FetchOther))
+    );
+    assert_eq!(
+        fetch_outcome(&mut [&mut a, &mut d], 1, CheckpointOp::FetchOther),
+        CheckpointEvent::Empty {
+            group,
+            op: CheckpointOp::FetchOther
+        }
+    );
+    assert_eq!((d.stats().checkpoints_fetched, d.stats().checkpoint_failures), (1, 0));
+
+    // A second member's upload: a and d leave the reflector's requests
+    // unanswered from now on, so it turns to b.
+    join_all(&mut [&mut b]);
+    let state_b = b"player 2's snapshot at tick 12, not the same".to_vec();
+    let number_b = upload_when_asked(&mut b, &mut [&mut a, &mut d], 12, &state_b);
+
+    // A third member fetches both at once: the latest is b's, the other
+    // a's, each exactly the bytes its uploader gave.
+    join_all(&mut [&mut c]);
+    c.fetch_checkpoint().expect("the FETCH starts");
+    c.fetch_checkpoint_other().expect("the FETCH_OTHER starts beside it");
+    let mut got = Vec::new();
+    pump(&mut [&mut c, &mut a, &mut b], Duration::from_secs(5), &mut got, |g| {
+        g.iter()
+            .filter(|(i, e)| *i == 0 && !matches!(e, CheckpointEvent::Requested { .. }))
+            .count()
+            == 2
+    });
+    let mut ended: Vec<CheckpointEvent> = got
+        .into_iter()
+        .filter(|(i, e)| *i == 0 && !matches!(e, CheckpointEvent::Requested { .. }))
+        .map(|(_, e)| e)
+        .collect();
+    ended.sort_by_key(|e| match e {
+        CheckpointEvent::Checkpoint { op, .. } => *op == CheckpointOp::FetchOther,
+        _ => true,
+    });
+    match &ended[..] {
+        [CheckpointEvent::Checkpoint {
+            group: g1,
+            op: CheckpointOp::Fetch,
+            number: n1,
+            tick: 12,
+            from_player: 2,
+            bytes: latest,
+            ..
+        }, CheckpointEvent::Checkpoint {
+            group: g2,
+            op: CheckpointOp::FetchOther,
+            number: n2,
+            tick: 10,
+            from_player: 1,
+            bytes: other,
+            ..
+        }] => {
+            assert_eq!((*g1, *g2), (group, group));
+            assert_eq!(*n1, number_b);
+            assert!(n2 < n1, "the other one is older: {n2} vs {n1}");
+            assert_eq!((latest, other), (&state_b, &state_a));
+        }
+        _ => panic!("c fetched {ended:?}"),
+    }
+    assert_eq!((c.stats().checkpoints_fetched, c.stats().checkpoint_failures), (2, 0));
+    // The reflector counts a state served once its last byte is handed to
+    // the kernel, which may be after c has read it all.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while r.counters().checkpoints_served < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(r.counters().checkpoints_served, 2, "two states served, both to c");
+    r.stop();
+}
+
+/// Updates `uploader` and `others` until the reflector asks `uploader`,
+/// provides `state` at `tick` then, and waits for its STORED (the others'
+/// requests go unanswered); returns the checkpoint's number.
+fn upload_when_asked(uploader: &mut Client, others: &mut [&mut Client], tick: u64, state: &[u8]) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = Vec::new();
+    for _ in 0..100_000 {
+        for c in others.iter_mut() {
+            c.update(Instant::now());
+            while c.poll_event().is_some() {}
+            while c.recv().is_some() {}
+            while c.poll_checkpoint().is_some() {}
+        }
+        uploader.update(Instant::now());
+        while uploader.poll_event().is_some() {}
+        while uploader.recv().is_some() {}
+        while let Some(e) = uploader.poll_checkpoint() {
+            match e {
+                // A request that comes while the upload runs waits: this
+                // one upload answers.
+                CheckpointEvent::Requested { .. } => match uploader.provide_checkpoint(tick, state.to_vec()) {
+                    Ok(()) | Err(CheckpointError::InFlight(CheckpointOp::Upload)) => {}
+                    Err(e) => panic!("the upload does not start: {e}"),
+                },
+                CheckpointEvent::Uploaded { number, tick: t, .. } if t == tick => return number,
+                other => seen.push(other),
+            }
+        }
+        assert!(Instant::now() < deadline, "no upload stored within 10 s: {seen:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("no upload stored within the loop's count: {seen:?}");
 }

@@ -22,6 +22,10 @@
 // switch to the new cell, EventKind.LeftGroup (ev.Group) for each group
 // out of the new area once the new ones are members; SendingGroup,
 // MemberGroups(). They throw with a 1.1 library (Native.Minor says which).
+//
+// The other checkpoint kept (library 1.4): FetchCheckpointOther(); its
+// Ready or Empty event has Op == CheckpointOp.FetchOther (the latest's:
+// CheckpointOp.Fetch).
 
 using System;
 using System.Collections.Generic;
@@ -70,6 +74,7 @@ namespace Reflector
         None = 0,
         Upload = 1,
         Fetch = 2,
+        FetchOther = 3,
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -180,6 +185,8 @@ namespace Reflector
         public const int VersionMinorAreas = 2;
         /// <summary>An area's tokens handed in (rc_area_add_token, rc_set_area) came with 1.3.</summary>
         public const int VersionMinorHandedAreas = 3;
+        /// <summary>The other checkpoint kept (rc_fetch_checkpoint_other) came with 1.4.</summary>
+        public const int VersionMinorFetchOther = 4;
         public const int TokenLen = 32;
         public const int SessionKeyLen = 32;
         public const int MaxPayload = 1440;
@@ -209,6 +216,7 @@ namespace Reflector
         [DllImport(Lib)] public static extern Status rc_poll_checkpoint(ulong h, out CheckpointEvent ev);
         [DllImport(Lib)] public static extern Status rc_provide_checkpoint(ulong h, ulong tick, byte[] state, UIntPtr len);
         [DllImport(Lib)] public static extern Status rc_fetch_checkpoint(ulong h);
+        [DllImport(Lib)] public static extern Status rc_fetch_checkpoint_other(ulong h);
 
         [DllImport(Lib)]
         public static extern Status rc_checkpoint_take(ulong h, byte[] buf, UIntPtr cap, out UIntPtr len,
@@ -495,6 +503,16 @@ namespace Reflector
         public void FetchCheckpoint()
         {
             Native.Check(Native.rc_fetch_checkpoint(Handle));
+        }
+
+        /// <summary>Fetches the other checkpoint the reflector keeps for the group
+        /// (the one before the latest, from another member when it has one): a
+        /// Ready or Empty event (fewer than two stored) with Op
+        /// CheckpointOp.FetchOther. Library 1.4.</summary>
+        public void FetchCheckpointOther()
+        {
+            Native.Need(Native.VersionMinorFetchOther, "FetchCheckpointOther");
+            Native.Check(Native.rc_fetch_checkpoint_other(Handle));
         }
 
         /// <summary>The state of the last Ready event and its tick, or false when

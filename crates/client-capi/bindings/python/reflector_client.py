@@ -16,6 +16,10 @@
                 tick, state = c.take_checkpoint()
     c.close()
 
+The other checkpoint the reflector keeps (library 1.4): c.fetch_checkpoint_other();
+its READY or EMPTY event has ck.op == rc.RC_CHECKPOINT_OP_FETCH_OTHER (the latest's:
+RC_CHECKPOINT_OP_FETCH).
+
 An area of interest and more control servers (library 1.2):
 
     c = rc.Client.with_control(lib, "https://control.example", ticket, player, x, y,
@@ -40,6 +44,8 @@ REFLECTOR_C_VERSION_MINOR_CHECKPOINTS = 1
 REFLECTOR_C_VERSION_MINOR_AREAS = 2
 # An area's tokens handed in (rc_area_add_token, rc_set_area) came with 1.3.
 REFLECTOR_C_VERSION_MINOR_HANDED_AREAS = 3
+# The other checkpoint kept (rc_fetch_checkpoint_other) came with 1.4.
+REFLECTOR_C_VERSION_MINOR_FETCH_OTHER = 4
 RC_MAX_AREA_TOKENS = 25
 RC_TOKEN_LEN = 32
 RC_SESSION_KEY_LEN = 32
@@ -68,6 +74,7 @@ RC_CHECKPOINT_FAILED = 5
 
 RC_CHECKPOINT_OP_UPLOAD = 1
 RC_CHECKPOINT_OP_FETCH = 2
+RC_CHECKPOINT_OP_FETCH_OTHER = 3
 
 RC_EVENT_NONE = 0
 RC_EVENT_JOINED = 1
@@ -236,6 +243,9 @@ def load(path=None):
         "rc_area_add_token": (ctypes.c_int, [u64, bytes_p, size, bytes_p, size, u32, u16, char_p, u64]),
         "rc_set_area": (ctypes.c_int, [u64]),
     }
+    sigs_1_4 = {
+        "rc_fetch_checkpoint_other": (ctypes.c_int, [u64]),
+    }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)
         f.restype, f.argtypes = res, args
@@ -248,6 +258,10 @@ def load(path=None):
             f.restype, f.argtypes = res, args
     if minor(lib) >= REFLECTOR_C_VERSION_MINOR_HANDED_AREAS:
         for name, (res, args) in sigs_1_3.items():
+            f = getattr(lib, name)
+            f.restype, f.argtypes = res, args
+    if minor(lib) >= REFLECTOR_C_VERSION_MINOR_FETCH_OTHER:
+        for name, (res, args) in sigs_1_4.items():
             f = getattr(lib, name)
             f.restype, f.argtypes = res, args
     return lib
@@ -439,6 +453,14 @@ class Client:
     def fetch_checkpoint(self):
         """Fetches the group's latest checkpoint (the outcome is an event)."""
         _check(self._lib, self._lib.rc_fetch_checkpoint(self.handle))
+
+    def fetch_checkpoint_other(self):
+        """Fetches the other checkpoint the reflector keeps for the group
+        (the one before the latest, from another member when it has one):
+        a READY or EMPTY event (fewer than two stored) with op
+        RC_CHECKPOINT_OP_FETCH_OTHER. Library 1.4."""
+        _need(self._lib, REFLECTOR_C_VERSION_MINOR_FETCH_OTHER, "fetch_checkpoint_other")
+        _check(self._lib, self._lib.rc_fetch_checkpoint_other(self.handle))
 
     def take_checkpoint(self):
         """The state of the last READY event as (tick, bytes), or None: its

@@ -406,6 +406,12 @@ pub fn build_player_exe(mcs: &Path) -> PathBuf {
 /// Compiles the C# binding and the example program `main` (a file of
 /// bindings/csharp) with `mcs` (C# 7) into `exe`.
 pub fn build_csharp(mcs: &Path, main: &str, exe: &str) -> PathBuf {
+    build_csharp_from(mcs, &crate_dir().join("bindings/csharp").join(main), exe)
+}
+
+/// Compiles the C# binding and the program at `main` (an example, or a
+/// test program of tests/csharp) with `mcs` (C# 7) into `exe`.
+pub fn build_csharp_from(mcs: &Path, main: &Path, exe: &str) -> PathBuf {
     let out = scratch("csharp").join(exe);
     let src = crate_dir().join("bindings/csharp");
     let mut cmd = Command::new(mcs);
@@ -413,9 +419,9 @@ pub fn build_csharp(mcs: &Path, main: &str, exe: &str) -> PathBuf {
         .arg("-warnaserror")
         .arg(format!("-out:{}", out.display()))
         .arg(src.join("ReflectorClient.cs"))
-        .arg(src.join(main));
+        .arg(main);
     let (o, e, ok) = run(cmd, Duration::from_secs(120));
-    assert!(ok, "the C# binding and {main} do not build:\n{o}\n{e}");
+    assert!(ok, "the C# binding and {} do not build:\n{o}\n{e}", main.display());
     out
 }
 

@@ -3,6 +3,14 @@
 //! `Client<TokioDriver>` gets async entry points that await the socket or
 //! the client's next timer ([`Client::next_update`]) and then `update`.
 //!
+//! What the UDP socket does not show wakes the loop too, so nothing is
+//! polled: the token request's helper thread signals once its answer is
+//! in (a std `Waker`, so the core knows no runtime), and each checkpoint
+//! exchange's TCP socket is watched (a duplicate of it registered with
+//! the runtime for the length of one wait, for reading or writing as the
+//! exchange's step needs).
+//! [`Config::background_poll`] adds a poll all the same, as a fallback.
+//!
 //! The core is the same as over [`UdpDriver`](super::UdpDriver), and
 //! nothing in [`Client::update`] blocks: the token request (a blocking
 //! HTTPS call) runs on a helper thread of its own and `update` only looks
@@ -47,10 +55,14 @@
 //! ```
 
 use super::Driver;
+use crate::schedule::Woken;
 use crate::{Client, Config, Error, SendError};
 use ::tokio::net::UdpSocket;
+use std::future::Future;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::pin::pin;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 /// A [`tokio::net::UdpSocket`](UdpSocket), read with `try_recv_from` and
@@ -129,15 +141,36 @@ impl Client<TokioDriver> {
     /// `update`. At once if a timer is already due. Cancel safe (nothing
     /// happens before the wait ends), so it can be one branch of a
     /// `tokio::select!`.
+    ///
+    /// Woken also by the work the UDP socket does not show: a token
+    /// request's answer, and a checkpoint exchange's socket becoming ready
+    /// for its next step; neither is polled (see the module docs).
     pub async fn update_when_due(&mut self) {
-        let due = self.next_update();
-        if due.is_none_or(|t| t > Instant::now()) {
-            let readable = self.sock.sock.readable();
-            // An error here is the runtime shutting down: update anyway.
-            let _ = match due {
-                Some(t) => ::tokio::time::timeout_at(t.into(), readable).await.unwrap_or(Ok(())),
-                None => readable.await,
+        {
+            let exchanges = channel::Watch::new(self);
+            let woken = Woken {
+                token_answer: true,
+                checkpoint_sockets: exchanges.all_watched(),
             };
+            let due = self.next_due(woken);
+            if due.is_none_or(|t| t > Instant::now()) {
+                let mut timer = pin!(due.map(|t| ::tokio::time::sleep_until(t.into())));
+                let mut any = pin!(std::future::poll_fn(|cx: &mut Context<'_>| {
+                    // Each is polled every time, so each has our waker. An
+                    // error is the runtime shutting down or a socket
+                    // failing: `update` finds out.
+                    let woke = self.wake.poll(cx).is_ready()
+                        | self.sock.sock.poll_recv_ready(cx).is_ready()
+                        | exchanges.poll_ready(cx)
+                        | timer.as_mut().as_pin_mut().is_some_and(|t| t.poll(cx).is_ready());
+                    if woke {
+                        Poll::Ready(())
+                    } else {
+                        Poll::Pending
+                    }
+                }));
+                any.as_mut().await;
+            }
         }
         self.update(Instant::now());
     }
@@ -179,6 +212,62 @@ impl Client<TokioDriver> {
                 }
                 sent => return sent,
             }
+        }
+    }
+}
+
+/// The checkpoint exchanges' sockets, watched for one wait.
+mod channel {
+    use crate::checkpoint::Waits;
+    use crate::{Client, Driver};
+    use ::tokio::net::TcpStream;
+    use std::task::Context;
+
+    /// Each exchange's socket registered with the runtime, and what its
+    /// step waits for. The registration is of a duplicate of the socket
+    /// (its own descriptor of the same connection), made for each wait
+    /// and closed after it: the exchange's own socket stays the client's
+    /// to close whenever `update` ends the exchange, and a fresh
+    /// registration also reports a socket that is ready already (one the
+    /// last `update` left with bytes unread, its budget spent).
+    pub(super) struct Watch {
+        sockets: Vec<(TcpStream, Waits)>,
+        all: bool,
+    }
+
+    impl Watch {
+        pub(super) fn new<D: Driver>(c: &Client<D>) -> Watch {
+            let mut w = Watch {
+                sockets: Vec::new(),
+                all: true,
+            };
+            for t in c.transfers() {
+                // The duplicate shares the connection's non-blocking flag.
+                match t.socket().try_clone().and_then(TcpStream::from_std) {
+                    Ok(s) => w.sockets.push((s, t.waits())),
+                    // Not watched: `next_due` polls it instead.
+                    Err(_) => w.all = false,
+                }
+            }
+            w
+        }
+
+        /// Whether every exchange's socket is watched (none to poll).
+        pub(super) fn all_watched(&self) -> bool {
+            self.all
+        }
+
+        /// Whether any socket is ready for its exchange's next step (or
+        /// failed: `update` reports it); registers `cx` with each.
+        pub(super) fn poll_ready(&self, cx: &mut Context<'_>) -> bool {
+            let mut any = false;
+            for (s, waits) in &self.sockets {
+                any |= match waits {
+                    Waits::Read => s.poll_read_ready(cx).is_ready(),
+                    Waits::Write => s.poll_write_ready(cx).is_ready(),
+                };
+            }
+            any
         }
     }
 }

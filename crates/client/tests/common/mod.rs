@@ -75,6 +75,30 @@ impl Reflector {
         Reflector { server, port }
     }
 
+    /// One group (instance ids on) announcing a keepalive of
+    /// `keepalive_ms`, with the checkpoint channel `ck` if given: a long
+    /// keepalive makes a quiet reflector (its PROBEs and the client's
+    /// ECHOs as rare as that), so a test sees what wakes a client besides.
+    pub fn start_keepalive(keepalive_ms: u16, ck: Option<CheckpointConfig>) -> Reflector {
+        let cfg = ServerConfig {
+            ports: vec![0],
+            policy: Policy {
+                keepalive_ms,
+                data_instance: true,
+                ..Policy::default()
+            },
+            checkpoint: ck,
+            ..ServerConfig::new(
+                [127, 0, 0, 1].into(),
+                Secret::new(&SECRET).expect("a valid secret"),
+                BackendKind::Sendto,
+            )
+        };
+        let server = Server::start(cfg, Arc::new(AtomicBool::new(false))).expect("the reflector starts");
+        let port = server.ports()[0];
+        Reflector { server, port }
+    }
+
     /// `groups` groups on free ports, DATA tags and instance ids on: the
     /// cells of an area (see [`area_control_server`]).
     pub fn start_groups(groups: usize) -> Reflector {

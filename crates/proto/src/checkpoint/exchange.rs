@@ -26,6 +26,10 @@ pub enum CheckpointOp {
     Upload,
     /// The group's latest checkpoint, fetched from the reflector.
     Fetch,
+    /// The other checkpoint of the two the reflector keeps per group
+    /// (FETCH_OTHER): the one before the latest, from another member
+    /// when it has one.
+    FetchOther,
 }
 
 /// Why a client exchange failed or could not start: for the blocking
