@@ -66,7 +66,8 @@ reflector control --secret-file secret --reflector 127.0.0.1:4000-4015 --ticket-
 Sealed groups (their reflectors run `serve --data-sealed on`): a second, separate secret that no \
 reflector gets, and the world's name:\n  \
 od -An -tx1 -N32 /dev/urandom | tr -d ' \\n' > sealing-secret\n  \
-reflector control ... --sealing-secret-file sealing-secret --world my-world")]
+reflector control --secret-file secret --reflector 127.0.0.1:4000-4015 --ticket-keys tickets.toml \
+--sealing-secret-file sealing-secret --world my-world")]
 pub struct ControlArgs {
     /// HTTP address to listen on.
     #[arg(long, default_value = "127.0.0.1:8700")]
