@@ -678,6 +678,34 @@ mod tests {
         );
     }
 
+    /// The keys this server hands out are the protocol's test vectors'
+    /// `keys_answers`, field for field.
+    #[test]
+    fn handed_out_keys_are_the_test_vectors() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/protocol-vectors.json");
+        let file: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).expect("the protocol's vectors")).unwrap();
+        let sec = &file["sealed"];
+        let master = MasterSecret::new(&hex::decode(sec["master_secret"].as_str().unwrap()).unwrap()).unwrap();
+        let schedule = Schedule::new(
+            sec["epoch_length_s"].as_u64().unwrap(),
+            sec["jitter_bound_s"].as_u64().unwrap(),
+        )
+        .unwrap();
+        let s = Sealing::new(master, sec["world"].as_str().unwrap(), schedule, 1.0);
+        let answers = sec["keys_answers"].as_array().expect("keys_answers");
+        assert!(!answers.is_empty());
+        for a in answers {
+            let cells: Vec<(u32, u32)> = serde_json::from_value::<Vec<[u32; 2]>>(a["cells"].clone())
+                .unwrap()
+                .into_iter()
+                .map(|[c, r]| (c, r))
+                .collect();
+            let got = serde_json::to_value(s.keys_for(&cells, a["at_unix_s"].as_u64().unwrap())).unwrap();
+            assert_eq!(got, a["keys"], "{}", a["name"]);
+        }
+    }
+
     #[test]
     fn a_master_secret_file_is_checked_and_named() {
         let dir = std::env::temp_dir().join(format!("control-sealing-{}", std::process::id()));
