@@ -145,7 +145,7 @@ pub struct ControlArgs {
     /// The world's name (with --sealing-secret-file): cell ids, and so every epoch key, start
     /// with its hash. Every control server of a fleet gives the same one; worlds that share a
     /// master secret need distinct names.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", requires = "sealing_secret_file")]
     pub world: Option<String>,
     /// Length L of a sealing epoch (keys rotate once per epoch and cell), from 2m to a day;
     /// fixed for the life of the master secret.

@@ -166,6 +166,17 @@ fn the_token_secret_is_refused_as_the_sealing_secret() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("--world"), "{err}");
+    // A world name without a sealing secret would do nothing: refused too.
+    let o = Command::new(env!("CARGO_BIN_EXE_reflector"))
+        .args(["control", "--anonymous-joins", "--listen", "127.0.0.1:0"])
+        .args(["--secret-file", dir.0.join("secret").to_str().unwrap()])
+        .args(["--reflector", "127.0.0.1:4000", "--world", WORLD])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--sealing-secret-file"), "{err}");
 }
 
 fn hex_to<const N: usize>(s: &str) -> [u8; N] {
