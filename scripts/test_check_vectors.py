@@ -265,6 +265,10 @@ class Builder:
         sec["keys_request"] = {"keys": 0, "token": t0.hex(), "at_unix_s": at,
                                "mac": H(km, b"reflector-keys-v1" + t0 + struct.pack(">Q", at), 16).hex()}
         self.spots.append((("sealed", "keys_request", "mac"), 0, 16, "keys request MAC"))
+        for i, answer in enumerate(sec["keys_answers"]):
+            for j in range(len(answer["keys"])):
+                self.spots.append((("sealed", "keys_answers", i, "keys", j, "key"), 0, 1, "handed-out key"))
+                self.spots.append((("sealed", "keys_answers", i, "keys", j, "cell_id"), 7, 8, "handed-out cell id"))
         return sec
 
 
@@ -332,6 +336,30 @@ class CheckVectorsTest(unittest.TestCase):
         self.assertNotEqual(rc, 0, "%s: the checker passed it\n%s" % (what, out))
         last = out.strip().splitlines()[-1]
         self.assertRegex(last, r"^\d+ passed, [1-9]\d* failed$", what)
+
+    def test_keys_answers_follow_the_overlap_rule(self):
+        answers = self.doc["sealed"]["keys_answers"]
+        inside = next(i for i, a in enumerate(answers) if len(a["keys"]) > len(a["cells"]))
+        outside = next(i for i, a in enumerate(answers) if len(a["keys"]) == len(a["cells"]))
+        # The next epoch's key left out inside the window.
+        doc = copy.deepcopy(self.doc)
+        doc["sealed"]["keys_answers"][inside]["keys"] = [
+            k for k in doc["sealed"]["keys_answers"][inside]["keys"]
+            if k["epoch"] == doc["sealed"]["keys_answers"][inside]["keys"][0]["epoch"]]
+        rc, out = self.run_process(doc)
+        self.assertFails(rc, out, "a missing next-epoch key")
+        # A next-epoch key handed out before the window opens.
+        doc = copy.deepcopy(self.doc)
+        keys = doc["sealed"]["keys_answers"][outside]["keys"]
+        early = dict(keys[0], epoch=keys[0]["epoch"] + 1)
+        keys.insert(1, early)
+        rc, out = self.run_process(doc)
+        self.assertFails(rc, out, "a next-epoch key before the overlap window")
+        # An end that is not the next epoch's start.
+        doc = copy.deepcopy(self.doc)
+        doc["sealed"]["keys_answers"][outside]["keys"][0]["ends_unix_s"] += 1
+        rc, out = self.run_process(doc)
+        self.assertFails(rc, out, "a wrong end")
 
     def test_siphash_reference(self):
         key = bytes(range(16))

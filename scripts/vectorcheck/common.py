@@ -61,7 +61,9 @@ REQUIRED_SECTIONS = ["secret", "cookie_key", "now_unix_ms", "tokens", "cookies",
 # Sealed payloads: the section's keys, a datagram's keys, and the receiving
 # steps' counters in their order.
 SEALED_KEYS = {"master_secret", "world", "world_id", "epoch_length_s", "jitter_bound_s",
-               "cells", "senders", "datagrams", "keys_request"}
+               "cells", "senders", "datagrams", "keys_request", "keys_answers"}
+KEYS_ANSWER_KEYS = {"name", "at_unix_s", "cells", "keys"}
+EPOCH_KEY_FIELDS = ["cell", "cell_id", "epoch", "key", "starts_unix_s", "ends_unix_s"]
 SEALED_DATAGRAM_KEYS = {"name", "keys", "tags", "sender", "hex", "game_data", "reject", "why"}
 SEALED_STEPS = ["sealed_malformed", "sealed_version", "sealed_no_key", "sealed_replay", "sealed_bad"]
 

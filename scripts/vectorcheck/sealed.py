@@ -176,6 +176,57 @@ class AreaSealedChecks:
         self.r.check(G, opened > 0 and rejected > 0,
                      "sealed.datagrams: needs at least one that opens and one rejected (%d, %d)" % (opened, rejected))
         self.check_keys_request(G, sec.get("keys_request"))
+        self.check_keys_answers(G, sec, prk, want_world, length, jitter_bound)
+
+    def check_keys_answers(self, G, sec, prk, world_id, length, jitter_bound):
+        """Handing out keys: for each cell, in the order given, the epoch
+        current at `at` (the newest that has started; 0 before any) and,
+        only from W = 60 s before the next one starts, that one too; each
+        entry's cell id, key, start and end (the next epoch's start) as the
+        document derives them."""
+        W = 60
+
+        def start(cid, e):
+            raw = int.from_bytes(hkdf_expand(prk, b"reflector-epoch-jitter-v1" + cid + struct.pack(">I", e), 8), "big")
+            return e * length + (raw % jitter_bound if jitter_bound else 0)
+
+        windows = 0
+        for _, what, a in self.entries(G, "sealed.keys_answers", self.listed(sec, "keys_answers")):
+            for k in a:
+                if k not in KEYS_ANSWER_KEYS:
+                    self.r.fail(G, "AMBIGUOUS: %s.%s is not described by the document; not checked" % (what, k))
+            try:
+                at = as_int(a.get("at_unix_s"), what + ".at_unix_s")
+                cells = [self.cell_pair(c, what + ".cells") for c in a.get("cells") or []]
+                keys = a.get("keys")
+                if not cells or not isinstance(keys, list):
+                    raise Bad("%s: needs cells and a keys array" % what)
+            except Bad as e:
+                self.r.fail(G, str(e))
+                continue
+            want = []
+            for col, row in cells:
+                cid = world_id + struct.pack(">HH", col, row)
+                e = at // length
+                while e > 0 and start(cid, e) > at:
+                    e -= 1
+                epochs = [e]
+                if at + W >= start(cid, e + 1):
+                    epochs.append(e + 1)
+                    windows += 1
+                for ep in epochs:
+                    key = hkdf_expand(prk, b"reflector-epoch-key-v1" + cid + struct.pack(">I", ep), 32)
+                    want.append({"cell": [col, row], "cell_id": cid.hex(), "epoch": ep, "key": key.hex(),
+                                 "starts_unix_s": start(cid, ep), "ends_unix_s": start(cid, ep + 1)})
+            for i, k in enumerate(keys):
+                if isinstance(k, dict) and sorted(k) != sorted(EPOCH_KEY_FIELDS):
+                    self.r.fail(G, "%s.keys[%d]: fields %s, the document names %s"
+                                % (what, i, sorted(k), EPOCH_KEY_FIELDS))
+            self.r.check(G, len(keys) == len(want),
+                         "%s: %d keys, the document's rule hands out %d" % (what, len(keys), len(want)))
+            for i, (got, w) in enumerate(zip(keys, want)):
+                self.r.check(G, got == w, "%s.keys[%d]: %s, the document gives %s" % (what, i, got, w))
+        self.r.check(G, windows > 0, "sealed.keys_answers: none is inside an overlap window")
 
     def check_keys_request(self, G, req):
         """/keys: mac = HMAC(Km, "reflector-keys-v1" || token || at as u64)[..16]."""

@@ -27,6 +27,7 @@
 
 pub mod fleet;
 pub mod players;
+pub mod sealing;
 mod secret;
 pub use secret::{SecretCell, SECRET_RECHECK};
 
@@ -34,7 +35,7 @@ pub use secret::{SecretCell, SECRET_RECHECK};
 pub type CliError = Box<dyn std::error::Error + Send + Sync>;
 
 use reflector_proto::auth::{Secret, TokenClaims};
-use reflector_proto::control::{parse_ports, AreaGrant, JoinGrant};
+use reflector_proto::control::{parse_ports, JoinGrant, KeyedAreaGrant, KeyedGrant};
 use reflector_proto::protocol::SessionKeys;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -48,7 +49,12 @@ use std::time::{Duration, Instant};
 #[command(after_help = "Endpoints (GET, JSON answers):\n  \
 /join?player=ID&x=X&y=Y  the player's cell, its reflector ip:port and group, a signed token \
 valid for --token-ttl; needs `Authorization: Bearer <ticket>` unless --anonymous-joins; \
-&area=1 or 2 also grants every other group within 1 or 2 cells (one request, one rate-limit unit)\n  \
+&area=1 or 2 also grants every other group within 1 or 2 cells (one request, one rate-limit unit); \
+with --sealing-secret-file each grant has `keys`, the epoch keys of its group's cells\n  \
+/keys?token=T&at=A&mac=M  with --sealing-secret-file: those keys again, for the holder of a current \
+token T (hex) and its session key: A its Unix seconds, M = HMAC(mac key, \"reflector-keys-v1\" || \
+token || A as u64)[..16] (hex); 401 bad token/MAC or A off by over 60 s, 429 beyond \
+--refresh-rate-player\n  \
 /world                   the grid and the cell -> group mapping\n  \
 /healthz                 liveness\n  \
 /metrics                 Prometheus metrics (text 0.0.4; OpenMetrics if Accept asks for it)\n\
@@ -56,7 +62,12 @@ Bad parameters get 400 with {\"error\": \"...\"} naming the problem.\n\n\
 Example (a shared secret and a development ticket key file first; `reflector ticket --help`):\n  \
 od -An -tx1 -N32 /dev/urandom | tr -d ' \\n' > secret\n  \
 reflector ticket --ticket-keys tickets.toml > /dev/null\n  \
-reflector control --secret-file secret --reflector 127.0.0.1:4000-4015 --ticket-keys tickets.toml --grid 8x8")]
+reflector control --secret-file secret --reflector 127.0.0.1:4000-4015 --ticket-keys tickets.toml --grid 8x8\n\n\
+Sealed groups (their reflectors run `serve --data-sealed on`): a second, separate secret that no \
+reflector gets, and the world's name:\n  \
+od -An -tx1 -N32 /dev/urandom | tr -d ' \\n' > sealing-secret\n  \
+reflector control --secret-file secret --reflector 127.0.0.1:4000-4015 --ticket-keys tickets.toml \
+--sealing-secret-file sealing-secret --world my-world")]
 pub struct ControlArgs {
     /// HTTP address to listen on.
     #[arg(long, default_value = "127.0.0.1:8700")]
@@ -125,8 +136,70 @@ pub struct ControlArgs {
     /// household behind one NAT, not for a flood.
     #[arg(long, default_value_t = 20.0)]
     pub ticket_rate_ip: f64,
+    /// Sealed groups: file with the master secret of the world's epoch keys (hex, or 32+ bytes;
+    /// one line, never rolled over). Only control servers hold it, never a reflector, and it is
+    /// not --secret-file. With it every grant carries `keys` (the epoch keys of the cells its
+    /// group serves) and GET /keys refreshes them; without it answers have no `keys`.
+    #[arg(long, value_name = "FILE", requires = "world")]
+    pub sealing_secret_file: Option<PathBuf>,
+    /// The world's name (with --sealing-secret-file): cell ids, and so every epoch key, start
+    /// with its hash. Every control server of a fleet gives the same one; worlds that share a
+    /// master secret need distinct names.
+    #[arg(long, value_name = "NAME", requires = "sealing_secret_file")]
+    pub world: Option<String>,
+    /// Length L of a sealing epoch (keys rotate once per epoch and cell), from 2m to a day;
+    /// fixed for the life of the master secret.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = epoch_length)]
+    pub epoch_length: Duration,
+    /// Bound J of the jitter that spreads the cells' rotations (at most half of
+    /// --epoch-length); fixed for the life of the master secret.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = epoch_jitter)]
+    pub epoch_jitter: Duration,
+    /// GET /keys requests accepted per second per player (bursts of five times as many): a
+    /// client asks about once an epoch and after each MOVED.
+    #[arg(long, default_value_t = 1.0)]
+    pub refresh_rate_player: f64,
     #[command(flatten)]
     pub http: reflector_http::HttpArgs,
+}
+
+/// `--epoch-length`: twice the overlap (2 minutes) to a day, whole seconds.
+fn epoch_length(s: &str) -> Result<Duration, String> {
+    oskit::units::secs_or_duration_in(
+        Duration::from_secs(sealing::MIN_EPOCH_LENGTH_S),
+        Duration::from_secs(86_400),
+    )(s)
+}
+
+/// `--epoch-jitter`: up to half a day (and half the epoch, checked with it).
+fn epoch_jitter(s: &str) -> Result<Duration, String> {
+    oskit::units::secs_or_duration_in(Duration::ZERO, Duration::from_secs(43_200))(s)
+}
+
+/// The sealing configuration of `control`'s options, if it has a sealing
+/// secret.
+fn sealing_of(
+    args: &ControlArgs,
+    tokens: &reflector_proto::auth::SecretRing,
+) -> Result<Option<sealing::Sealing>, CliError> {
+    let Some(path) = &args.sealing_secret_file else {
+        return Ok(None);
+    };
+    let world = args.world.as_deref().unwrap_or_default().trim();
+    if world.is_empty() {
+        return Err("--world: give the world a name (its cells' ids, and so their keys, derive from it)".into());
+    }
+    let (length_s, jitter_s) = (args.epoch_length.as_secs(), args.epoch_jitter.as_secs());
+    let schedule = reflector_proto::sealed::Schedule::new(length_s, jitter_s)
+        .map_err(|_| format!("--epoch-jitter {jitter_s} s is more than half of --epoch-length {length_s} s"))?;
+    let rate = args.refresh_rate_player;
+    if !(rate.is_finite() && rate > 0.0) {
+        return Err(
+            format!("--refresh-rate-player must be a positive number of requests per second, got {rate}").into(),
+        );
+    }
+    let master = sealing::read_master_secret(path, tokens)?;
+    Ok(Some(sealing::Sealing::new(master, world, schedule, rate)))
 }
 
 /// `--token-ttl`: 1 s to a day (tokens carry whole seconds).
@@ -225,6 +298,9 @@ pub struct World {
     pub targets: Vec<Target>,
     /// In a fleet (`--registry`): the placements of the registry instead.
     pub fleet: Option<fleet::Fleet>,
+    /// With a sealing secret: grants carry the epoch keys of their group's
+    /// cells, and `/keys` serves them ([`World::with_sealing`]).
+    pub sealing: Option<Arc<sealing::Sealing>>,
 }
 
 /// One group on one reflector. The reflector id is the position of its
@@ -298,6 +374,7 @@ impl World {
             assign,
             targets,
             fleet: None,
+            sealing: None,
         })
     }
 
@@ -311,7 +388,71 @@ impl World {
             assign: Assign::RoundRobin,
             targets: Vec::new(),
             fleet: Some(fleet),
+            sealing: None,
         })
+    }
+
+    /// This world with sealing: its grants carry epoch keys. A static
+    /// world whose groups would serve more than
+    /// [`sealing::MAX_SEALED_CELLS_PER_GROUP`] cells each is refused (a
+    /// fleet's placements are checked per answer).
+    pub fn with_sealing(self, s: Arc<sealing::Sealing>) -> Result<World, String> {
+        let most = self.most_cells_per_group();
+        if most > sealing::MAX_SEALED_CELLS_PER_GROUP as u64 {
+            return Err(format!(
+                "with a sealing secret a group may serve at most {} cells (each grant carries their keys), \
+                 but {}x{} cells onto {} group(s) puts {most} on one: give more group ports",
+                sealing::MAX_SEALED_CELLS_PER_GROUP,
+                self.cols,
+                self.rows,
+                self.targets.len()
+            ));
+        }
+        Ok(World {
+            sealing: Some(s),
+            ..self
+        })
+    }
+
+    /// The most cells one group of a static world serves (0 in a fleet):
+    /// both assignments spread the cells as evenly as they divide.
+    fn most_cells_per_group(&self) -> u64 {
+        match self.targets.len() as u64 {
+            0 => 0,
+            n => self.cells().div_ceil(n),
+        }
+    }
+
+    /// The cells the group `port` of reflector `reflector_id` serves now,
+    /// row by row (none for a group the world does not map).
+    pub fn cells_of_group(&self, reflector_id: u16, port: u16) -> Vec<(u32, u32)> {
+        let at = |idx: u64| ((idx % u64::from(self.cols)) as u32, (idx / u64::from(self.cols)) as u32);
+        if let Some(f) = &self.fleet {
+            let v = f.view();
+            let mut cells: Vec<(u32, u32)> = v
+                .cells
+                .iter()
+                .filter(|(_, p)| p.reflector == reflector_id && p.port == port)
+                .map(|(&c, _)| c)
+                .collect();
+            cells.sort_unstable_by_key(|&(x, y)| (y, x));
+            return cells;
+        }
+        let Some(t) = self
+            .targets
+            .iter()
+            .position(|t| t.reflector_id == reflector_id && t.port() == port)
+        else {
+            return Vec::new();
+        };
+        let (t, n, cells) = (t as u64, self.targets.len() as u64, self.cells());
+        // The inverses of target_of's two rules.
+        match self.assign {
+            Assign::RoundRobin => (t..cells).step_by(n as usize).map(at).collect(),
+            Assign::Blocks => ((t * cells).div_ceil(n)..((t + 1) * cells).div_ceil(n))
+                .map(at)
+                .collect(),
+        }
     }
 
     /// Every cell, row by row.
@@ -579,9 +720,31 @@ pub fn handle(cfg: &ControlConfig, method: &str, url: &str, now_unix_s: u64) -> 
             retry_after_s: None,
         },
         "/join" => join(cfg, query, now_unix_s, None),
+        "/keys" => keys(cfg, query, now_unix_s, Instant::now()),
         _ => bad(
             404,
-            format!("no such endpoint {path}: try /join?player=ID&x=X&y=Y, /world, /healthz or /metrics"),
+            format!(
+                "no such endpoint {path}: try /join?player=ID&x=X&y=Y, /keys?token=T&at=A&mac=M, /world, /healthz or /metrics"
+            ),
+        ),
+    }
+}
+
+/// `GET /keys?token=T&at=A&mac=M` ([`sealing::keys`]): 404 where this
+/// server has no sealing secret. Pure but for the rate limit's `now`.
+pub fn keys(cfg: &ControlConfig, query: &str, now_unix_s: u64, now: Instant) -> Reply {
+    match &cfg.world.sealing {
+        Some(s) => sealing::keys(
+            s,
+            &cfg.secret.ring(),
+            |reflector_id, port| cfg.world.cells_of_group(reflector_id, port),
+            query,
+            now_unix_s,
+            now,
+        ),
+        None => bad(
+            404,
+            "this control server hands out no sealing keys (it has no --sealing-secret-file)",
         ),
     }
 }
@@ -655,21 +818,44 @@ pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u3
             retry_after_s: Some(1),
         };
     };
+    // With sealing, each grant carries the epoch keys of every cell its
+    // group serves now; without, none (the field is absent).
+    let keyed = |cell: (u32, u32), target: Target| -> Result<KeyedGrant, Reply> {
+        let keys = match &cfg.world.sealing {
+            Some(s) => {
+                let cells = cfg.world.cells_of_group(target.reflector_id, target.port());
+                if cells.len() > sealing::MAX_SEALED_CELLS_PER_GROUP {
+                    return Err(sealing::too_many_cells(target.port(), cells.len()));
+                }
+                s.keys_for(&cells, now_unix_s)
+            }
+            None => Vec::new(),
+        };
+        Ok(KeyedGrant {
+            grant: grant(cell, target),
+            keys,
+        })
+    };
+    let own = match keyed(cell, own) {
+        Ok(g) => g,
+        Err(refused) => return refused,
+    };
     let body = if area == 0 {
-        serde_json::to_value(grant(cell, own))
+        serde_json::to_value(own)
     } else {
         // One grant per other group of the area, nearest cell first.
         let w = &cfg.world;
-        let grants = reflector_proto::control::area_grant_cells([w.cols, w.rows], [cell.0, cell.1], area, |[x, y]| {
-            w.target_of((x, y))
-        })
-        .into_iter()
-        .filter_map(|[x, y]| w.target_of((x, y)).map(|t| grant((x, y), t)))
-        .collect();
-        serde_json::to_value(AreaGrant {
-            cell: grant(cell, own),
-            area: grants,
-        })
+        let grants: Result<Vec<KeyedGrant>, Reply> =
+            reflector_proto::control::area_grant_cells([w.cols, w.rows], [cell.0, cell.1], area, |[x, y]| {
+                w.target_of((x, y))
+            })
+            .into_iter()
+            .filter_map(|[x, y]| w.target_of((x, y)).map(|t| keyed((x, y), t)))
+            .collect();
+        match grants {
+            Ok(area) => serde_json::to_value(KeyedAreaGrant { cell: own, area }),
+            Err(refused) => return refused,
+        }
     };
     Reply {
         status: 200,
@@ -721,6 +907,23 @@ pub fn metrics(cfg: &ControlConfig, http: &reflector_http::Stats, format: reflec
     if let Some(f) = &cfg.world.fleet {
         fleet::write_metrics(&mut e, f);
     }
+    // Zero without sealing: the same series either way.
+    let outcomes: Vec<(&str, u64)> = match &cfg.world.sealing {
+        Some(s) => s.outcomes(),
+        None => sealing::KeysOutcome::ALL.iter().map(|o| (o.name(), 0)).collect(),
+    };
+    let mut f = e.counter(
+        "reflector_control_keys_requests",
+        "GET /keys requests (sealing epoch keys), by outcome: served, or why refused.",
+    );
+    for (outcome, n) in outcomes {
+        f.sample(&[("outcome", outcome)], n);
+    }
+    e.counter(
+        "reflector_control_sealing_keys_issued",
+        "Sealing epoch keys handed out, in /join answers and by /keys.",
+    )
+    .sample(&[], cfg.world.sealing.as_ref().map_or(0, |s| s.keys_issued()));
     let (reloads, reload_errors) = cfg.secret.reloads();
     e.counter(
         "reflector_control_token_secret_reloads",
@@ -889,6 +1092,18 @@ pub fn run(args: ControlArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         None => World::new(args.grid.0, args.grid.1, args.cell_size, args.assign, &args.reflectors),
     }
     .map_err(|e| format!("bad world: {e}"))?;
+    let world = match sealing_of(&args, &secret.ring())? {
+        Some(s) => {
+            tracing::info!(
+                "sealing: grants carry the epoch keys of world '{}' (epochs of {} s, jitter below {} s); GET /keys refreshes them",
+                s.world_name(),
+                s.schedule().length_s(),
+                s.schedule().jitter_bound_s()
+            );
+            world.with_sealing(Arc::new(s)).map_err(|e| format!("bad world: {e}"))?
+        }
+        None => world,
+    };
     let _poller = match (&fleet_cfg, &world.fleet) {
         (Some(rc), Some(f)) => Some(fleet::Poller::start(
             rc,
@@ -1170,7 +1385,7 @@ mod tests {
         // (0,0) (2,0) (0,1) (1,1) (2,1) map to targets 0 2 1 2 0; its own is 1.
         let r = handle(&c, "GET", "/join?player=42&x=15&y=5&area=1", 1_000);
         assert_eq!(r.status, 200, "{}", r.body);
-        let a: AreaGrant = serde_json::from_value(r.body.clone()).unwrap();
+        let a: reflector_proto::control::AreaGrant = serde_json::from_value(r.body.clone()).unwrap();
         assert_eq!((a.cell.cell, a.cell.group), ([1, 0], 4001));
         let groups: Vec<(&str, [u32; 2])> = a.area.iter().map(|g| (g.reflector.as_str(), g.cell)).collect();
         assert_eq!(groups, [("10.0.0.1:4000", [0, 0]), ("10.0.0.2:5000", [2, 0])]);

@@ -2,6 +2,10 @@
 //! the group-port syntax the control server and the reflectors share:
 //! - [`JoinGrant`]: the answer to `GET /join?player=ID&x=X&y=Y` (the
 //!   player's group and a signed join token with its session key);
+//! - [`EpochKeyGrant`], [`KeyedGrant`], [`KeyedAreaGrant`] and
+//!   [`KeysAnswer`]: the sealing epoch keys a control server with a sealing
+//!   secret adds to each grant, and the answer to `GET /keys`
+//!   (docs/protocol.md, "Handing out keys");
 //! - [`WorldInfo`]: the part of `GET /world` a client needs to move around;
 //! - [`area_cells`] and [`area_grant_cells`]: which cells an area of
 //!   interest covers and which of them its answer grants, in order;
@@ -47,6 +51,68 @@ pub struct AreaGrant {
     pub cell: JoinGrant,
     #[serde(default)]
     pub area: Vec<JoinGrant>,
+}
+
+/// One epoch key as the control server hands it out (docs/protocol.md,
+/// "Handing out keys"): the key `E(c, e)` of one cell and epoch, and when
+/// that epoch starts and ends (the next epoch's start), Unix seconds.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EpochKeyGrant {
+    /// `[column, row]`.
+    pub cell: [u32; 2],
+    /// The 8-byte cell id, hex.
+    pub cell_id: String,
+    pub epoch: u32,
+    /// The 32-byte epoch key, hex.
+    pub key: String,
+    pub starts_unix_s: u64,
+    pub ends_unix_s: u64,
+}
+
+impl std::fmt::Debug for EpochKeyGrant {
+    // A key never goes to a log through a Debug print.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EpochKeyGrant")
+            .field("cell", &self.cell)
+            .field("cell_id", &self.cell_id)
+            .field("epoch", &self.epoch)
+            .field("starts_unix_s", &self.starts_unix_s)
+            .field("ends_unix_s", &self.ends_unix_s)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A grant and the epoch keys of the cells its group serves: what a
+/// control server with a sealing secret answers for each group (`keys`
+/// absent, so empty here, from one without). A reader of [`JoinGrant`]
+/// reads the same JSON and ignores `keys`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyedGrant {
+    #[serde(flatten)]
+    pub grant: JoinGrant,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<EpochKeyGrant>,
+}
+
+/// [`AreaGrant`] with each grant's epoch keys: the whole `/join` answer of
+/// a control server with a sealing secret (a plain answer has no `area`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyedAreaGrant {
+    #[serde(flatten)]
+    pub cell: KeyedGrant,
+    #[serde(default)]
+    pub area: Vec<KeyedGrant>,
+}
+
+/// The answer to `GET /keys?token=T&at=A&mac=M`: the epoch keys of the
+/// cells the token's group serves now (none if it serves none: its cells
+/// moved, and a MOVED tells its members where).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeysAnswer {
+    pub player: u32,
+    pub group: u16,
+    #[serde(default)]
+    pub keys: Vec<EpochKeyGrant>,
 }
 
 /// The cells of an area of interest (docs/protocol.md, "Area of interest"),
@@ -216,5 +282,72 @@ mod tests {
         // And a plain answer is an area answer with no area.
         let plain = serde_json::to_value(g(4001)).unwrap();
         assert!(serde_json::from_value::<AreaGrant>(plain).unwrap().area.is_empty());
+    }
+
+    fn key(cell: [u32; 2], epoch: u32) -> EpochKeyGrant {
+        EpochKeyGrant {
+            cell,
+            cell_id: "9a1f03c200030001".into(),
+            epoch,
+            key: "ab".repeat(32),
+            starts_unix_s: 1_767_498_021,
+            ends_unix_s: 1_767_498_633,
+        }
+    }
+
+    #[test]
+    fn keys_ride_along_and_old_readers_ignore_them() {
+        let g = |group: u16, keys: Vec<EpochKeyGrant>| KeyedGrant {
+            grant: JoinGrant {
+                player: 42,
+                cell: [3, 1],
+                reflector: "10.0.0.1:4001".into(),
+                reflector_id: 0,
+                group,
+                token: "ab".into(),
+                session_key: "cd".into(),
+                expires_unix_s: 1_060,
+            },
+            keys,
+        };
+        let a = KeyedAreaGrant {
+            cell: g(4001, vec![key([3, 1], 7), key([3, 1], 8)]),
+            area: vec![g(4002, vec![key([2, 1], 7)])],
+        };
+        let v = serde_json::to_value(&a).unwrap();
+        let mut fields: Vec<&str> = v["keys"][0].as_object().unwrap().keys().map(String::as_str).collect();
+        fields.sort_unstable();
+        assert_eq!(
+            fields,
+            ["cell", "cell_id", "ends_unix_s", "epoch", "key", "starts_unix_s"],
+            "the document's field names"
+        );
+        assert_eq!(v["area"][0]["keys"][0]["cell"], serde_json::json!([2, 1]));
+        assert_eq!(serde_json::from_value::<KeyedAreaGrant>(v.clone()).unwrap(), a);
+        // Readers written before sealing read the same answer.
+        assert_eq!(serde_json::from_value::<JoinGrant>(v.clone()).unwrap(), a.cell.grant);
+        assert_eq!(serde_json::from_value::<AreaGrant>(v).unwrap().area[0], a.area[0].grant);
+        // Without a sealing secret the field is absent, and reads as empty.
+        let plain = serde_json::to_value(g(4001, Vec::new())).unwrap();
+        assert!(plain.get("keys").is_none(), "{plain}");
+        assert!(serde_json::from_value::<KeyedAreaGrant>(plain)
+            .unwrap()
+            .cell
+            .keys
+            .is_empty());
+        // The key never shows in a Debug print.
+        assert!(!format!("{:?}", key([3, 1], 7)).contains(&"ab".repeat(32)));
+    }
+
+    #[test]
+    fn a_keys_answer_reads_back() {
+        let k = KeysAnswer {
+            player: 42,
+            group: 4001,
+            keys: vec![key([3, 1], 7)],
+        };
+        let v = serde_json::to_value(&k).unwrap();
+        assert_eq!((v["player"].as_u64(), v["group"].as_u64()), (Some(42), Some(4001)));
+        assert_eq!(serde_json::from_value::<KeysAnswer>(v).unwrap(), k);
     }
 }

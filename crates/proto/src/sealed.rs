@@ -40,6 +40,10 @@ pub const KEY_LEN: usize = 32;
 pub const AEAD_TAG_LEN: usize = 16;
 /// Shortest master secret accepted.
 pub const MIN_MASTER_LEN: usize = 32;
+/// `W`, the overlap: the next epoch's key is handed out from this long
+/// before the epoch starts, and a receiver drops a key this long after its
+/// epoch ended.
+pub const OVERLAP_S: u64 = 60;
 
 /// Where the sealed payload's fields sit in a DATA.
 pub mod field {
@@ -218,6 +222,31 @@ impl Schedule {
     pub fn start(&self, master: &MasterSecret, cell: CellId, epoch: u32) -> u64 {
         u64::from(epoch) * self.length_s + master.jitter(cell, epoch, self.jitter_bound_s)
     }
+
+    /// The newest epoch of `cell` that has started at `now_s` (epoch 0
+    /// before any has: the schedule starts at the Unix epoch).
+    pub fn current_epoch(&self, master: &MasterSecret, cell: CellId, now_s: u64) -> u32 {
+        let unjittered = u32::try_from(now_s / self.length_s).unwrap_or(u32::MAX);
+        // Epoch e starts in [e × L, e × L + J) with J ≤ L / 2: the current
+        // epoch is the unjittered one or, before its jitter has passed, the
+        // one before.
+        if unjittered > 0 && self.start(master, cell, unjittered) > now_s {
+            unjittered - 1
+        } else {
+            unjittered
+        }
+    }
+
+    /// The epochs whose keys a control server hands out for `cell` at
+    /// `now_s`: the current one and, inside the overlap window (from
+    /// [`OVERLAP_S`] before it starts), the next, never earlier.
+    pub fn handed_out(&self, master: &MasterSecret, cell: CellId, now_s: u64) -> (u32, Option<u32>) {
+        let current = self.current_epoch(master, cell, now_s);
+        let next = current
+            .checked_add(1)
+            .filter(|&n| now_s.saturating_add(OVERLAP_S) >= self.start(master, cell, n));
+        (current, next)
+    }
 }
 
 /// The key of one cell in one epoch: what the control server hands a
@@ -301,21 +330,40 @@ pub fn group_is_sealed(flags: u8) -> Result<bool, SealedWithoutInstance> {
     }
 }
 
-/// The MAC of a `/keys` request (not yet served by the control server):
-/// `HMAC(Km, "reflector-keys-v1" ‖ token ‖ at)[..16]`, `at` the client's
-/// Unix seconds. Proves the session key, not just the token (which crosses
-/// the network in every JOIN).
+/// The MAC of a `/keys` request: `HMAC(Km, "reflector-keys-v1" ‖ token ‖
+/// at)[..16]`, `at` the client's Unix seconds. Proves the session key, not
+/// just the token (which crosses the network in every JOIN).
 pub fn keys_request_mac(keys: &SessionKeys, token: &[u8; crate::auth::TOKEN_LEN], at_unix_s: u64) -> [u8; 16] {
+    use hmac::Mac;
+    let full = keys_request_hmac(keys, token, at_unix_s).finalize().into_bytes();
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&full[..16]);
+    out
+}
+
+/// Whether `mac` is the `/keys` request MAC of (token, at) under `keys`,
+/// compared in constant time (the control server's check).
+pub fn verify_keys_request_mac(
+    keys: &SessionKeys,
+    token: &[u8; crate::auth::TOKEN_LEN],
+    at_unix_s: u64,
+    mac: &[u8],
+) -> bool {
+    use hmac::Mac;
+    mac.len() == 16
+        && keys_request_hmac(keys, token, at_unix_s)
+            .verify_truncated_left(mac)
+            .is_ok()
+}
+
+fn keys_request_hmac(keys: &SessionKeys, token: &[u8; crate::auth::TOKEN_LEN], at_unix_s: u64) -> hmac::Hmac<Sha256> {
     use hmac::{Hmac, Mac};
     // HMAC-SHA256 takes keys of any length: new_from_slice cannot fail.
     let mut m = Hmac::<Sha256>::new_from_slice(keys.mac_key()).expect("HMAC accepts any key length");
     m.update(KEYS_REQUEST_LABEL);
     m.update(token);
     m.update(&at_unix_s.to_be_bytes());
-    let full = m.finalize().into_bytes();
-    let mut out = [0u8; 16];
-    out.copy_from_slice(&full[..16]);
-    out
+    m
 }
 
 const KEYS_REQUEST_LABEL: &[u8] = b"reflector-keys-v1";

@@ -1039,7 +1039,61 @@ fn sealed_section(tk: &[([u8; TOKEN_LEN], SessionKeys)]) -> J {
                 ("mac", h(sealed::keys_request_mac(&tk[0].1, &tk[0].0, NOW_S))),
             ]),
         ),
+        ("keys_answers", J::A(keys_answers())),
     ])
+}
+
+/// The cells of the `keys` answers: those of `sealed_cells`.
+const ANSWER_CELLS: [[u32; 2]; 2] = [[3, 1], [0, 2]];
+
+/// When the `keys` answers are made: mid-epoch (one key per cell), and 30 s
+/// into the overlap window before cell (3, 1)'s next epoch (two for it).
+fn keys_answer_times() -> [(&'static str, u64); 2] {
+    let (m, c) = (master(), cell_at(3, 1));
+    let e = schedule().current_epoch(&m, c, NOW_S + 300);
+    let window = schedule().start(&m, c, e + 1) - sealed::OVERLAP_S;
+    [
+        ("mid-epoch", NOW_S + 300),
+        ("inside the overlap window of (3, 1)", window + 30),
+    ]
+}
+
+/// A `keys` array as the control server answers it at `at` for `cells`.
+fn keys_answer(at: u64, cells: &[[u32; 2]]) -> Vec<J> {
+    let (m, sch) = (master(), schedule());
+    let mut out = Vec::new();
+    for &[column, row] in cells {
+        let c = cell_at(column, row);
+        let (current, next) = sch.handed_out(&m, c, at);
+        for e in std::iter::once(current).chain(next) {
+            out.push(J::O(vec![
+                ("cell", J::A(vec![u(column), u(row)])),
+                ("cell_id", h(c.0)),
+                ("epoch", u(e)),
+                ("key", h(m.epoch_key(c, e).as_bytes())),
+                ("starts_unix_s", u(sch.start(&m, c, e))),
+                ("ends_unix_s", u(sch.start(&m, c, e + 1))),
+            ]));
+        }
+    }
+    out
+}
+
+fn keys_answers() -> Vec<J> {
+    keys_answer_times()
+        .iter()
+        .map(|&(name, at)| {
+            J::O(vec![
+                ("name", s(name)),
+                ("at_unix_s", u(at)),
+                (
+                    "cells",
+                    J::A(ANSWER_CELLS.iter().map(|&[c, r]| J::A(vec![u(c), u(r)])).collect()),
+                ),
+                ("keys", J::A(keys_answer(at, &ANSWER_CELLS))),
+            ])
+        })
+        .collect()
 }
 
 fn path() -> PathBuf {
@@ -1421,6 +1475,40 @@ fn sealed_keys_open_and_rejections_are_what_the_file_says() {
         sealed::keys_request_mac(&k, &token, num(req, "at_unix_s")).to_vec(),
         bytes(req, "mac")
     );
+    // The keys answers read as the control module's type, and hold, per
+    // cell, the epoch current at `at` and, only inside the overlap window,
+    // the next one.
+    let mut windows = 0;
+    for a in list(sec, "keys_answers") {
+        let at = num(a, "at_unix_s");
+        let keys: Vec<reflector_proto::control::EpochKeyGrant> =
+            serde_json::from_value(a["keys"].clone()).expect("keys as the control server answers them");
+        let mut want = Vec::new();
+        for c in list(a, "cells") {
+            let (column, row) = (c[0].as_u64().unwrap() as u32, c[1].as_u64().unwrap() as u32);
+            let cell = CellId::new(world, column, row).expect("in range");
+            let current = schedule.current_epoch(&master, cell, at);
+            assert!(schedule.start(&master, cell, current) <= at && at < schedule.start(&master, cell, current + 1));
+            let next_start = schedule.start(&master, cell, current + 1);
+            let mut epochs = vec![current];
+            if at + sealed::OVERLAP_S >= next_start {
+                epochs.push(current + 1);
+                windows += 1;
+            }
+            for e in epochs {
+                want.push(reflector_proto::control::EpochKeyGrant {
+                    cell: [column, row],
+                    cell_id: hex::encode(cell.0),
+                    epoch: e,
+                    key: hex::encode(master.epoch_key(cell, e).as_bytes()),
+                    starts_unix_s: schedule.start(&master, cell, e),
+                    ends_unix_s: schedule.start(&master, cell, e + 1),
+                });
+            }
+        }
+        assert_eq!(keys, want, "{}", a["name"]);
+    }
+    assert!(windows > 0, "one answer is inside an overlap window");
     let datagrams = list(sec, "datagrams");
     assert!(datagrams.iter().any(|d| d.get("game_data").is_some()));
     assert!(datagrams.iter().any(|d| d["reject"] == "sealed_bad"));

@@ -288,6 +288,84 @@ fn exact_delivery(n: usize, m: u32, len: usize) {
     server.join().unwrap();
 }
 
+/// A sealed group on the kernel path: JOIN_ACK says sealed (flag bit 2,
+/// with the instance flag), and a sealed DATA, under an epoch key the
+/// reflector never saw, is tag-checked and copied in the kernel as any
+/// other DATA: the member gets the sender's bytes (tag stripped) and opens
+/// them with the epoch key.
+#[test]
+fn a_sealed_group_on_the_kernel_path() {
+    use reflector_proto::sealed::{self, CellId, MasterSecret, Receiver, WorldId};
+    if !root_or_skip("a_sealed_group_on_the_kernel_path") {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let lab = Lab::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let policy = Policy {
+        data_sealed: true,
+        ..Policy::default()
+    };
+    let server = start(&lab, policy, &stop);
+    let group = server.ports()[0];
+    let socks = sockets(&lab, 2);
+    let mut sessions: Vec<Session> = socks
+        .iter()
+        .enumerate()
+        .map(|(i, s)| join(s, group, i as u32 + 1))
+        .collect();
+    for s in &sessions {
+        let ack = s.ack().expect("joined");
+        assert_eq!(sealed::group_is_sealed(ack.flags), Ok(true), "flags {:#04x}", ack.flags);
+    }
+    wait_for("both members", 5, || counters(&server).members == 2);
+    // Player 1 seals under a key only the players hold.
+    let cell = CellId::new(WorldId::from_name("lab world"), 3, 1).unwrap();
+    let epoch_key = MasterSecret::new(&[0x6d; 32]).unwrap().epoch_key(cell, 7);
+    let mut sender_key = epoch_key.sender_key(1, 0x1c2d_3e4f_5061_7283);
+    let game = b"player 1 at 12.5,34.0 heading 90";
+    let s = &mut sessions[0];
+    let h = Header {
+        kind: Kind::Data,
+        group,
+        sender: 1,
+        membership: s.membership().expect("joined"),
+        seq: s.next_seq(),
+    };
+    s.advance_seq(h.seq + 1);
+    let mut sent = vec![0u8; sealed::SEALED_MIN + game.len()];
+    sent[sealed::field::CIPHERTEXT..][..game.len()].copy_from_slice(game);
+    let n = sender_key
+        .seal(&h, game.len(), Some(&s.request().keys), &mut sent)
+        .expect("seals");
+    sent.truncate(n);
+    socks[0].send_to(&sent, SocketAddr::from((REFLECTOR, group))).unwrap();
+    let mut want = sent.clone();
+    want[TAG].fill(0);
+    let mut buf = [0u8; 2048];
+    let mut copy = None;
+    wait_for("the sealed copy", 5, || {
+        while let Ok((n, _)) = socks[1].recv_from(&mut buf) {
+            if Packet::parse(&buf[..n]).is_ok_and(|p| p.kind() == Kind::Data) {
+                copy = Some(buf[..n].to_vec());
+            }
+        }
+        copy.is_some()
+    });
+    let mut copy = copy.unwrap();
+    assert_eq!(copy, want, "the sender's bytes, tag stripped");
+    let mut receiver = Receiver::new(8);
+    receiver.add_epoch_key(epoch_key);
+    let opened = receiver.receive(&mut copy).expect("the member opens it");
+    assert_eq!(&copy[opened], game);
+    // The kernel's counters reach the snapshot a moment later.
+    wait_for("the kernel's counters", 5, || counters(&server).kernel_copies == 1);
+    let c = counters(&server);
+    assert_eq!((c.kernel_forwarded, c.bad_tag, c.replays), (1, 0, 0), "{c:?}");
+    stop.store(true, Ordering::Relaxed);
+    server.join().unwrap();
+}
+
 #[test]
 fn exact_delivery_small_group() {
     if !root_or_skip("exact_delivery_small_group") {

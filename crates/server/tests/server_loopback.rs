@@ -534,6 +534,46 @@ backend_matrix!(hostile_traffic);
 
 backend_matrix!(departed_member_costs_nothing_to_the_others);
 
+/// JOIN_ACK announces a sealed group (flag bit 2, with the instance flag,
+/// bit 1) when the reflector is told so, and not otherwise, whatever the
+/// backend; the reflector holds no key for it. (A group's own setting is
+/// covered by the membership tests.)
+fn join_ack_announces_sealing_by_option(backend: Case) {
+    for sealed in [false, true] {
+        let server = start(
+            backend,
+            1,
+            Policy {
+                data_sealed: sealed,
+                ..Policy::default()
+            },
+        );
+        let group = server.ports()[0];
+        let c = Client::new(group, 7);
+        let token = token(7, group, 60);
+        let req = JoinRequest {
+            reflector: c.server,
+            group,
+            player: 7,
+            token,
+            keys: keys_of(&token),
+            first_seq: 1,
+        };
+        let (_, ack) = blocking::join(&c.sock, req, join_config()).expect("the reflector admits us");
+        assert_eq!(
+            reflector_proto::sealed::group_is_sealed(ack.flags),
+            Ok(sealed),
+            "data_sealed {sealed}: flags {:#04x}",
+            ack.flags
+        );
+        assert_eq!(ack.instance(), sealed, "the instance flag comes with sealing");
+        assert!(ack.tags(), "tags as they were");
+        server.stop();
+    }
+}
+
+backend_matrix!(join_ack_announces_sealing_by_option);
+
 /// One member floods far beyond its rate cap: its excess is dropped and
 /// counted, every other member's datagrams still arrive, and what it did
 /// get through reaches everyone.

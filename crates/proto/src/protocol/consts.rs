@@ -80,8 +80,8 @@ pub const FLAG_TAGS: u8 = 1;
 /// sender's [`INSTANCE_LEN`]-byte client instance id.
 pub const FLAG_INSTANCE: u8 = 2;
 /// JOIN_ACK flag (bit 2): every DATA's game payload is a sealed payload
-/// (`crate::sealed`), set only with [`FLAG_INSTANCE`]; reflectors do not
-/// set it yet. A client ignores bits it does not know.
+/// (`crate::sealed`), set only with [`FLAG_INSTANCE`] (`reflector serve
+/// --data-sealed on`). A client ignores bits it does not know.
 pub const FLAG_SEALED: u8 = 4;
 
 /// Renewal (`docs/protocol.md`, "Membership lifetime and renewal"): a JOIN

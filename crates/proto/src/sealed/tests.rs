@@ -555,6 +555,16 @@ proptest! {
         let (start, next) = (s.start(&m, c, epoch), s.start(&m, c, epoch + 1));
         prop_assert!(next > start);
         prop_assert!(next - start <= length + jitter_bound);
+        // Every second of the epoch has it current, and the next is handed
+        // out from the overlap before it starts.
+        if epoch > 0 {
+            for now in [start, start + (next - start) / 2, next - 1] {
+                prop_assert_eq!(s.current_epoch(&m, c, now), epoch);
+                let (current, handed_next) = s.handed_out(&m, c, now);
+                prop_assert_eq!(current, epoch);
+                prop_assert_eq!(handed_next.is_some(), now + OVERLAP_S >= next);
+            }
+        }
     }
 
     #[test]
@@ -599,4 +609,43 @@ fn a_keys_request_mac_binds_the_session_key_the_token_and_the_time() {
     assert_ne!(mac, keys_request_mac(&session(1), &[8u8; 32], 1_767_225_600));
     assert_ne!(mac, keys_request_mac(&session(1), &token, 1_767_225_601));
     assert_eq!(mac, keys_request_mac(&session(1), &token, 1_767_225_600));
+    assert!(verify_keys_request_mac(&session(1), &token, 1_767_225_600, &mac));
+    assert!(!verify_keys_request_mac(&session(2), &token, 1_767_225_600, &mac));
+    assert!(!verify_keys_request_mac(&session(1), &token, 1_767_225_601, &mac));
+    assert!(
+        !verify_keys_request_mac(&session(1), &token, 1_767_225_600, &mac[..15]),
+        "all 16 bytes"
+    );
+    let mut flipped = mac;
+    flipped[15] ^= 1;
+    assert!(!verify_keys_request_mac(&session(1), &token, 1_767_225_600, &flipped));
+}
+
+#[test]
+fn the_next_epoch_is_handed_out_only_inside_the_overlap_window() {
+    let (m, c) = (master(), cell());
+    let s = Schedule::new(600, 60).expect("valid");
+    let e: u32 = 2_945_830;
+    let (start, next_start) = (s.start(&m, c, e), s.start(&m, c, e + 1));
+    assert_eq!(s.current_epoch(&m, c, start), e, "current from its start");
+    assert_eq!(s.current_epoch(&m, c, start - 1), e - 1, "not before");
+    assert_eq!(s.current_epoch(&m, c, next_start - 1), e);
+    assert_eq!(s.current_epoch(&m, c, next_start), e + 1);
+    assert_eq!(s.handed_out(&m, c, start), (e, None));
+    assert_eq!(
+        s.handed_out(&m, c, next_start - OVERLAP_S - 1),
+        (e, None),
+        "one second early"
+    );
+    assert_eq!(
+        s.handed_out(&m, c, next_start - OVERLAP_S),
+        (e, Some(e + 1)),
+        "the window opens"
+    );
+    assert_eq!(s.handed_out(&m, c, next_start - 1), (e, Some(e + 1)));
+    assert_eq!(s.handed_out(&m, c, next_start).0, e + 1, "then it is current");
+    // Before any epoch has started, epoch 0 is the one handed out.
+    let no_jitter = Schedule::new(600, 0).expect("valid");
+    assert_eq!(no_jitter.handed_out(&m, c, 0), (0, None));
+    assert_eq!(no_jitter.handed_out(&m, c, 540), (0, Some(1)));
 }

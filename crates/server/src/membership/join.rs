@@ -5,7 +5,7 @@ use super::*;
 use reflector_proto::auth::{check_cookie, make_cookie, TokenClaims, TokenError};
 use reflector_proto::protocol::{
     ErrorCode, Header, JoinAck, Kind, Packet, ParseError, ReplayWindow, SessionKeys, SmallDatagram, FLAG_INSTANCE,
-    FLAG_TAGS, TOKEN_LEN,
+    FLAG_SEALED, FLAG_TAGS, TOKEN_LEN,
 };
 use std::net::SocketAddr;
 
@@ -80,6 +80,7 @@ impl Group {
     pub(super) fn join_ack(&mut self, idx: usize, policy: &Policy) -> SmallDatagram {
         let members = u16::try_from(self.members.len()).unwrap_or(u16::MAX);
         let instance = self.instance_on(policy);
+        let sealed = self.sealed_on(policy);
         let port = self.port;
         let m = &mut self.members[idx];
         let h = m.next_header(Kind::JoinAck, port);
@@ -89,6 +90,10 @@ impl Group {
         }
         if instance {
             flags |= FLAG_INSTANCE;
+        }
+        if sealed {
+            // instance_on is true too: bit 2 never goes without bit 1.
+            flags |= FLAG_SEALED;
         }
         let ack = JoinAck {
             members,

@@ -80,6 +80,8 @@ pub struct Group {
     tags: Option<bool>,
     /// The instance flag here, if not the policy's default.
     instance: Option<bool>,
+    /// Sealed payloads here, if not the policy's default.
+    sealed: Option<bool>,
     /// Counts the membership ids and nonces made, so each is new.
     made: u64,
     /// Changes not yet taken by [`Group::take_changes`]; reused, so the
@@ -100,6 +102,7 @@ impl Group {
             players: HashMap::new(),
             tags: None,
             instance: None,
+            sealed: None,
             made: 0,
             changes: Vec::new(),
             moved_at_ms: None,
@@ -140,9 +143,22 @@ impl Group {
         self.instance = Some(on);
     }
 
-    /// Whether this group's JOIN_ACK announces the instance flag.
+    /// Whether this group's JOIN_ACK announces the instance flag: set, or
+    /// implied by sealing (a sealed payload starts with the instance id, and
+    /// a client refuses the sealed flag without it).
     pub fn instance_on(&self, policy: &Policy) -> bool {
-        self.instance.unwrap_or(policy.data_instance)
+        self.instance.unwrap_or(policy.data_instance) || self.sealed_on(policy)
+    }
+
+    /// Sealed payloads in this group whatever the policy's default (new
+    /// members learn it in JOIN_ACK).
+    pub fn set_sealed(&mut self, on: bool) {
+        self.sealed = Some(on);
+    }
+
+    /// Whether this group's JOIN_ACK announces sealed payloads.
+    pub fn sealed_on(&self, policy: &Policy) -> bool {
+        self.sealed.unwrap_or(policy.data_sealed)
     }
 
     /// Hands every change since the last call to `f`, oldest first, with

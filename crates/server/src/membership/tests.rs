@@ -5,7 +5,7 @@ use reflector_proto::auth::TokenClaims;
 use reflector_proto::auth::{make_cookie, Secret, TokenError};
 use reflector_proto::client::{Config as ClientConfig, JoinRequest, Session};
 use reflector_proto::protocol::{emit, DATA_PAYLOAD, TOKEN_LEN};
-use reflector_proto::protocol::{Header, SessionKeys, FLAG_INSTANCE, FLAG_TAGS};
+use reflector_proto::protocol::{Header, SessionKeys, FLAG_INSTANCE, FLAG_SEALED, FLAG_TAGS};
 use std::collections::HashSet;
 
 const PORT: u16 = 4000;
@@ -1433,5 +1433,37 @@ fn join_ack_announces_the_instance_flag_by_policy_and_group() {
         assert_eq!(ack.instance(), want, "{default} {group:?}");
         assert!(ack.tags(), "tags stay as they were");
         assert_eq!(ack.flags & !(FLAG_TAGS | FLAG_INSTANCE), 0);
+    }
+}
+
+/// JOIN_ACK's sealed flag: the policy's default or the group's own, always
+/// with the instance flag, and the group policy check a client runs agrees.
+#[test]
+fn join_ack_announces_sealing_with_the_instance_flag_by_policy_and_group() {
+    let k = keys();
+    for (default, group, want) in [
+        (false, None, false),
+        (true, None, true),
+        (true, Some(false), false),
+        (false, Some(true), true),
+    ] {
+        let p = Policy {
+            data_sealed: default,
+            ..Policy::default()
+        };
+        let mut g = Group::new(PORT);
+        if let Some(on) = group {
+            g.set_sealed(on);
+        }
+        let (_, o) = join(&mut g, &k, &p, T0, addr(0), 1);
+        let ack = parsed(&o.reply.unwrap()).join_ack().unwrap();
+        assert_eq!(ack.flags & FLAG_SEALED != 0, want, "{default} {group:?}");
+        assert_eq!(
+            ack.instance(),
+            want,
+            "sealed brings the instance flag, and only it does here"
+        );
+        assert_eq!(reflector_proto::sealed::group_is_sealed(ack.flags), Ok(want));
+        assert!(ack.tags(), "tags stay as they were");
     }
 }

@@ -39,6 +39,12 @@ pub struct Policy {
     /// starts with the sender's instance id) for groups that do not say
     /// otherwise ([`Group::set_instance`]). Only announced, never read.
     pub data_instance: bool,
+    /// Sealed payloads (JOIN_ACK flag bit 2, always with the instance flag,
+    /// bit 1: every DATA's game payload is sealed end to end under epoch
+    /// keys the control servers hand to players) for groups that do not say
+    /// otherwise ([`Group::set_sealed`]). Only announced: the reflector
+    /// never holds the keys and never reads a sealed payload.
+    pub data_sealed: bool,
     /// TCP port of the checkpoint channel announced in JOIN_ACK (0: none).
     pub checkpoint_port: u16,
     /// Members per source IP address in one group: one host cannot fill a
@@ -63,6 +69,7 @@ impl Default for Policy {
             member_replies_per_s: 5,
             data_tags: true,
             data_instance: false,
+            data_sealed: false,
             checkpoint_port: 0,
             max_per_ip: 32,
             member_pps: 500,

@@ -84,6 +84,16 @@ pub struct ServeArgs {
     /// The instance flag of one group, unlike --data-instance: PORT=on or PORT=off (repeatable).
     #[arg(long = "group-data-instance", value_name = "PORT=on|off", value_parser = parse_group_tags)]
     pub group_data_instance: Vec<(u16, bool)>,
+    /// Sealed groups: announce (JOIN_ACK flag bit 2, with the instance flag, bit 1, which it
+    /// implies) that every DATA's game payload is sealed end to end under epoch keys the control
+    /// servers hand to players (`control --sealing-secret-file`). The reflector never holds those
+    /// keys nor reads a sealed payload, so a copy costs what it did; turn it on once the
+    /// deployment's control servers hand out keys and its clients seal.
+    #[arg(long, value_enum, default_value_t = Toggle::Off)]
+    pub data_sealed: Toggle,
+    /// Sealing of one group, unlike --data-sealed: PORT=on or PORT=off (repeatable).
+    #[arg(long = "group-data-sealed", value_name = "PORT=on|off", value_parser = parse_group_tags)]
+    pub group_data_sealed: Vec<(u16, bool)>,
     /// Members per source IP address in one group (further JOINs get ERROR(AddressLimit)): one
     /// host cannot fill a group and multiply its datagrams by the group's size, a household
     /// behind one NAT still fits. Raise it for load tests from one address.
@@ -279,6 +289,46 @@ pub fn parse_group_tags(s: &str) -> Result<(u16, bool), String> {
     }
 }
 
+/// A sealed group announces the instance flag too (a sealed payload starts
+/// with the instance id): refuses a group whose instance flag is turned off
+/// while it is sealed, rather than announce what the option said not to.
+pub fn check_sealed_needs_instance(
+    sealed_default: bool,
+    group_sealed: &[(u16, bool)],
+    group_instance: &[(u16, bool)],
+) -> Result<(), String> {
+    for &(port, instance) in group_instance {
+        let sealed = group_sealed
+            .iter()
+            .find(|(p, _)| *p == port)
+            .map_or(sealed_default, |&(_, on)| on);
+        if sealed && !instance {
+            return Err(format!(
+                "--group-data-instance {port}=off, but group {port} is sealed (--data-sealed or \
+                 --group-data-sealed): a sealed payload starts with the instance id, so a sealed group \
+                 announces it; drop that option or say --group-data-sealed {port}=off"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod sealed_option_tests {
+    use super::check_sealed_needs_instance;
+
+    #[test]
+    fn a_sealed_group_cannot_turn_its_instance_flag_off() {
+        assert!(check_sealed_needs_instance(true, &[], &[]).is_ok());
+        assert!(check_sealed_needs_instance(true, &[], &[(4000, true)]).is_ok());
+        let e = check_sealed_needs_instance(true, &[], &[(4000, false)]).unwrap_err();
+        assert!(e.contains("4000=off") && e.contains("sealed"), "{e}");
+        assert!(check_sealed_needs_instance(true, &[(4000, false)], &[(4000, false)]).is_ok());
+        assert!(check_sealed_needs_instance(false, &[(4001, true)], &[(4000, false)]).is_ok());
+        assert!(check_sealed_needs_instance(false, &[(4000, true)], &[(4000, false)]).is_err());
+    }
+}
+
 /// An option that is on or off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Toggle {
@@ -298,6 +348,11 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
     if threads == 0 {
         return Err("--threads must be at least 1".into());
     }
+    check_sealed_needs_instance(
+        args.data_sealed == Toggle::On,
+        &args.group_data_sealed,
+        &args.group_data_instance,
+    )?;
     let backend = match args.backend {
         Some(b) => b,
         None => {
@@ -369,6 +424,7 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
             member_replies_per_s: args.member_replies_per_s,
             data_tags: args.data_tags == Toggle::On,
             data_instance: args.data_instance == Toggle::On,
+            data_sealed: args.data_sealed == Toggle::On,
             checkpoint_port: 0,
             max_per_ip: args.max_per_ip as usize,
             member_pps: args.member_rate_pps,
@@ -382,6 +438,7 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         sndbuf: args.sndbuf,
         group_tags: args.group_data_tags.clone(),
         group_instance: args.group_data_instance.clone(),
+        group_sealed: args.group_data_sealed.clone(),
         checkpoint: args.checkpoint_port.map(|port| CheckpointConfig {
             port,
             every_ms: millis(args.checkpoint_every()),

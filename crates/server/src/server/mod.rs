@@ -64,6 +64,9 @@ pub struct ServerConfig {
     /// Groups whose instance flag differs from [`Policy::data_instance`]:
     /// (port, on).
     pub group_instance: Vec<(u16, bool)>,
+    /// Groups whose sealed flag differs from [`Policy::data_sealed`]:
+    /// (port, on).
+    pub group_sealed: Vec<(u16, bool)>,
     /// The checkpoint channel, if any (its port goes into
     /// [`Policy::checkpoint_port`] once bound).
     pub checkpoint: Option<CheckpointConfig>,
@@ -94,6 +97,7 @@ impl ServerConfig {
             sndbuf: 4 << 20,
             group_tags: Vec::new(),
             group_instance: Vec::new(),
+            group_sealed: Vec::new(),
             checkpoint: None,
         }
     }
@@ -241,6 +245,9 @@ impl Server {
             }
             if let Some(&(_, on)) = cfg.group_instance.iter().find(|(p, _)| *p == port) {
                 group.set_instance(on);
+            }
+            if let Some(&(_, on)) = cfg.group_sealed.iter().find(|(p, _)| *p == port) {
+                group.set_sealed(on);
             }
             per_thread[i % nthreads].push(NewSlot { sock, group, counters });
         }
