@@ -182,6 +182,11 @@ impl Transfer {
         })
     }
 
+    /// The exchange's TCP socket (for an event loop to watch).
+    pub(crate) fn stream(&self) -> &TcpStream {
+        &self.stream
+    }
+
     fn member(&self) -> Member<'_> {
         Member {
             group: self.who.group,
