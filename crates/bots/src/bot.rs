@@ -103,6 +103,8 @@ pub(super) struct Bot {
     pub(super) ck_queued: bool,
     /// When the client next needs an update (None: not timed).
     pub(super) client_due: Option<Instant>,
+    /// A call into the client may have moved `client_due`.
+    pub(super) recheck: bool,
     /// When the bot's own timers next need it.
     pub(super) due: Instant,
 }
@@ -135,6 +137,7 @@ impl Bot {
             upload_wanted: None,
             ck_queued: false,
             client_due: None,
+            recheck: false,
             due: start,
         }
     }
@@ -320,6 +323,7 @@ impl Ctx<'_> {
                 }
             }
         }
+        bot.recheck = true;
         self.drain(bot, now);
     }
 
@@ -327,8 +331,10 @@ impl Ctx<'_> {
         let driver = reflector_client::UdpDriver::from_socket(sock).map_err(|e| format!("fcntl(O_NONBLOCK): {e}"))?;
         let mut cfg = reflector_client::Config::new(reflector_client::TokenSource::Given(token));
         cfg.join_retry = super::JOIN_RETRY;
-        // Every bot may hear every other in one group.
-        cfg.max_senders = cfg.max_senders.max(self.cfg.count);
+        // Every bot may hear every other, and no one else. (The client
+        // walks its table when a sender may have gone silent: no larger
+        // than it needs to be.)
+        cfg.max_senders = self.cfg.count;
         cfg.inbox = INBOX;
         // Fetched by the bot, so that the socket is made in its namespace.
         cfg.checkpoint_fetch_on_join = false;
@@ -338,9 +344,28 @@ impl Ctx<'_> {
         Ok(c)
     }
 
-    /// Runs a bot: its client's `update` when its sockets are readable
-    /// (`io`) or the client is due, then its own timers. Returns when it
-    /// is next due.
+    /// Its client's `update` (its sockets are readable, or it is due), and
+    /// what that brought. The loop does this for every bot an epoll wake-up
+    /// names before anything else, so that a datagram waits for the other
+    /// bots' receiving only, not for their timers.
+    pub(super) fn update_client(&mut self, bot: &mut Bot, now: Instant) {
+        // The inbox holds what one update receives; with more waiting,
+        // taken in turns, bounded like a socket's own drain.
+        for _ in 0..64 {
+            let Some(c) = bot.client.as_mut() else { break };
+            c.update(now);
+            bot.recheck = true;
+            let held = c.inbox_held();
+            self.drain(bot, now);
+            if !held {
+                break;
+            }
+        }
+    }
+
+    /// Runs a bot: its client's `update` when it is due (or its sockets
+    /// are readable, `io`), then its own timers. Returns when it is next
+    /// due.
     pub(super) fn service(
         &mut self,
         bot: &mut Bot,
@@ -349,27 +374,14 @@ impl Ctx<'_> {
         world: &WorldInfo,
         rng: &mut Rng,
     ) -> Instant {
-        let client_due = bot.client_due.is_some_and(|t| now >= t);
-        if io || client_due {
-            // The inbox holds what one update receives; with more waiting,
-            // taken in turns, bounded like a socket's own drain.
-            for _ in 0..64 {
-                let Some(c) = bot.client.as_mut() else { break };
-                c.update(now);
-                let held = c.inbox_held();
-                self.drain(bot, now);
-                if !held {
-                    break;
-                }
-            }
+        recheck(bot, now);
+        if io || bot.client_due.is_some_and(|t| now >= t) {
+            self.update_client(bot, now);
+            recheck(bot, now);
         }
         if now >= bot.due {
             self.tick(bot, now, world, rng);
-        }
-        if let Some(c) = &bot.client {
-            // An update leaves no deadline in the past (the client's own
-            // tests check it); should one, the loop would spin on it.
-            bot.client_due = c.next_update().map(|t| t.max(now + Duration::from_micros(100)));
+            recheck(bot, now);
         }
         bot.next_due()
     }
@@ -594,6 +606,7 @@ impl Ctx<'_> {
         let Some(c) = bot.client.as_mut() else {
             return Err(CheckpointError::NotMember);
         };
+        bot.recheck = true;
         let out = match self.namespaces.get(bot.idx % self.namespaces.len().max(1)) {
             Some(ns) => ns.run(|| f(c)).map_err(|e| CheckpointError::Io {
                 addr: c.checkpoint_addr().unwrap_or_else(|| ([0, 0, 0, 0], 0).into()),
@@ -779,6 +792,18 @@ impl Ctx<'_> {
         c.leave();
         while let Some(rec) = c.poll_membership() {
             apply_record(&mut self.ledger, bot.idx, &mut bot.mems, &rec, None);
+        }
+    }
+}
+
+/// When the bot's client next needs an update, asked again only after a
+/// call that can move its timers (sending DATA does not).
+fn recheck(bot: &mut Bot, now: Instant) {
+    if std::mem::take(&mut bot.recheck) {
+        if let Some(c) = &bot.client {
+            // An update leaves no deadline in the past (the client's own
+            // tests check it); should one, the loop would spin on it.
+            bot.client_due = c.next_update().map(|t| t.max(now + Duration::from_micros(100)));
         }
     }
 }

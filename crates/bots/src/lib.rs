@@ -244,6 +244,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
                 ctx.on_grant(bot, res, now);
                 // A new client, or a new join, has its timers to schedule.
                 bot.client_due = Some(now);
+                bot.recheck = true;
                 next_due = now;
             }
         }
@@ -309,10 +310,16 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
             }
         };
         let now = Instant::now();
+        // Receiving first, for every bot named; then their timers.
         for ev in &events[..n] {
             let i = (ev.data() & !CHECKPOINT_FD) as usize;
             let Some(bot) = bots.get_mut(i) else { continue };
-            next_due = next_due.min(ctx.service(bot, now, true, &world, &mut rng));
+            ctx.update_client(bot, now);
+        }
+        for ev in &events[..n] {
+            let i = (ev.data() & !CHECKPOINT_FD) as usize;
+            let Some(bot) = bots.get_mut(i) else { continue };
+            next_due = next_due.min(ctx.service(bot, now, false, &world, &mut rng));
         }
     }
     // Leave cleanly; the ledger closes what is still open.
