@@ -223,6 +223,8 @@ pub(super) struct Ctx<'a> {
     /// are made there.
     pub(super) namespaces: &'a [NetNs],
     pub(super) epoll: &'a Epoll,
+    /// The namespace (of `namespaces`) the loop's thread has entered.
+    pub(super) in_netns: Option<usize>,
     /// Checkpoint exchanges that may start now (of [`CHECKPOINT_SLOTS`]).
     pub(super) ck_free: usize,
     /// Bots waiting for a checkpoint slot, oldest first.
@@ -598,23 +600,31 @@ impl Ctx<'_> {
 
     /// Runs `f` (which may open a checkpoint socket) in the bot's
     /// namespace, then has the bot's epoll watch the sockets opened.
-    fn in_namespace<T: Send>(
+    fn in_namespace<T>(
         &mut self,
         bot: &mut Bot,
-        f: impl FnOnce(&mut Client) -> Result<T, CheckpointError> + Send,
+        f: impl FnOnce(&mut Client) -> Result<T, CheckpointError>,
     ) -> Result<T, CheckpointError> {
         let Some(c) = bot.client.as_mut() else {
             return Err(CheckpointError::NotMember);
         };
         bot.recheck = true;
-        let out = match self.namespaces.get(bot.idx % self.namespaces.len().max(1)) {
-            Some(ns) => ns.run(|| f(c)).map_err(|e| CheckpointError::Io {
-                addr: c.checkpoint_addr().unwrap_or_else(|| ([0, 0, 0, 0], 0).into()),
-                call: "setns",
-                message: e.to_string(),
-            })?,
-            None => f(c),
-        };
+        // The loop's own thread moves into the bot's namespace (and stays
+        // there until another bot's is needed): it makes no other socket
+        // once the bots' UDP sockets are made, and a thread per exchange
+        // (NetNs::run) would stall every bot while it starts.
+        let ns_idx = bot.idx % self.namespaces.len().max(1);
+        if let Some(ns) = self.namespaces.get(ns_idx) {
+            if self.in_netns != Some(ns_idx) {
+                ns.enter_on_this_thread().map_err(|e| CheckpointError::Io {
+                    addr: c.checkpoint_addr().unwrap_or_else(|| ([0, 0, 0, 0], 0).into()),
+                    call: "setns",
+                    message: e.to_string(),
+                })?;
+                self.in_netns = Some(ns_idx);
+            }
+        }
+        let out = f(c);
         let flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT | EpollFlags::EPOLLET;
         let mut failed = None;
         for fd in c.checkpoint_fds() {

@@ -91,6 +91,17 @@ const MISSING_CHECK: Duration = Duration::from_millis(20);
 /// Error messages kept for the report (the count is always exact).
 const MAX_MESSAGES: usize = 20;
 
+/// The namespace a thread started in, entered again when this drops.
+struct HomeNs(oskit::netns::NetNs);
+
+impl Drop for HomeNs {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.enter_on_this_thread() {
+            tracing::error!("bots: cannot return to this thread's own network namespace: {e}");
+        }
+    }
+}
+
 /// One socket per bot: lift the soft open-file limit towards the hard one
 /// if the default (often 1024) is too small.
 fn raise_fd_limit(need: u64) -> Result<(), BotsError> {
@@ -137,6 +148,16 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
                 .map_err(sock_err("open network namespace (needs root; see `ip netns list`)"))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    // The loop's thread enters the bots' namespaces to make checkpoint
+    // sockets there; it is back in its own when this function returns.
+    let _home = match namespaces.is_empty() {
+        true => None,
+        false => Some(HomeNs(
+            oskit::netns::NetNs::open("/proc/thread-self/ns/net")
+                .map_err(io::Error::from)
+                .map_err(sock_err("open this thread's network namespace"))?,
+        )),
+    };
     let start = Instant::now();
     let mut bots = Vec::with_capacity(cfg.count);
     for i in 0..cfg.count {
@@ -204,6 +225,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
         jobs: Some(job_tx),
         namespaces: &namespaces,
         epoll: &epoll,
+        in_netns: None,
         ck_free: CHECKPOINT_SLOTS,
         ck_queue: Default::default(),
     };
