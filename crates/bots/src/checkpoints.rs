@@ -1,4 +1,4 @@
-//! The bots' game state and the checkpoint channel's jobs.
+//! The bots' game state and what they do with checkpoints.
 //!
 //! Each bot keeps what a game client keeps: the positions of the players in
 //! its group, from their DATA (every DATA carries its sender's position and
@@ -7,19 +7,12 @@
 //! channel, it fetches the checkpoint and checks it against what it then
 //! receives: for each player in it, the first DATA from that player must
 //! show the same position if the player has not moved since (same move
-//! count), a later move count if it has, never an earlier one. TCP
-//! exchanges run on helper threads (in the bot's network namespace), never
-//! on the data path's loop.
+//! count), a later move count if it has, never an earlier one. The
+//! exchanges themselves are the client's (the channel, version 2, moved on
+//! by its `update` on the bots' loop; their sockets are made in the bot's
+//! network namespace).
 
-use bytes::Bytes;
-use oskit::netns::NetNs;
-use reflector_proto::checkpoint::{self as channel, ChannelError, Member};
-use reflector_proto::protocol::SessionKeys;
 use serde::{Deserialize, Serialize};
-use std::net::SocketAddr;
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 /// One player's entry in a checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -38,104 +31,6 @@ pub struct GameState {
     pub players: Vec<PlayerState>,
 }
 
-/// Exchange timeout (each read and write).
-const TIMEOUT: Duration = Duration::from_secs(5);
-/// Largest checkpoint a bot accepts.
-const MAX_STATE: u64 = 64 << 20;
-
-/// What a checkpoint helper thread does for a bot.
-pub(super) struct CkJob {
-    pub(super) bot: usize,
-    /// The bot's membership (the ledger's id) when the job was made: a
-    /// result for an older one is ignored.
-    pub(super) mem: u32,
-    pub(super) addr: SocketAddr,
-    pub(super) group: u16,
-    pub(super) player: u32,
-    pub(super) membership: u32,
-    pub(super) keys: SessionKeys,
-    pub(super) op: CkOp,
-}
-
-pub(super) enum CkOp {
-    /// `tick`: the game step the state is from (the bot's move count).
-    Upload {
-        nonce: u64,
-        tick: u64,
-        state: Bytes,
-    },
-    Fetch,
-}
-
-pub(super) struct CkResult {
-    pub(super) bot: usize,
-    pub(super) mem: u32,
-    pub(super) fetch: bool,
-    pub(super) took: Duration,
-    pub(super) outcome: Result<CkDone, ChannelError>,
-}
-
-pub(super) enum CkDone {
-    Uploaded,
-    Fetched(Option<channel::Fetched>),
-}
-
-/// Runs checkpoint jobs until the job channel closes. `namespaces`: the
-/// bots' network namespaces (bot i's is `i % len`), empty for this one.
-pub(super) fn ck_worker(
-    namespaces: Arc<Vec<NetNs>>,
-    jobs: Arc<Mutex<mpsc::Receiver<CkJob>>>,
-    results: mpsc::Sender<CkResult>,
-) {
-    loop {
-        let job = match jobs.lock() {
-            Ok(rx) => match rx.recv() {
-                Ok(j) => j,
-                Err(_) => return,
-            },
-            Err(_) => return,
-        };
-        let t0 = Instant::now();
-        let outcome = run_job(&namespaces, &job);
-        let r = CkResult {
-            bot: job.bot,
-            mem: job.mem,
-            fetch: matches!(job.op, CkOp::Fetch),
-            took: t0.elapsed(),
-            outcome,
-        };
-        if results.send(r).is_err() {
-            return;
-        }
-    }
-}
-
-fn run_job(namespaces: &[NetNs], job: &CkJob) -> Result<CkDone, ChannelError> {
-    // The socket is made in the bot's namespace; it stays there.
-    let stream = match namespaces.get(job.bot % namespaces.len().max(1)) {
-        Some(ns) => ns
-            .run(|| channel::connect(job.addr, TIMEOUT))
-            .map_err(|e| ChannelError::Io {
-                addr: job.addr,
-                call: "setns",
-                message: e.to_string(),
-            })?,
-        None => channel::connect(job.addr, TIMEOUT),
-    }?;
-    let who = Member {
-        group: job.group,
-        player: job.player,
-        membership: job.membership,
-        keys: &job.keys,
-    };
-    match &job.op {
-        CkOp::Upload { nonce, tick, state } => {
-            channel::upload_on(&stream, job.addr, who, *nonce, *tick, state.clone(), TIMEOUT).map(|_| CkDone::Uploaded)
-        }
-        CkOp::Fetch => channel::fetch_on(&stream, job.addr, who, MAX_STATE, TIMEOUT).map(CkDone::Fetched),
-    }
-}
-
 /// What the bots did with checkpoints, in the report.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct CheckpointTally {
@@ -151,7 +46,8 @@ pub struct CheckpointTally {
     pub fetched_empty: u64,
     pub fetch_errors: u64,
     pub bytes_fetched: u64,
-    /// Fetch time (connect to last byte), milliseconds.
+    /// Fetch time (the fetch started, so connect, to the state checked and
+    /// handed to the bot), milliseconds.
     pub fetch_ms_mean: f64,
     pub fetch_ms_max: f64,
     /// Checkpoint entries compared with the first DATA then received from
@@ -213,7 +109,7 @@ mod tests {
                 moves: 2,
             }],
         };
-        let b = Bytes::from(wire::to_archive(&s).unwrap().to_vec());
+        let b = bytes::Bytes::from(wire::to_archive(&s).unwrap().to_vec());
         assert_eq!(wire::from_bytes::<GameState>(&b).unwrap(), s);
     }
 }

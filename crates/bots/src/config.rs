@@ -1,8 +1,7 @@
 //! The bots' command line and configuration, checked before anything runs.
 
-use super::MIN_SIZE;
+use super::{MAX_SIZE, MIN_SIZE};
 use oskit::units::{duration_in, secs_or_duration_in};
-use reflector_proto::protocol::MAX_DATAGRAM;
 use std::io;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -31,7 +30,8 @@ pub struct BotsArgs {
     /// DATA per second per bot.
     #[arg(long, default_value_t = 10.0)]
     pub rate: f64,
-    /// Size of each DATA datagram in bytes, header included (UDP payload).
+    /// Size of each DATA datagram in bytes, header included (UDP payload), at most 1472 (one
+    /// Ethernet frame).
     #[arg(long, default_value_t = 100)]
     pub size: usize,
     /// Time between moves to a new position (e.g. 3s; a bare number is seconds; a step of up
@@ -158,9 +158,10 @@ impl BotsConfig {
                 self.rate_hz
             ));
         }
-        if !(MIN_SIZE..=MAX_DATAGRAM).contains(&self.size) {
+        if !(MIN_SIZE..=MAX_SIZE).contains(&self.size) {
             return bad(format!(
-                "--size must be from {MIN_SIZE} (header, timestamp, epoch, number, position, moves) to {MAX_DATAGRAM} bytes, got {}",
+                "--size must be from {MIN_SIZE} (header, timestamp, epoch, number, position, moves) to {MAX_SIZE} bytes \
+                 (one Ethernet frame: a larger DATA would be fragmented to every member), got {}",
                 self.size
             ));
         }

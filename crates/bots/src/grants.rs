@@ -2,9 +2,9 @@
 //! answer never stalls the data path; the answers come back on a channel.
 
 use super::BotsError;
-use reflector_proto::client::JoinRequest;
+use reflector_client::Token;
 use reflector_proto::control::{JoinGrant, WorldInfo};
-use reflector_proto::protocol::{SessionKeys, SESSION_KEY_LEN, TOKEN_LEN};
+use reflector_proto::protocol::{SESSION_KEY_LEN, TOKEN_LEN};
 use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -136,27 +136,32 @@ pub(super) fn http_worker(
     }
 }
 
-/// A join grant made usable: where to send and the token bytes.
-pub(super) fn join_request(t: &JoinGrant, player: u32) -> Result<JoinRequest, String> {
-    let reflector: SocketAddr = t
-        .reflector
-        .parse()
+/// A join grant as the client's token: checked here, so a bad answer is
+/// reported as the control server's.
+pub(super) fn client_token(t: &JoinGrant, player: u32) -> Result<Token, String> {
+    t.reflector
+        .parse::<SocketAddr>()
         .map_err(|_| format!("control server gave reflector '{}', not ip:port", t.reflector))?;
+    if t.player != player {
+        return Err(format!(
+            "control server gave a token for player {}, not {player}",
+            t.player
+        ));
+    }
     let token: [u8; TOKEN_LEN] = hex::decode(&t.token)
         .ok()
         .and_then(|v| v.try_into().ok())
         .ok_or_else(|| format!("control server gave a token that is not {TOKEN_LEN} hex bytes"))?;
-    let session: [u8; SESSION_KEY_LEN] = hex::decode(&t.session_key)
+    let session_key: [u8; SESSION_KEY_LEN] = hex::decode(&t.session_key)
         .ok()
         .and_then(|v| v.try_into().ok())
         .ok_or_else(|| format!("control server gave a session key that is not {SESSION_KEY_LEN} hex bytes"))?;
-    Ok(JoinRequest {
-        reflector,
+    Ok(Token {
+        reflector: t.reflector.clone(),
         group: t.group,
         player,
         token,
-        keys: SessionKeys::from_session(session),
-        // A new grant is a new key: its sequence numbers start afresh.
-        first_seq: 1,
+        session_key,
+        expires_unix_s: t.expires_unix_s,
     })
 }

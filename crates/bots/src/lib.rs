@@ -3,10 +3,16 @@
 //! across cells (LEAVE + JOIN), send position updates at a game profile,
 //! and measure what they receive.
 //!
-//! All bots live in one process and are driven by ONE thread with epoll
-//! over their sockets (one UDP socket per bot, unconnected so late
-//! datagrams of a group just left still count); HTTP to the control server
-//! runs on two helper threads so a slow answer never stalls the data path.
+//! Each bot is a player on the project's client (`reflector_client::Client`,
+//! over a UDP socket the bots make, in the bot's network namespace with
+//! `--netns`), which does all a member does: the JOIN, keepalives, PROBE
+//! answers, rejoins, renewal, moves make-before-break, checkpoints. All
+//! bots live in one process and are driven by ONE thread with epoll over
+//! their sockets; a bot's client is updated when its socket is readable or
+//! its next deadline (`Client::next_update`) has come, never on every
+//! wake-up. HTTP to the control server runs on two helper threads so a
+//! slow answer never stalls the data path; its tokens are handed to the
+//! clients.
 //!
 //! Because every bot is in this process, the [`Ledger`] knows exactly who
 //! was in which group when, so the expected deliveries are known and loss is
@@ -30,16 +36,16 @@
 //! The bots speak to the control server through the types it answers with
 //! (`reflector_proto::control`) and sign their player tickets with
 //! `reflector_proto::ticket`; they depend on neither the control server nor
-//! the data plane.
+//! the data plane. The client tells them, in its membership log, when each
+//! confirming JOIN and LEAVE went out, which is what the ledger needs.
 #![deny(unsafe_code)]
 
+mod bot;
 mod checkpoints;
 mod config;
 mod grants;
 mod hist;
 mod ledger;
-mod player;
-mod renew;
 mod report;
 mod world;
 
@@ -53,11 +59,10 @@ pub use report::{BotReport, BotsReport, Latency};
 /// Boxed error for command entry points: `main` prints it with its causes.
 pub type CliError = Box<dyn std::error::Error + Send + Sync>;
 
-use checkpoints::{ck_worker, CkJob, CkResult};
+use bot::{Bot, Ctx, CHECKPOINT_FD, CHECKPOINT_SLOTS};
 use grants::{http_worker, Job, JobResult};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
-use player::{Bot, BotStats, Ctx, Edge, State};
-use reflector_proto::protocol::{DATA_PAYLOAD, MAX_DATAGRAM};
+use reflector_proto::protocol::{DATA_PAYLOAD, MAX_DATAGRAM_KERNEL};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
@@ -72,6 +77,9 @@ use world::Rng;
 const PAYLOAD_MIN: usize = 28;
 /// Smallest `--size`.
 pub const MIN_SIZE: usize = DATA_PAYLOAD + PAYLOAD_MIN;
+/// Largest `--size`: one Ethernet frame's UDP payload, the most the client
+/// sends (a larger DATA would be fragmented to every member).
+pub const MAX_SIZE: usize = MAX_DATAGRAM_KERNEL;
 /// A JOIN step unanswered for this long is sent again.
 const JOIN_RETRY: Duration = Duration::from_millis(250);
 /// Pause before asking the control server again after a failure.
@@ -83,40 +91,14 @@ const MISSING_CHECK: Duration = Duration::from_millis(20);
 /// Error messages kept for the report (the count is always exact).
 const MAX_MESSAGES: usize = 20;
 
-/// The event loop's side of [`Edge`]: one socket per bot, the HTTP
-/// helpers' job channel, and the real clocks.
-struct SocketEdge {
-    socks: Vec<UdpSocket>,
-    /// Closed (None) at the end, which ends the HTTP helpers.
-    jobs: Option<mpsc::Sender<Job>>,
-    /// The same for the checkpoint helpers.
-    ck_jobs: Option<mpsc::Sender<CkJob>>,
-}
+/// The namespace a thread started in, entered again when this drops.
+struct HomeNs(oskit::netns::NetNs);
 
-impl Edge for SocketEdge {
-    fn send(&mut self, bot: usize, datagram: &[u8], to: SocketAddr) -> io::Result<usize> {
-        self.socks[bot].send_to(datagram, to)
-    }
-
-    fn ask_grant(&mut self, job: Job) {
-        if let Some(jobs) = &self.jobs {
-            // The receiver lives until the loop ends.
-            let _ = jobs.send(job);
+impl Drop for HomeNs {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.enter_on_this_thread() {
+            tracing::error!("bots: cannot return to this thread's own network namespace: {e}");
         }
-    }
-
-    fn checkpoint(&mut self, job: CkJob) {
-        if let Some(jobs) = &self.ck_jobs {
-            let _ = jobs.send(job);
-        }
-    }
-
-    fn wall_ns(&self) -> u64 {
-        oskit::clock::realtime_ns()
-    }
-
-    fn mono_ns(&self) -> u64 {
-        oskit::clock::mono_now_ns()
     }
 }
 
@@ -148,7 +130,9 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
             msg: format!("/world describes an empty world: {world:?}"),
         });
     }
-    raise_fd_limit(cfg.count as u64 + 64)?;
+    // A socket per bot, and while it fetches or uploads a checkpoint, a
+    // TCP socket.
+    raise_fd_limit(2 * cfg.count as u64 + 64)?;
     let mut rng = Rng(cfg.seed);
     let sock_err = |call| move |source| BotsError::Socket { call, source };
     let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| BotsError::Loop {
@@ -164,9 +148,18 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
                 .map_err(sock_err("open network namespace (needs root; see `ip netns list`)"))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    // The loop's thread enters the bots' namespaces to make checkpoint
+    // sockets there; it is back in its own when this function returns.
+    let _home = match namespaces.is_empty() {
+        true => None,
+        false => Some(HomeNs(
+            oskit::netns::NetNs::open("/proc/thread-self/ns/net")
+                .map_err(io::Error::from)
+                .map_err(sock_err("open this thread's network namespace"))?,
+        )),
+    };
     let start = Instant::now();
     let mut bots = Vec::with_capacity(cfg.count);
-    let mut socks = Vec::with_capacity(cfg.count);
     for i in 0..cfg.count {
         let bind = || UdpSocket::bind(SocketAddr::new(cfg.bind, 0));
         let sock = match namespaces.get(i % namespaces.len().max(1)) {
@@ -178,6 +171,8 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
         oskit::sockopt::set_buffers(&sock, cfg.rcvbuf, 256 << 10)
             .map_err(io::Error::from)
             .map_err(sock_err("setsockopt(SO_RCVBUF)"))?;
+        // The client keeps this socket (and descriptor) for the whole run:
+        // the bots never rebind.
         epoll
             .add(sock.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64))
             .map_err(|e| BotsError::Loop {
@@ -188,29 +183,10 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
             (rng.unit() * world.size[0]).min(world.size[0] * (1.0 - 1e-9)),
             (rng.unit() * world.size[1]).min(world.size[1] * (1.0 - 1e-9)),
         );
-        // Spread first moves and send phases so bots do not act in lockstep.
-        let next_move = cfg.move_every.map(|m| start + m.mul_f64(0.5 + rng.unit()));
-        socks.push(sock);
-        bots.push(Bot {
-            player: cfg.first_player.wrapping_add(i as u32),
-            idx: i,
-            pos,
-            cell: None,
-            state: State::Idle,
-            gen: 0,
-            http_busy: false,
-            ask_at: None,
-            next_move,
-            next_send: start,
-            last_send: start,
-            last_keepalive: start,
-            keepalive: Duration::from_secs(2),
-            renew_ask_at: None,
-            stats: BotStats::default(),
-            moves: 0,
-            view: Default::default(),
-            check: Default::default(),
-        });
+        let mut bot = Bot::new(cfg.first_player.wrapping_add(i as u32), i, pos, sock, start);
+        // Spread first moves so bots do not act in lockstep.
+        bot.next_move = cfg.move_every.map(|m| start + m.mul_f64(0.5 + rng.unit()));
+        bots.push(bot);
     }
     let (job_tx, job_rx) = mpsc::channel::<Job>();
     let (res_tx, res_rx) = mpsc::channel::<JobResult>();
@@ -234,43 +210,25 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
         workers.push(h);
     }
     drop(res_tx);
-    // Checkpoint uploads and fetches (TCP) on their own helpers, in the
-    // bots' namespaces.
-    let namespaces = Arc::new(namespaces);
-    let (ck_tx, ck_rx) = mpsc::channel::<CkJob>();
-    let (ck_res_tx, ck_res_rx) = mpsc::channel::<CkResult>();
-    let ck_rx = Arc::new(Mutex::new(ck_rx));
-    for w in 0..2 {
-        let (n, j, r) = (Arc::clone(&namespaces), Arc::clone(&ck_rx), ck_res_tx.clone());
-        let h = std::thread::Builder::new()
-            .name(format!("bots-ckpt-{w}"))
-            .spawn(move || ck_worker(n, j, r))
-            .map_err(|source| BotsError::Loop {
-                call: "spawn checkpoint thread",
-                source,
-            })?;
-        workers.push(h);
-    }
-    drop(ck_res_tx);
     let mut ctx = Ctx {
         cfg,
         ledger: Ledger::with_settle(cfg.count, u64::try_from(cfg.settle.as_nanos()).unwrap_or(u64::MAX)),
-        edge: SocketEdge {
-            socks,
-            jobs: Some(job_tx),
-            ck_jobs: Some(ck_tx),
-        },
         latency: Histogram::default(),
         malformed: 0,
         errors: Vec::new(),
         error_count: 0,
-        buf: vec![0u8; MAX_DATAGRAM],
+        buf: vec![0u8; MAX_DATAGRAM_KERNEL],
         sending: true,
         released: !cfg.sync_start,
         ck: CheckpointTally::default(),
         fetch_ns_sum: 0,
+        jobs: Some(job_tx),
+        namespaces: &namespaces,
+        epoll: &epoll,
+        in_netns: None,
+        ck_free: CHECKPOINT_SLOTS,
+        ck_queue: Default::default(),
     };
-    let mut rbuf = vec![0u8; MAX_DATAGRAM + 1];
     let mut events = vec![EpollEvent::empty(); 256];
     let send_end = start + cfg.duration;
     let mut drain_start: Option<Instant> = None;
@@ -304,16 +262,12 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
                     keys: cfg.ticket_keys.clone(),
                 });
             }
-            let i = res.bot;
-            if let Some(bot) = bots.get_mut(i) {
-                ctx.on_grant(i, bot, res, now);
-            }
-            // A new join has a retry timer to schedule.
-            next_due = now;
-        }
-        while let Ok(res) = ck_res_rx.try_recv() {
             if let Some(bot) = bots.get_mut(res.bot) {
-                ctx.on_checkpoint(bot, res);
+                ctx.on_grant(bot, res, now);
+                // A new client, or a new join, has its timers to schedule.
+                bot.client_due = Some(now);
+                bot.recheck = true;
+                next_due = now;
             }
         }
         if ctx.sending
@@ -324,23 +278,37 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
             ctx.sending = false;
             drain_start = Some(now);
         }
-        if !ctx.released && bots.iter().all(|b| b.state.is_member()) {
+        if !ctx.released && bots.iter().all(Bot::is_member) {
             ctx.released = true;
             for b in bots.iter_mut() {
                 b.next_send = now;
+                b.due = now;
             }
             next_due = now;
         }
+        // Checkpoint exchanges that waited for a slot, in order.
+        while ctx.ck_free > 0 {
+            let Some(i) = ctx.ck_queue.pop_front() else { break };
+            if let Some(bot) = bots.get_mut(i) {
+                bot.ck_queued = false;
+                ctx.start_exchanges(bot);
+                bot.client_due = Some(now);
+                next_due = now;
+            }
+        }
         if now >= next_due {
             let mut due = now + Duration::from_secs(1);
-            for (i, bot) in bots.iter_mut().enumerate() {
-                due = due.min(ctx.tick(i, bot, now, &world, &mut rng));
+            for bot in bots.iter_mut() {
+                if now >= bot.next_due() {
+                    ctx.service(bot, now, false, &world, &mut rng);
+                }
+                due = due.min(bot.next_due());
             }
             next_due = due;
         }
         if cfg.progress && now >= next_progress {
             next_progress += Duration::from_secs(5);
-            let members = bots.iter().filter(|b| b.state.is_member()).count();
+            let members = bots.iter().filter(|b| b.is_member()).count();
             eprintln!(
                 "bots: {:>5.1} s, {members}/{} members, {} datagrams received",
                 now.duration_since(start).as_secs_f64(),
@@ -364,32 +332,24 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
             }
         };
         let now = Instant::now();
+        // Receiving first, for every bot named; then their timers.
         for ev in &events[..n] {
-            let i = ev.data() as usize;
+            let i = (ev.data() & !CHECKPOINT_FD) as usize;
             let Some(bot) = bots.get_mut(i) else { continue };
-            // Bounded so one busy socket cannot starve the others.
-            for _ in 0..256 {
-                let got = ctx.edge.socks[i].recv_from(&mut rbuf);
-                match got {
-                    Ok((len, src)) => {
-                        if ctx.on_datagram(i, bot, &rbuf[..len], src, now) {
-                            next_due = now;
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    // A queued ICMP error (e.g. a reflector port not open yet).
-                    Err(_) => continue,
-                }
-            }
+            ctx.update_client(bot, now);
+        }
+        for ev in &events[..n] {
+            let i = (ev.data() & !CHECKPOINT_FD) as usize;
+            let Some(bot) = bots.get_mut(i) else { continue };
+            next_due = next_due.min(ctx.service(bot, now, false, &world, &mut rng));
         }
     }
     // Leave cleanly; the ledger closes what is still open.
+    ctx.sending = false;
     for bot in bots.iter_mut() {
-        ctx.leave(bot, false);
+        ctx.leave(bot);
     }
-    ctx.edge.jobs = None;
-    ctx.edge.ck_jobs = None;
+    ctx.jobs = None;
     // Helper threads end when the job channel closes (after any HTTP call
     // in progress, which has its own timeout).
     for w in workers {
@@ -400,10 +360,18 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
     let mut per_bot = Vec::with_capacity(bots.len());
     let (mut joins, mut retries, mut gchanges) = (0, 0, 0);
     for (bot, t) in bots.iter().zip(&tallies) {
-        total.add(t);
+        let mut t = *t;
+        let client = bot.client.as_ref().map(|c| c.stats()).unwrap_or_default();
+        // What the client dropped before the ledger could see it: DATA of
+        // a group it was not a member of (outside every window), and
+        // second copies (its streams drop them).
+        t.unexpected += client.data_not_member;
+        t.duplicates += client.streams.duplicates;
+        ctx.malformed += client.ignored - client.data_not_member;
+        total.add(&t);
         let s = &bot.stats;
         joins += s.joins;
-        retries += s.join_retries;
+        retries += client.join_retries;
         gchanges += s.group_changes;
         if s.joins == 0 {
             ctx.error_count += 1;
@@ -423,10 +391,10 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
         }
         per_bot.push(BotReport {
             player: bot.player,
-            tally: *t,
+            tally: t,
             lost: t.lost(),
             joins: s.joins,
-            join_retries: s.join_retries,
+            join_retries: client.join_retries,
             renewals: s.renewals,
             cell_changes: s.cell_changes,
             group_changes: s.group_changes,

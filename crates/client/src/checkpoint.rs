@@ -206,11 +206,8 @@ impl Transfer {
         })
     }
 
-    /// The exchange's TCP socket, for a loop that waits on it.
-    #[cfg_attr(
-        not(feature = "tokio"),
-        allow(dead_code, reason = "only the tokio loop watches the socket")
-    )]
+    /// The exchange's TCP socket, for a loop that waits on it (the tokio
+    /// driver's, an event loop's such as the bots').
     pub fn socket(&self) -> &TcpStream {
         &self.stream
     }

@@ -86,6 +86,7 @@
 mod checkpoint;
 mod driver;
 mod inbox;
+mod memlog;
 mod moves;
 mod schedule;
 mod streams;
@@ -101,6 +102,7 @@ pub use driver::MmsgDriver;
 #[cfg(feature = "tokio")]
 pub use driver::TokioDriver;
 pub use driver::{Driver, UdpDriver};
+pub use memlog::{MembershipChange, MembershipRecord, TrySendError};
 pub use reflector_proto::checkpoint::Refusal;
 pub use schedule::{CHECKPOINT_POLL, FETCH_POLL};
 pub use streams::{SenderKey, StreamCounters};
@@ -135,6 +137,9 @@ type GroupKey = (SocketAddr, u16);
 /// reflector and its own timers: each group of an area is probed, kept
 /// alive and rejoined on its own.
 struct Membership {
+    /// This client's number for the membership (a rejoin is a new one),
+    /// as the membership log names it.
+    id: u64,
     session: Session,
     reflector: SocketAddr,
     rejoin: bool,
@@ -239,6 +244,14 @@ pub struct Client<D: Driver = UdpDriver> {
     /// A FETCH_OTHER under way ([`Client::fetch_checkpoint_other`]).
     ck_fetch_other: Option<Transfer>,
     ck_events: VecDeque<CheckpointEvent>,
+    /// The number the next membership takes.
+    next_membership_id: u64,
+    /// The membership log, once asked for ([`Client::log_memberships`]).
+    memlog: Option<VecDeque<MembershipRecord>>,
+    /// Receiving stops at a full inbox ([`Client::hold_when_inbox_full`]).
+    hold_when_full: bool,
+    /// The last `update` stopped receiving at a full inbox.
+    inbox_held: bool,
 }
 
 fn random_u64() -> u64 {
@@ -311,6 +324,10 @@ impl<D: Driver> Client<D> {
             ck_fetch: None,
             ck_fetch_other: None,
             ck_events: VecDeque::new(),
+            next_membership_id: 1,
+            memlog: None,
+            hold_when_full: false,
+            inbox_held: false,
             sock,
             cfg,
         };
@@ -500,12 +517,23 @@ impl<D: Driver> Client<D> {
     /// fan-out replicates only one-frame datagrams, and a larger one would
     /// be fragmented to every member.
     pub fn send(&mut self, payload: &[u8]) -> Result<u64, SendError> {
+        self.try_send(payload).map_err(|e| match e {
+            TrySendError::Refused(e) => e,
+            TrySendError::Io(e) => SendError::Io(e.to_string()),
+        })
+    }
+
+    /// [`Client::send`], with a socket's failure as the `io::Error` itself,
+    /// so a caller can tell a full socket buffer (`ErrorKind::WouldBlock`:
+    /// send again later) from a real failure by its kind.
+    pub fn try_send(&mut self, payload: &[u8]) -> Result<u64, TrySendError> {
         let max = self.max_payload().ok_or(SendError::NotMember)?;
         if payload.len() > max {
             return Err(SendError::TooLarge {
                 len: payload.len(),
                 max,
-            });
+            }
+            .into());
         }
         let i = self.sending_index().ok_or(SendError::NotMember)?;
         let m = &mut self.memberships[i];
@@ -521,13 +549,13 @@ impl<D: Driver> Client<D> {
         let n = match m.session.seal_data(body, &mut self.tx[..]) {
             Some(Ok(n)) => n,
             // The buffer holds the largest DATA allowed, checked above.
-            Some(Err(e)) => return Err(SendError::Io(e.to_string())),
-            None => return Err(SendError::NotMember),
+            Some(Err(e)) => return Err(SendError::Io(e.to_string()).into()),
+            None => return Err(SendError::NotMember.into()),
         };
         self.next_seq = m.session.next_seq();
         self.sock
             .send_to(&self.tx[..n], m.reflector)
-            .map_err(|e| SendError::Io(e.to_string()))?;
+            .map_err(TrySendError::Io)?;
         self.stats.data_sent += 1;
         self.stats.bytes_sent += payload.len() as u64;
         Ok(seq)
@@ -584,11 +612,16 @@ impl<D: Driver> Client<D> {
     /// expires a silent member anyway) and stops.
     pub fn leave(&mut self) {
         let mut any = false;
-        for m in self.memberships.iter_mut().filter(|m| m.live()) {
+        for i in 0..self.memberships.len() {
+            let m = &mut self.memberships[i];
+            if !m.live() {
+                continue;
+            }
             any = true;
             if let Some(t) = m.session.leave() {
                 let _ = self.sock.send_to(t.datagram.as_bytes(), t.to);
             }
+            self.log_membership(i, MembershipChange::Left);
         }
         self.memberships.clear();
         self.cell = None;
@@ -633,8 +666,13 @@ impl<D: Driver> Client<D> {
     }
 
     fn receive(&mut self, now: Instant) {
+        self.inbox_held = false;
         // Bounded, so a flood cannot keep the game loop here.
         for _ in 0..4096 {
+            if self.hold_when_full && self.inbox.len == self.inbox.slots.len() {
+                self.inbox_held = true;
+                return;
+            }
             let (n, src) = match self.sock.recv_from(&mut self.rx) {
                 Ok(r) => r,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -677,6 +715,7 @@ impl<D: Driver> Client<D> {
                     .is_some_and(|t| now.saturating_duration_since(t) < LEAVE_LINGER);
                 if !(m.session.is_member() || lingering) {
                     self.stats.ignored += 1;
+                    self.stats.data_not_member += 1;
                     return;
                 }
                 let mut payload = pkt.payload();
@@ -759,7 +798,11 @@ impl<D: Driver> Client<D> {
         if let Some(t) = m.session.poll_transmit() {
             // A lost control datagram is resent by the session's timers.
             let _ = self.sock.send_to(t.datagram.as_bytes(), t.to);
+            if t.echoes_cookie && !m.session.is_member() {
+                self.log_membership(i, MembershipChange::ConfirmSent);
+            }
         }
+        let m = &self.memberships[i];
         self.next_seq = self.next_seq.max(m.session.next_seq());
     }
 
@@ -776,6 +819,8 @@ impl<D: Driver> Client<D> {
                 m.last_heard = now;
                 m.last_keepalive = now;
                 self.stats.joins += 1;
+                self.log_membership(i, MembershipChange::Joined);
+                let m = &self.memberships[i];
                 self.events.push_back(Event::Joined {
                     group: key.1,
                     members: ack.members,
@@ -806,11 +851,13 @@ impl<D: Driver> Client<D> {
             SessionEvent::MembershipLost => self.rejoin(i, RejoinReason::NotMember, now),
             SessionEvent::Failed(Failure::ExpiredToken)
             | SessionEvent::Failed(Failure::Refused(Ok(ErrorCode::BadToken))) => {
+                self.log_membership(i, MembershipChange::Failed);
                 // The one case where the held token is no good: a new one
                 // (for the whole area, in one request).
                 self.need_token(now);
             }
             SessionEvent::Failed(f) => {
+                self.log_membership(i, MembershipChange::Failed);
                 self.events.push_back(Event::Error(Error::JoinRefused {
                     group: key.1,
                     failure: f,
@@ -824,7 +871,11 @@ impl<D: Driver> Client<D> {
                 self.ck_events.push_back(CheckpointEvent::Requested { group: key.1 });
             }
             SessionEvent::Moved(m) => self.move_asked(i, m, now),
-            SessionEvent::Retransmitted | SessionEvent::Restarted => {}
+            SessionEvent::Retransmitted => self.stats.join_retries += 1,
+            SessionEvent::Restarted => {
+                self.stats.join_retries += 1;
+                self.log_membership(i, MembershipChange::Restarted);
+            }
         }
     }
 
@@ -856,7 +907,10 @@ impl<D: Driver> Client<D> {
         if let Some(h) = &self.held {
             s.set_token_received(h.received_unix_ms);
         }
+        let id = self.next_membership_id;
+        self.next_membership_id += 1;
         let m = Membership {
+            id,
             session: s,
             reflector,
             rejoin,
@@ -876,6 +930,9 @@ impl<D: Driver> Client<D> {
         }
         let i = match at {
             Some(i) => {
+                // The membership it replaces ends here (a rejoin, or a
+                // join after a refusal), without a LEAVE.
+                self.log_membership(i, MembershipChange::Lost);
                 let wanted = self.memberships[i].wanted;
                 self.memberships[i] = Membership { wanted, ..m };
                 i
@@ -885,6 +942,7 @@ impl<D: Driver> Client<D> {
                 self.memberships.len() - 1
             }
         };
+        self.log_membership(i, MembershipChange::Started);
         self.flush(i);
     }
 

@@ -158,7 +158,11 @@ impl<D: Driver> Client<D> {
                 .filter(|m| m.live() && m.wanted)
                 .all(|m| m.session.is_member());
             if made || self.break_by.is_some_and(|t| now >= t) {
-                for m in self.memberships.iter_mut().filter(|m| stale(m)) {
+                for i in 0..self.memberships.len() {
+                    let m = &mut self.memberships[i];
+                    if !stale(m) {
+                        continue;
+                    }
                     m.session.advance_seq(self.next_seq);
                     if let Some(t) = m.session.leave() {
                         let _ = self.sock.send_to(t.datagram.as_bytes(), t.to);
@@ -168,6 +172,7 @@ impl<D: Driver> Client<D> {
                     self.events.push_back(Event::LeftGroup {
                         group: m.session.request().group,
                     });
+                    self.log_membership(i, MembershipChange::Left);
                 }
                 if self.ck_nonce.is_some_and(|(k, _)| self.find(k).is_none()) {
                     self.ck_nonce = None;
@@ -222,12 +227,17 @@ impl<D: Driver> Client<D> {
     }
 
     pub(crate) fn leave_quietly(&mut self) {
-        for m in self.memberships.iter_mut().filter(|m| m.live()) {
+        for i in 0..self.memberships.len() {
+            let m = &mut self.memberships[i];
+            if !m.live() {
+                continue;
+            }
             m.session.advance_seq(self.next_seq);
             if let Some(t) = m.session.leave() {
                 let _ = self.sock.send_to(t.datagram.as_bytes(), t.to);
             }
             self.next_seq = self.next_seq.max(m.session.next_seq());
+            self.log_membership(i, MembershipChange::Left);
         }
         self.memberships.clear();
         self.sending = None;

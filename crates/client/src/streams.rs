@@ -60,6 +60,10 @@ pub struct Streams {
     map: HashMap<SenderKey, Stream>,
     cap: usize,
     silent_after: Duration,
+    /// No sender goes silent before this (a bound kept as senders are
+    /// heard): until then looking for silent senders is one comparison,
+    /// not a walk over the table, which a client does on every update.
+    silent_not_before: Option<Instant>,
     pub counters: StreamCounters,
 }
 
@@ -71,6 +75,7 @@ impl Streams {
             map: HashMap::with_capacity(cap),
             cap,
             silent_after,
+            silent_not_before: None,
             counters: StreamCounters::default(),
         }
     }
@@ -112,30 +117,46 @@ impl Streams {
         s.last_heard = now;
         let first = s.silent;
         s.silent = false;
+        if first {
+            // A sender heard later only goes silent later: the bound holds
+            // for the others, and this one is the new earliest only here.
+            let at = now + self.silent_after;
+            self.silent_not_before = Some(self.silent_not_before.map_or(at, |t| t.min(at)));
+        }
         Verdict::Fresh { first }
     }
 
     /// One sender that has gone silent since it was last heard (reported
     /// once, then forgotten, so the table never fills with the departed).
     pub fn poll_silent(&mut self, now: Instant) -> Option<SenderKey> {
+        if self.silent_not_before.is_none_or(|t| now < t) {
+            return None;
+        }
         let after = self.silent_after;
         let key = self
             .map
             .iter()
             .find(|(_, s)| !s.silent && now.saturating_duration_since(s.last_heard) >= after)
-            .map(|(k, _)| *k)?;
-        self.map.remove(&key);
-        Some(key)
-    }
-
-    /// When [`Streams::poll_silent`] next has a sender to report: the
-    /// earliest a sender heard goes silent (`None` with none heard).
-    pub fn next_silent(&self) -> Option<Instant> {
-        self.map
+            .map(|(k, _)| *k);
+        if let Some(k) = key {
+            self.map.remove(&k);
+        }
+        // The bound made exact again: the next walk is when someone may
+        // really have gone silent.
+        self.silent_not_before = self
+            .map
             .values()
             .filter(|s| !s.silent)
-            .map(|s| s.last_heard + self.silent_after)
-            .min()
+            .map(|s| s.last_heard + after)
+            .min();
+        key
+    }
+
+    /// When [`Streams::poll_silent`] next may have a sender to report: no
+    /// later than the earliest a sender heard goes silent (`None` with none
+    /// heard).
+    pub fn next_silent(&self) -> Option<Instant> {
+        self.silent_not_before
     }
 
     /// Senders tracked now.

@@ -293,6 +293,12 @@ pub struct Stats {
     pub oversize: u64,
     /// Datagrams that did not parse, or came from elsewhere than the reflector.
     pub ignored: u64,
+    /// DATA of a group this client is not a member of now (joining, or
+    /// its join refused) nor has just left: dropped (also in `ignored`).
+    pub data_not_member: u64,
+    /// JOIN steps sent again: unanswered for [`Config::join_retry`], or
+    /// started over on a stale cookie.
+    pub join_retries: u64,
     pub probes_answered: u64,
     pub echoes_sent: u64,
     pub echoes_answered: u64,

@@ -106,6 +106,16 @@ impl NetNs {
         })
     }
 
+    /// Moves the calling thread itself into this namespace (`setns`): the
+    /// sockets it makes from now on are made here. For a thread of its own
+    /// that makes sockets in several namespaces in turn, where a fresh
+    /// thread per socket ([`NetNs::run`]) would stall it (the bots' event
+    /// loop); any other caller wants [`NetNs::run`], which never changes
+    /// the caller's namespace.
+    pub fn enter_on_this_thread(&self) -> Result<(), SysError> {
+        self.enter_this_thread()
+    }
+
     fn enter_this_thread(&self) -> Result<(), SysError> {
         nix::sched::setns(&self.file, nix::sched::CloneFlags::CLONE_NEWNET)
             .map_err(|e| SysError::new(format!("setns({})", self.path.display()), e))

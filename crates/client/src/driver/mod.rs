@@ -29,8 +29,32 @@ impl UdpDriver {
     /// makes the socket non-blocking.
     pub fn bind(local: impl ToSocketAddrs) -> io::Result<UdpDriver> {
         let sock = UdpSocket::bind(local)?;
+        UdpDriver::from_socket(sock)
+    }
+
+    /// A socket the caller made (bound where it chose: another network
+    /// namespace, a buffer size of its own), made non-blocking. A
+    /// [`Driver::rebind`] binds the new socket in the calling thread's
+    /// namespace, with default options.
+    pub fn from_socket(sock: UdpSocket) -> io::Result<UdpDriver> {
         sock.set_nonblocking(true)?;
         Ok(UdpDriver { sock })
+    }
+}
+
+/// The socket's descriptor, for an event loop to watch (it changes on
+/// [`Driver::rebind`]).
+#[cfg(unix)]
+impl std::os::fd::AsFd for UdpDriver {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+}
+
+#[cfg(unix)]
+impl std::os::fd::AsRawFd for UdpDriver {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.sock.as_raw_fd()
     }
 }
 
