@@ -139,6 +139,69 @@ pub fn count_data(receivers: &[UdpSocket], want: u32, within: Duration) -> Vec<J
         .collect()
 }
 
+/// Receivers counting DATA on threads of their own, as [`count_data`],
+/// whose progress the sender can wait for: a test that sends in bursts and
+/// waits for every receiver to have each burst before the next never
+/// depends on how fast the machine is (a stalled reflector or receiver
+/// thread on a loaded machine would otherwise let a socket buffer fill).
+pub struct DataCounters {
+    counts: Vec<std::sync::Arc<std::sync::atomic::AtomicU32>>,
+    handles: Vec<JoinHandle<u32>>,
+}
+
+impl DataCounters {
+    /// Starts counting on every receiver until `want` or `within`.
+    pub fn start(receivers: &[UdpSocket], want: u32, within: Duration) -> DataCounters {
+        use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+        let mut counts = Vec::new();
+        let mut handles = Vec::new();
+        for s in receivers {
+            let s = s.try_clone().unwrap();
+            s.set_nonblocking(false).unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+            let count = std::sync::Arc::new(AtomicU32::new(0));
+            counts.push(count.clone());
+            handles.push(std::thread::spawn(move || {
+                let mut buf = [0u8; 2048];
+                let deadline = Instant::now() + within;
+                while count.load(Relaxed) < want && Instant::now() < deadline {
+                    if let Ok((n, _)) = s.recv_from(&mut buf) {
+                        if Packet::parse(&buf[..n]).map(|p| p.kind()) == Ok(Kind::Data) {
+                            count.fetch_add(1, Relaxed);
+                        }
+                    }
+                }
+                count.load(Relaxed)
+            }));
+        }
+        DataCounters { counts, handles }
+    }
+
+    /// Waits until every receiver has counted at least `n` (true), or
+    /// `within` is over (false).
+    pub fn wait_for(&self, n: u32, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        loop {
+            if self
+                .counts
+                .iter()
+                .all(|c| c.load(std::sync::atomic::Ordering::Relaxed) >= n)
+            {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Each receiver's final count.
+    pub fn finish(self) -> Vec<u32> {
+        self.handles.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+}
+
 /// A JOIN for `player` into the group on `reflector`'s port: a token signed
 /// under `secret` that expires `ttl_s` seconds from now, the session keys
 /// the control server would hand out with it, sequence numbers from

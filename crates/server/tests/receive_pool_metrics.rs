@@ -11,7 +11,7 @@ use reflector_server::metrics::Exposition;
 use reflector_server::receive::ReceiveKind;
 use reflector_server::server::http::serve_metrics;
 use reflector_server::server::{Server, ServerConfig};
-use reflector_server::testing::{count_data, join_blocking, join_request, Case};
+use reflector_server::testing::{join_blocking, join_request, Case, DataCounters};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -100,19 +100,26 @@ fn pool_counters_in_metrics(case: Case) {
             .map(|(i, s)| join_blocking(s, join_request(&SECRET, addr, i as u32 + 1, 60, 1)))
             .collect();
         let (sender, receivers) = socks.split_first().unwrap();
-        counters.push(count_data(receivers, SENT, Duration::from_secs(10)));
+        let counting = DataCounters::start(receivers, SENT, Duration::from_secs(20));
         let mut b = [0x5cu8; 200];
         for seq in 0..SENT {
             sessions[0].seal_data(b.len() - DATA_PAYLOAD, &mut b).unwrap().unwrap();
             sender.send_to(&b, addr).unwrap();
             if seq % 50 == 49 {
-                // Keep the reflector's receive queue from overflowing.
-                std::thread::sleep(Duration::from_millis(5));
+                // Every receiver has this burst before the next leaves: no
+                // queue ever holds more than one, however slow the machine.
+                assert!(
+                    counting.wait_for(seq + 1, Duration::from_secs(5)),
+                    "a receiver did not get DATA {} via {case} within 5 s:\n{}",
+                    seq + 1,
+                    scrape(metrics_addr)
+                );
             }
         }
         sessions.clear();
+        counters.push(counting);
     }
-    for got in counters.into_iter().flatten().map(|h| h.join().unwrap()) {
+    for got in counters.into_iter().flat_map(DataCounters::finish) {
         assert_eq!(got, SENT, "a receiver lost DATA via {case}");
     }
 
