@@ -17,7 +17,8 @@ Exit status: 0 no loss, 1 loss, 2 errors (join refused, control server unreachab
 Example: reflector bots --control http://127.0.0.1:8700 --count 100 --duration 30 --move-every 5"
 )]
 pub struct BotsArgs {
-    /// Control server URL.
+    /// Control server URL; several, comma separated, are asked in turn: the next only when one
+    /// could not answer (a connect error, a timeout or a 5xx), never after a refusal.
     #[arg(long, default_value = "http://127.0.0.1:8700")]
     pub control: String,
     /// Number of bots (all in this process, on one thread).
@@ -96,6 +97,8 @@ pub struct BotsArgs {
 pub struct BotsConfig {
     /// Control server base URL, e.g. `http://127.0.0.1:8700`.
     pub control: String,
+    /// More control servers of the same world, asked in turn after `control`.
+    pub control_fallbacks: Vec<String>,
     pub count: usize,
     pub first_player: u32,
     pub duration: Duration,
@@ -128,6 +131,7 @@ impl BotsConfig {
     pub fn new(control: &str, count: usize) -> BotsConfig {
         BotsConfig {
             control: control.trim_end_matches('/').to_string(),
+            control_fallbacks: Vec::new(),
             count,
             first_player: 1,
             duration: Duration::from_secs(10),
@@ -168,13 +172,24 @@ impl BotsConfig {
         if self.duration.is_zero() {
             return bad("--duration must be positive".into());
         }
-        if !(self.control.starts_with("http://")) {
-            return bad(format!(
-                "--control must be an http:// URL (e.g. http://127.0.0.1:8700), got '{}'",
-                self.control
-            ));
+        for url in self.controls() {
+            if !url.starts_with("http://") {
+                return bad(format!(
+                    "--control must be http:// URLs (e.g. http://127.0.0.1:8700), got '{url}'"
+                ));
+            }
         }
         Ok(())
+    }
+}
+
+impl BotsConfig {
+    /// Every control server, in the order they are asked.
+    pub fn controls(&self) -> Vec<String> {
+        std::iter::once(&self.control)
+            .chain(&self.control_fallbacks)
+            .cloned()
+            .collect()
     }
 }
 
@@ -182,8 +197,10 @@ impl TryFrom<&BotsArgs> for BotsConfig {
     type Error = BotsError;
     fn try_from(a: &BotsArgs) -> Result<BotsConfig, BotsError> {
         let move_every = a.move_every;
+        let mut urls = a.control.split(',').map(|u| u.trim().trim_end_matches('/').to_string());
         let cfg = BotsConfig {
-            control: a.control.trim_end_matches('/').to_string(),
+            control: urls.next().unwrap_or_default(),
+            control_fallbacks: urls.collect(),
             count: a.count as usize,
             first_player: a.first_player,
             duration: a.duration,

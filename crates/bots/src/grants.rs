@@ -44,8 +44,33 @@ fn http_error(e: ureq::Error) -> String {
     }
 }
 
+/// Whether another control server should be asked after this failure: it
+/// could not answer (unreachable, timed out, 5xx). A refusal or a bad answer
+/// is the answer.
+fn ask_next(status: Option<u16>) -> bool {
+    status.is_none_or(|s| (500..600).contains(&s))
+}
+
+/// `GET /world` from the first of `controls` that can answer (the next only
+/// after one could not: see [`ask_next`]).
+pub fn fetch_world_any(controls: &[String]) -> Result<WorldInfo, BotsError> {
+    let mut last = None;
+    for c in controls {
+        match fetch_world_or_status(c) {
+            Ok(w) => return Ok(w),
+            Err((status, e)) if ask_next(status) => last = Some(e),
+            Err((_, e)) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| BotsError::Config("no control server given".into())))
+}
+
 /// `GET /world`.
 pub fn fetch_world(control: &str) -> Result<WorldInfo, BotsError> {
+    fetch_world_or_status(control).map_err(|(_, e)| e)
+}
+
+fn fetch_world_or_status(control: &str) -> Result<WorldInfo, (Option<u16>, BotsError)> {
     let url = format!("{control}/world");
     let err = |msg: String| BotsError::Control {
         url: control.to_string(),
@@ -54,9 +79,15 @@ pub fn fetch_world(control: &str) -> Result<WorldInfo, BotsError> {
     agent()
         .get(&url)
         .call()
-        .map_err(|e| err(http_error(e)))?
+        .map_err(|e| {
+            let status = match &e {
+                ureq::Error::Status(code, _) => Some(*code),
+                ureq::Error::Transport(_) => None,
+            };
+            (status, err(http_error(e)))
+        })?
         .into_json::<WorldInfo>()
-        .map_err(|e| err(format!("bad /world answer: {e}")))
+        .map_err(|e| (Some(200), err(format!("bad /world answer: {e}"))))
 }
 
 /// `GET /join?player=..&x=..&y=..`.
@@ -100,8 +131,30 @@ fn fetch_grant_or_status(
 /// Player tickets live this long: a minute, as a game backend would hand out.
 const TICKET_TTL_S: u64 = 60;
 
+/// [`fetch_grant_or_status`] from each of `controls` in turn, as the client
+/// library moves on: the next only when one could not answer.
+fn fetch_grant_any(
+    agent: &ureq::Agent,
+    controls: &[String],
+    player: u32,
+    pos: (f64, f64),
+    ticket: Option<&str>,
+) -> Result<JoinGrant, (Option<u16>, String)> {
+    let mut tried = Vec::new();
+    for c in controls {
+        match fetch_grant_or_status(agent, c, player, pos, ticket) {
+            Ok(g) => return Ok(g),
+            Err((status, msg)) if ask_next(status) => tried.push((status, msg)),
+            Err(refusal) => return Err(refusal),
+        }
+    }
+    let status = tried.last().and_then(|(s, _)| *s);
+    let msg = tried.into_iter().map(|(_, m)| m).collect::<Vec<_>>().join("; ");
+    Err((status, msg))
+}
+
 pub(super) fn http_worker(
-    control: String,
+    controls: Vec<String>,
     minter: Option<Arc<reflector_proto::ticket::TicketMinter>>,
     jobs: Arc<Mutex<mpsc::Receiver<Job>>>,
     results: mpsc::Sender<JobResult>,
@@ -118,7 +171,7 @@ pub(super) fn http_worker(
         let ticket = minter
             .as_ref()
             .map(|m| m.mint(job.player, reflector_proto::unix_now_ms() / 1000, TICKET_TTL_S));
-        let (result, refused) = match fetch_grant_or_status(&agent, &control, job.player, job.pos, ticket.as_deref()) {
+        let (result, refused) = match fetch_grant_any(&agent, &controls, job.player, job.pos, ticket.as_deref()) {
             Ok(g) => (Ok(g), None),
             Err((status, msg)) => (Err(msg), status.filter(|s| matches!(s, 401 | 403))),
         };

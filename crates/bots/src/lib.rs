@@ -123,7 +123,7 @@ fn raise_fd_limit(need: u64) -> Result<(), BotsError> {
 /// ends the sending phase early.
 pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsError> {
     cfg.validate()?;
-    let world = fetch_world(&cfg.control)?;
+    let world = grants::fetch_world_any(&cfg.controls())?;
     if world.grid[0] == 0 || world.grid[1] == 0 || world.cell_size.is_nan() || world.cell_size <= 0.0 {
         return Err(BotsError::Control {
             url: cfg.control.clone(),
@@ -199,7 +199,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
         None => None,
     };
     for w in 0..2 {
-        let (c, m, j, r) = (cfg.control.clone(), minter.clone(), Arc::clone(&job_rx), res_tx.clone());
+        let (c, m, j, r) = (cfg.controls(), minter.clone(), Arc::clone(&job_rx), res_tx.clone());
         let h = std::thread::Builder::new()
             .name(format!("bots-http-{w}"))
             .spawn(move || http_worker(c, m, j, r))

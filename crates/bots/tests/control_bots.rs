@@ -352,3 +352,71 @@ fn bots_with_tickets_join_and_bots_without_are_refused() {
     s.control.stop();
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `--control` with several URLs: a first control server that cannot be
+/// reached (a closed port) is passed over for the next, for the world and
+/// for every join, and the run ends with no error and no loss; a refusal
+/// is not: a first server that answers 404 stops the bots with its answer,
+/// though the second would have served them.
+#[test]
+fn an_unreachable_control_server_is_passed_over_for_the_next() {
+    let s = setup(BackendKind::Sendmmsg, 1, (1, 1));
+    // A port nothing listens on: bound, then closed.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut cfg = bots(&s.control, 4);
+    cfg.control_fallbacks = vec![cfg.control.clone()];
+    cfg.control = format!("http://{closed}");
+    cfg.rate_hz = 20.0;
+    cfg.max_datagrams = Some(10);
+    cfg.move_every = None;
+    cfg.sync_start = true;
+    cfg.duration = Duration::from_secs(10);
+    let report = run_bots(&cfg, &AtomicBool::new(false)).unwrap();
+    s.server.stop();
+    s.server.join().unwrap();
+    s.control.stop();
+    assert_eq!(report.error_count, 0, "{:?}", report.errors);
+    assert_eq!(report.lost, 0);
+    assert_eq!(report.total.received, 4 * 3 * 10);
+
+    // Only servers that could not answer are passed over: a first that
+    // refuses (here a server that is not a control server: 404) is the
+    // answer, though the second works.
+    let not_control = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = not_control.local_addr().unwrap();
+    let answer = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        // Answers every connection for a few seconds with 404.
+        not_control.set_nonblocking(true).unwrap();
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        let mut answered = 0;
+        while std::time::Instant::now() < until {
+            match not_control.accept() {
+                Ok((mut c, _)) => {
+                    c.set_nonblocking(false).unwrap();
+                    let mut buf = [0u8; 1024];
+                    let _ = c.read(&mut buf);
+                    let _ = c.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                    answered += 1;
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+        answered
+    });
+    let s = setup(BackendKind::Sendmmsg, 1, (1, 1));
+    let mut cfg = bots(&s.control, 2);
+    cfg.control_fallbacks = vec![cfg.control.clone()];
+    cfg.control = format!("http://{addr}");
+    cfg.duration = Duration::from_secs(2);
+    let out = run_bots(&cfg, &AtomicBool::new(false));
+    s.server.stop();
+    s.server.join().unwrap();
+    s.control.stop();
+    let err = out.expect_err("a 404 from the first server is its answer").to_string();
+    assert!(err.contains("404"), "{err}");
+    assert!(answer.join().unwrap() >= 1);
+}
