@@ -117,6 +117,9 @@ pub struct FleetArgs {
     /// Write fleet.csv (one row per event) and fleet_rate.csv (the rate over time) here.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Keep every process's log (stderr) in this directory (default: removed with the run).
+    #[arg(long, value_name = "DIR")]
+    pub logs: Option<PathBuf>,
     /// The reflector binary (default: `reflector` next to this program).
     #[arg(long)]
     pub reflector_bin: Option<PathBuf>,
@@ -395,6 +398,11 @@ fn run_in(
     let tdf = f64::from(args.tdf);
     let dir = crate::scenario::TempDir::new()?;
     let d = &dir.0;
+    // The logs are copied out on every way out of the run, errors included.
+    let _keep = KeepLogs {
+        from: d.clone(),
+        to: args.logs.clone(),
+    };
     let launcher = lab.launcher();
     let write = |name: &str, text: &str| -> Result<PathBuf, DemoError> {
         let p = d.join(name);
@@ -700,6 +708,34 @@ fn run_in(
     } else {
         0
     })
+}
+
+/// Copies the run's `*.log` files to `to` when dropped.
+struct KeepLogs {
+    from: PathBuf,
+    to: Option<PathBuf>,
+}
+
+impl Drop for KeepLogs {
+    fn drop(&mut self) {
+        let Some(to) = &self.to else { return };
+        if let Err(e) = std::fs::create_dir_all(to) {
+            eprintln!("fleet: cannot create {}: {e}", to.display());
+            return;
+        }
+        let Ok(entries) = std::fs::read_dir(&self.from) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "log") {
+                if let Err(err) = std::fs::copy(&p, to.join(e.file_name())) {
+                    eprintln!("fleet: cannot keep {}: {err}", p.display());
+                }
+            }
+        }
+        eprintln!("fleet: logs kept in {}", to.display());
+    }
 }
 
 /// The live reflector with the most members at the last sample.
