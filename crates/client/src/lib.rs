@@ -153,6 +153,10 @@ struct Membership {
     echo: Option<(u64, Instant)>,
     /// A refused join is tried again then, with the token held.
     rejoin_at: Option<Instant>,
+    /// Rejoining since then because the reflector went silent: once the
+    /// JOIN has gone unanswered for [`REPLACE_INTERVALS`] more, the cell
+    /// is placed anew.
+    silent_since: Option<Instant>,
     /// In the area of the latest grant. One that is not any more is left
     /// once the new area's groups are members (make-before-break).
     wanted: bool,
@@ -921,6 +925,7 @@ impl<D: Driver> Client<D> {
             last_heard: now,
             echo: None,
             rejoin_at: None,
+            silent_since: None,
             wanted: true,
             left_at: None,
         };
@@ -1024,11 +1029,24 @@ impl<D: Driver> Client<D> {
         }
         let m = &mut self.memberships[i];
         if !m.session.is_member() {
+            if m.silent_since
+                .is_some_and(|t| now >= t + m.keepalive * REPLACE_INTERVALS)
+            {
+                // Asked again only after as long once more if the answer
+                // keeps the cell there (the registry may not have noticed).
+                m.silent_since = Some(now);
+                self.replace_silent(now);
+            }
             return;
         }
+        m.silent_since = None;
         let interval = m.keepalive;
         if now.saturating_duration_since(m.last_heard) >= interval * SILENT_INTERVALS {
             self.rejoin(i, RejoinReason::ReflectorSilent, now);
+            // The group's interval goes on counting until a JOIN_ACK says.
+            let m = &mut self.memberships[i];
+            m.silent_since = Some(now);
+            m.keepalive = interval;
             return;
         }
         if now.saturating_duration_since(m.last_keepalive) >= interval {

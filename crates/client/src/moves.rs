@@ -244,6 +244,26 @@ impl<D: Driver> Client<D> {
         self.break_by = None;
     }
 
+    /// A group whose reflector went silent did not answer its rejoin (see
+    /// [`REPLACE_INTERVALS`](crate::REPLACE_INTERVALS)): where the cell is
+    /// now, asked like a MOVED asks (a new placement for the same
+    /// position, followed as a move, make-before-break).
+    pub(crate) fn replace_silent(&mut self, now: Instant) {
+        // Told as the token request it makes: `TokenRequested`, or
+        // `TokenNeeded` for a game that hands tokens in.
+        self.stats.replacements += 1;
+        match &self.cfg.token {
+            TokenSource::Control(_) => {
+                self.move_pending = true;
+                self.request_token(now);
+            }
+            TokenSource::Given(_) => {
+                self.token_needed_said = false;
+                self.need_token(now);
+            }
+        }
+    }
+
     pub(crate) fn need_token(&mut self, now: Instant) {
         match &self.cfg.token {
             TokenSource::Control(_) => self.request_token(now),

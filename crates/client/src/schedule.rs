@@ -56,6 +56,9 @@ impl Membership {
     /// (the token's, on the wall clock) if it is still to come.
     fn next_timer(&self, now: Instant, unix_ms: u64) -> Option<Instant> {
         let mut next = earliest(self.rejoin_at, self.session.poll_timeout());
+        if !self.session.is_member() {
+            next = earliest(next, self.silent_since.map(|t| t + self.keepalive * REPLACE_INTERVALS));
+        }
         if self.session.is_member() {
             next = earliest(next, Some(self.last_keepalive + self.keepalive));
             next = earliest(next, Some(self.last_heard + self.keepalive * SILENT_INTERVALS));
@@ -301,6 +304,38 @@ mod tests {
         assert_eq!(c.stats().rejoins, 1, "silent for three intervals: joined again");
         assert_eq!(kinds(&mut c), [Kind::Echo, Kind::Join]);
         settles(&mut c);
+    }
+
+    #[test]
+    fn a_silent_reflector_that_does_not_answer_the_rejoin_is_placed_anew() {
+        let t0 = Instant::now();
+        let mut c = client(300);
+        join(&mut c, t0);
+        let k = Duration::from_millis(500);
+        // Silent for three intervals: joined again with the token held.
+        for n in 1..=3 {
+            c.update(t0 + n * k);
+        }
+        assert_eq!(c.stats().rejoins, 1);
+        while c.poll_event().is_some() {}
+        // The rejoin unanswered: the placement is asked anew after
+        // REPLACE_INTERVALS more, a deadline of its own.
+        let at = t0 + 3 * k + k * REPLACE_INTERVALS;
+        assert!(c.next_update().is_some_and(|n| n <= at), "{:?}", c.next_update());
+        c.update(at - Duration::from_millis(1));
+        assert_eq!(c.stats().replacements, 0, "not before");
+        c.update(at);
+        assert_eq!(c.stats().replacements, 1);
+        let events: Vec<Event> = std::iter::from_fn(|| c.poll_event()).collect();
+        assert!(
+            events.contains(&Event::TokenNeeded),
+            "a given token: the game is asked: {events:?}"
+        );
+        // Still unanswered: asked again only as long later.
+        c.update(at + k);
+        assert_eq!(c.stats().replacements, 1);
+        c.update(at + k * REPLACE_INTERVALS);
+        assert_eq!(c.stats().replacements, 2);
     }
 
     #[test]

@@ -19,6 +19,13 @@ use std::time::Duration;
 /// a reflector gone (or restarted without saying so), not a lost datagram.
 pub const SILENT_INTERVALS: u32 = 3;
 
+/// A group rejoined because its reflector went silent, whose JOIN has gone
+/// unanswered for this many keepalive intervals more, is placed anew: the
+/// client asks the control server where its cell is now (the reflector may
+/// be dead and its cells moved to another) and follows the answer as a
+/// move. A reflector that only restarted answers the rejoin long before.
+pub const REPLACE_INTERVALS: u32 = 2;
+
 /// The largest game payload of one DATA when the group does not carry
 /// instance ids (docs/protocol.md, "Maximum payload").
 pub const MAX_PAYLOAD: usize = MAX_GAME_PAYLOAD;
@@ -315,6 +322,9 @@ pub struct Stats {
     /// member is gone; see [`crate::MOVE_FOLLOW_MAX`] for how often the
     /// client follows them).
     pub moves_asked: u64,
+    /// Placements asked anew because a silent reflector did not answer the
+    /// rejoin ([`crate::REPLACE_INTERVALS`]).
+    pub replacements: u64,
     /// CHECKPOINT_REQUESTs received.
     pub checkpoints_requested: u64,
     /// Uploads the reflector stored.

@@ -389,7 +389,10 @@ fn replies_that_do_not_verify_are_never_taken_as_a_checkpoint() {
 fn a_checkpoint_trickled_in_small_pieces_is_assembled_and_checked() {
     let r = reflector();
     let player = 6;
-    let keys = reflector_proto::protocol::SessionKeys::from_session(token(player, r.port, r.addr(), 300).session_key);
+    // One token for the channel and the client: two calls a second
+    // boundary apart would give two expiries, so two session keys.
+    let held = token(player, r.port, r.addr(), 300);
+    let keys = reflector_proto::protocol::SessionKeys::from_session(held.session_key);
     let state = pattern(100_000);
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
@@ -449,7 +452,10 @@ fn a_checkpoint_trickled_in_small_pieces_is_assembled_and_checked() {
         send(&mut s, &body, &mut pieces);
         pieces
     });
-    let mut c = client_with(player, &r, |c| c.checkpoint_addr = Some(addr));
+    let mut c = client_with(player, &r, |c| {
+        c.checkpoint_addr = Some(addr);
+        c.token = TokenSource::Given(held);
+    });
     join_all(&mut [&mut c]);
     let mut got = Vec::new();
     pump(&mut [&mut c], Duration::from_secs(10), &mut got, |g| {

@@ -696,6 +696,9 @@ fn run_in(
         "\nbots: sent {}, received {} of {} owed, lost {}, errors {}",
         report.total.sent, report.total.received, report.total.expected, report.lost, report.error_count
     );
+    for e in report.errors.iter().take(10) {
+        println!("  bots error: {e}");
+    }
     if let Some(out) = &args.out {
         std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
         write_csvs(out, &rows, &tl, tdf, refl_hosts)?;
