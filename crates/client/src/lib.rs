@@ -80,7 +80,11 @@
 //!   for the token: join again with the token and key held;
 //! - only `ERROR(ExpiredToken)`/`ERROR(BadToken)` answering a JOIN, or the
 //!   renewal moment, make it ask for a new token: one request renews
-//!   every group of the area.
+//!   every group of the area;
+//! - a rejoin after a silence that stays unanswered for
+//!   [`REPLACE_INTERVALS`] more intervals asks where the cell is now (the
+//!   reflector may be dead and its cells placed elsewhere) and follows the
+//!   answer as a move.
 #![deny(unsafe_code)]
 
 mod checkpoint;
