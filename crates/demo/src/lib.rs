@@ -172,6 +172,36 @@ fn validate(args: &DemoArgs) -> Result<(), DemoError> {
     Ok(())
 }
 
+/// A program of this crate from `main`: the lab's notes on stderr, Ctrl-C
+/// and SIGTERM turned into `stop` (a second one ignored, so the lab's
+/// removal is never cut short), and the outcome as the exit status: the
+/// run's own, 130 when interrupted, 2 with the error on stderr.
+pub fn main_with(name: &str, run: impl FnOnce(&AtomicBool) -> Result<i32, DemoError>) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    netlab::log::init_plain();
+    let stop = match oskit::signal::flag_on(
+        &[oskit::signal::SIGINT, oskit::signal::SIGTERM],
+        oskit::signal::Second::Ignore,
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{name}: cannot install signal handlers: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&stop) {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(_) if stop.load(std::sync::atomic::Ordering::Relaxed) => {
+            eprintln!("{name}: interrupted; children stopped, lab removed");
+            ExitCode::from(130)
+        }
+        Err(e) => {
+            eprintln!("{name}: error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 /// Where the ebpf row's CPU is (not) counted: printed under the cost table
 /// and carried into the JSON for the plot.
 pub const SOFTIRQ_NOTE: &str = "ebpf: reflector cpu is the reflector process only; its in-kernel copies run in \

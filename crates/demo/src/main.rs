@@ -3,32 +3,8 @@
 
 use clap::Parser;
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
 
 fn main() -> ExitCode {
     let args = demo::DemoArgs::parse();
-    // The lab's notes (netlab's events) on stderr, one plain line each.
-    netlab::log::init_plain();
-    // A second Ctrl-C must not cut the lab's removal short.
-    let stop = match oskit::signal::flag_on(
-        &[oskit::signal::SIGINT, oskit::signal::SIGTERM],
-        oskit::signal::Second::Ignore,
-    ) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("reflector-demo: cannot install signal handlers: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match demo::run(args, &stop) {
-        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
-        Err(_) if stop.load(Ordering::Relaxed) => {
-            eprintln!("reflector-demo: interrupted; children stopped, lab removed");
-            ExitCode::from(130)
-        }
-        Err(e) => {
-            eprintln!("reflector-demo: error: {e}");
-            ExitCode::from(2)
-        }
-    }
+    demo::main_with("reflector-demo", |stop| demo::run(args, stop))
 }
