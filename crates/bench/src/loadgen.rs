@@ -684,7 +684,7 @@ impl<'a> Generator<'a> {
                 self.seq += 1;
                 let sealed =
                     match self.sender.as_mut() {
-                        Some(s) => s.seal_data(size - DATA_PAYLOAD, &mut self.datagram).unwrap_or(Err(
+                        Some(s) => s.emit_data(size - DATA_PAYLOAD, &mut self.datagram).unwrap_or(Err(
                             protocol::EmitError::NoKey("DATA of a session that is not a member"),
                         )),
                         None => {
@@ -695,7 +695,7 @@ impl<'a> Generator<'a> {
                                 membership: 0,
                                 seq: self.seq,
                             };
-                            protocol::seal(&h, size, None, &mut self.datagram)
+                            protocol::emit_in_place(&h, size, None, &mut self.datagram)
                         }
                     };
                 sealed.map_err(|e| BenchError::Setup(format!("cannot build a {size}-byte datagram: {e}")))?;

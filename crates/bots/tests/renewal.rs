@@ -180,7 +180,7 @@ fn data_received(sock: &UdpSocket, within: Duration) -> u64 {
 
 fn send_data(sock: &UdpSocket, s: &mut Session, to: SocketAddr) {
     let mut b = [0u8; DATA_PAYLOAD + 8];
-    let n = s.seal_data(8, &mut b).unwrap().unwrap();
+    let n = s.emit_data(8, &mut b).unwrap().unwrap();
     sock.send_to(&b[..n], to).unwrap();
 }
 

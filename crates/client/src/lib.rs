@@ -554,7 +554,7 @@ impl<D: Driver> Client<D> {
         let body = at - DATA_PAYLOAD + payload.len();
         m.session.advance_seq(self.next_seq);
         let seq = m.session.next_seq();
-        let n = match m.session.seal_data(body, &mut self.tx[..]) {
+        let n = match m.session.emit_data(body, &mut self.tx[..]) {
             Some(Ok(n)) => n,
             // The buffer holds the largest DATA allowed, checked above.
             Some(Err(e)) => return Err(SendError::Io(e.to_string()).into()),

@@ -138,7 +138,7 @@ impl<D: Driver + std::os::fd::AsFd> std::os::fd::AsFd for Client<D> {
 mod tests {
     use super::*;
     use reflector_proto::auth::{Secret, TokenClaims};
-    use reflector_proto::protocol::{seal, Header, JoinAck, SmallDatagram, COOKIE_LEN};
+    use reflector_proto::protocol::{emit_in_place, Header, JoinAck, SmallDatagram, COOKIE_LEN};
 
     const REFLECTOR: ([u8; 4], u16) = ([127, 0, 0, 1], 4000);
     const SESSION_KEY: [u8; 32] = [2; 32];
@@ -236,7 +236,7 @@ mod tests {
             seq,
         };
         let mut d = vec![0u8; DATA_PAYLOAD + 4];
-        let n = seal(&h, d.len(), None, &mut d).unwrap();
+        let n = emit_in_place(&h, d.len(), None, &mut d).unwrap();
         d.truncate(n);
         d
     }

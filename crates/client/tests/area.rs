@@ -164,7 +164,7 @@ fn an_area_hears_its_neighbours_cell_and_each_datagram_once() {
             buf[DATA_PAYLOAD..DATA_PAYLOAD + INSTANCE_LEN].copy_from_slice(&instance.to_be_bytes());
             buf[DATA_PAYLOAD + INSTANCE_LEN..DATA_PAYLOAD + INSTANCE_LEN + 4].copy_from_slice(&k.to_be_bytes());
             let n = s
-                .seal_data(INSTANCE_LEN + 4, &mut buf)
+                .emit_data(INSTANCE_LEN + 4, &mut buf)
                 .expect("a member")
                 .expect("it fits");
             sock.send_to(&buf[..n], s.request().reflector).expect("sent");

@@ -10,7 +10,7 @@
 //! rounds of the mean nanoseconds per datagram, and the ratio to the clear
 //! anchor of the same round.
 
-use reflector_proto::protocol::{seal, Header, Kind, Packet, SessionKeys, INSTANCE_LEN};
+use reflector_proto::protocol::{emit_in_place, Header, Kind, Packet, SessionKeys, INSTANCE_LEN};
 use reflector_proto::sealed::{field, CellId, MasterSecret, Receiver, WorldId, SEALED_MIN};
 use std::hint::black_box;
 use std::time::Instant;
@@ -58,7 +58,7 @@ fn main() {
                 buf[32..40].copy_from_slice(&0x1c2du64.to_be_bytes());
                 buf[40..40 + game].copy_from_slice(&payload);
                 let len = 32 + INSTANCE_LEN + game;
-                black_box(seal(&header(seq), len, Some(&tag_keys), &mut buf).expect("a DATA"));
+                black_box(emit_in_place(&header(seq), len, Some(&tag_keys), &mut buf).expect("a DATA"));
             }
             let clear = t.elapsed().as_nanos() as f64 / PER_ROUND as f64;
             let clear_copy = buf[..32 + INSTANCE_LEN + game].to_vec();

@@ -40,8 +40,8 @@
 
 use crate::auth::TokenClaims;
 use crate::protocol::{
-    renewal, seal, EmitError, ErrorCode, Header, JoinAck, Kind, Moved, Packet, SessionKeys, SmallDatagram, COOKIE_LEN,
-    DATA_PAYLOAD, TOKEN_LEN,
+    emit_in_place, renewal, EmitError, ErrorCode, Header, JoinAck, Kind, Moved, Packet, SessionKeys, SmallDatagram,
+    COOKIE_LEN, DATA_PAYLOAD, TOKEN_LEN,
 };
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -560,13 +560,13 @@ impl Session {
     /// wrote at `out[DATA_PAYLOAD..]`: header, our next sequence number, and
     /// the tag if the group wants tags. Returns the datagram's length; only
     /// while a member.
-    pub fn seal_data(&mut self, payload_len: usize, out: &mut [u8]) -> Option<Result<usize, EmitError>> {
+    pub fn emit_data(&mut self, payload_len: usize, out: &mut [u8]) -> Option<Result<usize, EmitError>> {
         let State::Member(ack) = self.state else {
             return None;
         };
         let h = self.header(Kind::Data);
         let keys = ack.tags().then_some(&self.req.keys);
-        Some(seal(&h, DATA_PAYLOAD + payload_len, keys, out))
+        Some(emit_in_place(&h, DATA_PAYLOAD + payload_len, keys, out))
     }
 
     /// The header of our next datagram of `kind` (takes a sequence number).
@@ -933,7 +933,7 @@ mod tests {
         // DATA sealed in place, untagged in a group without tags.
         let mut out = [0u8; 64];
         out[crate::protocol::DATA_PAYLOAD..][..3].copy_from_slice(b"pos");
-        let n = s.seal_data(3, &mut out).unwrap().unwrap();
+        let n = s.emit_data(3, &mut out).unwrap().unwrap();
         let d = Packet::parse(&out[..n]).unwrap();
         assert_eq!((d.kind(), d.payload(), d.tag()), (Kind::Data, &b"pos"[..], Some(0)));
         assert!(d.seq() > reply.seq());

@@ -19,8 +19,9 @@
 //! datagram buffer and the associated data is copied to the stack. Key
 //! derivation (HKDF-SHA256) runs once per key, not per datagram.
 //!
-//! (Not to be confused with [`crate::protocol::seal`], which writes
-//! a datagram's header and its MAC or DATA tag.)
+//! "Seal" here means encrypt and authenticate end to end; writing a
+//! datagram's header and its MAC or DATA tag is
+//! [`crate::protocol::emit_in_place`].
 
 use crate::protocol::{EmitError, Header, Kind, ReplayWindow, SessionKeys, MAX_DATAGRAM_KERNEL, TAG};
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
@@ -540,7 +541,7 @@ impl SenderKey {
         }
         let len = SEALED_MIN + game_len;
         // The header with a zero tag field (no keys: the tag comes last).
-        crate::protocol::seal(h, len, None, out)?;
+        crate::protocol::emit_in_place(h, len, None, out)?;
         out[field::INSTANCE].copy_from_slice(&self.instance.to_be_bytes());
         out[field::VERSION] = SEALED_VERSION;
         out[field::RESERVED].fill(0);

@@ -856,7 +856,7 @@ fn sealed_cases(tk: &[([u8; TOKEN_LEN], SessionKeys)]) -> Vec<SealedCase> {
     clear[32..40].copy_from_slice(&INSTANCE.to_be_bytes());
     clear[40..].copy_from_slice(b"in clear");
     let clear = {
-        let n = reflector_proto::protocol::seal(
+        let n = reflector_proto::protocol::emit_in_place(
             &header(Kind::Data, PLAYER_A, MEMBERSHIP, 79),
             clear.len(),
             None,

@@ -133,7 +133,7 @@ impl Client {
     fn send_data(&mut self, n: u32) {
         let mut b = vec![0u8; DATA_PAYLOAD + 8];
         b[DATA_PAYLOAD..DATA_PAYLOAD + 4].copy_from_slice(&n.to_be_bytes());
-        let len = self.session.seal_data(8, &mut b).unwrap().unwrap();
+        let len = self.session.emit_data(8, &mut b).unwrap().unwrap();
         self.sock.send_to(&b[..len], self.server).unwrap();
     }
 

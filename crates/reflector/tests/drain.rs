@@ -46,7 +46,7 @@ fn receive(sock: &UdpSocket, session: &Session, limit: Duration) -> (Vec<(MovedR
 
 fn send_data(sock: &UdpSocket, session: &mut Session) {
     let mut b = vec![0u8; DATA_PAYLOAD + 8];
-    let n = session.seal_data(8, &mut b).unwrap().unwrap();
+    let n = session.emit_data(8, &mut b).unwrap().unwrap();
     let to = session.request().reflector;
     sock.send_to(&b[..n], to).unwrap();
 }

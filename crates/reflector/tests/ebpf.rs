@@ -168,7 +168,7 @@ fn data(session: &mut Session, player: u32, seq_note: u32, len: usize) -> (Vec<u
     for (k, x) in b.iter_mut().enumerate().skip(DATA_PAYLOAD) {
         *x = (player as usize * 31 + seq_note as usize * 7 + k) as u8;
     }
-    let n = session.seal_data(len - DATA_PAYLOAD, &mut b).unwrap().unwrap();
+    let n = session.emit_data(len - DATA_PAYLOAD, &mut b).unwrap().unwrap();
     b.truncate(n);
     let mut want = b.clone();
     want[TAG].fill(0);

@@ -100,7 +100,7 @@ fn join(group: u16, player: u32, ip: Ipv4Addr) -> (UdpSocket, Session) {
 fn data(s: &mut Session, n: u32) -> Vec<u8> {
     let mut b = vec![0u8; DATA_PAYLOAD + 4];
     b[DATA_PAYLOAD..].copy_from_slice(&n.to_be_bytes());
-    let len = s.seal_data(4, &mut b).expect("a member").unwrap();
+    let len = s.emit_data(4, &mut b).expect("a member").unwrap();
     b.truncate(len);
     b
 }

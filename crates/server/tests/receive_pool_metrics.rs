@@ -103,7 +103,7 @@ fn pool_counters_in_metrics(case: Case) {
         let counting = DataCounters::start(receivers, SENT, Duration::from_secs(20));
         let mut b = [0x5cu8; 200];
         for seq in 0..SENT {
-            sessions[0].seal_data(b.len() - DATA_PAYLOAD, &mut b).unwrap().unwrap();
+            sessions[0].emit_data(b.len() - DATA_PAYLOAD, &mut b).unwrap().unwrap();
             sender.send_to(&b, addr).unwrap();
             if seq % 50 == 49 {
                 // Every receiver has this burst before the next leaves: no

@@ -138,7 +138,7 @@ impl Client {
         b[DATA_PAYLOAD + 4..].copy_from_slice(payload);
         let n = self
             .session()
-            .seal_data(4 + payload.len(), &mut b)
+            .emit_data(4 + payload.len(), &mut b)
             .expect("a member")
             .unwrap();
         self.send(&b[..n]);

@@ -97,7 +97,7 @@ fn no_loss_on_a_full_device_queue(backend: Case) {
     let counts = reflector_server::testing::count_data(receivers, SENT, Duration::from_secs(20));
     let mut b = [0xabu8; 100];
     for seq in 0..SENT {
-        sending.seal_data(100 - DATA_PAYLOAD, &mut b).unwrap().unwrap();
+        sending.emit_data(100 - DATA_PAYLOAD, &mut b).unwrap().unwrap();
         sender.send_to(&b, addr).unwrap();
         if seq % 20 == 19 {
             // Keep the reflector's receive queue from overflowing; the

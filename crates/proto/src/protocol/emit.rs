@@ -58,13 +58,13 @@ pub fn emit(h: &Header, body: &[u8], keys: Option<&SessionKeys>, out: &mut [u8])
         });
     }
     out[start..start + body.len()].copy_from_slice(body);
-    seal(h, len, keys, out)
+    emit_in_place(h, len, keys, out)
 }
 
 /// Writes the header and the MAC or tag of a datagram whose body the
 /// caller already placed in `out` (a DATA's payload at [`DATA_PAYLOAD`]),
 /// `len` bytes in all: lets a sender write its payload in place.
-pub fn seal(h: &Header, len: usize, keys: Option<&SessionKeys>, out: &mut [u8]) -> Result<usize, EmitError> {
+pub fn emit_in_place(h: &Header, len: usize, keys: Option<&SessionKeys>, out: &mut [u8]) -> Result<usize, EmitError> {
     if !h.kind.size_ok(len) {
         return Err(EmitError::BadSize {
             kind: h.kind.name(),

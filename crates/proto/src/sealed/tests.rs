@@ -371,7 +371,7 @@ fn a_receiver_opens_once_and_counts_each_refusal_at_its_step() {
     assert_eq!(r.receive(&mut v2), Err(OpenError::Version));
     // A clear DATA (instance id only) is too short to be sealed.
     let mut clear = vec![0u8; 48];
-    crate::protocol::seal(&header(1001, 1, 14), 48, None, &mut clear).expect("a DATA");
+    crate::protocol::emit_in_place(&header(1001, 1, 14), 48, None, &mut clear).expect("a DATA");
     assert_eq!(r.receive(&mut clear), Err(OpenError::Malformed));
     // A sequence 0 never opens.
     let mut zero = d.clone();

@@ -68,7 +68,7 @@ impl Player {
     fn data(&mut self, payload: &[u8]) -> Vec<u8> {
         let mut b = vec![0u8; DATA_PAYLOAD + payload.len()];
         b[DATA_PAYLOAD..].copy_from_slice(payload);
-        let n = self.session.seal_data(payload.len(), &mut b).unwrap().unwrap();
+        let n = self.session.emit_data(payload.len(), &mut b).unwrap().unwrap();
         b.truncate(n);
         b
     }

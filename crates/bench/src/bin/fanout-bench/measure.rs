@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 /// session: tag and sequence, as a game client would).
 pub(crate) fn next_datagram(tx: &mut Sender, size: usize, buf: &mut [u8], body: &[u8]) -> usize {
     match tx.session.as_mut() {
-        Some(s) => s.seal_data(size - DATA_PAYLOAD, buf).and_then(Result::ok).unwrap_or(0),
+        Some(s) => s.emit_data(size - DATA_PAYLOAD, buf).and_then(Result::ok).unwrap_or(0),
         None => {
             tx.seq += 1;
             let h = Header {
