@@ -120,7 +120,9 @@ pub enum rc_status {
     RC_ERR_PROTOCOL = -18,
     /// The call does not apply to this client: `rc_set_position` on a
     /// client that is handed its tokens (its game asks for the area
-    /// itself), or after `rc_leave`. Nothing was done. (Since 1.2.)
+    /// itself), or after `rc_leave`; `rc_send` in a sealed group while no
+    /// sealing key is held for its cell (since 1.5; the message says so).
+    /// Nothing was done. (Since 1.2.)
     RC_ERR_WRONG_STATE = -19,
 }
 

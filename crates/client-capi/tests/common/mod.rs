@@ -183,6 +183,7 @@ impl Minted {
             token: self.token,
             session_key: self.session_key,
             expires_unix_s: self.expires_unix_s,
+            keys: Vec::new(),
         }
     }
 }
