@@ -745,6 +745,22 @@ pub fn checkpoint_configure(h: rc_handle, fetch_on_join: bool, timeout_ms: u64, 
     })
 }
 
+pub fn sealing_stats(h: rc_handle) -> Res<rc_sealing_counters> {
+    with(h, |c| {
+        let s = c.stats();
+        Ok(rc_sealing_counters {
+            malformed: s.sealed_malformed,
+            version: s.sealed_version,
+            no_key: s.sealed_no_key,
+            replay: s.sealed_replay,
+            bad: s.sealed_bad,
+            keys_requests: s.keys_requests,
+            keys_refreshes: s.keys_refreshes,
+            keys_refresh_failures: s.keys_refresh_failures,
+        })
+    })
+}
+
 pub fn checkpoint_stats(h: rc_handle) -> Res<rc_checkpoint_counters> {
     with(h, |c| {
         let s = c.stats();
