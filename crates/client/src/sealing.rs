@@ -377,3 +377,138 @@ impl<D: crate::Driver> crate::Client<D> {
         next
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reflector_proto::sealed::{MasterSecret, WorldId};
+    use std::net::SocketAddr;
+
+    const G: GroupKey = (
+        SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 4000),
+        4000,
+    );
+    const NOW_S: u64 = 1_800_000_000;
+    const NOW_MS: u64 = NOW_S * 1000;
+
+    fn key(col: u32, epoch: u32, starts: u64, ends: u64) -> CellKey {
+        let master = MasterSecret::new(&[7; 32]).unwrap();
+        let cell = CellId::new(WorldId::from_name("unit"), col, 0).unwrap();
+        CellKey {
+            cell: [col, 0],
+            key: master.epoch_key(cell, epoch),
+            starts_unix_s: starts,
+            ends_unix_s: ends,
+        }
+    }
+
+    fn sealed_under(s: &mut Sealing, now_ms: u64) -> Option<(u32, [u8; 8])> {
+        let k = s.sending_key(G, now_ms, 7, 9)?;
+        // The key's identity shows only in what it seals: seal one byte.
+        let h = reflector_proto::protocol::Header {
+            kind: reflector_proto::protocol::Kind::Data,
+            group: G.1,
+            sender: 7,
+            membership: 1,
+            seq: k.last_sealed() + 1,
+        };
+        let mut out = [0u8; 128];
+        let n = k.seal(&h, 1, None, &mut out).unwrap();
+        assert_eq!(n, reflector_proto::sealed::SEALED_MIN + 1);
+        let epoch = u32::from_be_bytes(out[field_epoch()].try_into().unwrap());
+        Some((epoch, out[reflector_proto::sealed::field::CELL].try_into().unwrap()))
+    }
+
+    fn field_epoch() -> std::ops::Range<usize> {
+        reflector_proto::sealed::field::EPOCH
+    }
+
+    #[test]
+    fn it_seals_under_the_first_cells_newest_started_epoch() {
+        let mut s = Sealing::new(8);
+        let own = key(1, 10, NOW_S - 100, NOW_S + 500);
+        let next = key(1, 11, NOW_S + 500, NOW_S + 1100);
+        let other = key(2, 10, NOW_S - 100, NOW_S + 500);
+        // The grant's order: the player's cell (column 1) first.
+        s.add(G, &[own.clone(), other, next.clone()], true);
+        let (epoch, cell) = sealed_under(&mut s, NOW_MS).unwrap();
+        assert_eq!((epoch, cell), (10, own.key.cell().0), "the next epoch has not started");
+        let (epoch, _) = sealed_under(&mut s, (NOW_S + 500) * 1000).unwrap();
+        assert_eq!(epoch, 11, "once it has, the newest");
+        // Sequences under one sender key only go up (the key remembers).
+        let k = s.sending_key(G, NOW_MS, 7, 9).unwrap();
+        assert_eq!(k.last_sealed(), 1);
+        // No key for another group.
+        assert!(s.sending_key((G.0, 4001), NOW_MS, 7, 9).is_none());
+    }
+
+    #[test]
+    fn keys_go_an_overlap_after_their_end() {
+        let mut s = Sealing::new(8);
+        s.add(G, &[key(1, 10, NOW_S - 600, NOW_S)], true);
+        let drop_at = (NOW_S + OVERLAP_S) * 1000;
+        assert_eq!(s.next_prune_unix_ms(), Some(drop_at));
+        s.prune(drop_at - 1);
+        assert!(
+            s.sending_key(G, drop_at - 1, 7, 9).is_some(),
+            "still held within W of its end"
+        );
+        s.prune(drop_at);
+        assert!(s.sending_key(G, drop_at, 7, 9).is_none());
+        assert_eq!(s.next_prune_unix_ms(), None);
+    }
+
+    #[test]
+    fn a_refresh_is_due_within_the_overlap_and_backs_off() {
+        let mut s = Sealing::new(8);
+        assert_eq!(s.refresh_due_unix_ms(G), None, "no keys, nothing to refresh");
+        s.add(
+            G,
+            &[
+                key(1, 10, NOW_S - 100, NOW_S + 500),
+                key(2, 10, NOW_S - 100, NOW_S + 300),
+            ],
+            true,
+        );
+        let jitter = s.groups[0].jitter_ms;
+        assert!(jitter < KEYS_REFRESH_JITTER.as_millis() as u64);
+        // The cell whose newest key ends first.
+        let due = (NOW_S + 300 - OVERLAP_S) * 1000 + jitter;
+        assert_eq!(s.refresh_due_unix_ms(G), Some(due));
+        // An answer without a newer key: the next waits 2 s, then 4 s.
+        s.answered(G, due);
+        assert_eq!(s.refresh_due_unix_ms(G), Some(due + 2000));
+        s.answered(G, due + 2000);
+        assert_eq!(s.refresh_due_unix_ms(G), Some(due + 2000 + 4000));
+        // A 429 saying 30 s: 30 s, not the 8 s backoff.
+        s.failed(G, due + 6000, Some(Duration::from_secs(30)));
+        assert_eq!(s.refresh_due_unix_ms(G), Some(due + 36_000));
+        // The next epoch's keys: due an overlap before their end, the
+        // backoff reset.
+        s.add(G, &[key(2, 11, NOW_S + 300, NOW_S + 900)], false);
+        let later = (NOW_S + 500 - OVERLAP_S) * 1000 + jitter;
+        s.answered(G, due + 36_000);
+        assert_eq!(s.groups[0].backoff, KEYS_RETRY_FIRST);
+        assert_eq!(s.refresh_due_unix_ms(G), Some(later));
+        // A MOVED: due now (after any backoff), once.
+        s.moved(G);
+        assert_eq!(s.refresh_due_unix_ms(G), Some(due + 36_000));
+        s.asked(G);
+        assert_eq!(s.refresh_due_unix_ms(G), Some(later));
+    }
+
+    #[test]
+    fn a_refresh_keeps_the_grants_cell_order() {
+        let mut s = Sealing::new(8);
+        let own = key(2, 10, NOW_S - 100, NOW_S + 500);
+        s.add(G, &[own.clone(), key(1, 10, NOW_S - 100, NOW_S + 500)], true);
+        // /keys answers in row order: column 1 first.
+        s.add(
+            G,
+            &[key(1, 11, NOW_S - 50, NOW_S + 700), key(2, 11, NOW_S - 50, NOW_S + 700)],
+            false,
+        );
+        let (epoch, cell) = sealed_under(&mut s, NOW_MS).unwrap();
+        assert_eq!((epoch, cell), (11, own.key.cell().0));
+    }
+}
