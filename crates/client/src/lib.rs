@@ -74,6 +74,15 @@
 //! ([`Event::LeftGroup`]). Radius 0 (the default) is one group, as before;
 //! a move at radius 0 is make-before-break too.
 //!
+//! Sealed groups (docs/protocol.md, "Sealed payloads"): where JOIN_ACK
+//! says a group is sealed, [`Client::send`] seals the game data end to end
+//! under the sender key of the player's cell and its newest started epoch
+//! (the keys come in [`Token::keys`] from a control server with a sealing
+//! secret, or [`Client::set_epoch_keys`]), and [`Client::recv`] hands back
+//! only what opened; each refusal is counted in [`Stats`]. Keys near their
+//! end are refreshed with `GET /keys` on a helper thread, as tokens are.
+//! Without a key nothing is sent ([`SendError::NoSealingKey`]).
+//!
 //! Rejoin rules (ERROR cannot be authenticated), per group:
 //! - `ERROR(NotMember)` to a member, a reflector silent for
 //!   [`SILENT_INTERVALS`] keepalive intervals, or a refused join other than
