@@ -216,5 +216,6 @@ pub(super) fn client_token(t: &JoinGrant, player: u32) -> Result<Token, String> 
         token,
         session_key,
         expires_unix_s: t.expires_unix_s,
+        keys: Vec::new(),
     })
 }

@@ -35,9 +35,12 @@
  * `rc_area_add_token`, `rc_set_area` and `RC_MAX_AREA_TOKENS`. 1.4 added
  * the other checkpoint kept: `rc_fetch_checkpoint_other`,
  * `RC_CHECKPOINT_OP_FETCH_OTHER`, and `op` filled in READY and EMPTY
- * checkpoint events (which fetch they answer).
+ * checkpoint events (which fetch they answer). 1.5 added sealed groups'
+ * counters: `rc_sealing_stats` and `rc_sealing_counters` (a struct of its
+ * own: `rc_client_stats` keeps its size), and `RC_ERR_WRONG_STATE` from
+ * `rc_send` in a sealed group with no key held.
  */
-#define REFLECTOR_C_VERSION_MINOR 4
+#define REFLECTOR_C_VERSION_MINOR 5
 
 /**
  * Bytes of a reflector token.
@@ -323,7 +326,9 @@ typedef enum {
   /**
    * The call does not apply to this client: `rc_set_position` on a
    * client that is handed its tokens (its game asks for the area
-   * itself), or after `rc_leave`. Nothing was done. (Since 1.2.)
+   * itself), or after `rc_leave`; `rc_send` in a sealed group while no
+   * sealing key is held for its cell (since 1.5; the message says so).
+   * Nothing was done. (Since 1.2.)
    */
   RC_ERR_WRONG_STATE = -19,
 } rc_status;
@@ -512,6 +517,46 @@ typedef struct {
    */
   uint64_t failures;
 } rc_checkpoint_counters;
+
+/**
+ * Sealed groups' counters since the client started (docs/protocol.md,
+ * "Sealed payloads"). (Since 1.5.)
+ */
+typedef struct {
+  /**
+   * Sealed groups' DATA dropped by a receiving step: not a sealed DATA
+   * (too short, or clear DATA in a sealed group) ...
+   */
+  uint64_t malformed;
+  /**
+   * ... a sealed version this library does not read ...
+   */
+  uint64_t version;
+  /**
+   * ... no epoch key held for its cell and epoch ...
+   */
+  uint64_t no_key;
+  /**
+   * ... a sequence already seen from that sender instance ...
+   */
+  uint64_t replay;
+  /**
+   * ... does not open under the sender's key (forged or altered).
+   */
+  uint64_t bad;
+  /**
+   * `GET /keys` requests sent (key refreshes).
+   */
+  uint64_t keys_requests;
+  /**
+   * `/keys` answers received.
+   */
+  uint64_t keys_refreshes;
+  /**
+   * `/keys` requests that failed (retried with backoff).
+   */
+  uint64_t keys_refresh_failures;
+} rc_sealing_counters;
 
 /**
  * A client configuration handle (since 1.2): made by
@@ -793,6 +838,12 @@ rc_status rc_checkpoint_configure(rc_handle h,
  * The client's checkpoint counters into `*stats`. (Since 1.1.)
  */
 rc_status rc_checkpoint_stats(rc_handle h, rc_checkpoint_counters *stats);
+
+/**
+ * The client's sealed-group counters into `*stats`: what the receiving
+ * steps dropped and the `/keys` refreshes. (Since 1.5.)
+ */
+rc_status rc_sealing_stats(rc_handle h, rc_sealing_counters *stats);
 
 /**
  * Areas of interest and control server lists (since 1.2) need settings

@@ -93,6 +93,7 @@ fn status_of(e: &Error) -> rc_status {
         Error::Resolve { .. } => rc_status::RC_ERR_RESOLVE,
         Error::Control(_) => rc_status::RC_ERR_CONTROL,
         Error::JoinRefused { .. } => rc_status::RC_ERR_JOIN_REFUSED,
+        Error::NoSuchGroup { .. } => rc_status::RC_ERR_INVALID_ARGUMENT,
     }
 }
 
@@ -151,6 +152,7 @@ fn token(p: &TokenParts<'_>) -> Res<Token> {
         token,
         session_key,
         expires_unix_s: p.expires_unix_s,
+        keys: Vec::new(),
     })
 }
 
@@ -412,6 +414,11 @@ pub fn send(h: rc_handle, data: &[u8]) -> Res<u64> {
                 SendError::TooLarge { .. } => rc_status::RC_ERR_TOO_LARGE,
                 SendError::NotMember => rc_status::RC_ERR_NOT_MEMBER,
                 SendError::Io(_) => rc_status::RC_ERR_IO,
+                // A code a caller of any 1.x minor version knows (rc_send
+                // is older than sealing); the message says which case.
+                SendError::NoSealingKey { .. } | SendError::SealedWithoutInstance { .. } => {
+                    rc_status::RC_ERR_WRONG_STATE
+                }
             };
             fail(code, e.to_string())
         })
@@ -735,6 +742,22 @@ pub fn checkpoint_configure(h: rc_handle, fetch_on_join: bool, timeout_ms: u64, 
         let max = if max_bytes == 0 { max } else { max_bytes };
         c.set_checkpoint_config(fetch_on_join, timeout, max);
         Ok(())
+    })
+}
+
+pub fn sealing_stats(h: rc_handle) -> Res<rc_sealing_counters> {
+    with(h, |c| {
+        let s = c.stats();
+        Ok(rc_sealing_counters {
+            malformed: s.sealed_malformed,
+            version: s.sealed_version,
+            no_key: s.sealed_no_key,
+            replay: s.sealed_replay,
+            bad: s.sealed_bad,
+            keys_requests: s.keys_requests,
+            keys_refreshes: s.keys_refreshes,
+            keys_refresh_failures: s.keys_refresh_failures,
+        })
     })
 }
 

@@ -649,6 +649,20 @@ pub unsafe extern "C" fn rc_checkpoint_stats(h: rc_handle, stats: *mut rc_checkp
     })
 }
 
+/// The client's sealed-group counters into `*stats`: what the receiving
+/// steps dropped and the `/keys` refreshes. (Since 1.5.)
+#[no_mangle]
+pub unsafe extern "C" fn rc_sealing_stats(h: rc_handle, stats: *mut rc_sealing_counters) -> rc_status {
+    call(|| {
+        if stats.is_null() {
+            return Err(null("stats"));
+        }
+        let s = api::sealing_stats(h)?;
+        // SAFETY: `stats` is a writable rc_sealing_counters (checked for NULL).
+        done(unsafe { put(stats, s, "stats") })
+    })
+}
+
 /// Areas of interest and control server lists (since 1.2) need settings
 /// the 1.1 constructors do not take, so a client gets them from a config:
 /// an `rc_config` handle made with the arguments of

@@ -26,8 +26,11 @@ pub const REFLECTOR_C_VERSION_MAJOR: u32 = 1;
 /// `rc_area_add_token`, `rc_set_area` and `RC_MAX_AREA_TOKENS`. 1.4 added
 /// the other checkpoint kept: `rc_fetch_checkpoint_other`,
 /// `RC_CHECKPOINT_OP_FETCH_OTHER`, and `op` filled in READY and EMPTY
-/// checkpoint events (which fetch they answer).
-pub const REFLECTOR_C_VERSION_MINOR: u32 = 4;
+/// checkpoint events (which fetch they answer). 1.5 added sealed groups'
+/// counters: `rc_sealing_stats` and `rc_sealing_counters` (a struct of its
+/// own: `rc_client_stats` keeps its size), and `RC_ERR_WRONG_STATE` from
+/// `rc_send` in a sealed group with no key held.
+pub const REFLECTOR_C_VERSION_MINOR: u32 = 5;
 
 /// Bytes of a reflector token.
 pub const RC_TOKEN_LEN: usize = 32;
@@ -120,7 +123,9 @@ pub enum rc_status {
     RC_ERR_PROTOCOL = -18,
     /// The call does not apply to this client: `rc_set_position` on a
     /// client that is handed its tokens (its game asks for the area
-    /// itself), or after `rc_leave`. Nothing was done. (Since 1.2.)
+    /// itself), or after `rc_leave`; `rc_send` in a sealed group while no
+    /// sealing key is held for its cell (since 1.5; the message says so).
+    /// Nothing was done. (Since 1.2.)
     RC_ERR_WRONG_STATE = -19,
 }
 
@@ -367,6 +372,30 @@ pub struct rc_checkpoint_event {
     /// 3 not requested, 4 too large, 5 malformed, 6 busy: try later, 7 no
     /// such group); 0 otherwise.
     pub refusal: u8,
+}
+
+/// Sealed groups' counters since the client started (docs/protocol.md,
+/// "Sealed payloads"). (Since 1.5.)
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct rc_sealing_counters {
+    /// Sealed groups' DATA dropped by a receiving step: not a sealed DATA
+    /// (too short, or clear DATA in a sealed group) ...
+    pub malformed: u64,
+    /// ... a sealed version this library does not read ...
+    pub version: u64,
+    /// ... no epoch key held for its cell and epoch ...
+    pub no_key: u64,
+    /// ... a sequence already seen from that sender instance ...
+    pub replay: u64,
+    /// ... does not open under the sender's key (forged or altered).
+    pub bad: u64,
+    /// `GET /keys` requests sent (key refreshes).
+    pub keys_requests: u64,
+    /// `/keys` answers received.
+    pub keys_refreshes: u64,
+    /// `/keys` requests that failed (retried with backoff).
+    pub keys_refresh_failures: u64,
 }
 
 /// Checkpoint counters since the client started. (Since 1.1.)

@@ -102,11 +102,12 @@ fn header_declares_every_entry_point() {
         "rc_area_add_token",
         "rc_set_area",
         "rc_fetch_checkpoint_other",
+        "rc_sealing_stats",
     ] {
         assert!(h.contains(&format!(" {f}(")), "{f} missing from the header");
     }
     assert!(h.contains("#define REFLECTOR_C_VERSION_MAJOR 1"));
-    assert!(h.contains("#define REFLECTOR_C_VERSION_MINOR 4"));
+    assert!(h.contains("#define REFLECTOR_C_VERSION_MINOR 5"));
     assert!(h.contains("#define RC_MAX_AREA_TOKENS 25"));
     assert!(h.contains("RC_ERR_BUFFER_TOO_SMALL = -12"));
     assert!(h.contains("RC_CHECKPOINT_READY = 3"));
@@ -119,4 +120,7 @@ fn header_declares_every_entry_point() {
     // 1.4's, after 1.1's ops.
     assert!(h.contains("RC_CHECKPOINT_OP_FETCH = 2"));
     assert!(h.contains("RC_CHECKPOINT_OP_FETCH_OTHER = 3"));
+    // 1.5's counters in a struct of their own; rc_client_stats unchanged.
+    assert!(h.contains("} rc_sealing_counters;"));
+    assert!(h.contains("rc_status rc_sealing_stats(rc_handle h, rc_sealing_counters *stats);"));
 }

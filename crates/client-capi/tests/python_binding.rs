@@ -44,6 +44,8 @@ except rc.ReflectorError as e:
     print("refused", e.code, e.message)
 c = rc.Client.with_token(lib, b"t" * 32, b"k" * 32, 1, 1, "127.0.0.1:9", 2**40, local="127.0.0.1:0")
 c.update()
+s = c.sealing_stats()
+print("sealing", s.malformed, s.bad, s.keys_refresh_failures)
 c.close()
 try:
     c.close()
@@ -59,6 +61,8 @@ except rc.ReflectorError as e:
     assert!(ok, "{out}\n{err}");
     assert!(out.contains("refused -2 the token is 5 bytes; it must be 32"), "{out}");
     assert!(out.contains("double free -3"), "{out}");
+    // 1.5's counters read through the binding (no sealed group: zeros).
+    assert!(out.contains("sealing 0 0 0"), "{out}");
 }
 
 /// An area's tokens handed in from Python (1.3): the client joins both

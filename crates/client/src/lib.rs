@@ -74,6 +74,15 @@
 //! ([`Event::LeftGroup`]). Radius 0 (the default) is one group, as before;
 //! a move at radius 0 is make-before-break too.
 //!
+//! Sealed groups (docs/protocol.md, "Sealed payloads"): where JOIN_ACK
+//! says a group is sealed, [`Client::send`] seals the game data end to end
+//! under the sender key of the player's cell and its newest started epoch
+//! (the keys come in [`Token::keys`] from a control server with a sealing
+//! secret, or [`Client::set_epoch_keys`]), and [`Client::recv`] hands back
+//! only what opened; each refusal is counted in [`Stats`]. Keys near their
+//! end are refreshed with `GET /keys` on a helper thread, as tokens are.
+//! Without a key nothing is sent ([`SendError::NoSealingKey`]).
+//!
 //! Rejoin rules (ERROR cannot be authenticated), per group:
 //! - `ERROR(NotMember)` to a member, a reflector silent for
 //!   [`SILENT_INTERVALS`] keepalive intervals, or a refused join other than
@@ -93,6 +102,7 @@ mod inbox;
 mod memlog;
 mod moves;
 mod schedule;
+mod sealing;
 mod streams;
 #[cfg(target_os = "linux")]
 mod sys;
@@ -109,17 +119,20 @@ pub use driver::{Driver, UdpDriver};
 pub use memlog::{MembershipChange, MembershipRecord, TrySendError};
 pub use reflector_proto::checkpoint::Refusal;
 pub use schedule::{CHECKPOINT_POLL, FETCH_POLL};
+pub use sealing::{KEYS_REFRESH_JITTER, KEYS_RETRY_FIRST, KEYS_RETRY_MAX};
 pub use streams::{SenderKey, StreamCounters};
-pub use token::{fetch as fetch_token, fetch_area, AreaTokens, ControlError, ControlServer, Token};
+pub use token::{cell_keys, fetch as fetch_token, fetch_area, AreaTokens, CellKey, ControlError, ControlServer, Token};
 pub use types::*;
 
 use checkpoint::Transfer;
 use inbox::Inbox;
 use reflector_proto::client::{self as session, Event as SessionEvent, Failure, JoinRequest, Session};
 use reflector_proto::protocol::{
-    ErrorCode, Kind, Packet, SessionKeys, DATA_PAYLOAD, INSTANCE_LEN, MAX_DATAGRAM, MAX_DATAGRAM_KERNEL,
+    ErrorCode, Header, Kind, Packet, SessionKeys, DATA_PAYLOAD, INSTANCE_LEN, MAX_DATAGRAM, MAX_DATAGRAM_KERNEL,
     MAX_GAME_PAYLOAD,
 };
+use reflector_proto::sealed as sealed_fmt;
+use sealing::{GroupSealing, Sealing};
 use std::collections::VecDeque;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -149,6 +162,8 @@ struct Membership {
     rejoin: bool,
     keepalive: Duration,
     instance_flag: bool,
+    /// Whether its JOIN_ACK says its DATA is sealed.
+    sealing: GroupSealing,
     /// The checkpoint channel's TCP port from JOIN_ACK (0: none).
     checkpoint_port: u16,
     last_keepalive: Instant,
@@ -242,6 +257,8 @@ pub struct Client<D: Driver = UdpDriver> {
     events: VecDeque<Event>,
     inbox: Inbox,
     streams: Streams,
+    /// Epoch keys, sender keys, the sealed receiver and `/keys` refresh.
+    sealing: Sealing,
     stats: Stats,
     rx: Box<[u8]>,
     tx: Box<[u8; MAX_DATAGRAM_KERNEL]>,
@@ -324,6 +341,7 @@ impl<D: Driver> Client<D> {
             events: VecDeque::with_capacity(64),
             inbox: Inbox::new(cfg.inbox),
             streams: Streams::new(cfg.max_senders, cfg.sender_silent_after),
+            sealing: Sealing::new(cfg.max_senders),
             stats: Stats::default(),
             rx: vec![0u8; MAX_DATAGRAM].into_boxed_slice(),
             tx: Box::new([0u8; MAX_DATAGRAM_KERNEL]),
@@ -398,11 +416,14 @@ impl<D: Driver> Client<D> {
             .map(|m| m.session.request().group)
     }
 
-    /// The largest payload [`Client::send`] takes now: 1,440 bytes, or 1,432
-    /// where the group carries instance ids; `None` before the first join.
+    /// The largest payload [`Client::send`] takes now: 1,440 bytes, 1,432
+    /// where the group carries instance ids, 1,400 in a sealed group
+    /// ([`MAX_PAYLOAD_SEALED`]); `None` before the first join.
     pub fn max_payload(&self) -> Option<usize> {
         let m = &self.memberships[self.sending_index()?];
-        Some(if m.instance_flag {
+        Some(if m.sealing != GroupSealing::Clear {
+            MAX_PAYLOAD_SEALED
+        } else if m.instance_flag {
             MAX_PAYLOAD_WITH_INSTANCE
         } else {
             MAX_PAYLOAD
@@ -544,6 +565,14 @@ impl<D: Driver> Client<D> {
             .into());
         }
         let i = self.sending_index().ok_or(SendError::NotMember)?;
+        match self.memberships[i].sealing {
+            GroupSealing::Clear => {}
+            GroupSealing::Sealed => return self.send_sealed(i, payload),
+            GroupSealing::Misconfigured(flags) => {
+                let group = self.memberships[i].key().1;
+                return Err(SendError::SealedWithoutInstance { group, flags }.into());
+            }
+        }
         let m = &mut self.memberships[i];
         let mut at = DATA_PAYLOAD;
         if m.instance_flag {
@@ -567,6 +596,71 @@ impl<D: Driver> Client<D> {
         self.stats.data_sent += 1;
         self.stats.bytes_sent += payload.len() as u64;
         Ok(seq)
+    }
+
+    /// [`Client::try_send`] in a sealed group: the game data sealed under
+    /// our sender key of the group's cell and newest started epoch (see
+    /// sealing.rs), the nonce the client-wide counter, then tagged. Without
+    /// a key nothing is sent.
+    fn send_sealed(&mut self, i: usize, payload: &[u8]) -> Result<u64, TrySendError> {
+        let m = &mut self.memberships[i];
+        let group = m.key();
+        let req = m.session.request();
+        let (player, tag_keys) = (req.player, req.keys);
+        let (Some(ack), Some(membership)) = (m.session.ack(), m.session.membership()) else {
+            return Err(SendError::NotMember.into());
+        };
+        let key = self
+            .sealing
+            .sending_key(group, reflector_proto::unix_now_ms(), player, self.instance)
+            .ok_or(SendError::NoSealingKey { group: group.1 })?;
+        m.session.advance_seq(self.next_seq);
+        let seq = m.session.next_seq();
+        let h = Header {
+            kind: Kind::Data,
+            group: group.1,
+            sender: player,
+            membership,
+            seq,
+        };
+        let start = sealed_fmt::field::CIPHERTEXT;
+        self.tx[start..start + payload.len()].copy_from_slice(payload);
+        let n = key
+            .seal(&h, payload.len(), ack.tags().then_some(&tag_keys), &mut self.tx[..])
+            .map_err(|e| SendError::Io(e.to_string()))?;
+        // The number is taken whether or not the socket takes the datagram:
+        // a nonce is never used twice.
+        m.session.advance_seq(seq + 1);
+        self.next_seq = m.session.next_seq();
+        self.sock
+            .send_to(&self.tx[..n], m.reflector)
+            .map_err(TrySendError::Io)?;
+        self.stats.data_sent += 1;
+        self.stats.bytes_sent += payload.len() as u64;
+        Ok(seq)
+    }
+
+    /// Hands in sealing epoch keys for `group` (a game that gets its tokens
+    /// some other way than from the control server's `/join`, which brings
+    /// them in [`Token::keys`]): held beside those the client has, each
+    /// until [`reflector_proto::sealed::OVERLAP_S`] after its epoch ends.
+    /// The first cell's key is the one the client seals under (put the
+    /// player's cell first, as [`cell_keys`] does). Refused when no group
+    /// `group` is held.
+    pub fn set_epoch_keys(&mut self, group: u16, keys: &[CellKey]) -> Result<(), Error> {
+        let groups: Vec<GroupKey> = self
+            .memberships
+            .iter()
+            .filter(|m| m.live() && m.key().1 == group)
+            .map(Membership::key)
+            .collect();
+        if groups.is_empty() {
+            return Err(Error::NoSuchGroup { group });
+        }
+        for g in groups {
+            self.sealing.add(g, keys, true);
+        }
+        Ok(())
     }
 
     /// Hands in a new token (for a game whose backend fetches them): it
@@ -654,8 +748,10 @@ impl<D: Driver> Client<D> {
             return;
         }
         self.poll_fetch(now);
+        self.poll_keys(now);
         self.receive(now);
         self.timers(now);
+        self.sealing_timers(now);
         self.settle_move(now);
         self.checkpoints(now);
         while let Some((player, instance)) = self.streams.poll_silent(now) {
@@ -726,47 +822,32 @@ impl<D: Driver> Client<D> {
                     self.stats.data_not_member += 1;
                     return;
                 }
-                let mut payload = pkt.payload();
+                let (sender, seq) = (pkt.sender(), pkt.seq());
+                if m.sealing != GroupSealing::Clear {
+                    // Opened in place: only the game data goes on.
+                    match self.sealing.receiver.receive(&mut self.rx[..n]) {
+                        Ok(game) => {
+                            let mut id = [0u8; INSTANCE_LEN];
+                            id.copy_from_slice(&self.rx[sealed_fmt::field::INSTANCE]);
+                            self.deliver(group, sender, u64::from_be_bytes(id), seq, game, now);
+                        }
+                        Err(e) => sealing::count(&mut self.stats, e),
+                    }
+                    return;
+                }
+                let mut at = DATA_PAYLOAD;
                 let mut instance = 0;
                 if m.instance_flag {
-                    if payload.len() < INSTANCE_LEN {
+                    if n < at + INSTANCE_LEN {
                         self.stats.ignored += 1;
                         return;
                     }
-                    let (id, rest) = payload.split_at(INSTANCE_LEN);
-                    instance = u64::from_be_bytes(id.try_into().unwrap_or_default());
-                    payload = rest;
+                    let mut id = [0u8; INSTANCE_LEN];
+                    id.copy_from_slice(&self.rx[at..at + INSTANCE_LEN]);
+                    instance = u64::from_be_bytes(id);
+                    at += INSTANCE_LEN;
                 }
-                if payload.len() > MAX_GAME_PAYLOAD {
-                    self.stats.oversize += 1;
-                    return;
-                }
-                let (sender, seq) = (pkt.sender(), pkt.seq());
-                // One table for every group: a sender heard in two groups
-                // of the area is one stream, its copies dropped here.
-                match self.streams.accept((sender, instance), seq, now) {
-                    Verdict::Fresh { first } => {
-                        if first {
-                            self.events.push_back(Event::SenderHeard {
-                                player: sender,
-                                instance,
-                            });
-                        }
-                    }
-                    Verdict::Duplicate | Verdict::TooLate | Verdict::TableFull => return,
-                }
-                self.stats.data_received += 1;
-                self.stats.bytes_received += payload.len() as u64;
-                let Some(slot) = self.inbox.push() else {
-                    self.stats.inbox_full += 1;
-                    return;
-                };
-                slot.group = group;
-                slot.sender = sender;
-                slot.instance = instance;
-                slot.seq = seq;
-                slot.len = payload.len();
-                slot.buf[..payload.len()].copy_from_slice(payload);
+                self.deliver(group, sender, instance, seq, at..n, now);
             }
             _ if !m.live() => self.stats.ignored += 1,
             Kind::EchoReply => {
@@ -790,6 +871,48 @@ impl<D: Driver> Client<D> {
                 self.session_event(i, ev, now);
             }
         }
+    }
+
+    /// A DATA's game payload, `self.rx[payload]`, from `sender`'s
+    /// `instance`: deduplicated across groups, counted, and put in the inbox.
+    fn deliver(
+        &mut self,
+        group: u16,
+        sender: u32,
+        instance: u64,
+        seq: u64,
+        payload: std::ops::Range<usize>,
+        now: Instant,
+    ) {
+        if payload.len() > MAX_GAME_PAYLOAD {
+            self.stats.oversize += 1;
+            return;
+        }
+        // One table for every group: a sender heard in two groups of the
+        // area is one stream, its copies dropped here.
+        match self.streams.accept((sender, instance), seq, now) {
+            Verdict::Fresh { first } => {
+                if first {
+                    self.events.push_back(Event::SenderHeard {
+                        player: sender,
+                        instance,
+                    });
+                }
+            }
+            Verdict::Duplicate | Verdict::TooLate | Verdict::TableFull => return,
+        }
+        self.stats.data_received += 1;
+        self.stats.bytes_received += payload.len() as u64;
+        let Some(slot) = self.inbox.push() else {
+            self.stats.inbox_full += 1;
+            return;
+        };
+        slot.group = group;
+        slot.sender = sender;
+        slot.instance = instance;
+        slot.seq = seq;
+        slot.len = payload.len();
+        slot.buf[..payload.len()].copy_from_slice(&self.rx[payload]);
     }
 
     fn rtt(&mut self, sample: Duration) {
@@ -823,6 +946,7 @@ impl<D: Driver> Client<D> {
                 let m = &mut self.memberships[i];
                 m.keepalive = Duration::from_millis(u64::from(ack.keepalive_ms.max(50)));
                 m.instance_flag = ack.instance();
+                m.sealing = GroupSealing::of_flags(ack.flags);
                 m.checkpoint_port = ack.checkpoint_port;
                 m.last_heard = now;
                 m.last_keepalive = now;
@@ -924,6 +1048,7 @@ impl<D: Driver> Client<D> {
             rejoin,
             keepalive: Duration::from_secs(2),
             instance_flag: false,
+            sealing: GroupSealing::Clear,
             checkpoint_port: 0,
             last_keepalive: now,
             last_heard: now,
@@ -1121,6 +1246,7 @@ mod tests {
             token: [1; TOKEN_LEN],
             session_key: [2; 32],
             expires_unix_s: reflector_proto::unix_now_ms() / 1000 + 300,
+            keys: Vec::new(),
         }))
     }
 

@@ -187,6 +187,7 @@ mod tests {
             token: claims.sign(&Secret::new(&[3; 32]).unwrap()),
             session_key: SESSION_KEY,
             expires_unix_s,
+            keys: Vec::new(),
         };
         let mut cfg = Config::new(TokenSource::Given(token));
         cfg.inbox = inbox;

@@ -19,6 +19,7 @@ impl<D: Driver> Client<D> {
         self.held = Some(Held {
             received_unix_ms: received,
         });
+        self.sealing.add(key, &t.keys, true);
         let cell = self.cell.and_then(|k| self.find(k));
         match cell {
             Some(i) if self.cell == Some(key) && self.memberships[i].session.is_member() => {
@@ -69,6 +70,7 @@ impl<D: Driver> Client<D> {
             m.wanted = false;
         }
         for &(reflector, t) in &grants {
+            self.sealing.add((reflector, t.group), &t.keys, true);
             let req = join_request(reflector, t, self.next_seq);
             let keys = req.keys;
             match self.find((reflector, t.group)) {
@@ -196,6 +198,8 @@ impl<D: Driver> Client<D> {
         let ms = &mut self.memberships[i];
         ms.last_heard = now;
         let group = ms.session.request().group;
+        // Its cells may be served elsewhere now: their keys asked again.
+        self.sealing.moved(ms.key());
         self.stats.moves_asked += 1;
         self.events.push_back(Event::MoveAsked {
             group,

@@ -144,6 +144,15 @@ impl<D: Driver> Client<D> {
             next = earliest(next, poll.map(|p| now + p));
         }
         next = earliest(next, self.streams.next_silent());
+        // Sealing keys: one to drop, a `/keys` request due, or the answer
+        // of one in flight, looked for as a token request's is.
+        if let Some(t) = self.next_keys_due() {
+            next = earliest(next, Some(now + Duration::from_millis(t.saturating_sub(unix_ms))));
+        }
+        if self.sealing.fetching.is_some() {
+            let poll = self.cfg.background_poll.or((!woken.token_answer).then_some(FETCH_POLL));
+            next = earliest(next, poll.map(|p| now + p));
+        }
         // Groups just left only linger (DATA already on its way is judged
         // by its arrival time): nothing to do for them at a given time.
         for m in self.memberships.iter().filter(|m| m.live()) {
@@ -205,6 +214,7 @@ mod tests {
             token: claims.sign(&Secret::new(&[3; 32]).unwrap()),
             session_key: SESSION_KEY,
             expires_unix_s,
+            keys: Vec::new(),
         };
         Client::with_driver(Config::new(TokenSource::Given(token)), Mem::default()).unwrap()
     }

@@ -3,7 +3,61 @@
 //! `http`; plain HTTP only when asked for) with the player's ticket from
 //! the game backend.
 
+use reflector_proto::control::EpochKeyGrant;
 use reflector_proto::protocol::{SESSION_KEY_LEN, TOKEN_LEN};
+use reflector_proto::sealed::{CellId, EpochKey, CELL_ID_LEN, KEY_LEN};
+
+/// One sealing epoch key of a cell, as a control server with a sealing
+/// secret hands it out with each grant (docs/protocol.md, "Handing out
+/// keys"): the key of (cell, epoch) and when that epoch starts and ends,
+/// Unix seconds. Its `Debug` never shows the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CellKey {
+    /// `[column, row]` of the cell.
+    pub cell: [u32; 2],
+    /// The key, with its cell id and epoch.
+    pub key: EpochKey,
+    pub starts_unix_s: u64,
+    pub ends_unix_s: u64,
+}
+
+impl CellKey {
+    /// A key of the control server's JSON (`keys` of a grant or of a
+    /// `/keys` answer), checked: a cell id of 8 hex bytes, a key of 32,
+    /// an epoch that ends after it starts.
+    pub fn from_grant(g: &EpochKeyGrant) -> Result<CellKey, String> {
+        let cell_id: [u8; CELL_ID_LEN] = hex::decode(&g.cell_id)
+            .ok()
+            .and_then(|v| v.try_into().ok())
+            .ok_or_else(|| format!("a key's cell id is not {CELL_ID_LEN} hex bytes"))?;
+        let key: [u8; KEY_LEN] = hex::decode(&g.key)
+            .ok()
+            .and_then(|v| v.try_into().ok())
+            .ok_or_else(|| format!("a key is not {KEY_LEN} hex bytes"))?;
+        if g.ends_unix_s <= g.starts_unix_s {
+            return Err(format!(
+                "the key of cell {:?} epoch {} ends ({}) before it starts ({})",
+                g.cell, g.epoch, g.ends_unix_s, g.starts_unix_s
+            ));
+        }
+        Ok(CellKey {
+            cell: g.cell,
+            key: EpochKey::from_bytes(CellId(cell_id), g.epoch, key),
+            starts_unix_s: g.starts_unix_s,
+            ends_unix_s: g.ends_unix_s,
+        })
+    }
+}
+
+/// The keys of a grant, checked, the player's own cell's first (a sealed
+/// group's DATA is sealed under the first cell's key, see
+/// [`Token::keys`]).
+pub fn cell_keys(grants: &[EpochKeyGrant], own_cell: Option<[u32; 2]>) -> Result<Vec<CellKey>, String> {
+    let mut keys = grants.iter().map(CellKey::from_grant).collect::<Result<Vec<_>, _>>()?;
+    // A stable sort: the control server's order (row order) otherwise.
+    keys.sort_by_key(|k| Some(k.cell) != own_cell);
+    Ok(keys)
+}
 
 /// A join token for one group with its session key, as the control server
 /// hands them out (`GET /join`, docs/protocol.md).
@@ -20,6 +74,13 @@ pub struct Token {
     /// never logged (see the `Debug` impl).
     pub session_key: [u8; SESSION_KEY_LEN],
     pub expires_unix_s: u64,
+    /// The sealing epoch keys of the cells the group serves (empty from a
+    /// control server without a sealing secret). In a sealed group the
+    /// client seals what it sends under the key of the first cell here,
+    /// so the player's own cell comes first: the client puts it first when
+    /// it reads the control server's answer, and a game that builds a
+    /// token itself does the same ([`cell_keys`]).
+    pub keys: Vec<CellKey>,
 }
 
 impl std::fmt::Debug for Token {
@@ -29,6 +90,7 @@ impl std::fmt::Debug for Token {
             .field("group", &self.group)
             .field("player", &self.player)
             .field("expires_unix_s", &self.expires_unix_s)
+            .field("keys", &self.keys)
             .finish_non_exhaustive()
     }
 }
@@ -154,7 +216,8 @@ pub enum ControlError {
 
 #[cfg(feature = "http")]
 mod http {
-    use super::{AreaTokens, ControlError, ControlServer, Token};
+    use super::{AreaTokens, CellKey, ControlError, ControlServer, Token};
+    use reflector_proto::control::{EpochKeyGrant, KeysAnswer};
     use reflector_proto::protocol::{SESSION_KEY_LEN, TOKEN_LEN};
     use std::net::{SocketAddr, ToSocketAddrs};
     use std::path::Path;
@@ -172,6 +235,14 @@ mod http {
         token: String,
         session_key: String,
         expires_unix_s: u64,
+        /// The player's cell for the cell's grant, a neighbour's for an
+        /// area's other grants.
+        #[serde(default)]
+        cell: Option<[u32; 2]>,
+        /// Sealing epoch keys (absent from a control server without a
+        /// sealing secret).
+        #[serde(default)]
+        keys: Vec<EpochKeyGrant>,
         #[serde(default)]
         area: Vec<Answer>,
     }
@@ -232,6 +303,77 @@ mod http {
     /// is sent, so a bad one is a configuration error, not a skipped server.
     /// `radius` > 0 asks for the area around the player's cell too.
     pub fn fetch(c: &ControlServer, radius: u8, held: Option<&[u8; 32]>) -> Result<AreaTokens, ControlError> {
+        over_servers(c, |agent, url| {
+            let mut req = agent
+                .get(&format!("{}/join", url.trim_end_matches('/')))
+                .query("player", &c.player.to_string())
+                .query("x", &c.position.0.to_string())
+                .query("y", &c.position.1.to_string());
+            // Without `area` the request is exactly the plain join's.
+            if radius > 0 {
+                req = req.query("area", &radius.to_string());
+            }
+            // The token held now: a re-placement is charged to this player's
+            // rate limit only, not to its address's (many players behind one
+            // NAT recovering at once from a reflector's failure).
+            if let Some(h) = held {
+                req = req.query("held", &hex::encode(h));
+            }
+            if let Some(t) = &c.ticket {
+                req = req.set("Authorization", &format!("Bearer {t}"));
+            }
+            let mut answer: Answer = call_json(req, url, "/join")?;
+            let others = std::mem::take(&mut answer.area);
+            let cell = token_of(c, answer)?;
+            let area = others
+                .into_iter()
+                .map(|a| token_of(c, a))
+                .collect::<Result<Vec<_>, _>>()?;
+            if area
+                .iter()
+                .any(|t| t.reflector == cell.reflector && t.group == cell.group)
+            {
+                return Err(ControlError::BadAnswer(
+                    "the area names the cell's own group again".into(),
+                ));
+            }
+            Ok(AreaTokens { cell, area })
+        })
+    }
+
+    /// `GET /keys?token=T&at=A&mac=M` (docs/protocol.md, "Handing out
+    /// keys"), over the control servers as [`fetch`] goes: the epoch keys
+    /// of the cells the token's group serves now, in the server's order.
+    pub fn fetch_keys(
+        c: &ControlServer,
+        player: u32,
+        token: &[u8; TOKEN_LEN],
+        at_unix_s: u64,
+        mac: &[u8; 16],
+    ) -> Result<Vec<CellKey>, ControlError> {
+        over_servers(c, |agent, url| {
+            let req = agent
+                .get(&format!("{}/keys", url.trim_end_matches('/')))
+                .query("token", &hex::encode(token))
+                .query("at", &at_unix_s.to_string())
+                .query("mac", &hex::encode(mac));
+            let answer: KeysAnswer = call_json(req, url, "/keys")?;
+            if answer.player != player {
+                return Err(ControlError::BadAnswer(format!(
+                    "keys for player {}, not {player}",
+                    answer.player
+                )));
+            }
+            super::cell_keys(&answer.keys, None).map_err(ControlError::BadAnswer)
+        })
+    }
+
+    /// Runs `attempt` against each control server in turn and each address
+    /// of its name, until one answers (see [`ControlError::fails_over`]).
+    fn over_servers<T>(
+        c: &ControlServer,
+        attempt: impl Fn(&ureq::Agent, &str) -> Result<T, ControlError>,
+    ) -> Result<T, ControlError> {
         for url in c.urls() {
             if url.starts_with("http://") {
                 if !c.allow_plain_http {
@@ -249,7 +391,8 @@ mod http {
         let mut last = None;
         for url in c.urls() {
             for addr in addresses(url) {
-                match fetch_at(c, radius, held, url, addr.clone(), tls.clone()) {
+                let answer = agent_for(url, addr.clone(), tls.clone()).and_then(|agent| attempt(&agent, url));
+                match answer {
                     Err(e) if e.fails_over() => {
                         failed.push(match addr {
                             Ok(a) => format!("{url} at {a}: {e}"),
@@ -299,16 +442,13 @@ mod http {
         }
     }
 
-    /// One `GET /join` to `url`, connecting to `addr` (the name stays in
-    /// the request and in TLS's server name).
-    fn fetch_at(
-        c: &ControlServer,
-        radius: u8,
-        held: Option<&[u8; 32]>,
+    /// An agent for `url` that connects to `addr` (the name stays in the
+    /// request and in TLS's server name).
+    fn agent_for(
         url: &str,
         addr: Result<SocketAddr, String>,
         tls: Option<Arc<rustls::ClientConfig>>,
-    ) -> Result<AreaTokens, ControlError> {
+    ) -> Result<ureq::Agent, ControlError> {
         let mut builder = ureq::AgentBuilder::new()
             .timeout_connect(Duration::from_secs(2))
             .timeout(Duration::from_secs(5));
@@ -324,29 +464,16 @@ mod http {
                 })
             }
         }
-        let agent = builder.build();
-        let mut req = agent
-            .get(&format!("{}/join", url.trim_end_matches('/')))
-            .query("player", &c.player.to_string())
-            .query("x", &c.position.0.to_string())
-            .query("y", &c.position.1.to_string());
-        // Without `area` the request is exactly the plain join's.
-        if radius > 0 {
-            req = req.query("area", &radius.to_string());
-        }
-        // The token held now: a re-placement is charged to this player's
-        // rate limit only, not to its address's (many players behind one
-        // NAT recovering at once from a reflector's failure).
-        if let Some(h) = held {
-            req = req.query("held", &hex::encode(h));
-        }
-        if let Some(t) = &c.ticket {
-            req = req.set("Authorization", &format!("Bearer {t}"));
-        }
-        let answer: Answer = match req.call() {
+        Ok(builder.build())
+    }
+
+    /// Sends `req` and reads its JSON answer (`what` names the request in
+    /// an error), a refusal as the [`ControlError`] its status says.
+    fn call_json<T: serde::de::DeserializeOwned>(req: ureq::Request, url: &str, what: &str) -> Result<T, ControlError> {
+        match req.call() {
             Ok(resp) => resp
                 .into_json()
-                .map_err(|e| ControlError::BadAnswer(format!("not the /join JSON: {e}")))?,
+                .map_err(|e| ControlError::BadAnswer(format!("not the {what} JSON: {e}"))),
             Err(ureq::Error::Status(status, resp)) => {
                 let retry_after_s = resp
                     .header("Retry-After")
@@ -356,42 +483,24 @@ mod http {
                 let message = serde_json::from_str::<Refusal>(&body)
                     .map(|r| r.error)
                     .unwrap_or_else(|_| body.trim().to_string());
-                return Err(match status {
+                Err(match status {
                     401 => ControlError::Unauthorized { message },
                     403 => ControlError::Forbidden { message },
                     429 => ControlError::RateLimited { retry_after_s, message },
                     _ => ControlError::Status { status, message },
-                });
-            }
-            Err(ureq::Error::Transport(t)) => {
-                return Err(match tls_failure(&t) {
-                    Some(reason) => ControlError::Tls {
-                        url: url.to_string(),
-                        reason,
-                    },
-                    None => ControlError::Unreachable {
-                        url: url.to_string(),
-                        reason: t.to_string(),
-                    },
                 })
             }
-        };
-        let mut answer = answer;
-        let others = std::mem::take(&mut answer.area);
-        let cell = token_of(c, answer)?;
-        let area = others
-            .into_iter()
-            .map(|a| token_of(c, a))
-            .collect::<Result<Vec<_>, _>>()?;
-        if area
-            .iter()
-            .any(|t| t.reflector == cell.reflector && t.group == cell.group)
-        {
-            return Err(ControlError::BadAnswer(
-                "the area names the cell's own group again".into(),
-            ));
+            Err(ureq::Error::Transport(t)) => Err(match tls_failure(&t) {
+                Some(reason) => ControlError::Tls {
+                    url: url.to_string(),
+                    reason,
+                },
+                None => ControlError::Unreachable {
+                    url: url.to_string(),
+                    reason: t.to_string(),
+                },
+            }),
         }
-        Ok(AreaTokens { cell, area })
     }
 
     /// One grant of the answer as a token, checked.
@@ -410,6 +519,7 @@ mod http {
             .ok()
             .and_then(|v| v.try_into().ok())
             .ok_or_else(|| ControlError::BadAnswer(format!("the session key is not {SESSION_KEY_LEN} hex bytes")))?;
+        let keys = super::cell_keys(&answer.keys, answer.cell).map_err(ControlError::BadAnswer)?;
         Ok(Token {
             reflector: answer.reflector,
             group: answer.group,
@@ -417,6 +527,7 @@ mod http {
             token,
             session_key,
             expires_unix_s: answer.expires_unix_s,
+            keys,
         })
     }
 }
@@ -436,6 +547,25 @@ pub(crate) const RENEWAL_BACKOFF_MAX: std::time::Duration = std::time::Duration:
 pub(crate) fn renewal_backoff(expires_unix_s: u64, now_unix_ms: u64) -> std::time::Duration {
     let left = std::time::Duration::from_millis(expires_unix_s.saturating_mul(1000).saturating_sub(now_unix_ms));
     (left / 4).clamp(crate::TOKEN_RETRY, RENEWAL_BACKOFF_MAX)
+}
+
+/// `GET /keys` of the control server for the group of `token` (blocking;
+/// the client calls it on a helper thread): `mac` is
+/// [`reflector_proto::sealed::keys_request_mac`] of (token, `at_unix_s`).
+pub(crate) fn fetch_keys(
+    c: &ControlServer,
+    player: u32,
+    token: &[u8; TOKEN_LEN],
+    at_unix_s: u64,
+    mac: &[u8; 16],
+) -> Result<Vec<CellKey>, ControlError> {
+    #[cfg(feature = "http")]
+    return http::fetch_keys(c, player, token, at_unix_s, mac);
+    #[cfg(not(feature = "http"))]
+    {
+        let _ = (c, player, token, at_unix_s, mac);
+        Err(ControlError::NoHttp)
+    }
 }
 
 /// Asks the control server for a token (blocking; the client calls it on

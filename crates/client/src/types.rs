@@ -33,6 +33,11 @@ pub const MAX_PAYLOAD: usize = MAX_GAME_PAYLOAD;
 /// The largest game payload when it does (the instance id takes 8 bytes).
 pub const MAX_PAYLOAD_WITH_INSTANCE: usize = MAX_GAME_PAYLOAD - INSTANCE_LEN;
 
+/// The largest game payload in a sealed group (docs/protocol.md, "Sealed
+/// payloads"): the sealed header and the AEAD tag take 32 bytes more than
+/// the instance id.
+pub const MAX_PAYLOAD_SEALED: usize = reflector_proto::sealed::MAX_SEALED_GAME_DATA;
+
 /// How long after a failed token request (or a refused join) the next try
 /// waits, unless the control server said longer (`Retry-After`).
 pub const TOKEN_RETRY: Duration = Duration::from_secs(1);
@@ -129,6 +134,8 @@ pub enum Error {
     Control(#[from] ControlError),
     #[error("join of group {group} refused: {failure}")]
     JoinRefused { group: u16, failure: Failure },
+    #[error("no group {group} is held: join it before handing in its keys")]
+    NoSuchGroup { group: u16 },
 }
 
 impl Error {
@@ -149,6 +156,13 @@ pub enum SendError {
     NotMember,
     #[error("sendto failed: {0}")]
     Io(String),
+    #[error(
+        "group {group} is sealed and no sealing key is held for its cell now: nothing was sent \
+         (the control server needs --sealing-secret-file, or the game hands keys in with set_epoch_keys)"
+    )]
+    NoSealingKey { group: u16 },
+    #[error("group {group}'s JOIN_ACK flags {flags:#04x} say sealed without the instance id: the reflector is misconfigured, nothing is sent there")]
+    SealedWithoutInstance { group: u16, flags: u8 },
 }
 
 /// Why the client is joining again.
@@ -333,4 +347,26 @@ pub struct Stats {
     pub checkpoints_fetched: u64,
     /// Exchanges that failed (uploads and fetches).
     pub checkpoint_failures: u64,
+    /// Sealed groups' DATA dropped by the receiving steps
+    /// (docs/protocol.md, "Receiving"), one counter per step: not a sealed
+    /// DATA (too short, or clear DATA in a sealed group) ...
+    pub sealed_malformed: u64,
+    /// ... a sealed version this client does not read ...
+    pub sealed_version: u64,
+    /// ... no epoch key held for its cell and epoch (keys not handed out
+    /// or not refreshed yet, or the sender's clock far off) ...
+    pub sealed_no_key: u64,
+    /// ... a sequence already seen from that sender instance (a replay, or
+    /// a copy that came through two groups of an area) ...
+    pub sealed_replay: u64,
+    /// ... and does not open under the sender's key: forged or altered.
+    pub sealed_bad: u64,
+    /// `/keys` requests sent (key refreshes, docs/protocol.md "Handing
+    /// out keys").
+    pub keys_requests: u64,
+    /// `/keys` answers received (each adds the keys it brings).
+    pub keys_refreshes: u64,
+    /// `/keys` requests that failed (unreachable, refused, 429): retried
+    /// with backoff, a 429's `Retry-After` honoured.
+    pub keys_refresh_failures: u64,
 }

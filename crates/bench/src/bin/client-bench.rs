@@ -99,6 +99,7 @@ impl Setup {
             token,
             session_key: SessionKeys::derive(&self.secret, &token).session,
             expires_unix_s,
+            keys: Vec::new(),
         }
     }
 

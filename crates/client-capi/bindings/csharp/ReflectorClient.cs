@@ -98,6 +98,12 @@ namespace Reflector
         public ulong Requested, Uploaded, Fetched, Failures;
     }
 
+    /// <summary>Sealed groups' counters (library 1.5).</summary>
+    public struct SealingStats
+    {
+        public ulong Malformed, Version, NoKey, Replay, Bad, KeysRequests, KeysRefreshes, KeysRefreshFailures;
+    }
+
     public enum EventKind
     {
         None = 0,
@@ -187,6 +193,8 @@ namespace Reflector
         public const int VersionMinorHandedAreas = 3;
         /// <summary>The other checkpoint kept (rc_fetch_checkpoint_other) came with 1.4.</summary>
         public const int VersionMinorFetchOther = 4;
+        /// <summary>Sealed groups' counters (rc_sealing_stats) came with 1.5.</summary>
+        public const int VersionMinorSealing = 5;
         public const int TokenLen = 32;
         public const int SessionKeyLen = 32;
         public const int MaxPayload = 1440;
@@ -226,6 +234,7 @@ namespace Reflector
         public static extern Status rc_checkpoint_configure(ulong h, int fetchOnJoin, ulong timeoutMs, ulong maxBytes);
 
         [DllImport(Lib)] public static extern Status rc_checkpoint_stats(ulong h, out CheckpointStats stats);
+        [DllImport(Lib)] public static extern Status rc_sealing_stats(ulong h, out SealingStats stats);
 
         [DllImport(Lib)]
         public static extern Status rc_config_new_control(byte[] url, byte[] ticket, uint player, double x, double y,
@@ -547,6 +556,15 @@ namespace Reflector
         {
             CheckpointStats s;
             Native.Check(Native.rc_checkpoint_stats(Handle, out s));
+            return s;
+        }
+
+        /// <summary>Sealed groups' counters. Library 1.5.</summary>
+        public SealingStats GetSealingStats()
+        {
+            Native.Need(Native.VersionMinorSealing, "GetSealingStats");
+            SealingStats s;
+            Native.Check(Native.rc_sealing_stats(Handle, out s));
             return s;
         }
 

@@ -46,6 +46,8 @@ REFLECTOR_C_VERSION_MINOR_AREAS = 2
 REFLECTOR_C_VERSION_MINOR_HANDED_AREAS = 3
 # The other checkpoint kept (rc_fetch_checkpoint_other) came with 1.4.
 REFLECTOR_C_VERSION_MINOR_FETCH_OTHER = 4
+# Sealed groups' counters (rc_sealing_stats) came with 1.5.
+REFLECTOR_C_VERSION_MINOR_SEALING = 5
 RC_MAX_AREA_TOKENS = 25
 RC_TOKEN_LEN = 32
 RC_SESSION_KEY_LEN = 32
@@ -149,6 +151,16 @@ class CheckpointStats(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in ("requested", "uploaded", "fetched", "failures")]
 
 
+class SealingStats(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_uint64)
+        for name in (
+            "malformed", "version", "no_key", "replay", "bad",
+            "keys_requests", "keys_refreshes", "keys_refresh_failures",
+        )
+    ]
+
+
 class DatagramInfo(ctypes.Structure):
     _fields_ = [
         ("group", ctypes.c_uint16),
@@ -246,6 +258,9 @@ def load(path=None):
     sigs_1_4 = {
         "rc_fetch_checkpoint_other": (ctypes.c_int, [u64]),
     }
+    sigs_1_5 = {
+        "rc_sealing_stats": (ctypes.c_int, [u64, ctypes.POINTER(SealingStats)]),
+    }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)
         f.restype, f.argtypes = res, args
@@ -262,6 +277,10 @@ def load(path=None):
             f.restype, f.argtypes = res, args
     if minor(lib) >= REFLECTOR_C_VERSION_MINOR_FETCH_OTHER:
         for name, (res, args) in sigs_1_4.items():
+            f = getattr(lib, name)
+            f.restype, f.argtypes = res, args
+    if minor(lib) >= REFLECTOR_C_VERSION_MINOR_SEALING:
+        for name, (res, args) in sigs_1_5.items():
             f = getattr(lib, name)
             f.restype, f.argtypes = res, args
     return lib
@@ -487,6 +506,13 @@ class Client:
     def checkpoint_stats(self):
         s = CheckpointStats()
         _check(self._lib, self._lib.rc_checkpoint_stats(self.handle, ctypes.byref(s)))
+        return s
+
+    def sealing_stats(self):
+        """Sealed groups' counters (library 1.5)."""
+        _need(self._lib, REFLECTOR_C_VERSION_MINOR_SEALING, "sealing_stats")
+        s = SealingStats()
+        _check(self._lib, self._lib.rc_sealing_stats(self.handle, ctypes.byref(s)))
         return s
 
     def close(self):

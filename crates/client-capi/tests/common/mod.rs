@@ -58,12 +58,22 @@ impl Reflector {
         Reflector::start_ports(vec![0], checkpoint)
     }
 
+    /// One sealed group (`serve --data-sealed on`).
+    pub fn start_sealed() -> Reflector {
+        Reflector::start_policy(vec![0], None, true)
+    }
+
     fn start_ports(ports: Vec<u16>, checkpoint: Option<CheckpointConfig>) -> Reflector {
+        Reflector::start_policy(ports, checkpoint, false)
+    }
+
+    fn start_policy(ports: Vec<u16>, checkpoint: Option<CheckpointConfig>, sealed: bool) -> Reflector {
         let cfg = ServerConfig {
             ports,
             policy: Policy {
                 keepalive_ms: 500,
                 data_instance: true,
+                data_sealed: sealed,
                 ..Policy::default()
             },
             checkpoint,
@@ -183,6 +193,7 @@ impl Minted {
             token: self.token,
             session_key: self.session_key,
             expires_unix_s: self.expires_unix_s,
+            keys: Vec::new(),
         }
     }
 }

@@ -120,6 +120,28 @@ impl Reflector {
         Reflector { server, port }
     }
 
+    /// One sealed group (`serve --data-sealed on`: JOIN_ACK flag bit 2 with
+    /// the instance flag), DATA tags on.
+    pub fn start_sealed() -> Reflector {
+        let cfg = ServerConfig {
+            ports: vec![0],
+            policy: Policy {
+                keepalive_ms: KEEPALIVE_MS,
+                data_instance: true,
+                data_sealed: true,
+                ..Policy::default()
+            },
+            ..ServerConfig::new(
+                [127, 0, 0, 1].into(),
+                Secret::new(&SECRET).expect("a valid secret"),
+                BackendKind::Sendto,
+            )
+        };
+        let server = Server::start(cfg, Arc::new(AtomicBool::new(false))).expect("the reflector starts");
+        let port = server.ports()[0];
+        Reflector { server, port }
+    }
+
     /// Every group port, in the order the groups were given.
     pub fn ports(&self) -> Vec<u16> {
         self.server.ports().to_vec()
@@ -165,6 +187,7 @@ pub fn token(player: u32, group: u16, reflector: SocketAddr, ttl_s: u64) -> Toke
         token,
         session_key: SessionKeys::derive(&secret, &token).session,
         expires_unix_s,
+        keys: Vec::new(),
     }
 }
 
@@ -228,11 +251,51 @@ pub fn area_control_server(r: &Reflector, cols: u32, rows: u32) -> reflector_con
     world_control_server(ports, cols, rows, None)
 }
 
+/// The master secret of [`sealing_control_server`]'s world.
+pub const SEALING_MASTER: [u8; 32] = [0x5e; 32];
+/// Its world name.
+pub const SEALING_WORLD: &str = "client tests";
+
+/// A real control server over plain HTTP (anonymous joins, tokens for 300
+/// s) whose one cell is `r`'s group, with a sealing secret: its grants
+/// carry epoch keys and it serves `/keys` (the default schedule: epochs of
+/// 600 s, 60 s of jitter). The sealing state is returned too, for its
+/// counters.
+pub fn sealing_control_server(
+    r: &Reflector,
+) -> (
+    reflector_control::ControlServer,
+    Arc<reflector_control::sealing::Sealing>,
+) {
+    use reflector_proto::sealed::{MasterSecret, Schedule};
+    let sealing = Arc::new(reflector_control::sealing::Sealing::new(
+        MasterSecret::new(&SEALING_MASTER).expect("a long enough master secret"),
+        SEALING_WORLD,
+        Schedule::new(600, 60).expect("a valid schedule"),
+        100.0,
+    ));
+    let s = Arc::clone(&sealing);
+    let server = world_control_server_with(vec![r.port], 1, 1, None, move |w| {
+        w.with_sealing(s).expect("one cell per group")
+    });
+    (server, sealing)
+}
+
 fn world_control_server(
     ports: Vec<u16>,
     cols: u32,
     rows: u32,
     tls: Option<reflector_http::Tls>,
+) -> reflector_control::ControlServer {
+    world_control_server_with(ports, cols, rows, tls, |w| w)
+}
+
+fn world_control_server_with(
+    ports: Vec<u16>,
+    cols: u32,
+    rows: u32,
+    tls: Option<reflector_http::Tls>,
+    world_with: impl FnOnce(reflector_control::World) -> reflector_control::World,
 ) -> reflector_control::ControlServer {
     use reflector_control::{Assign, ControlConfig, ReflectorSpec, World};
     let world = World::new(
@@ -246,6 +309,7 @@ fn world_control_server(
         }],
     )
     .expect("a world");
+    let world = world_with(world);
     reflector_control::ControlServer::start_with(
         ControlConfig {
             listen: ([127, 0, 0, 1], 0).into(),

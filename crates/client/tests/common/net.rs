@@ -9,6 +9,13 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+/// A datagram a [`Relay`] carried: towards the reflector (true) or the
+/// client, and its bytes.
+pub type Tapped = (bool, Vec<u8>);
+
+/// The most datagrams a [`Relay`] keeps in its tap.
+pub const TAP_MAX: usize = 10_000;
+
 /// Relays datagrams between one client and a reflector. The client sends
 /// to [`Relay::addr`] as if it were the reflector.
 pub struct Relay {
@@ -17,6 +24,10 @@ pub struct Relay {
     client: Arc<Mutex<Option<SocketAddr>>>,
     /// The next DATA towards the client goes twice.
     pub duplicate_next: Arc<AtomicBool>,
+    /// Every datagram relayed, in order, with its direction (true: from
+    /// the client to the reflector), the first [`TAP_MAX`] only: what
+    /// anyone on the path sees.
+    pub tap: Arc<Mutex<Vec<Tapped>>>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -31,17 +42,26 @@ impl Relay {
         let client = Arc::new(Mutex::new(None));
         let duplicate_next = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
+        let tap = Arc::new(Mutex::new(Vec::new()));
+        let record = |tap: &Mutex<Vec<Tapped>>, up: bool, d: &[u8]| {
+            let mut t = tap.lock().unwrap();
+            if t.len() < TAP_MAX {
+                t.push((up, d.to_vec()));
+            }
+        };
         let up = {
-            let (c, r, client, stop) = (
+            let (c, r, client, stop, tap) = (
                 facing_client.try_clone().unwrap(),
                 facing_reflector.try_clone().unwrap(),
                 Arc::clone(&client),
                 Arc::clone(&stop),
+                Arc::clone(&tap),
             );
             std::thread::spawn(move || {
                 let mut buf = [0u8; 2048];
                 while !stop.load(SeqCst) {
                     if let Ok((n, from)) = c.recv_from(&mut buf) {
+                        record(&tap, true, &buf[..n]);
                         *client.lock().unwrap() = Some(from);
                         let _ = r.send_to(&buf[..n], reflector);
                     }
@@ -49,17 +69,19 @@ impl Relay {
             })
         };
         let down = {
-            let (c, r, client, dup, stop) = (
+            let (c, r, client, dup, stop, tap) = (
                 facing_client.try_clone().unwrap(),
                 facing_reflector,
                 Arc::clone(&client),
                 Arc::clone(&duplicate_next),
                 Arc::clone(&stop),
+                Arc::clone(&tap),
             );
             std::thread::spawn(move || {
                 let mut buf = [0u8; 2048];
                 while !stop.load(SeqCst) {
                     if let Ok((n, _)) = r.recv_from(&mut buf) {
+                        record(&tap, false, &buf[..n]);
                         let Some(to) = *client.lock().unwrap() else { continue };
                         let _ = c.send_to(&buf[..n], to);
                         let data = n > 3 && buf[3] == reflector_proto::protocol::Kind::Data as u8;
@@ -75,6 +97,7 @@ impl Relay {
             facing_client,
             client,
             duplicate_next,
+            tap,
             stop,
             threads: vec![up, down],
         }
