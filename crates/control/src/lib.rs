@@ -834,6 +834,8 @@ pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u3
         Ok(KeyedGrant {
             grant: grant(cell, target),
             keys,
+            control_public: None,
+            certificate: None,
         })
     };
     let own = match keyed(cell, own) {
