@@ -1,5 +1,6 @@
 use super::*;
 use crate::sealed::{MasterSecret, WorldId};
+use proptest::prelude::*;
 
 const WORLD: &str = "checkpoint world";
 const PLAYER_A: u32 = 7;
@@ -398,4 +399,30 @@ fn a_generated_key_signs_and_never_shows_in_debug() {
     )
     .is_ok());
     assert!(format!("{k:?}").contains(&hex::encode(k.public_key())));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Arbitrary bytes, with the group's keys and a REPLY that agrees with
+    /// whatever header they have: refused, never a panic.
+    #[test]
+    fn arbitrary_bytes_are_refused_without_panicking(data in proptest::collection::vec(any::<u8>(), 0..400)) {
+        let mut reply = reply(PLAYER_A);
+        if data.len() >= field::STATE {
+            reply.tick = be_u64(&data[field::TICK]);
+            reply.from_player = be_u32(&data[field::PLAYER]);
+        }
+        prop_assert!(open_with(&data, &reply, &group_keys()).is_err());
+    }
+
+    /// Any one byte of a valid envelope changed: refused (by some check),
+    /// never opened to another state.
+    #[test]
+    fn any_changed_byte_is_refused(at in any::<proptest::sample::Index>(), bit in 0u8..8) {
+        let mut env = envelope();
+        let i = at.index(env.len());
+        env[i] ^= 1 << bit;
+        prop_assert!(open(&env).is_err(), "byte {} bit {} changed and it opened", i, bit);
+    }
 }
