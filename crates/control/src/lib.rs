@@ -954,6 +954,11 @@ pub fn metrics(cfg: &ControlConfig, http: &reflector_http::Stats, format: reflec
         "Sealing epoch keys handed out, in /join answers and by /keys.",
     )
     .sample(&[], cfg.world.sealing.as_ref().map_or(0, |s| s.keys_issued()));
+    e.counter(
+        "reflector_control_sealing_certificates_issued",
+        "Player signing keys certified (/join with sign_key), for sealed checkpoints.",
+    )
+    .sample(&[], cfg.world.sealing.as_ref().map_or(0, |s| s.certificates_issued()));
     let (reloads, reload_errors) = cfg.secret.reloads();
     e.counter(
         "reflector_control_token_secret_reloads",

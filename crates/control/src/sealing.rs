@@ -89,6 +89,7 @@ pub struct Sealing {
     per_player: Mutex<RateLimiter<u32>>,
     outcomes: [AtomicU64; KeysOutcome::ALL.len()],
     keys_issued: AtomicU64,
+    certificates_issued: AtomicU64,
 }
 
 impl std::fmt::Debug for Sealing {
@@ -123,6 +124,7 @@ impl Sealing {
             per_player: Mutex::new(RateLimiter::new(refresh_per_s, refresh_per_s * 5.0)),
             outcomes: Default::default(),
             keys_issued: AtomicU64::new(0),
+            certificates_issued: AtomicU64::new(0),
         }
     }
 
@@ -144,6 +146,7 @@ impl Sealing {
     /// Ed25519 key until the token's expiry.
     pub fn certify(&self, player: u32, public_key: &[u8; 32], expires_unix_s: u64) -> (String, String) {
         let cert = self.signer.certify(player, public_key, expires_unix_s);
+        self.certificates_issued.fetch_add(1, Relaxed);
         (hex::encode(self.control_public()), hex::encode(cert.signature))
     }
 
@@ -192,6 +195,12 @@ impl Sealing {
     /// Epoch keys handed out so far, in `/join` answers and by `/keys`.
     pub fn keys_issued(&self) -> u64 {
         self.keys_issued.load(Relaxed)
+    }
+
+    /// Player key certificates made so far (one per `/join` with `sign_key`,
+    /// however many grants carry it).
+    pub fn certificates_issued(&self) -> u64 {
+        self.certificates_issued.load(Relaxed)
     }
 }
 
@@ -582,7 +591,17 @@ mod tests {
         let q = format!("player=42&x=15&y=5&sign_key={}", hex::encode(key).to_uppercase());
         let plain: KeyedGrant = serde_json::from_value(join(&c, &q, MID_EPOCH_S, None).body).unwrap();
         assert_eq!(certified(&plain, &key), Some(public));
+        assert_eq!(
+            c.world.sealing.as_ref().unwrap().certificates_issued(),
+            2,
+            "one per answer"
+        );
         let r = join(&c, "player=42&x=15&y=5&area=1", MID_EPOCH_S, None);
+        assert_eq!(
+            c.world.sealing.as_ref().unwrap().certificates_issued(),
+            2,
+            "none without sign_key"
+        );
         assert!(
             r.body.get("control_public").is_none() && r.body.get("certificate").is_none(),
             "{}",
