@@ -1107,7 +1107,7 @@ fn keys_answers() -> Vec<J> {
 /// The cells of the joiner's group: it holds the keys of `sealed_cells` for
 /// these only (cell (0, 2)'s key it holds is another group's).
 const GROUP_CELLS: [[u32; 2]; 1] = [[3, 1]];
-const CHECKPOINT_AGE_MS: u32 = 700;
+const CHECKPOINT_AGE_MS: u64 = 700;
 
 fn control_signer() -> ControlSigner {
     ControlSigner::derive(&master(), WorldId::from_name(WORLD))
@@ -1280,7 +1280,7 @@ fn checkpoint_cases() -> Vec<CheckpointCase> {
             INSTANCE,
             a.clone(),
             FetchedReply {
-                received_unix_ms: cert_expiry() * 1000 + u64::from(CHECKPOINT_AGE_MS),
+                received_unix_ms: cert_expiry() * 1000 + CHECKPOINT_AGE_MS,
                 ..reply_for(PLAYER_A)
             },
             refused(
@@ -1889,7 +1889,7 @@ fn sealed_checkpoints_open_and_refusals_are_what_the_file_says() {
         let reply = FetchedReply {
             tick: num(e, "reply_tick"),
             from_player: num(e, "reply_from_player") as u32,
-            age_ms: num(e, "age_ms") as u32,
+            age_ms: num(e, "age_ms"),
             received_unix_ms: num(e, "reply_unix_ms"),
         };
         let mut buf = bytes(e, "hex");

@@ -382,7 +382,8 @@ impl CheckpointRefusal {
 pub struct FetchedReply {
     pub tick: u64,
     pub from_player: u32,
-    pub age_ms: u32,
+    /// The REPLY's age ms (a u32 on the wire; [`crate::checkpoint::Fetched`]'s width).
+    pub age_ms: u64,
     /// The joiner's clock when the REPLY arrived, Unix ms.
     pub received_unix_ms: u64,
 }
@@ -474,7 +475,7 @@ pub fn open_checkpoint(
     if !verify_certificate(joiner.control_public, world, &cert) {
         return Err(R::BadCertificate);
     }
-    let uploaded_ms = reply.received_unix_ms.saturating_sub(u64::from(reply.age_ms));
+    let uploaded_ms = reply.received_unix_ms.saturating_sub(reply.age_ms);
     if uploaded_ms >= cert.expires_unix_s.saturating_mul(1000) {
         return Err(R::ExpiredCertificate);
     }

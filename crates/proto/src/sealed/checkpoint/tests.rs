@@ -253,7 +253,7 @@ fn a_certificate_of_another_control_key_or_for_another_player_is_refused() {
 #[test]
 fn a_certificate_must_be_valid_when_the_state_was_uploaded() {
     let env = envelope();
-    let at = |received_unix_ms: u64, age_ms: u32| {
+    let at = |received_unix_ms: u64, age_ms: u64| {
         open_with(
             &env,
             &FetchedReply {
