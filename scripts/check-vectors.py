@@ -3,10 +3,11 @@
 
 Written from docs/protocol.md (version 2, revision 2.2) alone.  It reads the
 vectors file described in the document's "Test vectors" section and checks
-every token, key, cookie, datagram, checkpoint-channel message, area and
-sealed payload in it against the document's rules (HKDF-SHA256 and
-ChaCha20-Poly1305 written here from RFC 5869 and RFC 8439 and checked
-against their examples, since the standard library has neither), and that every entry under `invalid` is
+every token, key, cookie, datagram, checkpoint-channel message, area,
+sealed payload and sealed checkpoint in it against the document's rules
+(HKDF-SHA256, ChaCha20-Poly1305 and Ed25519 written here from RFC 5869, RFC
+8439 and RFC 8032 and checked against their examples, since the standard
+library has none of them), and that every entry under `invalid` is
 rejected by one of those rules.
 
 Usage: python3 scripts/check-vectors.py [docs/protocol-vectors.json]

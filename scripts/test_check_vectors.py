@@ -8,7 +8,9 @@ digest, emptying the file, breaking its JSON, dropping or emptying a section
 makes the checker fail.  The sealed section is the committed file's (made by
 the Rust implementation with ring, so not by the checker's own ChaCha20-Poly1305),
 re-tagged under this file's keys; corrupting any key, header or AEAD byte of it,
-or naming a rejection at the wrong step, makes the checker fail.
+or naming a rejection at the wrong step, makes the checker fail.  Its sealed
+checkpoints too: a flipped signature or certificate bit, another group's cell,
+an expired certificate or a refusal named at the wrong check make it fail.
 
 Run: python3 scripts/test_check_vectors.py
 """
@@ -261,6 +263,23 @@ class Builder:
             for at in (0, 17, 31):
                 self.spots.append((("sealed", "senders", i, "sender_key"), at, at + 1, "sender key"))
         self.spots.append((("sealed", "world_id"), 0, 4, "world id"))
+        ck = sec["checkpoints"]
+        self.spots.append((("sealed", "checkpoints", "control_public"), 0, 1, "control public key"))
+        self.spots.append((("sealed", "checkpoints", "control_seed"), 31, 32, "control seed"))
+        for i in range(len(ck["players"])):
+            self.spots.append((("sealed", "checkpoints", "players", i, "certificate"), 63, 64, "certificate"))
+            self.spots.append((("sealed", "checkpoints", "players", i, "public_key"), 0, 1, "player key"))
+        for i, e in enumerate(ck["envelopes"]):
+            if "state" in e:
+                n = len(bytes.fromhex(e["hex"]))
+                # The header's cell, certificate and key; the end of the
+                # ciphertext, the AEAD tag and the signature.
+                for lo, hi, label in ((16, 24, "envelope cell id"), (56, 57, "envelope public key"),
+                                      (151, 152, "envelope certificate"), (n - 81, n - 79, "envelope AEAD tag"),
+                                      (n - 64, n - 63, "envelope signature"), (n - 1, n, "envelope signature end")):
+                    self.spots.append((("sealed", "checkpoints", "envelopes", i, "hex"), lo, hi, label))
+                self.spots.append((("sealed", "checkpoints", "envelopes", i, "checkpoint_key"), 0, 1,
+                                   "checkpoint key"))
         at = NOW_MS // 1000
         sec["keys_request"] = {"keys": 0, "token": t0.hex(), "at_unix_s": at,
                                "mac": H(km, b"reflector-keys-v1" + t0 + struct.pack(">Q", at), 16).hex()}
@@ -517,6 +536,82 @@ class CheckVectorsTest(unittest.TestCase):
         doc = copy.deepcopy(self.doc)
         doc["sealed"]["cells"][0]["cell"] = [4, 1]
         self.assertFails(*self.run_inproc(doc), "a cell id that is not its cell's")
+
+    def checkpoint_doc(self):
+        doc = copy.deepcopy(self.doc)
+        ck = doc["sealed"]["checkpoints"]
+        good = next(e for e in ck["envelopes"] if "state" in e)
+        return doc, ck, good
+
+    def test_a_flipped_checkpoint_signature_bit_fails(self):
+        doc, ck, good = self.checkpoint_doc()
+        b = bytearray.fromhex(good["hex"])
+        b[-20] ^= 0x10
+        good["hex"] = bytes(b).hex()
+        rc, out = self.run_inproc(doc)
+        self.assertFails(rc, out, "an envelope with a flipped signature bit")
+        self.assertIn("must open, refused at checkpoint_bad_signature", out)
+        # A flipped certificate bit in the header (the envelope then signed
+        # over it, so only the certificate check can catch it) fails too.
+        doc, ck, good = self.checkpoint_doc()
+        b = bytearray.fromhex(good["hex"])
+        b[100] ^= 0x01
+        good["hex"] = bytes(b).hex()
+        rc, out = self.run_inproc(doc)
+        self.assertFails(rc, out, "an envelope with a flipped certificate bit")
+        self.assertIn("refused at checkpoint_bad_certificate", out)
+
+    def test_another_groups_checkpoint_fails(self):
+        # The joiner's group made another: its own checkpoint is now another group's.
+        doc, ck, good = self.checkpoint_doc()
+        ck["group_cells"] = [[0, 2]]
+        rc, out = self.run_inproc(doc)
+        self.assertFails(rc, out, "a checkpoint of another group's cell listed as opening")
+        self.assertIn("refused at checkpoint_wrong_cell", out)
+        # The refused other group's envelope listed as opening.
+        doc, ck, good = self.checkpoint_doc()
+        other = next(e for e in ck["envelopes"] if e.get("reject") == "checkpoint_wrong_cell")
+        other["state"] = good["state"]
+        other["checkpoint_key"] = good["checkpoint_key"]
+        del other["reject"]
+        self.assertFails(*self.run_inproc(doc), "another group's envelope listed as opening")
+
+    def test_an_expired_certificate_fails(self):
+        doc, ck, good = self.checkpoint_doc()
+        expires = ck["players"][good["signer"]]["expires_unix_s"]
+        good["reply_unix_ms"] = expires * 1000 + good["age_ms"]
+        rc, out = self.run_inproc(doc)
+        self.assertFails(rc, out, "a checkpoint uploaded when its certificate expired")
+        self.assertIn("refused at checkpoint_expired_certificate", out)
+        # A millisecond earlier it opens: the refused one then fails as listed.
+        doc, ck, good = self.checkpoint_doc()
+        exp = next(e for e in ck["envelopes"] if e.get("reject") == "checkpoint_expired_certificate")
+        exp["reply_unix_ms"] -= 1
+        rc, out = self.run_inproc(doc)
+        self.assertFails(rc, out, "an expired-certificate refusal that opens")
+        self.assertIn("must be refused at checkpoint_expired_certificate, opens", out)
+
+    def test_a_checkpoint_refusal_named_at_the_wrong_check_fails(self):
+        doc, ck, _ = self.checkpoint_doc()
+        garbage = next(e for e in ck["envelopes"] if e.get("reject") == "checkpoint_bad")
+        garbage["reject"] = "checkpoint_bad_signature"
+        self.assertFails(*self.run_inproc(doc), "a garbage state named at the signature")
+        doc, ck, _ = self.checkpoint_doc()
+        ck["envelopes"][0]["reject"] = "checkpoint_unheard_of"
+        del ck["envelopes"][0]["state"]
+        self.assertFails(*self.run_inproc(doc), "a refusal the document does not name")
+
+    def test_ed25519_reference(self):
+        self.assertEqual(self.cv.crypto_selftest(), [])
+        seed = bytes(range(32))
+        pk = self.cv.ed25519_public(seed)
+        sig = self.cv.ed25519_sign(seed, b"checkpoint")
+        self.assertTrue(self.cv.ed25519_verify(pk, b"checkpoint", sig))
+        self.assertFalse(self.cv.ed25519_verify(pk, b"checkpoinT", sig))
+        self.assertFalse(self.cv.ed25519_verify(self.cv.ed25519_public(bytes(32)), b"checkpoint", sig))
+        # S at or above the group order is refused (RFC 8032 5.1.7).
+        big = (int.from_bytes(sig[32:], "little") + 2 ** 252 + 27742317777372353535851937790883648493)
+        self.assertFalse(self.cv.ed25519_verify(pk, b"checkpoint", sig[:32] + big.to_bytes(32, "little")))
 
     def test_missing_file_fails(self):
         p = subprocess.run([sys.executable, CHECKER, os.path.join(self.tmp.name, "nope.json")],

@@ -61,7 +61,18 @@ REQUIRED_SECTIONS = ["secret", "cookie_key", "now_unix_ms", "tokens", "cookies",
 # Sealed payloads: the section's keys, a datagram's keys, and the receiving
 # steps' counters in their order.
 SEALED_KEYS = {"master_secret", "world", "world_id", "epoch_length_s", "jitter_bound_s",
-               "cells", "senders", "datagrams", "keys_request", "keys_answers"}
+               "cells", "senders", "datagrams", "keys_request", "keys_answers", "checkpoints"}
+# Sealed checkpoints: the object's keys, a player's, an envelope's, and the
+# joiner's checks' names in their order.
+CHECKPOINTS_KEYS = {"control_seed", "control_public", "group_cells", "players", "envelopes"}
+CHECKPOINT_PLAYER_KEYS = {"player", "seed", "public_key", "expires_unix_s", "certificate"}
+ENVELOPE_KEYS = {"name", "signer", "instance", "hex", "reply_tick", "reply_from_player", "reply_unix_ms",
+                 "age_ms", "state", "checkpoint_key", "reject", "why"}
+CHECKPOINT_STEPS = ["checkpoint_malformed", "checkpoint_version", "checkpoint_wrong_cell",
+                    "checkpoint_mismatch", "checkpoint_bad_certificate", "checkpoint_expired_certificate",
+                    "checkpoint_bad_signature", "checkpoint_no_key", "checkpoint_bad"]
+ENVELOPE_MAGIC = b"RFCP"
+ENVELOPE_HEADER, ENVELOPE_MIN = 152, 232
 KEYS_ANSWER_KEYS = {"name", "at_unix_s", "cells", "keys"}
 EPOCH_KEY_FIELDS = ["cell", "cell_id", "epoch", "key", "starts_unix_s", "ends_unix_s"]
 SEALED_DATAGRAM_KEYS = {"name", "keys", "tags", "sender", "hex", "game_data", "reject", "why"}

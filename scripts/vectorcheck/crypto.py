@@ -1,7 +1,8 @@
 """The primitives the document names, written from their definitions: SipHash-2-4,
-HKDF-SHA256 (RFC 5869) and ChaCha20-Poly1305 (RFC 8439), each with a self-test
-against its published vectors."""
+HKDF-SHA256 (RFC 5869), ChaCha20-Poly1305 (RFC 8439) and Ed25519 (RFC 8032),
+each with a self-test against its published vectors."""
 
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -200,6 +201,133 @@ def aead_open(key, nonce, aad, sealed):
     return chacha20_xor(key, 1, nonce, ct)
 
 
+# ---------------------------------------------------------------------------
+# Ed25519 (RFC 8032 §5.1), from its definitions: the twisted Edwards curve
+# -x^2 + y^2 = 1 + d x^2 y^2 over GF(2^255 - 19), points in extended
+# coordinates (X, Y, Z, T) with x = X/Z, y = Y/Z, x y = T/Z.
+# ---------------------------------------------------------------------------
+
+_P = 2 ** 255 - 19
+_D = (-121665 * pow(121666, _P - 2, _P)) % _P
+_L = 2 ** 252 + 27742317777372353535851937790883648493  # the group order
+_SQRT_M1 = pow(2, (_P - 1) // 4, _P)
+
+
+def _ed_add(a, b):
+    """RFC 8032 §5.1.4's addition (complete: it doubles too)."""
+    x1, y1, z1, t1 = a
+    x2, y2, z2, t2 = b
+    A = (y1 - x1) * (y2 - x2) % _P
+    B = (y1 + x1) * (y2 + x2) % _P
+    C = t1 * 2 * _D * t2 % _P
+    D = z1 * 2 * z2 % _P
+    E, F, G, H = B - A, D - C, D + C, B + A
+    return (E * F % _P, G * H % _P, F * G % _P, E * H % _P)
+
+
+def _ed_mul(k, pt):
+    q = (0, 1, 1, 0)  # the neutral element
+    while k > 0:
+        if k & 1:
+            q = _ed_add(q, pt)
+        pt = _ed_add(pt, pt)
+        k >>= 1
+    return q
+
+
+def _ed_equal(a, b):
+    return (a[0] * b[2] - b[0] * a[2]) % _P == 0 and (a[1] * b[2] - b[1] * a[2]) % _P == 0
+
+
+def _ed_encode(pt):
+    """§5.1.2: y little-endian, the top bit the parity of x."""
+    zi = pow(pt[2], _P - 2, _P)
+    x, y = pt[0] * zi % _P, pt[1] * zi % _P
+    return (y | ((x & 1) << 255)).to_bytes(32, "little")
+
+
+def _ed_decode(b):
+    """§5.1.3; None if b is not the encoding of a point."""
+    if len(b) != 32:
+        return None
+    v = int.from_bytes(b, "little")
+    sign, y = v >> 255, v & ((1 << 255) - 1)
+    if y >= _P:
+        return None
+    u, w = (y * y - 1) % _P, (_D * y * y + 1) % _P
+    x = u * pow(w, 3, _P) * pow(u * pow(w, 7, _P), (_P - 5) // 8, _P) % _P
+    if (w * x * x - u) % _P != 0:
+        if (w * x * x + u) % _P != 0:
+            return None
+        x = x * _SQRT_M1 % _P
+    if x == 0 and sign == 1:
+        return None
+    if x & 1 != sign:
+        x = _P - x
+    return (x, y, 1, x * y % _P)
+
+
+_BY = 4 * pow(5, _P - 2, _P) % _P
+_B = _ed_decode(_BY.to_bytes(32, "little"))  # x even: the base point of §5.1
+
+
+def _ed_secret(seed):
+    h = hashlib.sha512(seed).digest()
+    a = int.from_bytes(h[:32], "little")
+    a &= (1 << 254) - 8  # clear the lowest three bits and bit 255
+    a |= 1 << 254
+    return a, h[32:]
+
+
+@functools.lru_cache(maxsize=1024)
+def ed25519_public(seed):
+    """§5.1.5: the public key of a 32-byte private key (seed)."""
+    a, _ = _ed_secret(seed)
+    return _ed_encode(_ed_mul(a, _B))
+
+
+@functools.lru_cache(maxsize=1024)
+def ed25519_sign(seed, msg):
+    """§5.1.6 (deterministic: the same key and message give the same bytes)."""
+    a, prefix = _ed_secret(seed)
+    A = _ed_encode(_ed_mul(a, _B))
+    r = int.from_bytes(hashlib.sha512(prefix + msg).digest(), "little") % _L
+    R = _ed_encode(_ed_mul(r, _B))
+    k = int.from_bytes(hashlib.sha512(R + A + msg).digest(), "little") % _L
+    return R + ((r + k * a) % _L).to_bytes(32, "little")
+
+
+@functools.lru_cache(maxsize=1024)
+def ed25519_verify(public, msg, sig):
+    """§5.1.7, with the cofactored equation [8][S]B = [8]R + [8][k]A."""
+    if len(sig) != 64 or len(public) != 32:
+        return False
+    A, R = _ed_decode(public), _ed_decode(sig[:32])
+    s = int.from_bytes(sig[32:], "little")
+    if A is None or R is None or s >= _L:
+        return False
+    k = int.from_bytes(hashlib.sha512(sig[:32] + public + msg).digest(), "little") % _L
+    return _ed_equal(_ed_mul(8 * s, _B), _ed_mul(8, _ed_add(R, _ed_mul(k, A))))
+
+
+# The three functions above are pure and take bytes: they are memoised, so a
+# process that checks many near-identical files (the checker's self-test
+# runs it hundreds of times) pays for each distinct curve operation once.
+
+# RFC 8032 §7.1, TESTs 1 to 3: (secret key, public key, message, signature).
+ED25519_REFERENCE = [
+    ("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60",
+     "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a", "",
+     "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b"),
+    ("4ccd089b28ff96da9db6c346ec114e0f5b8a319f35aba624da8cf6ed4fb8a6fb",
+     "3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c", "72",
+     "92a009a9f0d4cab8720e820b5f642540a2b27b5416503f8fb3762223ebdb69da085ac1e43e15996e458f3613d0f11d8c387b2eaeb4302aeeb00d291612bb0c00"),
+    ("c5aa8df43f9f837bedb7442f31dcb7b166d38535076f094b85ce3a2e0b4458f7",
+     "fc51cd8e6218a1a38da47ed00230f0580816ed13ba3303ac5deb911548908025", "af82",
+     "6291d657deec24024827e69c3abe01a30ce548a284743a445e3680d7db5ac3ac18ff9b538d16f290ae67f760984dc6594a7c15e9716ed28dc027beceea1ec40a"),
+]
+
+
 def crypto_selftest():
     """The RFCs' own examples; a list of failure messages (empty if right)."""
     bad = []
@@ -235,4 +363,15 @@ def crypto_selftest():
         bad.append("ChaCha20-Poly1305 does not open its own output")
     if aead_open(key, nonce, aad, sealed[:-1] + bytes([sealed[-1] ^ 1])) is not None:
         bad.append("ChaCha20-Poly1305 opened an altered tag")
+    # RFC 8032 §7.1
+    for i, (sk, pk, msg, sig) in enumerate(ED25519_REFERENCE, 1):
+        sk, pk, msg, sig = (bytes.fromhex(x) for x in (sk, pk, msg, sig))
+        if ed25519_public(sk) != pk:
+            bad.append("Ed25519 public key (RFC 8032 7.1 TEST %d)" % i)
+        if ed25519_sign(sk, msg) != sig:
+            bad.append("Ed25519 signature (RFC 8032 7.1 TEST %d)" % i)
+        if not ed25519_verify(pk, msg, sig):
+            bad.append("Ed25519 does not verify RFC 8032 7.1 TEST %d" % i)
+        if ed25519_verify(pk, msg + b"x", sig) or ed25519_verify(pk, msg, sig[:63] + bytes([sig[63] ^ 1])):
+            bad.append("Ed25519 verified an altered message or signature (TEST %d)" % i)
     return bad

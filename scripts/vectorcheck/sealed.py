@@ -177,6 +177,140 @@ class AreaSealedChecks:
                      "sealed.datagrams: needs at least one that opens and one rejected (%d, %d)" % (opened, rejected))
         self.check_keys_request(G, sec.get("keys_request"))
         self.check_keys_answers(G, sec, prk, want_world, length, jitter_bound)
+        self.check_checkpoints(G, sec.get("checkpoints"), prk, want_world, held)
+
+    # -- sealed checkpoints --------------------------------------------------
+
+    def check_checkpoints(self, G, ck, prk, world_id, held):
+        """Sealed checkpoints: the control key from the master secret, each
+        player's key and certificate (Ed25519 is deterministic: recomputed and
+        compared), and each envelope judged by the joiner's checks in the
+        document's order, holding the keys of `cells` for `group_cells` only."""
+        what = "sealed.checkpoints"
+        if not isinstance(ck, dict) or not ck:
+            self.r.fail(G, "%s is missing or empty (Test vectors)" % what)
+            return
+        for k in ck:
+            if k not in CHECKPOINTS_KEYS:
+                self.r.fail(G, "AMBIGUOUS: %s.%s is not described by the document; not checked" % (what, k))
+        try:
+            seed = hexbytes(ck.get("control_seed"), what + ".control_seed", 32)
+            public = hexbytes(ck.get("control_public"), what + ".control_public", 32)
+            cells = [self.cell_pair(c, what + ".group_cells") for c in ck.get("group_cells") or []]
+            if not cells:
+                raise Bad("%s.group_cells is missing or empty" % what)
+        except Bad as e:
+            self.r.fail(G, str(e))
+            return
+        want_seed = hkdf_expand(prk, b"reflector-control-sign-v1" + world_id, 32)
+        self.r.check(G, seed == want_seed, "%s.control_seed differs from HKDF-Expand(PRK, ...)" % what)
+        self.r.check(G, public == ed25519_public(want_seed),
+                     "%s.control_public is not the public key of the control seed" % what)
+        group = {world_id + struct.pack(">HH", c, r) for c, r in cells}
+        group_held = {k: v for k, v in held.items() if k[0] in group}
+
+        players = []
+        for _, pw, p in self.entries(G, what + ".players", self.listed_in(ck, "players", what)):
+            for k in p:
+                if k not in CHECKPOINT_PLAYER_KEYS:
+                    self.r.fail(G, "AMBIGUOUS: %s.%s is not described by the document; not checked" % (pw, k))
+            try:
+                player = as_int(p.get("player"), pw + ".player")
+                pseed = hexbytes(p.get("seed"), pw + ".seed", 32)
+                pk = hexbytes(p.get("public_key"), pw + ".public_key", 32)
+                expires = as_int(p.get("expires_unix_s"), pw + ".expires_unix_s")
+                cert = hexbytes(p.get("certificate"), pw + ".certificate", 64)
+            except Bad as e:
+                self.r.fail(G, str(e))
+                players.append(None)
+                continue
+            self.r.check(G, pk == ed25519_public(pseed), "%s: public_key is not the seed's" % pw)
+            msg = b"reflector-player-cert-v1" + world_id + struct.pack(">I", player) + pk + struct.pack(">Q", expires)
+            self.r.check(G, cert == ed25519_sign(want_seed, msg),
+                         "%s: certificate is not the control key's signature of the document's message" % pw)
+            self.r.check(G, ed25519_verify(public, msg, cert),
+                         "%s: certificate does not verify under control_public" % pw)
+            players.append((player, pseed, pk, expires, cert))
+
+        opened = rejected = 0
+        for _, ew, e in self.entries(G, what + ".envelopes", self.listed_in(ck, "envelopes", what)):
+            for k in e:
+                if k not in ENVELOPE_KEYS:
+                    self.r.fail(G, "AMBIGUOUS: %s.%s is not described by the document; not checked" % (ew, k))
+            try:
+                b = hexbytes(e.get("hex"), ew + ".hex")
+                idx = as_int(e.get("signer"), ew + ".signer")
+                signer = players[idx] if 0 <= idx < len(players) else None
+                if signer is None:
+                    raise Bad("%s: signer %d names no readable entry of players" % (ew, idx))
+                instance = as_int(e.get("instance"), ew + ".instance")
+                reply = (as_int(e.get("reply_tick"), ew + ".reply_tick"),
+                         as_int(e.get("reply_from_player"), ew + ".reply_from_player"),
+                         as_int(e.get("reply_unix_ms"), ew + ".reply_unix_ms"),
+                         as_int(e.get("age_ms"), ew + ".age_ms"))
+                step, state, key = self.judge_envelope(b, reply, group_held, public)
+                if "state" in e:
+                    want = hexbytes(e.get("state"), ew + ".state")
+                    if not self.r.check(G, step is None, "%s: must open, refused at %s" % (ew, step)):
+                        continue
+                    self.r.check(G, state == want, "%s: opens to %s, given %s" % (ew, state.hex(), want.hex()))
+                    ck_key = hexbytes(e.get("checkpoint_key"), ew + ".checkpoint_key", 32)
+                    self.r.check(G, ck_key == key, "%s: checkpoint_key differs from HKDF-Expand(E, ...)" % ew)
+                    player, pseed, pk, expires, cert = signer
+                    self.r.check(G, (struct.unpack(">I", b[12:16])[0], struct.unpack(">Q", b[32:40])[0],
+                                     struct.unpack(">Q", b[48:56])[0], b[56:88], b[88:152])
+                                 == (player, instance, expires, pk, cert),
+                                 "%s: its player, instance, expiry, key or certificate is not its signer's" % ew)
+                    sig = ed25519_sign(pseed, b"reflector-checkpoint-sig-v1" + b[:-64])
+                    self.r.check(G, b[-64:] == sig, "%s: the signature is not the signer's over the document's "
+                                                    "message" % ew)
+                    opened += 1
+                elif "reject" in e:
+                    reject = e.get("reject")
+                    if reject not in CHECKPOINT_STEPS:
+                        raise Bad("%s: reject %r is not a check the document names" % (ew, reject))
+                    self.r.check(G, step == reject, "%s: must be refused at %s, %s" % (
+                        ew, reject, "opens" if step is None else "refused at %s" % step))
+                    self.r.check(G, "why" in e, "%s: a refused envelope says why" % ew)
+                    rejected += 1
+                else:
+                    self.r.fail(G, "%s: neither state nor reject" % ew)
+            except Bad as ex:
+                self.r.fail(G, str(ex))
+        self.r.check(G, opened > 0 and rejected > 0,
+                     "%s.envelopes: needs at least one that opens and one refused (%d, %d)" % (what, opened, rejected))
+
+    def judge_envelope(self, b, reply, group_held, control_public):
+        """A joiner's checks in order: (None, state, checkpoint key) if the
+        envelope passes them all, else (the name of the first that fails,
+        None, None).  reply = (tick, from player, arrival Unix ms, age ms)."""
+        if len(b) < ENVELOPE_MIN or b[0:4] != ENVELOPE_MAGIC or b[5:8] != bytes(3):
+            return "checkpoint_malformed", None, None
+        if b[4] != 1:
+            return "checkpoint_version", None, None
+        epoch, player = struct.unpack(">II", b[8:16])
+        cid = b[16:24]
+        tick, instance, seq, expires = struct.unpack(">QQQQ", b[24:56])
+        pk, cert = b[56:88], b[88:152]
+        if cid not in {c for c, _ in group_held}:
+            return "checkpoint_wrong_cell", None, None
+        if (reply[0], reply[1]) != (tick, player):
+            return "checkpoint_mismatch", None, None
+        msg = b"reflector-player-cert-v1" + cid[:4] + struct.pack(">I", player) + pk + struct.pack(">Q", expires)
+        if not ed25519_verify(control_public, msg, cert):
+            return "checkpoint_bad_certificate", None, None
+        if reply[2] - reply[3] >= expires * 1000:
+            return "checkpoint_expired_certificate", None, None
+        if not ed25519_verify(pk, b"reflector-checkpoint-sig-v1" + b[:-64], b[-64:]):
+            return "checkpoint_bad_signature", None, None
+        ek = group_held.get((cid, epoch))
+        if ek is None:
+            return "checkpoint_no_key", None, None
+        key = hkdf_expand(ek, b"reflector-checkpoint-key-v1" + cid + struct.pack(">IIQ", epoch, player, instance), 32)
+        state = aead_open(key, bytes(4) + b[40:48], b[:ENVELOPE_HEADER], b[ENVELOPE_HEADER:-64])
+        if state is None:
+            return "checkpoint_bad", None, None
+        return None, state, key
 
     def check_keys_answers(self, G, sec, prk, world_id, length, jitter_bound):
         """Handing out keys: for each cell, in the order given, the epoch
@@ -250,6 +384,13 @@ class AreaSealedChecks:
         self.r.check(G, token == rec["token"], "%s: the token is not the one its keys belong to" % what)
         want = mac16(rec["Km"], b"reflector-keys-v1" + token + struct.pack(">Q", at))
         self.r.check(G, mac == want, "%s: mac %s, the document gives %s" % (what, mac.hex(), want.hex()))
+
+    def listed_in(self, obj, name, where):
+        v = obj.get(name)
+        if not isinstance(v, list) or not v:
+            self.r.fail("sealed", "%s.%s is missing or empty (Test vectors)" % (where, name))
+            return []
+        return v
 
     def listed(self, sec, name):
         v = sec.get(name)

@@ -50,7 +50,8 @@ use std::time::{Duration, Instant};
 /join?player=ID&x=X&y=Y  the player's cell, its reflector ip:port and group, a signed token \
 valid for --token-ttl; needs `Authorization: Bearer <ticket>` unless --anonymous-joins; \
 &area=1 or 2 also grants every other group within 1 or 2 cells (one request, one rate-limit unit); \
-with --sealing-secret-file each grant has `keys`, the epoch keys of its group's cells\n  \
+with --sealing-secret-file each grant has `keys`, the epoch keys of its group's cells, and with \
+&sign_key=HEX (the player's Ed25519 public key) `control_public` and `certificate`\n  \
 /keys?token=T&at=A&mac=M  with --sealing-secret-file: those keys again, for the holder of a current \
 token T (hex) and its session key: A its Unix seconds, M = HMAC(mac key, \"reflector-keys-v1\" || \
 token || A as u64)[..16] (hex); 401 bad token/MAC or A off by over 60 s, 429 beyond \
@@ -785,7 +786,19 @@ pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u3
         Some(Ok(r)) if r <= MAX_AREA => r,
         Some(_) => return bad(400, format!("area must be a number of cells from 0 to {MAX_AREA}")),
     };
+    let sign_key = match get("sign_key").map(parse_sign_key) {
+        None => None,
+        Some(Ok(k)) => Some(k),
+        Some(Err(e)) => return bad(400, e),
+    };
     let expires_unix_s = now_unix_s.saturating_add(cfg.token_ttl_s);
+    // With a sealing secret and a player key, every grant of the answer
+    // carries the world's control key and the key's certificate (the same
+    // for all: one player, one key, one expiry).
+    let certified = match (&cfg.world.sealing, sign_key) {
+        (Some(s), Some(k)) => Some(s.certify(player, &k, expires_unix_s)),
+        _ => None,
+    };
     let secret = cfg.secret.get();
     // Cells without a reflector are only possible in a fleet: the caller
     // checks the player's own cell; the area's get no grant.
@@ -834,6 +847,8 @@ pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u3
         Ok(KeyedGrant {
             grant: grant(cell, target),
             keys,
+            control_public: certified.as_ref().map(|(public, _)| public.clone()),
+            certificate: certified.as_ref().map(|(_, cert)| cert.clone()),
         })
     };
     let own = match keyed(cell, own) {
@@ -862,6 +877,21 @@ pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u3
         body: body.unwrap_or_default(),
         retry_after_s: None,
     }
+}
+
+/// `sign_key`: a player's Ed25519 public key, 64 hex digits. Whether it is
+/// a curve point is not checked: a key that is not one never verifies.
+fn parse_sign_key(v: &str) -> Result<[u8; 32], String> {
+    let v = v.trim();
+    hex::decode(v)
+        .ok()
+        .and_then(|b| <[u8; 32]>::try_from(b).ok())
+        .ok_or_else(|| {
+            format!(
+                "sign_key={v} is not an Ed25519 public key: it must be 64 hex digits (32 bytes), the key the client \
+                 signs its checkpoints with"
+            )
+        })
 }
 
 /// The largest `area` a `/join` may ask for: 2 cells around the player's
@@ -924,6 +954,11 @@ pub fn metrics(cfg: &ControlConfig, http: &reflector_http::Stats, format: reflec
         "Sealing epoch keys handed out, in /join answers and by /keys.",
     )
     .sample(&[], cfg.world.sealing.as_ref().map_or(0, |s| s.keys_issued()));
+    e.counter(
+        "reflector_control_sealing_certificates_issued",
+        "Player signing keys certified (/join with sign_key), for sealed checkpoints.",
+    )
+    .sample(&[], cfg.world.sealing.as_ref().map_or(0, |s| s.certificates_issued()));
     let (reloads, reload_errors) = cfg.secret.reloads();
     e.counter(
         "reflector_control_token_secret_reloads",

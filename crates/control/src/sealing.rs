@@ -14,6 +14,7 @@ use crate::Reply;
 use reflector_proto::auth::{Secret, SecretRing, TokenClaims, TokenError, TOKEN_LEN};
 use reflector_proto::control::{EpochKeyGrant, KeysAnswer};
 use reflector_proto::protocol::SessionKeys;
+use reflector_proto::sealed::checkpoint::ControlSigner;
 use reflector_proto::sealed::{self, CellId, MasterSecret, Schedule, WorldId};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -83,9 +84,12 @@ pub struct Sealing {
     world_name: String,
     world: WorldId,
     schedule: Schedule,
+    /// The world's control signing key (player certificates), derived once.
+    signer: ControlSigner,
     per_player: Mutex<RateLimiter<u32>>,
     outcomes: [AtomicU64; KeysOutcome::ALL.len()],
     keys_issued: AtomicU64,
+    certificates_issued: AtomicU64,
 }
 
 impl std::fmt::Debug for Sealing {
@@ -110,14 +114,17 @@ impl Sealing {
     /// `refresh_per_s`: `/keys` requests per second per player (bursts of
     /// five times as many).
     pub fn new(master: MasterSecret, world_name: &str, schedule: Schedule, refresh_per_s: f64) -> Sealing {
+        let world = WorldId::from_name(world_name);
         Sealing {
+            signer: ControlSigner::derive(&master, world),
             master,
             world_name: world_name.to_string(),
-            world: WorldId::from_name(world_name),
+            world,
             schedule,
             per_player: Mutex::new(RateLimiter::new(refresh_per_s, refresh_per_s * 5.0)),
             outcomes: Default::default(),
             keys_issued: AtomicU64::new(0),
+            certificates_issued: AtomicU64::new(0),
         }
     }
 
@@ -127,6 +134,20 @@ impl Sealing {
 
     pub fn schedule(&self) -> Schedule {
         self.schedule
+    }
+
+    /// `control_public`: the world's control signing key, the same on every
+    /// control server with this master secret and world.
+    pub fn control_public(&self) -> [u8; 32] {
+        self.signer.public_key()
+    }
+
+    /// A grant's `control_public` and `certificate` (hex) for `player`'s
+    /// Ed25519 key until the token's expiry.
+    pub fn certify(&self, player: u32, public_key: &[u8; 32], expires_unix_s: u64) -> (String, String) {
+        let cert = self.signer.certify(player, public_key, expires_unix_s);
+        self.certificates_issued.fetch_add(1, Relaxed);
+        (hex::encode(self.control_public()), hex::encode(cert.signature))
     }
 
     /// The epoch keys handed out at `now_s` for `cells` (in order): for
@@ -174,6 +195,12 @@ impl Sealing {
     /// Epoch keys handed out so far, in `/join` answers and by `/keys`.
     pub fn keys_issued(&self) -> u64 {
         self.keys_issued.load(Relaxed)
+    }
+
+    /// Player key certificates made so far (one per `/join` with `sign_key`,
+    /// however many grants carry it).
+    pub fn certificates_issued(&self) -> u64 {
+        self.certificates_issued.load(Relaxed)
     }
 }
 
@@ -507,6 +534,137 @@ mod tests {
             [e + 1],
             "the next is current: the old one is not handed out"
         );
+    }
+
+    /// The grant's certificate, checked under its own `control_public`.
+    fn certified(g: &KeyedGrant, key: &[u8; 32]) -> Option<[u8; 32]> {
+        use reflector_proto::sealed::checkpoint::{verify_certificate, Certificate};
+        let public: [u8; 32] = hex::decode(g.control_public.as_ref()?).unwrap().try_into().unwrap();
+        let signature: [u8; 64] = hex::decode(g.certificate.as_ref()?).unwrap().try_into().unwrap();
+        let cert = Certificate {
+            player: g.grant.player,
+            public_key: *key,
+            expires_unix_s: g.grant.expires_unix_s,
+            signature,
+        };
+        assert!(
+            verify_certificate(&public, WorldId::from_name(WORLD), &cert),
+            "the certificate verifies under control_public"
+        );
+        // For nothing else: another player, key or expiry.
+        for other in [
+            Certificate {
+                player: cert.player + 1,
+                ..cert
+            },
+            Certificate {
+                expires_unix_s: cert.expires_unix_s + 1,
+                ..cert
+            },
+            Certificate {
+                public_key: [7; 32],
+                ..cert
+            },
+        ] {
+            assert!(!verify_certificate(&public, WorldId::from_name(WORLD), &other));
+        }
+        Some(public)
+    }
+
+    #[test]
+    fn a_grant_with_sign_key_carries_a_certificate_of_it() {
+        use reflector_proto::sealed::checkpoint::PlayerKey;
+        let c = cfg();
+        let key = PlayerKey::from_seed(&[3; 32]).public_key();
+        let q = format!("player=42&x=15&y=5&area=1&sign_key={}", hex::encode(key));
+        let r = join(&c, &q, MID_EPOCH_S, None);
+        assert_eq!(r.status, 200, "{}", r.body);
+        let a: KeyedAreaGrant = serde_json::from_value(r.body).unwrap();
+        assert_eq!(a.cell.grant.expires_unix_s, MID_EPOCH_S + 600, "the token's expiry");
+        let public = certified(&a.cell, &key).expect("the player's grant is certified");
+        assert_eq!(public, c.world.sealing.as_ref().unwrap().control_public());
+        assert_eq!(a.area.len(), 2);
+        for g in &a.area {
+            assert_eq!(certified(g, &key), Some(public), "every grant of the area");
+        }
+        // A plain join too; without sign_key neither field.
+        let q = format!("player=42&x=15&y=5&sign_key={}", hex::encode(key).to_uppercase());
+        let plain: KeyedGrant = serde_json::from_value(join(&c, &q, MID_EPOCH_S, None).body).unwrap();
+        assert_eq!(certified(&plain, &key), Some(public));
+        assert_eq!(
+            c.world.sealing.as_ref().unwrap().certificates_issued(),
+            2,
+            "one per answer"
+        );
+        let r = join(&c, "player=42&x=15&y=5&area=1", MID_EPOCH_S, None);
+        assert_eq!(
+            c.world.sealing.as_ref().unwrap().certificates_issued(),
+            2,
+            "none without sign_key"
+        );
+        assert!(
+            r.body.get("control_public").is_none() && r.body.get("certificate").is_none(),
+            "{}",
+            r.body
+        );
+        assert!(r.body["area"][0].get("certificate").is_none(), "{}", r.body);
+        // Without a sealing secret, sign_key changes nothing.
+        let mut unsealed = cfg();
+        unsealed.world.sealing = None;
+        let r = join(
+            &unsealed,
+            &format!("player=42&x=15&y=5&sign_key={}", hex::encode(key)),
+            MID_EPOCH_S,
+            None,
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(
+            r.body.get("certificate").is_none() && r.body.get("control_public").is_none(),
+            "{}",
+            r.body
+        );
+    }
+
+    #[test]
+    fn a_bad_sign_key_is_400_and_names_the_parameter() {
+        let c = cfg();
+        for bad in ["", "abcd", &"ab".repeat(31), &"ab".repeat(33), &"zz".repeat(32)] {
+            let r = join(&c, &format!("player=42&x=15&y=5&sign_key={bad}"), MID_EPOCH_S, None);
+            assert_eq!(r.status, 400, "sign_key={bad}: {}", r.body);
+            let e = r.body["error"].as_str().unwrap();
+            assert!(e.contains("sign_key") && e.contains("64 hex digits"), "{e}");
+        }
+        // Checked without a sealing secret too: a bad parameter is a bad request.
+        let mut unsealed = cfg();
+        unsealed.world.sealing = None;
+        assert_eq!(
+            join(&unsealed, "player=42&x=15&y=5&sign_key=00", MID_EPOCH_S, None).status,
+            400
+        );
+    }
+
+    #[test]
+    fn control_servers_with_the_same_sealing_secret_share_control_public() {
+        let key = reflector_proto::sealed::checkpoint::PlayerKey::from_seed(&[3; 32]).public_key();
+        let q = format!("player=42&x=15&y=5&sign_key={}", hex::encode(key));
+        let public_of = |c: &ControlConfig| {
+            let g: KeyedGrant = serde_json::from_value(join(c, &q, MID_EPOCH_S, None).body).unwrap();
+            certified(&g, &key).expect("certified")
+        };
+        // Two servers built apart from the same secret and world.
+        let (one, two) = (cfg(), cfg());
+        assert_eq!(public_of(&one), public_of(&two));
+        // Another master secret makes another key (and its certificates do
+        // not verify under this one's).
+        let other = Sealing::new(
+            MasterSecret::new(&[0x6e; 32]).unwrap(),
+            WORLD,
+            Schedule::new(600, 60).unwrap(),
+            1.0,
+        );
+        assert_ne!(other.control_public(), public_of(&one));
+        let world = Sealing::new(master(), "another world", Schedule::new(600, 60).unwrap(), 1.0);
+        assert_ne!(world.control_public(), public_of(&one));
     }
 
     #[test]

@@ -86,12 +86,22 @@ impl std::fmt::Debug for EpochKeyGrant {
 /// control server with a sealing secret answers for each group (`keys`
 /// absent, so empty here, from one without). A reader of [`JoinGrant`]
 /// reads the same JSON and ignores `keys`.
+///
+/// With `sign_key` in the request (docs/protocol.md, "Handing out keys"),
+/// such a server also certifies the player's Ed25519 key: `control_public`
+/// (the world's control key, hex) and `certificate` (its signature over the
+/// player, the key and `expires_unix_s`, hex). Both are absent otherwise,
+/// and readers written before them ignore them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyedGrant {
     #[serde(flatten)]
     pub grant: JoinGrant,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub keys: Vec<EpochKeyGrant>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_public: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate: Option<String>,
 }
 
 /// [`AreaGrant`] with each grant's epoch keys: the whole `/join` answer of
@@ -309,6 +319,8 @@ mod tests {
                 expires_unix_s: 1_060,
             },
             keys,
+            control_public: None,
+            certificate: None,
         };
         let a = KeyedAreaGrant {
             cell: g(4001, vec![key([3, 1], 7), key([3, 1], 8)]),
@@ -330,6 +342,7 @@ mod tests {
         // Without a sealing secret the field is absent, and reads as empty.
         let plain = serde_json::to_value(g(4001, Vec::new())).unwrap();
         assert!(plain.get("keys").is_none(), "{plain}");
+        assert!(plain.get("control_public").is_none() && plain.get("certificate").is_none());
         assert!(serde_json::from_value::<KeyedAreaGrant>(plain)
             .unwrap()
             .cell
@@ -337,6 +350,35 @@ mod tests {
             .is_empty());
         // The key never shows in a Debug print.
         assert!(!format!("{:?}", key([3, 1], 7)).contains(&"ab".repeat(32)));
+    }
+
+    #[test]
+    fn a_certificate_rides_along_and_old_readers_ignore_it() {
+        let g = KeyedGrant {
+            grant: JoinGrant {
+                player: 42,
+                cell: [3, 1],
+                reflector: "10.0.0.1:4001".into(),
+                reflector_id: 0,
+                group: 4001,
+                token: "ab".into(),
+                session_key: "cd".into(),
+                expires_unix_s: 1_060,
+            },
+            keys: vec![key([3, 1], 7)],
+            control_public: Some("11".repeat(32)),
+            certificate: Some("22".repeat(64)),
+        };
+        let a = KeyedAreaGrant {
+            cell: g.clone(),
+            area: vec![g.clone()],
+        };
+        let v = serde_json::to_value(&a).unwrap();
+        assert_eq!(v["control_public"], "11".repeat(32));
+        assert_eq!(v["area"][0]["certificate"], "22".repeat(64));
+        assert_eq!(serde_json::from_value::<KeyedAreaGrant>(v.clone()).unwrap(), a);
+        assert_eq!(serde_json::from_value::<JoinGrant>(v.clone()).unwrap(), g.grant);
+        assert_eq!(serde_json::from_value::<AreaGrant>(v).unwrap().area[0], g.grant);
     }
 
     #[test]

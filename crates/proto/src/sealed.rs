@@ -13,7 +13,10 @@
 //!   [`SenderKey::open`] opens one in place;
 //! - [`Receiver`]: the receiving rules in the document's order (form, key
 //!   held, replay window per (player, instance), AEAD), each refusal
-//!   counted.
+//!   counted;
+//! - [`checkpoint`]: sealed checkpoints, a checkpoint state sealed under
+//!   the epoch key and signed with the uploader's certified Ed25519 key,
+//!   and a joiner's checks.
 //!
 //! Sealing and opening allocate nothing: the AEAD runs in place in the
 //! datagram buffer and the associated data is copied to the stack. Key
@@ -73,6 +76,8 @@ const EPOCH_KEY_INFO: &[u8] = b"reflector-epoch-key-v1";
 const SENDER_KEY_INFO: &[u8] = b"reflector-sender-key-v1";
 const JITTER_INFO: &[u8] = b"reflector-epoch-jitter-v1";
 const WORLD_LABEL: &[u8] = b"reflector-world-v1";
+
+pub mod checkpoint;
 
 // ---------------------------------------------------------------------------
 // Names and keys.

@@ -24,6 +24,10 @@ use reflector_proto::protocol::{
     emit, version1_error, Auth, ErrorCode, Header, JoinAck, Kind, MovedReason, Packet, SessionKeys, SmallDatagram,
     FLAG_INSTANCE, FLAG_TAGS, INSTANCE_LEN, MAGIC, TOKEN_LEN,
 };
+use reflector_proto::sealed::checkpoint::{
+    self as ckpt, open_checkpoint, seal_checkpoint, CheckpointRefusal, ControlSigner, FetchedReply, JoinerView,
+    PlayerKey, UploadInfo,
+};
 use reflector_proto::sealed::{
     self, CellId, EpochKey, MasterSecret, Receiver, Schedule, SenderKey, WorldId, SEALED_MIN,
 };
@@ -1040,6 +1044,7 @@ fn sealed_section(tk: &[([u8; TOKEN_LEN], SessionKeys)]) -> J {
             ]),
         ),
         ("keys_answers", J::A(keys_answers())),
+        ("checkpoints", checkpoints_section()),
     ])
 }
 
@@ -1094,6 +1099,297 @@ fn keys_answers() -> Vec<J> {
             ])
         })
         .collect()
+}
+
+// ---------------------------------------------------------------------------
+// Sealed checkpoints (docs/protocol.md, "Sealed checkpoints").
+
+/// The cells of the joiner's group: it holds the keys of `sealed_cells` for
+/// these only (cell (0, 2)'s key it holds is another group's).
+const GROUP_CELLS: [[u32; 2]; 1] = [[3, 1]];
+const CHECKPOINT_AGE_MS: u64 = 700;
+
+fn control_signer() -> ControlSigner {
+    ControlSigner::derive(&master(), WorldId::from_name(WORLD))
+}
+
+/// The players: (player id, Ed25519 seed); their certificates expire with
+/// token 0.
+fn checkpoint_players() -> [(u32, [u8; 32]); 2] {
+    [
+        (PLAYER_A, core::array::from_fn(|i| 0xa0 + i as u8)),
+        (PLAYER_B, core::array::from_fn(|i| 0x10 + 3 * i as u8)),
+    ]
+}
+
+fn cert_expiry() -> u64 {
+    claims()[0].expires_unix_s
+}
+
+fn player_key(i: usize) -> PlayerKey {
+    PlayerKey::from_seed(&checkpoint_players()[i].1)
+}
+
+fn certificate(i: usize) -> ckpt::Certificate {
+    control_signer().certify(checkpoint_players()[i].0, &player_key(i).public_key(), cert_expiry())
+}
+
+/// The epoch keys the joiner holds for its group's cells.
+fn group_keys() -> Vec<EpochKey> {
+    (0..sealed_cells().len())
+        .filter(|&i| GROUP_CELLS.contains(&sealed_cells()[i].0))
+        .map(epoch_key_at)
+        .collect()
+}
+
+fn reply_for(player: u32) -> FetchedReply {
+    FetchedReply {
+        tick: TICK,
+        from_player: player,
+        age_ms: CHECKPOINT_AGE_MS,
+        received_unix_ms: NOW_UNIX_MS,
+    }
+}
+
+struct CheckpointCase {
+    name: &'static str,
+    signer: usize,
+    instance: u64,
+    envelope: Vec<u8>,
+    reply: FetchedReply,
+    /// Ok(state, the key it is sealed under) or Err((refusal, why)).
+    outcome: Result<(Vec<u8>, EpochKey), (CheckpointRefusal, &'static str)>,
+}
+
+fn checkpoint_cases() -> Vec<CheckpointCase> {
+    let e = epoch_now();
+    let seal = |signer: usize, cert: &ckpt::Certificate, key: &EpochKey, instance: u64, seq: u64, state: &[u8]| {
+        let info = UploadInfo {
+            tick: TICK,
+            instance,
+            sequence: seq,
+        };
+        seal_checkpoint(&player_key(signer), cert, key, info, state).expect("seals")
+    };
+    let resign = |signer: usize, mut env: Vec<u8>| {
+        player_key(signer).sign_envelope(&mut env);
+        env
+    };
+    let ours = epoch_key_at(0);
+    let next = epoch_key_at(1);
+    let a = seal(0, &certificate(0), &ours, INSTANCE, 100, STATE);
+    let case = |name, signer, instance, envelope, reply, outcome| CheckpointCase {
+        name,
+        signer,
+        instance,
+        envelope,
+        reply,
+        outcome,
+    };
+    let refused = |r: CheckpointRefusal, why: &'static str| Err((r, why));
+    let mut version2 = a.clone();
+    version2[ckpt::field::VERSION] = 2;
+    let mut flipped = a.clone();
+    let n = flipped.len();
+    flipped[n - 40] ^= 0x04;
+    let mut garbage = a.clone();
+    for (i, b) in garbage[ckpt::field::STATE..n - ckpt::SIGNATURE_LEN]
+        .iter_mut()
+        .enumerate()
+    {
+        *b = (i as u8).wrapping_mul(37) ^ 0x5a;
+    }
+    let foreign = ControlSigner::derive(&master(), WorldId::from_name("another world")).certify(
+        PLAYER_A,
+        &player_key(0).public_key(),
+        cert_expiry(),
+    );
+    let b_state: &[u8] = b"";
+    vec![
+        case(
+            "player A's checkpoint at tick 4242",
+            0,
+            INSTANCE,
+            a.clone(),
+            reply_for(PLAYER_A),
+            Ok((STATE.to_vec(), ours.clone())),
+        ),
+        case(
+            "player B's empty checkpoint under the next epoch (sealed inside the overlap window)",
+            1,
+            INSTANCE_B,
+            seal(1, &certificate(1), &next, INSTANCE_B, 9, b_state),
+            reply_for(PLAYER_B),
+            Ok((b_state.to_vec(), next.clone())),
+        ),
+        case(
+            "231 bytes",
+            0,
+            INSTANCE,
+            a[..ckpt::ENVELOPE_OVERHEAD - 1].to_vec(),
+            reply_for(PLAYER_A),
+            refused(CheckpointRefusal::Malformed, "shorter than the smallest envelope (232)"),
+        ),
+        case(
+            "envelope version 2, signed",
+            0,
+            INSTANCE,
+            resign(0, version2),
+            reply_for(PLAYER_A),
+            refused(
+                CheckpointRefusal::Version,
+                "this revision serves envelope version 1 only",
+            ),
+        ),
+        case(
+            "another group's checkpoint, signed by a certified player",
+            0,
+            INSTANCE,
+            seal(0, &certificate(0), &epoch_key_at(2), INSTANCE, 101, STATE),
+            reply_for(PLAYER_A),
+            refused(
+                CheckpointRefusal::WrongCell,
+                "cell (0, 2) is not the group's, though the joiner holds its key",
+            ),
+        ),
+        case(
+            "the REPLY names another tick",
+            0,
+            INSTANCE,
+            a.clone(),
+            FetchedReply {
+                tick: TICK + 1,
+                ..reply_for(PLAYER_A)
+            },
+            refused(CheckpointRefusal::Mismatch, "the REPLY's tick is not the envelope's"),
+        ),
+        case(
+            "a certificate from another world's control key",
+            0,
+            INSTANCE,
+            seal(0, &foreign, &ours, INSTANCE, 102, STATE),
+            reply_for(PLAYER_A),
+            refused(
+                CheckpointRefusal::BadCertificate,
+                "it does not verify under this world's control_public",
+            ),
+        ),
+        case(
+            "the certificate had expired when the state was uploaded",
+            0,
+            INSTANCE,
+            a.clone(),
+            FetchedReply {
+                received_unix_ms: cert_expiry() * 1000 + CHECKPOINT_AGE_MS,
+                ..reply_for(PLAYER_A)
+            },
+            refused(
+                CheckpointRefusal::ExpiredCertificate,
+                "REPLY time minus age is the expiry itself",
+            ),
+        ),
+        case(
+            "one signature bit flipped",
+            0,
+            INSTANCE,
+            flipped,
+            reply_for(PLAYER_A),
+            refused(CheckpointRefusal::BadSignature, "the signature no longer verifies"),
+        ),
+        case(
+            "an epoch the joiner holds no key for, signed",
+            0,
+            INSTANCE,
+            seal(
+                0,
+                &certificate(0),
+                &master().epoch_key(ours.cell(), e + 2),
+                INSTANCE,
+                103,
+                STATE,
+            ),
+            reply_for(PLAYER_A),
+            refused(CheckpointRefusal::NoKey, "refused before any AEAD work"),
+        ),
+        case(
+            "a garbage state signed by a certified player",
+            0,
+            INSTANCE,
+            resign(0, garbage),
+            reply_for(PLAYER_A),
+            refused(CheckpointRefusal::Bad, "it does not open under the checkpoint key"),
+        ),
+    ]
+}
+
+fn checkpoints_section() -> J {
+    let signer = control_signer();
+    let players = checkpoint_players()
+        .iter()
+        .enumerate()
+        .map(|(i, (player, seed))| {
+            J::O(vec![
+                ("player", u(*player)),
+                ("seed", h(seed)),
+                ("public_key", h(player_key(i).public_key())),
+                ("expires_unix_s", u(cert_expiry())),
+                ("certificate", h(certificate(i).signature)),
+            ])
+        })
+        .collect();
+    let (public, keys) = (signer.public_key(), group_keys());
+    let envelopes = checkpoint_cases()
+        .into_iter()
+        .map(|c| {
+            // Each case is what the crate's checks say, before it is written.
+            let view = JoinerView {
+                control_public: &public,
+                group_keys: &keys,
+            };
+            let judged = open_checkpoint(&mut c.envelope.clone(), &c.reply, &view).map(|_| ());
+            assert_eq!(
+                judged,
+                c.outcome.as_ref().map(|_| ()).map_err(|(r, _)| *r),
+                "{}",
+                c.name
+            );
+            let mut o = vec![
+                ("name", s(c.name)),
+                ("signer", u(c.signer as u64)),
+                ("instance", u(c.instance)),
+                ("hex", h(&c.envelope)),
+                ("reply_tick", u(c.reply.tick)),
+                ("reply_from_player", u(c.reply.from_player)),
+                ("reply_unix_ms", u(c.reply.received_unix_ms)),
+                ("age_ms", u(c.reply.age_ms)),
+            ];
+            match c.outcome {
+                Ok((state, key)) => {
+                    let player = checkpoint_players()[c.signer].0;
+                    o.push(("state", h(state)));
+                    o.push((
+                        "checkpoint_key",
+                        h(ckpt::checkpoint_key_bytes(&key, player, c.instance)),
+                    ));
+                }
+                Err((r, why)) => {
+                    o.push(("reject", s(r.counter())));
+                    o.push(("why", s(why)));
+                }
+            }
+            J::O(o)
+        })
+        .collect();
+    J::O(vec![
+        ("control_seed", h(signer.seed())),
+        ("control_public", h(signer.public_key())),
+        (
+            "group_cells",
+            J::A(GROUP_CELLS.iter().map(|&[c, r]| J::A(vec![u(c), u(r)])).collect()),
+        ),
+        ("players", J::A(players)),
+        ("envelopes", J::A(envelopes)),
+    ])
 }
 
 fn path() -> PathBuf {
@@ -1543,4 +1839,92 @@ fn sealed_keys_open_and_rejections_are_what_the_file_says() {
             }
         }
     }
+}
+
+#[test]
+fn sealed_checkpoints_open_and_refusals_are_what_the_file_says() {
+    let file = load();
+    let sec = &file["sealed"];
+    let ck = &sec["checkpoints"];
+    let master = MasterSecret::new(&bytes(sec, "master_secret")).expect("a master secret");
+    let world = WorldId::from_name(sec["world"].as_str().expect("world name"));
+    let signer = ControlSigner::derive(&master, world);
+    assert_eq!(signer.seed().to_vec(), bytes(ck, "control_seed"));
+    let control_public: [u8; 32] = arr(ck, "control_public");
+    assert_eq!(signer.public_key(), control_public);
+    let group: Vec<CellId> = list(ck, "group_cells")
+        .iter()
+        .map(|c| CellId::new(world, c[0].as_u64().unwrap() as u32, c[1].as_u64().unwrap() as u32).unwrap())
+        .collect();
+    // The joiner holds the keys of `cells` whose cell is the group's.
+    let keys: Vec<EpochKey> = list(sec, "cells")
+        .iter()
+        .map(|c| {
+            let cell = CellId(arr(c, "cell_id"));
+            EpochKey::from_bytes(cell, num(c, "epoch") as u32, arr(c, "epoch_key"))
+        })
+        .filter(|k| group.contains(&k.cell()))
+        .collect();
+    assert!(!keys.is_empty());
+    let players: Vec<(u32, PlayerKey)> = list(ck, "players")
+        .iter()
+        .map(|p| {
+            let key = PlayerKey::from_seed(&arr(p, "seed"));
+            assert_eq!(key.public_key().to_vec(), bytes(p, "public_key"));
+            let cert = ckpt::Certificate {
+                player: num(p, "player") as u32,
+                public_key: key.public_key(),
+                expires_unix_s: num(p, "expires_unix_s"),
+                signature: arr(p, "certificate"),
+            };
+            assert!(ckpt::verify_certificate(&control_public, world, &cert));
+            assert_eq!(signer.certify(cert.player, &cert.public_key, cert.expires_unix_s), cert);
+            (cert.player, key)
+        })
+        .collect();
+    let envelopes = list(ck, "envelopes");
+    let mut refused = std::collections::HashSet::new();
+    for e in envelopes {
+        let name = e["name"].as_str().unwrap_or("?");
+        let reply = FetchedReply {
+            tick: num(e, "reply_tick"),
+            from_player: num(e, "reply_from_player") as u32,
+            age_ms: num(e, "age_ms"),
+            received_unix_ms: num(e, "reply_unix_ms"),
+        };
+        let mut buf = bytes(e, "hex");
+        let view = JoinerView {
+            control_public: &control_public,
+            group_keys: &keys,
+        };
+        let got = open_checkpoint(&mut buf, &reply, &view);
+        match e.get("state") {
+            Some(_) => {
+                let o = got.unwrap_or_else(|r| panic!("{name}: refused {}", r.counter()));
+                assert_eq!(buf[o.state.clone()].to_vec(), bytes(e, "state"), "{name}");
+                let (player, key) = &players[num(e, "signer") as usize];
+                assert_eq!(o.player, *player, "{name}");
+                let ek = keys
+                    .iter()
+                    .find(|k| k.cell() == o.cell && k.epoch() == o.epoch)
+                    .unwrap();
+                assert_eq!(
+                    ckpt::checkpoint_key_bytes(ek, o.player, num(e, "instance")).to_vec(),
+                    bytes(e, "checkpoint_key"),
+                    "{name}"
+                );
+                // Ed25519 is deterministic: signing again gives the same bytes.
+                let mut again = bytes(e, "hex");
+                key.sign_envelope(&mut again);
+                assert_eq!(again, bytes(e, "hex"), "{name}: the signature");
+            }
+            None => {
+                let r = got.map(|_| ()).expect_err(name);
+                assert_eq!(r.counter(), e["reject"], "{name}");
+                refused.insert(r);
+            }
+        }
+    }
+    // Every refusal is exercised.
+    assert_eq!(refused.len(), CheckpointRefusal::ALL.len());
 }

@@ -5,7 +5,8 @@
 //! that stops reading is cut off at the deadline; the latest two uploads
 //! are kept; the memory bound refuses uploads; silent and stalled
 //! connections neither grow the reflector's memory nor lock a member out;
-//! SIGTERM ends `serve` within a second whatever the channel's peers do.
+//! SIGTERM ends `serve` within a second whatever the channel's peers do;
+//! sealed checkpoints pass the unchanged channel and a joiner checks them.
 
 use reflector_proto::auth::{Secret, TokenClaims};
 use reflector_proto::blocking;
@@ -882,4 +883,133 @@ fn sigterm_ends_serve_within_a_second_with_idle_channel_peers_and_writes_the_sum
     assert!(took < Duration::from_millis(1500), "took {took:?}");
     assert_eq!(summary["total"]["joins"].as_u64(), Some(1), "{summary}");
     drop((up, idle));
+}
+
+/// Sealed checkpoints (docs/protocol.md, "Sealed checkpoints") need nothing
+/// of the reflector: two members upload envelopes of the same state and
+/// tick through the unchanged channel, a joiner opens both with the
+/// REPLYs' fields and finds them verified by two members; then a member's
+/// signed upload of another group's checkpoint, and of a garbage state, are
+/// stored by the reflector (opaque bytes) and refused by the joiner.
+#[test]
+fn sealed_checkpoints_pass_the_reflector_unchanged_and_a_joiner_checks_them() {
+    use reflector_proto::sealed::checkpoint::{
+        compare, field, open_checkpoint, seal_checkpoint, Agreement, CheckpointRefusal, ControlSigner, FetchedReply,
+        JoinerView, PlayerKey, UploadInfo, SIGNATURE_LEN,
+    };
+    use reflector_proto::sealed::{CellId, MasterSecret, WorldId};
+
+    let server = start(
+        1,
+        CheckpointConfig {
+            every_ms: 300,
+            fetch_every_ms: 0,
+            ..CheckpointConfig::default()
+        },
+    );
+    let g = server.ports()[0];
+    let master = MasterSecret::new(&[0x6d; 32]).unwrap();
+    let world = WorldId::from_name("checkpoint test world");
+    let control = ControlSigner::derive(&master, world);
+    let ours = master.epoch_key(CellId::new(world, 0, 0).unwrap(), 5);
+    let theirs = master.epoch_key(CellId::new(world, 1, 0).unwrap(), 5);
+    let expires = reflector_proto::unix_now_ms() / 1000 + 60;
+    let mut members = [Client::join(g, 1), Client::join(g, 2)];
+    let signers: Vec<PlayerKey> = [1u8, 2].iter().map(|&p| PlayerKey::from_seed(&[p; 32])).collect();
+    let certs: Vec<_> = members
+        .iter()
+        .zip(&signers)
+        .map(|(m, k)| control.certify(m.player, &k.public_key(), expires))
+        .collect();
+    const TICK: u64 = 4242;
+    let game_state = state(3000, 9);
+    let mut seq = 1000;
+    let mut envelope = |who: usize, key: &reflector_proto::sealed::EpochKey| {
+        seq += 1;
+        let info = UploadInfo {
+            tick: TICK,
+            instance: 0x77 + who as u64,
+            sequence: seq,
+        };
+        seal_checkpoint(&signers[who], &certs[who], key, info, &game_state).unwrap()
+    };
+    let (e1, e2) = (envelope(0, &ours), envelope(1, &ours));
+    let mut other_group = envelope(1, &theirs);
+    let mut garbage = envelope(1, &ours);
+    let n = garbage.len();
+    garbage[field::STATE..n - SIGNATURE_LEN].fill(0x5a);
+    signers[1].sign_envelope(&mut garbage);
+    // Each member asked uploads its envelope once (bounded: 40 rounds of at
+    // most 2 x 250 ms); then the bad ones, one at a time.
+    let mut queue: Vec<(usize, Vec<u8>)> = vec![(0, e1), (1, e2)];
+    let mut uploaded = Vec::new();
+    let mut upload_next = |members: &mut [Client; 2], queue: &mut Vec<(usize, Vec<u8>)>| {
+        for _ in 0..40 {
+            for (i, m) in members.iter_mut().enumerate() {
+                let Some(nonce) = m.wait_request(Duration::from_millis(250)) else {
+                    continue;
+                };
+                if let Some(at) = queue.iter().position(|(who, _)| *who == i) {
+                    let (_, env) = queue.remove(at);
+                    if channel::upload(m.channel(), m.me(), nonce, TICK, env.clone().into(), T).is_ok() {
+                        uploaded.push(i);
+                    } else {
+                        queue.push((i, env));
+                    }
+                }
+            }
+            if queue.is_empty() {
+                return;
+            }
+        }
+        panic!("uploads not requested in time: {} left", queue.len());
+    };
+    upload_next(&mut members, &mut queue);
+    let public = control.public_key();
+    let keys = [ours.clone()];
+    let view = JoinerView {
+        control_public: &public,
+        group_keys: &keys,
+    };
+    let open = |f: &channel::Fetched| {
+        let reply = FetchedReply {
+            tick: f.tick,
+            from_player: f.from_player,
+            age_ms: f.age_ms,
+            received_unix_ms: reflector_proto::unix_now_ms(),
+        };
+        let mut buf = f.state.to_vec();
+        open_checkpoint(&mut buf, &reply, &view).map(|o| (buf[o.state.clone()].to_vec(), o))
+    };
+    let me = members[0].me();
+    let f = channel::fetch(members[0].channel(), me, 1 << 20, T).unwrap().unwrap();
+    let o = channel::fetch_other(members[0].channel(), me, 1 << 20, T)
+        .unwrap()
+        .unwrap();
+    let (latest_state, latest) = open(&f).expect("the latest opens");
+    let (other_state, other) = open(&o).expect("the one before opens");
+    assert!(latest_state == game_state && other_state == game_state);
+    match compare(&latest, Some(&other)) {
+        Agreement::VerifiedByTwo { tick, mut players } => {
+            players.sort_unstable();
+            assert_eq!((tick, players), (TICK, [1, 2]));
+        }
+        a => panic!("two members' equal snapshots: {a:?}"),
+    }
+    // The reflector stores what a member signs, whatever it is; the joiner
+    // refuses it.
+    for (env, want) in [
+        (std::mem::take(&mut other_group), CheckpointRefusal::WrongCell),
+        (std::mem::take(&mut garbage), CheckpointRefusal::Bad),
+    ] {
+        let mut q = vec![(1usize, env)];
+        upload_next(&mut members, &mut q);
+        let me = members[0].me();
+        let f = channel::fetch(members[0].channel(), me, 1 << 20, T).unwrap().unwrap();
+        assert_eq!(f.from_player, 2);
+        assert_eq!(open(&f).map(|_| ()), Err(want));
+    }
+    assert_eq!(uploaded.len(), 4);
+    server.stop();
+    server.join().unwrap();
 }
