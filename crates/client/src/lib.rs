@@ -90,10 +90,10 @@
 //! - only `ERROR(ExpiredToken)`/`ERROR(BadToken)` answering a JOIN, or the
 //!   renewal moment, make it ask for a new token: one request renews
 //!   every group of the area;
-//! - a rejoin after a silence that stays unanswered for
-//!   [`REPLACE_INTERVALS`] more intervals asks where the cell is now (the
-//!   reflector may be dead and its cells placed elsewhere) and follows the
-//!   answer as a move.
+//! - a join (a first one, a move's, or a rejoin after a silence) that
+//!   stays unanswered for [`REPLACE_INTERVALS`] intervals asks where the
+//!   cell is now (the reflector may be dead and its cells placed
+//!   elsewhere) and follows the answer as a move.
 #![deny(unsafe_code)]
 
 mod checkpoint;
@@ -172,9 +172,10 @@ struct Membership {
     echo: Option<(u64, Instant)>,
     /// A refused join is tried again then, with the token held.
     rejoin_at: Option<Instant>,
-    /// Rejoining since then because the reflector went silent: once the
-    /// JOIN has gone unanswered for [`REPLACE_INTERVALS`] more, the cell
-    /// is placed anew.
+    /// Joining since then (a first join, a move's new group, or a rejoin
+    /// because the reflector went silent): once the JOIN has gone
+    /// unanswered for [`REPLACE_INTERVALS`] intervals, the cell is placed
+    /// anew.
     silent_since: Option<Instant>,
     /// In the area of the latest grant. One that is not any more is left
     /// once the new area's groups are members (make-before-break).
@@ -1054,7 +1055,10 @@ impl<D: Driver> Client<D> {
             last_heard: now,
             echo: None,
             rejoin_at: None,
-            silent_since: None,
+            // A reflector that dies while this JOIN is on its way (a move
+            // to a group it served a moment before) never answers: the
+            // placement is asked again as for a rejoin after a silence.
+            silent_since: Some(now),
             wanted: true,
             left_at: None,
         };
@@ -1158,8 +1162,10 @@ impl<D: Driver> Client<D> {
         }
         let m = &mut self.memberships[i];
         if !m.session.is_member() {
-            if m.silent_since
-                .is_some_and(|t| now >= t + m.keepalive * REPLACE_INTERVALS)
+            // A group being left (out of the area) is not placed anew.
+            if m.wanted
+                && m.silent_since
+                    .is_some_and(|t| now >= t + m.keepalive * REPLACE_INTERVALS)
             {
                 // Asked again only after as long once more if the answer
                 // keeps the cell there (the registry may not have noticed).

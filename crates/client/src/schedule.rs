@@ -56,7 +56,7 @@ impl Membership {
     /// (the token's, on the wall clock) if it is still to come.
     fn next_timer(&self, now: Instant, unix_ms: u64) -> Option<Instant> {
         let mut next = earliest(self.rejoin_at, self.session.poll_timeout());
-        if !self.session.is_member() {
+        if !self.session.is_member() && self.wanted {
             next = earliest(next, self.silent_since.map(|t| t + self.keepalive * REPLACE_INTERVALS));
         }
         if self.session.is_member() {
@@ -346,6 +346,59 @@ mod tests {
         assert_eq!(c.stats().replacements, 1);
         c.update(at + k * REPLACE_INTERVALS);
         assert_eq!(c.stats().replacements, 2);
+    }
+
+    #[test]
+    fn a_move_whose_new_reflector_never_answers_is_placed_anew() {
+        // The fleet lab's kill -9: a move's grant names a group on a
+        // reflector that dies before its JOIN arrives. That JOIN is never
+        // answered, and without a deadline of its own the player kept
+        // trying it for good (and lost its old group at the move's break).
+        let t0 = Instant::now();
+        let mut c = client(300);
+        join(&mut c, t0);
+        while c.poll_event().is_some() {}
+        let expires_unix_s = reflector_proto::unix_now_ms() / 1000 + 300;
+        let claims = TokenClaims {
+            player: 7,
+            reflector: 0,
+            group: 4001,
+            expires_unix_s,
+        };
+        let dead = Token {
+            reflector: "127.0.0.2:4001".into(),
+            group: 4001,
+            player: 7,
+            token: claims.sign(&Secret::new(&[3; 32]).unwrap()),
+            session_key: SESSION_KEY,
+            expires_unix_s,
+        };
+        c.take_area(
+            AreaTokens {
+                cell: dead,
+                area: Vec::new(),
+            },
+            t0,
+        )
+        .unwrap();
+        // Nothing answers (the old group's reflector neither: it rejoins,
+        // but a group being left is not placed anew). The new JOIN's
+        // interval is the default 2 s until a JOIN_ACK says otherwise.
+        let at = t0 + Duration::from_secs(2) * REPLACE_INTERVALS;
+        let mut t = t0;
+        while t + Duration::from_millis(250) < at {
+            t += Duration::from_millis(250);
+            c.update(t);
+        }
+        assert!(c.next_update().is_some_and(|n| n <= at), "{:?}", c.next_update());
+        c.update(at - Duration::from_millis(1));
+        assert_eq!(c.stats().replacements, 0, "not before");
+        while c.poll_event().is_some() {}
+        c.update(at);
+        assert_eq!(c.stats().replacements, 1, "the unanswered JOIN asks where the cell is");
+        let events: Vec<Event> = std::iter::from_fn(|| c.poll_event()).collect();
+        assert!(events.contains(&Event::TokenNeeded), "{events:?}");
+        settles(&mut c);
     }
 
     #[test]

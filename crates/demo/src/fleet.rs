@@ -99,6 +99,11 @@ pub struct FleetArgs {
     /// The registry's TTL for reflector entries (detection of a dead reflector).
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = seconds)]
     pub registry_ttl: f64,
+    /// The reflectors' --member-timeout: their keepalive interval is a
+    /// quarter of it, and a client takes a reflector for dead after three
+    /// silent intervals (4s: detection within 3 s).
+    #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = seconds)]
+    pub member_timeout: f64,
     /// How long a drained reflector waits for its members to leave.
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = seconds)]
     pub drain_timeout: f64,
@@ -480,6 +485,10 @@ fn run_in(
             .args(&registry)
             .args(["--registry-ttl", &format!("{}ms", (args.registry_ttl * 1000.0) as u64)])
             .args([
+                "--member-timeout",
+                &format!("{}ms", (args.member_timeout * 1000.0) as u64),
+            ])
+            .args([
                 "--drain-timeout",
                 &format!("{}ms", (args.drain_timeout * 1000.0) as u64),
             ])
@@ -677,6 +686,8 @@ fn run_in(
     }
     drop(bots);
     let text = reader.join().unwrap_or_default();
+    // Kept with the logs (--logs): every bot's figures.
+    let _ = std::fs::write(d.join("bots-report.json"), &text);
     polling.store(false, Relaxed);
     let _ = poller.join();
     let report: BotsReport = serde_json::from_str(&text).map_err(|e| {
@@ -713,7 +724,7 @@ fn run_in(
     })
 }
 
-/// Copies the run's `*.log` files to `to` when dropped.
+/// Copies the run's `*.log` files and the bots' report to `to` when dropped.
 struct KeepLogs {
     from: PathBuf,
     to: Option<PathBuf>,
@@ -731,7 +742,7 @@ impl Drop for KeepLogs {
         };
         for e in entries.flatten() {
             let p = e.path();
-            if p.extension().is_some_and(|x| x == "log") {
+            if p.extension().is_some_and(|x| x == "log" || x == "json" || x == "jsonl") {
                 if let Err(err) = std::fs::copy(&p, to.join(e.file_name())) {
                     eprintln!("fleet: cannot keep {}: {err}", p.display());
                 }
