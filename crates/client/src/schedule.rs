@@ -372,6 +372,7 @@ mod tests {
             token: claims.sign(&Secret::new(&[3; 32]).unwrap()),
             session_key: SESSION_KEY,
             expires_unix_s,
+            keys: Vec::new(),
         };
         c.take_area(
             AreaTokens {
