@@ -650,6 +650,7 @@ fn checkpoint_event(e: CheckpointEvent, fetched: &mut Option<Fetched>) -> rc_che
             from_player,
             age_ms,
             bytes,
+            verification: _,
         } => {
             out.kind = RC_CHECKPOINT_READY;
             out.group = group;
