@@ -539,3 +539,45 @@ fn without_a_certificate_or_keys_nothing_is_uploaded() {
         e => panic!("{e:?}"),
     }
 }
+
+/// Every `/join` the client makes carries its signing key, the first and
+/// each renewal: a stub control server hands out 3 s tokens and keeps the
+/// request lines.
+#[cfg(feature = "http")]
+#[test]
+fn every_join_carries_the_signing_key() {
+    use common::net::{ticket_json, HttpStub};
+    let r = Reflector::start(0, true);
+    let (port, addr) = (r.port, r.addr());
+    let stub = HttpStub::start(move || (200, vec![], ticket_json(&token(1, port, addr, 3))));
+    let mut c = Client::new(Config {
+        local: "127.0.0.1:0".into(),
+        ..Config::new(TokenSource::Control(reflector_client::ControlServer {
+            allow_plain_http: true,
+            ..reflector_client::ControlServer::new(stub.url.clone(), 1, (50.0, 50.0))
+        }))
+    })
+    .unwrap();
+    let want = format!("sign_key={}", hex::encode(c.checkpoint_signing_key()));
+    let mut lines = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(8);
+    while lines.len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "two /join requests within 8 s: {lines:?}, {:?}",
+            c.stats()
+        );
+        c.update(Instant::now());
+        while c.poll_event().is_some() {}
+        if stub.requests() > lines.len() as u64 {
+            lines.push(stub.last_request());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // The second is the client asking again for the same player (a 3 s
+    // token is due for renewal at once).
+    assert!(c.stats().token_requests >= 2);
+    for l in &lines {
+        assert!(l.starts_with("GET /join?") && l.contains(&want), "{l}");
+    }
+}
