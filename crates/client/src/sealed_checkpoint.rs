@@ -58,6 +58,11 @@ impl CheckpointSigning {
     /// Holds `g` for `group` unless a certificate expiring later is held
     /// (a renewal's answer may arrive after a newer one was handed in).
     fn hold(&mut self, group: GroupKey, g: GrantSigning) {
+        // Groups left long ago go: a certificate an hour past its expiry
+        // belongs to no membership (one is renewed before its token ends).
+        let now_s = reflector_proto::unix_now_ms() / 1000;
+        self.grants
+            .retain(|(_, h)| h.certificate.expires_unix_s.saturating_add(3600) > now_s);
         match self.grants.iter_mut().find(|(k, _)| *k == group) {
             Some((_, held)) if held.certificate.expires_unix_s > g.certificate.expires_unix_s => {}
             Some((_, held)) => *held = g,

@@ -330,11 +330,20 @@ fn a_sealed_upload_reaches_a_joiner_signed_and_the_reflector_never_sees_it() {
 /// the world's control key fetches it: the fetch's outcome and the
 /// joiner's counters.
 fn joiner_sees(keys: Vec<CellKey>, signer: &ControlSigner) -> (CheckpointEvent, Stats) {
+    joiner_with_keys_sees(keys, signer, vec![group_key()])
+}
+
+/// [`joiner_sees`] with the joiner holding `joiner_keys`.
+fn joiner_with_keys_sees(
+    keys: Vec<CellKey>,
+    signer: &ControlSigner,
+    joiner_keys: Vec<CellKey>,
+) -> (CheckpointEvent, Stats) {
     let r = reflector(16 << 20);
     let mut c = member(&r, 3, keys, signer);
     let state = state_with_marker(b"the uploader's state", 300);
     uploaded(upload_when_asked(&mut c, &mut [], TICK, &state), TICK);
-    let mut b = member(&r, 2, vec![group_key()], &control());
+    let mut b = member(&r, 2, joiner_keys, &control());
     let e = fetch(&mut b, CheckpointOp::Fetch);
     (e, b.stats())
 }
@@ -580,4 +589,36 @@ fn every_join_carries_the_signing_key() {
     for l in &lines {
         assert!(l.starts_with("GET /join?") && l.contains(&want), "{l}");
     }
+}
+
+/// Inside the overlap window an upload goes under the next epoch's key,
+/// which is held but has not started (DATA still goes under the current
+/// one): a joiner holding both opens it, one holding only the current
+/// epoch's key has no key for it.
+#[test]
+fn an_upload_goes_under_the_newest_key_held_even_before_it_starts() {
+    let cell = CellId::new(world(), 0, 0).unwrap();
+    let now = reflector_proto::unix_now_ms() / 1000;
+    let next = CellKey {
+        cell: [0, 0],
+        key: master().epoch_key(cell, EPOCH + 1),
+        starts_unix_s: now + 30,
+        ends_unix_s: now + 630,
+    };
+    let both = vec![group_key(), next];
+    let (e, s) = joiner_with_keys_sees(both.clone(), &control(), both.clone());
+    assert!(
+        matches!(
+            e,
+            CheckpointEvent::Checkpoint {
+                verification: Verification::SignedByOne { player: 3 },
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(refusals(&s), [0; 9]);
+    let (e, s) = joiner_with_keys_sees(both, &control(), vec![group_key()]);
+    refused_with(&e, "checkpoint_no_key");
+    assert_eq!(refusals(&s), [0, 0, 0, 0, 0, 0, 0, 1, 0]);
 }
