@@ -79,6 +79,7 @@ pub(crate) type SigningSink = Arc<Mutex<Vec<(String, u16, GrantSigning)>>>;
 /// What a `/join` carries for checkpoint signing: our public key
 /// (`sign_key`), and where the answer's certificates go.
 #[derive(Clone)]
+#[cfg_attr(not(feature = "http"), allow(dead_code, reason = "only the HTTP client asks /join"))]
 pub(crate) struct SignRequest {
     pub public_key: [u8; PUBLIC_KEY_LEN],
     pub sink: SigningSink,
@@ -87,6 +88,10 @@ pub(crate) struct SignRequest {
 /// The signing fields of one grant, checked: both or neither; hex of the
 /// right lengths; the certificate verifies under `control_public` for the
 /// world of the grant's cells (when it has keys).
+#[cfg_attr(
+    not(feature = "http"),
+    allow(dead_code, reason = "only the HTTP client reads a grant")
+)]
 pub(crate) fn grant_signing(
     player: u32,
     expires_unix_s: u64,

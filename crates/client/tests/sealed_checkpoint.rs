@@ -15,9 +15,13 @@ use reflector_client::{
 use reflector_proto::sealed::checkpoint::{ControlSigner, ENVELOPE_OVERHEAD};
 use reflector_proto::sealed::{CellId, EpochKey, MasterSecret, WorldId};
 use reflector_server::checkpoint::CheckpointConfig;
+#[cfg(feature = "http")]
 use std::io::{Read, Write};
+#[cfg(feature = "http")]
 use std::net::{SocketAddr, TcpListener, TcpStream};
+#[cfg(feature = "http")]
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+#[cfg(feature = "http")]
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -191,18 +195,21 @@ fn state_with_marker(marker: &[u8], len: usize) -> Vec<u8> {
     s
 }
 
+#[cfg(feature = "http")]
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
 
 /// A TCP forwarder in front of the checkpoint channel that keeps every
 /// byte a client sent through it (what the reflector receives and stores).
+#[cfg(feature = "http")]
 struct TcpTap {
     addr: SocketAddr,
     up: Arc<Mutex<Vec<u8>>>,
     stop: Arc<AtomicBool>,
 }
 
+#[cfg(feature = "http")]
 impl TcpTap {
     fn start(to: SocketAddr) -> TcpTap {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -232,6 +239,7 @@ impl TcpTap {
     }
 }
 
+#[cfg(feature = "http")]
 impl Drop for TcpTap {
     fn drop(&mut self) {
         self.stop.store(true, SeqCst);
@@ -240,6 +248,7 @@ impl Drop for TcpTap {
 
 /// Copies `from` to `to` until either side closes (or 10 s of silence),
 /// keeping what passed in `tap`.
+#[cfg(feature = "http")]
 fn pipe(mut from: TcpStream, mut to: TcpStream, tap: Option<Arc<Mutex<Vec<u8>>>>) {
     from.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut b = [0u8; 16 * 1024];
