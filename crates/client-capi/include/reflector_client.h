@@ -38,7 +38,10 @@
  * checkpoint events (which fetch they answer). 1.5 added sealed groups'
  * counters: `rc_sealing_stats` and `rc_sealing_counters` (a struct of its
  * own: `rc_client_stats` keeps its size), and `RC_ERR_WRONG_STATE` from
- * `rc_send` in a sealed group with no key held.
+ * `rc_send` in a sealed group with no key held; and sealed checkpoints:
+ * `rc_checkpoint_event.verification` (in 1.4's padding) with the
+ * `RC_VERIFICATION_*` values, and the joiner's refusal counters
+ * (`checkpoint_*` of `rc_sealing_counters`).
  */
 #define REFLECTOR_C_VERSION_MINOR 5
 
@@ -75,6 +78,36 @@
  * (Since 1.3.)
  */
 #define RC_MAX_AREA_TOKENS 25
+
+/**
+ * `rc_checkpoint_event.verification`: not a READY event (or a library
+ * before 1.5). (Since 1.5.)
+ */
+#define RC_VERIFICATION_NONE 0
+
+/**
+ * A clear group: the state as the reflector served it (its SHA-256
+ * checked against the authenticated reply), nothing more.
+ */
+#define RC_VERIFICATION_CLEAR 1
+
+/**
+ * A sealed group: sealed under the group's key and signed by the
+ * certified key of `from_player` (one member's word).
+ */
+#define RC_VERIFICATION_SIGNED 2
+
+/**
+ * A sealed group: the latest and the other checkpoint kept (both
+ * fetched), of one tick, are the same state uploaded by two members.
+ */
+#define RC_VERIFICATION_VERIFIED_BY_TWO 3
+
+/**
+ * A sealed group: both fetched, of one tick, from two members, but the
+ * states differ (which to load is the game's policy).
+ */
+#define RC_VERIFICATION_DISAGREE 4
 
 /**
  * What an `rc_checkpoint_event` is. (Since 1.1.)
@@ -494,6 +527,12 @@ typedef struct {
    * such group); 0 otherwise.
    */
   uint8_t refusal;
+  /**
+   * READY: how far the state can be trusted, an `RC_VERIFICATION_*`
+   * value (0 for the other kinds, and from a library before 1.5).
+   * (Since 1.5, in 1.4's padding.)
+   */
+  uint8_t verification;
 } rc_checkpoint_event;
 
 /**
@@ -556,6 +595,46 @@ typedef struct {
    * `/keys` requests that failed (retried with backoff).
    */
   uint64_t keys_refresh_failures;
+  /**
+   * Sealed groups' fetched checkpoints refused by the joiner's checks
+   * (docs/protocol.md, "Sealed checkpoints"), one counter per check; a
+   * refused state never reaches the game (the fetch is FAILED). Not a
+   * checkpoint envelope ...
+   */
+  uint64_t checkpoint_malformed;
+  /**
+   * ... an envelope version this library does not read ...
+   */
+  uint64_t checkpoint_version;
+  /**
+   * ... sealed for a cell not of the group (another group's) ...
+   */
+  uint64_t checkpoint_wrong_cell;
+  /**
+   * ... the reply's tick or uploader differ from the envelope's ...
+   */
+  uint64_t checkpoint_mismatch;
+  /**
+   * ... the uploader's certificate does not verify ...
+   */
+  uint64_t checkpoint_bad_certificate;
+  /**
+   * ... it had expired at the upload ...
+   */
+  uint64_t checkpoint_expired_certificate;
+  /**
+   * ... the signature does not verify ...
+   */
+  uint64_t checkpoint_bad_signature;
+  /**
+   * ... no epoch key held for its cell and epoch ...
+   */
+  uint64_t checkpoint_no_key;
+  /**
+   * ... the state does not open under the group's key (garbage or
+   * forged).
+   */
+  uint64_t checkpoint_bad;
 } rc_sealing_counters;
 
 /**

@@ -7,7 +7,7 @@ use crate::handles::{lock, HandleError, Table};
 use crate::types::*;
 use reflector_client::{
     AreaTokens, CheckpointError, CheckpointEvent, CheckpointOp, Client, Config, ControlServer, Error, Event,
-    RejoinReason, SendError, Token, TokenSource,
+    RejoinReason, SendError, Token, TokenSource, Verification,
 };
 use std::cell::RefCell;
 use std::sync::{Mutex, OnceLock};
@@ -650,8 +650,15 @@ fn checkpoint_event(e: CheckpointEvent, fetched: &mut Option<Fetched>) -> rc_che
             from_player,
             age_ms,
             bytes,
+            verification,
         } => {
             out.kind = RC_CHECKPOINT_READY;
+            out.verification = match verification {
+                Verification::Clear => RC_VERIFICATION_CLEAR,
+                Verification::SignedByOne { .. } => RC_VERIFICATION_SIGNED,
+                Verification::VerifiedByTwo { .. } => RC_VERIFICATION_VERIFIED_BY_TWO,
+                Verification::Disagree { .. } => RC_VERIFICATION_DISAGREE,
+            };
             out.group = group;
             out.op = checkpoint_op(op);
             out.number = number;
@@ -757,6 +764,15 @@ pub fn sealing_stats(h: rc_handle) -> Res<rc_sealing_counters> {
             keys_requests: s.keys_requests,
             keys_refreshes: s.keys_refreshes,
             keys_refresh_failures: s.keys_refresh_failures,
+            checkpoint_malformed: s.checkpoint_malformed,
+            checkpoint_version: s.checkpoint_version,
+            checkpoint_wrong_cell: s.checkpoint_wrong_cell,
+            checkpoint_mismatch: s.checkpoint_mismatch,
+            checkpoint_bad_certificate: s.checkpoint_bad_certificate,
+            checkpoint_expired_certificate: s.checkpoint_expired_certificate,
+            checkpoint_bad_signature: s.checkpoint_bad_signature,
+            checkpoint_no_key: s.checkpoint_no_key,
+            checkpoint_bad: s.checkpoint_bad,
         })
     })
 }

@@ -29,7 +29,10 @@ pub const REFLECTOR_C_VERSION_MAJOR: u32 = 1;
 /// checkpoint events (which fetch they answer). 1.5 added sealed groups'
 /// counters: `rc_sealing_stats` and `rc_sealing_counters` (a struct of its
 /// own: `rc_client_stats` keeps its size), and `RC_ERR_WRONG_STATE` from
-/// `rc_send` in a sealed group with no key held.
+/// `rc_send` in a sealed group with no key held; and sealed checkpoints:
+/// `rc_checkpoint_event.verification` (in 1.4's padding) with the
+/// `RC_VERIFICATION_*` values, and the joiner's refusal counters
+/// (`checkpoint_*` of `rc_sealing_counters`).
 pub const REFLECTOR_C_VERSION_MINOR: u32 = 5;
 
 /// Bytes of a reflector token.
@@ -372,7 +375,62 @@ pub struct rc_checkpoint_event {
     /// 3 not requested, 4 too large, 5 malformed, 6 busy: try later, 7 no
     /// such group); 0 otherwise.
     pub refusal: u8,
+    /// READY: how far the state can be trusted, an `RC_VERIFICATION_*`
+    /// value (0 for the other kinds, and from a library before 1.5).
+    /// (Since 1.5, in 1.4's padding.)
+    pub verification: u8,
 }
+
+/// `rc_checkpoint_event.verification`: not a READY event (or a library
+/// before 1.5). (Since 1.5.)
+pub const RC_VERIFICATION_NONE: u8 = 0;
+/// A clear group: the state as the reflector served it (its SHA-256
+/// checked against the authenticated reply), nothing more.
+pub const RC_VERIFICATION_CLEAR: u8 = 1;
+/// A sealed group: sealed under the group's key and signed by the
+/// certified key of `from_player` (one member's word).
+pub const RC_VERIFICATION_SIGNED: u8 = 2;
+/// A sealed group: the latest and the other checkpoint kept (both
+/// fetched), of one tick, are the same state uploaded by two members.
+pub const RC_VERIFICATION_VERIFIED_BY_TWO: u8 = 3;
+/// A sealed group: both fetched, of one tick, from two members, but the
+/// states differ (which to load is the game's policy).
+pub const RC_VERIFICATION_DISAGREE: u8 = 4;
+
+/// `rc_checkpoint_event` as 1.1 to 1.4 declared it, for the check below only.
+#[repr(C)]
+#[allow(dead_code, reason = "its layout is all that is used")]
+struct rc_checkpoint_event_1_4 {
+    kind: rc_checkpoint_kind,
+    group: u16,
+    op: rc_checkpoint_op,
+    number: u64,
+    tick: u64,
+    from_player: u32,
+    age_ms: u32,
+    len: usize,
+    error: rc_status,
+    refusal: u8,
+}
+
+// rc_checkpoint_event keeps 1.4's size and every field at its offset, on
+// every target (`verification` took padding after `refusal`).
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    type Old = rc_checkpoint_event_1_4;
+    assert!(size_of::<rc_checkpoint_event>() == size_of::<Old>());
+    assert!(offset_of!(rc_checkpoint_event, kind) == offset_of!(Old, kind));
+    assert!(offset_of!(rc_checkpoint_event, group) == offset_of!(Old, group));
+    assert!(offset_of!(rc_checkpoint_event, op) == offset_of!(Old, op));
+    assert!(offset_of!(rc_checkpoint_event, number) == offset_of!(Old, number));
+    assert!(offset_of!(rc_checkpoint_event, tick) == offset_of!(Old, tick));
+    assert!(offset_of!(rc_checkpoint_event, from_player) == offset_of!(Old, from_player));
+    assert!(offset_of!(rc_checkpoint_event, age_ms) == offset_of!(Old, age_ms));
+    assert!(offset_of!(rc_checkpoint_event, len) == offset_of!(Old, len));
+    assert!(offset_of!(rc_checkpoint_event, error) == offset_of!(Old, error));
+    assert!(offset_of!(rc_checkpoint_event, refusal) == offset_of!(Old, refusal));
+    assert!(offset_of!(rc_checkpoint_event, verification) == offset_of!(Old, refusal) + 1);
+};
 
 /// Sealed groups' counters since the client started (docs/protocol.md,
 /// "Sealed payloads"). (Since 1.5.)
@@ -396,6 +454,28 @@ pub struct rc_sealing_counters {
     pub keys_refreshes: u64,
     /// `/keys` requests that failed (retried with backoff).
     pub keys_refresh_failures: u64,
+    /// Sealed groups' fetched checkpoints refused by the joiner's checks
+    /// (docs/protocol.md, "Sealed checkpoints"), one counter per check; a
+    /// refused state never reaches the game (the fetch is FAILED). Not a
+    /// checkpoint envelope ...
+    pub checkpoint_malformed: u64,
+    /// ... an envelope version this library does not read ...
+    pub checkpoint_version: u64,
+    /// ... sealed for a cell not of the group (another group's) ...
+    pub checkpoint_wrong_cell: u64,
+    /// ... the reply's tick or uploader differ from the envelope's ...
+    pub checkpoint_mismatch: u64,
+    /// ... the uploader's certificate does not verify ...
+    pub checkpoint_bad_certificate: u64,
+    /// ... it had expired at the upload ...
+    pub checkpoint_expired_certificate: u64,
+    /// ... the signature does not verify ...
+    pub checkpoint_bad_signature: u64,
+    /// ... no epoch key held for its cell and epoch ...
+    pub checkpoint_no_key: u64,
+    /// ... the state does not open under the group's key (garbage or
+    /// forged).
+    pub checkpoint_bad: u64,
 }
 
 /// Checkpoint counters since the client started. (Since 1.1.)
@@ -424,6 +504,7 @@ impl rc_checkpoint_event {
         len: 0,
         error: rc_status::RC_OK,
         refusal: 0,
+        verification: RC_VERIFICATION_NONE,
     };
 }
 

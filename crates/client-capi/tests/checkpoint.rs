@@ -172,6 +172,7 @@ fn upload_when_asked_and_a_joiner_takes_exactly_those_bytes() {
         (mb.group, up.number, 42, 61, state.len())
     );
     assert_eq!(ready.op, rc_checkpoint_op::RC_CHECKPOINT_OP_FETCH, "the latest (1.4)");
+    assert_eq!(ready.verification, RC_VERIFICATION_CLEAR, "a clear group (1.5)");
 
     // The size first, a short buffer refused (the state kept), then all.
     let (mut len, mut tick) = (0usize, 0u64);

@@ -123,4 +123,9 @@ fn header_declares_every_entry_point() {
     // 1.5's counters in a struct of their own; rc_client_stats unchanged.
     assert!(h.contains("} rc_sealing_counters;"));
     assert!(h.contains("rc_status rc_sealing_stats(rc_handle h, rc_sealing_counters *stats);"));
+    // Sealed checkpoints (1.5): the level in the event's padding, the
+    // joiner's refusals with the sealing counters.
+    assert!(h.contains("  uint8_t refusal;\n  /**") && h.contains("  uint8_t verification;\n} rc_checkpoint_event;"));
+    assert!(h.contains("#define RC_VERIFICATION_VERIFIED_BY_TWO 3"));
+    assert!(h.contains("  uint64_t checkpoint_bad;\n} rc_sealing_counters;"));
 }

@@ -45,7 +45,8 @@ except rc.ReflectorError as e:
 c = rc.Client.with_token(lib, b"t" * 32, b"k" * 32, 1, 1, "127.0.0.1:9", 2**40, local="127.0.0.1:0")
 c.update()
 s = c.sealing_stats()
-print("sealing", s.malformed, s.bad, s.keys_refresh_failures)
+print("sealing", s.malformed, s.bad, s.keys_refresh_failures, s.checkpoint_bad)
+assert rc.ctypes.sizeof(rc.SealingStats) == 17 * 8, "the counters mirror rc_sealing_counters"
 c.close()
 try:
     c.close()

@@ -37,6 +37,8 @@ pub(crate) enum Done {
     Fetched {
         stored: Stored,
         age_ms: u32,
+        /// Our clock when the CHECKPOINT REPLY arrived, Unix ms.
+        received_unix_ms: u64,
         state: Vec<u8>,
     },
     Empty,
@@ -85,6 +87,14 @@ pub(crate) struct Who {
 pub(crate) struct Transfer {
     pub op: CheckpointOp,
     pub group: u16,
+    /// A fetch from a sealed group: what it brings is an envelope to
+    /// check and open for that group.
+    pub sealed: Option<crate::GroupKey>,
+    /// Upload: what sealing added to the game's state (0 in a clear
+    /// group), so that a state too large says the game's size and bound.
+    overhead: u64,
+    /// Fetch: our clock when the CHECKPOINT REPLY arrived, Unix ms.
+    reply_unix_ms: u64,
     addr: SocketAddr,
     stream: TcpStream,
     deadline: Instant,
@@ -149,6 +159,7 @@ impl Transfer {
         nonce: u64,
         tick: u64,
         state: Vec<u8>,
+        overhead: usize,
         deadline: Instant,
     ) -> Result<Transfer, CheckpointError> {
         // Hashed before connecting: a large state does not eat into the
@@ -159,6 +170,7 @@ impl Transfer {
         t.tick = tick;
         t.state_len = state.len();
         t.state_digest = state_digest;
+        t.overhead = overhead as u64;
         t.out = state;
         Ok(t)
     }
@@ -183,6 +195,9 @@ impl Transfer {
         Ok(Transfer {
             op,
             group: who.group,
+            sealed: None,
+            overhead: 0,
+            reply_unix_ms: 0,
             addr,
             stream: connect(addr)?,
             deadline,
@@ -222,6 +237,11 @@ impl Transfer {
             Step::Connecting | Step::Request | Step::Body => Waits::Write,
             Step::Hello | Step::Continue | Step::Reply | Step::State => Waits::Read,
         }
+    }
+
+    /// The channel's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
     }
 
     /// When the exchange fails if it has not ended (`TimedOut`).
@@ -357,10 +377,13 @@ impl Transfer {
                         CheckpointOp::Upload => {
                             let len = self.state_len as u64;
                             if len > hello.max_state {
+                                // In a sealed group: the game's state
+                                // against what remains of the bound after
+                                // the envelope's overhead.
                                 return Err(CheckpointError::TooLarge {
                                     addr: self.addr,
-                                    len,
-                                    max: hello.max_state,
+                                    len: len - self.overhead,
+                                    max: hello.max_state.saturating_sub(self.overhead),
                                 });
                             }
                             Request::upload(&self.member(), hello.challenge, self.nonce, len, self.tick)
@@ -463,6 +486,7 @@ impl Transfer {
                                 });
                             }
                             self.fetched = Some((stored, age_ms));
+                            self.reply_unix_ms = reflector_proto::unix_now_ms();
                             // body_len <= max_state, which the game chose to hold.
                             self.inbuf = Vec::new();
                             self.expect(body_len as usize);
@@ -486,7 +510,12 @@ impl Transfer {
                             what: "the state's SHA-256 is not the REPLY's digest",
                         });
                     }
-                    return Ok(Some(Done::Fetched { stored, age_ms, state }));
+                    return Ok(Some(Done::Fetched {
+                        stored,
+                        age_ms,
+                        received_unix_ms: self.reply_unix_ms,
+                        state,
+                    }));
                 }
             }
         }
@@ -529,7 +558,13 @@ impl<D: crate::Driver> crate::Client<D> {
         }
         let (who, addr) = self.channel(i)?;
         let deadline = now + self.cfg.checkpoint_timeout;
-        let t = Transfer::fetch(op, addr, who, self.cfg.checkpoint_max_bytes, deadline)?;
+        let mut t = Transfer::fetch(op, addr, who, self.cfg.checkpoint_max_bytes, deadline)?;
+        // Anything but a clear group is checked as sealed: a misconfigured
+        // one (sealed without instance ids) never hands a state over
+        // unchecked either.
+        if self.memberships[i].sealing != crate::sealing::GroupSealing::Clear {
+            t.sealed = Some(self.memberships[i].key());
+        }
         match op {
             CheckpointOp::FetchOther => self.ck_fetch_other = Some(t),
             _ => self.ck_fetch = Some(t),
@@ -553,6 +588,7 @@ impl<D: crate::Driver> crate::Client<D> {
 
     /// Carries the exchanges under way as far as their sockets allow.
     pub(crate) fn checkpoints(&mut self, now: Instant) {
+        self.take_certificates();
         for op in [CheckpointOp::Upload, CheckpointOp::Fetch, CheckpointOp::FetchOther] {
             let slot = match op {
                 CheckpointOp::Upload => &mut self.ck_upload,
@@ -560,8 +596,13 @@ impl<D: crate::Driver> crate::Client<D> {
                 CheckpointOp::FetchOther => &mut self.ck_fetch_other,
             };
             let Some(t) = slot.as_mut() else { continue };
-            let group = t.group;
+            let (group, sealed, addr) = (t.group, t.sealed, t.addr());
             let res = t.advance(now);
+            if matches!(res, Ok(None)) {
+                continue;
+            }
+            // Ended: the slot is free (and no longer borrowed).
+            *slot = None;
             let ev = match res {
                 Ok(None) => continue,
                 Ok(Some(Done::Stored(st))) => {
@@ -576,16 +617,42 @@ impl<D: crate::Driver> crate::Client<D> {
                     self.stats.checkpoints_fetched += 1;
                     crate::CheckpointEvent::Empty { group, op }
                 }
-                Ok(Some(Done::Fetched { stored, age_ms, state })) => {
-                    self.stats.checkpoints_fetched += 1;
-                    crate::CheckpointEvent::Checkpoint {
-                        group,
-                        op,
-                        number: stored.number,
-                        tick: stored.tick,
-                        from_player: stored.from_player,
-                        age_ms,
-                        bytes: state,
+                Ok(Some(Done::Fetched {
+                    stored,
+                    age_ms,
+                    received_unix_ms,
+                    state,
+                })) => {
+                    let opened = match sealed {
+                        None => Ok((state, crate::Verification::Clear)),
+                        Some(key) => {
+                            let reply = reflector_proto::sealed::checkpoint::FetchedReply {
+                                tick: stored.tick,
+                                from_player: stored.from_player,
+                                age_ms: u64::from(age_ms),
+                                received_unix_ms,
+                            };
+                            self.open_fetched(key, addr, op, &reply, state)
+                        }
+                    };
+                    match opened {
+                        Ok((bytes, verification)) => {
+                            self.stats.checkpoints_fetched += 1;
+                            crate::CheckpointEvent::Checkpoint {
+                                group,
+                                op,
+                                number: stored.number,
+                                tick: stored.tick,
+                                from_player: stored.from_player,
+                                age_ms,
+                                bytes,
+                                verification,
+                            }
+                        }
+                        Err(reason) => {
+                            self.stats.checkpoint_failures += 1;
+                            crate::CheckpointEvent::Failed { group, op, reason }
+                        }
                     }
                 }
                 Err(reason) => {
@@ -593,7 +660,6 @@ impl<D: crate::Driver> crate::Client<D> {
                     crate::CheckpointEvent::Failed { group, op, reason }
                 }
             };
-            *slot = None;
             self.ck_events.push_back(ev);
         }
     }

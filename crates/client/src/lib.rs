@@ -102,6 +102,7 @@ mod inbox;
 mod memlog;
 mod moves;
 mod schedule;
+mod sealed_checkpoint;
 mod sealing;
 mod streams;
 #[cfg(target_os = "linux")]
@@ -476,9 +477,17 @@ impl<D: Driver> Client<D> {
         let (key, nonce) = self.ck_nonce.ok_or(CheckpointError::NotRequested)?;
         let i = self.find(key).ok_or(CheckpointError::NotMember)?;
         let (who, addr) = self.channel(i)?;
+        // In a sealed group the envelope goes up, never the state in clear
+        // (sealed_checkpoint.rs); refused without a key or certificate,
+        // the request kept.
+        let (state, overhead) = if self.memberships[i].sealing == GroupSealing::Clear {
+            (state, 0)
+        } else {
+            (self.seal_upload(i, addr, tick, &state)?, sealed_checkpoint::OVERHEAD)
+        };
         self.ck_nonce = None;
         let deadline = Instant::now() + self.cfg.checkpoint_timeout;
-        self.ck_upload = Some(Transfer::upload(addr, who, nonce, tick, state, deadline)?);
+        self.ck_upload = Some(Transfer::upload(addr, who, nonce, tick, state, overhead, deadline)?);
         Ok(())
     }
 

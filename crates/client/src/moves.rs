@@ -296,12 +296,15 @@ impl<D: Driver> Client<D> {
             .and_then(|k| self.find(k))
             .filter(|&i| self.memberships[i].session.is_member())
             .map(|i| self.memberships[i].session.rejoin_request().token);
+        // Every /join says our checkpoint signing key (renewals and
+        // re-placements too): each grant then certifies it.
+        let sign = self.sealing.checkpoints.sign_request();
         let (tx, rx) = mpsc::channel();
         let signal = crate::wake::SignalOnDrop(std::sync::Arc::clone(&self.wake));
         std::thread::spawn(move || {
             // Dropped last, after the answer is sent (or on a panic).
             let _signal = signal;
-            let _ = tx.send(token::fetch_area_holding(&c, radius, held));
+            let _ = tx.send(token::fetch_area_holding(&c, radius, held, Some(&sign)));
         });
         self.fetching = Some(rx);
         // This request carries the position the game gave last.

@@ -14,7 +14,7 @@
 
 use crate::token::{CellKey, ControlError};
 use crate::GroupKey;
-use reflector_proto::sealed::{CellId, OpenError, Receiver, SealedWithoutInstance, SenderKey, OVERLAP_S};
+use reflector_proto::sealed::{CellId, EpochKey, OpenError, Receiver, SealedWithoutInstance, SenderKey, OVERLAP_S};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -91,6 +91,8 @@ pub(crate) struct Sealing {
     pub(crate) receiver: Receiver,
     /// The `/keys` request in flight, for its group.
     pub(crate) fetching: Option<(GroupKey, mpsc::Receiver<KeysResult>)>,
+    /// Our checkpoint signing key, the certificates, the opened snapshots.
+    pub(crate) checkpoints: crate::sealed_checkpoint::CheckpointSigning,
 }
 
 impl Sealing {
@@ -102,6 +104,7 @@ impl Sealing {
             senders: Vec::new(),
             receiver: Receiver::new(max_windows),
             fetching: None,
+            checkpoints: crate::sealed_checkpoint::CheckpointSigning::new(),
         }
     }
 
@@ -211,6 +214,31 @@ impl Sealing {
             }
         };
         Some(&mut self.senders[i].1)
+    }
+
+    /// The key a checkpoint upload to `group` is sealed under
+    /// (docs/protocol.md, "Sealed checkpoints", "Which key"): the group's
+    /// first cell, as for DATA, but its newest epoch key held, started or
+    /// not: inside the overlap window the next epoch's, which every grant
+    /// handed out from then on carries, so a joiner can open it.
+    pub(crate) fn checkpoint_key(&self, group: GroupKey) -> Option<EpochKey> {
+        let cell = *self.groups.iter().find(|g| g.group == group)?.cells.first()?;
+        self.held
+            .iter()
+            .filter(|h| h.group == group && h.key.key.cell() == cell)
+            .max_by_key(|h| h.key.key.epoch())
+            .map(|h| h.key.key.clone())
+    }
+
+    /// Every epoch key held for `group` (its grant's and `/keys`'
+    /// answers', each until [`OVERLAP_S`] after its end): what a joiner
+    /// checks a checkpoint of that group against, never another group's.
+    pub(crate) fn group_keys(&self, group: GroupKey) -> Vec<EpochKey> {
+        self.held
+            .iter()
+            .filter(|h| h.group == group)
+            .map(|h| h.key.key.clone())
+            .collect()
     }
 
     /// When `group`'s next `/keys` request is due (Unix ms), if it needs

@@ -5,7 +5,9 @@
 
 use reflector_proto::control::EpochKeyGrant;
 use reflector_proto::protocol::{SESSION_KEY_LEN, TOKEN_LEN};
+use reflector_proto::sealed::checkpoint::{Certificate, PUBLIC_KEY_LEN};
 use reflector_proto::sealed::{CellId, EpochKey, CELL_ID_LEN, KEY_LEN};
+use std::sync::{Arc, Mutex};
 
 /// One sealing epoch key of a cell, as a control server with a sealing
 /// secret hands it out with each grant (docs/protocol.md, "Handing out
@@ -57,6 +59,77 @@ pub fn cell_keys(grants: &[EpochKeyGrant], own_cell: Option<[u32; 2]>) -> Result
     // A stable sort: the control server's order (row order) otherwise.
     keys.sort_by_key(|k| Some(k.cell) != own_cell);
     Ok(keys)
+}
+
+/// What a grant says about checkpoint signing (docs/protocol.md, "Player
+/// signing keys and certificates"): the control servers' public key and
+/// our key's certificate until the grant's expiry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GrantSigning {
+    pub control_public: [u8; PUBLIC_KEY_LEN],
+    pub certificate: Certificate,
+}
+
+/// The certificates of a `/join` answer, for the grants' groups: the token
+/// request's helper thread puts them here, and the client takes them on
+/// its next update (the token channel carries [`AreaTokens`] only, which
+/// games build themselves too).
+pub(crate) type SigningSink = Arc<Mutex<Vec<(String, u16, GrantSigning)>>>;
+
+/// What a `/join` carries for checkpoint signing: our public key
+/// (`sign_key`), and where the answer's certificates go.
+#[derive(Clone)]
+#[cfg_attr(not(feature = "http"), allow(dead_code, reason = "only the HTTP client asks /join"))]
+pub(crate) struct SignRequest {
+    pub public_key: [u8; PUBLIC_KEY_LEN],
+    pub sink: SigningSink,
+}
+
+/// The signing fields of one grant, checked: both or neither; hex of the
+/// right lengths; the certificate verifies under `control_public` for the
+/// world of the grant's cells (when it has keys).
+#[cfg_attr(
+    not(feature = "http"),
+    allow(dead_code, reason = "only the HTTP client reads a grant")
+)]
+pub(crate) fn grant_signing(
+    player: u32,
+    expires_unix_s: u64,
+    public_key: &[u8; PUBLIC_KEY_LEN],
+    control_public: Option<&str>,
+    certificate: Option<&str>,
+    keys: &[CellKey],
+) -> Result<Option<GrantSigning>, String> {
+    use reflector_proto::sealed::checkpoint::{verify_certificate, SIGNATURE_LEN};
+    use reflector_proto::sealed::WorldId;
+    let (Some(cp), Some(cert)) = (control_public, certificate) else {
+        return Ok(None);
+    };
+    let control_public: [u8; PUBLIC_KEY_LEN] = hex::decode(cp)
+        .ok()
+        .and_then(|v| v.try_into().ok())
+        .ok_or_else(|| format!("control_public is not {PUBLIC_KEY_LEN} hex bytes"))?;
+    let signature: [u8; SIGNATURE_LEN] = hex::decode(cert)
+        .ok()
+        .and_then(|v| v.try_into().ok())
+        .ok_or_else(|| format!("the certificate is not {SIGNATURE_LEN} hex bytes"))?;
+    let certificate = Certificate {
+        player,
+        public_key: *public_key,
+        expires_unix_s,
+        signature,
+    };
+    if let Some(k) = keys.first() {
+        let c = k.key.cell().0;
+        let world = WorldId([c[0], c[1], c[2], c[3]]);
+        if !verify_certificate(&control_public, world, &certificate) {
+            return Err("the certificate does not verify under control_public for our sign_key".into());
+        }
+    }
+    Ok(Some(GrantSigning {
+        control_public,
+        certificate,
+    }))
 }
 
 /// A join token for one group with its session key, as the control server
@@ -216,7 +289,7 @@ pub enum ControlError {
 
 #[cfg(feature = "http")]
 mod http {
-    use super::{AreaTokens, CellKey, ControlError, ControlServer, Token};
+    use super::{AreaTokens, CellKey, ControlError, ControlServer, SignRequest, Token};
     use reflector_proto::control::{EpochKeyGrant, KeysAnswer};
     use reflector_proto::protocol::{SESSION_KEY_LEN, TOKEN_LEN};
     use std::net::{SocketAddr, ToSocketAddrs};
@@ -243,6 +316,12 @@ mod http {
         /// sealing secret).
         #[serde(default)]
         keys: Vec<EpochKeyGrant>,
+        /// With `sign_key` asked, from a control server with a sealing
+        /// secret: its public key and our key's certificate (hex).
+        #[serde(default)]
+        control_public: Option<String>,
+        #[serde(default)]
+        certificate: Option<String>,
         #[serde(default)]
         area: Vec<Answer>,
     }
@@ -302,7 +381,14 @@ mod http {
     /// [`ControlError::fails_over`]). Every URL is checked before anything
     /// is sent, so a bad one is a configuration error, not a skipped server.
     /// `radius` > 0 asks for the area around the player's cell too.
-    pub fn fetch(c: &ControlServer, radius: u8, held: Option<&[u8; 32]>) -> Result<AreaTokens, ControlError> {
+    /// With `sign`, the request carries `sign_key` and each grant's
+    /// certificate goes to its sink.
+    pub fn fetch(
+        c: &ControlServer,
+        radius: u8,
+        held: Option<&[u8; 32]>,
+        sign: Option<&SignRequest>,
+    ) -> Result<AreaTokens, ControlError> {
         over_servers(c, |agent, url| {
             let mut req = agent
                 .get(&format!("{}/join", url.trim_end_matches('/')))
@@ -319,16 +405,36 @@ mod http {
             if let Some(h) = held {
                 req = req.query("held", &hex::encode(h));
             }
+            if let Some(s) = sign {
+                req = req.query("sign_key", &hex::encode(s.public_key));
+            }
             if let Some(t) = &c.ticket {
                 req = req.set("Authorization", &format!("Bearer {t}"));
             }
             let mut answer: Answer = call_json(req, url, "/join")?;
             let others = std::mem::take(&mut answer.area);
-            let cell = token_of(c, answer)?;
-            let area = others
-                .into_iter()
-                .map(|a| token_of(c, a))
-                .collect::<Result<Vec<_>, _>>()?;
+            let mut signing = Vec::new();
+            let mut grant = |a: Answer| -> Result<Token, ControlError> {
+                let (cp, cert) = (a.control_public.clone(), a.certificate.clone());
+                let t = token_of(c, a)?;
+                if let Some(s) = sign {
+                    let g = super::grant_signing(
+                        t.player,
+                        t.expires_unix_s,
+                        &s.public_key,
+                        cp.as_deref(),
+                        cert.as_deref(),
+                        &t.keys,
+                    )
+                    .map_err(ControlError::BadAnswer)?;
+                    if let Some(g) = g {
+                        signing.push((t.reflector.clone(), t.group, g));
+                    }
+                }
+                Ok(t)
+            };
+            let cell = grant(answer)?;
+            let area = others.into_iter().map(&mut grant).collect::<Result<Vec<_>, _>>()?;
             if area
                 .iter()
                 .any(|t| t.reflector == cell.reflector && t.group == cell.group)
@@ -336,6 +442,11 @@ mod http {
                 return Err(ControlError::BadAnswer(
                     "the area names the cell's own group again".into(),
                 ));
+            }
+            if let Some(s) = sign {
+                // A poisoned lock only means another thread panicked
+                // while pushing: the list is still a list.
+                s.sink.lock().unwrap_or_else(|e| e.into_inner()).extend(signing);
             }
             Ok(AreaTokens { cell, area })
         })
@@ -578,20 +689,22 @@ pub fn fetch(c: &ControlServer) -> Result<Token, ControlError> {
 /// cells of the player's (one request; `radius` 0 is the plain join,
 /// sent without `area`; the control server takes at most 2). Blocking.
 pub fn fetch_area(c: &ControlServer, radius: u8) -> Result<AreaTokens, ControlError> {
-    fetch_area_holding(c, radius, None)
+    fetch_area_holding(c, radius, None, None)
 }
 
-/// [`fetch_area`], saying which token the client holds now (`held`).
+/// [`fetch_area`], saying which token the client holds now (`held`), and
+/// with `sign` our signing key (`sign_key`), the certificates to its sink.
 pub(crate) fn fetch_area_holding(
     c: &ControlServer,
     radius: u8,
     held: Option<[u8; 32]>,
+    sign: Option<&SignRequest>,
 ) -> Result<AreaTokens, ControlError> {
     #[cfg(feature = "http")]
-    return http::fetch(c, radius, held.as_ref());
+    return http::fetch(c, radius, held.as_ref(), sign);
     #[cfg(not(feature = "http"))]
     {
-        let _ = (c, radius, held);
+        let _ = (c, radius, held, sign);
         Err(ControlError::NoHttp)
     }
 }

@@ -274,7 +274,13 @@ pub enum CheckpointEvent {
         from_player: u32,
         /// How old it was when served.
         age_ms: u32,
+        /// The game's state: in a sealed group, opened from its envelope
+        /// after every check passed.
         bytes: Vec<u8>,
+        /// How far it can be trusted: [`Verification::Clear`] in a clear
+        /// group; in a sealed group signed by one member, or verified by
+        /// (or disputed between) two.
+        verification: Verification,
     },
     /// The group has no checkpoint yet (`op` [`CheckpointOp::Fetch`]), or
     /// fewer than two, so no other one (`op` [`CheckpointOp::FetchOther`]).
@@ -286,6 +292,26 @@ pub enum CheckpointEvent {
         op: CheckpointOp,
         reason: CheckpointError,
     },
+}
+
+/// How far a fetched checkpoint can be trusted (docs/protocol.md,
+/// "Sealed checkpoints").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verification {
+    /// A clear group: the state is as the reflector served it (its SHA-256
+    /// checked against the authenticated REPLY), nothing more.
+    Clear,
+    /// A sealed group: sealed under the group's key and signed by the
+    /// certified key of `player`, who uploaded it (one member's word).
+    SignedByOne { player: u32 },
+    /// Both snapshots the reflector keeps (FETCH and FETCH_OTHER), of the
+    /// same tick, passed every check and are the same state, uploaded by
+    /// two members.
+    VerifiedByTwo { players: [u32; 2] },
+    /// Both snapshots passed every check, of the same tick, but the two
+    /// members' states differ: which to load is the game's policy (each
+    /// event carries its own state).
+    Disagree { players: [u32; 2] },
 }
 
 /// One received DATA, borrowed from the client until the next call.
@@ -361,6 +387,31 @@ pub struct Stats {
     pub sealed_replay: u64,
     /// ... and does not open under the sender's key: forged or altered.
     pub sealed_bad: u64,
+    /// Sealed groups' fetched checkpoints refused by the joiner's checks
+    /// (docs/protocol.md, "Sealed checkpoints"), one counter per check,
+    /// named as the document names it; a refused state never reaches the
+    /// game (the fetch ends in [`CheckpointEvent::Failed`]). Not a
+    /// checkpoint envelope (too short, wrong magic or reserved bytes) ...
+    pub checkpoint_malformed: u64,
+    /// ... an envelope version this client does not read ...
+    pub checkpoint_version: u64,
+    /// ... sealed for a cell not of the group fetched from (another
+    /// group's or world's checkpoint) ...
+    pub checkpoint_wrong_cell: u64,
+    /// ... the REPLY's tick or uploader differ from the envelope's ...
+    pub checkpoint_mismatch: u64,
+    /// ... the uploader's certificate does not verify under the grant's
+    /// `control_public` ...
+    pub checkpoint_bad_certificate: u64,
+    /// ... it had expired when the state was uploaded ...
+    pub checkpoint_expired_certificate: u64,
+    /// ... the envelope's signature does not verify ...
+    pub checkpoint_bad_signature: u64,
+    /// ... no epoch key held for its cell and epoch (fetch again later) ...
+    pub checkpoint_no_key: u64,
+    /// ... and the state does not open under the checkpoint key: garbage
+    /// or forged.
+    pub checkpoint_bad: u64,
     /// `/keys` requests sent (key refreshes, docs/protocol.md "Handing
     /// out keys").
     pub keys_requests: u64,

@@ -7,7 +7,7 @@
 mod common;
 
 use common::{client, join_all, token, Reflector};
-use reflector_client::{CheckpointError, CheckpointEvent, CheckpointOp, Client, Config, TokenSource};
+use reflector_client::{CheckpointError, CheckpointEvent, CheckpointOp, Client, Config, TokenSource, Verification};
 use reflector_proto::checkpoint::{Answer, Hello, Refusal, Reply, Stored, REQUEST_LEN};
 use reflector_server::checkpoint::CheckpointConfig;
 use std::io::{Read, Write};
@@ -167,10 +167,13 @@ fn a_member_uploads_when_asked_and_a_joiner_fetches_exactly_those_bytes() {
             tick,
             from_player,
             bytes,
+            verification,
             ..
         } => {
             assert_eq!((g, n, tick, from_player), (group, number, 42, 1));
             assert_eq!(bytes, state);
+            // A clear group: nothing more than the channel's checks.
+            assert_eq!(verification, Verification::Clear);
         }
         other => panic!("b fetched {other:?}"),
     }
@@ -478,6 +481,7 @@ fn a_checkpoint_trickled_in_small_pieces_is_assembled_and_checked() {
             from_player: 2,
             age_ms: 5,
             bytes: state,
+            verification: Verification::Clear,
         }]
     );
     r.stop();

@@ -365,6 +365,7 @@ async fn a_checkpoint_exchange_wakes_the_loop_instead_of_a_poll() {
             from_player: 2,
             age_ms: 1,
             bytes,
+            verification: reflector_client::Verification::Clear,
         }] => {
             assert_eq!(*group, r.port);
             assert!(*bytes == state, "the state came changed ({} bytes)", bytes.len());

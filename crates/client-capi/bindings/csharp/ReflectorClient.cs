@@ -90,6 +90,18 @@ namespace Reflector
         public UIntPtr Len;
         public Status Error;
         public byte Refusal;
+        /// <summary>READY: a <see cref="Verification"/> value (library 1.5, in 1.4's padding; 0 before).</summary>
+        public Verification Verification;
+    }
+
+    /// <summary>How far a fetched checkpoint can be trusted (library 1.5).</summary>
+    public enum Verification : byte
+    {
+        None = 0,
+        Clear = 1,
+        Signed = 2,
+        VerifiedByTwo = 3,
+        Disagree = 4,
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -102,6 +114,10 @@ namespace Reflector
     public struct SealingStats
     {
         public ulong Malformed, Version, NoKey, Replay, Bad, KeysRequests, KeysRefreshes, KeysRefreshFailures;
+        /// <summary>Fetched checkpoints a sealed group's joiner refused, per check.</summary>
+        public ulong CheckpointMalformed, CheckpointVersion, CheckpointWrongCell, CheckpointMismatch,
+            CheckpointBadCertificate, CheckpointExpiredCertificate, CheckpointBadSignature, CheckpointNoKey,
+            CheckpointBad;
     }
 
     public enum EventKind

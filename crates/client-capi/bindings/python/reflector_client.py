@@ -78,6 +78,13 @@ RC_CHECKPOINT_OP_UPLOAD = 1
 RC_CHECKPOINT_OP_FETCH = 2
 RC_CHECKPOINT_OP_FETCH_OTHER = 3
 
+# CheckpointEvent.verification of a READY event (library 1.5; 0 before).
+RC_VERIFICATION_NONE = 0
+RC_VERIFICATION_CLEAR = 1
+RC_VERIFICATION_SIGNED = 2
+RC_VERIFICATION_VERIFIED_BY_TWO = 3
+RC_VERIFICATION_DISAGREE = 4
+
 RC_EVENT_NONE = 0
 RC_EVENT_JOINED = 1
 RC_EVENT_REJOINING = 2
@@ -144,6 +151,8 @@ class CheckpointEvent(ctypes.Structure):
         ("len", ctypes.c_size_t),
         ("error", ctypes.c_int),
         ("refusal", ctypes.c_uint8),
+        # Since 1.5, in 1.4's padding: an RC_VERIFICATION_* value.
+        ("verification", ctypes.c_uint8),
     ]
 
 
@@ -157,6 +166,9 @@ class SealingStats(ctypes.Structure):
         for name in (
             "malformed", "version", "no_key", "replay", "bad",
             "keys_requests", "keys_refreshes", "keys_refresh_failures",
+            "checkpoint_malformed", "checkpoint_version", "checkpoint_wrong_cell",
+            "checkpoint_mismatch", "checkpoint_bad_certificate", "checkpoint_expired_certificate",
+            "checkpoint_bad_signature", "checkpoint_no_key", "checkpoint_bad",
         )
     ]
 

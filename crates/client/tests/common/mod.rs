@@ -142,6 +142,36 @@ impl Reflector {
         Reflector { server, port }
     }
 
+    /// One sealed group (as [`Reflector::start_sealed`]) with the
+    /// checkpoint channel on (`ck`).
+    pub fn start_sealed_checkpoints(ck: CheckpointConfig) -> Reflector {
+        let cfg = ServerConfig {
+            ports: vec![0],
+            policy: Policy {
+                keepalive_ms: KEEPALIVE_MS,
+                data_instance: true,
+                data_sealed: true,
+                ..Policy::default()
+            },
+            checkpoint: Some(ck),
+            ..ServerConfig::new(
+                [127, 0, 0, 1].into(),
+                Secret::new(&SECRET).expect("a valid secret"),
+                BackendKind::Sendto,
+            )
+        };
+        let server = Server::start(cfg, Arc::new(AtomicBool::new(false))).expect("the reflector starts");
+        assert!(server.checkpoint_port().is_some_and(|p| p != 0), "the channel is bound");
+        let port = server.ports()[0];
+        Reflector { server, port }
+    }
+
+    /// The checkpoint channel's address (with the channel on).
+    pub fn checkpoint_addr(&self) -> SocketAddr {
+        let port = self.server.checkpoint_port().expect("the checkpoint channel is on");
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
     /// Every group port, in the order the groups were given.
     pub fn ports(&self) -> Vec<u16> {
         self.server.ports().to_vec()
