@@ -12,10 +12,14 @@
 //! What it measures without asking the bots: every reflector's
 //! `/metrics` is polled from a client host every `--poll` (members, copies
 //! fanned out), which gives the delivered rate over time and, per event, the
-//! players it touched (the members of the reflector it hit) and when the
-//! fleet held every player again (members summed over the live reflectors
-//! back to where they were). The bots' JSON report gives the exact owed
-//! loss of the whole run.
+//! players on the reflector it hit and when the fleet held every player
+//! again (members summed over the live reflectors back to where they
+//! were); the control servers' `/metrics` give their 429s. The bots' JSON
+//! report gives the exact owed loss, every lost datagram with its send
+//! time and every player's move windows, on the clock this program stamps
+//! its events on (the lab's virtual one under a TDF): per event, the
+//! affected players, the recovery time and the loss inside and outside the
+//! windows (`window_stats`), judged against the event's bound (`verdict`).
 
 use crate::error::DemoError;
 use netlab::lab::{Lab, LabOptions};
@@ -53,10 +57,12 @@ host and --clients client hosts, starts Debian's redis-server with the fleet's A
 `reflector serve --registry` on every reflector host and `reflector control --registry` on every control server \
 host, then one bots process whose sockets are spread over the client hosts. On its schedule (--events, virtual \
 seconds after the bots start) it kills a reflector with SIGKILL, stops a control server, restarts Redis empty and \
-drains a reflector (SIGTERM with --drain-timeout). It polls every reflector's /metrics, prints a table per event \
-(players touched, time until the fleet held them all again) and the bots' exact loss, writes a CSV per event and \
-one of the delivered rate over time, and removes the lab.\n\n\
-Exit status: 0 every event recovered and no loss, 1 an event not recovered or loss, 2 errors, 130 interrupted.\n\n\
+drains a reflector (SIGTERM with --drain-timeout), stamped on the lab's (virtual) clock. From the bots' move \
+windows and lost datagrams and the /metrics of every reflector and control server it prints a table per event \
+(affected players, recovery, owed loss inside and outside the move windows, 429s, pass/fail against the event's \
+bound) and the bots' exact loss, writes a CSV per event and one of the delivered rate over time, and removes the \
+lab.\n\n\
+Exit status: 0 every event passed and no loss outside the move windows, 1 otherwise, 2 errors, 130 interrupted.\n\n\
 Examples:\n  sudo reflector-fleet-lab --clients 10 --bots 100 --duration 40s --events kill=10,control=18,redis=26,drain=32\n  \
 sudo reflector-fleet-lab --tdf 4 --out bench/results"
 )]
@@ -1015,7 +1021,8 @@ fn verdict(kind: EventKind, r: &EventRow, keepalive_s: f64) -> (Option<f64>, boo
 
 fn event_table(rows: &[EventRow]) -> String {
     let mut s = String::new();
-    let opt = |v: Option<f64>, none: &str| v.map_or(none.to_string(), |v| format!("{v:.2}"));
+    // Three decimals: a drain's windows are milliseconds.
+    let opt = |v: Option<f64>, none: &str| v.map_or(none.to_string(), |v| format!("{v:.3}"));
     let _ = writeln!(
         s,
         "\n{:<20} {:<22} {:>6} {:>8} {:>9} {:>7} {:>8} {:>8} {:>5} {:>4} | {:>7} {:>7} {:>6} {:>7}",
