@@ -914,8 +914,8 @@ struct WindowStats {
 /// at or before its start, and so does a lost datagram by its send time.
 /// A kill's or a drain's windows are those that left the reflector it hit
 /// (whatever opened them: the silence, the MOVED, or a player's own move
-/// that took it off the dead reflector first); the other events' are every
-/// window but the players' own moves. A kill's windows run from the kill
+/// that took it off the dead reflector first) and those that never ended;
+/// the other events' are every window but the players' own moves. A kill's windows run from the kill
 /// (the failure), the others from their own start. A lost datagram is
 /// inside a window when its send time is within one of its sender's or
 /// its receiver's (any window). Times: ns on the lab's clock.
@@ -932,8 +932,10 @@ fn window_stats(
                     .and_then(|f| f.parse::<std::net::SocketAddrV4>().ok())
                     .map(|a| *a.ip())
             };
-            // Left it: a move between two of its groups is not.
-            target.is_some() && ip(&w.from) == target && ip(&w.to) != target
+            // Left it (a move between two of its groups did not), or never
+            // ended: a player that never plays again is the event's, from
+            // wherever it was (a move's JOIN to the reflector just killed).
+            w.end_ns.is_none() || (target.is_some() && ip(&w.from) == target && ip(&w.to) != target)
         }
         _ => w.cause != reflector_bots::WindowCause::Cell,
     };
@@ -1237,9 +1239,14 @@ mod tests {
             brief,
             [(2, Some(7.0), 1, 1), (0, Some(0.0), 0, 0), (1, Some(0.3), 1, 0)]
         );
-        // A window that never ended: no recovery.
+        // A window that never ended: no recovery, wherever it started.
         let open = [w(1, WindowCause::Silent, 13 * s, None)];
         assert_eq!(window_stats(&events[..1], &open, &[])[0].recovery_s, None);
+        let stuck = [MoveWindow {
+            from: Some("10.0.0.9:4000".into()),
+            ..w(1, WindowCause::Cell, 11 * s, None)
+        }];
+        assert_eq!(window_stats(&events[..1], &stuck, &[])[0].recovery_s, None);
         // The bounds: keepalive 1 s gives a kill 3 + 2 + 2 = 7 s.
         let mut r = analyse(&Timeline::default(), EventKind::Kill, 10.0, 10.0, "h1", Some(0), 1.0);
         (r.affected_players, r.recovery_s) = (2, Some(7.0));
