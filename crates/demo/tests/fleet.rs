@@ -7,6 +7,8 @@
 //! is the regression test of the players that never came back: at this
 //! scale the race it needs is rare.)
 
+// The demo's helpers: only `sibling` and `text` are needed here.
+#[allow(dead_code)]
 mod common;
 use common::*;
 use std::process::Command;
