@@ -50,8 +50,15 @@ for ax in (a, b):
         at = float(e["at_s"])
         ax.axvline(at, color="red", linestyle="--", linewidth=1)
         if ax is a:
+            # The bots' move windows: affected players, the longest window
+            # (virtual s), owed loss outside the windows, the verdict.
             rec = e["recovery_s"]
-            label = e["event"] + (f" (back in {float(rec):.1f} s)" if rec else " (not back)")
+            label = (
+                f"{e['event']}: {e['affected_players']} affected, "
+                + (f"max window {float(rec):.2f} s" if rec else "a window never ended")
+                + f", lost out {e['lost_outside_windows']}, 429s {e['rate_limited_429']}, "
+                + ("pass" if e["pass"] == "true" else "FAIL")
+            )
             ax.text(at, ax.get_ylim()[1] * 0.95, " " + label, rotation=90, va="top", fontsize=7, color="red")
 a.set_ylabel("copies fanned out per s (1 s mean)")
 b.set_ylabel("members")

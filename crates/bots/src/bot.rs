@@ -10,6 +10,7 @@
 use super::checkpoints::{compare, CheckpointTally, GameState, PlayerState, Verdict};
 use super::config::BotsConfig;
 use super::grants::{client_token, Job, JobResult};
+use super::windows::WindowCause;
 use super::world::{cell_of, step, Rng};
 use super::{Histogram, Ledger, MemId, Receipt, GRANT_RETRY, MAX_MESSAGES, PAYLOAD_MIN};
 use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
@@ -229,6 +230,8 @@ pub(super) struct Ctx<'a> {
     pub(super) ck_free: usize,
     /// Bots waiting for a checkpoint slot, oldest first.
     pub(super) ck_queue: std::collections::VecDeque<usize>,
+    /// Every bot's move windows.
+    pub(super) windows: super::windows::Windows,
 }
 
 /// Checkpoint exchanges under way at once, over all bots: the two helper
@@ -316,6 +319,11 @@ impl Ctx<'_> {
                     return;
                 }
                 bot.token_wanted = false;
+                if bot.granted.as_ref().is_some_and(|(r, g)| (r.as_str(), *g) != held) {
+                    // Another group: a move window (unless one is open).
+                    self.windows
+                        .open(bot.idx, WindowCause::Cell, oskit::clock::realtime_ns());
+                }
                 bot.granted = Some((grant.reflector.clone(), grant.group));
                 if let Err(e) = c.set_area_tokens(AreaTokens {
                     cell: token,
@@ -400,6 +408,17 @@ impl Ctx<'_> {
         while let Some(ev) = bot.client.as_mut().and_then(Client::poll_event) {
             self.on_event(bot, ev, now);
         }
+        // After the events: a window they opened starts from the
+        // membership the bot sent through until now.
+        let mem = bot
+            .client
+            .as_ref()
+            .and_then(Client::sending_membership)
+            .and_then(|id| bot.ledger_mem(id));
+        let group = mem.and_then(|m| self.ledger.group_of(m));
+        let active = mem.is_some_and(|m| self.ledger.is_active(m));
+        self.windows
+            .sending(bot.idx, mem, group, active, oskit::clock::realtime_ns());
         self.receive(bot);
         while let Some(ev) = bot.client.as_mut().and_then(Client::poll_checkpoint) {
             self.on_checkpoint(bot, ev);
@@ -420,6 +439,14 @@ impl Ctx<'_> {
                 }
             }
             Event::Rejoining { group, reason } => {
+                let cause = match reason {
+                    RejoinReason::ReflectorSilent => Some(WindowCause::Silent),
+                    RejoinReason::NotMember => Some(WindowCause::NotMember),
+                    RejoinReason::Refused | RejoinReason::NewGroup => None,
+                };
+                if let Some(cause) = cause {
+                    self.open_window(bot, cause);
+                }
                 self.forget_group(bot);
                 if reason == RejoinReason::NotMember {
                     // ERROR(NotMember) cannot be authenticated: the client
@@ -443,7 +470,10 @@ impl Ctx<'_> {
             // The reflector ends the membership (MOVED, under the bot's
             // key): the client asks for a token (TokenNeeded), whose grant
             // names where the cell is placed now.
-            Event::MoveAsked { .. } => bot.stats.moves_asked += 1,
+            Event::MoveAsked { .. } => {
+                bot.stats.moves_asked += 1;
+                self.open_window(bot, WindowCause::Moved);
+            }
             Event::Error(e) => self.error(bot, e.to_string()),
             Event::TokenRequested
             | Event::SenderHeard { .. }
@@ -451,6 +481,11 @@ impl Ctx<'_> {
             | Event::LeftGroup { .. }
             | Event::Left => {}
         }
+    }
+
+    /// Opens the bot's move window now (one open goes on).
+    fn open_window(&mut self, bot: &Bot, cause: WindowCause) {
+        self.windows.open(bot.idx, cause, oskit::clock::realtime_ns());
     }
 
     /// A new group: what the bot knew of the last one no longer applies.
@@ -475,7 +510,15 @@ impl Ctx<'_> {
             let ts = u64::from_be_bytes(p[0..8].try_into().unwrap_or_default());
             // The ledger's own DATA counter: the header's sequence number
             // also counts the sender's ECHOs and PROBE_REPLYs.
-            if self.ledger.received(bot.idx, be32(8), be32(12)) == Receipt::New {
+            let tx = be32(8);
+            let receipt = self.ledger.received(bot.idx, tx, be32(12));
+            if receipt != Receipt::Unexpected {
+                if let (Some(sender), Some(g)) = (self.ledger.bot_of(tx), self.ledger.group_of(tx)) {
+                    self.windows
+                        .delivered(bot.idx, sender, tx, oskit::clock::realtime_ns(), g);
+                }
+            }
+            if receipt == Receipt::New {
                 let lat = oskit::clock::realtime_ns().saturating_sub(ts);
                 self.latency.record(lat);
                 let s = &mut bot.stats;
@@ -571,7 +614,8 @@ impl Ctx<'_> {
             .saturating_sub(DATA_PAYLOAD + (MAX_PAYLOAD - max))
             .max(PAYLOAD_MIN);
         let b = &mut self.buf;
-        b[0..8].copy_from_slice(&oskit::clock::realtime_ns().to_be_bytes());
+        let wall = oskit::clock::realtime_ns();
+        b[0..8].copy_from_slice(&wall.to_be_bytes());
         b[8..12].copy_from_slice(&mem.to_be_bytes());
         b[12..16].copy_from_slice(&seq.to_be_bytes());
         b[16..20].copy_from_slice(&(bot.pos.0 as f32).to_be_bytes());
@@ -582,6 +626,7 @@ impl Ctx<'_> {
             Ok(_) => {
                 // Counted only once it is really sent.
                 self.ledger.next_seq_at(mem, oskit::clock::mono_now_ns());
+                self.ledger.sent_at_wall(mem, wall);
                 bot.stats.sent += 1;
                 bot.next_send += period;
                 if bot.next_send + period < now {

@@ -54,6 +54,18 @@ struct Mem {
     next_seq: u32,
     /// (time ns, sequence) of the sends within the settle time, oldest first.
     recent: std::collections::VecDeque<(u64, u32)>,
+    /// Wall-clock send time (ns) of each sequence, where the sender told
+    /// ([`Ledger::sent_at_wall`]): a lost datagram is placed in time by it.
+    wall: Vec<u64>,
+}
+
+/// An owed datagram that did not arrive: who sent it, who should have got
+/// it, and when it was sent (wall clock, ns; 0 if the sender did not say).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LostSend {
+    pub sender_bot: usize,
+    pub receiver_bot: usize,
+    pub sent_ns: u64,
 }
 
 #[derive(Debug)]
@@ -223,6 +235,7 @@ impl Ledger {
             state: MemState::Pending,
             next_seq: 0,
             recent: std::collections::VecDeque::new(),
+            wall: Vec::new(),
         });
         self.rx_pairs.push(Vec::new());
         self.tx_pairs.push(Vec::new());
@@ -340,6 +353,64 @@ impl Ledger {
             }
         }
         Some(s)
+    }
+
+    /// The wall-clock time of `m`'s last sequence handed out (call right
+    /// after [`Ledger::next_seq_at`]).
+    pub fn sent_at_wall(&mut self, m: MemId, wall_ns: u64) {
+        if let Some(mem) = self.mems.get_mut(m as usize) {
+            let n = mem.next_seq as usize;
+            // Earlier sequences not stamped keep 0 ("not said").
+            mem.wall.resize(n.saturating_sub(1), 0);
+            mem.wall.push(wall_ns);
+        }
+    }
+
+    /// The group (reflector address and port) of membership `m`.
+    pub fn group_of(&self, m: MemId) -> Option<SocketAddr> {
+        self.mems.get(m as usize).map(|x| x.group)
+    }
+
+    /// The bot of membership `m`.
+    pub fn bot_of(&self, m: MemId) -> Option<usize> {
+        self.mems.get(m as usize).map(|x| x.bot)
+    }
+
+    /// Whether `m` got its JOIN_ACK and has not ended.
+    pub fn is_active(&self, m: MemId) -> bool {
+        self.mems.get(m as usize).is_some_and(|x| x.state == MemState::Active)
+    }
+
+    /// Every owed datagram that did not arrive, as [`Ledger::finish`]
+    /// counts them (gap and tail losses), at most `max` (call after
+    /// `finish`).
+    pub fn lost_sends(&self, max: usize) -> Vec<LostSend> {
+        let mut out = Vec::new();
+        for (mi, mem) in self.mems.iter().enumerate() {
+            for &p in &self.rx_pairs[mi] {
+                let pair = &self.pairs[p];
+                if pair.void {
+                    continue;
+                }
+                let accepted_end = pair.end.unwrap_or(pair.a_max);
+                let end = pair.req_end.map_or(accepted_end, |r| r.min(accepted_end));
+                let tx = &self.mems[pair.tx as usize];
+                for s in pair.a_max..end {
+                    if pair.has(s) {
+                        continue;
+                    }
+                    if out.len() >= max {
+                        return out;
+                    }
+                    out.push(LostSend {
+                        sender_bot: tx.bot,
+                        receiver_bot: mem.bot,
+                        sent_ns: tx.wall.get(s as usize).copied().unwrap_or(0),
+                    });
+                }
+            }
+        }
+        out
     }
 
     /// DATA sent by `m` so far.
@@ -526,6 +597,31 @@ mod tests {
             seqs.push(s);
         }
         seqs
+    }
+
+    #[test]
+    fn lost_sends_name_each_missing_datagram_and_its_send_time() {
+        let mut l = Ledger::new(3);
+        let m: Vec<MemId> = (0..3).map(|b| join(&mut l, b, g(1))).collect();
+        // Bot 0 sends 4 at wall times 100..=103: bot 1 misses #1, bot 2
+        // misses #1 and #3.
+        for (s, t) in (0..4).zip(100..) {
+            assert_eq!(l.next_seq_at(m[0], 0), Some(s));
+            l.sent_at_wall(m[0], t);
+            if s != 1 {
+                assert_eq!(l.received(1, m[0], s), Receipt::New);
+            }
+            if s % 2 == 0 {
+                assert_eq!(l.received(2, m[0], s), Receipt::New);
+            }
+        }
+        let t = l.finish();
+        assert_eq!(t[1].lost() + t[2].lost(), 3);
+        let mut lost = l.lost_sends(10);
+        lost.sort_by_key(|x| (x.receiver_bot, x.sent_ns));
+        let as_tuples: Vec<_> = lost.iter().map(|x| (x.sender_bot, x.receiver_bot, x.sent_ns)).collect();
+        assert_eq!(as_tuples, [(0, 1, 101), (0, 2, 101), (0, 2, 103)]);
+        assert_eq!(l.lost_sends(2).len(), 2, "bounded");
     }
 
     #[test]

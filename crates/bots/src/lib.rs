@@ -47,14 +47,16 @@ mod grants;
 mod hist;
 mod ledger;
 mod report;
+mod windows;
 mod world;
 
 pub use checkpoints::{CheckpointTally, GameState, PlayerState};
 pub use config::{BotsArgs, BotsConfig, BotsError};
 pub use grants::{fetch_grant, fetch_world};
 pub use hist::Histogram;
-pub use ledger::{Ledger, MemId, Receipt, Tally};
+pub use ledger::{Ledger, LostSend, MemId, Receipt, Tally};
 pub use report::{BotReport, BotsReport, Latency};
+pub use windows::{LostDatagram, MoveWindow, WindowCause, WindowEnd};
 
 /// Boxed error for command entry points: `main` prints it with its causes.
 pub type CliError = Box<dyn std::error::Error + Send + Sync>;
@@ -90,6 +92,9 @@ const MAX_WAIT_MS: u16 = 5;
 const MISSING_CHECK: Duration = Duration::from_millis(20);
 /// Error messages kept for the report (the count is always exact).
 const MAX_MESSAGES: usize = 20;
+/// Lost datagrams listed one by one in the report (the count is always
+/// exact): enough for a fleet lab's failures, bounded for a broken run.
+const MAX_LOST_LISTED: usize = 200_000;
 
 /// The namespace a thread started in, entered again when this drops.
 struct HomeNs(oskit::netns::NetNs);
@@ -228,6 +233,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
         in_netns: None,
         ck_free: CHECKPOINT_SLOTS,
         ck_queue: Default::default(),
+        windows: windows::Windows::new(bots.iter().map(|b| b.player).collect()),
     };
     let mut events = vec![EpollEvent::empty(); 256];
     let send_end = start + cfg.duration;
@@ -356,6 +362,18 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
         let _ = w.join();
     }
     let tallies = ctx.ledger.finish();
+    let players: Vec<u32> = bots.iter().map(|b| b.player).collect();
+    let lost_datagrams: Vec<LostDatagram> = ctx
+        .ledger
+        .lost_sends(MAX_LOST_LISTED)
+        .into_iter()
+        .map(|l| LostDatagram {
+            sender: players[l.sender_bot],
+            receiver: players[l.receiver_bot],
+            sent_ns: l.sent_ns,
+        })
+        .collect();
+    let move_windows = std::mem::take(&mut ctx.windows).finish(|m| ctx.ledger.group_of(m));
     let mut total = Tally::default();
     let mut per_bot = Vec::with_capacity(bots.len());
     let (mut joins, mut retries, mut gchanges) = (0, 0, 0);
@@ -436,6 +454,8 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
         error_count: ctx.error_count,
         errors: ctx.errors,
         per_bot,
+        move_windows,
+        lost_datagrams,
     })
 }
 

@@ -59,6 +59,13 @@ pub struct BotsReport {
     /// The first few error messages.
     pub errors: Vec<String>,
     pub per_bot: Vec<BotReport>,
+    /// Every player's move windows (see `windows.rs`), by start time.
+    #[serde(default)]
+    pub move_windows: Vec<super::MoveWindow>,
+    /// The owed DATA lost, one by one with its send time (at most 200,000;
+    /// `lost` is the exact count).
+    #[serde(default)]
+    pub lost_datagrams: Vec<super::LostDatagram>,
 }
 
 impl BotsReport {
@@ -201,6 +208,8 @@ mod tests {
             error_count: 0,
             errors: vec![],
             per_bot: vec![],
+            move_windows: vec![],
+            lost_datagrams: vec![],
         };
         assert_eq!(r.exit_code(), 0);
         assert!(r.table(false).contains("OK"));

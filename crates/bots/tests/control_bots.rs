@@ -164,6 +164,23 @@ fn moving_bots_lose_nothing() {
     assert_eq!(report.total.unexpected, 0);
     assert!(report.total.expected > 0);
     assert_eq!(t.leaves, t.joins, "every join ends with a leave");
+    // Each group change is a move window of its own (no reflector failed:
+    // none other), from the grant handed in to a delivery through the new
+    // group or, alone there, its JOIN_ACK; nothing lost, none listed.
+    let cell: Vec<_> = report
+        .move_windows
+        .iter()
+        .filter(|w| w.cause == reflector_bots::WindowCause::Cell)
+        .collect();
+    assert_eq!(cell.len(), report.move_windows.len(), "{:?}", report.move_windows);
+    assert!(!cell.is_empty(), "group changes but no window");
+    // (From and to may be one group: a player that moves back before its
+    // move to the other was made.)
+    for w in &cell {
+        assert!(w.end_ns.is_some_and(|e| e >= w.start_ns), "{w:?}");
+        assert!(w.from.is_some() && w.to.is_some(), "{w:?}");
+    }
+    assert!(report.lost_datagrams.is_empty());
 }
 
 /// With checkpoints on, moving bots keep their groups' state: they upload

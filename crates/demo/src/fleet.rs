@@ -12,17 +12,21 @@
 //! What it measures without asking the bots: every reflector's
 //! `/metrics` is polled from a client host every `--poll` (members, copies
 //! fanned out), which gives the delivered rate over time and, per event, the
-//! players it touched (the members of the reflector it hit) and when the
-//! fleet held every player again (members summed over the live reflectors
-//! back to where they were). The bots' JSON report gives the exact owed
-//! loss of the whole run.
+//! players on the reflector it hit and when the fleet held every player
+//! again (members summed over the live reflectors back to where they
+//! were); the control servers' `/metrics` give their 429s. The bots' JSON
+//! report gives the exact owed loss, every lost datagram with its send
+//! time and every player's move windows, on the clock this program stamps
+//! its events on (the lab's virtual one under a TDF): per event, the
+//! affected players, the recovery time and the loss inside and outside the
+//! windows (`window_stats`), judged against the event's bound (`verdict`).
 
 use crate::error::DemoError;
 use netlab::lab::{Lab, LabOptions};
 use netlab::scenario::LinkSpec;
 use netlab::topo::Builtin;
 use oskit::child::ChildGuard;
-use reflector_bots::BotsReport;
+use reflector_bots::{BotsReport, LostDatagram, MoveWindow};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -53,10 +57,12 @@ host and --clients client hosts, starts Debian's redis-server with the fleet's A
 `reflector serve --registry` on every reflector host and `reflector control --registry` on every control server \
 host, then one bots process whose sockets are spread over the client hosts. On its schedule (--events, virtual \
 seconds after the bots start) it kills a reflector with SIGKILL, stops a control server, restarts Redis empty and \
-drains a reflector (SIGTERM with --drain-timeout). It polls every reflector's /metrics, prints a table per event \
-(players touched, time until the fleet held them all again) and the bots' exact loss, writes a CSV per event and \
-one of the delivered rate over time, and removes the lab.\n\n\
-Exit status: 0 every event recovered and no loss, 1 an event not recovered or loss, 2 errors, 130 interrupted.\n\n\
+drains a reflector (SIGTERM with --drain-timeout), stamped on the lab's (virtual) clock. From the bots' move \
+windows and lost datagrams and the /metrics of every reflector and control server it prints a table per event \
+(affected players, recovery, owed loss inside and outside the move windows, 429s, pass/fail against the event's \
+bound) and the bots' exact loss, writes a CSV per event and one of the delivered rate over time, and removes the \
+lab.\n\n\
+Exit status: 0 every event passed and no loss outside the move windows, 1 otherwise, 2 errors, 130 interrupted.\n\n\
 Examples:\n  sudo reflector-fleet-lab --clients 10 --bots 100 --duration 40s --events kill=10,control=18,redis=26,drain=32\n  \
 sudo reflector-fleet-lab --tdf 4 --out bench/results"
 )]
@@ -235,6 +241,20 @@ fn parse_metrics(text: &str) -> Option<Sample> {
 #[derive(Default)]
 struct Timeline {
     rows: Vec<(f64, Vec<Option<Sample>>)>,
+    /// Per poll: each control server's 429 count so far (absent when it
+    /// did not answer).
+    refusals: Vec<(f64, Vec<Option<u64>>)>,
+}
+
+/// `reflector_control_join_rate_limited` of a control server's `/metrics`.
+fn parse_rate_limited(text: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let mut it = line.split_whitespace();
+        match (it.next(), it.next()) {
+            (Some("reflector_control_join_rate_limited"), Some(v)) => v.parse::<f64>().ok().map(|f| f as u64),
+            _ => None,
+        }
+    })
 }
 
 /// One event's outcome.
@@ -245,13 +265,30 @@ pub struct EventRow {
     pub target: String,
     /// Virtual seconds after the bots started.
     pub at_s: f64,
-    /// Players on the reflector it hit (kill, drain), from its last sample.
+    /// Players with a move window that opened between this event and the
+    /// next (the bots' own record).
     pub affected_players: u64,
+    /// The longest of those windows, virtual seconds (from the failure for
+    /// a kill, from the MOVED or the silence otherwise); none if one never
+    /// ended.
+    pub recovery_s: Option<f64>,
+    /// Owed DATA sent between this event and the next and lost, inside a
+    /// move window of its sender or receiver, and outside every window.
+    pub lost_in_windows: u64,
+    pub lost_outside_windows: u64,
+    /// 429 answers of the control servers between this event and the next.
+    pub rate_limited: u64,
+    /// The event's bound on `recovery_s` (kill and drain).
+    pub threshold_s: Option<f64>,
+    /// Whether the event met what it must show (see `verdict`).
+    pub pass: bool,
+    /// Players on the reflector it hit (kill, drain), from its last sample.
+    pub players_on_target: u64,
     /// Members over every reflector just before the event.
     pub members_before: u64,
     /// Virtual seconds from the event until members summed over the live
     /// reflectors were back to `members_before` (none: never in the run).
-    pub recovery_s: Option<f64>,
+    pub members_back_s: Option<f64>,
     /// The lowest member count seen after the event, before recovery.
     pub members_low: u64,
 }
@@ -559,6 +596,7 @@ fn run_in(
             .iter()
             .map(|a| format!("http://{a}:{METRICS_PORT}/metrics"))
             .collect();
+        let ctl_metrics: Vec<String> = control_urls.iter().map(|u| format!("{u}/metrics")).collect();
         let every = Duration::from_secs_f64(args.poll.max(0.05));
         let ns = oskit::netns::NetNs::open(lab.ns_of(&client_hosts[0])?)
             .map_err(|e| format!("cannot open a client host's namespace: {e}"))?;
@@ -569,8 +607,13 @@ fn run_in(
                     .iter()
                     .map(|u| get(u).ok().and_then(|t| parse_metrics(&t)))
                     .collect();
+                let refusals: Vec<Option<u64>> = ctl_metrics
+                    .iter()
+                    .map(|u| get(u).ok().and_then(|t| parse_rate_limited(&t)))
+                    .collect();
                 if let Ok(mut tl) = timeline.lock() {
                     tl.rows.push((at, row));
+                    tl.refusals.push((at, refusals));
                 }
                 std::thread::sleep(every);
             }
@@ -631,8 +674,24 @@ fn run_in(
             .join(", ")
     );
 
+    // The events are stamped on the clock the bots' move windows are on:
+    // the lab's virtual CLOCK_REALTIME under a TDF (its clock domain),
+    // the real one otherwise.
+    let clock = match &lab.state.clock {
+        Some(c) => Some(
+            vtime::Domain::open(&c.dir, &c.domain)
+                .map_err(|e| format!("cannot open the lab's clock domain {}: {e}", c.domain))?,
+        ),
+        None => None,
+    };
+    let lab_now_ns = || -> u64 {
+        match &clock {
+            Some(d) => u64::try_from(d.virtual_now(vtime::ClockBase::Realtime)).unwrap_or(0),
+            None => oskit::clock::realtime_ns(),
+        }
+    };
     // The schedule, in real time.
-    let mut done: Vec<(EventKind, f64, f64, String, Option<usize>)> = Vec::new();
+    let mut done: Vec<(EventKind, f64, f64, String, Option<usize>, u64)> = Vec::new();
     let end = Duration::from_secs_f64(args.duration * tdf + 60.0 * tdf);
     let mut next = 0;
     loop {
@@ -649,6 +708,7 @@ fn run_in(
             if t0.elapsed().as_secs_f64() >= at * tdf {
                 next += 1;
                 let real_at = t0.elapsed().as_secs_f64();
+                let at_ns = lab_now_ns();
                 let (target, refl) = match kind {
                     EventKind::Kill | EventKind::Drain => {
                         let i = busiest(&timeline, &mut reflectors).ok_or("no live reflector left to hit")?;
@@ -679,7 +739,7 @@ fn run_in(
                     }
                 };
                 eprintln!("fleet: {} ({target}) at {:.1} s", kind.name(), real_at / tdf);
-                done.push((kind, at, real_at, target, refl));
+                done.push((kind, at, real_at, target, refl, at_ns));
             }
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -697,15 +757,43 @@ fn run_in(
         )
     })?;
     let tl = timeline.lock().map_err(|_| "timeline lock poisoned")?;
-    let rows: Vec<EventRow> = done
+    let mut rows: Vec<EventRow> = done
         .iter()
-        .map(|(kind, at, real_at, target, refl)| analyse(&tl, *kind, *at, *real_at, target, *refl, tdf))
+        .map(|(kind, at, real_at, target, refl, _)| analyse(&tl, *kind, *at, *real_at, target, *refl, tdf))
         .collect();
+    let stamps: Vec<(EventKind, u64, Option<Ipv4Addr>)> =
+        done.iter().map(|d| (d.0, d.5, d.4.map(|i| refl_addrs[i]))).collect();
+    let keepalive_s = args.member_timeout / 4.0;
+    let stats = window_stats(&stamps, &report.move_windows, &report.lost_datagrams);
+    for (i, (r, w)) in rows.iter_mut().zip(stats).enumerate() {
+        r.affected_players = w.affected;
+        r.recovery_s = w.recovery_s;
+        r.lost_in_windows = w.lost_in;
+        r.lost_outside_windows = w.lost_out;
+        let (from, to) = (done[i].2, done.get(i + 1).map(|d| d.2));
+        r.rate_limited = refusals_between(&tl, from, to);
+        (r.threshold_s, r.pass) = verdict(done[i].0, r, keepalive_s);
+    }
 
     print!("{}", event_table(&rows));
     println!(
-        "\nbots: sent {}, received {} of {} owed, lost {}, errors {}",
-        report.total.sent, report.total.received, report.total.expected, report.lost, report.error_count
+        "\nbots: sent {}, received {} of {} owed, lost {} ({} listed with their send time), errors {}",
+        report.total.sent,
+        report.total.received,
+        report.total.expected,
+        report.lost,
+        report.lost_datagrams.len(),
+        report.error_count
+    );
+    println!(
+        "move windows: {} in all; times on the lab's {} clock{}",
+        report.move_windows.len(),
+        if args.tdf > 1 { "virtual" } else { "real" },
+        if args.tdf > 1 {
+            format!(" (TDF {}: every threshold is in virtual seconds)", args.tdf)
+        } else {
+            String::new()
+        }
     );
     for e in report.errors.iter().take(10) {
         println!("  bots error: {e}");
@@ -714,10 +802,11 @@ fn run_in(
         std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
         write_csvs(out, &rows, &tl, tdf, refl_hosts)?;
     }
-    let unrecovered = rows.iter().filter(|r| r.recovery_s.is_none()).count();
+    let failed = rows.iter().filter(|r| !r.pass).count();
+    let lost_outside: u64 = rows.iter().map(|r| r.lost_outside_windows).sum();
     Ok(if report.error_count > 0 {
         2
-    } else if unrecovered > 0 || report.lost > 0 {
+    } else if failed > 0 || lost_outside > 0 {
         1
     } else {
         0
@@ -798,49 +887,217 @@ fn analyse(
         event: kind.name(),
         target: target.to_string(),
         at_s: at,
-        affected_players: affected,
+        affected_players: 0,
+        recovery_s: None,
+        lost_in_windows: 0,
+        lost_outside_windows: 0,
+        rate_limited: 0,
+        threshold_s: None,
+        pass: false,
+        players_on_target: affected,
         members_before,
-        recovery_s: recovery,
+        members_back_s: recovery,
         members_low: low,
+    }
+}
+
+/// One event's share of the bots' move windows and lost datagrams.
+#[derive(Debug, Default, PartialEq)]
+struct WindowStats {
+    affected: u64,
+    recovery_s: Option<f64>,
+    lost_in: u64,
+    lost_out: u64,
+}
+
+/// Splits the bots' record by event: a window belongs to the last event
+/// at or before its start, and so does a lost datagram by its send time.
+/// A kill's or a drain's windows are those that left the reflector it hit
+/// (whatever opened them: the silence, the MOVED, or a player's own move
+/// that took it off the dead reflector first) and those that never ended;
+/// the other events' are every window but the players' own moves. A kill's windows run from the kill
+/// (the failure), the others from their own start. A lost datagram is
+/// inside a window when its send time is within one of its sender's or
+/// its receiver's (any window). Times: ns on the lab's clock.
+fn window_stats(
+    events: &[(EventKind, u64, Option<Ipv4Addr>)],
+    windows: &[MoveWindow],
+    lost: &[LostDatagram],
+) -> Vec<WindowStats> {
+    let period = |t: u64| events.iter().rposition(|&(_, at, _)| at <= t);
+    let counts = |k: usize, w: &MoveWindow| match events[k] {
+        (EventKind::Kill | EventKind::Drain, _, target) => {
+            let ip = |a: &Option<String>| {
+                a.as_deref()
+                    .and_then(|f| f.parse::<std::net::SocketAddrV4>().ok())
+                    .map(|a| *a.ip())
+            };
+            // Left it (a move between two of its groups did not), or never
+            // ended: a player that never plays again is the event's, from
+            // wherever it was (a move's JOIN to the reflector just killed).
+            w.end_ns.is_none() || (target.is_some() && ip(&w.from) == target && ip(&w.to) != target)
+        }
+        _ => w.cause != reflector_bots::WindowCause::Cell,
+    };
+    let mut out: Vec<WindowStats> = events.iter().map(|_| WindowStats::default()).collect();
+    let mut worst: Vec<Option<u64>> = vec![Some(0); events.len()];
+    let mut players: Vec<std::collections::BTreeSet<u32>> = vec![Default::default(); events.len()];
+    // Per player: its windows as [start, end] on the lab's clock.
+    let mut spans: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
+    for w in windows {
+        let k = period(w.start_ns).filter(|&k| counts(k, w));
+        let start = match k {
+            Some(k) if events[k].0 == EventKind::Kill => events[k].1.min(w.start_ns),
+            _ => w.start_ns,
+        };
+        spans
+            .entry(w.player)
+            .or_default()
+            .push((start, w.end_ns.unwrap_or(u64::MAX)));
+        let Some(k) = k else { continue };
+        players[k].insert(w.player);
+        worst[k] = match (worst[k], w.end_ns) {
+            (Some(m), Some(end)) => Some(m.max(end.saturating_sub(start))),
+            _ => None,
+        };
+    }
+    for (k, o) in out.iter_mut().enumerate() {
+        o.affected = players[k].len() as u64;
+        o.recovery_s = if o.affected == 0 {
+            Some(0.0)
+        } else {
+            worst[k].map(|ns| ns as f64 / 1e9)
+        };
+    }
+    let inside = |p: u32, t: u64| spans.get(&p).is_some_and(|v| v.iter().any(|&(a, b)| a <= t && t <= b));
+    for l in lost {
+        let Some(k) = period(l.sent_ns) else { continue };
+        if inside(l.sender, l.sent_ns) || inside(l.receiver, l.sent_ns) {
+            out[k].lost_in += 1;
+        } else {
+            out[k].lost_out += 1;
+        }
+    }
+    out
+}
+
+/// 429s the control servers gave from real time `from` to `to` (the run's
+/// end if none), summed over them (a stopped one: up to its last answer).
+fn refusals_between(tl: &Timeline, from: f64, to: Option<f64>) -> u64 {
+    let n = tl.refusals.first().map_or(0, |(_, v)| v.len());
+    // Server i's count at the last poll it answered, at or before `t`.
+    let at = |i: usize, t: Option<f64>| {
+        tl.refusals
+            .iter()
+            .filter(|(x, _)| t.is_none_or(|t| *x <= t))
+            .rev()
+            .find_map(|(_, v)| v.get(i).copied().flatten())
+    };
+    (0..n)
+        .map(|i| at(i, to).map_or(0, |last| last.saturating_sub(at(i, Some(from)).unwrap_or(0))))
+        .sum()
+}
+
+/// What each event must show (the issue's bounds, in the lab's virtual
+/// seconds under a TDF): a kill, every affected player playing again
+/// within detection (3 keepalive intervals) + the client's rule
+/// (REPLACE_INTERVALS, 2 intervals) + 2 s; a control server stopped, no
+/// player affected; Redis restarted, no loss; a drain, no loss outside
+/// the move windows and each window at most 500 ms. The bound, and
+/// whether it was met.
+fn verdict(kind: EventKind, r: &EventRow, keepalive_s: f64) -> (Option<f64>, bool) {
+    match kind {
+        EventKind::Kill => {
+            let bound = 5.0 * keepalive_s + 2.0;
+            let ok = r.affected_players > 0 && r.recovery_s.is_some_and(|x| x <= bound);
+            (Some(bound), ok)
+        }
+        EventKind::Control => (None, r.affected_players == 0),
+        EventKind::Redis => (None, r.lost_in_windows + r.lost_outside_windows == 0),
+        EventKind::Drain => {
+            let ok = r.lost_outside_windows == 0 && r.recovery_s.is_some_and(|x| x <= 0.5);
+            (Some(0.5), ok)
+        }
     }
 }
 
 fn event_table(rows: &[EventRow]) -> String {
     let mut s = String::new();
+    // Three decimals: a drain's windows are milliseconds.
+    let opt = |v: Option<f64>, none: &str| v.map_or(none.to_string(), |v| format!("{v:.3}"));
     let _ = writeln!(
         s,
-        "\n{:<22} {:<26} {:>7} {:>9} {:>8} {:>8} {:>11}",
-        "event", "target", "at s", "affected", "members", "lowest", "recovery s"
+        "\n{:<20} {:<22} {:>6} {:>8} {:>9} {:>7} {:>8} {:>8} {:>5} {:>4} | {:>7} {:>7} {:>6} {:>7}",
+        "event",
+        "target",
+        "at s",
+        "affected",
+        "recovery",
+        "bound",
+        "lost in",
+        "lost out",
+        "429s",
+        "pass",
+        "on tgt",
+        "members",
+        "lowest",
+        "back s"
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{:<22} {:<26} {:>7.1} {:>9} {:>8} {:>8} {:>11}",
+            "{:<20} {:<22} {:>6.1} {:>8} {:>9} {:>7} {:>8} {:>8} {:>5} {:>4} | {:>7} {:>7} {:>6} {:>7}",
             r.event,
             r.target,
             r.at_s,
             r.affected_players,
+            opt(r.recovery_s, "never"),
+            opt(r.threshold_s, "-"),
+            r.lost_in_windows,
+            r.lost_outside_windows,
+            r.rate_limited,
+            if r.pass { "yes" } else { "NO" },
+            r.players_on_target,
             r.members_before,
             r.members_low,
-            r.recovery_s.map_or("never".into(), |v| format!("{v:.2}"))
+            opt(r.members_back_s, "never"),
         );
     }
+    let _ = writeln!(
+        s,
+        "affected: players whose move window (MOVED, or the client's silence rule) opened after the event; \
+         recovery: the longest window, virtual s (a kill's from the kill), to the first DATA delivered \
+         through the new membership; lost in/out: owed DATA sent after the event and lost, inside a window of \
+         its sender or receiver / outside; 429s: the control servers' refusals. Right of |: the reflectors' \
+         /metrics (players on the reflector hit, members before, lowest after, s until as many again)."
+    );
     s
 }
 
 fn write_csvs(out: &Path, rows: &[EventRow], tl: &Timeline, tdf: f64, refl_hosts: &[String]) -> Result<(), DemoError> {
-    let mut s = String::from("event,target,at_s,affected_players,members_before,members_low,recovery_s\n");
+    let mut s = String::from(
+        "event,target,at_s,affected_players,recovery_s,lost_in_windows,lost_outside_windows,rate_limited_429,\
+         threshold_s,pass,players_on_target,members_before,members_low,members_back_s\n",
+    );
+    let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},{:.3},{},{},{},{}",
+            "{},{},{:.3},{},{},{},{},{},{},{},{},{},{},{}",
             r.event,
             r.target,
             r.at_s,
             r.affected_players,
+            opt(r.recovery_s),
+            r.lost_in_windows,
+            r.lost_outside_windows,
+            r.rate_limited,
+            opt(r.threshold_s),
+            r.pass,
+            r.players_on_target,
             r.members_before,
             r.members_low,
-            r.recovery_s.map_or(String::new(), |v| format!("{v:.3}"))
+            opt(r.members_back_s)
         );
     }
     let p = out.join("fleet.csv");
@@ -918,6 +1175,117 @@ mod tests {
     }
 
     #[test]
+    fn windows_and_lost_datagrams_are_split_by_event() {
+        use reflector_bots::WindowCause;
+        let s = 1_000_000_000u64;
+        let w = |player, cause, start: u64, end: Option<u64>| MoveWindow {
+            player,
+            cause,
+            start_ns: start,
+            end_ns: end,
+            end_by: None,
+            from: Some(
+                if start < 30 * s {
+                    "10.0.0.1:4000"
+                } else {
+                    "10.0.0.2:4000"
+                }
+                .into(),
+            ),
+            to: None,
+        };
+        let l = |sender, receiver, sent_ns| LostDatagram {
+            sender,
+            receiver,
+            sent_ns,
+        };
+        let (r1, r2) = (Some(Ipv4Addr::new(10, 0, 0, 1)), Some(Ipv4Addr::new(10, 0, 0, 2)));
+        let events = [
+            (EventKind::Kill, 10 * s, r1),
+            (EventKind::Control, 20 * s, None),
+            (EventKind::Drain, 30 * s, r2),
+        ];
+        let windows = [
+            // The kill's: detected 3 s later, back 2 s and 4 s after that.
+            w(1, WindowCause::Silent, 13 * s, Some(15 * s)),
+            w(2, WindowCause::Silent, 13 * s, Some(17 * s)),
+            // The drain's: 0.3 s.
+            w(3, WindowCause::Moved, 31 * s, Some(31 * s + 300_000_000)),
+            // A player's own move after the control server stopped: not
+            // the event's, and on the drain another reflector's.
+            w(7, WindowCause::Cell, 21 * s, Some(22 * s)),
+            MoveWindow {
+                from: Some("10.0.0.1:4001".into()),
+                ..w(8, WindowCause::Moved, 32 * s, Some(40 * s))
+            },
+        ];
+        let lost = [
+            // Sent to the dead reflector before the silence was noticed:
+            // inside player 1's window, which runs from the kill.
+            l(1, 4, 11 * s),
+            // Player 5 to 4, neither moving: outside.
+            l(5, 4, 12 * s),
+            // Before any event: counted nowhere.
+            l(5, 4, 5 * s),
+            // In the drain's window (the receiver's).
+            l(6, 3, 31 * s + 100_000_000),
+        ];
+        let got = window_stats(&events, &windows, &lost);
+        let brief: Vec<_> = got
+            .iter()
+            .map(|x| (x.affected, x.recovery_s, x.lost_in, x.lost_out))
+            .collect();
+        assert_eq!(
+            brief,
+            [(2, Some(7.0), 1, 1), (0, Some(0.0), 0, 0), (1, Some(0.3), 1, 0)]
+        );
+        // A window that never ended: no recovery, wherever it started.
+        let open = [w(1, WindowCause::Silent, 13 * s, None)];
+        assert_eq!(window_stats(&events[..1], &open, &[])[0].recovery_s, None);
+        let stuck = [MoveWindow {
+            from: Some("10.0.0.9:4000".into()),
+            ..w(1, WindowCause::Cell, 11 * s, None)
+        }];
+        assert_eq!(window_stats(&events[..1], &stuck, &[])[0].recovery_s, None);
+        // The bounds: keepalive 1 s gives a kill 3 + 2 + 2 = 7 s.
+        let mut r = analyse(&Timeline::default(), EventKind::Kill, 10.0, 10.0, "h1", Some(0), 1.0);
+        (r.affected_players, r.recovery_s) = (2, Some(7.0));
+        assert_eq!(verdict(EventKind::Kill, &r, 1.0), (Some(7.0), true));
+        r.recovery_s = Some(7.1);
+        assert_eq!(verdict(EventKind::Kill, &r, 1.0), (Some(7.0), false));
+        (r.recovery_s, r.lost_outside_windows) = (Some(0.3), 1);
+        assert_eq!(verdict(EventKind::Drain, &r, 1.0), (Some(0.5), false));
+        r.lost_outside_windows = 0;
+        assert_eq!(verdict(EventKind::Drain, &r, 1.0), (Some(0.5), true));
+        assert!(!verdict(EventKind::Control, &r, 1.0).1, "a player affected");
+    }
+
+    #[test]
+    fn rate_limited_is_read_from_control_metrics() {
+        assert_eq!(
+            parse_rate_limited("# TYPE x counter\nreflector_control_join_rate_limited 7\n"),
+            Some(7)
+        );
+        assert_eq!(
+            parse_rate_limited("reflector_control_join_rate_limited_other 7\n"),
+            None
+        );
+        let tl = Timeline {
+            rows: Vec::new(),
+            refusals: vec![
+                (1.0, vec![Some(0), Some(2)]),
+                (2.0, vec![Some(3), Some(2)]),
+                (3.0, vec![None, Some(5)]),
+                (4.0, vec![None, Some(9)]),
+            ],
+        };
+        // From 1.5 to 3.5: the first from 0 to 3 (stopped after), the
+        // second from 2 to 5.
+        assert_eq!(refusals_between(&tl, 1.5, Some(3.5)), 6);
+        assert_eq!(refusals_between(&tl, 3.5, None), 4);
+    }
+
+    #[test]
     fn metrics_text_gives_members_and_copies() {
         let text = "# HELP reflector_members x\n# TYPE reflector_members gauge\nreflector_members 42\n\
                     reflector_fanned_out_total 12345\nreflector_group_members{group=\"4000\"} 3\n";
@@ -941,14 +1309,15 @@ mod tests {
                 (3.0, vec![None, s(25), s(33)]),
                 (4.0, vec![None, s(27), s(33)]),
             ],
+            refusals: Vec::new(),
         };
         // Reflector 0 killed at real 1.5 s with TDF 2: its 10 players are
         // back (27 + 33 = 60) at real 4.0 s, 1.25 virtual seconds later.
         let r = analyse(&tl, EventKind::Kill, 0.75, 1.5, "h1", Some(0), 2.0);
-        assert_eq!((r.affected_players, r.members_before, r.members_low), (10, 60, 50));
-        assert_eq!(r.recovery_s, Some(1.25));
+        assert_eq!((r.players_on_target, r.members_before, r.members_low), (10, 60, 50));
+        assert_eq!(r.members_back_s, Some(1.25));
         // Never back within the timeline.
         let r = analyse(&tl, EventKind::Kill, 1.5, 3.0, "h2", Some(1), 1.0);
-        assert_eq!(r.recovery_s, None);
+        assert_eq!(r.members_back_s, None);
     }
 }
