@@ -2,10 +2,11 @@
 //! answer never stalls the data path; the answers come back on a channel.
 
 use super::BotsError;
-use reflector_client::Token;
-use reflector_proto::control::{JoinGrant, WorldInfo};
+use reflector_client::{cell_keys, Token};
+use reflector_proto::control::{JoinGrant, KeyedGrant, WorldInfo};
 use reflector_proto::protocol::{SESSION_KEY_LEN, TOKEN_LEN};
 use std::net::SocketAddr;
+use std::ops::Deref;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,11 +21,26 @@ pub(super) struct Job {
 pub(super) struct JobResult {
     pub(super) bot: usize,
     pub(super) gen: u64,
-    pub(super) result: Result<JoinGrant, String>,
+    pub(super) result: Result<Grant, String>,
     /// The control server refused the player ticket (401, or 403 for
     /// another player's ticket): the status. Every bot's tickets are made
     /// alike, so the run cannot succeed and is not retried.
     pub(super) refused: Option<u16>,
+}
+
+/// A `/join` answer as the bots read it: the grant, and the sealing epoch
+/// keys of its group's cells (none from a control server without a sealing
+/// secret). It reads as the grant it carries, so code that only needs the
+/// grant's fields does not see the keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant(pub KeyedGrant);
+
+impl Deref for Grant {
+    type Target = JoinGrant;
+
+    fn deref(&self) -> &JoinGrant {
+        &self.0.grant
+    }
 }
 
 fn agent() -> ureq::Agent {
@@ -97,7 +113,7 @@ pub fn fetch_grant(
     player: u32,
     pos: (f64, f64),
     ticket: Option<&str>,
-) -> Result<JoinGrant, String> {
+) -> Result<Grant, String> {
     fetch_grant_or_status(agent, control, player, pos, ticket).map_err(|(_, msg)| msg)
 }
 
@@ -108,7 +124,7 @@ fn fetch_grant_or_status(
     player: u32,
     pos: (f64, f64),
     ticket: Option<&str>,
-) -> Result<JoinGrant, (Option<u16>, String)> {
+) -> Result<Grant, (Option<u16>, String)> {
     let mut req = agent.get(&format!("{control}/join"));
     if let Some(t) = ticket {
         req = req.set("Authorization", &format!("Bearer {t}"));
@@ -124,7 +140,8 @@ fn fetch_grant_or_status(
             };
             (status, format!("control server {control}: /join {}", http_error(e)))
         })?
-        .into_json::<JoinGrant>()
+        .into_json::<KeyedGrant>()
+        .map(Grant)
         .map_err(|e| (None, format!("control server {control}: bad /join answer: {e}")))
 }
 
@@ -139,7 +156,7 @@ fn fetch_grant_any(
     player: u32,
     pos: (f64, f64),
     ticket: Option<&str>,
-) -> Result<JoinGrant, (Option<u16>, String)> {
+) -> Result<Grant, (Option<u16>, String)> {
     let mut tried = Vec::new();
     for c in controls {
         match fetch_grant_or_status(agent, c, player, pos, ticket) {
@@ -190,8 +207,11 @@ pub(super) fn http_worker(
 }
 
 /// A join grant as the client's token: checked here, so a bad answer is
-/// reported as the control server's.
-pub(super) fn client_token(t: &JoinGrant, player: u32) -> Result<Token, String> {
+/// reported as the control server's. Its epoch keys go with it, the bot's
+/// own cell's first (the client seals under the first), so that in a sealed
+/// group the bot seals what it sends and opens what it receives.
+pub(super) fn client_token(g: &Grant, player: u32) -> Result<Token, String> {
+    let t: &JoinGrant = g;
     t.reflector
         .parse::<SocketAddr>()
         .map_err(|_| format!("control server gave reflector '{}', not ip:port", t.reflector))?;
@@ -216,6 +236,6 @@ pub(super) fn client_token(t: &JoinGrant, player: u32) -> Result<Token, String> 
         token,
         session_key,
         expires_unix_s: t.expires_unix_s,
-        keys: Vec::new(),
+        keys: cell_keys(&g.0.keys, Some(t.cell)).map_err(|e| format!("control server gave bad sealing keys: {e}"))?,
     })
 }

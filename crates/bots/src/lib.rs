@@ -52,10 +52,10 @@ mod world;
 
 pub use checkpoints::{CheckpointTally, GameState, PlayerState};
 pub use config::{BotsArgs, BotsConfig, BotsError};
-pub use grants::{fetch_grant, fetch_world};
+pub use grants::{fetch_grant, fetch_world, Grant};
 pub use hist::Histogram;
 pub use ledger::{Ledger, LostSend, MemId, Receipt, Tally};
-pub use report::{BotReport, BotsReport, Latency};
+pub use report::{BotReport, BotsReport, Latency, SealedTally};
 pub use windows::{LostDatagram, MoveWindow, WindowCause, WindowEnd};
 
 /// Boxed error for command entry points: `main` prints it with its causes.
@@ -377,6 +377,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
     let mut total = Tally::default();
     let mut per_bot = Vec::with_capacity(bots.len());
     let (mut joins, mut retries, mut gchanges) = (0, 0, 0);
+    let mut sealed = SealedTally::default();
     for (bot, t) in bots.iter().zip(&tallies) {
         let mut t = *t;
         let client = bot.client.as_ref().map(|c| c.stats()).unwrap_or_default();
@@ -385,6 +386,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
         // second copies (its streams drop them).
         t.unexpected += client.data_not_member;
         t.duplicates += client.streams.duplicates;
+        sealed.add(&client);
         ctx.malformed += client.ignored - client.data_not_member;
         total.add(&t);
         let s = &bot.stats;
@@ -451,6 +453,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
             },
             ..ctx.ck
         },
+        sealed,
         error_count: ctx.error_count,
         errors: ctx.errors,
         per_bot,

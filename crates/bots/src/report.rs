@@ -36,6 +36,45 @@ pub struct Latency {
     pub max_us: f64,
 }
 
+/// What the bots' clients did with sealed groups' DATA (docs/protocol.md,
+/// "Sealed payloads"): the drops of each receiving step, summed over the
+/// bots, and the key refreshes. All zero in clear groups; in a sealed group
+/// whose keys every bot holds, the drops stay zero.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SealedTally {
+    /// Not a sealed DATA (clear DATA in a sealed group, or too short).
+    pub malformed: u64,
+    /// A sealed version the client does not read.
+    pub version: u64,
+    /// No epoch key held for the sender's cell and epoch.
+    pub no_key: u64,
+    /// A sequence already seen from that sender instance.
+    pub replay: u64,
+    /// Did not open under the sender's key.
+    pub bad: u64,
+    /// `/keys` answers received, and requests that failed.
+    pub keys_refreshes: u64,
+    pub keys_refresh_failures: u64,
+}
+
+impl SealedTally {
+    /// Adds one client's counters.
+    pub fn add(&mut self, s: &reflector_client::Stats) {
+        self.malformed += s.sealed_malformed;
+        self.version += s.sealed_version;
+        self.no_key += s.sealed_no_key;
+        self.replay += s.sealed_replay;
+        self.bad += s.sealed_bad;
+        self.keys_refreshes += s.keys_refreshes;
+        self.keys_refresh_failures += s.keys_refresh_failures;
+    }
+
+    /// Sealed DATA dropped, every step.
+    pub fn dropped(&self) -> u64 {
+        self.malformed + self.version + self.no_key + self.replay + self.bad
+    }
+}
+
 /// The result of a bots run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BotsReport {
@@ -55,6 +94,9 @@ pub struct BotsReport {
     /// Checkpoint uploads, fetches and their checks.
     #[serde(default)]
     pub checkpoints: super::CheckpointTally,
+    /// Sealed DATA dropped by the bots' clients, and key refreshes.
+    #[serde(default)]
+    pub sealed: SealedTally,
     pub error_count: u64,
     /// The first few error messages.
     pub errors: Vec<String>,
@@ -169,6 +211,15 @@ impl BotsReport {
                 c.mismatched
             );
         }
+        let z = &self.sealed;
+        if *z != SealedTally::default() {
+            let _ = writeln!(
+                out,
+                "sealed DATA dropped: {} malformed, {} unknown version, {} without a key, {} replayed, {} not opening; \
+                 keys refreshed {} times ({} failed)",
+                z.malformed, z.version, z.no_key, z.replay, z.bad, z.keys_refreshes, z.keys_refresh_failures
+            );
+        }
         for e in &self.errors {
             let _ = writeln!(out, "error: {e}");
         }
@@ -205,6 +256,7 @@ mod tests {
             latency: Latency::default(),
             malformed: 0,
             checkpoints: Default::default(),
+            sealed: Default::default(),
             error_count: 0,
             errors: vec![],
             per_bot: vec![],

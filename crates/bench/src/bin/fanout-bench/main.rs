@@ -85,7 +85,9 @@ runs every implementation once, in turn (drift in background load hits them alik
 figure is the lower quartile of the windows of its --repeat repetitions, printed with each \
 repetition's own figure and their spread (max - min, % of the cell's figure). Ratios (sendto/ebpf, ebpf/multicast, sendmmsg/sendto, \
 sendmmsg/raw-loop) \
-are ratios of these ns per copy in one run. Delivery phases (paced, --copies-per-s) count what \
+are ratios of these ns per copy in one run. A reflector implementation named with a group mode, \
+IMPL:instance or IMPL:sealed, runs with --data-instance on or --data-sealed on (which announces the \
+instance flag too): the same datagrams, the group announced clear or sealed (bench/sealed.sh). Delivery phases (paced, --copies-per-s) count what \
 the receivers get: throughput and loss.";
 
 /// Set by Ctrl-C or SIGTERM: the run stops and the lab is removed.
@@ -152,7 +154,10 @@ struct Args {
     /// sendmmsg+io-uring), multicast, raw-loop (the anchor of reflector-bench:
     /// recv, then one sendto per receiver), raw-mmsg (recvmmsg, then one
     /// sendmmsg per datagram: the sendmmsg backend without the reflector)
-    /// and raw-mmsg-batch (one sendmmsg per received batch).
+    /// and raw-mmsg-batch (one sendmmsg per received batch). A reflector
+    /// implementation may end in a group mode, `:instance` (`--data-instance
+    /// on`) or `:sealed` (`--data-sealed on`): the same traffic, the group
+    /// announced clear with instance ids or sealed.
     #[arg(
         long,
         default_value = "raw-loop,sendto,sendmmsg,ebpf,multicast",
@@ -238,6 +243,30 @@ fn mcast_relay(bind: SocketAddr, group: SocketAddrV4, ifaddr: Ipv4Addr) -> Resul
     }
 }
 
+/// A reflector implementation's group mode: what its JOIN_ACK announces.
+/// The reflector never reads a sealed payload, so the same datagrams go
+/// through either (the sealed-traffic benchmark compares the two).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum GroupMode {
+    /// The default: no instance ids, nothing sealed.
+    Plain,
+    /// `--data-instance on`: clear, with the instance flag a sealed group has too.
+    Instance,
+    /// `--data-sealed on`: sealed (with the instance flag).
+    Sealed,
+}
+
+/// `imp` without its group mode suffix, and the mode.
+fn group_mode(imp: &str) -> (&str, GroupMode) {
+    if let Some(base) = imp.strip_suffix(":sealed") {
+        (base, GroupMode::Sealed)
+    } else if let Some(base) = imp.strip_suffix(":instance") {
+        (base, GroupMode::Instance)
+    } else {
+        (imp, GroupMode::Plain)
+    }
+}
+
 /// The implementation under test, started in the reflector's namespace on
 /// `port`. `to`: the receivers' addresses, for the raw loop.
 fn start_impl(
@@ -289,7 +318,8 @@ fn start_impl(
             .map(OsString::from),
         );
     } else {
-        let (backend, receive) = reflector_impl(imp).ok_or_else(|| format!("unknown implementation '{imp}'"))?;
+        let (base, mode) = group_mode(imp);
+        let (backend, receive) = reflector_impl(base).ok_or_else(|| format!("unknown implementation '{imp}'"))?;
         argv.push(reflector.into());
         argv.extend(
             [
@@ -326,6 +356,11 @@ fn start_impl(
         // `--receive` existed can still be measured (--reflector, A/B runs).
         if receive != ReceiveKind::default() {
             argv.extend(["--receive", receive.name()].map(OsString::from));
+        }
+        match mode {
+            GroupMode::Plain => {}
+            GroupMode::Instance => argv.extend(["--data-instance", "on"].map(OsString::from)),
+            GroupMode::Sealed => argv.extend(["--data-sealed", "on"].map(OsString::from)),
         }
     }
     // The relays say when they are bound (the raw loop prints its address);
@@ -393,9 +428,9 @@ fn bench(a: Args) -> Result<(), String> {
         return Err("needs root (namespaces, BPF programs): run with sudo".into());
     }
     for i in &a.impls {
-        if i != "multicast" && SendMode::of_impl(i).is_none() && reflector_impl(i).is_none() {
+        if i != "multicast" && SendMode::of_impl(i).is_none() && reflector_impl(group_mode(i).0).is_none() {
             return Err(format!(
-                "unknown implementation '{i}': choose from {}, multicast, raw-loop, raw-mmsg, raw-mmsg-batch",
+                "unknown implementation '{i}': choose from {} (each also with :instance or :sealed), multicast, raw-loop, raw-mmsg, raw-mmsg-batch",
                 reflector_impls().join(", ")
             ));
         }
@@ -604,4 +639,21 @@ fn bench(a: Args) -> Result<(), String> {
 fn getrandom(buf: &mut [u8]) -> Result<(), String> {
     let mut f = std::fs::File::open("/dev/urandom").map_err(|e| e.to_string())?;
     std::io::Read::read_exact(&mut f, buf).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_mode_suffixes() {
+        assert_eq!(group_mode("sendmmsg:sealed"), ("sendmmsg", GroupMode::Sealed));
+        assert_eq!(group_mode("ebpf:instance"), ("ebpf", GroupMode::Instance));
+        assert_eq!(group_mode("sendto"), ("sendto", GroupMode::Plain));
+        // Only the last suffix is a mode; the base is looked up as it is.
+        assert_eq!(group_mode("sendto:sealed:sealed"), ("sendto:sealed", GroupMode::Sealed));
+        // The base names a reflector implementation as it would alone.
+        assert!(reflector_impl(group_mode("sendmmsg:sealed").0).is_some());
+        assert!(reflector_impl("sendmmsg:sealed").is_none());
+    }
 }
