@@ -818,8 +818,17 @@ impl Ctx<'_> {
                     }
                     // The bots fetch only the latest (FETCH_OTHER is never asked).
                     CheckpointOp::Fetch | CheckpointOp::FetchOther => {
-                        self.ck.fetch_errors += 1;
-                        self.error(bot, format!("checkpoint fetch: {reason}"));
+                        let for_mem = bot.fetching.and_then(|(m, _)| m);
+                        let current = for_mem.is_some() && for_mem == current_mem;
+                        // As for uploads: a fetch for a membership the bot
+                        // has left since it asked is refused NotMember by
+                        // a reflector that no longer holds it.
+                        if !current && refusal == Some(Refusal::NotMember) {
+                            self.ck.fetches_overtaken += 1;
+                        } else {
+                            self.ck.fetch_errors += 1;
+                            self.error(bot, format!("checkpoint fetch: {reason}"));
+                        }
                         self.fetch_done(bot);
                     }
                 }

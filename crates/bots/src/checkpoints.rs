@@ -45,6 +45,11 @@ pub struct CheckpointTally {
     pub fetched: u64,
     pub fetched_empty: u64,
     pub fetch_errors: u64,
+    /// Fetches refused because the bot had left that membership since it
+    /// asked (a re-placement or a move came first: not an error, the new
+    /// membership fetches its own).
+    #[serde(default)]
+    pub fetches_overtaken: u64,
     pub bytes_fetched: u64,
     /// Fetch time (the fetch started, so connect, to the state checked and
     /// handed to the bot), milliseconds.

@@ -195,7 +195,7 @@ impl BotsReport {
             let _ = writeln!(
                 out,
                 "checkpoints: {} requested, {} uploaded ({} failed); {} fetched ({} B, {:.1} ms mean, {:.1} ms max), \
-                 {} empty, {} failed; entries checked: {} matched, {} moved since, {} unconfirmed, {} mismatched",
+                 {} empty, {} failed, {} overtaken; entries checked: {} matched, {} moved since, {} unconfirmed, {} mismatched",
                 c.requested,
                 c.uploaded,
                 c.upload_errors,
@@ -205,6 +205,7 @@ impl BotsReport {
                 c.fetch_ms_max,
                 c.fetched_empty,
                 c.fetch_errors,
+                c.fetches_overtaken,
                 c.entries_matched,
                 c.entries_moved,
                 c.entries_unconfirmed,
