@@ -41,9 +41,12 @@
  * `rc_send` in a sealed group with no key held; and sealed checkpoints:
  * `rc_checkpoint_event.verification` (in 1.4's padding) with the
  * `RC_VERIFICATION_*` values, and the joiner's refusal counters
- * (`checkpoint_*` of `rc_sealing_counters`).
+ * (`checkpoint_*` of `rc_sealing_counters`). 1.7 added
+ * `rc_sealing_duplicates`: sealed duplicate deliveries, counted apart
+ * from replays (a function of its own: `rc_sealing_counters` keeps its
+ * size). (1.6 is the handed-in epoch keys' and certificates' version.)
  */
-#define REFLECTOR_C_VERSION_MINOR 5
+#define REFLECTOR_C_VERSION_MINOR 7
 
 /**
  * Bytes of a reflector token.
@@ -576,7 +579,9 @@ typedef struct {
    */
   uint64_t no_key;
   /**
-   * ... a sequence already seen from that sender instance ...
+   * ... a sequence already seen from that sender instance (the same
+   * sealed datagram again; honest duplicates through two groups of an
+   * area are counted apart, `rc_sealing_duplicates`, since 1.7) ...
    */
   uint64_t replay;
   /**
@@ -923,6 +928,15 @@ rc_status rc_checkpoint_stats(rc_handle h, rc_checkpoint_counters *stats);
  * steps dropped and the `/keys` refreshes. (Since 1.5.)
  */
 rc_status rc_sealing_stats(rc_handle h, rc_sealing_counters *stats);
+
+/**
+ * Sealed DATA the client dropped as duplicate deliveries into `*count`:
+ * authentic copies of a datagram it already had, which the sender sealed
+ * for another group of the client's area (docs/protocol.md, "Duplicate
+ * deliveries"). Not a replay and not counted in `rc_sealing_counters`.
+ * (Since 1.7.)
+ */
+rc_status rc_sealing_duplicates(rc_handle h, uint64_t *count);
 
 /**
  * Areas of interest and control server lists (since 1.2) need settings

@@ -32,8 +32,11 @@ pub const REFLECTOR_C_VERSION_MAJOR: u32 = 1;
 /// `rc_send` in a sealed group with no key held; and sealed checkpoints:
 /// `rc_checkpoint_event.verification` (in 1.4's padding) with the
 /// `RC_VERIFICATION_*` values, and the joiner's refusal counters
-/// (`checkpoint_*` of `rc_sealing_counters`).
-pub const REFLECTOR_C_VERSION_MINOR: u32 = 5;
+/// (`checkpoint_*` of `rc_sealing_counters`). 1.7 added
+/// `rc_sealing_duplicates`: sealed duplicate deliveries, counted apart
+/// from replays (a function of its own: `rc_sealing_counters` keeps its
+/// size). (1.6 is the handed-in epoch keys' and certificates' version.)
+pub const REFLECTOR_C_VERSION_MINOR: u32 = 7;
 
 /// Bytes of a reflector token.
 pub const RC_TOKEN_LEN: usize = 32;
@@ -444,7 +447,9 @@ pub struct rc_sealing_counters {
     pub version: u64,
     /// ... no epoch key held for its cell and epoch ...
     pub no_key: u64,
-    /// ... a sequence already seen from that sender instance ...
+    /// ... a sequence already seen from that sender instance (the same
+    /// sealed datagram again; honest duplicates through two groups of an
+    /// area are counted apart, `rc_sealing_duplicates`, since 1.7) ...
     pub replay: u64,
     /// ... does not open under the sender's key (forged or altered).
     pub bad: u64,

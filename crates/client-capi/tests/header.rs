@@ -103,11 +103,12 @@ fn header_declares_every_entry_point() {
         "rc_set_area",
         "rc_fetch_checkpoint_other",
         "rc_sealing_stats",
+        "rc_sealing_duplicates",
     ] {
         assert!(h.contains(&format!(" {f}(")), "{f} missing from the header");
     }
     assert!(h.contains("#define REFLECTOR_C_VERSION_MAJOR 1"));
-    assert!(h.contains("#define REFLECTOR_C_VERSION_MINOR 5"));
+    assert!(h.contains("#define REFLECTOR_C_VERSION_MINOR 7"));
     assert!(h.contains("#define RC_MAX_AREA_TOKENS 25"));
     assert!(h.contains("RC_ERR_BUFFER_TOO_SMALL = -12"));
     assert!(h.contains("RC_CHECKPOINT_READY = 3"));
@@ -128,4 +129,6 @@ fn header_declares_every_entry_point() {
     assert!(h.contains("  uint8_t refusal;\n  /**") && h.contains("  uint8_t verification;\n} rc_checkpoint_event;"));
     assert!(h.contains("#define RC_VERIFICATION_VERIFIED_BY_TWO 3"));
     assert!(h.contains("  uint64_t checkpoint_bad;\n} rc_sealing_counters;"));
+    // 1.7's duplicate deliveries: a function of their own, the struct unchanged.
+    assert!(h.contains("rc_status rc_sealing_duplicates(rc_handle h, uint64_t *count);"));
 }

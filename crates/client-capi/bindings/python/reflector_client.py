@@ -48,6 +48,8 @@ REFLECTOR_C_VERSION_MINOR_HANDED_AREAS = 3
 REFLECTOR_C_VERSION_MINOR_FETCH_OTHER = 4
 # Sealed groups' counters (rc_sealing_stats) came with 1.5.
 REFLECTOR_C_VERSION_MINOR_SEALING = 5
+# Sealed duplicate deliveries counted apart (rc_sealing_duplicates) came with 1.7.
+REFLECTOR_C_VERSION_MINOR_SEALED_DUPLICATES = 7
 RC_MAX_AREA_TOKENS = 25
 RC_TOKEN_LEN = 32
 RC_SESSION_KEY_LEN = 32
@@ -273,6 +275,9 @@ def load(path=None):
     sigs_1_5 = {
         "rc_sealing_stats": (ctypes.c_int, [u64, ctypes.POINTER(SealingStats)]),
     }
+    sigs_1_7 = {
+        "rc_sealing_duplicates": (ctypes.c_int, [u64, ctypes.POINTER(u64)]),
+    }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)
         f.restype, f.argtypes = res, args
@@ -293,6 +298,10 @@ def load(path=None):
             f.restype, f.argtypes = res, args
     if minor(lib) >= REFLECTOR_C_VERSION_MINOR_SEALING:
         for name, (res, args) in sigs_1_5.items():
+            f = getattr(lib, name)
+            f.restype, f.argtypes = res, args
+    if minor(lib) >= REFLECTOR_C_VERSION_MINOR_SEALED_DUPLICATES:
+        for name, (res, args) in sigs_1_7.items():
             f = getattr(lib, name)
             f.restype, f.argtypes = res, args
     return lib
@@ -526,6 +535,13 @@ class Client:
         s = SealingStats()
         _check(self._lib, self._lib.rc_sealing_stats(self.handle, ctypes.byref(s)))
         return s
+
+    def sealing_duplicates(self):
+        """Sealed duplicate deliveries dropped (another group's copy; library 1.7)."""
+        _need(self._lib, REFLECTOR_C_VERSION_MINOR_SEALED_DUPLICATES, "sealing_duplicates")
+        n = ctypes.c_uint64()
+        _check(self._lib, self._lib.rc_sealing_duplicates(self.handle, ctypes.byref(n)))
+        return n.value
 
     def close(self):
         """Frees the handle (a second close raises: the handle is dead)."""
