@@ -170,7 +170,7 @@ struct Seen {
 /// answers a REQUESTED with `provide` when given.
 fn frame(h: rc_handle, provide: Option<&[u8]>, seen: &mut Seen) {
     ok(rc_update(h, api::now_ms()), "rc_update");
-    let mut ev = rc_event::NONE_FOR_TESTS;
+    let mut ev = event_none();
     // SAFETY: a writable event.
     while unsafe { rc_poll_event(h, &mut ev) } == rc_status::RC_OK {}
     let mut buf = [0u8; RC_MAX_PAYLOAD];
@@ -224,12 +224,8 @@ fn checkpoint_none() -> rc_checkpoint_event {
     }
 }
 
-trait NoneForTests {
-    const NONE_FOR_TESTS: Self;
-}
-
-impl NoneForTests for rc_event {
-    const NONE_FOR_TESTS: rc_event = rc_event {
+fn event_none() -> rc_event {
+    rc_event {
         kind: rc_event_kind::RC_EVENT_NONE,
         group: 0,
         members: 0,
@@ -242,7 +238,7 @@ impl NoneForTests for rc_event {
         instance: 0,
         expires_unix_s: 0,
         error: rc_status::RC_OK,
-    };
+    }
 }
 
 /// Runs frames of `clients` (each with the state it provides when asked)

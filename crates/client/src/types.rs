@@ -142,7 +142,7 @@ pub enum Error {
     Control(#[from] ControlError),
     #[error("join of group {group} refused: {failure}")]
     JoinRefused { group: u16, failure: Failure },
-    #[error("no group {group} is held: join it before handing in its keys")]
+    #[error("no group {group} is held: hand in its token first (set_token), then its keys and certificate")]
     NoSuchGroup { group: u16 },
     /// A checkpoint certificate handed in for `group`
     /// ([`Client::set_checkpoint_certificate`]) that does not verify under
