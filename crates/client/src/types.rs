@@ -48,6 +48,14 @@ pub enum TokenSource {
     /// The game hands tokens in: this one now, later ones with
     /// [`Client::set_token`] when [`Event::TokenNeeded`] asks.
     Given(Token),
+    /// The game hands tokens in, and has none yet: the client holds no
+    /// group (and sends nothing) until the first [`Client::set_token`] or
+    /// [`Client::set_area_tokens`]; later ones as for [`TokenSource::Given`].
+    /// Its checkpoint signing key exists from the start
+    /// ([`Client::checkpoint_signing_key`]), so the game's backend can send
+    /// it as `sign_key` on the `/join` that brings the first token, and a
+    /// sealed group's certificate comes with that first grant.
+    Later,
     /// The client asks the control server itself (feature `http`).
     Control(ControlServer),
 }
@@ -134,8 +142,22 @@ pub enum Error {
     Control(#[from] ControlError),
     #[error("join of group {group} refused: {failure}")]
     JoinRefused { group: u16, failure: Failure },
-    #[error("no group {group} is held: join it before handing in its keys")]
+    #[error("no group {group} is held: hand in its token first (set_token), then its keys and certificate")]
     NoSuchGroup { group: u16 },
+    /// A checkpoint certificate handed in for `group`
+    /// ([`Client::set_checkpoint_certificate`]) that does not verify under
+    /// the `control_public` given, for the world of the group's epoch keys,
+    /// this client's signing key, `player` and `expires_unix_s`.
+    #[error(
+        "the checkpoint certificate for group {group} does not verify under control_public for this client's \
+         signing key, player {player} and expiry {expires_unix_s}: ask /join with sign_key set to this client's \
+         key and hand in that answer's control_public, certificate and expires_unix_s"
+    )]
+    BadCertificate {
+        group: u16,
+        player: u32,
+        expires_unix_s: u64,
+    },
 }
 
 impl Error {
