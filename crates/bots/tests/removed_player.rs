@@ -18,15 +18,17 @@
 //! - a relay on the bots' path that records every DATA with its (virtual)
 //!   arrival time: the reflector is not trusted, so the removed player is
 //!   taken to see every byte on the path;
-//! - the removed player B: its ticket cannot be renewed after some time, so
-//!   its last token expires at a known `T`; it keeps every key it was ever
-//!   given (its `/join` and `/keys` answers) and asks for more until the
-//!   end, all refused after `T`.
+//! - two removed players: a ticket that cannot be renewed after some time,
+//!   so each one's last token expires at a known `T` (B1's inside an
+//!   overlap window, so it holds the next epoch's key too; B2's just after
+//!   a rotation); each keeps every key it was ever given (its `/join` and
+//!   `/keys` answers) and asks for more until the end, all refused after
+//!   its `T`.
 //!
-//! Then, on the recorded path: B opens datagrams sent before `T` (so the
-//! check can fail), none sent after `T + L + J + W`, and every sealed DATA
-//! after that bound is under an epoch B never held; and the bots lost
-//! nothing to key trouble.
+//! Then, on the recorded path, for each: it opens datagrams sent before `T`
+//! (so the check can fail), none sent after `T + L + J + W`, and every
+//! sealed DATA after that bound is under an epoch it never held; and the
+//! bots lost nothing to key trouble.
 
 use reflector_bots::{run_bots, BotsConfig, BotsReport};
 use reflector_control::players::{JoinAuth, TicketVerifier, LEEWAY_S};
@@ -44,14 +46,15 @@ use std::collections::BTreeSet;
 use std::io::Read;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Virtual time runs this much faster than real: the run is about 300 to
-/// 400 virtual seconds.
+/// Virtual time runs this much faster than real: the run is 300 to 420
+/// virtual seconds.
 const TDF: &str = "1/8";
 /// The inner test's name, for `--exact`.
 const INNER: &str = "removed_player_in_virtual_time";
@@ -72,7 +75,6 @@ const MARGIN_S: u64 = 40;
 /// B asks the control server this often.
 const B_EVERY: Duration = Duration::from_secs(2);
 const BOTS: usize = 4;
-const PLAYER_B: u32 = 100;
 
 const REFLECTOR_IP: [u8; 4] = [127, 0, 0, 1];
 /// The relay's side facing the bots: another loopback address with the
@@ -229,6 +231,11 @@ struct Asked {
 
 /// The removed player: every key it was ever given, and what it asked.
 struct PlayerB {
+    name: &'static str,
+    player: u32,
+    /// When its ticket expires, and when its last token is planned to.
+    ticket_exp: u64,
+    t_planned: u64,
     agent: ureq::Agent,
     control: String,
     ticket: String,
@@ -242,6 +249,28 @@ struct PlayerB {
 }
 
 impl PlayerB {
+    /// A removed player whose last token is to expire at `t_planned`: its
+    /// ticket is taken until its expiry plus the leeway, and the last
+    /// token lives TOKEN_TTL_S more.
+    fn new(name: &'static str, player: u32, t_planned: u64, control: &ControlServer, key_file: &Path) -> PlayerB {
+        let ticket_exp = t_planned - TOKEN_TTL_S - LEEWAY_S;
+        let minter = reflector_proto::ticket::TicketMinter::from_file(key_file).unwrap();
+        PlayerB {
+            name,
+            player,
+            ticket_exp,
+            t_planned,
+            agent: ureq::AgentBuilder::new().timeout(Duration::from_secs(10)).build(),
+            control: control.url(),
+            ticket: minter.mint(player, ticket_exp, 0),
+            token: None,
+            expiries: Vec::new(),
+            receiver: Receiver::new(64),
+            held: BTreeSet::new(),
+            asked: Vec::new(),
+        }
+    }
+
     fn keep(&mut self, keys: &[reflector_proto::control::EpochKeyGrant]) {
         for k in reflector_client::cell_keys(keys, None).expect("well-formed keys") {
             self.held.insert((k.key.cell().0, k.key.epoch()));
@@ -263,7 +292,7 @@ impl PlayerB {
             .agent
             .get(&format!("{}/join", self.control))
             .set("Authorization", &format!("Bearer {}", self.ticket))
-            .query("player", &PLAYER_B.to_string())
+            .query("player", &self.player.to_string())
             .query("x", "50")
             .query("y", "50")
             .call();
@@ -318,13 +347,136 @@ fn now_s() -> u64 {
     unix_now_ms() / 1000
 }
 
+/// The schedule, the master secret and the one cell, to say which epochs a
+/// removed player may hold.
+struct Keys {
+    schedule: Schedule,
+    master: MasterSecret,
+    cell: CellId,
+}
+
+/// The checks on one removed player `b` against the path `seen`; returns
+/// the epochs the bots sealed under.
+fn check_removed(b: &mut PlayerB, seen: &[Seen], k: &Keys) -> BTreeSet<u32> {
+    let name = b.name;
+    // B's last token: T, and the bound from the schedule the control
+    // server used.
+    let t = *b.expiries.iter().max().unwrap_or_else(|| panic!("{name} got no token"));
+    let t_ms = t * 1000;
+    let (l, j) = (k.schedule.length_s(), k.schedule.jitter_bound_s());
+    let bound_ms = (t + l + j + W) * 1000;
+
+    // On the path: what B opens, by when it was sent (the bots' payload
+    // starts with the send time, Unix ns) and when it passed.
+    let mut opened = Vec::new();
+    let mut epochs_sent = BTreeSet::new();
+    let mut after_bound = 0u64;
+    // DATA after the bound under an epoch B holds: (when, epoch).
+    let mut held_after = Vec::new();
+    for s in seen {
+        let epoch = u32::from_be_bytes(s.bytes[44..48].try_into().unwrap());
+        let cell_id: [u8; 8] = s.bytes[48..56].try_into().unwrap();
+        if s.at_ms > bound_ms {
+            after_bound += 1;
+            if b.held.contains(&(cell_id, epoch)) {
+                held_after.push((s.at_ms, epoch));
+            }
+        }
+        if !s.up {
+            continue;
+        }
+        epochs_sent.insert(epoch);
+        let mut d = s.bytes.clone();
+        if let Ok(r) = b.receiver.receive(&mut d) {
+            let sent_ns = u64::from_be_bytes(d[r.start..r.start + 8].try_into().unwrap());
+            opened.push((sent_ns / 1_000_000, s.at_ms, epoch));
+        }
+    }
+    let (cur, next) = k.schedule.handed_out(&k.master, k.cell, t - 1);
+    let before_t = opened.iter().filter(|o| o.0 < t_ms).count();
+    let between = opened.iter().filter(|o| o.0 >= t_ms && o.0 <= bound_ms).count();
+    let late: Vec<_> = opened.iter().filter(|o| o.0 > bound_ms || o.1 > bound_ms).collect();
+    let latest = opened.iter().map(|o| o.0).max().unwrap_or(0);
+    eprintln!(
+        "{name}: T = {t} (planned {}; {}), L = {l}, J = {j}, W = {W}: bound T + L + J + W = {} s; held epochs {:?}; \
+         {} DATA on the path ({} after the bound), epochs sent {:?}; opened {} sent before T, {} between T and the \
+         bound, the latest sent at T + {:.1} s, {} after the bound",
+        b.t_planned,
+        if next.is_some() {
+            "inside an overlap window"
+        } else {
+            "outside the overlap windows"
+        },
+        bound_ms / 1000,
+        b.held.iter().map(|&(_, e)| e).collect::<Vec<_>>(),
+        seen.len(),
+        after_bound,
+        epochs_sent,
+        before_t,
+        between,
+        (latest as f64 - t_ms as f64) / 1000.0,
+        late.len(),
+    );
+    // The check can fail: B does open traffic while it holds keys.
+    assert!(
+        before_t > 0,
+        "{name} opened nothing sent before T: the checks below would pass vacuously"
+    );
+    assert!(late.is_empty(), "{name} opened DATA sent after the bound: {late:?}");
+    assert!(
+        after_bound > 0,
+        "no DATA on the path after {name}'s bound: the run ended too soon"
+    );
+    assert!(
+        held_after.is_empty(),
+        "{} DATA after {name}'s bound are under an epoch it holds, the first (at ms, epoch) {:?}",
+        held_after.len(),
+        held_after.first()
+    );
+
+    // What the control server said to B after T, and the keys B holds.
+    assert!(
+        t <= b.ticket_exp + LEEWAY_S + TOKEN_TTL_S,
+        "{name}'s last token expires at {t}, later than its ticket's expiry {} + leeway {LEEWAY_S} + token \
+         lifetime {TOKEN_TTL_S}",
+        b.ticket_exp
+    );
+    for a in &b.asked {
+        if a.sent_ms >= t_ms {
+            assert_eq!(
+                a.status, 401,
+                "{name}'s {} at {} ms, after T = {t} s, was answered",
+                a.what, a.sent_ms
+            );
+        }
+    }
+    for what in ["/join", "/keys"] {
+        assert!(
+            b.asked.iter().any(|a| a.what == what && a.sent_ms >= t_ms + 1000),
+            "{name} asked {what} after T"
+        );
+    }
+    // Which epochs B may hold (the document's bound): the one current at
+    // T and, inside the overlap window, the next.
+    let newest_allowed = next.unwrap_or(cur);
+    let newest_held = b.held.iter().map(|&(_, e)| e).max().unwrap();
+    assert!(
+        newest_held <= newest_allowed,
+        "{name} holds epoch {newest_held}, newer than the {newest_allowed} the document allows at T = {t}"
+    );
+    epochs_sent
+}
+
 /// The scenario, in virtual time (run by the test above; it refuses to run
 /// on the real clock, where it would take minutes).
 ///
-/// The bound checked: B, whose last token expires at `T`, opens no sealed
-/// DATA sent after `T + L + J + W` (docs/protocol.md, "The bound for a
-/// removed player"), with `L`, `J` read back from the control server's
-/// schedule and `W` the overlap.
+/// The bound checked: a removed player whose last token expires at `T`
+/// opens no sealed DATA sent after `T + L + J + W` (docs/protocol.md, "The
+/// bound for a removed player"), with `L`, `J` read back from the control
+/// server's schedule and `W` the overlap. Two removed players: B1's `T` is
+/// inside an overlap window (it holds the next epoch's key too, the
+/// document's worst case), B2's just after a rotation, outside the windows
+/// (a key handed out earlier than the document says reaches it).
 #[test]
 #[ignore = "runs in virtual time, started by removed_player_reads_nothing_after_the_bound"]
 fn removed_player_in_virtual_time() {
@@ -333,19 +485,19 @@ fn removed_player_in_virtual_time() {
         "run through removed_player_reads_nothing_after_the_bound (under the clock shim)"
     );
     let t0 = now_s();
-    let master = MasterSecret::new(&MASTER).unwrap();
-    let schedule = Schedule::new(L, J).unwrap();
-    let cell = CellId::new(WorldId::from_name(WORLD), 0, 0).unwrap();
-    // T: the first moment, from when B has held a token a while, that is
-    // inside an overlap window (at least T_INSIDE_S into it and before its
-    // rotation), so that B holds the next epoch's key too: the worst case.
+    let k = Keys {
+        schedule: Schedule::new(L, J).unwrap(),
+        master: MasterSecret::new(&MASTER).unwrap(),
+        cell: CellId::new(WorldId::from_name(WORLD), 0, 0).unwrap(),
+    };
+    // The removed players' T: from when they have held a token a while,
+    // around the next rotation: B1's at least T_INSIDE_S into its overlap
+    // window, B2's T_INSIDE_S after it.
     let earliest = t0 + TOKEN_TTL_S + 10;
-    let e = schedule.current_epoch(&master, cell, earliest + T_INSIDE_S);
-    let rotation = schedule.start(&master, cell, e + 1);
-    let t_planned = earliest.max(rotation - W + T_INSIDE_S);
-    // B's ticket: the control server takes it until its expiry plus the
-    // leeway, and the last token then lives TOKEN_TTL_S more.
-    let ticket_exp = t_planned - TOKEN_TTL_S - LEEWAY_S;
+    let e = k.schedule.current_epoch(&k.master, k.cell, earliest + T_INSIDE_S);
+    let rotation = k.schedule.start(&k.master, k.cell, e + 1);
+    let t1 = earliest.max(rotation - W + T_INSIDE_S);
+    let t2 = rotation + T_INSIDE_S;
 
     let secret = Secret::new(&SECRET).unwrap();
     let base = ServerConfig::new(IpAddr::from(REFLECTOR_IP), secret.clone(), BackendKind::Sendmmsg);
@@ -368,9 +520,17 @@ fn removed_player_in_virtual_time() {
         SocketAddr::from((RELAY_IP, port)),
         SocketAddr::from((REFLECTOR_IP, port)),
     );
-    let sealing = Arc::new(Sealing::new(MasterSecret::new(&MASTER).unwrap(), WORLD, schedule, 1.0));
+    let sealing = Arc::new(Sealing::new(
+        MasterSecret::new(&MASTER).unwrap(),
+        WORLD,
+        k.schedule,
+        1.0,
+    ));
     // The schedule the control server uses, read back for the bound.
-    let schedule = sealing.schedule();
+    let k = Keys {
+        schedule: sealing.schedule(),
+        ..k
+    };
     let world = World::new(
         1,
         1,
@@ -409,8 +569,8 @@ fn removed_player_in_virtual_time() {
     )
     .unwrap();
 
-    // The bots send until the bound has passed by MARGIN_S.
-    let end_s = t_planned + L + J + W + MARGIN_S;
+    // The bots send until the later bound has passed by MARGIN_S.
+    let end_s = t2 + L + J + W + MARGIN_S;
     let mut cfg = BotsConfig::new(&control.url(), BOTS);
     cfg.bind = IpAddr::from(REFLECTOR_IP);
     cfg.duration = Duration::from_secs(end_s - now_s());
@@ -420,27 +580,22 @@ fn removed_player_in_virtual_time() {
     cfg.ticket_keys = Some(key_file.clone());
     let bots = std::thread::spawn(move || run_bots(&cfg, &AtomicBool::new(false)));
 
-    let minter = reflector_proto::ticket::TicketMinter::from_file(&key_file).unwrap();
-    let mut b = PlayerB {
-        agent: ureq::AgentBuilder::new().timeout(Duration::from_secs(10)).build(),
-        control: control.url(),
-        ticket: minter.mint(PLAYER_B, ticket_exp, 0),
-        token: None,
-        expiries: Vec::new(),
-        receiver: Receiver::new(64),
-        held: BTreeSet::new(),
-        asked: Vec::new(),
-    };
+    let mut removed = [
+        PlayerB::new("B1", 100, t1, &control, &key_file),
+        PlayerB::new("B2", 101, t2, &control, &key_file),
+    ];
     eprintln!(
-        "virtual start {t0}, rotation at {rotation}, B's ticket expires at {ticket_exp}, planned T {t_planned}, \
-         run until {end_s} ({} virtual s)",
+        "virtual start {t0}, rotation at {rotation}, planned T {t1} (B1) and {t2} (B2), run until {end_s} \
+         ({} virtual s)",
         end_s - t0
     );
-    // B renews with its ticket while it is taken, and asks /keys with its
-    // newest token, both until the end of the run.
+    // Each renews with its ticket while it is taken, and asks /keys with
+    // its newest token, both until the end of the run.
     while now_s() < end_s - 5 {
-        b.join();
-        b.keys();
+        for b in removed.iter_mut() {
+            b.join();
+            b.keys();
+        }
         std::thread::sleep(B_EVERY);
     }
     let report: BotsReport = bots.join().unwrap().expect("the bots run");
@@ -450,104 +605,10 @@ fn removed_player_in_virtual_time() {
     control.stop();
     let _ = std::fs::remove_dir_all(&dir);
 
-    // B's last token: T, and the bound from the schedule the control
-    // server used.
-    let t = *b.expiries.iter().max().expect("B got a token");
-    let t_ms = t * 1000;
-    let (l, j) = (schedule.length_s(), schedule.jitter_bound_s());
-    let bound_ms = (t + l + j + W) * 1000;
-
-    // On the path: what B opens, by when it was sent (the bots' payload
-    // starts with the send time, Unix ns) and when it passed.
-    let mut opened = Vec::new();
     let mut epochs_sent = BTreeSet::new();
-    let mut after_bound = 0u64;
-    // DATA after the bound under an epoch B holds: (when, epoch).
-    let mut held_after = Vec::new();
-    for s in &seen {
-        let epoch = u32::from_be_bytes(s.bytes[44..48].try_into().unwrap());
-        let cell_id: [u8; 8] = s.bytes[48..56].try_into().unwrap();
-        if s.at_ms > bound_ms {
-            after_bound += 1;
-            if b.held.contains(&(cell_id, epoch)) {
-                held_after.push((s.at_ms, epoch));
-            }
-        }
-        if !s.up {
-            continue;
-        }
-        epochs_sent.insert(epoch);
-        let mut d = s.bytes.clone();
-        if let Ok(r) = b.receiver.receive(&mut d) {
-            let sent_ns = u64::from_be_bytes(d[r.start..r.start + 8].try_into().unwrap());
-            opened.push((sent_ns / 1_000_000, s.at_ms, epoch));
-        }
+    for b in removed.iter_mut() {
+        epochs_sent = check_removed(b, &seen, &k);
     }
-    let before_t = opened.iter().filter(|o| o.0 < t_ms).count();
-    let between: Vec<_> = opened.iter().filter(|o| o.0 >= t_ms && o.0 <= bound_ms).collect();
-    let late: Vec<_> = opened.iter().filter(|o| o.0 > bound_ms || o.1 > bound_ms).collect();
-    let latest = opened.iter().map(|o| o.0).max().unwrap_or(0);
-    eprintln!(
-        "T = {t} (planned {t_planned}), L = {l}, J = {j}, W = {W}: bound T + L + J + W = {} s; B held epochs {:?}; \
-         {} DATA on the path ({} after the bound), epochs sent {:?}; B opened {} sent before T, {} between T and \
-         the bound, the latest sent at T + {:.1} s, {} after the bound",
-        bound_ms / 1000,
-        b.held.iter().map(|&(_, e)| e).collect::<Vec<_>>(),
-        seen.len(),
-        after_bound,
-        epochs_sent,
-        before_t,
-        between.len(),
-        (latest as f64 - t_ms as f64) / 1000.0,
-        late.len(),
-    );
-    // The check can fail: B does open traffic while it holds keys.
-    assert!(
-        before_t > 0,
-        "B opened nothing sent before T: the check below would pass vacuously"
-    );
-    assert!(late.is_empty(), "B opened DATA sent after the bound: {late:?}");
-    assert!(
-        after_bound > 0,
-        "no DATA on the path after the bound: the run ended too soon"
-    );
-    assert!(
-        held_after.is_empty(),
-        "{} DATA after the bound are under an epoch B holds, the first (at ms, epoch) {:?}",
-        held_after.len(),
-        held_after.first()
-    );
-
-    // What the control server said to B after T, and the keys B holds.
-    assert!(
-        t <= ticket_exp + LEEWAY_S + TOKEN_TTL_S,
-        "B's last token expires at {t}, later than its ticket's expiry {ticket_exp} + leeway {LEEWAY_S} + token \
-         lifetime {TOKEN_TTL_S}"
-    );
-    for a in &b.asked {
-        if a.sent_ms >= t_ms {
-            assert_eq!(
-                a.status, 401,
-                "B's {} at {} ms, after T = {t} s, was answered",
-                a.what, a.sent_ms
-            );
-        }
-    }
-    for what in ["/join", "/keys"] {
-        assert!(
-            b.asked.iter().any(|a| a.what == what && a.sent_ms >= t_ms + 1000),
-            "B asked {what} after T"
-        );
-    }
-    // Which epochs B may hold (the document's bound): the one current at
-    // T and, inside the overlap window, the next.
-    let (cur, next) = schedule.handed_out(&master, cell, t - 1);
-    let newest_allowed = next.unwrap_or(cur);
-    let newest_held = b.held.iter().map(|&(_, e)| e).max().unwrap();
-    assert!(
-        newest_held <= newest_allowed,
-        "B holds epoch {newest_held}, newer than the {newest_allowed} the document allows at T = {t}"
-    );
 
     // The bots: keys refreshed across the rotations, nothing lost to them.
     eprintln!("{}", report.table(true));
