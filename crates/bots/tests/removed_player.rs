@@ -343,6 +343,23 @@ impl PlayerB {
     }
 }
 
+/// A directory of this process's own, removed on drop (also on a panic).
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        let d = std::env::temp_dir().join(format!("reflector-rmbound-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        TempDir(d)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn now_s() -> u64 {
     unix_now_ms() / 1000
 }
@@ -422,7 +439,12 @@ fn check_removed(b: &mut PlayerB, seen: &[Seen], k: &Keys) -> BTreeSet<u32> {
         before_t > 0,
         "{name} opened nothing sent before T: the checks below would pass vacuously"
     );
-    assert!(late.is_empty(), "{name} opened DATA sent after the bound: {late:?}");
+    assert!(
+        late.is_empty(),
+        "{name} opened {} DATA sent after the bound, the first (sent ms, passed ms, epoch) {:?}",
+        late.len(),
+        &late[..late.len().min(3)]
+    );
     assert!(
         after_bound > 0,
         "no DATA on the path after {name}'s bound: the run ended too soon"
@@ -544,9 +566,8 @@ fn removed_player_in_virtual_time() {
     .unwrap()
     .with_sealing(Arc::clone(&sealing))
     .unwrap();
-    let dir = std::env::temp_dir().join(format!("reflector-rmbound-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let key_file = dir.join("tickets.toml");
+    let dir = TempDir::new();
+    let key_file = dir.0.join("tickets.toml");
     std::fs::write(
         &key_file,
         format!("[[key]]\nkid = \"backend\"\nalg = \"HS256\"\nsecret_hex = \"{TICKET_SECRET}\"\n"),
@@ -603,7 +624,7 @@ fn removed_player_in_virtual_time() {
     server.stop();
     let _ = server.join();
     control.stop();
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
 
     let mut epochs_sent = BTreeSet::new();
     for b in removed.iter_mut() {
