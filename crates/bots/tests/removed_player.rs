@@ -54,7 +54,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Virtual time runs this much faster than real: the run is 300 to 420
-/// virtual seconds.
+/// virtual seconds, about 40 to 55 real ones. The bots' and the
+/// reflector's deadlines (a 250 ms JOIN retry, a 5 s HTTP timeout, keepalive
+/// intervals of seconds) stay tens of real milliseconds or more, which a
+/// loaded 2-core machine keeps (1/10 passed too, with less to spare).
 const TDF: &str = "1/8";
 /// The inner test's name, for `--exact`.
 const INNER: &str = "removed_player_in_virtual_time";
@@ -66,13 +69,14 @@ const REAL_LIMIT: Duration = Duration::from_secs(240);
 const L: u64 = 120;
 const J: u64 = 0;
 const W: u64 = OVERLAP_S;
-/// The control server's token lifetime (bots and B alike).
+/// The control server's token lifetime (bots and removed players alike).
 const TOKEN_TTL_S: u64 = 60;
-/// B's last token expires at least this long inside an overlap window.
+/// B1's last token expires at least this long inside an overlap window,
+/// B2's this long after the rotation.
 const T_INSIDE_S: u64 = 5;
 /// How long the run goes on past the bound.
 const MARGIN_S: u64 = 40;
-/// B asks the control server this often.
+/// A removed player asks the control server this often.
 const B_EVERY: Duration = Duration::from_secs(2);
 const BOTS: usize = 4;
 
