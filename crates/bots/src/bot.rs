@@ -339,7 +339,17 @@ impl Ctx<'_> {
 
     fn new_client(&self, token: reflector_client::Token, sock: UdpSocket) -> Result<Client, String> {
         let driver = reflector_client::UdpDriver::from_socket(sock).map_err(|e| format!("fcntl(O_NONBLOCK): {e}"))?;
+        let player = token.player;
         let mut cfg = reflector_client::Config::new(reflector_client::TokenSource::Given(token));
+        // The bots hand tokens in, and each renewal brings the keys of the
+        // moment; between renewals the client refreshes a sealed group's
+        // keys itself (`/keys` under the membership's token) before its
+        // epoch ends, as a game whose client asks for its tokens does.
+        cfg.keys_from = Some(reflector_client::ControlServer {
+            fallback_urls: self.cfg.control_fallbacks.clone(),
+            allow_plain_http: true,
+            ..reflector_client::ControlServer::new(self.cfg.control.clone(), player, (0.0, 0.0))
+        });
         cfg.join_retry = super::JOIN_RETRY;
         // Every bot may hear every other, and no one else. (The client
         // walks its table when a sender may have gone silent: no larger

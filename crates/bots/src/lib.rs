@@ -12,7 +12,9 @@
 //! its next deadline (`Client::next_update`) has come, never on every
 //! wake-up. HTTP to the control server runs on two helper threads so a
 //! slow answer never stalls the data path; its tokens are handed to the
-//! clients.
+//! clients. In sealed groups each client refreshes its epoch keys itself
+//! (`/keys` on its own helper thread, `Config::keys_from`) between
+//! renewals.
 //!
 //! Because every bot is in this process, the [`Ledger`] knows exactly who
 //! was in which group when, so the expected deliveries are known and loss is

@@ -108,6 +108,16 @@ pub struct Config {
     /// `Some(d)`: every `d` in either (for the tokio loop a fallback only;
     /// a game loop that calls `update` every frame needs none).
     pub background_poll: Option<Duration>,
+    /// For a game that hands tokens in ([`TokenSource::Given`]): the
+    /// control server to ask `GET /keys` (docs/protocol.md, "Handing out
+    /// keys") when a sealed group's newest key nears its end, with the
+    /// membership's newest token, as a [`TokenSource::Control`] client
+    /// does with its own. `None` (the default): the keys come only with
+    /// the tokens handed in, or from [`crate::Client::set_epoch_keys`]; a
+    /// game whose renewals are further apart than the overlap then misses
+    /// the next epoch's key. Only its URLs, CA file and plain-HTTP consent
+    /// are used (no ticket goes with `/keys`).
+    pub keys_from: Option<ControlServer>,
 }
 
 impl Config {
@@ -127,6 +137,7 @@ impl Config {
             checkpoint_addr: None,
             area_radius: 0,
             background_poll: None,
+            keys_from: None,
         }
     }
 }

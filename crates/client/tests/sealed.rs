@@ -445,6 +445,43 @@ fn a_key_near_its_end_is_refreshed_from_the_control_server() {
     assert_eq!(a.stats().keys_requests, 1);
 }
 
+/// A game that hands tokens in refreshes its keys through `/keys` only when
+/// it names a control server for that (`Config::keys_from`): the
+/// membership's token signs the request, as for a client that asks for its
+/// own tokens. Without it nothing is asked (the game hands keys in).
+#[test]
+fn a_client_given_its_tokens_refreshes_keys_from_keys_from() {
+    let r = Reflector::start_sealed();
+    let (control_server, sealing) = common::sealing_control_server(&r);
+    let url = control_server.url();
+    let mut with = {
+        let cfg = Config {
+            local: "127.0.0.1:0".into(),
+            keys_from: Some(control(&url, 0)),
+            ..Config::new(TokenSource::Given(fetch_token(&control(&url, 1)).expect("a grant")))
+        };
+        Client::new(cfg).expect("the client starts")
+    };
+    let mut without = given_client(fetch_token(&control(&url, 2)).expect("a grant"), r.addr());
+    join(&mut [&mut with, &mut without]);
+    let near_end = test_keys(3, 30);
+    for c in [&mut with, &mut without] {
+        c.set_epoch_keys(r.port, &near_end).expect("held group");
+    }
+    let deadline = Instant::now() + reflector_client::KEYS_REFRESH_JITTER + Duration::from_secs(5);
+    while with.stats().keys_refreshes == 0 {
+        assert!(Instant::now() < deadline, "refreshed in time: {:?}", with.stats());
+        for c in [&mut with, &mut without] {
+            c.update(Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(with.stats().keys_refresh_failures, 0);
+    let served = sealing.outcomes().iter().find(|(n, _)| *n == "served").map(|(_, c)| *c);
+    assert_eq!(served, Some(1), "{:?}", sealing.outcomes());
+    assert_eq!(without.stats().keys_requests, 0, "no control server named for /keys");
+}
+
 #[test]
 fn a_refresh_refused_with_429_waits_its_retry_after() {
     use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
