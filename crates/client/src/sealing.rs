@@ -392,7 +392,7 @@ impl<D: crate::Driver> crate::Client<D> {
     fn keys_control(&self) -> Option<&crate::ControlServer> {
         match &self.cfg.token {
             crate::TokenSource::Control(c) => Some(c),
-            crate::TokenSource::Given(_) => self.cfg.keys_from.as_ref(),
+            crate::TokenSource::Given(_) | crate::TokenSource::Later => self.cfg.keys_from.as_ref(),
         }
     }
 
