@@ -1,6 +1,6 @@
 //! The bots' command line and configuration, checked before anything runs.
 
-use super::{MARKER_LEN, MAX_SIZE, MIN_SIZE};
+use super::{MARKER_LEN, MAX_SIZE, MIN_SIZE, MIN_SIZE_MARKED};
 use oskit::units::{duration_in, secs_or_duration_in};
 use std::io;
 use std::net::IpAddr;
@@ -93,8 +93,9 @@ pub struct BotsArgs {
     /// Mark every DATA: 16 hex digits (8 bytes, e.g. random per run) written into the game data
     /// after the bots' own 28 bytes, followed by the player id and the bot's DATA count (4 bytes
     /// each, big-endian), so that a byte scan of a capture finds the prefix in every payload that
-    /// crossed in clear, and none where payloads are sealed. Payloads grow to hold it (a sealed
-    /// DATA to at least 116 bytes). The report counts the DATA received with their sender's marker.
+    /// crossed in clear, and none where payloads are sealed. --size must be at least 76; payloads
+    /// grow to hold it (a sealed DATA to at least 116 bytes). The report counts the DATA received
+    /// with their sender's marker.
     #[arg(long, value_name = "HEX", value_parser = marker_hex)]
     pub marker: Option<[u8; 8]>,
 }
@@ -186,12 +187,11 @@ impl BotsConfig {
                 self.size
             ));
         }
-        if self.marker.is_some() && self.size < MIN_SIZE + MARKER_LEN {
+        if self.marker.is_some() && self.size < MIN_SIZE_MARKED {
             return bad(format!(
                 "--size {} with --marker: the marker takes {MARKER_LEN} bytes after the bots' own fields, so \
-                 --size must be at least {}",
-                self.size,
-                MIN_SIZE + MARKER_LEN
+                 --size must be at least {MIN_SIZE_MARKED}",
+                self.size
             ));
         }
         if self.duration.is_zero() {
@@ -317,7 +317,9 @@ mod tests {
         assert!(c.validate().unwrap_err().to_string().contains("--rate"));
         let mut c = ok.clone();
         c.marker = Some([1; 8]);
-        c.size = MIN_SIZE + MARKER_LEN - 1;
+        // As --help says.
+        assert_eq!((MIN_SIZE_MARKED, crate::MIN_SIZE_SEALED_MARKED), (76, 116));
+        c.size = MIN_SIZE_MARKED - 1;
         assert!(c.validate().unwrap_err().to_string().contains("--marker"));
         c.size += 1;
         assert!(c.validate().is_ok());

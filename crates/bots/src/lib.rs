@@ -84,6 +84,12 @@ const PAYLOAD_MIN: usize = 28;
 pub const MARKER_LEN: usize = 16;
 /// Where the marker starts in the game data.
 const MARKER_AT: usize = PAYLOAD_MIN;
+/// Smallest `--size` with `--marker`.
+pub const MIN_SIZE_MARKED: usize = MIN_SIZE + MARKER_LEN;
+/// Smallest DATA that holds the bots' fields and the marker in a sealed
+/// group (instance id, sealed header and AEAD tag around the game data):
+/// a smaller `--size` grows to it there.
+pub const MIN_SIZE_SEALED_MARKED: usize = reflector_proto::sealed::SEALED_MIN + PAYLOAD_MIN + MARKER_LEN;
 /// Smallest `--size`.
 pub const MIN_SIZE: usize = DATA_PAYLOAD + PAYLOAD_MIN;
 /// Largest `--size`: one Ethernet frame's UDP payload, the most the client
