@@ -343,9 +343,17 @@ times would not be the lab's; run one or the other"
     // The sealing secret: only the control server reads it (never a
     // reflector), from the run's private directory; it is never printed.
     let sealing_secret = if args.sealed {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt;
         let p = dir.0.join("sealing-secret");
         getrandom::getrandom(&mut key).map_err(|e| format!("no random source: {e}"))?;
-        std::fs::write(&p, hex::encode(key)).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&p)
+            .and_then(|mut f| f.write_all(hex::encode(key).as_bytes()))
+            .map_err(|e| format!("cannot write {}: {e}", p.display()))?;
         Some(p)
     } else {
         None
