@@ -839,6 +839,7 @@ impl<D: Driver> Client<D> {
                     // Opened in place: only the game data goes on.
                     match self.sealing.receiver.receive(&mut self.rx[..n]) {
                         Ok(game) => {
+                            self.stats.sealed_opened += 1;
                             let mut id = [0u8; INSTANCE_LEN];
                             id.copy_from_slice(&self.rx[sealed_fmt::field::INSTANCE]);
                             self.deliver(group, sender, u64::from_be_bytes(id), seq, game, now);

@@ -406,6 +406,9 @@ pub struct Stats {
     pub checkpoints_fetched: u64,
     /// Exchanges that failed (uploads and fetches).
     pub checkpoint_failures: u64,
+    /// Sealed groups' DATA that passed every receiving step and opened
+    /// (its game data then goes on as a clear DATA's would).
+    pub sealed_opened: u64,
     /// Sealed groups' DATA dropped by the receiving steps
     /// (docs/protocol.md, "Receiving"), one counter per step: not a sealed
     /// DATA (too short, or clear DATA in a sealed group) ...

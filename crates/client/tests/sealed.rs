@@ -173,6 +173,8 @@ fn sealed_payloads_are_unreadable_on_the_path_and_arrive_intact() {
     }
     assert_eq!(sealed_counts(&a.stats()), [0; 5]);
     assert_eq!(sealed_counts(&b.stats()), [0; 5]);
+    // Every DATA each received was a sealed one that opened.
+    assert_eq!((b.stats().sealed_opened, a.stats().sealed_opened), (20, 1));
 }
 
 /// Two clients in a sealed group, B behind a relay, with keys made here
@@ -291,6 +293,8 @@ fn forged_altered_and_replayed_copies_are_dropped_and_counted() {
     p.a_to_b(b"genuine two");
     assert_eq!(sealed_counts(&p.b.stats()), [1, 1, 1, 1, 2]);
     assert_eq!(p.b.stats().data_received, 2);
+    // Only the two genuine ones opened; every refusal was counted instead.
+    assert_eq!(p.b.stats().sealed_opened, 2);
     let _ = &p.r;
 }
 
