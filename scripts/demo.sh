@@ -11,6 +11,7 @@
 # Extra arguments go to `reflector-demo` (see `reflector-demo --help`):
 #   make demo                          # defaults
 #   bash scripts/demo.sh --gigabit --clients 16
+#   bash scripts/demo.sh --sealed      # sealed groups: no payload marker on the wire
 # The results are also written to target/demo/demo.json and plotted to
 # target/demo/demo.png when python3 with matplotlib is at hand.
 set -euo pipefail

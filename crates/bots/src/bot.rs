@@ -12,7 +12,7 @@ use super::config::BotsConfig;
 use super::grants::{client_token, Job, JobResult};
 use super::windows::WindowCause;
 use super::world::{cell_of, step, Rng};
-use super::{Histogram, Ledger, MemId, Receipt, GRANT_RETRY, MAX_MESSAGES, PAYLOAD_MIN};
+use super::{Histogram, Ledger, MemId, Receipt, GRANT_RETRY, MARKER_AT, MARKER_LEN, MAX_MESSAGES, PAYLOAD_MIN};
 use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
 use oskit::netns::NetNs;
 use reflector_client::{
@@ -210,6 +210,8 @@ pub(super) struct Ctx<'a> {
     pub(super) ledger: Ledger,
     pub(super) latency: Histogram,
     pub(super) malformed: u64,
+    /// DATA received carrying the run's marker (`--marker`).
+    pub(super) markers: u64,
     pub(super) errors: Vec<String>,
     pub(super) error_count: u64,
     pub(super) buf: Vec<u8>,
@@ -339,7 +341,17 @@ impl Ctx<'_> {
 
     fn new_client(&self, token: reflector_client::Token, sock: UdpSocket) -> Result<Client, String> {
         let driver = reflector_client::UdpDriver::from_socket(sock).map_err(|e| format!("fcntl(O_NONBLOCK): {e}"))?;
+        let player = token.player;
         let mut cfg = reflector_client::Config::new(reflector_client::TokenSource::Given(token));
+        // The bots hand tokens in, and each renewal brings the keys of the
+        // moment; between renewals the client refreshes a sealed group's
+        // keys itself (`/keys` under the membership's token) before its
+        // epoch ends, as a game whose client asks for its tokens does.
+        cfg.keys_from = Some(reflector_client::ControlServer {
+            fallback_urls: self.cfg.control_fallbacks.clone(),
+            allow_plain_http: true,
+            ..reflector_client::ControlServer::new(self.cfg.control.clone(), player, (0.0, 0.0))
+        });
         cfg.join_retry = super::JOIN_RETRY;
         // Every bot may hear every other, and no one else. (The client
         // walks its table when a sender may have gone silent: no larger
@@ -508,6 +520,15 @@ impl Ctx<'_> {
             }
             let be32 = |i: usize| u32::from_be_bytes([p[i], p[i + 1], p[i + 2], p[i + 3]]);
             let ts = u64::from_be_bytes(p[0..8].try_into().unwrap_or_default());
+            if let Some(m) = &self.cfg.marker {
+                // Came through whole, the sender's own marker.
+                if p.len() >= MARKER_AT + MARKER_LEN
+                    && p[MARKER_AT..MARKER_AT + 8] == m[..]
+                    && be32(MARKER_AT + 8) == d.sender
+                {
+                    self.markers += 1;
+                }
+            }
             // The ledger's own DATA counter: the header's sequence number
             // also counts the sender's ECHOs and PROBE_REPLYs.
             let tx = be32(8);
@@ -606,13 +627,15 @@ impl Ctx<'_> {
         let Some(mem) = bot.ledger_mem(id) else { return };
         let Some(c) = bot.client.as_mut() else { return };
         let seq = self.ledger.sent(mem);
-        // `--size` is the datagram's: the header, and an instance id
-        // where the group carries one, come off the payload.
+        // `--size` is the datagram's: the header, and an instance id or
+        // the sealing where the group carries them, come off the payload
+        // (which never shrinks below the bots' fields and the marker).
+        let fields = PAYLOAD_MIN + if self.cfg.marker.is_some() { MARKER_LEN } else { 0 };
         let len = self
             .cfg
             .size
             .saturating_sub(DATA_PAYLOAD + (MAX_PAYLOAD - max))
-            .max(PAYLOAD_MIN);
+            .max(fields);
         let b = &mut self.buf;
         let wall = oskit::clock::realtime_ns();
         b[0..8].copy_from_slice(&wall.to_be_bytes());
@@ -621,6 +644,13 @@ impl Ctx<'_> {
         b[16..20].copy_from_slice(&(bot.pos.0 as f32).to_be_bytes());
         b[20..24].copy_from_slice(&(bot.pos.1 as f32).to_be_bytes());
         b[24..28].copy_from_slice(&bot.moves.to_be_bytes());
+        if let Some(m) = &self.cfg.marker {
+            let at = MARKER_AT;
+            b[at..at + 8].copy_from_slice(m);
+            b[at + 8..at + 12].copy_from_slice(&bot.player.to_be_bytes());
+            // The bot's own count: unique per bot over every membership.
+            b[at + 12..at + 16].copy_from_slice(&(bot.stats.sent as u32).to_be_bytes());
+        }
         let period = Duration::from_secs_f64(1.0 / self.cfg.rate_hz);
         match c.try_send(&self.buf[..len]) {
             Ok(_) => {

@@ -1,6 +1,6 @@
 //! The bots' command line and configuration, checked before anything runs.
 
-use super::{MAX_SIZE, MIN_SIZE};
+use super::{MARKER_LEN, MAX_SIZE, MIN_SIZE, MIN_SIZE_MARKED};
 use oskit::units::{duration_in, secs_or_duration_in};
 use std::io;
 use std::net::IpAddr;
@@ -90,6 +90,20 @@ pub struct BotsArgs {
     /// as the game's backend would. Needed unless the control server runs --anonymous-joins.
     #[arg(long, value_name = "FILE", alias = "ticket-key")]
     pub ticket_keys: Option<std::path::PathBuf>,
+    /// Mark every DATA: 16 hex digits (8 bytes, e.g. random per run) written into the game data
+    /// after the bots' own 28 bytes, followed by the player id and the bot's DATA count (4 bytes
+    /// each, big-endian), so that a byte scan of a capture finds the prefix in every payload that
+    /// crossed in clear, and none where payloads are sealed. --size must be at least 76; payloads
+    /// grow to hold it (a sealed DATA to at least 116 bytes). The report counts the DATA received
+    /// with their sender's marker.
+    #[arg(long, value_name = "HEX", value_parser = marker_hex)]
+    pub marker: Option<[u8; 8]>,
+}
+
+/// `--marker`: exactly 8 bytes as 16 hex digits.
+pub fn marker_hex(s: &str) -> Result<[u8; 8], String> {
+    let v = hex::decode(s).map_err(|e| format!("not hex ({e}): give 16 hex digits, e.g. 5eed1e55c0ffee00"))?;
+    <[u8; 8]>::try_from(v.as_slice()).map_err(|_| format!("{} bytes: give exactly 8 bytes (16 hex digits)", v.len()))
 }
 
 /// Everything a bots run needs, independent of the CLI.
@@ -124,6 +138,9 @@ pub struct BotsConfig {
     pub settle: Duration,
     /// Key file to sign player tickets with (none: anonymous requests).
     pub ticket_keys: Option<std::path::PathBuf>,
+    /// A prefix written, with the player and the bot's DATA count, into
+    /// every DATA's game data (`--marker`).
+    pub marker: Option<[u8; 8]>,
 }
 
 impl BotsConfig {
@@ -148,6 +165,7 @@ impl BotsConfig {
             netns: Vec::new(),
             settle: Duration::from_millis(20),
             ticket_keys: None,
+            marker: None,
         }
     }
 
@@ -166,6 +184,13 @@ impl BotsConfig {
             return bad(format!(
                 "--size must be from {MIN_SIZE} (header, timestamp, epoch, number, position, moves) to {MAX_SIZE} bytes \
                  (one Ethernet frame: a larger DATA would be fragmented to every member), got {}",
+                self.size
+            ));
+        }
+        if self.marker.is_some() && self.size < MIN_SIZE_MARKED {
+            return bad(format!(
+                "--size {} with --marker: the marker takes {MARKER_LEN} bytes after the bots' own fields, so \
+                 --size must be at least {MIN_SIZE_MARKED}",
                 self.size
             ));
         }
@@ -217,6 +242,7 @@ impl TryFrom<&BotsArgs> for BotsConfig {
             netns: a.netns.clone(),
             settle: a.settle_ms.map_or(a.settle, Duration::from_millis),
             ticket_keys: a.ticket_keys.clone(),
+            marker: a.marker,
         };
         if a.first_player.checked_add(a.count as u32 - 1).is_none() {
             return Err(BotsError::Config(
@@ -289,6 +315,20 @@ mod tests {
         let mut c = ok.clone();
         c.rate_hz = 0.0;
         assert!(c.validate().unwrap_err().to_string().contains("--rate"));
+        let mut c = ok.clone();
+        c.marker = Some([1; 8]);
+        // As --help says.
+        assert_eq!((MIN_SIZE_MARKED, crate::MIN_SIZE_SEALED_MARKED), (76, 116));
+        c.size = MIN_SIZE_MARKED - 1;
+        assert!(c.validate().unwrap_err().to_string().contains("--marker"));
+        c.size += 1;
+        assert!(c.validate().is_ok());
+        assert_eq!(
+            marker_hex("5eed1e55c0ffee00"),
+            Ok([0x5e, 0xed, 0x1e, 0x55, 0xc0, 0xff, 0xee, 0])
+        );
+        assert!(marker_hex("5eed").unwrap_err().contains("exactly 8 bytes"));
+        assert!(marker_hex("zz").unwrap_err().contains("not hex"));
         let mut c = ok.clone();
         c.control = "127.0.0.1:8700".into();
         assert!(c.validate().unwrap_err().to_string().contains("http://"));

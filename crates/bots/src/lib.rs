@@ -12,7 +12,9 @@
 //! its next deadline (`Client::next_update`) has come, never on every
 //! wake-up. HTTP to the control server runs on two helper threads so a
 //! slow answer never stalls the data path; its tokens are handed to the
-//! clients.
+//! clients. In sealed groups each client refreshes its epoch keys itself
+//! (`/keys` on its own helper thread, `Config::keys_from`) between
+//! renewals.
 //!
 //! Because every bot is in this process, the [`Ledger`] knows exactly who
 //! was in which group when, so the expected deliveries are known and loss is
@@ -77,6 +79,19 @@ use world::Rng;
 /// Payload bytes the bots need: timestamp, epoch (membership), DATA number,
 /// position and move count.
 const PAYLOAD_MIN: usize = 28;
+/// With `--marker`: the run's 8-byte prefix, the player id and the bot's
+/// own DATA count (both big-endian u32), right after the fields above, so
+/// that every payload carries bytes no other payload carries and a byte
+/// scan of a capture finds the prefix wherever a payload crossed in clear.
+pub const MARKER_LEN: usize = 16;
+/// Where the marker starts in the game data.
+const MARKER_AT: usize = PAYLOAD_MIN;
+/// Smallest `--size` with `--marker`.
+pub const MIN_SIZE_MARKED: usize = MIN_SIZE + MARKER_LEN;
+/// Smallest DATA that holds the bots' fields and the marker in a sealed
+/// group (instance id, sealed header and AEAD tag around the game data):
+/// a smaller `--size` grows to it there.
+pub const MIN_SIZE_SEALED_MARKED: usize = reflector_proto::sealed::SEALED_MIN + PAYLOAD_MIN + MARKER_LEN;
 /// Smallest `--size`.
 pub const MIN_SIZE: usize = DATA_PAYLOAD + PAYLOAD_MIN;
 /// Largest `--size`: one Ethernet frame's UDP payload, the most the client
@@ -220,6 +235,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
         ledger: Ledger::with_settle(cfg.count, u64::try_from(cfg.settle.as_nanos()).unwrap_or(u64::MAX)),
         latency: Histogram::default(),
         malformed: 0,
+        markers: 0,
         errors: Vec::new(),
         error_count: 0,
         buf: vec![0u8; MAX_DATAGRAM_KERNEL],
@@ -445,6 +461,7 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
             max_us: ctx.latency.max() as f64 / 1e3,
         },
         malformed: ctx.malformed,
+        markers_received: ctx.markers,
         checkpoints: CheckpointTally {
             fetch_ms_mean: if ctx.ck.fetched > 0 {
                 ctx.fetch_ns_sum as f64 / ctx.ck.fetched as f64 / 1e6

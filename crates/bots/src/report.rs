@@ -42,6 +42,9 @@ pub struct Latency {
 /// whose keys every bot holds, the drops stay zero.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SealedTally {
+    /// Sealed DATA that passed every receiving step and opened.
+    #[serde(default)]
+    pub opened: u64,
     /// Not a sealed DATA (clear DATA in a sealed group, or too short).
     pub malformed: u64,
     /// A sealed version the client does not read.
@@ -60,6 +63,7 @@ pub struct SealedTally {
 impl SealedTally {
     /// Adds one client's counters.
     pub fn add(&mut self, s: &reflector_client::Stats) {
+        self.opened += s.sealed_opened;
         self.malformed += s.sealed_malformed;
         self.version += s.sealed_version;
         self.no_key += s.sealed_no_key;
@@ -91,6 +95,10 @@ pub struct BotsReport {
     pub latency: Latency,
     /// Datagrams received that were not DATA we can account (bad parse, short payload).
     pub malformed: u64,
+    /// With `--marker`: DATA received whose game data carries the run's
+    /// marker with its sender's player id (0 without one).
+    #[serde(default)]
+    pub markers_received: u64,
     /// Checkpoint uploads, fetches and their checks.
     #[serde(default)]
     pub checkpoints: super::CheckpointTally,
@@ -187,8 +195,15 @@ impl BotsReport {
         );
         let _ = writeln!(
             out,
-            "join retries {}, uncertain {}, malformed {}",
-            self.join_retries, self.total.uncertain, self.malformed
+            "join retries {}, uncertain {}, malformed {}{}",
+            self.join_retries,
+            self.total.uncertain,
+            self.malformed,
+            if self.markers_received > 0 {
+                format!(", {} received with their sender's marker", self.markers_received)
+            } else {
+                String::new()
+            }
         );
         let c = &self.checkpoints;
         if c.requested + c.fetched + c.fetched_empty + c.fetch_errors > 0 {
@@ -216,9 +231,9 @@ impl BotsReport {
         if *z != SealedTally::default() {
             let _ = writeln!(
                 out,
-                "sealed DATA dropped: {} malformed, {} unknown version, {} without a key, {} replayed, {} not opening; \
-                 keys refreshed {} times ({} failed)",
-                z.malformed, z.version, z.no_key, z.replay, z.bad, z.keys_refreshes, z.keys_refresh_failures
+                "sealed DATA: {} opened; dropped: {} malformed, {} unknown version, {} without a key, {} replayed, \
+                 {} not opening; keys refreshed {} times ({} failed)",
+                z.opened, z.malformed, z.version, z.no_key, z.replay, z.bad, z.keys_refreshes, z.keys_refresh_failures
             );
         }
         for e in &self.errors {
@@ -256,6 +271,7 @@ mod tests {
             group_changes: 0,
             latency: Latency::default(),
             malformed: 0,
+            markers_received: 0,
             checkpoints: Default::default(),
             sealed: Default::default(),
             error_count: 0,

@@ -111,6 +111,8 @@ fn bots_in_a_sealed_group_deliver_everything() {
     cfg.max_datagrams = Some(M);
     cfg.move_every = None;
     cfg.sync_start = true;
+    // Every payload marked: each opened copy must still carry its sender's.
+    cfg.marker = Some(*b"\x5e\xa1ed\x00\xfe\xed\x01");
     // The quota ends the run long before this.
     cfg.duration = Duration::from_secs(15);
     let (report, t) = run(server, control, &cfg);
@@ -127,6 +129,9 @@ fn bots_in_a_sealed_group_deliver_everything() {
     }
     assert_eq!(report.sealed.dropped(), 0, "{:?}", report.sealed);
     assert_eq!(report.malformed, 0);
+    let copies = N as u64 * (N as u64 - 1) * M;
+    assert_eq!(report.sealed.opened, copies, "{:?}", report.sealed);
+    assert_eq!(report.markers_received, copies);
     assert_eq!(t.forwarded, N as u64 * M);
     assert_eq!(t.fanned_out, N as u64 * (N as u64 - 1) * M);
     assert_eq!(report.exit_code(), 0, "{}", report.table(true));
@@ -164,9 +169,11 @@ fn keys_in_clear_groups_change_nothing() {
     cfg.move_every = None;
     cfg.sync_start = true;
     cfg.duration = Duration::from_secs(15);
+    cfg.marker = Some([0xc1; 8]);
     let (report, t) = run(server, control, &cfg);
     assert_eq!(report.error_count, 0, "{:?}", report.errors);
     assert_eq!(report.total.received, N as u64 * (N as u64 - 1) * M);
+    assert_eq!(report.markers_received, N as u64 * (N as u64 - 1) * M);
     assert_eq!(report.sealed, Default::default());
     assert_eq!(t.fanned_out, N as u64 * (N as u64 - 1) * M);
 }

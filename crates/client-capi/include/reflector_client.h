@@ -41,10 +41,16 @@
  * `rc_send` in a sealed group with no key held; and sealed checkpoints:
  * `rc_checkpoint_event.verification` (in 1.4's padding) with the
  * `RC_VERIFICATION_*` values, and the joiner's refusal counters
- * (`checkpoint_*` of `rc_sealing_counters`). 1.7 added
- * `rc_sealing_duplicates`: sealed duplicate deliveries, counted apart
- * from replays (a function of its own: `rc_sealing_counters` keeps its
- * size). (1.6 is the handed-in epoch keys' and certificates' version.)
+ * (`checkpoint_*` of `rc_sealing_counters`). 1.6 added what a game that
+ * fetches its own tokens needs for sealed groups: a client made before
+ * its first token (`rc_client_new_handed_in`), its signing key
+ * (`rc_sign_key`), epoch keys and checkpoint certificates handed in
+ * (`rc_set_epoch_keys` with `rc_epoch_key`, `rc_set_checkpoint_certificate`),
+ * and the joiner's check that refused a fetched checkpoint
+ * (`rc_checkpoint_event.check` in 1.5's padding, the `RC_CHECK_*`
+ * values, `rc_check_name`). 1.7 added `rc_sealing_duplicates`: sealed
+ * duplicate deliveries, counted apart from replays (a function of its
+ * own: `rc_sealing_counters` keeps its size).
  */
 #define REFLECTOR_C_VERSION_MINOR 7
 
@@ -81,6 +87,96 @@
  * (Since 1.3.)
  */
 #define RC_MAX_AREA_TOKENS 25
+
+/**
+ * Bytes of a client's checkpoint signing key (Ed25519, public half), what
+ * `rc_sign_key` gives and a `/join` takes as `sign_key` (hex); also of the
+ * control server's `control_public`. (Since 1.6.)
+ */
+#define RC_SIGN_KEY_LEN 32
+
+/**
+ * Bytes of a checkpoint certificate (the `/join` answer's `certificate`,
+ * hex there). (Since 1.6.)
+ */
+#define RC_CERTIFICATE_LEN 64
+
+/**
+ * Bytes of an epoch key (`key` of a `keys` entry, hex there). (Since 1.6.)
+ */
+#define RC_EPOCH_KEY_LEN 32
+
+/**
+ * Bytes of a cell id (`cell_id` of a `keys` entry, hex there). (Since 1.6.)
+ */
+#define RC_CELL_ID_LEN 8
+
+/**
+ * Epoch keys one `rc_set_epoch_keys` takes: a group serves at most 64
+ * cells under sealing, each with the current epoch's key and, inside the
+ * overlap window, the next one's. (Since 1.6.)
+ */
+#define RC_MAX_EPOCH_KEYS 128
+
+/**
+ * `rc_checkpoint_event.check`: no joiner's check refused (every event but
+ * the FAILED fetch below, and from a library before 1.6). (Since 1.6.)
+ */
+#define RC_CHECK_NONE 0
+
+/**
+ * A fetched sealed checkpoint is not a checkpoint envelope
+ * (`checkpoint_malformed`). The `RC_CHECK_*` values follow the
+ * document's order of the joiner's checks, as the `checkpoint_*`
+ * counters of `rc_sealing_counters` do; `rc_check_name` names each.
+ */
+#define RC_CHECK_MALFORMED 1
+
+/**
+ * An envelope version this library does not read (`checkpoint_version`).
+ */
+#define RC_CHECK_VERSION 2
+
+/**
+ * Sealed for a cell that is not the group's: another group's (or
+ * world's) checkpoint (`checkpoint_wrong_cell`).
+ */
+#define RC_CHECK_WRONG_CELL 3
+
+/**
+ * The reflector's REPLY names another tick or uploader than the envelope
+ * (`checkpoint_mismatch`).
+ */
+#define RC_CHECK_MISMATCH 4
+
+/**
+ * The uploader's certificate does not verify under `control_public`
+ * (`checkpoint_bad_certificate`).
+ */
+#define RC_CHECK_BAD_CERTIFICATE 5
+
+/**
+ * The uploader's certificate had expired at the upload
+ * (`checkpoint_expired_certificate`).
+ */
+#define RC_CHECK_EXPIRED_CERTIFICATE 6
+
+/**
+ * The signature does not verify (`checkpoint_bad_signature`).
+ */
+#define RC_CHECK_BAD_SIGNATURE 7
+
+/**
+ * No epoch key held for its cell and epoch: fetch again later
+ * (`checkpoint_no_key`).
+ */
+#define RC_CHECK_NO_KEY 8
+
+/**
+ * The state does not open under the group's key: garbage or forged
+ * (`checkpoint_bad`).
+ */
+#define RC_CHECK_BAD 9
 
 /**
  * `rc_checkpoint_event.verification`: not a READY event (or a library
@@ -536,6 +632,14 @@ typedef struct {
    * (Since 1.5, in 1.4's padding.)
    */
   uint8_t verification;
+  /**
+   * FAILED fetch of a sealed group's checkpoint that came intact but
+   * that one of the joiner's checks refused: which, an `RC_CHECK_*`
+   * value (`rc_check_name` names it; `error` stays `RC_ERR_PROTOCOL`, as
+   * in 1.5); 0 otherwise, and from a library before 1.6. (Since 1.6, in
+   * 1.5's padding.)
+   */
+  uint8_t check;
 } rc_checkpoint_event;
 
 /**
@@ -650,6 +754,50 @@ typedef struct {
  * dead once freed, as client handles are.
  */
 typedef uint64_t rc_config;
+
+/**
+ * One sealing epoch key as a `/join` answer's `keys` entry gives it, its
+ * hex fields decoded: the game's backend fills one per entry, in the
+ * answer's order, and hands them to `rc_set_epoch_keys` (keys carry no
+ * length of their own: the arrays are the protocol's sizes). Its size (72
+ * bytes) and layout never change; a later key format would be a new
+ * struct with a new function. (Since 1.6.)
+ */
+typedef struct {
+  /**
+   * `cell[0]`: the cell's column.
+   */
+  uint32_t cell_x;
+  /**
+   * `cell[1]`: the cell's row.
+   */
+  uint32_t cell_y;
+  /**
+   * `epoch`.
+   */
+  uint32_t epoch;
+  /**
+   * Zero (a key with anything else here is refused, so a later version
+   * may give these bytes a meaning).
+   */
+  uint32_t reserved;
+  /**
+   * `cell_id`, decoded.
+   */
+  uint8_t cell_id[RC_CELL_ID_LEN];
+  /**
+   * `key`, decoded.
+   */
+  uint8_t key[RC_EPOCH_KEY_LEN];
+  /**
+   * `starts_unix_s`.
+   */
+  uint64_t starts_unix_s;
+  /**
+   * `ends_unix_s` (after `starts_unix_s`).
+   */
+  uint64_t ends_unix_s;
+} rc_epoch_key;
 
 #ifdef __cplusplus
 extern "C" {
@@ -1029,6 +1177,80 @@ rc_status rc_sending_group(rc_handle h, uint16_t *group);
  * groups are there too until they are left. (Since 1.2.)
  */
 rc_status rc_member_groups(rc_handle h, uint16_t *groups, size_t cap, size_t *count);
+
+/**
+ * A client handed its tokens that has none yet: it holds no group and
+ * sends nothing until `rc_set_token` (or `rc_area_add_token` then
+ * `rc_set_area`) hands the first in; after that it is a client of
+ * `rc_client_new_with_token` in every way. Its checkpoint signing key is
+ * there at once (`rc_sign_key`), for the game's backend to send as
+ * `sign_key` on the `/join` that brings the first token. `local` is the
+ * address to bind (`NULL`: any); the handle goes to `*out`. (Since 1.6.)
+ */
+rc_status rc_client_new_handed_in(const char *local, rc_handle *out);
+
+/**
+ * The client's checkpoint signing key (Ed25519, public half; one per
+ * client, made with it; the private half never leaves the library) into
+ * `out` (`cap` bytes, at least `RC_SIGN_KEY_LEN`; `RC_SIGN_KEY_LEN` are
+ * written). The game's backend sends it, hex, as `sign_key` on every
+ * `/join` for this client (the first, renewals, moves), so that a
+ * control server with a sealing secret certifies it: its answer's
+ * `control_public` and `certificate` go to `rc_set_checkpoint_certificate`.
+ * `RC_ERR_BUFFER_TOO_SMALL` when `cap` is less. (Since 1.6.)
+ */
+rc_status rc_sign_key(rc_handle h, uint8_t *out, size_t cap);
+
+/**
+ * Hands in the sealing epoch keys of `group` (a group the client holds:
+ * after its token was handed in): the `n` entries of `keys`, the `keys`
+ * of that group's grant in the control server's `/join` answer (or of a
+ * `/keys` answer), decoded, in the answer's order, the player's own cell
+ * first (the cell the answer names in `cell`: the client seals what it
+ * sends under the first key's cell). Keys are held beside those held
+ * already, each until the overlap after its epoch ends; hand in the new
+ * ones the game's backend fetches before the newest held ends (with each
+ * token renewal, or `GET /keys`). In a sealed group `rc_send` needs one
+ * (else `RC_ERR_WRONG_STATE`, "no sealing key is held"), and so do
+ * checkpoints. Errors (nothing handed in): `RC_ERR_INVALID_ARGUMENT` for
+ * `n` 0 or above `RC_MAX_EPOCH_KEYS`, a key whose epoch does not end
+ * after it starts or whose `reserved` is not 0 (the message names its
+ * index), or no group `group` held. (Since 1.6.)
+ */
+rc_status rc_set_epoch_keys(rc_handle h, uint16_t group, const rc_epoch_key *keys, size_t n);
+
+/**
+ * Hands in the checkpoint certificate of `group`'s grant: the `/join`
+ * answer's `control_public` (`control_public_len` bytes, which must be
+ * `RC_SIGN_KEY_LEN`) and `certificate` (`certificate_len`, which must be
+ * `RC_CERTIFICATE_LEN`), decoded from hex, and that grant's
+ * `expires_unix_s` (the certificate signs it). A sealed group's uploads
+ * need it (else `rc_provide_checkpoint` returns `RC_ERR_PROTOCOL`), and
+ * so do the joiner's checks of a fetched checkpoint (against
+ * `control_public`). Hand in the keys first (`rc_set_epoch_keys`): the
+ * certificate is then checked here, under `control_public` for their
+ * world, this client's `rc_sign_key`, the group's player and
+ * `expires_unix_s`. Hand in each renewed grant's. Errors (nothing handed
+ * in): `RC_ERR_INVALID_ARGUMENT` for a wrong length (the message names
+ * the argument), no group `group` held, or a certificate that does not
+ * verify. (Since 1.6.)
+ */
+rc_status rc_set_checkpoint_certificate(rc_handle h,
+                                        uint16_t group,
+                                        const uint8_t *control_public,
+                                        size_t control_public_len,
+                                        const uint8_t *certificate,
+                                        size_t certificate_len,
+                                        uint64_t expires_unix_s);
+
+/**
+ * The name of an `RC_CHECK_*` value (`rc_checkpoint_event.check`): the
+ * joiner's check as docs/protocol.md and the `checkpoint_*` counters name
+ * it ("checkpoint_wrong_cell", ...), a static NUL-terminated string the
+ * caller never frees; NULL for 0 and for values this library does not
+ * know. (Since 1.6.)
+ */
+const char *rc_check_name(uint8_t check);
 
 #ifdef __cplusplus
 }  // extern "C"

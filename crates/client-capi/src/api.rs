@@ -6,9 +6,10 @@
 use crate::handles::{lock, HandleError, Table};
 use crate::types::*;
 use reflector_client::{
-    AreaTokens, CheckpointError, CheckpointEvent, CheckpointOp, Client, Config, ControlServer, Error, Event,
+    AreaTokens, CellKey, CheckpointError, CheckpointEvent, CheckpointOp, Client, Config, ControlServer, Error, Event,
     RejoinReason, SendError, Token, TokenSource, Verification,
 };
+use reflector_proto::sealed::checkpoint::CheckpointRefusal;
 use std::cell::RefCell;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -93,7 +94,7 @@ fn status_of(e: &Error) -> rc_status {
         Error::Resolve { .. } => rc_status::RC_ERR_RESOLVE,
         Error::Control(_) => rc_status::RC_ERR_CONTROL,
         Error::JoinRefused { .. } => rc_status::RC_ERR_JOIN_REFUSED,
-        Error::NoSuchGroup { .. } => rc_status::RC_ERR_INVALID_ARGUMENT,
+        Error::NoSuchGroup { .. } | Error::BadCertificate { .. } => rc_status::RC_ERR_INVALID_ARGUMENT,
     }
 }
 
@@ -254,7 +255,7 @@ pub fn config_add_fallback_url(cfg: rc_config, url: &str) -> Res<()> {
             control.fallback_urls.push(url.to_string());
             Ok(())
         }
-        TokenSource::Given(_) => Err(fail(
+        TokenSource::Given(_) | TokenSource::Later => Err(fail(
             rc_status::RC_ERR_INVALID_ARGUMENT,
             "this config is handed its tokens: it asks no control server",
         )),
@@ -609,7 +610,10 @@ pub fn checkpoint_status(e: &CheckpointError) -> rc_status {
         | CheckpointError::Version { .. }
         | CheckpointError::BadMac { .. }
         | CheckpointError::Mismatch { .. }
-        | CheckpointError::Unexpected { .. } => rc_status::RC_ERR_PROTOCOL,
+        | CheckpointError::Unexpected { .. }
+        // 1.5 reported these as RC_ERR_PROTOCOL (then folded into
+        // Mismatch); the check itself is the event's `check` (1.6).
+        | CheckpointError::JoinerRefused { .. } => rc_status::RC_ERR_PROTOCOL,
     }
 }
 
@@ -678,6 +682,7 @@ fn checkpoint_event(e: CheckpointEvent, fetched: &mut Option<Fetched>) -> rc_che
             out.group = group;
             out.op = checkpoint_op(op);
             out.refusal = reason.refusal().map_or(0, |r| r as u8);
+            out.check = reason.joiner_refusal().map_or(RC_CHECK_NONE, check_code);
             out.error = checkpoint_error(&reason);
         }
     }
@@ -790,5 +795,132 @@ pub fn checkpoint_stats(h: rc_handle) -> Res<rc_checkpoint_counters> {
             fetched: s.checkpoints_fetched,
             failures: s.checkpoint_failures,
         })
+    })
+}
+
+// ---- Handed-in sealing (since 1.6) -------------------------------------
+
+/// A client handed its tokens that has none yet (`rc_client_new_handed_in`):
+/// it sends nothing until `rc_set_token` or `rc_set_area`, and its signing
+/// key is there at once for the game's first `/join`.
+pub fn new_handed_in(local: Option<&str>) -> Res<rc_handle> {
+    start(config(TokenSource::Later, local))
+}
+
+/// The client's checkpoint signing key (`sign_key` of a `/join`).
+pub fn sign_key(h: rc_handle) -> Res<[u8; RC_SIGN_KEY_LEN]> {
+    with(h, |c| Ok(c.checkpoint_signing_key()))
+}
+
+/// The `RC_CHECK_*` value of a joiner's refusal.
+fn check_code(r: CheckpointRefusal) -> u8 {
+    use CheckpointRefusal as R;
+    match r {
+        R::Malformed => RC_CHECK_MALFORMED,
+        R::Version => RC_CHECK_VERSION,
+        R::WrongCell => RC_CHECK_WRONG_CELL,
+        R::Mismatch => RC_CHECK_MISMATCH,
+        R::BadCertificate => RC_CHECK_BAD_CERTIFICATE,
+        R::ExpiredCertificate => RC_CHECK_EXPIRED_CERTIFICATE,
+        R::BadSignature => RC_CHECK_BAD_SIGNATURE,
+        R::NoKey => RC_CHECK_NO_KEY,
+        R::Bad => RC_CHECK_BAD,
+    }
+}
+
+/// The name of an `RC_CHECK_*` value (the document's, and its counter's),
+/// NUL-terminated; `None` for 0 and values this library does not know.
+pub fn check_name(check: u8) -> Option<&'static std::ffi::CStr> {
+    let r = CheckpointRefusal::ALL.into_iter().find(|&r| check_code(r) == check)?;
+    Some(match r {
+        CheckpointRefusal::Malformed => c"checkpoint_malformed",
+        CheckpointRefusal::Version => c"checkpoint_version",
+        CheckpointRefusal::WrongCell => c"checkpoint_wrong_cell",
+        CheckpointRefusal::Mismatch => c"checkpoint_mismatch",
+        CheckpointRefusal::BadCertificate => c"checkpoint_bad_certificate",
+        CheckpointRefusal::ExpiredCertificate => c"checkpoint_expired_certificate",
+        CheckpointRefusal::BadSignature => c"checkpoint_bad_signature",
+        CheckpointRefusal::NoKey => c"checkpoint_no_key",
+        CheckpointRefusal::Bad => c"checkpoint_bad",
+    })
+}
+
+/// The keys of `rc_set_epoch_keys`, checked (each refusal names the key
+/// by its index and what is wrong) before anything is handed in.
+fn epoch_keys(keys: &[rc_epoch_key]) -> Res<Vec<CellKey>> {
+    let invalid = |m: String| fail(rc_status::RC_ERR_INVALID_ARGUMENT, m);
+    if keys.is_empty() {
+        return Err(invalid(
+            "no epoch key given (n is 0): hand in the keys entries of the group's /join answer".into(),
+        ));
+    }
+    if keys.len() > RC_MAX_EPOCH_KEYS {
+        return Err(invalid(format!(
+            "{} epoch keys given; at most {RC_MAX_EPOCH_KEYS} (RC_MAX_EPOCH_KEYS) at once",
+            keys.len()
+        )));
+    }
+    keys.iter()
+        .enumerate()
+        .map(|(i, k)| {
+            if k.reserved != 0 {
+                return Err(invalid(format!(
+                    "epoch key {i}: reserved is {:#x}; it must be 0",
+                    k.reserved
+                )));
+            }
+            CellKey::new(
+                [k.cell_x, k.cell_y],
+                k.cell_id,
+                k.epoch,
+                k.key,
+                k.starts_unix_s,
+                k.ends_unix_s,
+            )
+            .map_err(|e| invalid(format!("epoch key {i}: {e}")))
+        })
+        .collect()
+}
+
+/// Hands in epoch keys for `group` (`rc_set_epoch_keys`).
+pub fn set_epoch_keys(h: rc_handle, group: u16, keys: &[rc_epoch_key]) -> Res<()> {
+    let keys = epoch_keys(keys)?;
+    with(h, |c| c.set_epoch_keys(group, &keys).map_err(|e| client_error(&e)))
+}
+
+/// Hands in `group`'s checkpoint certificate (`rc_set_checkpoint_certificate`):
+/// the lengths checked first, each refusal naming the argument.
+pub fn set_checkpoint_certificate(
+    h: rc_handle,
+    group: u16,
+    control_public: &[u8],
+    certificate: &[u8],
+    expires_unix_s: u64,
+) -> Res<()> {
+    let arg = |what: &str, len: usize, want: usize, name: &str| {
+        fail(
+            rc_status::RC_ERR_INVALID_ARGUMENT,
+            format!("{what} is {len} bytes; it must be {want} ({name}): the /join answer's hex, decoded"),
+        )
+    };
+    let cp: [u8; RC_SIGN_KEY_LEN] = control_public.try_into().map_err(|_| {
+        arg(
+            "control_public",
+            control_public.len(),
+            RC_SIGN_KEY_LEN,
+            "RC_SIGN_KEY_LEN",
+        )
+    })?;
+    let cert: [u8; RC_CERTIFICATE_LEN] = certificate.try_into().map_err(|_| {
+        arg(
+            "the certificate",
+            certificate.len(),
+            RC_CERTIFICATE_LEN,
+            "RC_CERTIFICATE_LEN",
+        )
+    })?;
+    with(h, |c| {
+        c.set_checkpoint_certificate(group, cp, cert, expires_unix_s)
+            .map_err(|e| client_error(&e))
     })
 }

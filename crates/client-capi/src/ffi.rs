@@ -833,6 +833,145 @@ pub unsafe extern "C" fn rc_member_groups(h: rc_handle, groups: *mut u16, cap: u
     })
 }
 
+// ---- Handed-in sealing (since 1.6) -------------------------------------
+//
+// A game whose backend fetches the tokens (`rc_client_new_with_token`,
+// `rc_set_token`, `rc_area_add_token`) and plays in sealed groups hands in
+// what a control server with a sealing secret answers besides the token:
+// the epoch keys (`keys`) and, for checkpoints, the certificate of the
+// client's signing key (`control_public`, `certificate`), asked for with
+// `sign_key` = `rc_sign_key`. A client made by `rc_client_new_handed_in`
+// has that key before its first token, so one `/join` brings everything.
+
+/// A client handed its tokens that has none yet: it holds no group and
+/// sends nothing until `rc_set_token` (or `rc_area_add_token` then
+/// `rc_set_area`) hands the first in; after that it is a client of
+/// `rc_client_new_with_token` in every way. Its checkpoint signing key is
+/// there at once (`rc_sign_key`), for the game's backend to send as
+/// `sign_key` on the `/join` that brings the first token. `local` is the
+/// address to bind (`NULL`: any); the handle goes to `*out`. (Since 1.6.)
+#[no_mangle]
+pub unsafe extern "C" fn rc_client_new_handed_in(local: *const c_char, out: *mut rc_handle) -> rc_status {
+    call(|| {
+        // SAFETY: NULL or a NUL-terminated string (the header's contract).
+        let local = unsafe { opt_text(local, "local")? };
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let h = api::new_handed_in(local)?;
+        // SAFETY: `out` is a writable handle, checked for NULL above.
+        done(unsafe { put(out, h, "out") })
+    })
+}
+
+/// The client's checkpoint signing key (Ed25519, public half; one per
+/// client, made with it; the private half never leaves the library) into
+/// `out` (`cap` bytes, at least `RC_SIGN_KEY_LEN`; `RC_SIGN_KEY_LEN` are
+/// written). The game's backend sends it, hex, as `sign_key` on every
+/// `/join` for this client (the first, renewals, moves), so that a
+/// control server with a sealing secret certifies it: its answer's
+/// `control_public` and `certificate` go to `rc_set_checkpoint_certificate`.
+/// `RC_ERR_BUFFER_TOO_SMALL` when `cap` is less. (Since 1.6.)
+#[no_mangle]
+pub unsafe extern "C" fn rc_sign_key(h: rc_handle, out: *mut u8, cap: usize) -> rc_status {
+    call(|| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let key = api::sign_key(h)?;
+        if cap < RC_SIGN_KEY_LEN {
+            return Err(fail(
+                rc_status::RC_ERR_BUFFER_TOO_SMALL,
+                format!("the signing key is {RC_SIGN_KEY_LEN} bytes (RC_SIGN_KEY_LEN); the buffer holds {cap}"),
+            ));
+        }
+        // SAFETY: `cap` writable bytes at `out` (the header's contract),
+        // checked for NULL; `RC_SIGN_KEY_LEN` of them are written.
+        let buf = unsafe { bytes_mut(out, cap, "out")? };
+        buf[..RC_SIGN_KEY_LEN].copy_from_slice(&key);
+        Ok(rc_status::RC_OK)
+    })
+}
+
+/// Hands in the sealing epoch keys of `group` (a group the client holds:
+/// after its token was handed in): the `n` entries of `keys`, the `keys`
+/// of that group's grant in the control server's `/join` answer (or of a
+/// `/keys` answer), decoded, in the answer's order, the player's own cell
+/// first (the cell the answer names in `cell`: the client seals what it
+/// sends under the first key's cell). Keys are held beside those held
+/// already, each until the overlap after its epoch ends; hand in the new
+/// ones the game's backend fetches before the newest held ends (with each
+/// token renewal, or `GET /keys`). In a sealed group `rc_send` needs one
+/// (else `RC_ERR_WRONG_STATE`, "no sealing key is held"), and so do
+/// checkpoints. Errors (nothing handed in): `RC_ERR_INVALID_ARGUMENT` for
+/// `n` 0 or above `RC_MAX_EPOCH_KEYS`, a key whose epoch does not end
+/// after it starts or whose `reserved` is not 0 (the message names its
+/// index), or no group `group` held. (Since 1.6.)
+#[no_mangle]
+pub unsafe extern "C" fn rc_set_epoch_keys(h: rc_handle, group: u16, keys: *const rc_epoch_key, n: usize) -> rc_status {
+    call(|| {
+        let keys: &[rc_epoch_key] = match (n, keys.is_null()) {
+            (0, _) => &[],
+            (_, true) => return Err(null("keys")),
+            // SAFETY: `n` readable, aligned rc_epoch_key at `keys` (the
+            // header's contract), checked for NULL.
+            (_, false) => unsafe { std::slice::from_raw_parts(keys, n) },
+        };
+        done(api::set_epoch_keys(h, group, keys))
+    })
+}
+
+/// Hands in the checkpoint certificate of `group`'s grant: the `/join`
+/// answer's `control_public` (`control_public_len` bytes, which must be
+/// `RC_SIGN_KEY_LEN`) and `certificate` (`certificate_len`, which must be
+/// `RC_CERTIFICATE_LEN`), decoded from hex, and that grant's
+/// `expires_unix_s` (the certificate signs it). A sealed group's uploads
+/// need it (else `rc_provide_checkpoint` returns `RC_ERR_PROTOCOL`), and
+/// so do the joiner's checks of a fetched checkpoint (against
+/// `control_public`). Hand in the keys first (`rc_set_epoch_keys`): the
+/// certificate is then checked here, under `control_public` for their
+/// world, this client's `rc_sign_key`, the group's player and
+/// `expires_unix_s`. Hand in each renewed grant's. Errors (nothing handed
+/// in): `RC_ERR_INVALID_ARGUMENT` for a wrong length (the message names
+/// the argument), no group `group` held, or a certificate that does not
+/// verify. (Since 1.6.)
+#[no_mangle]
+pub unsafe extern "C" fn rc_set_checkpoint_certificate(
+    h: rc_handle,
+    group: u16,
+    control_public: *const u8,
+    control_public_len: usize,
+    certificate: *const u8,
+    certificate_len: usize,
+    expires_unix_s: u64,
+) -> rc_status {
+    call(|| {
+        // SAFETY: each pointer with its length as the header says, checked
+        // for NULL.
+        let (cp, cert) = unsafe {
+            (
+                bytes(control_public, control_public_len, "control_public")?,
+                bytes(certificate, certificate_len, "certificate")?,
+            )
+        };
+        done(api::set_checkpoint_certificate(h, group, cp, cert, expires_unix_s))
+    })
+}
+
+/// The name of an `RC_CHECK_*` value (`rc_checkpoint_event.check`): the
+/// joiner's check as docs/protocol.md and the `checkpoint_*` counters name
+/// it ("checkpoint_wrong_cell", ...), a static NUL-terminated string the
+/// caller never frees; NULL for 0 and for values this library does not
+/// know. (Since 1.6.)
+#[no_mangle]
+pub extern "C" fn rc_check_name(check: u8) -> *const c_char {
+    guard(std::ptr::null(), || {
+        api::check_name(check).map_or(std::ptr::null(), std::ffi::CStr::as_ptr)
+    })
+}
+
+// ---- End of handed-in sealing ------------------------------------------
+
 #[cfg(test)]
 mod tests {
     use super::*;

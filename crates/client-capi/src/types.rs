@@ -32,10 +32,16 @@ pub const REFLECTOR_C_VERSION_MAJOR: u32 = 1;
 /// `rc_send` in a sealed group with no key held; and sealed checkpoints:
 /// `rc_checkpoint_event.verification` (in 1.4's padding) with the
 /// `RC_VERIFICATION_*` values, and the joiner's refusal counters
-/// (`checkpoint_*` of `rc_sealing_counters`). 1.7 added
-/// `rc_sealing_duplicates`: sealed duplicate deliveries, counted apart
-/// from replays (a function of its own: `rc_sealing_counters` keeps its
-/// size). (1.6 is the handed-in epoch keys' and certificates' version.)
+/// (`checkpoint_*` of `rc_sealing_counters`). 1.6 added what a game that
+/// fetches its own tokens needs for sealed groups: a client made before
+/// its first token (`rc_client_new_handed_in`), its signing key
+/// (`rc_sign_key`), epoch keys and checkpoint certificates handed in
+/// (`rc_set_epoch_keys` with `rc_epoch_key`, `rc_set_checkpoint_certificate`),
+/// and the joiner's check that refused a fetched checkpoint
+/// (`rc_checkpoint_event.check` in 1.5's padding, the `RC_CHECK_*`
+/// values, `rc_check_name`). 1.7 added `rc_sealing_duplicates`: sealed
+/// duplicate deliveries, counted apart from replays (a function of its
+/// own: `rc_sealing_counters` keeps its size).
 pub const REFLECTOR_C_VERSION_MINOR: u32 = 7;
 
 /// Bytes of a reflector token.
@@ -57,6 +63,101 @@ pub const RC_MAX_CONFIGS: usize = 1024;
 /// around it (an area of radius 2, the largest a control server grants).
 /// (Since 1.3.)
 pub const RC_MAX_AREA_TOKENS: usize = 25;
+
+// ---- Handed-in sealing (since 1.6) -------------------------------------
+
+/// Bytes of a client's checkpoint signing key (Ed25519, public half), what
+/// `rc_sign_key` gives and a `/join` takes as `sign_key` (hex); also of the
+/// control server's `control_public`. (Since 1.6.)
+pub const RC_SIGN_KEY_LEN: usize = 32;
+/// Bytes of a checkpoint certificate (the `/join` answer's `certificate`,
+/// hex there). (Since 1.6.)
+pub const RC_CERTIFICATE_LEN: usize = 64;
+/// Bytes of an epoch key (`key` of a `keys` entry, hex there). (Since 1.6.)
+pub const RC_EPOCH_KEY_LEN: usize = 32;
+/// Bytes of a cell id (`cell_id` of a `keys` entry, hex there). (Since 1.6.)
+pub const RC_CELL_ID_LEN: usize = 8;
+/// Epoch keys one `rc_set_epoch_keys` takes: a group serves at most 64
+/// cells under sealing, each with the current epoch's key and, inside the
+/// overlap window, the next one's. (Since 1.6.)
+pub const RC_MAX_EPOCH_KEYS: usize = 128;
+
+/// One sealing epoch key as a `/join` answer's `keys` entry gives it, its
+/// hex fields decoded: the game's backend fills one per entry, in the
+/// answer's order, and hands them to `rc_set_epoch_keys` (keys carry no
+/// length of their own: the arrays are the protocol's sizes). Its size (72
+/// bytes) and layout never change; a later key format would be a new
+/// struct with a new function. (Since 1.6.)
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct rc_epoch_key {
+    /// `cell[0]`: the cell's column.
+    pub cell_x: u32,
+    /// `cell[1]`: the cell's row.
+    pub cell_y: u32,
+    /// `epoch`.
+    pub epoch: u32,
+    /// Zero (a key with anything else here is refused, so a later version
+    /// may give these bytes a meaning).
+    pub reserved: u32,
+    /// `cell_id`, decoded.
+    pub cell_id: [u8; RC_CELL_ID_LEN],
+    /// `key`, decoded.
+    pub key: [u8; RC_EPOCH_KEY_LEN],
+    /// `starts_unix_s`.
+    pub starts_unix_s: u64,
+    /// `ends_unix_s` (after `starts_unix_s`).
+    pub ends_unix_s: u64,
+}
+
+// rc_epoch_key's size and layout are the ABI's for good, with no padding
+// (so C, C#'s sequential layout and Python's ctypes agree byte for byte).
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<rc_epoch_key>() == 72);
+    assert!(offset_of!(rc_epoch_key, cell_id) == 16);
+    assert!(offset_of!(rc_epoch_key, key) == 24);
+    assert!(offset_of!(rc_epoch_key, starts_unix_s) == 56);
+    assert!(offset_of!(rc_epoch_key, ends_unix_s) == 64);
+};
+
+const _: () = assert!(RC_SIGN_KEY_LEN == reflector_proto::sealed::checkpoint::PUBLIC_KEY_LEN);
+const _: () = assert!(RC_CERTIFICATE_LEN == reflector_proto::sealed::checkpoint::SIGNATURE_LEN);
+const _: () = assert!(RC_EPOCH_KEY_LEN == reflector_proto::sealed::KEY_LEN);
+const _: () = assert!(RC_CELL_ID_LEN == reflector_proto::sealed::CELL_ID_LEN);
+
+/// `rc_checkpoint_event.check`: no joiner's check refused (every event but
+/// the FAILED fetch below, and from a library before 1.6). (Since 1.6.)
+pub const RC_CHECK_NONE: u8 = 0;
+/// A fetched sealed checkpoint is not a checkpoint envelope
+/// (`checkpoint_malformed`). The `RC_CHECK_*` values follow the
+/// document's order of the joiner's checks, as the `checkpoint_*`
+/// counters of `rc_sealing_counters` do; `rc_check_name` names each.
+pub const RC_CHECK_MALFORMED: u8 = 1;
+/// An envelope version this library does not read (`checkpoint_version`).
+pub const RC_CHECK_VERSION: u8 = 2;
+/// Sealed for a cell that is not the group's: another group's (or
+/// world's) checkpoint (`checkpoint_wrong_cell`).
+pub const RC_CHECK_WRONG_CELL: u8 = 3;
+/// The reflector's REPLY names another tick or uploader than the envelope
+/// (`checkpoint_mismatch`).
+pub const RC_CHECK_MISMATCH: u8 = 4;
+/// The uploader's certificate does not verify under `control_public`
+/// (`checkpoint_bad_certificate`).
+pub const RC_CHECK_BAD_CERTIFICATE: u8 = 5;
+/// The uploader's certificate had expired at the upload
+/// (`checkpoint_expired_certificate`).
+pub const RC_CHECK_EXPIRED_CERTIFICATE: u8 = 6;
+/// The signature does not verify (`checkpoint_bad_signature`).
+pub const RC_CHECK_BAD_SIGNATURE: u8 = 7;
+/// No epoch key held for its cell and epoch: fetch again later
+/// (`checkpoint_no_key`).
+pub const RC_CHECK_NO_KEY: u8 = 8;
+/// The state does not open under the group's key: garbage or forged
+/// (`checkpoint_bad`).
+pub const RC_CHECK_BAD: u8 = 9;
+
+// ---- End of handed-in sealing ------------------------------------------
 
 const _: () = assert!(RC_TOKEN_LEN == reflector_proto::auth::TOKEN_LEN);
 const _: () = assert!(RC_SESSION_KEY_LEN == reflector_proto::protocol::SESSION_KEY_LEN);
@@ -382,6 +483,12 @@ pub struct rc_checkpoint_event {
     /// value (0 for the other kinds, and from a library before 1.5).
     /// (Since 1.5, in 1.4's padding.)
     pub verification: u8,
+    /// FAILED fetch of a sealed group's checkpoint that came intact but
+    /// that one of the joiner's checks refused: which, an `RC_CHECK_*`
+    /// value (`rc_check_name` names it; `error` stays `RC_ERR_PROTOCOL`, as
+    /// in 1.5); 0 otherwise, and from a library before 1.6. (Since 1.6, in
+    /// 1.5's padding.)
+    pub check: u8,
 }
 
 /// `rc_checkpoint_event.verification`: not a READY event (or a library
@@ -417,7 +524,8 @@ struct rc_checkpoint_event_1_4 {
 }
 
 // rc_checkpoint_event keeps 1.4's size and every field at its offset, on
-// every target (`verification` took padding after `refusal`).
+// every target (`verification`, 1.5, and `check`, 1.6, took padding after
+// `refusal`).
 const _: () = {
     use std::mem::{offset_of, size_of};
     type Old = rc_checkpoint_event_1_4;
@@ -433,6 +541,7 @@ const _: () = {
     assert!(offset_of!(rc_checkpoint_event, error) == offset_of!(Old, error));
     assert!(offset_of!(rc_checkpoint_event, refusal) == offset_of!(Old, refusal));
     assert!(offset_of!(rc_checkpoint_event, verification) == offset_of!(Old, refusal) + 1);
+    assert!(offset_of!(rc_checkpoint_event, check) == offset_of!(Old, refusal) + 2);
 };
 
 /// Sealed groups' counters since the client started (docs/protocol.md,
@@ -510,6 +619,7 @@ impl rc_checkpoint_event {
         error: rc_status::RC_OK,
         refusal: 0,
         verification: RC_VERIFICATION_NONE,
+        check: RC_CHECK_NONE,
     };
 }
 

@@ -103,6 +103,12 @@ fn header_declares_every_entry_point() {
         "rc_set_area",
         "rc_fetch_checkpoint_other",
         "rc_sealing_stats",
+        // 1.6: sealing for a game that fetches its own tokens.
+        "rc_client_new_handed_in",
+        "rc_sign_key",
+        "rc_set_epoch_keys",
+        "rc_set_checkpoint_certificate",
+        // 1.7: duplicate deliveries counted apart.
         "rc_sealing_duplicates",
     ] {
         assert!(h.contains(&format!(" {f}(")), "{f} missing from the header");
@@ -126,9 +132,15 @@ fn header_declares_every_entry_point() {
     assert!(h.contains("rc_status rc_sealing_stats(rc_handle h, rc_sealing_counters *stats);"));
     // Sealed checkpoints (1.5): the level in the event's padding, the
     // joiner's refusals with the sealing counters.
-    assert!(h.contains("  uint8_t refusal;\n  /**") && h.contains("  uint8_t verification;\n} rc_checkpoint_event;"));
+    assert!(h.contains("  uint8_t refusal;\n  /**") && h.contains("  uint8_t verification;\n  /**"));
     assert!(h.contains("#define RC_VERIFICATION_VERIFIED_BY_TWO 3"));
     assert!(h.contains("  uint64_t checkpoint_bad;\n} rc_sealing_counters;"));
+    // 1.6: the joiner's check in 1.5's padding, the keys' fixed struct.
+    assert!(h.contains("  uint8_t check;\n} rc_checkpoint_event;"));
+    assert!(h.contains("#define RC_CHECK_WRONG_CELL 3") && h.contains("#define RC_CHECK_BAD 9"));
+    assert!(h.contains("} rc_epoch_key;"));
+    assert!(h.contains("rc_status rc_set_epoch_keys(rc_handle h, uint16_t group, const rc_epoch_key *keys, size_t n);"));
+    assert!(h.contains("const char *rc_check_name(uint8_t check);"));
     // 1.7's duplicate deliveries: a function of their own, the struct unchanged.
     assert!(h.contains("rc_status rc_sealing_duplicates(rc_handle h, uint64_t *count);"));
 }

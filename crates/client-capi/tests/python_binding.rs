@@ -119,3 +119,118 @@ c.close()
     );
     r.stop();
 }
+
+/// A game that fetches its own tokens, from Python (1.6): the script is
+/// the game and its backend at once. Two clients made before their first
+/// token (`Client.handed_in`) send their `sign_key` on the backend's
+/// `/join` (urllib, json) to a control server with a sealing secret and
+/// hand the answers in (`hand_in`: token, keys, certificate); A uploads a
+/// checkpoint when asked, B fetches it on joining and takes it as signed
+/// by A, and both exchange sealed DATA. Wrong lengths are refused naming
+/// the field.
+#[test]
+fn python_hands_in_sealing_and_takes_a_signed_checkpoint() {
+    let Some(python) = tool("python3") else { return };
+    let r = Reflector::start_sealed_checkpoints(1);
+    let control = common::sealing_control_server(&r);
+    let script = r#"
+import json, sys, time, urllib.request
+import reflector_client as rc
+lib = rc.load()
+url = sys.argv[1]
+def backend_join(player, sign_key):
+    q = "%s/join?player=%d&x=50&y=50&sign_key=%s" % (url, player, sign_key.hex())
+    with urllib.request.urlopen(q, timeout=5) as r:
+        return json.loads(r.read())
+def frame(c, seen):
+    c.update()
+    c.events()
+    for d in c.datagrams():
+        seen["data"].append((d.sender, bytes(d.payload)))
+    for ck in c.checkpoint_events():
+        if ck.kind == rc.RC_CHECKPOINT_REQUESTED and seen.get("state"):
+            try:
+                c.provide_checkpoint(777, seen["state"])
+            except rc.ReflectorError as e:
+                if e.code != rc.RC_ERR_IN_FLIGHT:
+                    raise
+        elif ck.kind != rc.RC_CHECKPOINT_REQUESTED:
+            seen["ck"].append((ck.kind, ck.verification, ck.from_player, ck.tick, ck.check))
+def pump(clients, done):
+    deadline = time.time() + 10
+    while not done():
+        if time.time() > deadline:
+            raise SystemExit("not done within 10 s")
+        for c, seen in clients:
+            frame(c, seen)
+        time.sleep(0.001)
+
+a = rc.Client.handed_in(lib, local="127.0.0.1:0")
+a.checkpoint_configure(fetch_on_join=False)
+ga = backend_join(1, a.sign_key())
+try:
+    a.set_checkpoint_certificate(ga["group"], ga["control_public"], ga["certificate"], ga["expires_unix_s"])
+    raise SystemExit("a certificate for a group not held yet was taken")
+except rc.ReflectorError as e:
+    print("before token", e.code, e.message)
+a.hand_in(ga)
+try:
+    a.set_checkpoint_certificate(ga["group"], bytes(31), ga["certificate"], ga["expires_unix_s"])
+    raise SystemExit("a 31-byte control_public was taken")
+except rc.ReflectorError as e:
+    print("short key", e.code, e.message)
+try:
+    a.set_epoch_keys(ga["group"], [dict(ga["keys"][0], key="00" * 31)])
+    raise SystemExit("a 31-byte epoch key was taken")
+except rc.ReflectorError as e:
+    print("short epoch key", e.code, e.message)
+sa = {"data": [], "ck": [], "state": b"python state " * 100}
+pump([(a, sa)], lambda: any(k == rc.RC_CHECKPOINT_UPLOADED for k, *_ in sa["ck"]))
+b = rc.Client.handed_in(lib, local="127.0.0.1:0")
+b.hand_in(backend_join(2, b.sign_key()))
+sb = {"data": [], "ck": []}
+pump([(a, sa), (b, sb)], lambda: sb["ck"])
+kind, verification, frm, tick, check = sb["ck"][0]
+print("fetched", kind, verification, frm, tick, check)
+taken = b.take_checkpoint()
+print("same state", taken == (777, sa["state"]))
+deadline = time.time() + 10
+while not ((2, b"from b") in sa["data"] and (1, b"from a") in sb["data"]):
+    if time.time() > deadline:
+        raise SystemExit("no sealed DATA within 10 s")
+    a.send(b"from a")
+    b.send(b"from b")
+    time.sleep(0.01)
+    frame(a, sa)
+    frame(b, sb)
+print("sealed data both ways, max payload", a.max_payload())
+print("names", rc.check_name(lib, rc.RC_CHECK_WRONG_CELL), rc.check_name(lib, rc.RC_CHECK_BAD),
+      rc.check_name(lib, 0))
+print("drops", sum(getattr(a.sealing_stats(), f) for f, _ in rc.SealingStats._fields_))
+a.close()
+b.close()
+"#;
+    let mut cmd = Command::new(python);
+    cmd.current_dir(crate_dir().join("bindings/python"))
+        .env("REFLECTOR_C_LIB", lib_dir().join("libreflector_c.so"))
+        .args(["-c", script, &control.url()]);
+    let (out, err, ok) = run(cmd, Duration::from_secs(60));
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("before token -2 no group"), "{out}");
+    assert!(
+        out.contains("short key -2 control_public is 31 bytes; it must be 32"),
+        "{out}"
+    );
+    assert!(
+        out.contains("short epoch key -2 epoch key 0: key is 31 bytes; it must be 32"),
+        "{out}"
+    );
+    // READY (3), signed (2), from player 1 at tick 777, no check refused.
+    assert!(out.contains("fetched 3 2 1 777 0"), "{out}");
+    assert!(out.contains("same state True"), "{out}");
+    assert!(out.contains("sealed data both ways, max payload 1400"), "{out}");
+    assert!(out.contains("names checkpoint_wrong_cell checkpoint_bad None"), "{out}");
+    assert!(out.contains("drops 0"), "{out}");
+    r.stop();
+    control.stop();
+}

@@ -66,6 +66,6 @@ fn a_sealed_group_without_keys_refuses_to_send_and_counters_read() {
         unsafe { rc_sealing_duplicates(h, std::ptr::null_mut()) },
         rc_status::RC_ERR_NULL
     );
-    assert_eq!(rc_version() & 0xffff, 7);
+    assert!(rc_version() & 0xffff >= 5, "a library of 1.5 or later");
     assert_eq!(rc_free(h), rc_status::RC_OK);
 }

@@ -312,7 +312,8 @@ impl Client<UdpDriver> {
 impl<D: Driver> Client<D> {
     /// Starts on `sock`: a given token is joined with at once, a control
     /// server asked for one (or for the area, [`Config::area_radius`]) on a
-    /// helper thread.
+    /// helper thread; with [`TokenSource::Later`] nothing is sent until a
+    /// token is handed in.
     pub fn with_driver(cfg: Config, sock: D) -> Result<Client<D>, Error> {
         let now = Instant::now();
         let mut c = Client {
@@ -361,6 +362,7 @@ impl<D: Driver> Client<D> {
         };
         match c.cfg.token.clone() {
             TokenSource::Given(t) => c.take_token(t, now)?,
+            TokenSource::Later => {}
             TokenSource::Control(_) => c.request_token(now),
         }
         Ok(c)
@@ -837,6 +839,7 @@ impl<D: Driver> Client<D> {
                     // Opened in place: only the game data goes on.
                     match self.sealing.receiver.receive(&mut self.rx[..n]) {
                         Ok(game) => {
+                            self.stats.sealed_opened += 1;
                             let mut id = [0u8; INSTANCE_LEN];
                             id.copy_from_slice(&self.rx[sealed_fmt::field::INSTANCE]);
                             self.deliver(group, sender, u64::from_be_bytes(id), seq, game, now);

@@ -223,7 +223,7 @@ impl<D: Driver> Client<D> {
                 self.move_pending = true;
                 self.request_token(now);
             }
-            TokenSource::Given(_) => {
+            TokenSource::Given(_) | TokenSource::Later => {
                 self.token_needed_said = false;
                 self.need_token(now);
             }
@@ -261,7 +261,7 @@ impl<D: Driver> Client<D> {
                 self.move_pending = true;
                 self.request_token(now);
             }
-            TokenSource::Given(_) => {
+            TokenSource::Given(_) | TokenSource::Later => {
                 self.token_needed_said = false;
                 self.need_token(now);
             }
@@ -271,7 +271,7 @@ impl<D: Driver> Client<D> {
     pub(crate) fn need_token(&mut self, now: Instant) {
         match &self.cfg.token {
             TokenSource::Control(_) => self.request_token(now),
-            TokenSource::Given(_) => {
+            TokenSource::Given(_) | TokenSource::Later => {
                 if !self.token_needed_said {
                     self.token_needed_said = true;
                     self.events.push_back(Event::TokenNeeded);

@@ -10,9 +10,11 @@ use crate::checkpoint::{CheckpointError, CheckpointOp};
 use crate::token::{GrantSigning, SignRequest, SigningSink};
 use crate::{Error, GroupKey, Verification};
 use reflector_proto::sealed::checkpoint::{
-    compare, open_checkpoint, seal_checkpoint, Agreement, Certificate, CheckpointRefusal, FetchedReply, JoinerView,
-    Opened, PlayerKey, SealCheckpointError, UploadInfo, ENVELOPE_OVERHEAD, PUBLIC_KEY_LEN, SIGNATURE_LEN,
+    compare, open_checkpoint, seal_checkpoint, verify_certificate, Agreement, Certificate, CheckpointRefusal,
+    FetchedReply, JoinerView, Opened, PlayerKey, SealCheckpointError, UploadInfo, ENVELOPE_OVERHEAD, PUBLIC_KEY_LEN,
+    SIGNATURE_LEN,
 };
+use reflector_proto::sealed::WorldId;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
@@ -113,38 +115,19 @@ fn count(stats: &mut crate::Stats, r: CheckpointRefusal) {
     *c += 1;
 }
 
-/// A refusal as the fetch's failure: the channel's error type has no
-/// variant of its own for it (a `&'static str` names the check and its
-/// counter).
-fn refused(addr: SocketAddr, r: CheckpointRefusal) -> CheckpointError {
-    use CheckpointRefusal as R;
-    let what = match r {
-        R::Malformed => "sealed checkpoint refused (checkpoint_malformed): not a checkpoint envelope",
-        R::Version => "sealed checkpoint refused (checkpoint_version): an envelope version not read here",
-        R::WrongCell => {
-            "sealed checkpoint refused (checkpoint_wrong_cell): sealed for a cell not of this group (another group's checkpoint)"
-        }
-        R::Mismatch => {
-            "sealed checkpoint refused (checkpoint_mismatch): the reflector's REPLY names another tick or uploader than the envelope"
-        }
-        R::BadCertificate => {
-            "sealed checkpoint refused (checkpoint_bad_certificate): the uploader's certificate does not verify under control_public"
-        }
-        R::ExpiredCertificate => {
-            "sealed checkpoint refused (checkpoint_expired_certificate): the uploader's certificate had expired at the upload"
-        }
-        R::BadSignature => "sealed checkpoint refused (checkpoint_bad_signature): the signature does not verify",
-        R::NoKey => "sealed checkpoint refused (checkpoint_no_key): no epoch key held for its cell and epoch; fetch again later",
-        R::Bad => "sealed checkpoint refused (checkpoint_bad): the state does not open under the group's key (garbage or forged)",
-    };
-    CheckpointError::Mismatch { addr, what }
+/// A refusal as the fetch's failure: its own variant, naming the check
+/// (and so its counter), never folded into another failure.
+fn refused(addr: SocketAddr, refusal: CheckpointRefusal) -> CheckpointError {
+    CheckpointError::JoinerRefused { addr, refusal }
 }
 
 impl<D: crate::Driver> crate::Client<D> {
     /// This client instance's checkpoint signing key (Ed25519, public
     /// half): the client sends it as `sign_key` on every `/join` it makes;
-    /// a game whose backend fetches tokens sends it there, and hands the
-    /// answer's certificate in with [`Self::set_checkpoint_certificate`].
+    /// a game whose backend fetches tokens sends it there (on its first
+    /// `/join` too: a client made with [`crate::TokenSource::Later`] has
+    /// its key before any token), and hands the answer's `control_public`
+    /// and `certificate` in with [`Self::set_checkpoint_certificate`].
     pub fn checkpoint_signing_key(&self) -> [u8; PUBLIC_KEY_LEN] {
         self.sealing.checkpoints.public_key()
     }
@@ -154,7 +137,15 @@ impl<D: crate::Driver> crate::Client<D> {
     /// `/join`): `control_public` and `certificate` as the grant carries
     /// them, `expires_unix_s` the grant's (its token's) expiry, which the
     /// certificate signs. Needed to upload and to check checkpoints in a
-    /// sealed group. Refused when no group `group` is held.
+    /// sealed group; hand in a new one with each renewed token (the one
+    /// expiring last is used). Refused when no group `group` is held
+    /// ([`Error::NoSuchGroup`]), and when epoch keys are held for the group
+    /// and the certificate does not verify under `control_public` for
+    /// their world, this client's signing key, the group's player and
+    /// `expires_unix_s` ([`Error::BadCertificate`]: a `/join` asked with
+    /// another `sign_key`, another grant's expiry, or bytes mixed up).
+    /// Hand the keys in first ([`Self::set_epoch_keys`]) so that it is
+    /// checked here rather than refused by every joiner.
     pub fn set_checkpoint_certificate(
         &mut self,
         group: u16,
@@ -172,20 +163,43 @@ impl<D: crate::Driver> crate::Client<D> {
             return Err(Error::NoSuchGroup { group });
         }
         let public_key = self.sealing.checkpoints.public_key();
-        for (g, player) in groups {
-            let certificate = Certificate {
-                player,
-                public_key,
-                expires_unix_s,
-                signature: certificate,
-            };
-            self.sealing.checkpoints.hold(
-                g,
-                GrantSigning {
-                    control_public,
-                    certificate,
-                },
-            );
+        let held: Vec<(GroupKey, GrantSigning)> = groups
+            .into_iter()
+            .map(|(g, player)| {
+                let certificate = Certificate {
+                    player,
+                    public_key,
+                    expires_unix_s,
+                    signature: certificate,
+                };
+                (
+                    g,
+                    GrantSigning {
+                        control_public,
+                        certificate,
+                    },
+                )
+            })
+            .collect();
+        // Every group checked before any is changed.
+        for (g, signing) in &held {
+            // A group's cells are of one world: the cell id's first bytes.
+            let world = self.sealing.group_keys(*g).first().map(|k| {
+                let c = k.cell().0;
+                WorldId([c[0], c[1], c[2], c[3]])
+            });
+            if let Some(world) = world {
+                if !verify_certificate(&control_public, world, &signing.certificate) {
+                    return Err(Error::BadCertificate {
+                        group,
+                        player: signing.certificate.player,
+                        expires_unix_s,
+                    });
+                }
+            }
+        }
+        for (g, signing) in held {
+            self.sealing.checkpoints.hold(g, signing);
         }
         Ok(())
     }

@@ -363,7 +363,7 @@ impl<D: crate::Driver> crate::Client<D> {
         if self.sealing.fetching.is_some() {
             return;
         }
-        let crate::TokenSource::Control(c) = &self.cfg.token else {
+        let Some(c) = self.keys_control() else {
             return;
         };
         let due = self.sealing.groups().find(|&g| {
@@ -388,12 +388,21 @@ impl<D: crate::Driver> crate::Client<D> {
         self.stats.keys_requests += 1;
     }
 
+    /// Where `/keys` goes: the control server the client takes its tokens
+    /// from, or for a game that hands them in, [`crate::Config::keys_from`].
+    fn keys_control(&self) -> Option<&crate::ControlServer> {
+        match &self.cfg.token {
+            crate::TokenSource::Control(c) => Some(c),
+            crate::TokenSource::Given(_) | crate::TokenSource::Later => self.cfg.keys_from.as_ref(),
+        }
+    }
+
     /// When the sealing timers next have work (Unix ms): a key to drop, or
-    /// a `/keys` request due (only for a control server's client, for a
-    /// group it is a member of, none in flight).
+    /// a `/keys` request due (only for a client that knows a control
+    /// server, for a group it is a member of, none in flight).
     pub(crate) fn next_keys_due(&self) -> Option<u64> {
         let mut next = self.sealing.next_prune_unix_ms();
-        if self.sealing.fetching.is_none() && matches!(self.cfg.token, crate::TokenSource::Control(_)) {
+        if self.sealing.fetching.is_none() && self.keys_control().is_some() {
             for g in self.sealing.groups() {
                 let member = self.find(g).is_some_and(|i| self.memberships[i].session.is_member());
                 if member {

@@ -36,17 +36,32 @@ impl CellKey {
             .ok()
             .and_then(|v| v.try_into().ok())
             .ok_or_else(|| format!("a key is not {KEY_LEN} hex bytes"))?;
-        if g.ends_unix_s <= g.starts_unix_s {
+        CellKey::new(g.cell, cell_id, g.epoch, key, g.starts_unix_s, g.ends_unix_s)
+    }
+
+    /// A key from its parts (a grant's `keys` entry, decoded: `cell`,
+    /// `cell_id`, `epoch`, `key`, `starts_unix_s`, `ends_unix_s`), for a
+    /// game that reads the control server's answer itself and hands the
+    /// keys in ([`crate::Client::set_epoch_keys`]). Checked: the epoch
+    /// ends after it starts.
+    pub fn new(
+        cell: [u32; 2],
+        cell_id: [u8; CELL_ID_LEN],
+        epoch: u32,
+        key: [u8; KEY_LEN],
+        starts_unix_s: u64,
+        ends_unix_s: u64,
+    ) -> Result<CellKey, String> {
+        if ends_unix_s <= starts_unix_s {
             return Err(format!(
-                "the key of cell {:?} epoch {} ends ({}) before it starts ({})",
-                g.cell, g.epoch, g.ends_unix_s, g.starts_unix_s
+                "the key of cell {cell:?} epoch {epoch} ends ({ends_unix_s}) before it starts ({starts_unix_s})"
             ));
         }
         Ok(CellKey {
-            cell: g.cell,
-            key: EpochKey::from_bytes(CellId(cell_id), g.epoch, key),
-            starts_unix_s: g.starts_unix_s,
-            ends_unix_s: g.ends_unix_s,
+            cell,
+            key: EpochKey::from_bytes(CellId(cell_id), epoch, key),
+            starts_unix_s,
+            ends_unix_s,
         })
     }
 }

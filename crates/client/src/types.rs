@@ -48,6 +48,14 @@ pub enum TokenSource {
     /// The game hands tokens in: this one now, later ones with
     /// [`Client::set_token`] when [`Event::TokenNeeded`] asks.
     Given(Token),
+    /// The game hands tokens in, and has none yet: the client holds no
+    /// group (and sends nothing) until the first [`Client::set_token`] or
+    /// [`Client::set_area_tokens`]; later ones as for [`TokenSource::Given`].
+    /// Its checkpoint signing key exists from the start
+    /// ([`Client::checkpoint_signing_key`]), so the game's backend can send
+    /// it as `sign_key` on the `/join` that brings the first token, and a
+    /// sealed group's certificate comes with that first grant.
+    Later,
     /// The client asks the control server itself (feature `http`).
     Control(ControlServer),
 }
@@ -100,6 +108,16 @@ pub struct Config {
     /// `Some(d)`: every `d` in either (for the tokio loop a fallback only;
     /// a game loop that calls `update` every frame needs none).
     pub background_poll: Option<Duration>,
+    /// For a game that hands tokens in ([`TokenSource::Given`]): the
+    /// control server to ask `GET /keys` (docs/protocol.md, "Handing out
+    /// keys") when a sealed group's newest key nears its end, with the
+    /// membership's newest token, as a [`TokenSource::Control`] client
+    /// does with its own. `None` (the default): the keys come only with
+    /// the tokens handed in, or from [`crate::Client::set_epoch_keys`]; a
+    /// game whose renewals are further apart than the overlap then misses
+    /// the next epoch's key. Only its URLs, CA file and plain-HTTP consent
+    /// are used (no ticket goes with `/keys`).
+    pub keys_from: Option<ControlServer>,
 }
 
 impl Config {
@@ -119,6 +137,7 @@ impl Config {
             checkpoint_addr: None,
             area_radius: 0,
             background_poll: None,
+            keys_from: None,
         }
     }
 }
@@ -134,8 +153,22 @@ pub enum Error {
     Control(#[from] ControlError),
     #[error("join of group {group} refused: {failure}")]
     JoinRefused { group: u16, failure: Failure },
-    #[error("no group {group} is held: join it before handing in its keys")]
+    #[error("no group {group} is held: hand in its token first (set_token), then its keys and certificate")]
     NoSuchGroup { group: u16 },
+    /// A checkpoint certificate handed in for `group`
+    /// ([`Client::set_checkpoint_certificate`]) that does not verify under
+    /// the `control_public` given, for the world of the group's epoch keys,
+    /// this client's signing key, `player` and `expires_unix_s`.
+    #[error(
+        "the checkpoint certificate for group {group} does not verify under control_public for this client's \
+         signing key, player {player} and expiry {expires_unix_s}: ask /join with sign_key set to this client's \
+         key and hand in that answer's control_public, certificate and expires_unix_s"
+    )]
+    BadCertificate {
+        group: u16,
+        player: u32,
+        expires_unix_s: u64,
+    },
 }
 
 impl Error {
@@ -373,6 +406,9 @@ pub struct Stats {
     pub checkpoints_fetched: u64,
     /// Exchanges that failed (uploads and fetches).
     pub checkpoint_failures: u64,
+    /// Sealed groups' DATA that passed every receiving step and opened
+    /// (its game data then goes on as a clear DATA's would).
+    pub sealed_opened: u64,
     /// Sealed groups' DATA dropped by the receiving steps
     /// (docs/protocol.md, "Receiving"), one counter per step: not a sealed
     /// DATA (too short, or clear DATA in a sealed group) ...

@@ -173,6 +173,8 @@ fn sealed_payloads_are_unreadable_on_the_path_and_arrive_intact() {
     }
     assert_eq!(sealed_counts(&a.stats()), [0; 5]);
     assert_eq!(sealed_counts(&b.stats()), [0; 5]);
+    // Every DATA each received was a sealed one that opened.
+    assert_eq!((b.stats().sealed_opened, a.stats().sealed_opened), (20, 1));
 }
 
 /// Two clients in a sealed group, B behind a relay, with keys made here
@@ -291,6 +293,8 @@ fn forged_altered_and_replayed_copies_are_dropped_and_counted() {
     p.a_to_b(b"genuine two");
     assert_eq!(sealed_counts(&p.b.stats()), [1, 1, 1, 1, 2]);
     assert_eq!(p.b.stats().data_received, 2);
+    // Only the two genuine ones opened; every refusal was counted instead.
+    assert_eq!(p.b.stats().sealed_opened, 2);
     let _ = &p.r;
 }
 
@@ -443,6 +447,43 @@ fn a_key_near_its_end_is_refreshed_from_the_control_server() {
         std::thread::sleep(Duration::from_millis(2));
     }
     assert_eq!(a.stats().keys_requests, 1);
+}
+
+/// A game that hands tokens in refreshes its keys through `/keys` only when
+/// it names a control server for that (`Config::keys_from`): the
+/// membership's token signs the request, as for a client that asks for its
+/// own tokens. Without it nothing is asked (the game hands keys in).
+#[test]
+fn a_client_given_its_tokens_refreshes_keys_from_keys_from() {
+    let r = Reflector::start_sealed();
+    let (control_server, sealing) = common::sealing_control_server(&r);
+    let url = control_server.url();
+    let mut with = {
+        let cfg = Config {
+            local: "127.0.0.1:0".into(),
+            keys_from: Some(control(&url, 0)),
+            ..Config::new(TokenSource::Given(fetch_token(&control(&url, 1)).expect("a grant")))
+        };
+        Client::new(cfg).expect("the client starts")
+    };
+    let mut without = given_client(fetch_token(&control(&url, 2)).expect("a grant"), r.addr());
+    join(&mut [&mut with, &mut without]);
+    let near_end = test_keys(3, 30);
+    for c in [&mut with, &mut without] {
+        c.set_epoch_keys(r.port, &near_end).expect("held group");
+    }
+    let deadline = Instant::now() + reflector_client::KEYS_REFRESH_JITTER + Duration::from_secs(5);
+    while with.stats().keys_refreshes == 0 {
+        assert!(Instant::now() < deadline, "refreshed in time: {:?}", with.stats());
+        for c in [&mut with, &mut without] {
+            c.update(Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(with.stats().keys_refresh_failures, 0);
+    let served = sealing.outcomes().iter().find(|(n, _)| *n == "served").map(|(_, c)| *c);
+    assert_eq!(served, Some(1), "{:?}", sealing.outcomes());
+    assert_eq!(without.stats().keys_requests, 0, "no control server named for /keys");
 }
 
 #[test]

@@ -10,7 +10,7 @@ mod common;
 
 use common::{join_all, token, Reflector};
 use reflector_client::{
-    CellKey, CheckpointError, CheckpointEvent, CheckpointOp, Client, Config, Stats, TokenSource, Verification,
+    CellKey, CheckpointError, CheckpointEvent, CheckpointOp, Client, Config, Error, Stats, TokenSource, Verification,
 };
 use reflector_proto::sealed::checkpoint::{ControlSigner, ENVELOPE_OVERHEAD};
 use reflector_proto::sealed::{CellId, EpochKey, MasterSecret, WorldId};
@@ -357,14 +357,20 @@ fn joiner_with_keys_sees(
     (e, b.stats())
 }
 
+/// The fetch failed as refused by the joiner's checks, naming `counter`
+/// (its own variant, carrying the named refusal, not another failure's).
 fn refused_with(e: &CheckpointEvent, counter: &str) {
     match e {
         CheckpointEvent::Failed {
             op: CheckpointOp::Fetch,
-            reason: CheckpointError::Mismatch { what, .. },
+            reason: reason @ CheckpointError::JoinerRefused { refusal, .. },
             ..
-        } => assert!(what.contains(counter), "{what}"),
-        e => panic!("a refused checkpoint reached the game: {e:?}"),
+        } => {
+            assert_eq!(refusal.counter(), counter, "{reason}");
+            assert_eq!(reason.joiner_refusal(), Some(*refusal));
+            assert!(reason.to_string().contains(counter), "{reason}");
+        }
+        e => panic!("a refused checkpoint reached the game, or failed otherwise: {e:?}"),
     }
 }
 
@@ -630,4 +636,89 @@ fn an_upload_goes_under_the_newest_key_held_even_before_it_starts() {
     let (e, s) = joiner_with_keys_sees(both, &control(), vec![group_key()]);
     refused_with(&e, "checkpoint_no_key");
     assert_eq!(refusals(&s), [0, 0, 0, 0, 0, 0, 0, 1, 0]);
+}
+
+/// A game that fetches its own tokens: the client starts with none
+/// ([`TokenSource::Later`]: nothing sent, its signing key already there
+/// for the first `/join`'s `sign_key`), then takes the token, the keys
+/// from their parts ([`CellKey::new`]) and the certificate, and uploads a
+/// checkpoint a joiner takes as signed. A certificate that does not fit
+/// (another expiry, another key's, another control key's) is refused at
+/// hand-in, naming it, and changes nothing.
+#[test]
+fn a_client_without_a_token_yet_takes_keys_and_a_certificate_and_uploads() {
+    let r = reflector(16 << 20);
+    let mut a = Client::new(Config {
+        local: "127.0.0.1:0".into(),
+        checkpoint_fetch_on_join: false,
+        ..Config::new(TokenSource::Later)
+    })
+    .expect("a client with no token yet");
+    let sign_key = a.checkpoint_signing_key();
+    let mut got = Vec::new();
+    for _ in 0..20 {
+        a.update(Instant::now());
+        while let Some(e) = a.poll_event() {
+            got.push(e);
+        }
+    }
+    assert!(
+        got.is_empty() && !a.is_member(),
+        "nothing happens without a token: {got:?}"
+    );
+    assert_eq!(a.stats().joins, 0);
+    assert_eq!(
+        a.set_checkpoint_certificate(r.port, control().public_key(), [0; 64], 1),
+        Err(Error::NoSuchGroup { group: r.port })
+    );
+
+    // What the backend's /join with that sign_key answers.
+    let t = token(1, r.port, r.addr(), 300);
+    let expires = t.expires_unix_s;
+    let cert = control().certify(1, &sign_key, expires);
+    a.set_token(t).expect("the first token");
+    let g = group_key();
+    let mut cell_id = [0u8; 8];
+    cell_id.copy_from_slice(&g.key.cell().0);
+    let parts = |starts: u64, ends: u64| CellKey::new([0, 0], cell_id, EPOCH, *g.key.as_bytes(), starts, ends);
+    let e = parts(g.ends_unix_s, g.starts_unix_s).expect_err("an epoch that ends before it starts");
+    assert!(e.contains("ends") && e.contains("before it starts"), "{e}");
+    let key = parts(g.starts_unix_s, g.ends_unix_s).expect("a key from its parts");
+    assert_eq!(key, g);
+    a.set_epoch_keys(r.port, &[key]).expect("a group held");
+
+    // Wrong certificates, each refused naming it.
+    let stranger = ControlSigner::derive(&MasterSecret::new(&[0x42; 32]).unwrap(), world());
+    let other_key = control().certify(1, &[7; 32], expires);
+    for (why, cp, sig, exp) in [
+        ("another expiry", control().public_key(), cert.signature, expires + 1),
+        ("another key's", control().public_key(), other_key.signature, expires),
+        ("another control key", stranger.public_key(), cert.signature, expires),
+    ] {
+        match a.set_checkpoint_certificate(r.port, cp, sig, exp) {
+            Err(e @ Error::BadCertificate { .. }) => {
+                let text = e.to_string();
+                assert!(
+                    text.contains("certificate") && text.contains("sign_key"),
+                    "{why}: {text}"
+                );
+            }
+            other => panic!("{why}: {other:?}"),
+        }
+    }
+    a.set_checkpoint_certificate(r.port, control().public_key(), cert.signature, expires)
+        .expect("the grant's own certificate");
+    join_all(&mut [&mut a]);
+    let state = state_with_marker(b"a state of a game that fetches its own tokens", 400);
+    uploaded(upload_when_asked(&mut a, &mut [], TICK, &state), TICK);
+    let mut b = member(&r, 2, vec![group_key()], &control());
+    match fetch(&mut b, CheckpointOp::Fetch) {
+        CheckpointEvent::Checkpoint {
+            bytes, verification, ..
+        } => {
+            assert!(bytes == state);
+            assert_eq!(verification, Verification::SignedByOne { player: 1 });
+        }
+        e => panic!("{e:?}"),
+    }
 }

@@ -17,9 +17,10 @@ pub mod wire;
 use error::DemoError;
 use netlab::scenario::LinkSpec;
 use place::{LabShape, Placement};
+use reflector_bots::{MIN_SIZE_MARKED, MIN_SIZE_SEALED_MARKED};
 use reflector_server::backend::BackendKind;
 use reflector_server::receive::ReceiveKind;
-use scenario::{checkpoint_table, cost_table, table, Scenario, TempDir};
+use scenario::{checkpoint_table, cost_table, payload_faults, payload_table, table, Scenario, TempDir};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 
@@ -45,8 +46,16 @@ server and the reflector on h1 and one bots process whose sockets are spread ove
 the lab's launcher; runs the scenario once per backend in --backends; prints titled tables (delivery: what the \
 reflector forwarded and fanned out against what the bots received, with every column the reconciliation needs; \
 cost and latency: reflector CPU per arrived datagram, one-way latency; checkpoints) and removes the lab. Without root the same scenario runs on 127.0.0.1.\n\n\
-Exit status: 0 no loss, 1 loss, 2 errors, 130 interrupted.\n\n\
+Every bot payload carries a marker: a random 8-byte prefix drawn for this run, then the player id and the \
+bot's DATA count. In the lab the capture records everything on the reflector's link, both ways, and the demo \
+scans every captured frame, whole, for the prefix (the payloads table: markers in the capture). In clear groups \
+every DATA shows it; with --sealed (groups that seal game data end to end, under epoch keys from a control \
+server given a sealing secret drawn for this run and never printed) there must be none, while the bots open \
+what they receive and find their senders' markers inside.\n\n\
+Exit status: 0 no loss, 1 loss, 2 errors (also: counters that differ, a lossy or truncated capture, and with \
+--sealed a marker in the capture or no DATA captured at all), 130 interrupted.\n\n\
 Examples:\n  sudo reflector-demo\n  sudo reflector-demo --clients 16 --gigabit --delay 1ms\n  \
+sudo reflector-demo --sealed --backends ebpf,sendmmsg\n  \
 sudo reflector-demo --prometheus --backends sendmmsg --duration 5\n  \
 reflector-demo --where loopback --bots 32 --duration 5"
 )]
@@ -76,9 +85,19 @@ pub struct DemoArgs {
     /// DATA per second per bot.
     #[arg(long, default_value_t = 10.0)]
     pub rate: f64,
-    /// Datagram size in bytes, header included.
-    #[arg(long, default_value_t = 100)]
-    pub size: usize,
+    /// Datagram size in bytes, header included [default: 100; with --sealed 116, the smallest
+    /// sealed DATA that holds the bots' fields and the marker]. At least 76 (116 with --sealed).
+    #[arg(long)]
+    pub size: Option<usize>,
+    /// Sealed groups (docs/protocol.md, "Sealed payloads"): the reflector announces sealed
+    /// payloads on every group (`serve --data-sealed on`) and the control server gets a sealing
+    /// secret drawn for this run (a 0600 file in the run's private directory, never printed;
+    /// `control --sealing-secret-file`), so every bot seals what it sends and opens what it
+    /// receives. In the lab the run fails if a payload's marker appears anywhere in the capture
+    /// of the reflector's link, or if nothing was captured to look at. Without checkpoints (the
+    /// bots do not yet ask for the certificate that signs a sealed group's checkpoint).
+    #[arg(long)]
+    pub sealed: bool,
     /// Time between bot moves (e.g. 4s; a bare number is seconds; 0 = never).
     #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = seconds)]
     pub move_every: f64,
@@ -133,6 +152,14 @@ pub struct DemoArgs {
     pub prometheus: Option<PathBuf>,
 }
 
+impl DemoArgs {
+    /// The bots' `--size`: given, or the default for clear or sealed groups.
+    pub fn size(&self) -> usize {
+        self.size
+            .unwrap_or(if self.sealed { MIN_SIZE_SEALED_MARKED } else { 100 })
+    }
+}
+
 /// A binary next to this program, or the one given; it must exist.
 pub(crate) fn sibling(given: &Option<PathBuf>, name: &str, flag: &str) -> Result<PathBuf, DemoError> {
     let p = match given {
@@ -162,6 +189,23 @@ fn validate(args: &DemoArgs) -> Result<(), DemoError> {
         return Err(format!("--duration must be between 0.5 and 3600 seconds, got {}", args.duration).into());
     }
     reflector_control::parse_grid(&args.grid).map_err(|e| format!("--grid: {e}"))?;
+    let (min, why) = if args.sealed {
+        (
+            MIN_SIZE_SEALED_MARKED,
+            "with --sealed: a sealed DATA's 72 bytes of header, instance, sealing and tag, \
+the bots' 28 bytes and the 16-byte marker",
+        )
+    } else {
+        (MIN_SIZE_MARKED, "the header, the bots' 28 bytes and the 16-byte marker")
+    };
+    if !(min..=reflector_bots::MAX_SIZE).contains(&args.size()) {
+        return Err(format!(
+            "--size {} is out of range: from {min} ({why}) to {} bytes (one Ethernet frame)",
+            args.size(),
+            reflector_bots::MAX_SIZE
+        )
+        .into());
+    }
     if !(args.checkpoint_every == 0.0 || (args.checkpoint_every.is_finite() && args.checkpoint_every >= 0.1)) {
         return Err(format!(
             "--checkpoint-every must be 0 (off) or at least 0.1 seconds, got {}",
@@ -236,6 +280,16 @@ pub fn run(args: DemoArgs, stop: &AtomicBool) -> Result<i32, DemoError> {
             BackendKind::ALL.to_vec()
         };
     }
+    if args.sealed && args.checkpoint_every > 0.0 {
+        // A sealed group's checkpoint is signed by its uploader under a
+        // certificate the control server gives with the grant; the bots
+        // do not ask for one yet, so every upload would be refused.
+        eprintln!(
+            "demo: --sealed runs without checkpoints (--checkpoint-every 0): the bots do not yet ask for the \
+             signing certificate a sealed group's checkpoints need"
+        );
+        args.checkpoint_every = 0.0;
+    }
     if !in_lab && args.backends.contains(&BackendKind::Ebpf) {
         return Err(
             "--backends ebpf needs the lab (--where lab, as root): it replicates on devices, not on loopback".into(),
@@ -286,6 +340,27 @@ times would not be the lab's; run one or the other"
         ),
     )
     .map_err(|e| format!("cannot write {}: {e}", ticket_keys.display()))?;
+    // The sealing secret: only the control server reads it (never a
+    // reflector), from the run's private directory; it is never printed.
+    let sealing_secret = if args.sealed {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt;
+        let p = dir.0.join("sealing-secret");
+        getrandom::getrandom(&mut key).map_err(|e| format!("no random source: {e}"))?;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&p)
+            .and_then(|mut f| f.write_all(hex::encode(key).as_bytes()))
+            .map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+        Some(p)
+    } else {
+        None
+    };
+    // The run's marker prefix: 8 random bytes, in every bot payload.
+    let mut marker = [0u8; 8];
+    getrandom::getrandom(&mut marker).map_err(|e| format!("no random source: {e}"))?;
     let sc = Scenario {
         args: &args,
         place: &place,
@@ -295,6 +370,8 @@ times would not be the lab's; run one or the other"
         dir: &dir.0,
         secret,
         ticket_keys,
+        sealing_secret,
+        marker,
     };
     let mut rows = Vec::new();
     for &b in &args.backends {
@@ -306,7 +383,7 @@ times would not be the lab's; run one or the other"
         rows.push(row);
     }
     let parameters = format!(
-        "reflector demo {}{}: {} bots, {} s per backend, {} Hz x {} B, moves every {} s, {} groups",
+        "reflector demo {}{}: {} bots, {} s per backend, {} Hz x {} B, moves every {} s, {} groups, {}",
         place.describe(),
         if args.tdf > 1 {
             format!(" at TDF {} (times are virtual)", args.tdf)
@@ -316,9 +393,14 @@ times would not be the lab's; run one or the other"
         args.bots,
         args.duration,
         args.rate,
-        args.size,
+        args.size(),
         args.move_every,
-        args.groups
+        args.groups,
+        if args.sealed {
+            "sealed payloads"
+        } else {
+            "clear payloads"
+        }
     );
     println!("\n{parameters}\n");
     place.finish()?;
@@ -332,10 +414,13 @@ times would not be the lab's; run one or the other"
     if args.checkpoint_every > 0.0 {
         print!("\n{}", checkpoint_table(&rows));
     }
+    print!("\n{}", payload_table(&rows, args.sealed, &marker));
     if let Some(p) = &args.json {
         let doc = serde_json::json!({
             "parameters": parameters,
             "cpu_note": softirq_note,
+            "sealed": args.sealed,
+            "marker": hex::encode(marker),
             "rows": rows,
         });
         std::fs::write(p, serde_json::to_string_pretty(&doc)?)
@@ -344,21 +429,31 @@ times would not be the lab's; run one or the other"
     let lost: u64 = rows.iter().map(|r| r.lost).sum();
     let errors: u64 = rows.iter().map(|r| r.errors).sum();
     let mismatch = rows.iter().any(|r| !r.counters_match);
-    Ok(if errors > 0 || mismatch {
-        println!(
-            "\nFAIL: {errors} error(s){}",
-            if mismatch {
-                ", reflector and bot counters differ"
-            } else {
-                ""
-            }
-        );
+    let payload_faults: Vec<String> = rows.iter().flat_map(|r| payload_faults(r, args.sealed)).collect();
+    Ok(if errors > 0 || mismatch || !payload_faults.is_empty() {
+        println!();
+        if errors > 0 || mismatch {
+            println!(
+                "FAIL: {errors} error(s){}",
+                if mismatch {
+                    ", reflector and bot counters differ"
+                } else {
+                    ""
+                }
+            );
+        }
+        for f in &payload_faults {
+            println!("FAIL: {f}");
+        }
         2
     } else if lost > 0 {
         println!("\nFAIL: {lost} datagram(s) lost");
         1
     } else {
         println!("\nOK: no loss; every fanned-out datagram reached its bot");
+        if args.sealed && in_lab {
+            println!("OK: sealed: no payload's marker anywhere in the capture of the reflector's link");
+        }
         0
     })
 }

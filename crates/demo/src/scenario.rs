@@ -54,6 +54,18 @@ pub struct DemoRow {
     pub counters_match: bool,
     /// DATA datagrams seen leaving the reflector on its link (lab only).
     pub wire_data: Option<u64>,
+    /// Every frame captured on the reflector's link, both ways (lab only).
+    pub wire_packets: Option<u64>,
+    /// Occurrences of the run's marker prefix in those frames, scanned
+    /// whole (lab only): 0 when the payloads are sealed.
+    pub wire_markers: Option<u64>,
+    /// Frames kept shorter than they were (a scan would miss their tail).
+    pub wire_truncated: Option<u64>,
+    /// DATA the bots received carrying their sender's marker.
+    pub markers_received: u64,
+    /// The bots' clients' counters of sealed DATA: opened, and refused at
+    /// each receiving step (all zero in clear groups).
+    pub sealed: reflector_bots::SealedTally,
     /// Checkpoints: stored by the reflector, served to joiners (count and
     /// bytes), the bots' fetch time, and their checks of what they fetched.
     pub checkpoints_stored: u64,
@@ -107,11 +119,16 @@ impl Drop for Children {
 pub struct TempDir(pub PathBuf);
 
 impl TempDir {
+    /// Private to its owner: it holds the run's secrets.
     pub fn new() -> Result<TempDir, DemoError> {
+        use std::os::unix::fs::DirBuilderExt;
         let mut rnd = [0u8; 6];
         getrandom::getrandom(&mut rnd).map_err(|e| format!("no random source: {e}"))?;
         let p = std::env::temp_dir().join(format!("reflector-demo-{}-{}", std::process::id(), hex::encode(rnd)));
-        std::fs::create_dir(&p).map_err(|e| format!("cannot create {}: {e}", p.display()))?;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&p)
+            .map_err(|e| format!("cannot create {}: {e}", p.display()))?;
         Ok(TempDir(p))
     }
 }
@@ -210,6 +227,10 @@ pub struct Scenario<'a> {
     pub secret: PathBuf,
     /// The player-ticket key file (control verifies, bots sign).
     pub ticket_keys: PathBuf,
+    /// `--sealed`: the control server's sealing secret file.
+    pub sealing_secret: Option<PathBuf>,
+    /// The run's marker prefix, in every bot payload.
+    pub marker: [u8; 8],
 }
 
 impl Scenario<'_> {
@@ -271,6 +292,10 @@ impl Scenario<'_> {
             // A fallback to user space would mislabel the row.
             serve.arg("--strict-backend");
         }
+        if self.sealing_secret.is_some() {
+            // Every group: the reflector only announces it, holding no key.
+            serve.args(["--data-sealed", "on"]);
+        }
         if a.checkpoint_every > 0.0 {
             let port = if in_lab { 8701 } else { free_tcp_port()? };
             serve.args(["--checkpoint-port", &port.to_string()]).args([
@@ -297,6 +322,11 @@ impl Scenario<'_> {
             .arg(&self.ticket_keys)
             .args(["--ticket-rate-ip", "10000"])
             .stdout(Stdio::null());
+        if let Some(sealing) = &self.sealing_secret {
+            ctl.arg("--sealing-secret-file")
+                .arg(sealing)
+                .args(["--world", "reflector-demo"]);
+        }
         children.add(
             "control",
             ctl.spawn()
@@ -334,15 +364,16 @@ impl Scenario<'_> {
             _ => None,
         };
 
-        // The wire count starts before the first datagram can flow.
+        // The wire count starts before the first datagram can flow. No
+        // filter: everything on the link, both ways, is scanned for
+        // markers; a capture that lost a packet fails the run.
         let pcap = self.dir.join(format!("wire-{backend}.pcap"));
         let tap = match (&self.capture_bin, self.place.reflector_iface(), host) {
             (Some(bin), Some(iface), std::net::IpAddr::V4(ip)) => {
                 let log = self.dir.join(format!("capture-{backend}.log"));
                 let mut c = self.place.program(Role::Reflector, bin)?;
-                c.args(["-i", &iface, "-q", "-w"])
+                c.args(["-i", &iface, "-q", "--fail-on-loss", "-w"])
                     .arg(&pcap)
-                    .arg(crate::wire::filter(ip, &ports))
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?);
@@ -376,7 +407,9 @@ impl Scenario<'_> {
             "--rate",
             &a.rate.to_string(),
             "--size",
-            &a.size.to_string(),
+            &a.size().to_string(),
+            "--marker",
+            &hex::encode(self.marker),
             "--move-every",
             &a.move_every.to_string(),
             "--bind",
@@ -397,7 +430,11 @@ impl Scenario<'_> {
         children.add("bots", child);
         eprintln!(
             "demo [{backend}]: {} bots, {} s, {} Hz x {} B, moves every {} s, {groups} groups, control {control}",
-            a.bots, a.duration, a.rate, a.size, a.move_every
+            a.bots,
+            a.duration,
+            a.rate,
+            a.size(),
+            a.move_every
         );
         // The bots count virtual seconds; this process counts real ones.
         let limit = Instant::now() + Duration::from_secs_f64(a.duration * f64::from(a.tdf) + 60.0);
@@ -437,7 +474,7 @@ impl Scenario<'_> {
             .map_err(|e| format!("cannot read the bots' JSON report ({e}); see their messages above"))?;
 
         // The capture drains what is queued and completes its file on SIGTERM.
-        let wire_data = match tap {
+        let wire = match tap {
             Some((ip, log)) => {
                 let mut cap = children.take("capture").ok_or("capture child vanished")?;
                 let st = oskit::child::stop(cap.child(), Duration::from_secs(10));
@@ -445,10 +482,11 @@ impl Scenario<'_> {
                     let text = std::fs::read_to_string(&log).unwrap_or_default();
                     return Err(format!("the wire capture exited with {st:?}: {}", text.trim()).into());
                 }
-                Some(crate::wire::count_data(&pcap, ip, &ports)?)
+                Some(crate::wire::scan(&pcap, ip, &ports, &self.marker)?)
             }
             None => None,
         };
+        let wire_data = wire.as_ref().map(|w| w.data);
 
         // Only the reflector is reaped between these two readings.
         let before = cpu_children();
@@ -490,6 +528,11 @@ impl Scenario<'_> {
                 && num("forwarded") == t.sent
                 && wire_data.is_none_or(|w| w == fanned_out),
             wire_data,
+            wire_packets: wire.as_ref().map(|w| w.packets),
+            wire_markers: wire.as_ref().map(|w| w.markers),
+            wire_truncated: wire.as_ref().map(|w| w.truncated),
+            markers_received: report.markers_received,
+            sealed: report.sealed,
             checkpoints_stored: num("checkpoints_stored"),
             checkpoints_served: num("checkpoints_served"),
             checkpoint_bytes_served: num("checkpoint_bytes_served"),
@@ -608,6 +651,89 @@ pub fn checkpoint_table(rows: &[DemoRow]) -> String {
     out
 }
 
+/// What a run's payloads showed: the capture's frames and the markers in
+/// them, the marked DATA the bots received, and the bots' sealed counters.
+pub fn payload_table(rows: &[DemoRow], sealed: bool, marker: &[u8; 8]) -> String {
+    let mut out = format!(
+        "Payloads ({}): marker prefix {} in every bot payload; the capture of the reflector's link scanned whole\n",
+        if sealed { "sealed end to end" } else { "in clear" },
+        hex::encode(marker)
+    );
+    let _ = writeln!(
+        out,
+        "{:>9} {:>9} {:>9} {:>8} | {:>8} {:>8} | {:>9} {:>7} {:>7} {:>6} {:>6}",
+        "backend",
+        "captured",
+        "truncated",
+        "markers",
+        "marked",
+        "opened",
+        "malformed",
+        "version",
+        "no key",
+        "replay",
+        "bad"
+    );
+    let opt = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
+    for r in rows {
+        let z = &r.sealed;
+        let _ = writeln!(
+            out,
+            "{:>9} {:>9} {:>9} {:>8} | {:>8} {:>8} | {:>9} {:>7} {:>7} {:>6} {:>6}",
+            r.backend,
+            opt(r.wire_packets),
+            opt(r.wire_truncated),
+            opt(r.wire_markers),
+            r.markers_received,
+            z.opened,
+            z.malformed,
+            z.version,
+            z.no_key,
+            z.replay,
+            z.bad
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  captured: frames on the reflector's link, both ways; markers: the prefix's occurrences in them{};\n  \
+         marked: DATA the bots received with their sender's marker; opened, and refused by step: the bots' \
+         clients' sealed DATA",
+        if sealed {
+            " (must be 0)"
+        } else {
+            " (clear payloads show it)"
+        }
+    );
+    out
+}
+
+/// Why a row fails the payload checks: a capture that cannot be trusted
+/// to have seen everything, and in a sealed run a marker on the wire or
+/// no DATA captured to look at.
+pub fn payload_faults(r: &DemoRow, sealed: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    let b = &r.backend;
+    if let Some(t) = r.wire_truncated.filter(|t| *t > 0) {
+        out.push(format!(
+            "[{b}] {t} captured frame(s) truncated: their tails were not scanned"
+        ));
+    }
+    if !sealed {
+        return out;
+    }
+    if let Some(m) = r.wire_markers.filter(|m| *m > 0) {
+        out.push(format!(
+            "[{b}] sealed run, yet the run's marker appears {m} time(s) in the capture: payloads crossed in clear"
+        ));
+    }
+    if r.wire_data == Some(0) {
+        out.push(format!(
+            "[{b}] sealed run, but no DATA was captured on the reflector's link: 0 markers proves nothing"
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -632,9 +758,8 @@ mod tests {
         assert_eq!(ports_arg(&[1, 2, 30]), "1,2,30");
     }
 
-    #[test]
-    fn table_has_a_row_per_backend() {
-        let row = DemoRow {
+    fn sample_row() -> DemoRow {
+        DemoRow {
             backend: "sendto".into(),
             sent: 10,
             forwarded: 10,
@@ -655,6 +780,14 @@ mod tests {
             max_us: 120.0,
             counters_match: true,
             wire_data: Some(90),
+            wire_packets: Some(130),
+            wire_markers: Some(0),
+            wire_truncated: Some(0),
+            markers_received: 88,
+            sealed: reflector_bots::SealedTally {
+                opened: 90,
+                ..Default::default()
+            },
             checkpoints_stored: 4,
             checkpoints_served: 3,
             checkpoint_bytes_served: 300,
@@ -665,7 +798,12 @@ mod tests {
             checkpoint_mismatched: 0,
             prometheus_scrapes: None,
             prometheus_forwarded_seen: None,
-        };
+        }
+    }
+
+    #[test]
+    fn table_has_a_row_per_backend() {
+        let row = sample_row();
         let ck = checkpoint_table(std::slice::from_ref(&row));
         assert!(ck.contains("1.5 ms") && ck.lines().count() == 3, "{ck}");
         assert!(ck.starts_with("Checkpoints"), "every table has a title: {ck}");
@@ -689,5 +827,51 @@ mod tests {
             c.starts_with("Cost") && c.contains("11111 ns") && c.contains("120 us"),
             "{c}"
         );
+    }
+
+    #[test]
+    fn payload_checks_fail_a_sealed_run_with_markers_or_nothing_captured() {
+        let clean = sample_row();
+        assert!(payload_faults(&clean, true).is_empty());
+        let t = payload_table(std::slice::from_ref(&clean), true, &[0xab; 8]);
+        assert!(
+            t.starts_with("Payloads (sealed end to end): marker prefix abababababababab"),
+            "{t}"
+        );
+        let cells: Vec<&str> = t
+            .lines()
+            .nth(2)
+            .unwrap()
+            .split_whitespace()
+            .filter(|c| *c != "|")
+            .collect();
+        assert_eq!(
+            cells,
+            ["sendto", "130", "0", "0", "88", "90", "0", "0", "0", "0", "0"],
+            "{t}"
+        );
+        assert!(t.contains("(must be 0)"), "{t}");
+
+        let mut leak = sample_row();
+        leak.wire_markers = Some(3);
+        let f = payload_faults(&leak, true);
+        assert!(f.len() == 1 && f[0].contains("marker appears 3 time(s)"), "{f:?}");
+        // In clear the markers are expected.
+        assert!(payload_faults(&leak, false).is_empty());
+
+        let mut empty = sample_row();
+        empty.wire_data = Some(0);
+        assert!(payload_faults(&empty, true)[0].contains("no DATA was captured"));
+        let mut cut = sample_row();
+        cut.wire_truncated = Some(1);
+        assert!(payload_faults(&cut, false)[0].contains("truncated"));
+        // No capture (loopback): nothing to check, nothing to fail.
+        let mut lo = sample_row();
+        (lo.wire_data, lo.wire_packets, lo.wire_markers, lo.wire_truncated) = (None, None, None, None);
+        assert!(payload_faults(&lo, true).is_empty());
+        let t = payload_table(&[lo], false, &[1; 8]);
+        let cells: Vec<&str> = t.lines().nth(2).unwrap().split_whitespace().take(4).collect();
+        assert_eq!(cells, ["sendto", "-", "-", "-"], "{t}");
+        assert!(t.contains("(clear payloads show it)"), "{t}");
     }
 }

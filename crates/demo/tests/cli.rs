@@ -12,6 +12,12 @@ fn bad_arguments_name_the_problem() {
         (&["--clients", "0"][..], "--clients"),
         (&["--grid", "8by8"][..], "--grid"),
         (&["--where", "moon"][..], "moon"),
+        // A sealed DATA with the bots' fields and the marker needs 116.
+        (
+            &["--sealed", "--size", "100"][..],
+            "--size 100 is out of range: from 116",
+        ),
+        (&["--size", "60"][..], "--size 60 is out of range: from 76"),
     ] {
         let o = demo(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));

@@ -32,6 +32,21 @@ fn lab_demo_loses_nothing_and_leaves_nothing() {
     // short_run_without_loss) equal to what the reflector fanned out.
     assert!(all.contains("on wire"), "{all}");
     assert!(rows[0]["wire_data"].as_u64().is_some_and(|w| w > 0), "{rows:?}");
+    // Payloads in clear: the capture of the reflector's link holds every
+    // bot payload's marker, once in each DATA to the reflector and once
+    // in each copy it fanned out (so the sealed test's 0 can fail).
+    let r = &rows[0];
+    let n = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("{k} in {r}"));
+    assert!(
+        all.contains("clear payloads") && all.contains("Payloads (in clear)"),
+        "{all}"
+    );
+    assert_eq!(n("wire_markers"), n("sent") + n("wire_data"), "{r}");
+    assert!(
+        n("markers_received") > 0 && n("markers_received") <= n("arrived"),
+        "{r}"
+    );
+    assert_eq!(r["sealed"]["opened"], 0, "{r}");
     // The run's id, as netlab printed it: "netlab: run ID up: ...".
     let run = all
         .split("netlab: run ")
@@ -44,6 +59,41 @@ fn lab_demo_loses_nothing_and_leaves_nothing() {
         .filter(|n| n.starts_with(&prefix))
         .collect();
     assert!(left.is_empty(), "namespaces left behind: {left:?}");
+}
+
+/// `--sealed`: every bot payload carries the run's marker, yet a byte scan
+/// of every frame captured on the reflector's link, both ways, finds none,
+/// while DATA crossed it in numbers and the bots opened what they received
+/// and found their senders' markers inside (issue 29's "a capture of a lab
+/// run contains none of them"). The clear run above finds them.
+#[test]
+fn lab_demo_sealed_leaves_no_marker_on_the_wire() {
+    if !oskit::testing::root_or_skip("lab_demo_sealed_leaves_no_marker_on_the_wire") {
+        return;
+    }
+    let (all, rows) = short_run_without_loss(&[SMALL_LAB, &["--sealed"]].concat(), 1);
+    let r = &rows[0];
+    let n = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("{k} in {r}"));
+    assert!(
+        all.contains("sealed payloads") && all.contains("Payloads (sealed end to end)"),
+        "{all}"
+    );
+    assert!(all.contains("OK: sealed: no payload's marker"), "{all}");
+    assert_eq!(n("wire_markers"), 0, "{r}");
+    assert_eq!(n("wire_truncated"), 0, "{r}");
+    // Data captured: the bots' DATA in and the copies out, every one.
+    assert!(n("wire_data") >= 50 && n("sent") >= 50, "{r}");
+    assert!(n("wire_packets") >= n("sent") + n("wire_data"), "{r}");
+    // Delivered and opened, the markers inside.
+    let opened = r["sealed"]["opened"].as_u64().unwrap();
+    assert!(
+        n("markers_received") > 0 && n("markers_received") <= n("arrived"),
+        "{r}"
+    );
+    assert_eq!(n("markers_received"), opened, "{r}");
+    for refused in ["malformed", "version", "no_key", "replay", "bad"] {
+        assert_eq!(r["sealed"][refused], 0, "{refused}: {r}");
+    }
 }
 
 /// The reflector, the control server and the bots under virtual time (TDF

@@ -26,6 +26,13 @@
 // The other checkpoint kept (library 1.4): FetchCheckpointOther(); its
 // Ready or Empty event has Op == CheckpointOp.FetchOther (the latest's:
 // CheckpointOp.Fetch).
+//
+// A game whose backend fetches the tokens, in a sealed group (library
+// 1.6): Client.HandedIn() (no token yet), SignKey() to the backend's
+// /join as sign_key (hex), then SetToken, SetEpochKeys (the grant's keys
+// as EpochKey values) and SetCheckpointCertificate (control_public,
+// certificate, expires_unix_s). A Failed fetch that the joiner's checks
+// refused has ev.Check (Native.CheckName names it).
 
 using System;
 using System.Collections.Generic;
@@ -92,7 +99,41 @@ namespace Reflector
         public byte Refusal;
         /// <summary>READY: a <see cref="Verification"/> value (library 1.5, in 1.4's padding; 0 before).</summary>
         public Verification Verification;
+        /// <summary>FAILED fetch the joiner's checks refused: which (library 1.6, in 1.5's padding; 0
+        /// otherwise).</summary>
+        public JoinerCheck Check;
     }
+
+    // ---- Handed-in sealing (library 1.6) ----
+
+    /// <summary>The joiner's check that refused a fetched sealed checkpoint, in the
+    /// document's order (Native.CheckName gives its counter's name). Library 1.6.</summary>
+    public enum JoinerCheck : byte
+    {
+        None = 0,
+        Malformed = 1,
+        Version = 2,
+        WrongCell = 3,
+        Mismatch = 4,
+        BadCertificate = 5,
+        ExpiredCertificate = 6,
+        BadSignature = 7,
+        NoKey = 8,
+        Bad = 9,
+    }
+
+    /// <summary>rc_epoch_key: one entry of a grant's keys, its hex fields decoded
+    /// (CellId 8 bytes, Key 32). Library 1.6.</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public struct EpochKey
+    {
+        public uint CellX, CellY, Epoch, Reserved;
+        [MarshalAs(UnmanagedType.ByValArray, SizeConst = 8)] public byte[] CellId;
+        [MarshalAs(UnmanagedType.ByValArray, SizeConst = 32)] public byte[] Key;
+        public ulong StartsUnixS, EndsUnixS;
+    }
+
+    // ---- end of handed-in sealing ----
 
     /// <summary>How far a fetched checkpoint can be trusted (library 1.5).</summary>
     public enum Verification : byte
@@ -211,6 +252,12 @@ namespace Reflector
         public const int VersionMinorFetchOther = 4;
         /// <summary>Sealed groups' counters (rc_sealing_stats) came with 1.5.</summary>
         public const int VersionMinorSealing = 5;
+        /// <summary>Sealing for a game that fetches its own tokens came with 1.6.</summary>
+        public const int VersionMinorHandedSealing = 6;
+        public const int SignKeyLen = 32;
+        public const int CertificateLen = 64;
+        public const int EpochKeyLen = 32;
+        public const int CellIdLen = 8;
         /// <summary>Sealed duplicate deliveries counted apart (rc_sealing_duplicates) came with 1.7.</summary>
         public const int VersionMinorSealedDuplicates = 7;
         public const int TokenLen = 32;
@@ -254,6 +301,26 @@ namespace Reflector
         [DllImport(Lib)] public static extern Status rc_checkpoint_stats(ulong h, out CheckpointStats stats);
         [DllImport(Lib)] public static extern Status rc_sealing_stats(ulong h, out SealingStats stats);
         [DllImport(Lib)] public static extern Status rc_sealing_duplicates(ulong h, out ulong count);
+
+        // ---- Handed-in sealing (library 1.6) ----
+        [DllImport(Lib)] public static extern Status rc_client_new_handed_in(byte[] local, out ulong handle);
+        [DllImport(Lib)] public static extern Status rc_sign_key(ulong h, byte[] buf, UIntPtr cap);
+        [DllImport(Lib)]
+        public static extern Status rc_set_epoch_keys(ulong h, ushort group, [In] EpochKey[] keys, UIntPtr n);
+        [DllImport(Lib)]
+        public static extern Status rc_set_checkpoint_certificate(ulong h, ushort group, byte[] controlPublic,
+            UIntPtr controlPublicLen, byte[] certificate, UIntPtr certificateLen, ulong expiresUnixS);
+        [DllImport(Lib)] public static extern IntPtr rc_check_name(byte check);
+
+        /// <summary>The name of a joiner's check ("checkpoint_wrong_cell", ...), or
+        /// null for None and values the library does not know. Library 1.6.</summary>
+        public static string CheckName(JoinerCheck check)
+        {
+            Need(VersionMinorHandedSealing, "CheckName");
+            var p = rc_check_name((byte)check);
+            return p == IntPtr.Zero ? null : Marshal.PtrToStringAnsi(p);
+        }
+        // ---- end of handed-in sealing ----
 
         [DllImport(Lib)]
         public static extern Status rc_config_new_control(byte[] url, byte[] ticket, uint player, double x, double y,
@@ -577,6 +644,60 @@ namespace Reflector
             Native.Check(Native.rc_checkpoint_stats(Handle, out s));
             return s;
         }
+
+        // ---- Handed-in sealing (library 1.6) ----
+
+        /// <summary>A client handed its tokens that has none yet: nothing is sent
+        /// until SetToken (or AddAreaToken and SetArea); its SignKey() is there at
+        /// once, for the /join that brings the first token.</summary>
+        public static Client HandedIn(string local = null)
+        {
+            CheckVersion();
+            Native.Need(Native.VersionMinorHandedSealing, "HandedIn");
+            ulong h;
+            Native.Check(Native.rc_client_new_handed_in(Native.Utf8(local), out h));
+            return new Client(h);
+        }
+
+        /// <summary>The client's checkpoint signing key (32 bytes): send it, hex, as
+        /// sign_key on every /join for this client.</summary>
+        public byte[] SignKey()
+        {
+            Native.Need(Native.VersionMinorHandedSealing, "SignKey");
+            var k = new byte[Native.SignKeyLen];
+            Native.Check(Native.rc_sign_key(Handle, k, (UIntPtr)k.Length));
+            return k;
+        }
+
+        /// <summary>Hands in the epoch keys of group (its grant's keys, in the
+        /// answer's order). A CellId or Key of another length throws, naming it.</summary>
+        public void SetEpochKeys(ushort group, EpochKey[] keys)
+        {
+            Native.Need(Native.VersionMinorHandedSealing, "SetEpochKeys");
+            for (var i = 0; i < keys.Length; i++)
+            {
+                if (keys[i].CellId == null || keys[i].CellId.Length != Native.CellIdLen)
+                    throw new ReflectorException(Status.ErrInvalidArgument, "epoch key " + i + ": CellId is " +
+                        (keys[i].CellId == null ? 0 : keys[i].CellId.Length) + " bytes; it must be " + Native.CellIdLen);
+                if (keys[i].Key == null || keys[i].Key.Length != Native.EpochKeyLen)
+                    throw new ReflectorException(Status.ErrInvalidArgument, "epoch key " + i + ": Key is " +
+                        (keys[i].Key == null ? 0 : keys[i].Key.Length) + " bytes; it must be " + Native.EpochKeyLen);
+            }
+            Native.Check(Native.rc_set_epoch_keys(Handle, group, keys, (UIntPtr)keys.Length));
+        }
+
+        /// <summary>Hands in group's checkpoint certificate: the grant's
+        /// control_public and certificate (decoded; the library checks their
+        /// lengths) and its expires_unix_s.</summary>
+        public void SetCheckpointCertificate(ushort group, byte[] controlPublic, byte[] certificate,
+            ulong expiresUnixS)
+        {
+            Native.Need(Native.VersionMinorHandedSealing, "SetCheckpointCertificate");
+            Native.Check(Native.rc_set_checkpoint_certificate(Handle, group, controlPublic,
+                (UIntPtr)controlPublic.Length, certificate, (UIntPtr)certificate.Length, expiresUnixS));
+        }
+
+        // ---- end of handed-in sealing ----
 
         /// <summary>Sealed groups' counters. Library 1.5.</summary>
         public SealingStats GetSealingStats()

@@ -20,6 +20,13 @@ The other checkpoint the reflector keeps (library 1.4): c.fetch_checkpoint_other
 its READY or EMPTY event has ck.op == rc.RC_CHECKPOINT_OP_FETCH_OTHER (the latest's:
 RC_CHECKPOINT_OP_FETCH).
 
+A game whose backend fetches the tokens, in a sealed group (library 1.6):
+
+    c = rc.Client.handed_in(lib)                 # no token yet, nothing sent
+    answer = backend_join(sign_key=c.sign_key().hex())   # GET /join?...&sign_key=HEX
+    c.hand_in(answer)                            # token, keys, control_public + certificate
+    # a FAILED fetch a joiner's check refused: ck.check, rc.check_name(lib, ck.check)
+
 An area of interest and more control servers (library 1.2):
 
     c = rc.Client.with_control(lib, "https://control.example", ticket, player, x, y,
@@ -48,6 +55,10 @@ REFLECTOR_C_VERSION_MINOR_HANDED_AREAS = 3
 REFLECTOR_C_VERSION_MINOR_FETCH_OTHER = 4
 # Sealed groups' counters (rc_sealing_stats) came with 1.5.
 REFLECTOR_C_VERSION_MINOR_SEALING = 5
+# Sealing for a game that fetches its own tokens (rc_client_new_handed_in,
+# rc_sign_key, rc_set_epoch_keys, rc_set_checkpoint_certificate,
+# CheckpointEvent.check, rc_check_name) came with 1.6.
+REFLECTOR_C_VERSION_MINOR_HANDED_SEALING = 6
 # Sealed duplicate deliveries counted apart (rc_sealing_duplicates) came with 1.7.
 REFLECTOR_C_VERSION_MINOR_SEALED_DUPLICATES = 7
 RC_MAX_AREA_TOKENS = 25
@@ -86,6 +97,26 @@ RC_VERIFICATION_CLEAR = 1
 RC_VERIFICATION_SIGNED = 2
 RC_VERIFICATION_VERIFIED_BY_TWO = 3
 RC_VERIFICATION_DISAGREE = 4
+
+# ---- Handed-in sealing (library 1.6) ----
+RC_SIGN_KEY_LEN = 32
+RC_CERTIFICATE_LEN = 64
+RC_EPOCH_KEY_LEN = 32
+RC_CELL_ID_LEN = 8
+RC_MAX_EPOCH_KEYS = 128
+# CheckpointEvent.check of a FAILED fetch the joiner's checks refused
+# (library 1.6; 0 otherwise), in the document's order; check_name() names them.
+RC_CHECK_NONE = 0
+RC_CHECK_MALFORMED = 1
+RC_CHECK_VERSION = 2
+RC_CHECK_WRONG_CELL = 3
+RC_CHECK_MISMATCH = 4
+RC_CHECK_BAD_CERTIFICATE = 5
+RC_CHECK_EXPIRED_CERTIFICATE = 6
+RC_CHECK_BAD_SIGNATURE = 7
+RC_CHECK_NO_KEY = 8
+RC_CHECK_BAD = 9
+# ---- end of handed-in sealing ----
 
 RC_EVENT_NONE = 0
 RC_EVENT_JOINED = 1
@@ -155,6 +186,22 @@ class CheckpointEvent(ctypes.Structure):
         ("refusal", ctypes.c_uint8),
         # Since 1.5, in 1.4's padding: an RC_VERIFICATION_* value.
         ("verification", ctypes.c_uint8),
+        # Since 1.6, in 1.5's padding: an RC_CHECK_* value.
+        ("check", ctypes.c_uint8),
+    ]
+
+
+class EpochKey(ctypes.Structure):
+    """rc_epoch_key (library 1.6): one entry of a grant's `keys`, decoded."""
+    _fields_ = [
+        ("cell_x", ctypes.c_uint32),
+        ("cell_y", ctypes.c_uint32),
+        ("epoch", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+        ("cell_id", ctypes.c_uint8 * RC_CELL_ID_LEN),
+        ("key", ctypes.c_uint8 * RC_EPOCH_KEY_LEN),
+        ("starts_unix_s", ctypes.c_uint64),
+        ("ends_unix_s", ctypes.c_uint64),
     ]
 
 
@@ -275,6 +322,13 @@ def load(path=None):
     sigs_1_5 = {
         "rc_sealing_stats": (ctypes.c_int, [u64, ctypes.POINTER(SealingStats)]),
     }
+    sigs_1_6 = {
+        "rc_client_new_handed_in": (ctypes.c_int, [char_p, ctypes.POINTER(u64)]),
+        "rc_sign_key": (ctypes.c_int, [u64, bytes_p, size]),
+        "rc_set_epoch_keys": (ctypes.c_int, [u64, u16, ctypes.POINTER(EpochKey), size]),
+        "rc_set_checkpoint_certificate": (ctypes.c_int, [u64, u16, bytes_p, size, bytes_p, size, u64]),
+        "rc_check_name": (ctypes.c_char_p, [ctypes.c_uint8]),
+    }
     sigs_1_7 = {
         "rc_sealing_duplicates": (ctypes.c_int, [u64, ctypes.POINTER(u64)]),
     }
@@ -298,6 +352,10 @@ def load(path=None):
             f.restype, f.argtypes = res, args
     if minor(lib) >= REFLECTOR_C_VERSION_MINOR_SEALING:
         for name, (res, args) in sigs_1_5.items():
+            f = getattr(lib, name)
+            f.restype, f.argtypes = res, args
+    if minor(lib) >= REFLECTOR_C_VERSION_MINOR_HANDED_SEALING:
+        for name, (res, args) in sigs_1_6.items():
             f = getattr(lib, name)
             f.restype, f.argtypes = res, args
     if minor(lib) >= REFLECTOR_C_VERSION_MINOR_SEALED_DUPLICATES:
@@ -332,6 +390,38 @@ def _check(lib, code):
 
 def _bytes(b):
     return (ctypes.c_uint8 * len(b)).from_buffer_copy(bytes(b)), len(b)
+
+
+# ---- Handed-in sealing (library 1.6) ----
+
+def check_name(lib, check):
+    """The name of an RC_CHECK_* value ("checkpoint_wrong_cell", ...), or
+    None for 0 and values the library does not know. Library 1.6."""
+    _need(lib, REFLECTOR_C_VERSION_MINOR_HANDED_SEALING, "check_name")
+    name = lib.rc_check_name(check)
+    return name.decode() if name is not None else None
+
+
+def _hex_or_bytes(v):
+    return bytes.fromhex(v) if isinstance(v, str) else bytes(v)
+
+
+def epoch_key(entry, index=0):
+    """An EpochKey from one `keys` entry of a /join (or /keys) answer, as
+    the JSON has it (hex strings) or with bytes; a wrong length raises
+    ReflectorError naming the field and the entry's index."""
+    k = EpochKey()
+    k.cell_x, k.cell_y = entry["cell"]
+    k.epoch = entry["epoch"]
+    k.starts_unix_s, k.ends_unix_s = entry["starts_unix_s"], entry["ends_unix_s"]
+    for field, want in (("cell_id", RC_CELL_ID_LEN), ("key", RC_EPOCH_KEY_LEN)):
+        b = _hex_or_bytes(entry[field])
+        if len(b) != want:
+            raise ReflectorError(-2, "epoch key %d: %s is %d bytes; it must be %d" % (index, field, len(b), want))
+        getattr(k, field)[:] = list(b)
+    return k
+
+# ---- end of handed-in sealing ----
 
 
 class Client:
@@ -528,6 +618,58 @@ class Client:
         s = CheckpointStats()
         _check(self._lib, self._lib.rc_checkpoint_stats(self.handle, ctypes.byref(s)))
         return s
+
+    # ---- Handed-in sealing (library 1.6) ----
+
+    @classmethod
+    def handed_in(cls, lib, local=None):
+        """A client handed its tokens that has none yet: nothing is sent
+        until set_token() or set_area() (or hand_in()); its sign_key() is
+        there at once, for the /join that brings the first token."""
+        _need(lib, REFLECTOR_C_VERSION_MINOR_HANDED_SEALING, "Client.handed_in")
+        h = ctypes.c_uint64()
+        _check(lib, lib.rc_client_new_handed_in(local.encode() if local else None, ctypes.byref(h)))
+        return cls(lib, h.value)
+
+    def sign_key(self):
+        """The client's checkpoint signing key (32 bytes): send it, hex, as
+        sign_key on every /join for this client."""
+        _need(self._lib, REFLECTOR_C_VERSION_MINOR_HANDED_SEALING, "sign_key")
+        buf = (ctypes.c_uint8 * RC_SIGN_KEY_LEN)()
+        _check(self._lib, self._lib.rc_sign_key(self.handle, buf, RC_SIGN_KEY_LEN))
+        return bytes(buf)
+
+    def set_epoch_keys(self, group, entries):
+        """Hands in `group`'s epoch keys: the `keys` entries of its grant
+        (dicts as the JSON has them, hex or bytes), in the answer's order."""
+        _need(self._lib, REFLECTOR_C_VERSION_MINOR_HANDED_SEALING, "set_epoch_keys")
+        keys = [epoch_key(e, i) for i, e in enumerate(entries)]
+        arr = (EpochKey * max(len(keys), 1))(*keys)
+        _check(self._lib, self._lib.rc_set_epoch_keys(self.handle, group, arr, len(keys)))
+
+    def set_checkpoint_certificate(self, group, control_public, certificate, expires_unix_s):
+        """Hands in `group`'s checkpoint certificate: the grant's
+        control_public and certificate (hex or bytes; the library checks
+        the lengths) and its expires_unix_s."""
+        _need(self._lib, REFLECTOR_C_VERSION_MINOR_HANDED_SEALING, "set_checkpoint_certificate")
+        cp, cpl = _bytes(_hex_or_bytes(control_public))
+        ce, cel = _bytes(_hex_or_bytes(certificate))
+        _check(self._lib, self._lib.rc_set_checkpoint_certificate(self.handle, group, cp, cpl, ce, cel,
+                                                                  expires_unix_s))
+
+    def hand_in(self, grant):
+        """Hands in one grant of a /join answer (a dict, as the JSON has
+        it): its token, then its keys and its certificate when it has them
+        (a control server with a sealing secret, asked with sign_key)."""
+        self.set_token(bytes.fromhex(grant["token"]), bytes.fromhex(grant["session_key"]), grant["player"],
+                       grant["group"], grant["reflector"], grant["expires_unix_s"])
+        if grant.get("keys"):
+            self.set_epoch_keys(grant["group"], grant["keys"])
+        if grant.get("certificate"):
+            self.set_checkpoint_certificate(grant["group"], grant["control_public"], grant["certificate"],
+                                            grant["expires_unix_s"])
+
+    # ---- end of handed-in sealing ----
 
     def sealing_stats(self):
         """Sealed groups' counters (library 1.5)."""

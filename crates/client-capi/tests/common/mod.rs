@@ -63,6 +63,23 @@ impl Reflector {
         Reflector::start_policy(vec![0], None, true)
     }
 
+    /// `groups` sealed groups (`serve --data-sealed on`) with the
+    /// checkpoint channel on, asking each group for a checkpoint every
+    /// 200 ms, fetches unpaced: the cells of [`sealing_control_server`].
+    pub fn start_sealed_checkpoints(groups: usize) -> Reflector {
+        let ck = CheckpointConfig {
+            every_ms: 200,
+            fetch_every_ms: 0,
+            ..CheckpointConfig::default()
+        };
+        let r = Reflector::start_policy(vec![0; groups], Some(ck), true);
+        assert!(
+            r.server.checkpoint_port().is_some_and(|p| p != 0),
+            "the channel is bound"
+        );
+        r
+    }
+
     fn start_ports(ports: Vec<u16>, checkpoint: Option<CheckpointConfig>) -> Reflector {
         Reflector::start_policy(ports, checkpoint, false)
     }
@@ -142,6 +159,78 @@ pub fn area_control_server(r: &Reflector) -> reflector_control::ControlServer {
         Arc::new(AtomicBool::new(false)),
     )
     .expect("the control server starts")
+}
+
+/// The master secret of [`sealing_control_server`]'s world.
+pub const SEALING_MASTER: [u8; 32] = [0x5e; 32];
+/// Its world name.
+pub const SEALING_WORLD: &str = "capi tests";
+
+/// [`area_control_server`] with a sealing secret: its grants carry epoch
+/// keys (`keys`), and with `sign_key` asked `control_public` and a
+/// `certificate` (the default schedule: epochs of 600 s, 60 s of jitter).
+pub fn sealing_control_server(r: &Reflector) -> reflector_control::ControlServer {
+    use reflector_control::{Assign, ControlConfig, ReflectorSpec, World};
+    use reflector_proto::sealed::{MasterSecret, Schedule};
+    let ports = r.ports();
+    let sealing = Arc::new(reflector_control::sealing::Sealing::new(
+        MasterSecret::new(&SEALING_MASTER).expect("a long enough master secret"),
+        SEALING_WORLD,
+        Schedule::new(600, 60).expect("a valid schedule"),
+        100.0,
+    ));
+    let world = World::new(
+        ports.len() as u32,
+        1,
+        100.0,
+        Assign::RoundRobin,
+        &[ReflectorSpec {
+            ip: [127, 0, 0, 1].into(),
+            ports,
+        }],
+    )
+    .expect("a world")
+    .with_sealing(sealing)
+    .expect("one cell per group");
+    reflector_control::ControlServer::start_with(
+        ControlConfig {
+            listen: ([127, 0, 0, 1], 0).into(),
+            world,
+            secret: Secret::new(&SECRET).expect("a valid secret").into(),
+            token_ttl_s: 300,
+            auth: None,
+        },
+        reflector_http::Limits::default(),
+        None,
+        Arc::new(AtomicBool::new(false)),
+    )
+    .expect("the control server starts")
+}
+
+/// What a game's backend does for a sealed group: `GET
+/// /join?player=P&x=X&y=Y&sign_key=HEX` of the control server at `url`;
+/// the answer's cell grant (token, keys, `control_public`, `certificate`).
+pub fn sealed_join(
+    url: &str,
+    player: u32,
+    (x, y): (f64, f64),
+    sign_key: &[u8],
+) -> reflector_proto::control::KeyedGrant {
+    let answer: reflector_proto::control::KeyedAreaGrant = ureq::get(&format!("{url}/join"))
+        .query("player", &player.to_string())
+        .query("x", &x.to_string())
+        .query("y", &y.to_string())
+        .query("sign_key", &hex(sign_key))
+        .timeout(Duration::from_secs(5))
+        .call()
+        .expect("the control server answers /join")
+        .into_json()
+        .expect("the /join JSON");
+    assert!(
+        !answer.cell.keys.is_empty() && answer.cell.certificate.is_some(),
+        "a control server with a sealing secret, asked with sign_key, hands out keys and a certificate"
+    );
+    answer.cell
 }
 
 /// The centre of cell `x` of [`area_control_server`]'s row.

@@ -89,6 +89,16 @@ pub enum ChannelError {
     /// An authenticated answer this step does not expect.
     #[error("checkpoint channel {addr}: unexpected reply {status:?}")]
     Unexpected { addr: SocketAddr, status: Status },
+    /// A fetched checkpoint of a sealed group that came intact from the
+    /// reflector (its REPLY's MAC and SHA-256 verified) but failed one of
+    /// the joiner's own checks (docs/protocol.md, "Sealed checkpoints"):
+    /// `refusal` names the first that failed, as its counter is named.
+    /// Nothing of the state reaches the game.
+    #[error("checkpoint channel {addr}: the fetched checkpoint was refused by the joiner's checks ({}): {refusal}", .refusal.counter())]
+    JoinerRefused {
+        addr: SocketAddr,
+        refusal: crate::sealed::checkpoint::CheckpointRefusal,
+    },
 }
 
 impl ChannelError {
@@ -98,6 +108,15 @@ impl ChannelError {
             addr,
             call,
             message: e.to_string(),
+        }
+    }
+
+    /// The joiner's check that refused a fetched sealed checkpoint
+    /// ([`ChannelError::JoinerRefused`]; `None` for every other failure).
+    pub fn joiner_refusal(&self) -> Option<crate::sealed::checkpoint::CheckpointRefusal> {
+        match self {
+            ChannelError::JoinerRefused { refusal, .. } => Some(*refusal),
+            _ => None,
         }
     }
 

@@ -657,6 +657,20 @@ mod tests {
         assert_eq!(bare.refusal(), Some(Refusal::NotRequested));
         assert_eq!(ChannelError::BadMac { addr }.refusal(), None);
     }
+
+    #[test]
+    fn a_joiner_refusal_names_its_check_and_is_no_reflector_refusal() {
+        use crate::sealed::checkpoint::CheckpointRefusal;
+        let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        for r in CheckpointRefusal::ALL {
+            let e = ChannelError::JoinerRefused { addr, refusal: r };
+            assert_eq!(e.joiner_refusal(), Some(r));
+            assert_eq!(e.refusal(), None, "the reflector refused nothing");
+            let text = e.to_string();
+            assert!(text.contains(r.counter()) && text.contains("joiner's checks"), "{text}");
+        }
+        assert_eq!(ChannelError::BadMac { addr }.joiner_refusal(), None);
+    }
     use std::net::TcpListener;
 
     fn keys() -> SessionKeys {
