@@ -48,9 +48,11 @@
  * (`rc_set_epoch_keys` with `rc_epoch_key`, `rc_set_checkpoint_certificate`),
  * and the joiner's check that refused a fetched checkpoint
  * (`rc_checkpoint_event.check` in 1.5's padding, the `RC_CHECK_*`
- * values, `rc_check_name`).
+ * values, `rc_check_name`). 1.7 added `rc_sealing_duplicates`: sealed
+ * duplicate deliveries, counted apart from replays (a function of its
+ * own: `rc_sealing_counters` keeps its size).
  */
-#define REFLECTOR_C_VERSION_MINOR 6
+#define REFLECTOR_C_VERSION_MINOR 7
 
 /**
  * Bytes of a reflector token.
@@ -681,7 +683,9 @@ typedef struct {
    */
   uint64_t no_key;
   /**
-   * ... a sequence already seen from that sender instance ...
+   * ... a sequence already seen from that sender instance (the same
+   * sealed datagram again; honest duplicates through two groups of an
+   * area are counted apart, `rc_sealing_duplicates`, since 1.7) ...
    */
   uint64_t replay;
   /**
@@ -1072,6 +1076,15 @@ rc_status rc_checkpoint_stats(rc_handle h, rc_checkpoint_counters *stats);
  * steps dropped and the `/keys` refreshes. (Since 1.5.)
  */
 rc_status rc_sealing_stats(rc_handle h, rc_sealing_counters *stats);
+
+/**
+ * Sealed DATA the client dropped as duplicate deliveries into `*count`:
+ * authentic copies of a datagram it already had, which the sender sealed
+ * for another group of the client's area (docs/protocol.md, "Duplicate
+ * deliveries"). Not a replay and not counted in `rc_sealing_counters`.
+ * (Since 1.7.)
+ */
+rc_status rc_sealing_duplicates(rc_handle h, uint64_t *count);
 
 /**
  * Areas of interest and control server lists (since 1.2) need settings

@@ -782,6 +782,10 @@ pub fn sealing_stats(h: rc_handle) -> Res<rc_sealing_counters> {
     })
 }
 
+pub fn sealing_duplicates(h: rc_handle) -> Res<u64> {
+    with(h, |c| Ok(c.stats().sealed_duplicate))
+}
+
 pub fn checkpoint_stats(h: rc_handle) -> Res<rc_checkpoint_counters> {
     with(h, |c| {
         let s = c.stats();

@@ -663,6 +663,23 @@ pub unsafe extern "C" fn rc_sealing_stats(h: rc_handle, stats: *mut rc_sealing_c
     })
 }
 
+/// Sealed DATA the client dropped as duplicate deliveries into `*count`:
+/// authentic copies of a datagram it already had, which the sender sealed
+/// for another group of the client's area (docs/protocol.md, "Duplicate
+/// deliveries"). Not a replay and not counted in `rc_sealing_counters`.
+/// (Since 1.7.)
+#[no_mangle]
+pub unsafe extern "C" fn rc_sealing_duplicates(h: rc_handle, count: *mut u64) -> rc_status {
+    call(|| {
+        if count.is_null() {
+            return Err(null("count"));
+        }
+        let n = api::sealing_duplicates(h)?;
+        // SAFETY: `count` is a writable u64 (checked for NULL).
+        done(unsafe { put(count, n, "count") })
+    })
+}
+
 /// Areas of interest and control server lists (since 1.2) need settings
 /// the 1.1 constructors do not take, so a client gets them from a config:
 /// an `rc_config` handle made with the arguments of

@@ -39,8 +39,10 @@ pub const REFLECTOR_C_VERSION_MAJOR: u32 = 1;
 /// (`rc_set_epoch_keys` with `rc_epoch_key`, `rc_set_checkpoint_certificate`),
 /// and the joiner's check that refused a fetched checkpoint
 /// (`rc_checkpoint_event.check` in 1.5's padding, the `RC_CHECK_*`
-/// values, `rc_check_name`).
-pub const REFLECTOR_C_VERSION_MINOR: u32 = 6;
+/// values, `rc_check_name`). 1.7 added `rc_sealing_duplicates`: sealed
+/// duplicate deliveries, counted apart from replays (a function of its
+/// own: `rc_sealing_counters` keeps its size).
+pub const REFLECTOR_C_VERSION_MINOR: u32 = 7;
 
 /// Bytes of a reflector token.
 pub const RC_TOKEN_LEN: usize = 32;
@@ -554,7 +556,9 @@ pub struct rc_sealing_counters {
     pub version: u64,
     /// ... no epoch key held for its cell and epoch ...
     pub no_key: u64,
-    /// ... a sequence already seen from that sender instance ...
+    /// ... a sequence already seen from that sender instance (the same
+    /// sealed datagram again; honest duplicates through two groups of an
+    /// area are counted apart, `rc_sealing_duplicates`, since 1.7) ...
     pub replay: u64,
     /// ... does not open under the sender's key (forged or altered).
     pub bad: u64,

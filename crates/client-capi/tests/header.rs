@@ -108,11 +108,13 @@ fn header_declares_every_entry_point() {
         "rc_sign_key",
         "rc_set_epoch_keys",
         "rc_set_checkpoint_certificate",
+        // 1.7: duplicate deliveries counted apart.
+        "rc_sealing_duplicates",
     ] {
         assert!(h.contains(&format!(" {f}(")), "{f} missing from the header");
     }
     assert!(h.contains("#define REFLECTOR_C_VERSION_MAJOR 1"));
-    assert!(h.contains("#define REFLECTOR_C_VERSION_MINOR 6"));
+    assert!(h.contains("#define REFLECTOR_C_VERSION_MINOR 7"));
     assert!(h.contains("#define RC_MAX_AREA_TOKENS 25"));
     assert!(h.contains("RC_ERR_BUFFER_TOO_SMALL = -12"));
     assert!(h.contains("RC_CHECKPOINT_READY = 3"));
@@ -139,4 +141,6 @@ fn header_declares_every_entry_point() {
     assert!(h.contains("} rc_epoch_key;"));
     assert!(h.contains("rc_status rc_set_epoch_keys(rc_handle h, uint16_t group, const rc_epoch_key *keys, size_t n);"));
     assert!(h.contains("const char *rc_check_name(uint8_t check);"));
+    // 1.7's duplicate deliveries: a function of their own, the struct unchanged.
+    assert!(h.contains("rc_status rc_sealing_duplicates(rc_handle h, uint64_t *count);"));
 }

@@ -47,6 +47,7 @@ c.update()
 s = c.sealing_stats()
 print("sealing", s.malformed, s.bad, s.keys_refresh_failures, s.checkpoint_bad)
 assert rc.ctypes.sizeof(rc.SealingStats) == 17 * 8, "the counters mirror rc_sealing_counters"
+print("duplicates", c.sealing_duplicates())
 c.close()
 try:
     c.close()
@@ -64,6 +65,8 @@ except rc.ReflectorError as e:
     assert!(out.contains("double free -3"), "{out}");
     // 1.5's counters read through the binding (no sealed group: zeros).
     assert!(out.contains("sealing 0 0 0"), "{out}");
+    // 1.7's duplicate deliveries, a function of their own.
+    assert!(out.contains("duplicates 0"), "{out}");
 }
 
 /// An area's tokens handed in from Python (1.3): the client joins both

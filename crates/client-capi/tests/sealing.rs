@@ -1,6 +1,6 @@
-//! Sealed groups through the C ABI (1.5): a send in a sealed group with no
+//! Sealed groups through the C ABI (1.5, 1.7): a send in a sealed group with no
 //! key held is refused with RC_ERR_WRONG_STATE and the library's message,
-//! and `rc_sealing_stats` reads the sealed counters.
+//! and `rc_sealing_stats` and `rc_sealing_duplicates` read the sealed counters.
 
 #![allow(unsafe_code, reason = "calls the C ABI's entry points as C would")]
 
@@ -55,6 +55,15 @@ fn a_sealed_group_without_keys_refuses_to_send_and_counters_read() {
     // SAFETY: NULL is checked.
     assert_eq!(
         unsafe { rc_sealing_stats(h, std::ptr::null_mut()) },
+        rc_status::RC_ERR_NULL
+    );
+    let mut dup = 7u64;
+    // SAFETY: a valid out-pointer.
+    assert_eq!(unsafe { rc_sealing_duplicates(h, &mut dup) }, rc_status::RC_OK);
+    assert_eq!(dup, 0);
+    // SAFETY: NULL is checked.
+    assert_eq!(
+        unsafe { rc_sealing_duplicates(h, std::ptr::null_mut()) },
         rc_status::RC_ERR_NULL
     );
     assert!(rc_version() & 0xffff >= 5, "a library of 1.5 or later");

@@ -318,6 +318,7 @@ pub(crate) fn count(stats: &mut crate::Stats, e: OpenError) {
         OpenError::NoKey => stats.sealed_no_key += 1,
         OpenError::Replay => stats.sealed_replay += 1,
         OpenError::Bad => stats.sealed_bad += 1,
+        OpenError::Duplicate => stats.sealed_duplicate += 1,
     }
 }
 

@@ -418,11 +418,17 @@ pub struct Stats {
     /// ... no epoch key held for its cell and epoch (keys not handed out
     /// or not refreshed yet, or the sender's clock far off) ...
     pub sealed_no_key: u64,
-    /// ... a sequence already seen from that sender instance (a replay, or
-    /// a copy that came through two groups of an area) ...
+    /// ... a sequence already seen from that sender instance: the same
+    /// sealed datagram again (a replay) ...
     pub sealed_replay: u64,
     /// ... and does not open under the sender's key: forged or altered.
     pub sealed_bad: u64,
+    /// Sealed DATA dropped as duplicate deliveries, not counted above: an
+    /// authentic copy of a sequence already opened that the sender sealed
+    /// for another group (a sender in two groups of this client's area
+    /// sending one datagram to both; docs/protocol.md, "Duplicate
+    /// deliveries"). The game got the first copy; this is no attack.
+    pub sealed_duplicate: u64,
     /// Sealed groups' fetched checkpoints refused by the joiner's checks
     /// (docs/protocol.md, "Sealed checkpoints"), one counter per check,
     /// named as the document names it; a refused state never reaches the

@@ -570,3 +570,144 @@ fn keys_in_a_join_answer_are_checked() {
     let cells: Vec<[u32; 2]> = t.keys.iter().map(|k| k.cell).collect();
     assert_eq!(cells, vec![[0, 0], [1, 0]], "ticket_json's cell [0, 0] first");
 }
+
+/// A sender in two sealed groups of a listener's area sends each datagram
+/// to both under one sequence, sealed once per group under that group's
+/// cell key (as the protocol allows: two keys, so no nonce repeats). The
+/// listener delivers each once and counts the other copy as a duplicate
+/// delivery, not a replay; a copy it opened, sent to it again, is still a
+/// replay (docs/protocol.md, "Duplicate deliveries").
+#[test]
+fn another_groups_copy_is_a_duplicate_and_the_same_copy_again_a_replay() {
+    use reflector_client::AreaTokens;
+    use reflector_proto::client::{Config as SessionConfig, JoinRequest};
+    use reflector_proto::protocol::{Header, SessionKeys};
+    use std::net::{SocketAddr, UdpSocket};
+
+    let r = Reflector::start_sealed_groups(2);
+    let ports = r.ports();
+    let at = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+    let master = MasterSecret::new(&common::SEALING_MASTER).unwrap();
+    let now = reflector_proto::unix_now_ms() / 1000;
+    let cell_key = |column: u32| CellKey {
+        cell: [column, 0],
+        key: master.epoch_key(CellId::new(WorldId::from_name("pair world"), column, 0).unwrap(), 7),
+        starts_unix_s: now - 10,
+        ends_unix_s: now + 600,
+    };
+    let keys = [cell_key(0), cell_key(1)];
+
+    // The listener: group A (cell 0) through a relay, so that the test can
+    // send it a copy "from the reflector"; group B (cell 1) direct.
+    let relay = Relay::start(at(ports[0]));
+    let mut a = keyed(common::token(1, ports[0], relay.addr, 300), &keys[..1]);
+    a.reflector = relay.addr.to_string();
+    let b = keyed(common::token(1, ports[1], at(ports[1]), 300), &keys[1..]);
+    let mut listener = given_client(a.clone(), relay.addr);
+    listener
+        .set_area_tokens(AreaTokens { cell: a, area: vec![b] })
+        .expect("an area");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while listener.member_groups().count() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the listener joined {:?}",
+            listener.member_groups().collect::<Vec<_>>()
+        );
+        listener.update(Instant::now());
+        while listener.poll_event().is_some() {}
+        std::thread::sleep(Duration::from_millis(1));
+    }
+
+    // The sender: one socket, one instance, a member of both groups.
+    let sock = UdpSocket::bind("127.0.0.1:0").expect("a socket");
+    let cfg = SessionConfig {
+        retry: Duration::from_millis(100),
+        give_up: Some(Duration::from_secs(5)),
+    };
+    let instance = 0x5eed_u64;
+    let mut sessions: Vec<_> = ports
+        .iter()
+        .zip(&keys)
+        .map(|(&group, k)| {
+            let t = common::token(4, group, at(group), 300);
+            let req = JoinRequest {
+                reflector: at(group),
+                group,
+                player: 4,
+                token: t.token,
+                keys: SessionKeys::from_session(t.session_key),
+                first_seq: 1,
+            };
+            let (s, ack) = reflector_proto::blocking::join(&sock, req, cfg).expect("the double sender joins");
+            assert!(ack.tags() && sealed::group_is_sealed(ack.flags) == Ok(true));
+            (s, k.key.sender_key(4, instance))
+        })
+        .collect();
+
+    const M: u64 = 20;
+    let mut delivered = Vec::new();
+    for k in 0..M {
+        let seq = sessions.iter().map(|(s, _)| s.next_seq()).max().expect("two sessions");
+        let game = format!("datagram {k}");
+        for (s, key) in sessions.iter_mut() {
+            let h = Header {
+                kind: Kind::Data,
+                group: s.request().group,
+                sender: 4,
+                membership: s.membership().expect("a member"),
+                seq,
+            };
+            let mut buf = [0u8; 256];
+            buf[sealed::field::CIPHERTEXT..][..game.len()].copy_from_slice(game.as_bytes());
+            let tags = s.request().keys;
+            let n = key.seal(&h, game.len(), Some(&tags), &mut buf).expect("seals");
+            s.advance_seq(seq + 1);
+            sock.send_to(&buf[..n], s.request().reflector).expect("sent");
+        }
+        // Both copies in before the next pair: each is judged against the
+        // other, whichever comes first.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while listener.stats().data_received + listener.stats().sealed_duplicate < 2 * (k + 1) {
+            assert!(
+                Instant::now() < deadline,
+                "datagram {k}: both copies not judged within 5 s: {:?}",
+                listener.stats()
+            );
+            listener.update(Instant::now());
+            while let Some(d) = listener.recv() {
+                delivered.push((d.sender, d.seq, d.payload.to_vec()));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    while let Some(d) = listener.recv() {
+        delivered.push((d.sender, d.seq, d.payload.to_vec()));
+    }
+    assert_eq!(
+        delivered.iter().map(|d| d.2.clone()).collect::<Vec<_>>(),
+        (0..M).map(|k| format!("datagram {k}").into_bytes()).collect::<Vec<_>>(),
+        "each datagram once"
+    );
+    let s = listener.stats();
+    assert_eq!(s.sealed_duplicate, M, "the other group's copies: {s:?}");
+    assert_eq!(sealed_counts(&s), [0; 5], "none counted as a replay or worse: {s:?}");
+
+    // A copy the listener opened, sent to it again from the reflector's
+    // address: a replay, not a duplicate.
+    let captured = wait_relayed(&relay, 4, M as usize).pop().expect("a copy relayed");
+    relay.inject(&captured);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while listener.stats().sealed_replay == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the replay was not counted: {:?}",
+            listener.stats()
+        );
+        listener.update(Instant::now());
+        assert!(listener.recv().is_none(), "a replay reached the game");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let s = listener.stats();
+    assert_eq!((s.sealed_replay, s.sealed_duplicate, s.sealed_bad), (1, M, 0), "{s:?}");
+}

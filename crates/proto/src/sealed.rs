@@ -13,7 +13,8 @@
 //!   [`SenderKey::open`] opens one in place;
 //! - [`Receiver`]: the receiving rules in the document's order (form, key
 //!   held, replay window per (player, instance), AEAD), each refusal
-//!   counted;
+//!   counted, duplicate deliveries (another group's copy) apart from
+//!   replays;
 //! - [`checkpoint`]: sealed checkpoints, a checkpoint state sealed under
 //!   the epoch key and signed with the uploader's certified Ed25519 key,
 //!   and a joiner's checks.
@@ -406,6 +407,10 @@ pub enum OpenError {
     Replay,
     #[error("does not open under the sender's key (forged or altered)")]
     Bad,
+    #[error(
+        "a duplicate delivery: that sequence already opened from another of the sender's copies (another group's)"
+    )]
+    Duplicate,
 }
 
 impl OpenError {
@@ -417,6 +422,7 @@ impl OpenError {
             OpenError::NoKey => "sealed_no_key",
             OpenError::Replay => "sealed_replay",
             OpenError::Bad => "sealed_bad",
+            OpenError::Duplicate => "sealed_duplicate",
         }
     }
 }
@@ -578,6 +584,15 @@ impl SenderKey {
         if f.player != self.player || f.instance != self.instance || f.cell != self.cell || f.epoch != self.epoch {
             return Err(OpenError::Bad);
         }
+        self.open_read(datagram, &f)
+    }
+
+    /// [`SenderKey::open`] with the fields read already, by the caller
+    /// that chose this key by them (so they are this key's).
+    fn open_read(&self, datagram: &mut [u8], f: &SealedFields) -> Result<Range<usize>, OpenError> {
+        debug_assert!(
+            f.player == self.player && f.instance == self.instance && f.cell == self.cell && f.epoch == self.epoch
+        );
         let ad = associated_data(datagram);
         let opened = self
             .aead
@@ -599,6 +614,10 @@ pub struct ReceiveCounters {
     pub no_key: u64,
     pub replay: u64,
     pub bad: u64,
+    /// Authentic copies of a sequence already opened, sealed for another
+    /// group (docs/protocol.md, "Duplicate deliveries"): dropped, not an
+    /// attack.
+    pub duplicate: u64,
 }
 
 impl ReceiveCounters {
@@ -609,27 +628,96 @@ impl ReceiveCounters {
             OpenError::NoKey => self.no_key += 1,
             OpenError::Replay => self.replay += 1,
             OpenError::Bad => self.bad += 1,
+            OpenError::Duplicate => self.duplicate += 1,
         }
     }
 }
 
-/// A (player, instance) window with the time it was last used, so the
-/// least recently used goes first when the table is full.
-#[derive(Debug, Clone, Copy)]
-struct SenderWindow {
-    window: ReplayWindow,
-    last_used: u64,
+/// The opened copies a receiver remembers per (player, instance), to tell
+/// a duplicate delivery from a replay (docs/protocol.md, "Duplicate
+/// deliveries").
+pub const OPENED_REMEMBERED: usize = 8;
+
+/// The first 8 bytes of a sealed DATA's AEAD tag (its last 16 bytes): what
+/// tells two copies of one sequence apart. `datagram` passed step 1, so it
+/// is at least [`SEALED_MIN`] bytes.
+fn tag_prefix(datagram: &[u8]) -> u64 {
+    let n = datagram.len();
+    be_u64(&datagram[n - AEAD_TAG_LEN..n - AEAD_TAG_LEN + 8])
 }
 
-/// The receiving side of sealed groups: the epoch keys held, sender keys
-/// derived once per (cell, epoch, player, instance), and a replay window
-/// per (player, instance) across all groups, cells and epochs (the
-/// sequence is client-wide). Tables grow only when a new key or sender
-/// appears, never per datagram.
+/// All a receiver keeps of one (player, instance) that a datagram opened
+/// from, in one table entry, so that a datagram costs one lookup: the
+/// replay window, its least-recently-used stamp, the sender keys that
+/// opened something, and the last copies opened.
+struct Sender {
+    window: ReplayWindow,
+    /// [`Receiver::uses`] when a datagram last opened: the least recently
+    /// used goes first when the table is full.
+    last_used: u64,
+    /// One per (cell, epoch) this sender sealed under that the receiver
+    /// holds a key for: one or two (a rotation), a few for a mover.
+    keys: Vec<SenderKey>,
+    /// (sequence, [`tag_prefix`]) of the last copies opened, a ring;
+    /// sequence 0 (never opened) marks an empty slot.
+    opened: [(u64, u64); OPENED_REMEMBERED],
+    next_opened: usize,
+}
+
+impl Sender {
+    fn new(key: SenderKey) -> Sender {
+        Sender {
+            window: ReplayWindow::default(),
+            last_used: 0,
+            keys: vec![key],
+            opened: [(0, 0); OPENED_REMEMBERED],
+            next_opened: 0,
+        }
+    }
+
+    fn key(&self, cell: CellId, epoch: u32) -> Option<&SenderKey> {
+        self.keys.iter().find(|k| k.cell == cell && k.epoch == epoch)
+    }
+
+    fn remember(&mut self, seq: u64, tag: u64) {
+        self.opened[self.next_opened] = (seq, tag);
+        self.next_opened = (self.next_opened + 1) % OPENED_REMEMBERED;
+    }
+
+    /// For a sequence that is not fresh: whether this copy may be a
+    /// duplicate delivery (a copy of `seq` is remembered, none with this
+    /// tag) rather than a replay.
+    fn may_be_duplicate(&self, seq: u64, tag: u64) -> bool {
+        let mut seen = false;
+        for &(s, t) in &self.opened {
+            if s == seq {
+                if t == tag {
+                    return false;
+                }
+                seen = true;
+            }
+        }
+        seen
+    }
+}
+
+/// The receiving side of sealed groups: the epoch keys held and, per
+/// (player, instance) heard, one entry with its replay window (across all
+/// groups, cells and epochs: the sequence is client-wide), the sender keys
+/// derived for it (once per (cell, epoch)) and the copies it last opened.
+/// The table grows only when a new sender opens, never per datagram.
+///
+/// Its keys are chosen by whoever sends (any holder of an epoch key can
+/// derive any player's sender key, so an entry's (player, instance) is not
+/// proof of who sent), and every datagram is looked up in it: it keeps
+/// std's `RandomState`, SipHash keyed at random per table, so nobody can
+/// aim keys at one bucket; the table is also bounded (`max_windows`). One
+/// SipHash per datagram is about 160 instructions of the ~2,100 a 100-byte
+/// receive takes (the AEAD ~1,700, `examples/open_floor.rs`): too little
+/// to trade for an unkeyed hash.
 pub struct Receiver {
     epoch_keys: Vec<EpochKey>,
-    sender_keys: HashMap<(CellId, u32, u32, u64), SenderKey>,
-    windows: HashMap<(u32, u64), SenderWindow>,
+    senders: HashMap<(u32, u64), Sender>,
     max_windows: usize,
     uses: u64,
     counters: ReceiveCounters,
@@ -639,8 +727,8 @@ impl fmt::Debug for Receiver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Receiver")
             .field("epoch_keys", &self.epoch_keys)
-            .field("senders", &self.sender_keys.len())
-            .field("windows", &self.windows.len())
+            .field("senders", &self.senders.len())
+            .field("sender_keys", &self.sender_keys())
             .field("counters", &self.counters)
             .finish()
     }
@@ -654,8 +742,7 @@ impl Receiver {
     pub fn new(max_windows: usize) -> Receiver {
         Receiver {
             epoch_keys: Vec::new(),
-            sender_keys: HashMap::new(),
-            windows: HashMap::new(),
+            senders: HashMap::new(),
             max_windows: max_windows.max(1),
             uses: 0,
             counters: ReceiveCounters::default(),
@@ -671,11 +758,18 @@ impl Receiver {
     /// Drops the key of (cell, epoch) and every sender key derived from it.
     pub fn remove_epoch_key(&mut self, cell: CellId, epoch: u32) {
         self.epoch_keys.retain(|k| !(k.cell == cell && k.epoch == epoch));
-        self.sender_keys.retain(|&(c, e, _, _), _| !(c == cell && e == epoch));
+        for s in self.senders.values_mut() {
+            s.keys.retain(|k| !(k.cell == cell && k.epoch == epoch));
+        }
     }
 
     pub fn counters(&self) -> ReceiveCounters {
         self.counters
+    }
+
+    /// Sender keys kept, over every sender.
+    fn sender_keys(&self) -> usize {
+        self.senders.values().map(|s| s.keys.len()).sum()
     }
 
     /// Applies the receiving steps to a DATA of a sealed group, in place;
@@ -690,51 +784,68 @@ impl Receiver {
     }
 
     fn receive_uncounted(&mut self, datagram: &mut [u8]) -> Result<Range<usize>, OpenError> {
+        // Step 1, the fields read once.
         let f = sealed_fields(datagram)?;
-        let slot = (f.cell, f.epoch, f.player, f.instance);
-        // Derived here when new, but kept only once a datagram opened under
-        // it: forged datagrams with made-up instances cost a derivation
-        // each, never memory.
-        let derived = if self.sender_keys.contains_key(&slot) {
-            None
-        } else {
-            let epoch_key = self
-                .epoch_keys
-                .iter()
-                .find(|k| k.cell == f.cell && k.epoch == f.epoch)
-                .ok_or(OpenError::NoKey)?;
-            Some(epoch_key.sender_key(f.player, f.instance))
+        let tag = tag_prefix(datagram);
+        // The one table lookup of a datagram from a sender heard before.
+        let sender = self.senders.get_mut(&(f.player, f.instance));
+        let held = sender.as_deref().and_then(|s| s.key(f.cell, f.epoch));
+        // Step 2: a sender key derived already implies its epoch key.
+        let epoch_key = match held {
+            Some(_) => None,
+            None => Some(
+                self.epoch_keys
+                    .iter()
+                    .find(|k| k.cell == f.cell && k.epoch == f.epoch)
+                    .ok_or(OpenError::NoKey)?,
+            ),
         };
-        let fresh = f.sequence != 0
-            && self
-                .windows
-                .get(&(f.player, f.instance))
-                .is_none_or(|w| w.window.fresh(f.sequence));
-        if !fresh {
-            return Err(OpenError::Replay);
-        }
-        let game = match &derived {
-            Some(key) => key.open(datagram)?,
-            None => self.sender_keys.get(&slot).ok_or(OpenError::NoKey)?.open(datagram)?,
+        // Step 3, before any AEAD (and before deriving a key).
+        let duplicate = match sender.as_deref() {
+            _ if f.sequence == 0 => return Err(OpenError::Replay),
+            None => false,
+            Some(s) if s.window.fresh(f.sequence) => false,
+            Some(s) if s.may_be_duplicate(f.sequence, tag) => true,
+            Some(_) => return Err(OpenError::Replay),
         };
-        if let Some(key) = derived {
-            self.sender_keys.insert(slot, key);
-        }
+        // Step 4. A key derived here is kept only once a datagram opened
+        // under it: forged datagrams with made-up instances cost a
+        // derivation each, never memory.
+        let derived = epoch_key.map(|k| k.sender_key(f.player, f.instance));
+        // One of the two is there: `held`, or else the epoch key's.
+        let key = held.or(derived.as_ref()).ok_or(OpenError::NoKey)?;
+        let game = key.open_read(datagram, &f)?;
         self.uses += 1;
-        let sender = (f.player, f.instance);
-        if !self.windows.contains_key(&sender) && self.windows.len() >= self.max_windows {
-            let oldest = self.windows.iter().min_by_key(|(_, w)| w.last_used).map(|(k, _)| *k);
-            if let Some(old) = oldest {
-                self.windows.remove(&old);
-                self.sender_keys.retain(|&(_, _, p, i), _| (p, i) != old);
+        match sender {
+            Some(s) => {
+                // (Not `extend`: that would move the large `None` too.)
+                if let Some(k) = derived {
+                    s.keys.push(k);
+                }
+                s.remember(f.sequence, tag);
+                if duplicate {
+                    return Err(OpenError::Duplicate);
+                }
+                s.window.accept(f.sequence);
+                s.last_used = self.uses;
+            }
+            // A new sender: no key was held, so `derived` is its key.
+            None => {
+                if let Some(key) = derived {
+                    if self.senders.len() >= self.max_windows {
+                        let oldest = self.senders.iter().min_by_key(|(_, s)| s.last_used).map(|(k, _)| *k);
+                        if let Some(old) = oldest {
+                            self.senders.remove(&old);
+                        }
+                    }
+                    let mut s = Sender::new(key);
+                    s.window.accept(f.sequence);
+                    s.remember(f.sequence, tag);
+                    s.last_used = self.uses;
+                    self.senders.insert((f.player, f.instance), s);
+                }
             }
         }
-        let w = self.windows.entry(sender).or_insert(SenderWindow {
-            window: ReplayWindow::default(),
-            last_used: 0,
-        });
-        w.window.accept(f.sequence);
-        w.last_used = self.uses;
         Ok(game)
     }
 }

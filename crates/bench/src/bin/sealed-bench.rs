@@ -317,11 +317,16 @@ fn one_rep(a: &Args, setup: &Setup, size: usize, mode: Mode, player: u32) -> Res
         Ok((m, rx, wrong))
     })?;
     let st = rx.stats();
-    let drops = st.sealed_malformed + st.sealed_version + st.sealed_no_key + st.sealed_replay + st.sealed_bad;
+    let drops = st.sealed_malformed
+        + st.sealed_version
+        + st.sealed_no_key
+        + st.sealed_replay
+        + st.sealed_bad
+        + st.sealed_duplicate;
     if m.received != m.sent || wrong > 0 || drops > 0 {
         return Err(format!(
             "{} {size} B: the receiver got {} of {} datagrams ({wrong} of the wrong size), sealed drops {drops} \
-             (malformed {}, version {}, no key {}, replay {}, bad {}): not measuring failure",
+             (malformed {}, version {}, no key {}, replay {}, bad {}, duplicate {}): not measuring failure",
             mode.name(),
             m.received,
             m.sent,
@@ -329,7 +334,8 @@ fn one_rep(a: &Args, setup: &Setup, size: usize, mode: Mode, player: u32) -> Res
             st.sealed_version,
             st.sealed_no_key,
             st.sealed_replay,
-            st.sealed_bad
+            st.sealed_bad,
+            st.sealed_duplicate
         ));
     }
     Ok(m)

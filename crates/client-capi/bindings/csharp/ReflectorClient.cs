@@ -258,6 +258,8 @@ namespace Reflector
         public const int CertificateLen = 64;
         public const int EpochKeyLen = 32;
         public const int CellIdLen = 8;
+        /// <summary>Sealed duplicate deliveries counted apart (rc_sealing_duplicates) came with 1.7.</summary>
+        public const int VersionMinorSealedDuplicates = 7;
         public const int TokenLen = 32;
         public const int SessionKeyLen = 32;
         public const int MaxPayload = 1440;
@@ -298,6 +300,7 @@ namespace Reflector
 
         [DllImport(Lib)] public static extern Status rc_checkpoint_stats(ulong h, out CheckpointStats stats);
         [DllImport(Lib)] public static extern Status rc_sealing_stats(ulong h, out SealingStats stats);
+        [DllImport(Lib)] public static extern Status rc_sealing_duplicates(ulong h, out ulong count);
 
         // ---- Handed-in sealing (library 1.6) ----
         [DllImport(Lib)] public static extern Status rc_client_new_handed_in(byte[] local, out ulong handle);
@@ -703,6 +706,16 @@ namespace Reflector
             SealingStats s;
             Native.Check(Native.rc_sealing_stats(Handle, out s));
             return s;
+        }
+
+        /// <summary>Sealed duplicate deliveries dropped (another group's copy of a datagram
+        /// already received; not a replay). Library 1.7.</summary>
+        public ulong GetSealingDuplicates()
+        {
+            Native.Need(Native.VersionMinorSealedDuplicates, "GetSealingDuplicates");
+            ulong n;
+            Native.Check(Native.rc_sealing_duplicates(Handle, out n));
+            return n;
         }
 
         /// <summary>Frees the handle (once; later calls on it throw).</summary>

@@ -59,6 +59,8 @@ REFLECTOR_C_VERSION_MINOR_SEALING = 5
 # rc_sign_key, rc_set_epoch_keys, rc_set_checkpoint_certificate,
 # CheckpointEvent.check, rc_check_name) came with 1.6.
 REFLECTOR_C_VERSION_MINOR_HANDED_SEALING = 6
+# Sealed duplicate deliveries counted apart (rc_sealing_duplicates) came with 1.7.
+REFLECTOR_C_VERSION_MINOR_SEALED_DUPLICATES = 7
 RC_MAX_AREA_TOKENS = 25
 RC_TOKEN_LEN = 32
 RC_SESSION_KEY_LEN = 32
@@ -327,6 +329,9 @@ def load(path=None):
         "rc_set_checkpoint_certificate": (ctypes.c_int, [u64, u16, bytes_p, size, bytes_p, size, u64]),
         "rc_check_name": (ctypes.c_char_p, [ctypes.c_uint8]),
     }
+    sigs_1_7 = {
+        "rc_sealing_duplicates": (ctypes.c_int, [u64, ctypes.POINTER(u64)]),
+    }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)
         f.restype, f.argtypes = res, args
@@ -351,6 +356,10 @@ def load(path=None):
             f.restype, f.argtypes = res, args
     if minor(lib) >= REFLECTOR_C_VERSION_MINOR_HANDED_SEALING:
         for name, (res, args) in sigs_1_6.items():
+            f = getattr(lib, name)
+            f.restype, f.argtypes = res, args
+    if minor(lib) >= REFLECTOR_C_VERSION_MINOR_SEALED_DUPLICATES:
+        for name, (res, args) in sigs_1_7.items():
             f = getattr(lib, name)
             f.restype, f.argtypes = res, args
     return lib
@@ -668,6 +677,13 @@ class Client:
         s = SealingStats()
         _check(self._lib, self._lib.rc_sealing_stats(self.handle, ctypes.byref(s)))
         return s
+
+    def sealing_duplicates(self):
+        """Sealed duplicate deliveries dropped (another group's copy; library 1.7)."""
+        _need(self._lib, REFLECTOR_C_VERSION_MINOR_SEALED_DUPLICATES, "sealing_duplicates")
+        n = ctypes.c_uint64()
+        _check(self._lib, self._lib.rc_sealing_duplicates(self.handle, ctypes.byref(n)))
+        return n.value
 
     def close(self):
         """Frees the handle (a second close raises: the handle is dead)."""

@@ -142,6 +142,28 @@ impl Reflector {
         Reflector { server, port }
     }
 
+    /// `groups` sealed groups on free ports (as [`Reflector::start_sealed`]):
+    /// the cells of a sealed area.
+    pub fn start_sealed_groups(groups: usize) -> Reflector {
+        let cfg = ServerConfig {
+            ports: vec![0; groups],
+            policy: Policy {
+                keepalive_ms: KEEPALIVE_MS,
+                data_instance: true,
+                data_sealed: true,
+                ..Policy::default()
+            },
+            ..ServerConfig::new(
+                [127, 0, 0, 1].into(),
+                Secret::new(&SECRET).expect("a valid secret"),
+                BackendKind::Sendto,
+            )
+        };
+        let server = Server::start(cfg, Arc::new(AtomicBool::new(false))).expect("the reflector starts");
+        let port = server.ports()[0];
+        Reflector { server, port }
+    }
+
     /// One sealed group (as [`Reflector::start_sealed`]) with the
     /// checkpoint channel on (`ck`).
     pub fn start_sealed_checkpoints(ck: CheckpointConfig) -> Reflector {

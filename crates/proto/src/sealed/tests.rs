@@ -387,6 +387,7 @@ fn a_receiver_opens_once_and_counts_each_refusal_at_its_step() {
             no_key: 1,
             replay: 2,
             bad: 1,
+            duplicate: 0,
         }
     );
     assert_eq!(FLAG_INSTANCE, 2, "sealed groups carry the instance id");
@@ -469,6 +470,71 @@ fn the_least_recently_used_window_is_forgotten_and_its_replay_then_opens() {
 }
 
 #[test]
+fn a_copy_sealed_for_another_group_is_a_duplicate_and_a_replay_stays_a_replay() {
+    // A sender in two groups of the receiver's area sends sequence 5 to
+    // both, sealed once per group under that group's cell key.
+    let m = master();
+    let cell_id = |column| CellId::new(WorldId::from_name("test world"), column, 1).expect("in range");
+    let (ka, kb, kc) = (
+        m.epoch_key(cell(), 1),
+        m.epoch_key(cell_id(4), 1),
+        m.epoch_key(cell_id(5), 1),
+    );
+    let mut r = receiver_with(&[&ka, &kb, &kc]);
+    let (mut sa, mut sb) = (ka.sender_key(1001, INSTANCE_A), kb.sender_key(1001, INSTANCE_A));
+    let in_group = |group: u16, membership: u32, seq: u64| Header {
+        group,
+        ..header(1001, membership, seq)
+    };
+    let via_a = sealed(&mut sa, &in_group(GROUP, 1, 5), b"five", None);
+    let via_b = sealed(&mut sb, &in_group(GROUP + 1, 2, 5), b"five", None);
+
+    assert!(r.receive(&mut via_a.clone()).is_ok());
+    assert_eq!(r.receive(&mut via_b.clone()), Err(OpenError::Duplicate));
+    // Each copy again, byte for byte (the stripped tag field aside): replays.
+    let mut a_again = via_a.clone();
+    a_again[TAG].fill(0x77);
+    assert_eq!(r.receive(&mut a_again), Err(OpenError::Replay));
+    assert_eq!(r.receive(&mut via_b.clone()), Err(OpenError::Replay));
+    // A forged "other copy" of that sequence does not open: bad, not a
+    // duplicate, and no AEAD tag of it is remembered.
+    let mut forged = sealed(
+        &mut kb.sender_key(1001, INSTANCE_A),
+        &in_group(GROUP + 2, 3, 5),
+        b"five",
+        None,
+    );
+    forged[field::CIPHERTEXT] ^= 1;
+    assert_eq!(r.receive(&mut forged.clone()), Err(OpenError::Bad));
+    assert_eq!(r.receive(&mut forged), Err(OpenError::Bad));
+    // The duplicate did not burn a fresh sequence: 6 and 7 open, in any order.
+    let d7 = sealed(&mut sa, &in_group(GROUP, 1, 7), b"seven", None);
+    let d6 = sealed(&mut sb, &in_group(GROUP + 1, 2, 6), b"six", None);
+    assert!(r.receive(&mut d7.clone()).is_ok());
+    assert!(r.receive(&mut d6.clone()).is_ok());
+
+    // Once the copies of sequence 5 are no longer remembered (8 more
+    // opened since), another copy of it cannot be told from a replay.
+    for seq in 8..8 + OPENED_REMEMBERED as u64 {
+        assert!(r
+            .receive(&mut sealed(&mut sa, &in_group(GROUP, 1, seq), b"n", None))
+            .is_ok());
+    }
+    let via_c = sealed(
+        &mut kc.sender_key(1001, INSTANCE_A),
+        &in_group(GROUP + 3, 4, 5),
+        b"five",
+        None,
+    );
+    assert_eq!(r.receive(&mut via_c.clone()), Err(OpenError::Replay));
+    let c = r.counters();
+    assert_eq!(
+        (c.opened, c.duplicate, c.replay, c.bad),
+        (3 + OPENED_REMEMBERED as u64, 1, 3, 2)
+    );
+}
+
+#[test]
 fn forged_senders_leave_no_state_behind() {
     let ek = master().epoch_key(cell(), 1);
     let mut r = receiver_with(&[&ek]);
@@ -483,7 +549,7 @@ fn forged_senders_leave_no_state_behind() {
         );
         assert_eq!(r.receive(&mut d.clone()), Err(OpenError::Bad));
     }
-    assert_eq!((r.sender_keys.len(), r.windows.len()), (0, 0));
+    assert_eq!((r.sender_keys(), r.senders.len()), (0, 0));
     assert_eq!(r.counters().bad, 100);
 }
 
@@ -535,7 +601,7 @@ proptest! {
         let mut copy = data.clone();
         prop_assert!(r.receive(&mut copy).is_err());
         let c = r.counters();
-        prop_assert_eq!(c.malformed + c.version + c.no_key + c.replay + c.bad, 1);
+        prop_assert_eq!(c.malformed + c.version + c.no_key + c.replay + c.bad + c.duplicate, 1);
     }
 
     #[test]
