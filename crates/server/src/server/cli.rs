@@ -313,9 +313,49 @@ pub fn check_sealed_needs_instance(
     Ok(())
 }
 
+/// The warning for a reflector that serves sealed groups checkpoints too
+/// rarely (docs/protocol.md, "Sealed checkpoints"): a joiner opens a
+/// checkpoint only with the keys of its own grant, which are sure to fit
+/// one younger than the overlap window. `None` when all is well.
+pub fn sealed_checkpoint_warning(
+    sealed_default: bool,
+    group_sealed: &[(u16, bool)],
+    checkpoints: bool,
+    every: Duration,
+) -> Option<String> {
+    let any_sealed = sealed_default || group_sealed.iter().any(|&(_, on)| on);
+    let overlap = Duration::from_secs(reflector_proto::sealed::OVERLAP_S);
+    (any_sealed && checkpoints && every >= overlap).then(|| {
+        format!(
+            "--checkpoint-every {every:?} is not below the sealing overlap window ({overlap:?}): a joiner \
+             of a sealed group may fetch a checkpoint sealed under an epoch its grant no longer carries \
+             and refuse it (checkpoint_no_key) until the next upload; ask more often (the default is 5s)"
+        )
+    })
+}
+
 #[cfg(test)]
 mod sealed_option_tests {
-    use super::check_sealed_needs_instance;
+    use super::{check_sealed_needs_instance, sealed_checkpoint_warning};
+    use std::time::Duration;
+
+    #[test]
+    fn rare_checkpoints_in_sealed_groups_are_warned_about() {
+        let s = Duration::from_secs;
+        assert_eq!(sealed_checkpoint_warning(true, &[], true, s(5)), None);
+        assert_eq!(
+            sealed_checkpoint_warning(false, &[], true, s(600)),
+            None,
+            "no sealed group"
+        );
+        assert_eq!(
+            sealed_checkpoint_warning(true, &[], false, s(600)),
+            None,
+            "no checkpoint port"
+        );
+        let w = sealed_checkpoint_warning(false, &[(4000, true)], true, s(60)).expect("one sealed group");
+        assert!(w.contains("checkpoint_no_key") && w.contains("60s"), "{w}");
+    }
 
     #[test]
     fn a_sealed_group_cannot_turn_its_instance_flag_off() {
@@ -469,6 +509,14 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
         }
     };
     let ports = server.ports();
+    if let Some(w) = sealed_checkpoint_warning(
+        args.data_sealed == Toggle::On,
+        &args.group_data_sealed,
+        server.checkpoint_port().is_some(),
+        args.checkpoint_every(),
+    ) {
+        tracing::warn!("{w}");
+    }
     if let Some(p) = server.checkpoint_port() {
         tracing::info!(
             "checkpoint channel on tcp {}:{p}: one request per group every {:?}",
