@@ -14,7 +14,10 @@
 //! slow answer never stalls the data path; its tokens are handed to the
 //! clients. In sealed groups each client refreshes its epoch keys itself
 //! (`/keys` on its own helper thread, `Config::keys_from`) between
-//! renewals.
+//! renewals, and signs the checkpoints it uploads: each client is made
+//! before its first `/join` so that every `/join` for it carries its
+//! signing key (`sign_key`), and each grant's certificate is handed in
+//! with the grant's token.
 //!
 //! Because every bot is in this process, the [`Ledger`] knows exactly who
 //! was in which group when, so the expected deliveries are known and loss is
