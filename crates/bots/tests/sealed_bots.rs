@@ -231,7 +231,13 @@ fn moving_bots_in_sealed_groups_upload_and_fetch_signed_checkpoints() {
     );
     assert_eq!(t.checkpoints_stored, c.uploaded);
     assert_eq!(t.checkpoints_served, c.fetched);
-    assert_eq!(t.checkpoint_refused, 0, "{t:?}");
+    // A refusal only where a bot had moved on (left the membership, or the
+    // reflector had a newer request): never one of a signed checkpoint.
+    assert!(
+        t.checkpoint_refused <= c.uploads_overtaken + c.fetches_overtaken,
+        "{} refused: {c:?}",
+        t.checkpoint_refused
+    );
 }
 
 /// The same grants in clear groups: the keys are there but unused, and the

@@ -100,7 +100,13 @@ fn lab_demo_sealed_leaves_no_marker_on_the_wire() {
     eprintln!("{all}");
     assert!(all.contains("Checkpoints: stored and served"), "{all}");
     assert!(n("checkpoints_stored") > 0 && n("checkpoints_served") > 0, "{r}");
-    assert_eq!(n("checkpoint_signed"), n("checkpoints_served"), "{r}");
+    // Every fetch the bots completed came back signed (one still on its
+    // way as the run ends is served and never counted); one that was not
+    // signed would have been refused, an error.
+    assert!(
+        n("checkpoint_signed") > 0 && n("checkpoint_signed") <= n("checkpoints_served"),
+        "{r}"
+    );
     assert_eq!((n("errors"), n("checkpoint_mismatched")), (0, 0), "{r}");
 }
 
