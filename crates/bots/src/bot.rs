@@ -9,7 +9,7 @@
 
 use super::checkpoints::{compare, CheckpointTally, GameState, PlayerState, Verdict};
 use super::config::BotsConfig;
-use super::grants::{client_token, Job, JobResult};
+use super::grants::{client_token, grant_certificate, Job, JobResult};
 use super::windows::WindowCause;
 use super::world::{cell_of, step, Rng};
 use super::{Histogram, Ledger, MemId, Receipt, GRANT_RETRY, MARKER_AT, MARKER_LEN, MAX_MESSAGES, PAYLOAD_MIN};
@@ -17,10 +17,11 @@ use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
 use oskit::netns::NetNs;
 use reflector_client::{
     AreaTokens, CheckpointError, CheckpointEvent, CheckpointOp, Client, Event, MembershipChange, MembershipRecord,
-    Refusal, RejoinReason, TrySendError, MAX_PAYLOAD,
+    Refusal, RejoinReason, TrySendError, Verification, MAX_PAYLOAD,
 };
 use reflector_proto::control::WorldInfo;
 use reflector_proto::protocol::DATA_PAYLOAD;
+use reflector_proto::sealed::checkpoint::PUBLIC_KEY_LEN;
 use std::collections::HashMap;
 use std::io;
 use std::net::UdpSocket;
@@ -65,9 +66,13 @@ pub(super) struct Bot {
     pub(super) idx: usize,
     pub(super) pos: (f64, f64),
     pub(super) cell: Option<[u32; 2]>,
-    /// Its socket until the first grant makes the client (a client starts
-    /// with a token).
-    pub(super) sock: Option<UdpSocket>,
+    /// Its client until the first grant is handed in: made with no token,
+    /// so that its checkpoint signing key goes with the first `/join`.
+    pub(super) waiting: Option<Client>,
+    /// The client's checkpoint signing key (public half), sent as
+    /// `sign_key` on every `/join` for this bot.
+    pub(super) sign_key: [u8; PUBLIC_KEY_LEN],
+    /// The client, once it holds a token.
     pub(super) client: Option<Client>,
     /// Grant request generation; answers to older requests are ignored.
     pub(super) gen: u64,
@@ -111,13 +116,14 @@ pub(super) struct Bot {
 }
 
 impl Bot {
-    pub(super) fn new(player: u32, idx: usize, pos: (f64, f64), sock: UdpSocket, start: Instant) -> Bot {
+    pub(super) fn new(player: u32, idx: usize, pos: (f64, f64), client: Client, start: Instant) -> Bot {
         Bot {
             player,
             idx,
             pos,
             cell: None,
-            sock: Some(sock),
+            sign_key: client.checkpoint_signing_key(),
+            waiting: Some(client),
             client: None,
             gen: 0,
             http_busy: false,
@@ -264,6 +270,7 @@ impl Ctx<'_> {
                 gen: bot.gen,
                 player: bot.player,
                 pos: bot.pos,
+                sign_key: bot.sign_key,
             });
         }
     }
@@ -295,20 +302,36 @@ impl Ctx<'_> {
                 return;
             }
         };
+        let certificate = match grant_certificate(&grant) {
+            Ok(c) => c,
+            Err(e) => {
+                self.error(bot, e);
+                return;
+            }
+        };
         bot.cell = Some(grant.cell);
         if !self.sending {
             return;
         }
         match bot.client.as_mut() {
             None => {
-                let Some(sock) = bot.sock.take() else { return };
-                match self.new_client(token, sock) {
-                    Ok(c) => {
-                        bot.granted = Some((grant.reflector.clone(), grant.group));
-                        bot.client = Some(c);
-                    }
-                    Err(e) => self.error(bot, e),
+                let Some(mut c) = bot.waiting.take() else { return };
+                // The token first (the client then holds the group, and the
+                // grant's epoch keys with it), then the certificate, which
+                // is checked against those keys.
+                if let Err(e) = c.set_token(token) {
+                    self.error(bot, e.to_string());
+                    bot.waiting = Some(c);
+                    bot.ask_at = Some(now + GRANT_RETRY);
+                    return;
                 }
+                bot.granted = Some((grant.reflector.clone(), grant.group));
+                if let Some((public, cert)) = certificate {
+                    if let Err(e) = c.set_checkpoint_certificate(grant.group, public, cert, grant.expires_unix_s) {
+                        self.error(bot, format!("checkpoint certificate: {e}"));
+                    }
+                }
+                bot.client = Some(c);
             }
             Some(c) => {
                 // A move within the cells of the group held needs no new
@@ -332,38 +355,17 @@ impl Ctx<'_> {
                     area: Vec::new(),
                 }) {
                     self.error(bot, e.to_string());
+                } else if let Some((public, cert)) = certificate {
+                    // A renewal's or a move's grant certifies the key until
+                    // its own expiry: handed in with each token.
+                    if let Err(e) = c.set_checkpoint_certificate(grant.group, public, cert, grant.expires_unix_s) {
+                        self.error(bot, format!("checkpoint certificate: {e}"));
+                    }
                 }
             }
         }
         bot.recheck = true;
         self.drain(bot, now);
-    }
-
-    fn new_client(&self, token: reflector_client::Token, sock: UdpSocket) -> Result<Client, String> {
-        let driver = reflector_client::UdpDriver::from_socket(sock).map_err(|e| format!("fcntl(O_NONBLOCK): {e}"))?;
-        let player = token.player;
-        let mut cfg = reflector_client::Config::new(reflector_client::TokenSource::Given(token));
-        // The bots hand tokens in, and each renewal brings the keys of the
-        // moment; between renewals the client refreshes a sealed group's
-        // keys itself (`/keys` under the membership's token) before its
-        // epoch ends, as a game whose client asks for its tokens does.
-        cfg.keys_from = Some(reflector_client::ControlServer {
-            fallback_urls: self.cfg.control_fallbacks.clone(),
-            allow_plain_http: true,
-            ..reflector_client::ControlServer::new(self.cfg.control.clone(), player, (0.0, 0.0))
-        });
-        cfg.join_retry = super::JOIN_RETRY;
-        // Every bot may hear every other, and no one else. (The client
-        // walks its table when a sender may have gone silent: no larger
-        // than it needs to be.)
-        cfg.max_senders = self.cfg.count;
-        cfg.inbox = INBOX;
-        // Fetched by the bot, so that the socket is made in its namespace.
-        cfg.checkpoint_fetch_on_join = false;
-        let mut c = Client::with_driver(cfg, driver).map_err(|e| e.to_string())?;
-        c.log_memberships();
-        c.hold_when_inbox_full(true);
-        Ok(c)
     }
 
     /// Its client's `update` (its sockets are readable, or it is due), and
@@ -798,10 +800,21 @@ impl Ctx<'_> {
                 self.ck.fetched_empty += 1;
                 self.fetch_done(bot);
             }
-            CheckpointEvent::Checkpoint { group, bytes, .. } => {
+            CheckpointEvent::Checkpoint {
+                group,
+                bytes,
+                verification,
+                ..
+            } => {
                 let (for_mem, t0) = bot.fetching.unwrap_or((None, Instant::now()));
                 let took = t0.elapsed();
                 self.ck.fetched += 1;
+                if matches!(
+                    verification,
+                    Verification::SignedByOne { .. } | Verification::VerifiedByTwo { .. }
+                ) {
+                    self.ck.fetched_signed += 1;
+                }
                 self.ck.bytes_fetched += bytes.len() as u64;
                 self.fetch_ns_sum += took.as_nanos();
                 self.ck.fetch_ms_max = self.ck.fetch_ms_max.max(took.as_secs_f64() * 1e3);
@@ -922,6 +935,34 @@ fn game_state(bot: &Bot, group: u16) -> Vec<u8> {
     let state = GameState { group, players };
     // A plain struct of numbers always serializes.
     wire::to_archive(&state).map(|a| a.to_vec()).unwrap_or_default()
+}
+
+/// A bot's client, with no token yet: the first grant is handed in (its
+/// checkpoint signing key exists from the start, for that `/join`).
+pub(super) fn new_client(bots: &BotsConfig, player: u32, sock: UdpSocket) -> Result<Client, String> {
+    let driver = reflector_client::UdpDriver::from_socket(sock).map_err(|e| format!("fcntl(O_NONBLOCK): {e}"))?;
+    let mut cfg = reflector_client::Config::new(reflector_client::TokenSource::Later);
+    // The bots hand tokens in, and each renewal brings the keys of the
+    // moment; between renewals the client refreshes a sealed group's
+    // keys itself (`/keys` under the membership's token) before its
+    // epoch ends, as a game whose client asks for its tokens does.
+    cfg.keys_from = Some(reflector_client::ControlServer {
+        fallback_urls: bots.control_fallbacks.clone(),
+        allow_plain_http: true,
+        ..reflector_client::ControlServer::new(bots.control.clone(), player, (0.0, 0.0))
+    });
+    cfg.join_retry = super::JOIN_RETRY;
+    // Every bot may hear every other, and no one else. (The client
+    // walks its table when a sender may have gone silent: no larger
+    // than it needs to be.)
+    cfg.max_senders = bots.count;
+    cfg.inbox = INBOX;
+    // Fetched by the bot, so that the socket is made in its namespace.
+    cfg.checkpoint_fetch_on_join = false;
+    let mut c = Client::with_driver(cfg, driver).map_err(|e| e.to_string())?;
+    c.log_memberships();
+    c.hold_when_inbox_full(true);
+    Ok(c)
 }
 
 #[cfg(test)]

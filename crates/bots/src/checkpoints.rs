@@ -44,6 +44,11 @@ pub struct CheckpointTally {
     /// Fetches after a join: with a checkpoint, empty (none yet), failed.
     pub fetched: u64,
     pub fetched_empty: u64,
+    /// Fetched checkpoints of sealed groups whose uploader's signature and
+    /// certificate the client checked (signed by one member, or verified
+    /// by two): every fetch in a sealed group, none in a clear one.
+    #[serde(default)]
+    pub fetched_signed: u64,
     pub fetch_errors: u64,
     /// Fetches refused because the bot had left that membership since it
     /// asked (a re-placement or a move came first: not an error, the new

@@ -5,6 +5,7 @@ use super::BotsError;
 use reflector_client::{cell_keys, Token};
 use reflector_proto::control::{JoinGrant, KeyedGrant, WorldInfo};
 use reflector_proto::protocol::{SESSION_KEY_LEN, TOKEN_LEN};
+use reflector_proto::sealed::checkpoint::{PUBLIC_KEY_LEN, SIGNATURE_LEN};
 use std::net::SocketAddr;
 use std::ops::Deref;
 use std::sync::mpsc;
@@ -16,6 +17,8 @@ pub(super) struct Job {
     pub(super) gen: u64,
     pub(super) player: u32,
     pub(super) pos: (f64, f64),
+    /// The bot client's checkpoint signing key, sent as `sign_key`.
+    pub(super) sign_key: [u8; PUBLIC_KEY_LEN],
 }
 
 pub(super) struct JobResult {
@@ -67,18 +70,36 @@ fn ask_next(status: Option<u16>) -> bool {
     status.is_none_or(|s| (500..600).contains(&s))
 }
 
-/// `GET /world` from the first of `controls` that can answer (the next only
-/// after one could not: see [`ask_next`]).
-pub fn fetch_world_any(controls: &[String]) -> Result<WorldInfo, BotsError> {
-    let mut last = None;
+/// Asks `ask` of each of `controls` in turn, as the client library moves
+/// on: the next only after one could not answer (see [`ask_next`]). A
+/// refusal or a bad answer ends it: `Err` with its status and its error
+/// alone; when none answered, the last one's status and every error, in
+/// the order asked.
+fn ask_each<T, E>(
+    controls: &[String],
+    mut ask: impl FnMut(&str) -> Result<T, (Option<u16>, E)>,
+) -> Result<T, (Option<u16>, Vec<E>)> {
+    let mut status = None;
+    let mut tried = Vec::new();
     for c in controls {
-        match fetch_world_or_status(c) {
-            Ok(w) => return Ok(w),
-            Err((status, e)) if ask_next(status) => last = Some(e),
-            Err((_, e)) => return Err(e),
+        match ask(c) {
+            Ok(v) => return Ok(v),
+            Err((s, e)) if ask_next(s) => {
+                status = s;
+                tried.push(e);
+            }
+            Err((s, e)) => return Err((s, vec![e])),
         }
     }
-    Err(last.unwrap_or_else(|| BotsError::Config("no control server given".into())))
+    Err((status, tried))
+}
+
+/// `GET /world` from the first of `controls` that can answer.
+pub fn fetch_world_any(controls: &[String]) -> Result<WorldInfo, BotsError> {
+    ask_each(controls, fetch_world_or_status).map_err(|(_, mut e)| {
+        e.pop()
+            .unwrap_or_else(|| BotsError::Config("no control server given".into()))
+    })
 }
 
 /// `GET /world`.
@@ -114,20 +135,26 @@ pub fn fetch_grant(
     pos: (f64, f64),
     ticket: Option<&str>,
 ) -> Result<Grant, String> {
-    fetch_grant_or_status(agent, control, player, pos, ticket).map_err(|(_, msg)| msg)
+    fetch_grant_or_status(agent, control, player, pos, ticket, None).map_err(|(_, msg)| msg)
 }
 
-/// [`fetch_grant`], and the HTTP status of a refusal.
+/// [`fetch_grant`], and the HTTP status of a refusal. With `sign_key`
+/// (the bot client's checkpoint signing key) the request carries it, and a
+/// control server with a sealing secret certifies it in the grant.
 fn fetch_grant_or_status(
     agent: &ureq::Agent,
     control: &str,
     player: u32,
     pos: (f64, f64),
     ticket: Option<&str>,
+    sign_key: Option<&[u8; PUBLIC_KEY_LEN]>,
 ) -> Result<Grant, (Option<u16>, String)> {
     let mut req = agent.get(&format!("{control}/join"));
     if let Some(t) = ticket {
         req = req.set("Authorization", &format!("Bearer {t}"));
+    }
+    if let Some(k) = sign_key {
+        req = req.query("sign_key", &hex::encode(k));
     }
     req.query("player", &player.to_string())
         .query("x", &pos.0.to_string())
@@ -148,26 +175,20 @@ fn fetch_grant_or_status(
 /// Player tickets live this long: a minute, as a game backend would hand out.
 const TICKET_TTL_S: u64 = 60;
 
-/// [`fetch_grant_or_status`] from each of `controls` in turn, as the client
-/// library moves on: the next only when one could not answer.
+/// [`fetch_grant_or_status`] from the first of `controls` that can
+/// answer; when none can, every one's error.
 fn fetch_grant_any(
     agent: &ureq::Agent,
     controls: &[String],
     player: u32,
     pos: (f64, f64),
     ticket: Option<&str>,
+    sign_key: Option<&[u8; PUBLIC_KEY_LEN]>,
 ) -> Result<Grant, (Option<u16>, String)> {
-    let mut tried = Vec::new();
-    for c in controls {
-        match fetch_grant_or_status(agent, c, player, pos, ticket) {
-            Ok(g) => return Ok(g),
-            Err((status, msg)) if ask_next(status) => tried.push((status, msg)),
-            Err(refusal) => return Err(refusal),
-        }
-    }
-    let status = tried.last().and_then(|(s, _)| *s);
-    let msg = tried.into_iter().map(|(_, m)| m).collect::<Vec<_>>().join("; ");
-    Err((status, msg))
+    ask_each(controls, |c| {
+        fetch_grant_or_status(agent, c, player, pos, ticket, sign_key)
+    })
+    .map_err(|(status, msgs)| (status, msgs.join("; ")))
 }
 
 pub(super) fn http_worker(
@@ -188,7 +209,14 @@ pub(super) fn http_worker(
         let ticket = minter
             .as_ref()
             .map(|m| m.mint(job.player, reflector_proto::unix_now_ms() / 1000, TICKET_TTL_S));
-        let (result, refused) = match fetch_grant_any(&agent, &controls, job.player, job.pos, ticket.as_deref()) {
+        let (result, refused) = match fetch_grant_any(
+            &agent,
+            &controls,
+            job.player,
+            job.pos,
+            ticket.as_deref(),
+            Some(&job.sign_key),
+        ) {
             Ok(g) => (Ok(g), None),
             Err((status, msg)) => (Err(msg), status.filter(|s| matches!(s, 401 | 403))),
         };
@@ -238,4 +266,25 @@ pub(super) fn client_token(g: &Grant, player: u32) -> Result<Token, String> {
         expires_unix_s: t.expires_unix_s,
         keys: cell_keys(&g.0.keys, Some(t.cell)).map_err(|e| format!("control server gave bad sealing keys: {e}"))?,
     })
+}
+
+/// A grant's checkpoint certificate, decoded: the control servers' public
+/// key and the signature over the bot client's `sign_key`.
+pub(super) type GrantCertificate = ([u8; PUBLIC_KEY_LEN], [u8; SIGNATURE_LEN]);
+
+/// A grant's [`GrantCertificate`] (none from a control server without a
+/// sealing secret). One field without the other, or either of the wrong
+/// length, is the control server's fault.
+pub(super) fn grant_certificate(g: &Grant) -> Result<Option<GrantCertificate>, String> {
+    fn decode<const N: usize>(v: &str, what: &str) -> Result<[u8; N], String> {
+        hex::decode(v)
+            .ok()
+            .and_then(|v| v.try_into().ok())
+            .ok_or_else(|| format!("control server gave a {what} that is not {N} hex bytes"))
+    }
+    match (&g.0.control_public, &g.0.certificate) {
+        (None, None) => Ok(None),
+        (Some(p), Some(c)) => Ok(Some((decode(p, "control_public")?, decode(c, "certificate")?))),
+        _ => Err("control server gave control_public or certificate without the other".into()),
+    }
 }

@@ -14,7 +14,10 @@
 //! slow answer never stalls the data path; its tokens are handed to the
 //! clients. In sealed groups each client refreshes its epoch keys itself
 //! (`/keys` on its own helper thread, `Config::keys_from`) between
-//! renewals.
+//! renewals, and signs the checkpoints it uploads: each client is made
+//! before its first `/join` so that every `/join` for it carries its
+//! signing key (`sign_key`), and each grant's certificate is handed in
+//! with the grant's token.
 //!
 //! Because every bot is in this process, the [`Ledger`] knows exactly who
 //! was in which group when, so the expected deliveries are known and loss is
@@ -203,7 +206,10 @@ pub fn run_bots(cfg: &BotsConfig, stop: &AtomicBool) -> Result<BotsReport, BotsE
             (rng.unit() * world.size[0]).min(world.size[0] * (1.0 - 1e-9)),
             (rng.unit() * world.size[1]).min(world.size[1] * (1.0 - 1e-9)),
         );
-        let mut bot = Bot::new(cfg.first_player.wrapping_add(i as u32), i, pos, sock, start);
+        let player = cfg.first_player.wrapping_add(i as u32);
+        let client = bot::new_client(cfg, player, sock)
+            .map_err(|e| BotsError::Config(format!("bot {player}: its client could not start: {e}")))?;
+        let mut bot = Bot::new(player, i, pos, client, start);
         // Spread first moves so bots do not act in lockstep.
         bot.next_move = cfg.move_every.map(|m| start + m.mul_f64(0.5 + rng.unit()));
         bots.push(bot);

@@ -209,12 +209,13 @@ impl BotsReport {
         if c.requested + c.fetched + c.fetched_empty + c.fetch_errors > 0 {
             let _ = writeln!(
                 out,
-                "checkpoints: {} requested, {} uploaded ({} failed); {} fetched ({} B, {:.1} ms mean, {:.1} ms max), \
+                "checkpoints: {} requested, {} uploaded ({} failed); {} fetched ({} signed, {} B, {:.1} ms mean, {:.1} ms max), \
                  {} empty, {} failed, {} overtaken; entries checked: {} matched, {} moved since, {} unconfirmed, {} mismatched",
                 c.requested,
                 c.uploaded,
                 c.upload_errors,
                 c.fetched,
+                c.fetched_signed,
                 c.bytes_fetched,
                 c.fetch_ms_mean,
                 c.fetch_ms_max,

@@ -1,8 +1,9 @@
 //! Bots in sealed groups (docs/protocol.md, "Sealed payloads"), loopback
 //! end to end: an in-process reflector whose groups announce sealed
 //! payloads and a control server with a sealing secret, whose grants carry
-//! the epoch keys the bots seal and open with. Every run is bounded by its
-//! quota, the bots' duration and grace period.
+//! the epoch keys the bots seal and open with, and certificates of the
+//! bots' checkpoint signing keys. Every run is bounded by its quota, the
+//! bots' duration and grace period.
 
 use reflector_bots::{run_bots, BotsConfig, BotsReport};
 use reflector_control::sealing::Sealing;
@@ -10,6 +11,7 @@ use reflector_control::{Assign, ControlConfig, ControlServer, ReflectorSpec, Wor
 use reflector_proto::auth::Secret;
 use reflector_proto::sealed::{MasterSecret, Schedule};
 use reflector_server::backend::BackendKind;
+use reflector_server::checkpoint::CheckpointConfig;
 use reflector_server::membership::Policy;
 use reflector_server::metrics::Snapshot;
 use reflector_server::server::{Server, ServerConfig};
@@ -23,12 +25,27 @@ const LOCAL: [u8; 4] = [127, 0, 0, 1];
 /// A reflector with `groups` free ports, all sealed (or all clear), and a
 /// control server with a sealing secret mapping a `grid` world onto them.
 fn setup(groups: usize, grid: (u32, u32), sealed: bool) -> (Server, ControlServer) {
+    let (server, control, _) = setup_full(groups, grid, sealed, None, 60);
+    (server, control)
+}
+
+/// [`setup`], with the reflector's checkpoint channel and the control
+/// server's token lifetime as given, and the control server's sealing (to
+/// read its counters).
+fn setup_full(
+    groups: usize,
+    grid: (u32, u32),
+    sealed: bool,
+    checkpoint: Option<CheckpointConfig>,
+    token_ttl_s: u64,
+) -> (Server, ControlServer, Arc<Sealing>) {
     let secret = Secret::new(&[0x5b; 32]).unwrap();
     let base = ServerConfig::new(IpAddr::from(LOCAL), secret.clone(), BackendKind::Sendmmsg);
     let server = Server::start(
         ServerConfig {
             ports: vec![0; groups],
             threads: 2,
+            checkpoint,
             policy: Policy {
                 data_instance: true,
                 data_sealed: sealed,
@@ -56,20 +73,20 @@ fn setup(groups: usize, grid: (u32, u32), sealed: bool) -> (Server, ControlServe
         }],
     )
     .unwrap()
-    .with_sealing(sealing)
+    .with_sealing(Arc::clone(&sealing))
     .unwrap();
     let control = ControlServer::start(
         ControlConfig {
             listen: (LOCAL, 0).into(),
             world,
             secret: secret.into(),
-            token_ttl_s: 60,
+            token_ttl_s,
             auth: None,
         },
         Arc::new(AtomicBool::new(false)),
     )
     .unwrap();
-    (server, control)
+    (server, control, sealing)
 }
 
 /// Runs `cfg`, waits (bounded) for the bots' LEAVEs, stops both servers.
@@ -154,6 +171,73 @@ fn moving_bots_in_sealed_groups_lose_nothing() {
     assert!(report.total.received > 0, "{}", report.table(true));
     assert_eq!(report.sealed.dropped(), 0, "{:?}", report.sealed);
     assert_eq!(t.forwarded, report.total.sent);
+}
+
+/// Moving bots in sealed groups with checkpoints on: every `/join` they
+/// make carries their client's `sign_key`, so every grant (first join,
+/// renewal, move) certifies it and the client takes the certificate with
+/// the token. Each upload is then sealed and signed, and each fetch comes
+/// back signed by a certified member and agrees with the DATA that
+/// follows. Without the certificate every upload is refused (no
+/// certificate to sign with) and the bots count checkpoint errors; without
+/// the renewals' and moves' certificates, an upload after the first one
+/// expired is refused by its joiners. Tokens live 4 s, so bots that stay
+/// in a group renew within the run.
+#[test]
+fn moving_bots_in_sealed_groups_upload_and_fetch_signed_checkpoints() {
+    const N: usize = 16;
+    let (server, control, sealing) = setup_full(
+        4,
+        (4, 4),
+        true,
+        Some(CheckpointConfig {
+            every_ms: 500,
+            fetch_every_ms: 0,
+            ..CheckpointConfig::default()
+        }),
+        4,
+    );
+    let mut cfg = bots(&control, N);
+    cfg.duration = Duration::from_secs(9);
+    cfg.rate_hz = 20.0;
+    cfg.move_every = Some(Duration::from_millis(1000));
+    cfg.seed = 11;
+    let (report, t) = run(server, control, &cfg);
+    let c = &report.checkpoints;
+    eprintln!("{}", report.table(false));
+    eprintln!(
+        "{} certificates issued, {} renewals",
+        sealing.certificates_issued(),
+        report.per_bot.iter().map(|b| b.renewals).sum::<u64>()
+    );
+    assert_eq!(report.error_count, 0, "{:?}\n{}", report.errors, report.table(true));
+    assert_eq!((c.upload_errors, c.fetch_errors, c.mismatched), (0, 0, 0), "{c:?}");
+    assert!(c.uploaded > 0 && c.fetched > 0, "{c:?}");
+    assert_eq!(
+        c.fetched_signed, c.fetched,
+        "every fetch in a sealed group is signed: {c:?}"
+    );
+    assert!(c.entries_matched > 0, "no fetched entry was compared: {c:?}");
+    assert!(report.group_changes > 0, "nobody changed group: {}", report.table(true));
+    let renewals: u64 = report.per_bot.iter().map(|b| b.renewals).sum();
+    assert!(renewals > 0, "nobody renewed: {}", report.table(true));
+    assert_eq!(report.lost, 0, "{}", report.table(true));
+    assert_eq!(report.sealed.dropped(), 0, "{:?}", report.sealed);
+    // One certificate per /join, each bot's first among them.
+    assert!(
+        sealing.certificates_issued() >= N as u64,
+        "{}",
+        sealing.certificates_issued()
+    );
+    assert_eq!(t.checkpoints_stored, c.uploaded);
+    assert_eq!(t.checkpoints_served, c.fetched);
+    // A refusal only where a bot had moved on (left the membership, or the
+    // reflector had a newer request): never one of a signed checkpoint.
+    assert!(
+        t.checkpoint_refused <= c.uploads_overtaken + c.fetches_overtaken,
+        "{} refused: {c:?}",
+        t.checkpoint_refused
+    );
 }
 
 /// The same grants in clear groups: the keys are there but unused, and the

@@ -94,8 +94,9 @@ pub struct DemoArgs {
     /// secret drawn for this run (a 0600 file in the run's private directory, never printed;
     /// `control --sealing-secret-file`), so every bot seals what it sends and opens what it
     /// receives. In the lab the run fails if a payload's marker appears anywhere in the capture
-    /// of the reflector's link, or if nothing was captured to look at. Without checkpoints (the
-    /// bots do not yet ask for the certificate that signs a sealed group's checkpoint).
+    /// of the reflector's link, or if nothing was captured to look at. Checkpoints are sealed too,
+    /// and signed by their uploader under a certificate the control server gives with each grant
+    /// (the bots send their clients' signing keys on `/join`).
     #[arg(long)]
     pub sealed: bool,
     /// Time between bot moves (e.g. 4s; a bare number is seconds; 0 = never).
@@ -279,16 +280,6 @@ pub fn run(args: DemoArgs, stop: &AtomicBool) -> Result<i32, DemoError> {
         } else {
             BackendKind::ALL.to_vec()
         };
-    }
-    if args.sealed && args.checkpoint_every > 0.0 {
-        // A sealed group's checkpoint is signed by its uploader under a
-        // certificate the control server gives with the grant; the bots
-        // do not ask for one yet, so every upload would be refused.
-        eprintln!(
-            "demo: --sealed runs without checkpoints (--checkpoint-every 0): the bots do not yet ask for the \
-             signing certificate a sealed group's checkpoints need"
-        );
-        args.checkpoint_every = 0.0;
     }
     if !in_lab && args.backends.contains(&BackendKind::Ebpf) {
         return Err(

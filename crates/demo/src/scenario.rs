@@ -73,6 +73,9 @@ pub struct DemoRow {
     pub checkpoint_bytes_served: u64,
     pub checkpoint_fetch_ms_mean: f64,
     pub checkpoint_fetch_ms_max: f64,
+    /// Fetched checkpoints that came signed by a certified member (sealed
+    /// groups; 0 in clear ones).
+    pub checkpoint_signed: u64,
     pub checkpoint_entries_matched: u64,
     pub checkpoint_entries_moved: u64,
     pub checkpoint_mismatched: u64,
@@ -538,6 +541,7 @@ impl Scenario<'_> {
             checkpoint_bytes_served: num("checkpoint_bytes_served"),
             checkpoint_fetch_ms_mean: report.checkpoints.fetch_ms_mean,
             checkpoint_fetch_ms_max: report.checkpoints.fetch_ms_max,
+            checkpoint_signed: report.checkpoints.fetched_signed,
             checkpoint_entries_matched: report.checkpoints.entries_matched,
             checkpoint_entries_moved: report.checkpoints.entries_moved,
             checkpoint_mismatched: report.checkpoints.mismatched,
@@ -630,16 +634,17 @@ pub fn checkpoint_table(rows: &[DemoRow]) -> String {
         String::from("Checkpoints: stored and served by the reflector, fetched and checked by joining bots\n");
     let _ = writeln!(
         out,
-        "{:>9} {:>8} {:>8} {:>10} {:>11} {:>10} {:>8} {:>6} {:>10}",
-        "backend", "stored", "served", "bytes", "fetch mean", "fetch max", "matched", "moved", "mismatched"
+        "{:>9} {:>8} {:>8} {:>7} {:>10} {:>11} {:>10} {:>8} {:>6} {:>10}",
+        "backend", "stored", "served", "signed", "bytes", "fetch mean", "fetch max", "matched", "moved", "mismatched"
     );
     for r in rows {
         let _ = writeln!(
             out,
-            "{:>9} {:>8} {:>8} {:>10} {:>8.1} ms {:>7.1} ms {:>8} {:>6} {:>10}",
+            "{:>9} {:>8} {:>8} {:>7} {:>10} {:>8.1} ms {:>7.1} ms {:>8} {:>6} {:>10}",
             r.backend,
             r.checkpoints_stored,
             r.checkpoints_served,
+            r.checkpoint_signed,
             r.checkpoint_bytes_served,
             r.checkpoint_fetch_ms_mean,
             r.checkpoint_fetch_ms_max,
@@ -793,6 +798,7 @@ mod tests {
             checkpoint_bytes_served: 300,
             checkpoint_fetch_ms_mean: 1.5,
             checkpoint_fetch_ms_max: 2.5,
+            checkpoint_signed: 0,
             checkpoint_entries_matched: 7,
             checkpoint_entries_moved: 1,
             checkpoint_mismatched: 0,

@@ -65,7 +65,9 @@ fn lab_demo_loses_nothing_and_leaves_nothing() {
 /// of every frame captured on the reflector's link, both ways, finds none,
 /// while DATA crossed it in numbers and the bots opened what they received
 /// and found their senders' markers inside (issue 29's "a capture of a lab
-/// run contains none of them"). The clear run above finds them.
+/// run contains none of them"). The clear run above finds them. Checkpoints
+/// stay on: uploaded sealed and signed, and every one fetched came back
+/// signed by a certified member.
 #[test]
 fn lab_demo_sealed_leaves_no_marker_on_the_wire() {
     if !oskit::testing::root_or_skip("lab_demo_sealed_leaves_no_marker_on_the_wire") {
@@ -94,6 +96,18 @@ fn lab_demo_sealed_leaves_no_marker_on_the_wire() {
     for refused in ["malformed", "version", "no_key", "replay", "bad"] {
         assert_eq!(r["sealed"][refused], 0, "{refused}: {r}");
     }
+    // The run's tables, for `--nocapture`.
+    eprintln!("{all}");
+    assert!(all.contains("Checkpoints: stored and served"), "{all}");
+    assert!(n("checkpoints_stored") > 0 && n("checkpoints_served") > 0, "{r}");
+    // Every fetch the bots completed came back signed (one still on its
+    // way as the run ends is served and never counted); one that was not
+    // signed would have been refused, an error.
+    assert!(
+        n("checkpoint_signed") > 0 && n("checkpoint_signed") <= n("checkpoints_served"),
+        "{r}"
+    );
+    assert_eq!((n("errors"), n("checkpoint_mismatched")), (0, 0), "{r}");
 }
 
 /// The reflector, the control server and the bots under virtual time (TDF
