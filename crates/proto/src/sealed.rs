@@ -714,8 +714,8 @@ impl Sender {
 /// proof of who sent), and every datagram is looked up in it: it keeps
 /// std's `RandomState`, SipHash keyed at random per table, so nobody can
 /// aim keys at one bucket; the table is also bounded (`max_windows`). One
-/// SipHash per datagram is about 160 instructions of the ~2,100 a 100-byte
-/// receive takes (the AEAD ~1,700, `examples/open_floor.rs`): too little
+/// SipHash per datagram is about 160 instructions of the ~1,800 a 100-byte
+/// receive takes (the AEAD ~1,450, `examples/open_floor.rs`): too little
 /// to trade for an unkeyed hash.
 pub struct Receiver {
     epoch_keys: Vec<EpochKey>,
