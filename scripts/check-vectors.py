@@ -5,9 +5,9 @@ Written from docs/protocol.md (version 2, revision 2.2) alone.  It reads the
 vectors file described in the document's "Test vectors" section and checks
 every token, key, cookie, datagram, checkpoint-channel message, area,
 sealed payload and sealed checkpoint in it against the document's rules
-(HKDF-SHA256, ChaCha20-Poly1305 and Ed25519 written here from RFC 5869, RFC
-8439 and RFC 8032 and checked against their examples, since the standard
-library has none of them), and that every entry under `invalid` is
+(HKDF-SHA256, AES-256-GCM and Ed25519 written here from RFC 5869, FIPS
+197 with NIST SP 800-38D, and RFC 8032, and checked against their published
+examples, since the standard library has none of them), and that every entry under `invalid` is
 rejected by one of those rules.
 
 Usage: python3 scripts/check-vectors.py [docs/protocol-vectors.json]
@@ -77,7 +77,7 @@ class Checker(DatagramChecks, ChannelChecks, AreaSealedChecks, InvalidChecks):
                 "SipHash-2-4 implementation disagrees with the published vectors: %s" % "; ".join(bad[:4]))
         bad = crypto_selftest()
         r.check("crypto self-test", not bad,
-                "HKDF or ChaCha20-Poly1305 disagrees with its RFC's example: %s" % "; ".join(bad))
+                "HKDF, AES-256-GCM or Ed25519 disagrees with its published example: %s" % "; ".join(bad))
         if not isinstance(self.doc, dict):
             r.fail(G, "the vectors file is not one JSON object (Test vectors)")
             return

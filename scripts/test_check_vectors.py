@@ -6,7 +6,7 @@ rules (separate from the checker's code, SipHash included), checks that the
 checker passes it, and that flipping any single byte of any MAC, tag, key or
 digest, emptying the file, breaking its JSON, dropping or emptying a section
 makes the checker fail.  The sealed section is the committed file's (made by
-the Rust implementation with ring, so not by the checker's own ChaCha20-Poly1305),
+the Rust implementation with ring, so not by the checker's own AES-256-GCM),
 re-tagged under this file's keys; corrupting any key, header or AEAD byte of it,
 or naming a rejection at the wrong step, makes the checker fail.  Its sealed
 checkpoints too: a flipped signature or certificate bit, another group's cell,

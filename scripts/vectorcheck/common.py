@@ -72,6 +72,10 @@ CHECKPOINT_STEPS = ["checkpoint_malformed", "checkpoint_version", "checkpoint_wr
                     "checkpoint_mismatch", "checkpoint_bad_certificate", "checkpoint_expired_certificate",
                     "checkpoint_bad_signature", "checkpoint_no_key", "checkpoint_bad"]
 ENVELOPE_MAGIC = b"RFCP"
+# The sealed DATA's version (byte 40) and the envelope's (byte 4): 2, both
+# AES-256-GCM; version 1 (ChaCha20-Poly1305) is withdrawn and refused like
+# any other.
+SEALED_VERSION, ENVELOPE_VERSION = 2, 2
 ENVELOPE_HEADER, ENVELOPE_MIN = 152, 232
 KEYS_ANSWER_KEYS = {"name", "at_unix_s", "cells", "keys"}
 EPOCH_KEY_FIELDS = ["cell", "cell_id", "epoch", "key", "starts_unix_s", "ends_unix_s"]

@@ -1,5 +1,6 @@
 """The primitives the document names, written from their definitions: SipHash-2-4,
-HKDF-SHA256 (RFC 5869), ChaCha20-Poly1305 (RFC 8439) and Ed25519 (RFC 8032),
+HKDF-SHA256 (RFC 5869), AES-256 (FIPS 197) with GCM (NIST SP 800-38D) and
+Ed25519 (RFC 8032),
 each with a self-test against its published vectors."""
 
 import functools
@@ -102,9 +103,10 @@ def siphash_selftest():
 
 
 # ---------------------------------------------------------------------------
-# HKDF-SHA256 (RFC 5869) and ChaCha20-Poly1305 (RFC 8439), written from the
-# RFCs: the standard library has neither an AEAD nor HKDF.  Slow (pure
-# Python) but the vectors are short.
+# HKDF-SHA256 (RFC 5869), AES-256 (FIPS 197) and GCM (NIST SP 800-38D),
+# written from those texts: the standard library has neither an AEAD nor
+# HKDF.  Slow (pure Python, no tables beyond the S-box) but the vectors are
+# short.
 # ---------------------------------------------------------------------------
 
 def hkdf_extract(salt, ikm):
@@ -120,85 +122,176 @@ def hkdf_expand(prk, info, length):
     return out[:length]
 
 
-_M32 = 0xFFFFFFFF
+def _xtime(b):
+    """FIPS 197 §4.2.1: multiplication by x (that is, {02}) in GF(2^8)
+    modulo m(x) = x^8 + x^4 + x^3 + x + 1."""
+    b <<= 1
+    return (b ^ 0x11B) if b & 0x100 else b
 
 
-def _quarter_round(s, a, b, c, d):
-    def rotl(x, n):
-        return ((x << n) | (x >> (32 - n))) & _M32
-    s[a] = (s[a] + s[b]) & _M32
-    s[d] = rotl(s[d] ^ s[a], 16)
-    s[c] = (s[c] + s[d]) & _M32
-    s[b] = rotl(s[b] ^ s[c], 12)
-    s[a] = (s[a] + s[b]) & _M32
-    s[d] = rotl(s[d] ^ s[a], 8)
-    s[c] = (s[c] + s[d]) & _M32
-    s[b] = rotl(s[b] ^ s[c], 7)
+def _gf8_mul(a, b):
+    """FIPS 197 §4.2: the product of two bytes, by repeated xtime."""
+    p = 0
+    while b:
+        if b & 1:
+            p ^= a
+        a = _xtime(a)
+        b >>= 1
+    return p
 
 
-def chacha20_block(key, counter, nonce):
-    """RFC 8439 §2.3: one 64-byte block; 32-byte key, 32-bit counter, 12-byte nonce."""
-    state = ([0x61707865, 0x3320646E, 0x79622D32, 0x6B206574]
-             + list(struct.unpack("<8I", key)) + [counter & _M32]
-             + list(struct.unpack("<3I", nonce)))
-    w = list(state)
-    for _ in range(10):
-        _quarter_round(w, 0, 4, 8, 12)
-        _quarter_round(w, 1, 5, 9, 13)
-        _quarter_round(w, 2, 6, 10, 14)
-        _quarter_round(w, 3, 7, 11, 15)
-        _quarter_round(w, 0, 5, 10, 15)
-        _quarter_round(w, 1, 6, 11, 12)
-        _quarter_round(w, 2, 7, 8, 13)
-        _quarter_round(w, 3, 4, 9, 14)
-    return struct.pack("<16I", *[(w[i] + state[i]) & _M32 for i in range(16)])
+def _make_sbox():
+    """FIPS 197 §5.1.1: the multiplicative inverse in GF(2^8) ({00} to
+    itself), then the affine transformation b'_i = b_i + b_(i+4) + b_(i+5) +
+    b_(i+6) + b_(i+7) + c_i (indices mod 8, c = {63})."""
+    box = []
+    for a in range(256):
+        inv = 0
+        if a:
+            inv = next(x for x in range(1, 256) if _gf8_mul(a, x) == 1)
+        out = 0
+        for i in range(8):
+            bit = ((inv >> i) ^ (inv >> ((i + 4) % 8)) ^ (inv >> ((i + 5) % 8))
+                   ^ (inv >> ((i + 6) % 8)) ^ (inv >> ((i + 7) % 8)) ^ (0x63 >> i)) & 1
+            out |= bit << i
+        box.append(out)
+    return box
 
 
-def chacha20_xor(key, counter, nonce, data):
-    """RFC 8439 §2.4: encryption and decryption alike."""
+_SBOX = _make_sbox()
+_AES256_NK, _AES256_NR = 8, 14
+
+
+def aes256_expand_key(key):
+    """FIPS 197 §5.2: the key schedule of a 32-byte key, 4 (Nr + 1) = 60
+    words, each a list of 4 bytes."""
+    assert len(key) == 32
+    nk, nr = _AES256_NK, _AES256_NR
+    w = [list(key[4 * i:4 * i + 4]) for i in range(nk)]
+    rcon = 1
+    for i in range(nk, 4 * (nr + 1)):
+        temp = list(w[i - 1])
+        if i % nk == 0:
+            temp = temp[1:] + temp[:1]                      # RotWord
+            temp = [_SBOX[b] for b in temp]                 # SubWord
+            temp[0] ^= rcon                                 # Rcon[i / Nk] = [x^(i/Nk - 1), 0, 0, 0]
+            rcon = _xtime(rcon)
+        elif i % nk == 4:
+            temp = [_SBOX[b] for b in temp]                 # SubWord, for Nk > 6
+        w.append([a ^ b for a, b in zip(w[i - nk], temp)])
+    return w
+
+
+def aes256_encrypt_block(w, block):
+    """FIPS 197 §5.1: Cipher() of one 16-byte block under an expanded key.
+    The state is kept as the input's bytes: s[r + 4c] is row r, column c."""
+    nr = _AES256_NR
+
+    def add_round_key(s, rnd):
+        return [s[r + 4 * c] ^ w[4 * rnd + c][r] for c in range(4) for r in range(4)]
+
+    def shift_rows(s):
+        # Row r moves left by r: s'[r, c] = s[r, (c + r) mod 4].
+        return [s[r + 4 * ((c + r) % 4)] for c in range(4) for r in range(4)]
+
+    def mix_columns(s):
+        out = []
+        for c in range(4):
+            a0, a1, a2, a3 = s[4 * c:4 * c + 4]
+            out += [_xtime(a0) ^ (_xtime(a1) ^ a1) ^ a2 ^ a3,
+                    a0 ^ _xtime(a1) ^ (_xtime(a2) ^ a2) ^ a3,
+                    a0 ^ a1 ^ _xtime(a2) ^ (_xtime(a3) ^ a3),
+                    (_xtime(a0) ^ a0) ^ a1 ^ a2 ^ _xtime(a3)]
+        return out
+
+    s = add_round_key(list(block), 0)
+    for rnd in range(1, nr):
+        s = add_round_key(mix_columns(shift_rows([_SBOX[b] for b in s])), rnd)
+    s = add_round_key(shift_rows([_SBOX[b] for b in s]), nr)
+    return bytes(s)
+
+
+_GCM_R = 0xE1 << 120
+
+
+def _gf128_mul(x, y):
+    """SP 800-38D §6.3, Algorithm 1: X • Y in GF(2^128), blocks as 128-bit
+    integers read big-endian, so the block's bit 0 (its leftmost) is the
+    integer's top bit; R = 11100001 || 0^120."""
+    z, v = 0, y
+    for i in range(128):
+        if (x >> (127 - i)) & 1:
+            z ^= v
+        v = (v >> 1) ^ _GCM_R if v & 1 else v >> 1
+    return z
+
+
+def _ghash(h, data):
+    """SP 800-38D §6.4, Algorithm 2: GHASH_H of a whole number of blocks."""
+    assert len(data) % 16 == 0
+    y = 0
+    for i in range(0, len(data), 16):
+        y = _gf128_mul(y ^ int.from_bytes(data[i:i + 16], "big"), h)
+    return y
+
+
+def _inc32(block):
+    """SP 800-38D §6.2: the rightmost 32 bits incremented mod 2^32."""
+    return block[:12] + ((int.from_bytes(block[12:], "big") + 1) & 0xFFFFFFFF).to_bytes(4, "big")
+
+
+def _gctr(w, icb, data):
+    """SP 800-38D §6.5, Algorithm 3: GCTR_K(ICB, X); the last block may be
+    partial."""
     out = bytearray()
-    for i in range(0, len(data), 64):
-        stream = chacha20_block(key, counter + i // 64, nonce)
-        out += bytes(x ^ y for x, y in zip(data[i:i + 64], stream))
+    cb = icb
+    for i in range(0, len(data), 16):
+        stream = aes256_encrypt_block(w, cb)
+        out += bytes(a ^ b for a, b in zip(data[i:i + 16], stream))
+        cb = _inc32(cb)
     return bytes(out)
-
-
-def poly1305(key, msg):
-    """RFC 8439 §2.5: the 16-byte tag of msg under a 32-byte one-time key."""
-    r = int.from_bytes(key[:16], "little") & 0x0FFFFFFC0FFFFFFC0FFFFFFC0FFFFFFF
-    s = int.from_bytes(key[16:32], "little")
-    p = (1 << 130) - 5
-    acc = 0
-    for i in range(0, len(msg), 16):
-        acc = ((acc + int.from_bytes(msg[i:i + 16] + b"\x01", "little")) * r) % p
-    return ((acc + s) & ((1 << 128) - 1)).to_bytes(16, "little")
 
 
 def _pad16(b):
     return bytes((16 - len(b) % 16) % 16)
 
 
-def aead_tag(key, nonce, aad, ciphertext):
-    """RFC 8439 §2.8: Poly1305 under the block-0 key over aad, ciphertext and their lengths."""
-    one_time = chacha20_block(key, 0, nonce)[:32]
-    data = (aad + _pad16(aad) + ciphertext + _pad16(ciphertext)
-            + struct.pack("<QQ", len(aad), len(ciphertext)))
-    return poly1305(one_time, data)
+def _gcm_tag(w, h, j0, aad, ciphertext):
+    """SP 800-38D §7.1 steps 5-6: S = GHASH_H(A || 0^v || C || 0^u ||
+    [len(A)]_64 || [len(C)]_64) (lengths in bits), T = GCTR_K(J0, S), all
+    128 bits of it."""
+    s = _ghash(h, aad + _pad16(aad) + ciphertext + _pad16(ciphertext)
+               + struct.pack(">QQ", 8 * len(aad), 8 * len(ciphertext)))
+    return _gctr(w, j0, s.to_bytes(16, "big"))
+
+
+def _gcm_setup(key, nonce):
+    """SP 800-38D §7.1 steps 1-2: the expanded key, H = CIPH_K(0^128) and,
+    for a 96-bit IV, J0 = IV || 0^31 || 1."""
+    assert len(nonce) == 12
+    w = aes256_expand_key(key)
+    h = int.from_bytes(aes256_encrypt_block(w, bytes(16)), "big")
+    return w, h, nonce + b"\x00\x00\x00\x01"
 
 
 def aead_seal(key, nonce, aad, plaintext):
-    ct = chacha20_xor(key, 1, nonce, plaintext)
-    return ct + aead_tag(key, nonce, aad, ct)
+    """AES-256-GCM authenticated encryption (SP 800-38D §7.1): ciphertext
+    followed by the 16-byte tag."""
+    w, h, j0 = _gcm_setup(key, nonce)
+    ct = _gctr(w, _inc32(j0), plaintext)
+    return ct + _gcm_tag(w, h, j0, aad, ct)
 
 
 def aead_open(key, nonce, aad, sealed):
-    """The plaintext, or None if the tag does not verify."""
+    """AES-256-GCM authenticated decryption (SP 800-38D §7.2): the
+    plaintext, or None if the tag does not verify."""
     if len(sealed) < 16:
         return None
     ct, tag = sealed[:-16], sealed[-16:]
-    if not hmac.compare_digest(aead_tag(key, nonce, aad, ct), tag):
+    w, h, j0 = _gcm_setup(key, nonce)
+    if not hmac.compare_digest(_gcm_tag(w, h, j0, aad, ct), tag):
         return None
-    return chacha20_xor(key, 1, nonce, ct)
+    return _gctr(w, _inc32(j0), ct)
 
 
 # ---------------------------------------------------------------------------
@@ -339,30 +432,41 @@ def crypto_selftest():
     if okm.hex() != ("3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf"
                      "34007208d5b887185865"):
         bad.append("HKDF-Expand (RFC 5869 A.1)")
-    # RFC 8439 §2.3.2
-    block = chacha20_block(bytes(range(32)), 1, bytes.fromhex("000000090000004a00000000"))
-    if block.hex() != ("10f1e7e4d13b5915500fdd1fa32071c4c7d1f4c733c068030422aa9ac3d46c4e"
-                       "d2826446079faa0914c2d705d98b02a2b5129cd1de164eb9cbd083e8a2503c4e"):
-        bad.append("ChaCha20 block (RFC 8439 2.3.2)")
-    # RFC 8439 §2.5.2
-    tag = poly1305(bytes.fromhex("85d6be7857556d337f4452fe42d506a80103808afb0db2fd4abff6af4149f51b"),
-                   b"Cryptographic Forum Research Group")
-    if tag.hex() != "a8061dc1305136c6c22b8baf0c0127a9":
-        bad.append("Poly1305 (RFC 8439 2.5.2)")
-    # RFC 8439 §2.8.2
-    key = bytes(range(0x80, 0xA0))
-    nonce = bytes.fromhex("070000004041424344454647")
-    aad = bytes.fromhex("50515253c0c1c2c3c4c5c6c7")
-    text = (b"Ladies and Gentlemen of the class of '99: If I could offer you only one tip "
-            b"for the future, sunscreen would be it.")
-    sealed = aead_seal(key, nonce, aad, text)
-    if sealed[:16].hex() != "d31a8d34648e60db7b86afbc53ef7ec2" or \
-            sealed[-16:].hex() != "1ae10b594f09e26a7e902ecbd0600691":
-        bad.append("ChaCha20-Poly1305 (RFC 8439 2.8.2)")
-    if aead_open(key, nonce, aad, sealed) != text:
-        bad.append("ChaCha20-Poly1305 does not open its own output")
-    if aead_open(key, nonce, aad, sealed[:-1] + bytes([sealed[-1] ^ 1])) is not None:
-        bad.append("ChaCha20-Poly1305 opened an altered tag")
+    # FIPS 197 Appendix C.3 (AES-256): the cipher's output, and the last
+    # round key (round[14].k_sch) of the schedule.
+    w = aes256_expand_key(bytes(range(32)))
+    if b"".join(bytes(x) for x in w[56:60]).hex() != "24fc79ccbf0979e9371ac23c6d68de36":
+        bad.append("AES-256 key expansion (FIPS 197 C.3, round 14 key)")
+    if aes256_encrypt_block(w, bytes.fromhex("00112233445566778899aabbccddeeff")).hex() != \
+            "8ea2b7ca516745bfeafc49904b496089":
+        bad.append("AES-256 cipher (FIPS 197 C.3)")
+    # The GCM specification's AES-256 test cases 13 to 16 (McGrew and Viega,
+    # "The Galois/Counter Mode of Operation", the test vectors NIST's SP
+    # 800-38D validation refers to): key, IV, associated data, plaintext,
+    # ciphertext, tag.
+    k15 = "feffe9928665731c6d6a8f9467308308" * 2
+    iv15 = "cafebabefacedbaddecaf888"
+    p15 = ("d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a72"
+           "1c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b391aafd255")
+    c15 = ("522dc1f099567d07f47f37a32a84427d643a8cdcbfe5c0c97598a2bd2555d1aa"
+           "8cb08e48590dbb3da7b08b1056828838c5f61e6393ba7a0abcc9f662898015ad")
+    for name, key, iv, aad, text, ct, tag in (
+            ("13", "00" * 32, "00" * 12, "", "", "", "530f8afbc74536b9a963b4f1c4cb738b"),
+            ("14", "00" * 32, "00" * 12, "", "00" * 16, "cea7403d4d606b6e074ec5d3baf39d18",
+             "d0d1c8a799996bf0265b98b5d48ab919"),
+            ("15", k15, iv15, "", p15, c15, "b094dac5d93471bdec1a502270e3cc6c"),
+            ("16", k15, iv15, "feedfacedeadbeeffeedfacedeadbeefabaddad2", p15[:120], c15[:120],
+             "76fc6ece0f4e1768cddf8853bb2d551b")):
+        key, iv, aad, text = (bytes.fromhex(x) for x in (key, iv, aad, text))
+        sealed = aead_seal(key, iv, aad, text)
+        if sealed.hex() != ct + tag:
+            bad.append("AES-256-GCM (GCM specification test case %s)" % name)
+        if aead_open(key, iv, aad, sealed) != text:
+            bad.append("AES-256-GCM does not open test case %s" % name)
+        if aead_open(key, iv, aad, sealed[:-1] + bytes([sealed[-1] ^ 1])) is not None:
+            bad.append("AES-256-GCM opened test case %s with an altered tag" % name)
+        if text and aead_open(key, iv, aad, bytes([sealed[0] ^ 0x80]) + sealed[1:]) is not None:
+            bad.append("AES-256-GCM opened test case %s with an altered ciphertext" % name)
     # RFC 8032 §7.1
     for i, (sk, pk, msg, sig) in enumerate(ED25519_REFERENCE, 1):
         sk, pk, msg, sig = (bytes.fromhex(x) for x in (sk, pk, msg, sig))

@@ -286,7 +286,7 @@ class AreaSealedChecks:
         None, None).  reply = (tick, from player, arrival Unix ms, age ms)."""
         if len(b) < ENVELOPE_MIN or b[0:4] != ENVELOPE_MAGIC or b[5:8] != bytes(3):
             return "checkpoint_malformed", None, None
-        if b[4] != 1:
+        if b[4] != ENVELOPE_VERSION:
             return "checkpoint_version", None, None
         epoch, player = struct.unpack(">II", b[8:16])
         cid = b[16:24]
@@ -407,7 +407,7 @@ class AreaSealedChecks:
         if (len(b) < 72 or struct.unpack(">H", b[0:2])[0] != MAGIC or b[2] != 2 or b[3] != DATA
                 or struct.unpack(">H", b[6:8])[0] != len(b) - HEADER):
             return "sealed_malformed", None
-        if b[40] != 1:
+        if b[40] != SEALED_VERSION:
             return "sealed_version", None
         cid, epoch = b[48:56], struct.unpack(">I", b[44:48])[0]
         ek = held.get((cid, epoch))

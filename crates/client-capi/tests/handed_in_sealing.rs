@@ -549,7 +549,9 @@ fn refusals_name_what_is_wrong_and_nothing_is_sent_without_a_key() {
     assert_eq!(name(RC_CHECK_WRONG_CELL).as_deref(), Some("checkpoint_wrong_cell"));
     assert_eq!(name(RC_CHECK_BAD).as_deref(), Some("checkpoint_bad"));
     assert_eq!(name(10), None);
-    assert_eq!(rc_version(), (1 << 16) | 6);
+    // The handed-in calls came with 1.6; later minor versions keep them.
+    let v = rc_version();
+    assert!(v >> 16 == 1 && v & 0xffff >= 6, "a library of 1.6 or later, got {v:#x}");
     ok(rc_free(h), "rc_free");
     r.stop();
     control.stop();

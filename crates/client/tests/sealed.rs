@@ -277,9 +277,9 @@ fn forged_altered_and_replayed_copies_are_dropped_and_counted() {
     let s = p.inject(&unkeyed);
     assert_eq!(sealed_counts(&s), [0, 0, 1, 1, 2], "sealed_no_key");
 
-    // Another sealed version.
+    // Another sealed version: 1, ChaCha20-Poly1305, withdrawn.
     let mut version = genuine.clone();
-    version[sealed::field::VERSION] = 2;
+    version[sealed::field::VERSION] = 1;
     let s = p.inject(&version);
     assert_eq!(sealed_counts(&s), [0, 1, 1, 1, 2], "sealed_version");
 

@@ -1,7 +1,7 @@
 //! What a sealed checkpoint costs, against what the channel already does to
 //! every state (the anchor, measured in the same run): SHA-256 of the state
 //! (the reflector hashes each upload once, a fetcher checks the digest) vs
-//! making the envelope (ChaCha20-Poly1305, one copy, Ed25519 signature) and
+//! making the envelope (AES-256-GCM, one copy, Ed25519 signature) and
 //! a joiner's checks (two Ed25519 verifications, the AEAD open, SHA-256 of
 //! the opened state). A micro-benchmark of the pure code on one core, not a
 //! test:

@@ -1,6 +1,6 @@
 //! What sealing costs a client per datagram, against the clear DATA it
 //! replaces (the anchor, measured in the same run): building a DATA with its
-//! SipHash tag vs sealing it (ChaCha20-Poly1305) and then tagging it; and on
+//! SipHash tag vs sealing it (AES-256-GCM) and then tagging it; and on
 //! receipt, reading a clear DATA's payload vs the receiver's steps and the
 //! AEAD open. A micro-benchmark of the pure code on one core, not a test:
 //!

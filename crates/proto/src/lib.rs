@@ -22,7 +22,7 @@
 //!   reflectors;
 //! - [`sealed`]: sealed payloads (protocol revision 2.2): cell ids, epoch
 //!   and sender keys (HKDF-SHA256), seal and open in place
-//!   (ChaCha20-Poly1305), the receiving rules with their counters;
+//!   (AES-256-GCM), the receiving rules with their counters;
 //! - `ticket` (feature `tickets`): the player ticket a game backend signs
 //!   for the control server (claims, key file, minting).
 //!

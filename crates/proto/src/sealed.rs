@@ -6,7 +6,7 @@
 //! - [`MasterSecret`]: the control servers' secret, and from it the
 //!   [`EpochKey`] of a cell and epoch and the epoch's jittered start
 //!   ([`Schedule`]);
-//! - [`SenderKey`]: one sender's ChaCha20-Poly1305 key for one cell and
+//! - [`SenderKey`]: one sender's AES-256-GCM key for one cell and
 //!   epoch, derived from the epoch key, the player and the client instance
 //!   id; [`SenderKey::seal`] writes a sealed DATA in place (seal first, then
 //!   tag) and refuses a sequence that is not above the last it sealed;
@@ -28,20 +28,22 @@
 //! [`crate::protocol::emit_in_place`].
 
 use crate::protocol::{EmitError, Header, Kind, ReplayWindow, SessionKeys, MAX_DATAGRAM_KERNEL, TAG};
-use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 use ring::hkdf;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
 
-/// The sealed-payload format's own version (byte 40).
-pub const SEALED_VERSION: u8 = 1;
+/// The sealed-payload format's own version (byte 40): 2, AES-256-GCM.
+/// Version 1 (ChaCha20-Poly1305) was withdrawn before any release and is
+/// refused like any other version.
+pub const SEALED_VERSION: u8 = 2;
 /// Length of a cell id.
 pub const CELL_ID_LEN: usize = 8;
 /// Length of an epoch key and of a sender key.
 pub const KEY_LEN: usize = 32;
-/// Length of the AEAD's authentication tag (Poly1305).
+/// Length of the AEAD's authentication tag (GCM's full 128-bit tag).
 pub const AEAD_TAG_LEN: usize = 16;
 /// Shortest master secret accepted.
 pub const MIN_MASTER_LEN: usize = 32;
@@ -310,8 +312,8 @@ impl EpochKey {
     /// own, or one a receiver derives once per sender it hears.
     pub fn sender_key(&self, player: u32, instance: u64) -> SenderKey {
         let bytes = self.sender_key_bytes(player, instance);
-        // ChaCha20-Poly1305 takes exactly 32-byte keys, which this is.
-        let unbound = UnboundKey::new(&CHACHA20_POLY1305, &bytes).expect("a 32-byte ChaCha20-Poly1305 key");
+        // AES-256-GCM takes exactly 32-byte keys, which this is.
+        let unbound = UnboundKey::new(&AES_256_GCM, &bytes).expect("a 32-byte AES-256-GCM key");
         SenderKey {
             aead: LessSafeKey::new(unbound),
             cell: self.cell,
@@ -563,7 +565,7 @@ impl SenderKey {
         let tag = self
             .aead
             .seal_in_place_separate_tag(nonce(h.seq), Aad::from(&ad), &mut out[field::CIPHERTEXT..end])
-            // ring refuses only inputs beyond ChaCha20's 2^38-byte limit,
+            // ring refuses only inputs beyond GCM's 2^36 - 32-byte limit,
             // far above MAX_SEALED_GAME_DATA, checked above.
             .map_err(|_| SealError::TooLarge(game_len))?;
         out[end..len].copy_from_slice(tag.as_ref());
@@ -712,8 +714,8 @@ impl Sender {
 /// proof of who sent), and every datagram is looked up in it: it keeps
 /// std's `RandomState`, SipHash keyed at random per table, so nobody can
 /// aim keys at one bucket; the table is also bounded (`max_windows`). One
-/// SipHash per datagram is about 160 instructions of the ~2,100 a 100-byte
-/// receive takes (the AEAD ~1,700, `examples/open_floor.rs`): too little
+/// SipHash per datagram is about 160 instructions of the ~1,800 a 100-byte
+/// receive takes (the AEAD ~1,450, `examples/open_floor.rs`): too little
 /// to trade for an unkeyed hash.
 pub struct Receiver {
     epoch_keys: Vec<EpochKey>,

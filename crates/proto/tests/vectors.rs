@@ -954,12 +954,15 @@ fn sealed_cases(tk: &[([u8; TOKEN_LEN], SessionKeys)]) -> Vec<SealedCase> {
             Err(("sealed_no_key", "refused before any AEAD work")),
         ),
         (
-            "sealed version 2",
+            "sealed version 1",
             None,
             false,
             0,
-            altered(&|d| d[40] = 2),
-            Err(("sealed_version", "this revision serves sealed version 1 only")),
+            altered(&|d| d[40] = 1),
+            Err((
+                "sealed_version",
+                "version 1 (ChaCha20-Poly1305) was withdrawn: this revision serves sealed version 2 only",
+            )),
         ),
         (
             "a clear DATA in a sealed group",
@@ -1187,8 +1190,8 @@ fn checkpoint_cases() -> Vec<CheckpointCase> {
         outcome,
     };
     let refused = |r: CheckpointRefusal, why: &'static str| Err((r, why));
-    let mut version2 = a.clone();
-    version2[ckpt::field::VERSION] = 2;
+    let mut version1 = a.clone();
+    version1[ckpt::field::VERSION] = 1;
     let mut flipped = a.clone();
     let n = flipped.len();
     flipped[n - 40] ^= 0x04;
@@ -1231,14 +1234,14 @@ fn checkpoint_cases() -> Vec<CheckpointCase> {
             refused(CheckpointRefusal::Malformed, "shorter than the smallest envelope (232)"),
         ),
         case(
-            "envelope version 2, signed",
+            "envelope version 1, signed",
             0,
             INSTANCE,
-            resign(0, version2),
+            resign(0, version1),
             reply_for(PLAYER_A),
             refused(
                 CheckpointRefusal::Version,
-                "this revision serves envelope version 1 only",
+                "version 1 (ChaCha20-Poly1305) was withdrawn: this revision serves envelope version 2 only",
             ),
         ),
         case(

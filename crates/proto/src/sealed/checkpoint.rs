@@ -17,7 +17,7 @@
 //! The reflector never sees any of this: the envelope is the upload's body.
 
 use super::{expand, CellId, EpochKey, MasterSecret, WorldId, AEAD_TAG_LEN, CELL_ID_LEN, KEY_LEN};
-use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 use ring::hkdf;
 use ring::signature::{Ed25519KeyPair, KeyPair, UnparsedPublicKey, ED25519};
 use sha2::{Digest, Sha256};
@@ -26,7 +26,10 @@ use std::ops::Range;
 
 /// "RFCP".
 pub const ENVELOPE_MAGIC: u32 = 0x5246_4350;
-pub const ENVELOPE_VERSION: u8 = 1;
+/// The envelope's version (byte 4): 2, AES-256-GCM. Version 1
+/// (ChaCha20-Poly1305) was withdrawn before any release and is refused like
+/// any other version.
+pub const ENVELOPE_VERSION: u8 = 2;
 /// An Ed25519 public key.
 pub const PUBLIC_KEY_LEN: usize = 32;
 /// An Ed25519 signature (a certificate is one).
@@ -246,8 +249,8 @@ pub fn checkpoint_key_bytes(epoch_key: &EpochKey, player: u32, instance: u64) ->
 }
 
 fn aead_key(bytes: &[u8; KEY_LEN]) -> LessSafeKey {
-    // ChaCha20-Poly1305 takes exactly 32-byte keys, which this is.
-    LessSafeKey::new(UnboundKey::new(&CHACHA20_POLY1305, bytes).expect("a 32-byte ChaCha20-Poly1305 key"))
+    // AES-256-GCM takes exactly 32-byte keys, which this is.
+    LessSafeKey::new(UnboundKey::new(&AES_256_GCM, bytes).expect("a 32-byte AES-256-GCM key"))
 }
 
 fn nonce(sequence: u64) -> Nonce {
@@ -266,7 +269,7 @@ pub enum SealCheckpointError {
     NotOurCertificate,
     #[error("sequence 0 is never used: take the next value of the client-wide counter")]
     ZeroSequence,
-    #[error("a state of {0} bytes is beyond what ChaCha20-Poly1305 seals at once")]
+    #[error("a state of {0} bytes is beyond what AES-256-GCM seals at once")]
     TooLarge(usize),
 }
 

@@ -365,10 +365,13 @@ fn a_receiver_opens_once_and_counts_each_refusal_at_its_step() {
         r.receive(&mut sealed(&mut other, &header(1001, 1, 12), b"x", None)),
         Err(OpenError::NoKey)
     );
-    // Another sealed version.
-    let mut v2 = sealed(&mut key, &header(1001, 1, 13), b"x", None);
-    v2[field::VERSION] = 2;
-    assert_eq!(r.receive(&mut v2), Err(OpenError::Version));
+    // Another sealed version: 1 (ChaCha20-Poly1305, withdrawn) or 3.
+    let d13 = sealed(&mut key, &header(1001, 1, 13), b"x", None);
+    for v in [1u8, 3] {
+        let mut other = d13.clone();
+        other[field::VERSION] = v;
+        assert_eq!(r.receive(&mut other), Err(OpenError::Version), "sealed version {v}");
+    }
     // A clear DATA (instance id only) is too short to be sealed.
     let mut clear = vec![0u8; 48];
     crate::protocol::emit_in_place(&header(1001, 1, 14), 48, None, &mut clear).expect("a DATA");
@@ -383,7 +386,7 @@ fn a_receiver_opens_once_and_counts_each_refusal_at_its_step() {
         ReceiveCounters {
             opened: 2,
             malformed: 1,
-            version: 1,
+            version: 2,
             no_key: 1,
             replay: 2,
             bad: 1,
