@@ -32,16 +32,41 @@ pub struct Reflector {
     pub port: u16,
 }
 
+/// What a test reflector serves; each `Reflector::start*` names one.
+struct Spec {
+    ports: Vec<u16>,
+    keepalive_ms: u16,
+    instance: bool,
+    sealed: bool,
+    checkpoint: Option<CheckpointConfig>,
+}
+
+impl Spec {
+    /// `groups` groups on free ports, instance ids on, clear, no channel.
+    fn groups(groups: usize) -> Spec {
+        Spec {
+            ports: vec![0; groups],
+            keepalive_ms: KEEPALIVE_MS,
+            instance: true,
+            sealed: false,
+            checkpoint: None,
+        }
+    }
+}
+
 impl Reflector {
-    /// One group on `port` (0: any), DATA tags on, instance ids on or off.
-    pub fn start(port: u16, instance: bool) -> Reflector {
+    /// Starts `spec` on 127.0.0.1 with DATA tags on (the default policy).
+    fn launch(spec: Spec) -> Reflector {
+        let channel = spec.checkpoint.is_some();
         let cfg = ServerConfig {
-            ports: vec![port],
+            ports: spec.ports,
             policy: Policy {
-                keepalive_ms: KEEPALIVE_MS,
-                data_instance: instance,
+                keepalive_ms: spec.keepalive_ms,
+                data_instance: spec.instance,
+                data_sealed: spec.sealed,
                 ..Policy::default()
             },
+            checkpoint: spec.checkpoint,
             ..ServerConfig::new(
                 [127, 0, 0, 1].into(),
                 Secret::new(&SECRET).expect("a valid secret"),
@@ -49,30 +74,28 @@ impl Reflector {
             )
         };
         let server = Server::start(cfg, Arc::new(AtomicBool::new(false))).expect("the reflector starts");
+        if channel {
+            assert!(server.checkpoint_port().is_some_and(|p| p != 0), "the channel is bound");
+        }
         let port = server.ports()[0];
         Reflector { server, port }
     }
 
+    /// One group on `port` (0: any), DATA tags on, instance ids on or off.
+    pub fn start(port: u16, instance: bool) -> Reflector {
+        Reflector::launch(Spec {
+            ports: vec![port],
+            instance,
+            ..Spec::groups(1)
+        })
+    }
+
     /// One group with the checkpoint channel on (`ck`), instance ids on.
     pub fn start_checkpoints(ck: CheckpointConfig) -> Reflector {
-        let cfg = ServerConfig {
-            ports: vec![0],
-            policy: Policy {
-                keepalive_ms: KEEPALIVE_MS,
-                data_instance: true,
-                ..Policy::default()
-            },
+        Reflector::launch(Spec {
             checkpoint: Some(ck),
-            ..ServerConfig::new(
-                [127, 0, 0, 1].into(),
-                Secret::new(&SECRET).expect("a valid secret"),
-                BackendKind::Sendto,
-            )
-        };
-        let server = Server::start(cfg, Arc::new(AtomicBool::new(false))).expect("the reflector starts");
-        assert!(server.checkpoint_port().is_some_and(|p| p != 0), "the channel is bound");
-        let port = server.ports()[0];
-        Reflector { server, port }
+            ..Spec::groups(1)
+        })
     }
 
     /// One group (instance ids on) announcing a keepalive of
@@ -80,112 +103,42 @@ impl Reflector {
     /// keepalive makes a quiet reflector (its PROBEs and the client's
     /// ECHOs as rare as that), so a test sees what wakes a client besides.
     pub fn start_keepalive(keepalive_ms: u16, ck: Option<CheckpointConfig>) -> Reflector {
-        let cfg = ServerConfig {
-            ports: vec![0],
-            policy: Policy {
-                keepalive_ms,
-                data_instance: true,
-                ..Policy::default()
-            },
+        Reflector::launch(Spec {
+            keepalive_ms,
             checkpoint: ck,
-            ..ServerConfig::new(
-                [127, 0, 0, 1].into(),
-                Secret::new(&SECRET).expect("a valid secret"),
-                BackendKind::Sendto,
-            )
-        };
-        let server = Server::start(cfg, Arc::new(AtomicBool::new(false))).expect("the reflector starts");
-        let port = server.ports()[0];
-        Reflector { server, port }
+            ..Spec::groups(1)
+        })
     }
 
     /// `groups` groups on free ports, DATA tags and instance ids on: the
     /// cells of an area (see [`area_control_server`]).
     pub fn start_groups(groups: usize) -> Reflector {
-        let cfg = ServerConfig {
-            ports: vec![0; groups],
-            policy: Policy {
-                keepalive_ms: KEEPALIVE_MS,
-                data_instance: true,
-                ..Policy::default()
-            },
-            ..ServerConfig::new(
-                [127, 0, 0, 1].into(),
-                Secret::new(&SECRET).expect("a valid secret"),
-                BackendKind::Sendto,
-            )
-        };
-        let server = Server::start(cfg, Arc::new(AtomicBool::new(false))).expect("the reflector starts");
-        let port = server.ports()[0];
-        Reflector { server, port }
+        Reflector::launch(Spec::groups(groups))
     }
 
     /// One sealed group (`serve --data-sealed on`: JOIN_ACK flag bit 2 with
     /// the instance flag), DATA tags on.
     pub fn start_sealed() -> Reflector {
-        let cfg = ServerConfig {
-            ports: vec![0],
-            policy: Policy {
-                keepalive_ms: KEEPALIVE_MS,
-                data_instance: true,
-                data_sealed: true,
-                ..Policy::default()
-            },
-            ..ServerConfig::new(
-                [127, 0, 0, 1].into(),
-                Secret::new(&SECRET).expect("a valid secret"),
-                BackendKind::Sendto,
-            )
-        };
-        let server = Server::start(cfg, Arc::new(AtomicBool::new(false))).expect("the reflector starts");
-        let port = server.ports()[0];
-        Reflector { server, port }
+        Reflector::start_sealed_groups(1)
     }
 
     /// `groups` sealed groups on free ports (as [`Reflector::start_sealed`]):
     /// the cells of a sealed area.
     pub fn start_sealed_groups(groups: usize) -> Reflector {
-        let cfg = ServerConfig {
-            ports: vec![0; groups],
-            policy: Policy {
-                keepalive_ms: KEEPALIVE_MS,
-                data_instance: true,
-                data_sealed: true,
-                ..Policy::default()
-            },
-            ..ServerConfig::new(
-                [127, 0, 0, 1].into(),
-                Secret::new(&SECRET).expect("a valid secret"),
-                BackendKind::Sendto,
-            )
-        };
-        let server = Server::start(cfg, Arc::new(AtomicBool::new(false))).expect("the reflector starts");
-        let port = server.ports()[0];
-        Reflector { server, port }
+        Reflector::launch(Spec {
+            sealed: true,
+            ..Spec::groups(groups)
+        })
     }
 
     /// One sealed group (as [`Reflector::start_sealed`]) with the
     /// checkpoint channel on (`ck`).
     pub fn start_sealed_checkpoints(ck: CheckpointConfig) -> Reflector {
-        let cfg = ServerConfig {
-            ports: vec![0],
-            policy: Policy {
-                keepalive_ms: KEEPALIVE_MS,
-                data_instance: true,
-                data_sealed: true,
-                ..Policy::default()
-            },
+        Reflector::launch(Spec {
+            sealed: true,
             checkpoint: Some(ck),
-            ..ServerConfig::new(
-                [127, 0, 0, 1].into(),
-                Secret::new(&SECRET).expect("a valid secret"),
-                BackendKind::Sendto,
-            )
-        };
-        let server = Server::start(cfg, Arc::new(AtomicBool::new(false))).expect("the reflector starts");
-        assert!(server.checkpoint_port().is_some_and(|p| p != 0), "the channel is bound");
-        let port = server.ports()[0];
-        Reflector { server, port }
+            ..Spec::groups(1)
+        })
     }
 
     /// The checkpoint channel's address (with the channel on).
