@@ -133,32 +133,7 @@ impl Reflector {
 /// tokens for 300 s, the reflector's secret) for a row of `r`'s groups:
 /// a world of one row of 100-unit cells, cell i served by group i.
 pub fn area_control_server(r: &Reflector) -> reflector_control::ControlServer {
-    use reflector_control::{Assign, ControlConfig, ReflectorSpec, World};
-    let ports = r.ports();
-    let world = World::new(
-        ports.len() as u32,
-        1,
-        100.0,
-        Assign::RoundRobin,
-        &[ReflectorSpec {
-            ip: [127, 0, 0, 1].into(),
-            ports,
-        }],
-    )
-    .expect("a world");
-    reflector_control::ControlServer::start_with(
-        ControlConfig {
-            listen: ([127, 0, 0, 1], 0).into(),
-            world,
-            secret: Secret::new(&SECRET).expect("a valid secret").into(),
-            token_ttl_s: 300,
-            auth: None,
-        },
-        reflector_http::Limits::default(),
-        None,
-        Arc::new(AtomicBool::new(false)),
-    )
-    .expect("the control server starts")
+    row_control_server(r, None)
 }
 
 /// The master secret of [`sealing_control_server`]'s world.
@@ -170,16 +145,24 @@ pub const SEALING_WORLD: &str = "capi tests";
 /// keys (`keys`), and with `sign_key` asked `control_public` and a
 /// `certificate` (the default schedule: epochs of 600 s, 60 s of jitter).
 pub fn sealing_control_server(r: &Reflector) -> reflector_control::ControlServer {
-    use reflector_control::{Assign, ControlConfig, ReflectorSpec, World};
     use reflector_proto::sealed::{MasterSecret, Schedule};
-    let ports = r.ports();
-    let sealing = Arc::new(reflector_control::sealing::Sealing::new(
+    let sealing = reflector_control::sealing::Sealing::new(
         MasterSecret::new(&SEALING_MASTER).expect("a long enough master secret"),
         SEALING_WORLD,
         Schedule::new(600, 60).expect("a valid schedule"),
         100.0,
-    ));
-    let world = World::new(
+    );
+    row_control_server(r, Some(Arc::new(sealing)))
+}
+
+/// The control server of [`area_control_server`], with `sealing` if given.
+fn row_control_server(
+    r: &Reflector,
+    sealing: Option<Arc<reflector_control::sealing::Sealing>>,
+) -> reflector_control::ControlServer {
+    use reflector_control::{Assign, ControlConfig, ReflectorSpec, World};
+    let ports = r.ports();
+    let mut world = World::new(
         ports.len() as u32,
         1,
         100.0,
@@ -189,9 +172,10 @@ pub fn sealing_control_server(r: &Reflector) -> reflector_control::ControlServer
             ports,
         }],
     )
-    .expect("a world")
-    .with_sealing(sealing)
-    .expect("one cell per group");
+    .expect("a world");
+    if let Some(sealing) = sealing {
+        world = world.with_sealing(sealing).expect("one cell per group");
+    }
     reflector_control::ControlServer::start_with(
         ControlConfig {
             listen: ([127, 0, 0, 1], 0).into(),
