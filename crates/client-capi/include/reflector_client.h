@@ -50,9 +50,14 @@
  * (`rc_checkpoint_event.check` in 1.5's padding, the `RC_CHECK_*`
  * values, `rc_check_name`). 1.7 added `rc_sealing_duplicates`: sealed
  * duplicate deliveries, counted apart from replays (a function of its
- * own: `rc_sealing_counters` keeps its size).
+ * own: `rc_sealing_counters` keeps its size). 1.8 added `/keys` for a
+ * client handed its tokens: a config for such a client
+ * (`rc_config_new_handed_in`) and the control server it asks for its
+ * next epoch keys (`rc_config_set_keys_from`; its fallbacks with
+ * `rc_config_add_fallback_url`, which 1.7 refused on such a config, as no
+ * 1.7 caller could make one).
  */
-#define REFLECTOR_C_VERSION_MINOR 7
+#define REFLECTOR_C_VERSION_MINOR 8
 
 /**
  * Bytes of a reflector token.
@@ -748,7 +753,8 @@ typedef struct {
 
 /**
  * A client configuration handle (since 1.2): made by
- * `rc_config_new_control`, changed by its setters, read (copied) by
+ * `rc_config_new_control` (or, for a client handed its tokens,
+ * `rc_config_new_handed_in`, 1.8), changed by its setters, read (copied) by
  * `rc_client_new_from_config`, freed by `rc_config_free`. Never 0, never
  * equal to a client handle (each is refused where the other is wanted),
  * dead once freed, as client handles are.
@@ -1098,7 +1104,8 @@ rc_status rc_sealing_duplicates(rc_handle h, uint64_t *count);
  * at once. Config handles follow the client handles' rules (a table
  * behind a mutex, usable from any thread, each call serialized per
  * handle, a freed one refused with `RC_ERR_BAD_HANDLE`), and are never
- * taken for a client's handle nor the other way round.
+ * taken for a client's handle nor the other way round. A config for a
+ * client handed its tokens is `rc_config_new_handed_in`'s (since 1.8).
  *
  * This call: a config with the arguments of `rc_client_new_control`; its
  * handle goes to `*out`. Nothing is sent until a client is made from it.
@@ -1119,7 +1126,9 @@ rc_status rc_config_new_control(const char *url,
  * control server for all of them in one request (the control server
  * takes at most 2, and refuses more: an `RC_EVENT_ERROR` with
  * `RC_ERR_CONTROL`) and is a member of each group: it hears the whole
- * area and sends to its cell only. (Since 1.2.)
+ * area and sends to its cell only. A config of `rc_config_new_handed_in`
+ * refuses it (`RC_ERR_INVALID_ARGUMENT`): its game hands the area in
+ * (`rc_area_add_token`, `rc_set_area`). (Since 1.2.)
  */
 rc_status rc_config_set_area_radius(rc_config cfg, uint8_t radius);
 
@@ -1129,14 +1138,23 @@ rc_status rc_config_set_area_radius(rc_config cfg, uint8_t radius);
  * on only when a server could not answer (a connect error, a timeout, a
  * 5xx); a refusal (401, 403, 429) is the answer. Every URL is checked
  * (`https://`, or `http://` with `allow_plain_http`) before a request is
- * sent. (Since 1.2.)
+ * sent. On a config of `rc_config_new_handed_in` (since 1.8): one more
+ * control server for `/keys`, tried after the URL of
+ * `rc_config_set_keys_from` (call that first, else
+ * `RC_ERR_INVALID_ARGUMENT`) and the ones added before it, checked here
+ * as that URL is (`https://`, or `http://` with its `allow_plain_http`).
+ * (Since 1.2.)
  */
 rc_status rc_config_add_fallback_url(rc_config cfg, const char *url);
 
 /**
  * A client from a copy of the config (the config stays the caller's);
  * the handle goes to `*out`. It asks the control server at once, for the
- * area when the config has a radius. (Since 1.2.)
+ * area when the config has a radius. From a config of
+ * `rc_config_new_handed_in` (since 1.8): a client as
+ * `rc_client_new_handed_in` makes (no token yet, nothing sent), which
+ * asks `/keys` of the config's keys_from control server, if it names one.
+ * (Since 1.2.)
  */
 rc_status rc_client_new_from_config(rc_config cfg, rc_handle *out);
 
@@ -1185,7 +1203,9 @@ rc_status rc_member_groups(rc_handle h, uint16_t *groups, size_t cap, size_t *co
  * `rc_client_new_with_token` in every way. Its checkpoint signing key is
  * there at once (`rc_sign_key`), for the game's backend to send as
  * `sign_key` on the `/join` that brings the first token. `local` is the
- * address to bind (`NULL`: any); the handle goes to `*out`. (Since 1.6.)
+ * address to bind (`NULL`: any); the handle goes to `*out`. A client
+ * that also asks `/keys` for its next epoch keys is made from a config:
+ * `rc_config_new_handed_in`, `rc_config_set_keys_from` (1.8). (Since 1.6.)
  */
 rc_status rc_client_new_handed_in(const char *local, rc_handle *out);
 
@@ -1210,7 +1230,9 @@ rc_status rc_sign_key(rc_handle h, uint8_t *out, size_t cap);
  * sends under the first key's cell). Keys are held beside those held
  * already, each until the overlap after its epoch ends; hand in the new
  * ones the game's backend fetches before the newest held ends (with each
- * token renewal, or `GET /keys`). In a sealed group `rc_send` needs one
+ * token renewal, or `GET /keys`), or make the client from a config that
+ * names a control server for that (`rc_config_set_keys_from`, 1.8): it
+ * then asks `/keys` itself. In a sealed group `rc_send` needs one
  * (else `RC_ERR_WRONG_STATE`, "no sealing key is held"), and so do
  * checkpoints. Errors (nothing handed in): `RC_ERR_INVALID_ARGUMENT` for
  * `n` 0 or above `RC_MAX_EPOCH_KEYS`, a key whose epoch does not end
@@ -1251,6 +1273,41 @@ rc_status rc_set_checkpoint_certificate(rc_handle h,
  * know. (Since 1.6.)
  */
 const char *rc_check_name(uint8_t check);
+
+/**
+ * A config for a client handed its tokens: `rc_client_new_from_config`
+ * makes from it a client as `rc_client_new_handed_in` does (no token yet,
+ * nothing sent until `rc_set_token`, or `rc_area_add_token` then
+ * `rc_set_area`; its signing key there at once), with the config's
+ * settings: `rc_config_set_keys_from` and its `rc_config_add_fallback_url`
+ * (`rc_config_set_area_radius` is refused: the game hands the area in).
+ * `local` is the address to bind (`NULL`: any); the handle goes to
+ * `*out`. (Since 1.8.)
+ */
+rc_status rc_config_new_handed_in(const char *local, rc_config *out);
+
+/**
+ * Names the control server that the clients of a config of
+ * `rc_config_new_handed_in` ask `GET /keys` (docs/protocol.md, "Handing
+ * out keys") for their sealed groups' next epoch keys: `url`
+ * (`https://host:port`, the world's control server, the one the game's
+ * backend asks `/join`), `ca_file` (`NULL`: the usual roots) a PEM file
+ * of a private CA, `allow_plain_http` non-zero to allow `http://`
+ * (closed labs only: the token and the keys cross in clear). No ticket
+ * goes with `/keys`: the membership's token signs the request. More
+ * control servers of the world: `rc_config_add_fallback_url` after this
+ * call; calling it again names another (the fallbacks added before are
+ * dropped). Everything is checked here, nothing set on a refusal
+ * (`RC_ERR_INVALID_ARGUMENT`, the message says what): an empty URL, one
+ * neither `https://` nor `http://`, `http://` without
+ * `allow_plain_http`, an empty or unreadable `ca_file`, and a config of
+ * `rc_config_new_control` (that client asks its own control server).
+ * (Since 1.8.)
+ */
+rc_status rc_config_set_keys_from(rc_config cfg,
+                                  const char *url,
+                                  const char *ca_file,
+                                  int allow_plain_http);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -238,26 +238,41 @@ pub fn config_new_control(p: &ControlParts<'_>, local: Option<&str>) -> Res<rc_c
 }
 
 /// The area of interest, in cells around the player's (0: its cell only).
+/// Not for a config handed its tokens (1.8): its game hands the area in.
 pub fn config_set_area_radius(cfg: rc_config, radius: u8) -> Res<()> {
-    with_config(cfg, |c| {
-        c.area_radius = radius;
-        Ok(())
-    })
-}
-
-/// One more control server of the same world, tried after those before it.
-pub fn config_add_fallback_url(cfg: rc_config, url: &str) -> Res<()> {
-    if url.is_empty() {
-        return Err(fail(rc_status::RC_ERR_INVALID_ARGUMENT, "the fallback URL is empty"));
-    }
-    with_config(cfg, |c| match &mut c.token {
-        TokenSource::Control(control) => {
-            control.fallback_urls.push(url.to_string());
+    with_config(cfg, |c| match c.token {
+        TokenSource::Control(_) => {
+            c.area_radius = radius;
             Ok(())
         }
         TokenSource::Given(_) | TokenSource::Later => Err(fail(
             rc_status::RC_ERR_INVALID_ARGUMENT,
-            "this config is handed its tokens: it asks no control server",
+            "this config is handed its tokens: the game hands its area in (rc_area_add_token, rc_set_area)",
+        )),
+    })
+}
+
+/// One more control server of the same world, tried after those before it:
+/// for a config handed its tokens (1.8), one more for `/keys`, after the
+/// keys_from URL (checked as it is).
+pub fn config_add_fallback_url(cfg: rc_config, url: &str) -> Res<()> {
+    if url.is_empty() {
+        return Err(fail(rc_status::RC_ERR_INVALID_ARGUMENT, "the fallback URL is empty"));
+    }
+    with_config(cfg, |c| match (&mut c.token, &mut c.keys_from) {
+        (TokenSource::Control(control), _) => {
+            control.fallback_urls.push(url.to_string());
+            Ok(())
+        }
+        (TokenSource::Given(_) | TokenSource::Later, Some(keys_from)) => {
+            keys_url(url, "the fallback URL", keys_from.allow_plain_http)?;
+            keys_from.fallback_urls.push(url.to_string());
+            Ok(())
+        }
+        (TokenSource::Given(_) | TokenSource::Later, None) => Err(fail(
+            rc_status::RC_ERR_INVALID_ARGUMENT,
+            "this config is handed its tokens and names no control server for /keys yet: \
+             rc_config_set_keys_from first, then its fallbacks",
         )),
     })
 }
@@ -924,3 +939,72 @@ pub fn set_checkpoint_certificate(
             .map_err(|e| client_error(&e))
     })
 }
+
+// ---- Keys from a control server, tokens handed in (since 1.8) ----------
+
+/// A config for a client handed its tokens (`rc_config_new_handed_in`):
+/// the client it makes is `new_handed_in`'s, with the config's settings.
+pub fn config_new_handed_in(local: Option<&str>) -> Res<rc_config> {
+    let inserted = lock(&CONFIGS).insert(config(TokenSource::Later, local));
+    inserted.map_err(|e| bad_config(0, e))
+}
+
+/// A URL `/keys` may go to: `https://`, or `http://` with consent. `what`
+/// names it in the refusal ("the keys_from URL", "the fallback URL").
+fn keys_url(url: &str, what: &str, allow_plain_http: bool) -> Res<()> {
+    let invalid = |m: String| fail(rc_status::RC_ERR_INVALID_ARGUMENT, m);
+    if url.is_empty() {
+        return Err(invalid(format!(
+            "{what} is empty: want https://host:port of the control server that hands out the world's keys"
+        )));
+    }
+    if url.starts_with("https://") {
+        return Ok(());
+    }
+    if url.starts_with("http://") {
+        if allow_plain_http {
+            return Ok(());
+        }
+        return Err(invalid(format!(
+            "refusing plain HTTP to {url} ({what}): the token and the epoch keys of every /keys answer would \
+             cross the network in clear; use https://, or allow_plain_http for a closed lab"
+        )));
+    }
+    Err(invalid(format!("{what} {url} is neither https:// nor http://")))
+}
+
+/// Names the control server a config handed its tokens asks `/keys`
+/// (`rc_config_set_keys_from`): every argument checked before anything
+/// is set; a second call names another (its fallbacks dropped).
+pub fn config_set_keys_from(cfg: rc_config, url: &str, ca_file: Option<&str>, allow_plain_http: bool) -> Res<()> {
+    let invalid = |m: String| fail(rc_status::RC_ERR_INVALID_ARGUMENT, m);
+    keys_url(url, "the keys_from URL", allow_plain_http)?;
+    if let Some(path) = ca_file {
+        if path.is_empty() {
+            return Err(invalid(
+                "ca_file is empty: a PEM file of the control server's CA, or NULL for the usual roots".into(),
+            ));
+        }
+        // Read now, not at the first /keys minutes later: a missing file
+        // is the game's to fix, and said where the game made the call.
+        if let Err(e) = std::fs::read(path) {
+            return Err(invalid(format!("cannot read the CA file {path}: {e}")));
+        }
+    }
+    with_config(cfg, |c| match c.token {
+        TokenSource::Given(_) | TokenSource::Later => {
+            let mut server = ControlServer::new(url, 0, (0.0, 0.0));
+            server.ca_file = ca_file.map(Into::into);
+            server.allow_plain_http = allow_plain_http;
+            c.keys_from = Some(server);
+            Ok(())
+        }
+        TokenSource::Control(_) => Err(invalid(
+            "this config asks the control server for its tokens and refreshes its keys there: keys_from is for \
+             a config of a client handed its tokens (rc_config_new_handed_in)"
+                .into(),
+        )),
+    })
+}
+
+// ---- End of keys from a control server ---------------------------------

@@ -691,7 +691,8 @@ pub unsafe extern "C" fn rc_sealing_duplicates(h: rc_handle, count: *mut u64) ->
 /// at once. Config handles follow the client handles' rules (a table
 /// behind a mutex, usable from any thread, each call serialized per
 /// handle, a freed one refused with `RC_ERR_BAD_HANDLE`), and are never
-/// taken for a client's handle nor the other way round.
+/// taken for a client's handle nor the other way round. A config for a
+/// client handed its tokens is `rc_config_new_handed_in`'s (since 1.8).
 ///
 /// This call: a config with the arguments of `rc_client_new_control`; its
 /// handle goes to `*out`. Nothing is sent until a client is made from it.
@@ -724,7 +725,9 @@ pub unsafe extern "C" fn rc_config_new_control(
 /// control server for all of them in one request (the control server
 /// takes at most 2, and refuses more: an `RC_EVENT_ERROR` with
 /// `RC_ERR_CONTROL`) and is a member of each group: it hears the whole
-/// area and sends to its cell only. (Since 1.2.)
+/// area and sends to its cell only. A config of `rc_config_new_handed_in`
+/// refuses it (`RC_ERR_INVALID_ARGUMENT`): its game hands the area in
+/// (`rc_area_add_token`, `rc_set_area`). (Since 1.2.)
 #[no_mangle]
 pub extern "C" fn rc_config_set_area_radius(cfg: rc_config, radius: u8) -> rc_status {
     call(|| done(api::config_set_area_radius(cfg, radius)))
@@ -735,7 +738,12 @@ pub extern "C" fn rc_config_set_area_radius(cfg: rc_config, radius: u8) -> rc_st
 /// on only when a server could not answer (a connect error, a timeout, a
 /// 5xx); a refusal (401, 403, 429) is the answer. Every URL is checked
 /// (`https://`, or `http://` with `allow_plain_http`) before a request is
-/// sent. (Since 1.2.)
+/// sent. On a config of `rc_config_new_handed_in` (since 1.8): one more
+/// control server for `/keys`, tried after the URL of
+/// `rc_config_set_keys_from` (call that first, else
+/// `RC_ERR_INVALID_ARGUMENT`) and the ones added before it, checked here
+/// as that URL is (`https://`, or `http://` with its `allow_plain_http`).
+/// (Since 1.2.)
 #[no_mangle]
 pub unsafe extern "C" fn rc_config_add_fallback_url(cfg: rc_config, url: *const c_char) -> rc_status {
     call(|| {
@@ -747,7 +755,11 @@ pub unsafe extern "C" fn rc_config_add_fallback_url(cfg: rc_config, url: *const 
 
 /// A client from a copy of the config (the config stays the caller's);
 /// the handle goes to `*out`. It asks the control server at once, for the
-/// area when the config has a radius. (Since 1.2.)
+/// area when the config has a radius. From a config of
+/// `rc_config_new_handed_in` (since 1.8): a client as
+/// `rc_client_new_handed_in` makes (no token yet, nothing sent), which
+/// asks `/keys` of the config's keys_from control server, if it names one.
+/// (Since 1.2.)
 #[no_mangle]
 pub unsafe extern "C" fn rc_client_new_from_config(cfg: rc_config, out: *mut rc_handle) -> rc_status {
     call(|| {
@@ -849,7 +861,9 @@ pub unsafe extern "C" fn rc_member_groups(h: rc_handle, groups: *mut u16, cap: u
 /// `rc_client_new_with_token` in every way. Its checkpoint signing key is
 /// there at once (`rc_sign_key`), for the game's backend to send as
 /// `sign_key` on the `/join` that brings the first token. `local` is the
-/// address to bind (`NULL`: any); the handle goes to `*out`. (Since 1.6.)
+/// address to bind (`NULL`: any); the handle goes to `*out`. A client
+/// that also asks `/keys` for its next epoch keys is made from a config:
+/// `rc_config_new_handed_in`, `rc_config_set_keys_from` (1.8). (Since 1.6.)
 #[no_mangle]
 pub unsafe extern "C" fn rc_client_new_handed_in(local: *const c_char, out: *mut rc_handle) -> rc_status {
     call(|| {
@@ -901,7 +915,9 @@ pub unsafe extern "C" fn rc_sign_key(h: rc_handle, out: *mut u8, cap: usize) -> 
 /// sends under the first key's cell). Keys are held beside those held
 /// already, each until the overlap after its epoch ends; hand in the new
 /// ones the game's backend fetches before the newest held ends (with each
-/// token renewal, or `GET /keys`). In a sealed group `rc_send` needs one
+/// token renewal, or `GET /keys`), or make the client from a config that
+/// names a control server for that (`rc_config_set_keys_from`, 1.8): it
+/// then asks `/keys` itself. In a sealed group `rc_send` needs one
 /// (else `RC_ERR_WRONG_STATE`, "no sealing key is held"), and so do
 /// checkpoints. Errors (nothing handed in): `RC_ERR_INVALID_ARGUMENT` for
 /// `n` 0 or above `RC_MAX_EPOCH_KEYS`, a key whose epoch does not end
@@ -971,6 +987,76 @@ pub extern "C" fn rc_check_name(check: u8) -> *const c_char {
 }
 
 // ---- End of handed-in sealing ------------------------------------------
+
+// ---- Keys from a control server, tokens handed in (since 1.8) ----------
+//
+// A client handed its tokens holds a sealed group's epoch keys only as
+// the game hands them in, so a game whose renewals are further apart than
+// the overlap window (60 s) misses the next epoch's key. A client made
+// from a config that names a control server for `/keys` asks it for the
+// next keys itself, as a client that fetches its own tokens does: when
+// the newest key of one of its group's cells is within the overlap of its
+// end, with the membership's newest token (a MAC under its session key,
+// no ticket). Its requests count in `rc_sealing_counters`
+// (`keys_requests`, `keys_refreshes`, `keys_refresh_failures`); a failed
+// one is an `RC_EVENT_ERROR` (`RC_ERR_CONTROL`) and is retried with
+// backoff. The game may still hand keys in (`rc_set_epoch_keys`): both
+// are held.
+
+/// A config for a client handed its tokens: `rc_client_new_from_config`
+/// makes from it a client as `rc_client_new_handed_in` does (no token yet,
+/// nothing sent until `rc_set_token`, or `rc_area_add_token` then
+/// `rc_set_area`; its signing key there at once), with the config's
+/// settings: `rc_config_set_keys_from` and its `rc_config_add_fallback_url`
+/// (`rc_config_set_area_radius` is refused: the game hands the area in).
+/// `local` is the address to bind (`NULL`: any); the handle goes to
+/// `*out`. (Since 1.8.)
+#[no_mangle]
+pub unsafe extern "C" fn rc_config_new_handed_in(local: *const c_char, out: *mut rc_config) -> rc_status {
+    call(|| {
+        // SAFETY: NULL or a NUL-terminated string (the header's contract).
+        let local = unsafe { opt_text(local, "local")? };
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let cfg = api::config_new_handed_in(local)?;
+        // SAFETY: `out` is a writable rc_config, checked for NULL above.
+        done(unsafe { put(out, cfg, "out") })
+    })
+}
+
+/// Names the control server that the clients of a config of
+/// `rc_config_new_handed_in` ask `GET /keys` (docs/protocol.md, "Handing
+/// out keys") for their sealed groups' next epoch keys: `url`
+/// (`https://host:port`, the world's control server, the one the game's
+/// backend asks `/join`), `ca_file` (`NULL`: the usual roots) a PEM file
+/// of a private CA, `allow_plain_http` non-zero to allow `http://`
+/// (closed labs only: the token and the keys cross in clear). No ticket
+/// goes with `/keys`: the membership's token signs the request. More
+/// control servers of the world: `rc_config_add_fallback_url` after this
+/// call; calling it again names another (the fallbacks added before are
+/// dropped). Everything is checked here, nothing set on a refusal
+/// (`RC_ERR_INVALID_ARGUMENT`, the message says what): an empty URL, one
+/// neither `https://` nor `http://`, `http://` without
+/// `allow_plain_http`, an empty or unreadable `ca_file`, and a config of
+/// `rc_config_new_control` (that client asks its own control server).
+/// (Since 1.8.)
+#[no_mangle]
+pub unsafe extern "C" fn rc_config_set_keys_from(
+    cfg: rc_config,
+    url: *const c_char,
+    ca_file: *const c_char,
+    allow_plain_http: c_int,
+) -> rc_status {
+    call(|| {
+        // SAFETY: NUL-terminated strings (the header's contract), `url`
+        // checked for NULL, `ca_file` NULL or a string.
+        let (url, ca_file) = unsafe { (text(url, "url")?, opt_text(ca_file, "ca_file")?) };
+        done(api::config_set_keys_from(cfg, url, ca_file, allow_plain_http != 0))
+    })
+}
+
+// ---- End of keys from a control server ---------------------------------
 
 #[cfg(test)]
 mod tests {

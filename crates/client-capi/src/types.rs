@@ -41,8 +41,13 @@ pub const REFLECTOR_C_VERSION_MAJOR: u32 = 1;
 /// (`rc_checkpoint_event.check` in 1.5's padding, the `RC_CHECK_*`
 /// values, `rc_check_name`). 1.7 added `rc_sealing_duplicates`: sealed
 /// duplicate deliveries, counted apart from replays (a function of its
-/// own: `rc_sealing_counters` keeps its size).
-pub const REFLECTOR_C_VERSION_MINOR: u32 = 7;
+/// own: `rc_sealing_counters` keeps its size). 1.8 added `/keys` for a
+/// client handed its tokens: a config for such a client
+/// (`rc_config_new_handed_in`) and the control server it asks for its
+/// next epoch keys (`rc_config_set_keys_from`; its fallbacks with
+/// `rc_config_add_fallback_url`, which 1.7 refused on such a config, as no
+/// 1.7 caller could make one).
+pub const REFLECTOR_C_VERSION_MINOR: u32 = 8;
 
 /// Bytes of a reflector token.
 pub const RC_TOKEN_LEN: usize = 32;
@@ -169,7 +174,8 @@ const _: () = assert!(RC_MAX_PAYLOAD == reflector_client::MAX_PAYLOAD);
 pub type rc_handle = u64;
 
 /// A client configuration handle (since 1.2): made by
-/// `rc_config_new_control`, changed by its setters, read (copied) by
+/// `rc_config_new_control` (or, for a client handed its tokens,
+/// `rc_config_new_handed_in`, 1.8), changed by its setters, read (copied) by
 /// `rc_client_new_from_config`, freed by `rc_config_free`. Never 0, never
 /// equal to a client handle (each is refused where the other is wanted),
 /// dead once freed, as client handles are.

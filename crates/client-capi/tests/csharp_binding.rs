@@ -225,3 +225,62 @@ fn csharp_hands_in_sealing_and_takes_a_signed_checkpoint() {
     r.stop();
     control.stop();
 }
+
+/// A client handed its tokens that asks `/keys` itself, from C# (1.8,
+/// `tests/csharp/KeysFrom.cs`): this test, as the game's backend, asks the
+/// control server's `/join` (sealing secret) and passes the grant to the
+/// program as arguments. `Client.HandedIn(keysFrom: ...)` refuses plain
+/// HTTP without consent, an empty URL and a plain-HTTP fallback with the
+/// library's status and message; made with the control server's URL, the
+/// client is handed the token and keys near their end and its
+/// `GetSealingStats()` shows the `/keys` request it sent, answered.
+#[test]
+fn csharp_names_a_control_server_for_keys() {
+    let (Some(mcs), Some(mono)) = (tool("mcs"), tool("mono")) else {
+        return;
+    };
+    let exe = build_csharp_from(&mcs, &crate_dir().join("tests/csharp/KeysFrom.cs"), "keys_from.exe");
+    let r = Reflector::start_sealed();
+    let control = common::sealing_control_server(&r);
+    let url = control.url();
+    // Any signing key: the certificate is not handed in here.
+    let g = common::sealed_join(&url, 1, common::centre(0), &[9u8; 32]);
+    let mut args = vec![
+        url.clone(),
+        g.grant.player.to_string(),
+        g.grant.group.to_string(),
+        g.grant.reflector.clone(),
+        g.grant.expires_unix_s.to_string(),
+        g.grant.token.clone(),
+        g.grant.session_key.clone(),
+    ];
+    for k in &g.keys {
+        args.push(format!(
+            "{},{},{},{},{},{},{}",
+            k.cell[0], k.cell[1], k.cell_id, k.epoch, k.key, k.starts_unix_s, k.ends_unix_s
+        ));
+    }
+    let mut cmd = Command::new(mono);
+    cmd.env("LD_LIBRARY_PATH", lib_dir()).arg(&exe).args(&args);
+    let (out, err, ok) = run(cmd, Duration::from_secs(60));
+    assert!(ok, "keys_from.exe failed:\n{out}\n{err}");
+    assert!(
+        out.contains(&format!(
+            "plain refused -2 refusing plain HTTP to {url} (the keys_from URL)"
+        )),
+        "{out}"
+    );
+    assert!(out.contains("empty refused -2 the keys_from URL is empty"), "{out}");
+    assert!(
+        out.contains("fallback refused -2 refusing plain HTTP to http://control-b.example (the fallback URL)"),
+        "{out}"
+    );
+    let line = out.lines().find(|l| l.starts_with("refreshed ")).unwrap_or_default();
+    let n: Vec<u64> = line.split_whitespace().skip(1).filter_map(|w| w.parse().ok()).collect();
+    assert!(
+        n.len() == 3 && n[0] >= 1 && n[1] >= 1 && n[2] == 0,
+        "requests, refreshes, failures: {line:?}\n{out}\n{err}"
+    );
+    r.stop();
+    control.stop();
+}

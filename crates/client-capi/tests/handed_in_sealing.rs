@@ -10,8 +10,11 @@
 //! group and a garbage state are each refused by the joiner's checks and
 //! named (`rc_checkpoint_event.check`, `rc_check_name`); a sealed group
 //! with no key handed in sends nothing and says why, and wrong lengths
-//! are refused naming the argument. Every wait has a deadline and every
-//! loop a count.
+//! are refused naming the argument. A client made from a config that
+//! names a control server for `/keys` (1.8, `rc_config_set_keys_from`)
+//! gets the epoch key that follows the last one its game handed in from
+//! there, and the same client without it does not. Every wait has a
+//! deadline and every loop a count.
 
 #![allow(unsafe_code, reason = "calls the C ABI's entry points as C would")]
 
@@ -555,4 +558,349 @@ fn refusals_name_what_is_wrong_and_nothing_is_sent_without_a_key() {
     ok(rc_free(h), "rc_free");
     r.stop();
     control.stop();
+}
+
+// ---- Keys from a control server (1.8) ----------------------------------
+
+/// A client handed its tokens, made from a config of
+/// `rc_config_new_handed_in` that names `url` (and then each of
+/// `fallbacks`) for `/keys`, plain HTTP allowed (the test's loopback), or
+/// names none (`None`).
+fn new_client_keys_from(url: Option<&str>, fallbacks: &[&str]) -> rc_handle {
+    let mut cfg: rc_config = 0;
+    // SAFETY: a NUL-terminated string and an out-pointer.
+    ok(
+        unsafe { rc_config_new_handed_in(c"127.0.0.1:0".as_ptr(), &mut cfg) },
+        "rc_config_new_handed_in",
+    );
+    if let Some(url) = url {
+        let url = std::ffi::CString::new(url).expect("no NUL");
+        // SAFETY: a NUL-terminated string; NULL ca_file (the usual roots).
+        ok(
+            unsafe { rc_config_set_keys_from(cfg, url.as_ptr(), std::ptr::null(), 1) },
+            "rc_config_set_keys_from",
+        );
+    }
+    for f in fallbacks {
+        let f = std::ffi::CString::new(*f).expect("no NUL");
+        // SAFETY: a NUL-terminated string.
+        ok(
+            unsafe { rc_config_add_fallback_url(cfg, f.as_ptr()) },
+            "rc_config_add_fallback_url",
+        );
+    }
+    let mut h = 0;
+    // SAFETY: an out-pointer.
+    ok(
+        unsafe { rc_client_new_from_config(cfg, &mut h) },
+        "rc_client_new_from_config",
+    );
+    // The client has its copy: the config goes at once.
+    ok(rc_config_free(cfg), "rc_config_free");
+    ok(rc_checkpoint_configure(h, 0, 0, 0), "rc_checkpoint_configure");
+    h
+}
+
+/// The key of the epoch before `k`'s, for `k`'s cell (derived from the
+/// test world's master secret, as the control server derives it), with
+/// the times of a key near its end: valid from 10 s ago, ending in 30 s,
+/// within the overlap window, so a `/keys` refresh is due at once.
+fn previous_epoch_near_its_end(k: &rc_epoch_key) -> rc_epoch_key {
+    use reflector_proto::sealed::{CellId, MasterSecret, WorldId};
+    let master = MasterSecret::new(&common::SEALING_MASTER).expect("the test world's master secret");
+    let cell = CellId::new(WorldId::from_name(common::SEALING_WORLD), k.cell_x, k.cell_y).expect("a cell");
+    assert_eq!(
+        cell.0, k.cell_id,
+        "the test derives the cell as the control server does"
+    );
+    let previous = master.epoch_key(cell, k.epoch - 1);
+    let now = reflector_proto::unix_now_ms() / 1000;
+    rc_epoch_key {
+        epoch: k.epoch - 1,
+        key: *previous.as_bytes(),
+        starts_unix_s: now - 10,
+        ends_unix_s: now + 30,
+        ..*k
+    }
+}
+
+fn sealing_counters(h: rc_handle) -> rc_sealing_counters {
+    let mut s = rc_sealing_counters::default();
+    // SAFETY: a writable out-pointer.
+    ok(unsafe { rc_sealing_stats(h, &mut s) }, "rc_sealing_stats");
+    s
+}
+
+/// The point of `rc_config_set_keys_from`: a game that hands its tokens in
+/// and last handed in the key of the epoch before the current one, near
+/// its end (its next renewal further off than the overlap window), has
+/// its client ask the control server's `/keys` for what follows, with the
+/// membership's token, and then opens what the group seals under the
+/// current epoch. The first control server named is down: its fallback
+/// answers. The same client, from a config that names no control server
+/// for `/keys`, asks nothing and cannot open that DATA (no key for its
+/// epoch), as a 1.7 client handed its tokens could not.
+#[test]
+fn a_handed_in_client_with_keys_from_gets_the_next_epochs_key_from_keys() {
+    let r = Reflector::start_sealed();
+    let control = common::sealing_control_server(&r);
+    let url = control.url();
+    let centre = common::centre(0);
+
+    // The sender: every key of its grant handed in, sealing under the
+    // current epoch.
+    let sender = new_client(false);
+    hand_in(sender, &backend_join(&url, 3, centre, &sign_key(sender)));
+
+    // Two clients whose game hands in the token and only the previous
+    // epoch's key, each from a config: one names the control server for
+    // /keys (behind one that is down), the other does not.
+    let down = common::down_url();
+    let with = new_client_keys_from(Some(&down), &[&url]);
+    let without = new_client_keys_from(None, &[]);
+    let mut current_epoch = 0;
+    for (h, player) in [(with, 1), (without, 2)] {
+        let g = backend_join(&url, player, centre, &sign_key(h));
+        set_token(h, &g);
+        current_epoch = g.keys[0].epoch;
+        ok(
+            set_keys(h, g.group, &[previous_epoch_near_its_end(&g.keys[0])]),
+            "rc_set_epoch_keys (the previous epoch only)",
+        );
+    }
+
+    let clients = [(sender, None), (with, None), (without, None)];
+    let mut seen = vec![Seen::default(), Seen::default(), Seen::default()];
+    pump(&clients, &mut seen, |_| {
+        clients.iter().all(|&(h, _)| rc_is_member(h) == 1)
+    });
+    // The sender sends until `with` opens its DATA: within the refresh's
+    // jitter (KEYS_REFRESH_JITTER, 3 s) and the answer.
+    let from_sender = |s: &Seen| s.data.iter().any(|(p, d)| *p == 3 && d == b"under the current epoch");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for _ in 0..10_000 {
+        if from_sender(&seen[1]) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the client with keys_from never opened the current epoch's DATA: {:?}",
+            sealing_counters(with)
+        );
+        let msg = b"under the current epoch";
+        // SAFETY: `msg.len()` bytes at `msg`; `seq` may be NULL.
+        ok(
+            unsafe { rc_send(sender, msg.as_ptr(), msg.len(), std::ptr::null_mut()) },
+            "rc_send",
+        );
+        pump(&clients, &mut seen, |_| true);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(from_sender(&seen[1]), "opened within the loop's count");
+
+    let w = sealing_counters(with);
+    assert!(
+        w.keys_requests >= 1 && w.keys_refreshes >= 1,
+        "asked /keys and got an answer: {w:?}"
+    );
+    assert_eq!(
+        w.keys_refresh_failures, 0,
+        "the fallback answered for the server that is down: {w:?}"
+    );
+    assert_eq!(w.bad, 0, "{w:?}");
+    // The game handed in epoch e - 1 only: the key that opened the
+    // sender's epoch-e DATA came from /keys.
+    assert!(current_epoch > 1, "an epoch with one before it: {current_epoch}");
+
+    let wo = sealing_counters(without);
+    assert_eq!(
+        wo.keys_requests, 0,
+        "no control server named for /keys: nothing asked ({wo:?})"
+    );
+    assert!(
+        !from_sender(&seen[2]),
+        "the client without keys_from holds no key of the current epoch"
+    );
+    assert!(wo.no_key > 0, "the sender's DATA reached it and found no key: {wo:?}");
+    for h in [sender, with, without] {
+        ok(rc_free(h), "rc_free");
+    }
+    r.stop();
+    control.stop();
+}
+
+fn keys_from(cfg: rc_config, url: Option<&str>, ca_file: Option<&str>, allow_plain_http: bool) -> rc_status {
+    let url = url.map(|u| std::ffi::CString::new(u).expect("no NUL"));
+    let ca = ca_file.map(|c| std::ffi::CString::new(c).expect("no NUL"));
+    let ptr = |s: &Option<std::ffi::CString>| s.as_ref().map_or(std::ptr::null(), |s| s.as_ptr());
+    // SAFETY: NULL or NUL-terminated strings.
+    unsafe { rc_config_set_keys_from(cfg, ptr(&url), ptr(&ca), i32::from(allow_plain_http)) }
+}
+
+fn fallback(cfg: rc_config, url: &str) -> rc_status {
+    let url = std::ffi::CString::new(url).expect("no NUL");
+    // SAFETY: a NUL-terminated string.
+    unsafe { rc_config_add_fallback_url(cfg, url.as_ptr()) }
+}
+
+fn refused(st: rc_status, code: rc_status, words: &str) {
+    assert_eq!(st, code, "{}", last_error());
+    assert!(last_error().contains(words), "want {words:?} in: {}", last_error());
+}
+
+/// `rc_config_set_keys_from` and the config calls around it refuse what
+/// cannot work, each with a message that says what, before anything is
+/// set; a refused call leaves the config as it was.
+#[test]
+fn keys_from_refusals_name_what_is_wrong() {
+    use rc_status::*;
+    let v = rc_version();
+    assert!(v >> 16 == 1 && v & 0xffff >= 8, "a library of 1.8 or later, got {v:#x}");
+    let mut cfg: rc_config = 0;
+    // SAFETY: NULL local (any) and an out-pointer.
+    ok(
+        unsafe { rc_config_new_handed_in(std::ptr::null(), &mut cfg) },
+        "rc_config_new_handed_in",
+    );
+    // SAFETY: a NULL out-pointer: the check under test.
+    refused(
+        unsafe { rc_config_new_handed_in(std::ptr::null(), std::ptr::null_mut()) },
+        RC_ERR_NULL,
+        "out is NULL",
+    );
+
+    // Before a control server is named, a fallback has nothing to follow.
+    refused(
+        fallback(cfg, "https://control-b.example"),
+        RC_ERR_INVALID_ARGUMENT,
+        "names no control server for /keys yet: rc_config_set_keys_from first",
+    );
+    refused(keys_from(cfg, None, None, false), RC_ERR_NULL, "url is NULL");
+    refused(
+        keys_from(cfg, Some(""), None, false),
+        RC_ERR_INVALID_ARGUMENT,
+        "the keys_from URL is empty",
+    );
+    refused(
+        keys_from(cfg, Some("http://127.0.0.1:9"), None, false),
+        RC_ERR_INVALID_ARGUMENT,
+        "refusing plain HTTP to http://127.0.0.1:9 (the keys_from URL)",
+    );
+    assert!(last_error().contains("allow_plain_http"), "{}", last_error());
+    refused(
+        keys_from(cfg, Some("ftp://control.example"), None, true),
+        RC_ERR_INVALID_ARGUMENT,
+        "ftp://control.example is neither https:// nor http://",
+    );
+    refused(
+        keys_from(cfg, Some("https://control.example"), Some(""), false),
+        RC_ERR_INVALID_ARGUMENT,
+        "ca_file is empty",
+    );
+    refused(
+        keys_from(cfg, Some("https://control.example"), Some("/nonexistent/ca.pem"), false),
+        RC_ERR_INVALID_ARGUMENT,
+        "cannot read the CA file /nonexistent/ca.pem",
+    );
+    refused(
+        keys_from(cfg, Some("https://control.example"), Some("/"), false),
+        RC_ERR_INVALID_ARGUMENT,
+        "cannot read the CA file /",
+    );
+    // None of those set anything: a fallback is still refused.
+    refused(
+        fallback(cfg, "https://control-b.example"),
+        RC_ERR_INVALID_ARGUMENT,
+        "rc_config_set_keys_from first",
+    );
+
+    // Named (HTTPS, a readable CA file): fallbacks follow, checked alike.
+    let ca = common::scratch("keys_from").join("ca.pem");
+    std::fs::write(&ca, "not checked until a request\n").expect("write the CA file");
+    ok(
+        keys_from(cfg, Some("https://control-a.example"), ca.to_str(), false),
+        "rc_config_set_keys_from",
+    );
+    ok(fallback(cfg, "https://control-b.example"), "an HTTPS fallback");
+    refused(
+        fallback(cfg, "http://control-c.example"),
+        RC_ERR_INVALID_ARGUMENT,
+        "refusing plain HTTP to http://control-c.example (the fallback URL)",
+    );
+    refused(fallback(cfg, ""), RC_ERR_INVALID_ARGUMENT, "the fallback URL is empty");
+    // A config handed its tokens has no area to ask for.
+    refused(
+        rc_config_set_area_radius(cfg, 1),
+        RC_ERR_INVALID_ARGUMENT,
+        "the game hands its area in (rc_area_add_token, rc_set_area)",
+    );
+
+    // A client from it is a client handed its tokens: no group, nothing
+    // sent, its signing key there at once.
+    let mut h = 0;
+    // SAFETY: an out-pointer.
+    ok(
+        unsafe { rc_client_new_from_config(cfg, &mut h) },
+        "rc_client_new_from_config",
+    );
+    assert_eq!(rc_is_member(h), 0, "no token yet: no group");
+    assert_ne!(sign_key(h), [0u8; RC_SIGN_KEY_LEN]);
+    ok(rc_update(h, api::now_ms()), "rc_update");
+    assert_eq!(
+        sealing_counters(h).keys_requests,
+        0,
+        "no group held: nothing to refresh"
+    );
+    refused(rc_set_position(h, 1.0, 1.0), RC_ERR_WRONG_STATE, "");
+    // A client's handle is not a config's, nor the other way round.
+    refused(
+        keys_from(h, Some("https://control.example"), None, false),
+        RC_ERR_BAD_HANDLE,
+        "is not a live config",
+    );
+    refused(
+        rc_set_position(cfg, 1.0, 1.0),
+        RC_ERR_BAD_HANDLE,
+        "is not a live client",
+    );
+    ok(rc_free(h), "rc_free");
+
+    // A config that asks the control server for its tokens refreshes its
+    // keys there: it takes no keys_from.
+    let mut control: rc_config = 0;
+    // SAFETY: NUL-terminated strings, NULLs where optional, an out-pointer.
+    ok(
+        unsafe {
+            rc_config_new_control(
+                c"https://control.example".as_ptr(),
+                std::ptr::null(),
+                1,
+                0.0,
+                0.0,
+                std::ptr::null(),
+                0,
+                std::ptr::null(),
+                &mut control,
+            )
+        },
+        "rc_config_new_control",
+    );
+    refused(
+        keys_from(control, Some("https://control.example"), None, false),
+        RC_ERR_INVALID_ARGUMENT,
+        "keys_from is for a config of a client handed its tokens (rc_config_new_handed_in)",
+    );
+    // Its fallbacks and area are as in 1.2 (unchecked until a request).
+    ok(
+        fallback(control, "http://control-b.example"),
+        "a control config's fallback",
+    );
+    ok(rc_config_set_area_radius(control, 1), "a control config's area");
+    ok(rc_config_free(control), "rc_config_free");
+    ok(rc_config_free(cfg), "rc_config_free");
+    refused(
+        keys_from(cfg, Some("https://control.example"), None, false),
+        RC_ERR_BAD_HANDLE,
+        "is not a live config",
+    );
 }

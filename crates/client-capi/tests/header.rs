@@ -110,11 +110,14 @@ fn header_declares_every_entry_point() {
         "rc_set_checkpoint_certificate",
         // 1.7: duplicate deliveries counted apart.
         "rc_sealing_duplicates",
+        // 1.8: /keys for a client handed its tokens.
+        "rc_config_new_handed_in",
+        "rc_config_set_keys_from",
     ] {
         assert!(h.contains(&format!(" {f}(")), "{f} missing from the header");
     }
     assert!(h.contains("#define REFLECTOR_C_VERSION_MAJOR 1"));
-    assert!(h.contains("#define REFLECTOR_C_VERSION_MINOR 7"));
+    assert!(h.contains("#define REFLECTOR_C_VERSION_MINOR 8"));
     assert!(h.contains("#define RC_MAX_AREA_TOKENS 25"));
     assert!(h.contains("RC_ERR_BUFFER_TOO_SMALL = -12"));
     assert!(h.contains("RC_CHECKPOINT_READY = 3"));
@@ -143,4 +146,7 @@ fn header_declares_every_entry_point() {
     assert!(h.contains("const char *rc_check_name(uint8_t check);"));
     // 1.7's duplicate deliveries: a function of their own, the struct unchanged.
     assert!(h.contains("rc_status rc_sealing_duplicates(rc_handle h, uint64_t *count);"));
+    // 1.8's keys_from: setters on a config, as every setting since 1.2.
+    assert!(h.contains("rc_status rc_config_new_handed_in(const char *local, rc_config *out);"));
+    assert!(h.contains("rc_status rc_config_set_keys_from(rc_config cfg,\n                                  const char *url,\n                                  const char *ca_file,\n                                  int allow_plain_http);"));
 }

@@ -234,3 +234,88 @@ b.close()
     r.stop();
     control.stop();
 }
+
+/// A client handed its tokens that asks `/keys` itself, from Python (1.8):
+/// `Client.handed_in(lib, keys_from=...)` refuses plain HTTP without
+/// consent, an empty URL and a plain-HTTP fallback with the library's
+/// message; made with the control server's URL (the script is also the
+/// backend: `/join` with urllib), handed the grant's token and its keys
+/// with the times of keys near their end, the client asks `/keys` and
+/// `sealing_stats()` shows the answer; the same client without keys_from
+/// asks nothing.
+#[test]
+fn python_names_a_control_server_for_keys() {
+    let Some(python) = tool("python3") else { return };
+    let r = Reflector::start_sealed();
+    let control = common::sealing_control_server(&r);
+    let script = r#"
+import json, sys, time, urllib.request
+import reflector_client as rc
+lib = rc.load()
+url = sys.argv[1]
+for what, kwargs in (("plain", dict(keys_from=url)), ("empty", dict(keys_from="")),
+                     ("fallback", dict(keys_from="https://control-a.example",
+                                       fallback_urls=["http://control-b.example"]))):
+    try:
+        rc.Client.handed_in(lib, local="127.0.0.1:0", **kwargs).close()
+        raise SystemExit("%s was taken" % what)
+    except rc.ReflectorError as e:
+        print(what, "refused", e.code, e.message)
+def backend_join(player, sign_key):
+    q = "%s/join?player=%d&x=50&y=50&sign_key=%s" % (url, player, sign_key.hex())
+    with urllib.request.urlopen(q, timeout=5) as r:
+        return json.loads(r.read())
+with_ = rc.Client.handed_in(lib, local="127.0.0.1:0", keys_from=url, allow_plain_http=True)
+without = rc.Client.handed_in(lib, local="127.0.0.1:0")
+now = int(time.time())
+for player, c in ((1, with_), (2, without)):
+    g = backend_join(player, c.sign_key())
+    c.set_token(bytes.fromhex(g["token"]), bytes.fromhex(g["session_key"]), g["player"], g["group"],
+                g["reflector"], g["expires_unix_s"])
+    # The grant's keys with the times of keys near their end (within the
+    # overlap window): a refresh is due at once.
+    c.set_epoch_keys(g["group"], [dict(k, starts_unix_s=now - 10, ends_unix_s=now + 30) for k in g["keys"]])
+deadline = time.time() + 15
+while with_.sealing_stats().keys_refreshes == 0:
+    if time.time() > deadline:
+        s = with_.sealing_stats()
+        raise SystemExit("no /keys answer within 15 s: %d requests, %d failures" % (s.keys_requests,
+                                                                                    s.keys_refresh_failures))
+    for c in (with_, without):
+        c.update()
+        c.events()
+    time.sleep(0.002)
+s = with_.sealing_stats()
+print("refreshed", s.keys_requests, s.keys_refreshes, s.keys_refresh_failures)
+print("without", without.sealing_stats().keys_requests)
+with_.close()
+without.close()
+"#;
+    let url = control.url();
+    let mut cmd = Command::new(python);
+    cmd.current_dir(crate_dir().join("bindings/python"))
+        .env("REFLECTOR_C_LIB", lib_dir().join("libreflector_c.so"))
+        .args(["-c", script, &url]);
+    let (out, err, ok) = run(cmd, Duration::from_secs(60));
+    assert!(ok, "{out}\n{err}");
+    assert!(
+        out.contains(&format!(
+            "plain refused -2 refusing plain HTTP to {url} (the keys_from URL)"
+        )),
+        "{out}"
+    );
+    assert!(out.contains("empty refused -2 the keys_from URL is empty"), "{out}");
+    assert!(
+        out.contains("fallback refused -2 refusing plain HTTP to http://control-b.example (the fallback URL)"),
+        "{out}"
+    );
+    let line = out.lines().find(|l| l.starts_with("refreshed ")).unwrap_or_default();
+    let n: Vec<u64> = line.split_whitespace().skip(1).filter_map(|w| w.parse().ok()).collect();
+    assert!(
+        n.len() == 3 && n[0] >= 1 && n[1] >= 1 && n[2] == 0,
+        "requests, refreshes, failures: {line:?}\n{out}"
+    );
+    assert!(out.lines().any(|l| l == "without 0"), "no keys_from, no /keys: {out}");
+    r.stop();
+    control.stop();
+}

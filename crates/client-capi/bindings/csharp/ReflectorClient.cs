@@ -32,7 +32,10 @@
 // /join as sign_key (hex), then SetToken, SetEpochKeys (the grant's keys
 // as EpochKey values) and SetCheckpointCertificate (control_public,
 // certificate, expires_unix_s). A Failed fetch that the joiner's checks
-// refused has ev.Check (Native.CheckName names it).
+// refused has ev.Check (Native.CheckName names it). With
+// Client.HandedIn(keysFrom: "https://control.example") (library 1.8) the
+// client asks that control server's /keys for the next epoch keys itself,
+// so the backend need not hand each in before the current ones end.
 
 using System;
 using System.Collections.Generic;
@@ -260,6 +263,9 @@ namespace Reflector
         public const int CellIdLen = 8;
         /// <summary>Sealed duplicate deliveries counted apart (rc_sealing_duplicates) came with 1.7.</summary>
         public const int VersionMinorSealedDuplicates = 7;
+        /// <summary>/keys for a client handed its tokens (rc_config_new_handed_in,
+        /// rc_config_set_keys_from) came with 1.8.</summary>
+        public const int VersionMinorKeysFrom = 8;
         public const int TokenLen = 32;
         public const int SessionKeyLen = 32;
         public const int MaxPayload = 1440;
@@ -321,6 +327,13 @@ namespace Reflector
             return p == IntPtr.Zero ? null : Marshal.PtrToStringAnsi(p);
         }
         // ---- end of handed-in sealing ----
+
+        // ---- Keys from a control server (library 1.8) ----
+        [DllImport(Lib)] public static extern Status rc_config_new_handed_in(byte[] local, out ulong config);
+        [DllImport(Lib)]
+        public static extern Status rc_config_set_keys_from(ulong config, byte[] url, byte[] caFile,
+            int allowPlainHttp);
+        // ---- end of keys from a control server ----
 
         [DllImport(Lib)]
         public static extern Status rc_config_new_control(byte[] url, byte[] ticket, uint player, double x, double y,
@@ -649,13 +662,46 @@ namespace Reflector
 
         /// <summary>A client handed its tokens that has none yet: nothing is sent
         /// until SetToken (or AddAreaToken and SetArea); its SignKey() is there at
-        /// once, for the /join that brings the first token.</summary>
-        public static Client HandedIn(string local = null)
+        /// once, for the /join that brings the first token.
+        ///
+        /// keysFrom (library 1.8): the control server (its URL) the client asks
+        /// GET /keys for a sealed group's next epoch keys, with the membership's
+        /// token, when the newest key held nears its end; then fallbackUrls in
+        /// turn when one cannot answer; caFile a PEM file of a private CA,
+        /// allowPlainHttp for http:// (closed labs). Each is checked here (a bad
+        /// one throws, saying what); they go through an rc_config, freed before
+        /// this returns. Without it the backend hands every key in
+        /// (SetEpochKeys).</summary>
+        public static Client HandedIn(string local = null, string keysFrom = null, string caFile = null,
+            bool allowPlainHttp = false, string[] fallbackUrls = null)
         {
             CheckVersion();
             Native.Need(Native.VersionMinorHandedSealing, "HandedIn");
             ulong h;
-            Native.Check(Native.rc_client_new_handed_in(Native.Utf8(local), out h));
+            if (keysFrom == null && caFile == null && !allowPlainHttp &&
+                (fallbackUrls == null || fallbackUrls.Length == 0))
+            {
+                Native.Check(Native.rc_client_new_handed_in(Native.Utf8(local), out h));
+                return new Client(h);
+            }
+            Native.Need(Native.VersionMinorKeysFrom, "keysFrom");
+            if (keysFrom == null)
+                throw new ReflectorException(Status.ErrInvalidArgument,
+                    "fallbackUrls, caFile and allowPlainHttp are keysFrom's: name keysFrom");
+            ulong cfg;
+            Native.Check(Native.rc_config_new_handed_in(Native.Utf8(local), out cfg));
+            try
+            {
+                Native.Check(Native.rc_config_set_keys_from(cfg, Native.Utf8(keysFrom), Native.Utf8(caFile),
+                    allowPlainHttp ? 1 : 0));
+                if (fallbackUrls != null)
+                    foreach (var u in fallbackUrls) Native.Check(Native.rc_config_add_fallback_url(cfg, Native.Utf8(u)));
+                Native.Check(Native.rc_client_new_from_config(cfg, out h));
+            }
+            finally
+            {
+                Native.rc_config_free(cfg);
+            }
             return new Client(h);
         }
 

@@ -27,6 +27,12 @@ A game whose backend fetches the tokens, in a sealed group (library 1.6):
     c.hand_in(answer)                            # token, keys, control_public + certificate
     # a FAILED fetch a joiner's check refused: ck.check, rc.check_name(lib, ck.check)
 
+The client asks the control server's /keys for the next epoch keys itself
+(library 1.8) when it is told where (else the backend hands each in):
+
+    c = rc.Client.handed_in(lib, keys_from="https://control.example",
+                            fallback_urls=["https://control2.example"])
+
 An area of interest and more control servers (library 1.2):
 
     c = rc.Client.with_control(lib, "https://control.example", ticket, player, x, y,
@@ -61,6 +67,9 @@ REFLECTOR_C_VERSION_MINOR_SEALING = 5
 REFLECTOR_C_VERSION_MINOR_HANDED_SEALING = 6
 # Sealed duplicate deliveries counted apart (rc_sealing_duplicates) came with 1.7.
 REFLECTOR_C_VERSION_MINOR_SEALED_DUPLICATES = 7
+# /keys for a client handed its tokens (rc_config_new_handed_in,
+# rc_config_set_keys_from) came with 1.8.
+REFLECTOR_C_VERSION_MINOR_KEYS_FROM = 8
 RC_MAX_AREA_TOKENS = 25
 RC_TOKEN_LEN = 32
 RC_SESSION_KEY_LEN = 32
@@ -332,6 +341,10 @@ def load(path=None):
     sigs_1_7 = {
         "rc_sealing_duplicates": (ctypes.c_int, [u64, ctypes.POINTER(u64)]),
     }
+    sigs_1_8 = {
+        "rc_config_new_handed_in": (ctypes.c_int, [char_p, ctypes.POINTER(u64)]),
+        "rc_config_set_keys_from": (ctypes.c_int, [u64, char_p, char_p, ctypes.c_int]),
+    }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)
         f.restype, f.argtypes = res, args
@@ -360,6 +373,10 @@ def load(path=None):
             f.restype, f.argtypes = res, args
     if minor(lib) >= REFLECTOR_C_VERSION_MINOR_SEALED_DUPLICATES:
         for name, (res, args) in sigs_1_7.items():
+            f = getattr(lib, name)
+            f.restype, f.argtypes = res, args
+    if minor(lib) >= REFLECTOR_C_VERSION_MINOR_KEYS_FROM:
+        for name, (res, args) in sigs_1_8.items():
             f = getattr(lib, name)
             f.restype, f.argtypes = res, args
     return lib
@@ -622,13 +639,39 @@ class Client:
     # ---- Handed-in sealing (library 1.6) ----
 
     @classmethod
-    def handed_in(cls, lib, local=None):
+    def handed_in(cls, lib, local=None, keys_from=None, ca_file=None, allow_plain_http=False, fallback_urls=()):
         """A client handed its tokens that has none yet: nothing is sent
         until set_token() or set_area() (or hand_in()); its sign_key() is
-        there at once, for the /join that brings the first token."""
+        there at once, for the /join that brings the first token.
+
+        `keys_from` (library 1.8): the control server (its URL) the client
+        asks GET /keys for a sealed group's next epoch keys, with the
+        membership's token, when the newest key held nears its end; then
+        `fallback_urls` in turn when one cannot answer; `ca_file` a PEM file
+        of a private CA, `allow_plain_http` for http:// (closed labs). Each
+        is checked now (a bad one raises ReflectorError saying what); they
+        go through an rc_config, freed before this returns. Without it the
+        backend hands every key in (set_epoch_keys)."""
         _need(lib, REFLECTOR_C_VERSION_MINOR_HANDED_SEALING, "Client.handed_in")
         h = ctypes.c_uint64()
-        _check(lib, lib.rc_client_new_handed_in(local.encode() if local else None, ctypes.byref(h)))
+        local_b = local.encode() if local else None
+        if keys_from is None and not fallback_urls and ca_file is None and not allow_plain_http:
+            _check(lib, lib.rc_client_new_handed_in(local_b, ctypes.byref(h)))
+            return cls(lib, h.value)
+        _need(lib, REFLECTOR_C_VERSION_MINOR_KEYS_FROM, "keys_from")
+        if keys_from is None:
+            raise ReflectorError(-2, "fallback_urls, ca_file and allow_plain_http are keys_from's: name keys_from")
+        cfg = ctypes.c_uint64()
+        _check(lib, lib.rc_config_new_handed_in(local_b, ctypes.byref(cfg)))
+        try:
+            _check(lib, lib.rc_config_set_keys_from(cfg.value, keys_from.encode(),
+                                                     ca_file.encode() if ca_file is not None else None,
+                                                     1 if allow_plain_http else 0))
+            for u in fallback_urls:
+                _check(lib, lib.rc_config_add_fallback_url(cfg.value, u.encode()))
+            _check(lib, lib.rc_client_new_from_config(cfg.value, ctypes.byref(h)))
+        finally:
+            lib.rc_config_free(cfg.value)
         return cls(lib, h.value)
 
     def sign_key(self):
