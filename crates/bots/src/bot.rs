@@ -9,7 +9,7 @@
 
 use super::checkpoints::{compare, CheckpointTally, GameState, PlayerState, Verdict};
 use super::config::BotsConfig;
-use super::grants::{client_token, grant_certificate, Job, JobResult};
+use super::grants::{client_grant, Job, JobResult};
 use super::windows::WindowCause;
 use super::world::{cell_of, step, Rng};
 use super::{Histogram, Ledger, MemId, Receipt, GRANT_RETRY, MARKER_AT, MARKER_LEN, MAX_MESSAGES, PAYLOAD_MIN};
@@ -295,15 +295,8 @@ impl Ctx<'_> {
                 return;
             }
         };
-        let token = match client_token(&grant, bot.player) {
+        let (token, certificate) = match client_grant(&grant, bot.player, &bot.sign_key) {
             Ok(t) => t,
-            Err(e) => {
-                self.error(bot, e);
-                return;
-            }
-        };
-        let certificate = match grant_certificate(&grant) {
-            Ok(c) => c,
             Err(e) => {
                 self.error(bot, e);
                 return;
@@ -326,8 +319,11 @@ impl Ctx<'_> {
                     return;
                 }
                 bot.granted = Some((grant.reflector.clone(), grant.group));
-                if let Some((public, cert)) = certificate {
-                    if let Err(e) = c.set_checkpoint_certificate(grant.group, public, cert, grant.expires_unix_s) {
+                if let Some(s) = certificate {
+                    let cert = s.certificate;
+                    if let Err(e) =
+                        c.set_checkpoint_certificate(grant.group, s.control_public, cert.signature, cert.expires_unix_s)
+                    {
                         self.error(bot, format!("checkpoint certificate: {e}"));
                     }
                 }
@@ -355,10 +351,13 @@ impl Ctx<'_> {
                     area: Vec::new(),
                 }) {
                     self.error(bot, e.to_string());
-                } else if let Some((public, cert)) = certificate {
+                } else if let Some(s) = certificate {
                     // A renewal's or a move's grant certifies the key until
                     // its own expiry: handed in with each token.
-                    if let Err(e) = c.set_checkpoint_certificate(grant.group, public, cert, grant.expires_unix_s) {
+                    let cert = s.certificate;
+                    if let Err(e) =
+                        c.set_checkpoint_certificate(grant.group, s.control_public, cert.signature, cert.expires_unix_s)
+                    {
                         self.error(bot, format!("checkpoint certificate: {e}"));
                     }
                 }

@@ -2,10 +2,9 @@
 //! answer never stalls the data path; the answers come back on a channel.
 
 use super::BotsError;
-use reflector_client::{cell_keys, Token};
+use reflector_client::{GrantError, GrantSigning, Token};
 use reflector_proto::control::{JoinGrant, KeyedGrant, WorldInfo};
-use reflector_proto::protocol::{SESSION_KEY_LEN, TOKEN_LEN};
-use reflector_proto::sealed::checkpoint::{PUBLIC_KEY_LEN, SIGNATURE_LEN};
+use reflector_proto::sealed::checkpoint::PUBLIC_KEY_LEN;
 use std::net::SocketAddr;
 use std::ops::Deref;
 use std::sync::mpsc;
@@ -36,7 +35,7 @@ pub(super) struct JobResult {
 /// secret). It reads as the grant it carries, so code that only needs the
 /// grant's fields does not see the keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Grant(pub KeyedGrant);
+pub(super) struct Grant(pub(super) KeyedGrant);
 
 impl Deref for Grant {
     type Target = JoinGrant;
@@ -127,38 +126,26 @@ fn fetch_world_or_status(control: &str) -> Result<WorldInfo, (Option<u16>, BotsE
         .map_err(|e| (Some(200), err(format!("bad /world answer: {e}"))))
 }
 
-/// `GET /join?player=..&x=..&y=..`.
-pub fn fetch_grant(
-    agent: &ureq::Agent,
-    control: &str,
-    player: u32,
-    pos: (f64, f64),
-    ticket: Option<&str>,
-) -> Result<Grant, String> {
-    fetch_grant_or_status(agent, control, player, pos, ticket, None).map_err(|(_, msg)| msg)
-}
-
-/// [`fetch_grant`], and the HTTP status of a refusal. With `sign_key`
-/// (the bot client's checkpoint signing key) the request carries it, and a
-/// control server with a sealing secret certifies it in the grant.
+/// `GET /join?player=..&x=..&y=..&sign_key=..`, and the HTTP status of a
+/// refusal. Every `/join` of the bots carries `sign_key` (the bot client's
+/// checkpoint signing key), so a control server with a sealing secret
+/// certifies it in the grant.
 fn fetch_grant_or_status(
     agent: &ureq::Agent,
     control: &str,
     player: u32,
     pos: (f64, f64),
     ticket: Option<&str>,
-    sign_key: Option<&[u8; PUBLIC_KEY_LEN]>,
+    sign_key: &[u8; PUBLIC_KEY_LEN],
 ) -> Result<Grant, (Option<u16>, String)> {
     let mut req = agent.get(&format!("{control}/join"));
     if let Some(t) = ticket {
         req = req.set("Authorization", &format!("Bearer {t}"));
     }
-    if let Some(k) = sign_key {
-        req = req.query("sign_key", &hex::encode(k));
-    }
     req.query("player", &player.to_string())
         .query("x", &pos.0.to_string())
         .query("y", &pos.1.to_string())
+        .query("sign_key", &hex::encode(sign_key))
         .call()
         .map_err(|e| {
             let status = match &e {
@@ -183,7 +170,7 @@ fn fetch_grant_any(
     player: u32,
     pos: (f64, f64),
     ticket: Option<&str>,
-    sign_key: Option<&[u8; PUBLIC_KEY_LEN]>,
+    sign_key: &[u8; PUBLIC_KEY_LEN],
 ) -> Result<Grant, (Option<u16>, String)> {
     ask_each(controls, |c| {
         fetch_grant_or_status(agent, c, player, pos, ticket, sign_key)
@@ -209,17 +196,11 @@ pub(super) fn http_worker(
         let ticket = minter
             .as_ref()
             .map(|m| m.mint(job.player, reflector_proto::unix_now_ms() / 1000, TICKET_TTL_S));
-        let (result, refused) = match fetch_grant_any(
-            &agent,
-            &controls,
-            job.player,
-            job.pos,
-            ticket.as_deref(),
-            Some(&job.sign_key),
-        ) {
-            Ok(g) => (Ok(g), None),
-            Err((status, msg)) => (Err(msg), status.filter(|s| matches!(s, 401 | 403))),
-        };
+        let (result, refused) =
+            match fetch_grant_any(&agent, &controls, job.player, job.pos, ticket.as_deref(), &job.sign_key) {
+                Ok(g) => (Ok(g), None),
+                Err((status, msg)) => (Err(msg), status.filter(|s| matches!(s, 401 | 403))),
+            };
         if results
             .send(JobResult {
                 bot: job.bot,
@@ -234,57 +215,80 @@ pub(super) fn http_worker(
     }
 }
 
-/// A join grant as the client's token: checked here, so a bad answer is
-/// reported as the control server's. Its epoch keys go with it, the bot's
-/// own cell's first (the client seals under the first), so that in a sealed
-/// group the bot seals what it sends and opens what it receives.
-pub(super) fn client_token(g: &Grant, player: u32) -> Result<Token, String> {
-    let t: &JoinGrant = g;
-    t.reflector
-        .parse::<SocketAddr>()
-        .map_err(|_| format!("control server gave reflector '{}', not ip:port", t.reflector))?;
-    if t.player != player {
+/// A join grant as the bot client's token and checkpoint certificate,
+/// decoded and checked by the client library as it checks the grants it
+/// asks for itself ([`Token::from_grant`], then [`GrantSigning::from_grant`]
+/// for the bot client's `sign_key`): its epoch keys go with the token, the
+/// bot's own cell's first (the client seals under the first), so that in a
+/// sealed group the bot seals what it sends and opens what it receives. An
+/// error says it is the control server's answer that is bad.
+pub(super) fn client_grant(
+    g: &Grant,
+    player: u32,
+    sign_key: &[u8; PUBLIC_KEY_LEN],
+) -> Result<(Token, Option<GrantSigning>), String> {
+    let bad = |e: GrantError| format!("the control server's /join answer is bad: {e}");
+    // The client resolves a name in set_token, on the bots' one event
+    // thread: the bots take an address only, so no bot waits on a resolver.
+    if g.reflector.parse::<SocketAddr>().is_err() {
         return Err(format!(
-            "control server gave a token for player {}, not {player}",
-            t.player
+            "the control server's /join answer is bad: reflector '{}' is not ip:port",
+            g.reflector
         ));
     }
-    let token: [u8; TOKEN_LEN] = hex::decode(&t.token)
-        .ok()
-        .and_then(|v| v.try_into().ok())
-        .ok_or_else(|| format!("control server gave a token that is not {TOKEN_LEN} hex bytes"))?;
-    let session_key: [u8; SESSION_KEY_LEN] = hex::decode(&t.session_key)
-        .ok()
-        .and_then(|v| v.try_into().ok())
-        .ok_or_else(|| format!("control server gave a session key that is not {SESSION_KEY_LEN} hex bytes"))?;
-    Ok(Token {
-        reflector: t.reflector.clone(),
-        group: t.group,
-        player,
-        token,
-        session_key,
-        expires_unix_s: t.expires_unix_s,
-        keys: cell_keys(&g.0.keys, Some(t.cell)).map_err(|e| format!("control server gave bad sealing keys: {e}"))?,
-    })
+    let token = Token::from_grant(&g.0, player).map_err(bad)?;
+    let signing = GrantSigning::from_grant(&g.0, &token, sign_key).map_err(bad)?;
+    Ok((token, signing))
 }
 
-/// A grant's checkpoint certificate, decoded: the control servers' public
-/// key and the signature over the bot client's `sign_key`.
-pub(super) type GrantCertificate = ([u8; PUBLIC_KEY_LEN], [u8; SIGNATURE_LEN]);
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// A grant's [`GrantCertificate`] (none from a control server without a
-/// sealing secret). One field without the other, or either of the wrong
-/// length, is the control server's fault.
-pub(super) fn grant_certificate(g: &Grant) -> Result<Option<GrantCertificate>, String> {
-    fn decode<const N: usize>(v: &str, what: &str) -> Result<[u8; N], String> {
-        hex::decode(v)
-            .ok()
-            .and_then(|v| v.try_into().ok())
-            .ok_or_else(|| format!("control server gave a {what} that is not {N} hex bytes"))
+    const SIGN_KEY: [u8; PUBLIC_KEY_LEN] = [5; PUBLIC_KEY_LEN];
+
+    /// A control server without a sealing secret: no keys, no certificate.
+    fn grant() -> Grant {
+        Grant(KeyedGrant {
+            grant: JoinGrant {
+                player: 3,
+                cell: [0, 0],
+                reflector: "10.0.0.1:4000".into(),
+                reflector_id: 0,
+                group: 4000,
+                token: hex::encode([1u8; 32]),
+                session_key: hex::encode([2u8; 32]),
+                expires_unix_s: 1_900_000_000,
+            },
+            keys: Vec::new(),
+            control_public: None,
+            certificate: None,
+        })
     }
-    match (&g.0.control_public, &g.0.certificate) {
-        (None, None) => Ok(None),
-        (Some(p), Some(c)) => Ok(Some((decode(p, "control_public")?, decode(c, "certificate")?))),
-        _ => Err("control server gave control_public or certificate without the other".into()),
+
+    #[test]
+    fn a_bad_grant_is_reported_as_the_control_servers_answer() {
+        let (t, signing) = client_grant(&grant(), 3, &SIGN_KEY).expect("a good grant");
+        assert_eq!((t.group, t.player, t.token, t.session_key), (4000, 3, [1; 32], [2; 32]));
+        assert_eq!(signing, None);
+        type Spoil = fn(&mut Grant);
+        let cases: [(&str, Spoil); 4] = [
+            ("the session key is not 32 hex bytes", |g| {
+                g.0.grant.session_key.push_str("00")
+            }),
+            ("certificate without control_public", |g| {
+                g.0.certificate = Some(hex::encode([0u8; 64]))
+            }),
+            ("reflector 'reflector.example:4000' is not ip:port", |g| {
+                g.0.grant.reflector = "reflector.example:4000".into()
+            }),
+            ("a token for player 4, not 3", |g| g.0.grant.player = 4),
+        ];
+        for (why, spoil) in cases {
+            let mut g = grant();
+            spoil(&mut g);
+            let e = client_grant(&g, 3, &SIGN_KEY).expect_err(why);
+            assert_eq!(e, format!("the control server's /join answer is bad: {why}"));
+        }
     }
 }

@@ -57,7 +57,7 @@ mod world;
 
 pub use checkpoints::{CheckpointTally, GameState, PlayerState};
 pub use config::{BotsArgs, BotsConfig, BotsError};
-pub use grants::{fetch_grant, fetch_world, Grant};
+pub use grants::fetch_world;
 pub use hist::Histogram;
 pub use ledger::{Ledger, LostSend, MemId, Receipt, Tally};
 pub use report::{BotReport, BotsReport, Latency, SealedTally};

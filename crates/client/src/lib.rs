@@ -122,7 +122,10 @@ pub use reflector_proto::checkpoint::Refusal;
 pub use schedule::{CHECKPOINT_POLL, FETCH_POLL};
 pub use sealing::{KEYS_REFRESH_JITTER, KEYS_RETRY_FIRST, KEYS_RETRY_MAX};
 pub use streams::{SenderKey, StreamCounters};
-pub use token::{cell_keys, fetch as fetch_token, fetch_area, AreaTokens, CellKey, ControlError, ControlServer, Token};
+pub use token::{
+    cell_keys, fetch as fetch_token, fetch_area, AreaTokens, CellKey, ControlError, ControlServer, GrantError,
+    GrantSigning, Token,
+};
 pub use types::*;
 
 use checkpoint::Transfer;

@@ -1,13 +1,57 @@
 //! Where a client's join token comes from: handed in by the game (its
 //! backend fetched it), or asked of the control server over HTTPS (feature
 //! `http`; plain HTTP only when asked for) with the player's ticket from
-//! the game backend.
+//! the game backend. Either way one grant of the control server's `/join`
+//! answer becomes a [`Token`] through [`Token::from_grant`] (and its
+//! checkpoint certificate through [`GrantSigning::from_grant`]), with or
+//! without feature `http`.
 
-use reflector_proto::control::EpochKeyGrant;
+use reflector_proto::control::{EpochKeyGrant, KeyedGrant};
 use reflector_proto::protocol::{SESSION_KEY_LEN, TOKEN_LEN};
-use reflector_proto::sealed::checkpoint::{Certificate, PUBLIC_KEY_LEN};
-use reflector_proto::sealed::{CellId, EpochKey, CELL_ID_LEN, KEY_LEN};
+use reflector_proto::sealed::checkpoint::{verify_certificate, Certificate, PUBLIC_KEY_LEN, SIGNATURE_LEN};
+use reflector_proto::sealed::{CellId, EpochKey, WorldId, CELL_ID_LEN, KEY_LEN};
 use std::sync::{Arc, Mutex};
+
+/// Why one grant of the control server's `/join` answer is not a usable
+/// token ([`Token::from_grant`], [`GrantSigning::from_grant`]): each case
+/// names the field of the answer that is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GrantError {
+    /// `player` is not the player asked for.
+    #[error("a token for player {granted}, not {asked}")]
+    OtherPlayer { granted: u32, asked: u32 },
+    /// A hex field (`what`: the token, the session key, control_public,
+    /// the certificate) that is not hex or not `len` bytes.
+    #[error("{what} is not {len} hex bytes")]
+    Hex { what: &'static str, len: usize },
+    /// An entry of `keys` that is not a usable epoch key
+    /// ([`CellKey::from_grant`] says why).
+    #[error("{0}")]
+    Key(String),
+    /// `control_public` without `certificate`, or the reverse: a grant
+    /// carries both (asked with `sign_key`, from a control server with a
+    /// sealing secret) or neither.
+    #[error("{present} without {missing}")]
+    HalfSigning {
+        present: &'static str,
+        missing: &'static str,
+    },
+    /// The certificate does not verify under `control_public` for the
+    /// world of the grant's keys, our `sign_key`, the grant's player and
+    /// its expiry.
+    #[error("the certificate does not verify under control_public for our sign_key")]
+    Certificate,
+}
+
+/// `N` bytes from the hex of a grant's field `what`, or the error naming
+/// it and its length.
+fn hex_field<const N: usize>(hex: &str, what: &'static str) -> Result<[u8; N], GrantError> {
+    hex::decode(hex)
+        .ok()
+        .and_then(|v| v.try_into().ok())
+        .ok_or(GrantError::Hex { what, len: N })
+}
 
 /// One sealing epoch key of a cell, as a control server with a sealing
 /// secret hands it out with each grant (docs/protocol.md, "Handing out
@@ -28,14 +72,8 @@ impl CellKey {
     /// `/keys` answer), checked: a cell id of 8 hex bytes, a key of 32,
     /// an epoch that ends after it starts.
     pub fn from_grant(g: &EpochKeyGrant) -> Result<CellKey, String> {
-        let cell_id: [u8; CELL_ID_LEN] = hex::decode(&g.cell_id)
-            .ok()
-            .and_then(|v| v.try_into().ok())
-            .ok_or_else(|| format!("a key's cell id is not {CELL_ID_LEN} hex bytes"))?;
-        let key: [u8; KEY_LEN] = hex::decode(&g.key)
-            .ok()
-            .and_then(|v| v.try_into().ok())
-            .ok_or_else(|| format!("a key is not {KEY_LEN} hex bytes"))?;
+        let cell_id: [u8; CELL_ID_LEN] = hex_field(&g.cell_id, "a key's cell id").map_err(|e| e.to_string())?;
+        let key: [u8; KEY_LEN] = hex_field(&g.key, "a key").map_err(|e| e.to_string())?;
         CellKey::new(g.cell, cell_id, g.epoch, key, g.starts_unix_s, g.ends_unix_s)
     }
 
@@ -78,11 +116,72 @@ pub fn cell_keys(grants: &[EpochKeyGrant], own_cell: Option<[u32; 2]>) -> Result
 
 /// What a grant says about checkpoint signing (docs/protocol.md, "Player
 /// signing keys and certificates"): the control servers' public key and
-/// our key's certificate until the grant's expiry.
+/// the certificate of our key until the grant's expiry. A game that reads
+/// the control server's answer itself hands them to
+/// [`crate::Client::set_checkpoint_certificate`] (`control_public`,
+/// `certificate.signature`, `certificate.expires_unix_s`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct GrantSigning {
+pub struct GrantSigning {
+    /// The world's control key (the grant's `control_public`).
     pub control_public: [u8; PUBLIC_KEY_LEN],
+    /// Our key's certificate: the grant's player, our `sign_key`, the
+    /// grant's expiry and the grant's `certificate` (the signature).
     pub certificate: Certificate,
+}
+
+impl GrantSigning {
+    /// The signing fields of `grant`, whose token is `token` (from
+    /// [`Token::from_grant`] of the same grant), asked with `sign_key`:
+    /// `None` when the grant has neither `control_public` nor
+    /// `certificate` (a control server without a sealing secret, or a
+    /// `/join` without `sign_key`). Checked: both or neither, hex of
+    /// 32 and 64 bytes, and when the token carries epoch keys, the
+    /// certificate verifies under `control_public` for their world, the
+    /// token's player and expiry, and `sign_key`.
+    pub fn from_grant(
+        grant: &KeyedGrant,
+        token: &Token,
+        sign_key: &[u8; PUBLIC_KEY_LEN],
+    ) -> Result<Option<GrantSigning>, GrantError> {
+        let (cp, cert) = match (&grant.control_public, &grant.certificate) {
+            (None, None) => return Ok(None),
+            (Some(cp), Some(cert)) => (cp, cert),
+            (Some(_), None) => {
+                return Err(GrantError::HalfSigning {
+                    present: "control_public",
+                    missing: "certificate",
+                })
+            }
+            (None, Some(_)) => {
+                return Err(GrantError::HalfSigning {
+                    present: "certificate",
+                    missing: "control_public",
+                })
+            }
+        };
+        let control_public: [u8; PUBLIC_KEY_LEN] = hex_field(cp, "control_public")?;
+        let signature: [u8; SIGNATURE_LEN] = hex_field(cert, "the certificate")?;
+        let certificate = Certificate {
+            player: token.player,
+            public_key: *sign_key,
+            expires_unix_s: token.expires_unix_s,
+            signature,
+        };
+        // A group's cells are of one world: the first 4 bytes of a cell id.
+        // Without keys there is no world to check against (the client
+        // checks again when keys come: Client::set_checkpoint_certificate).
+        if let Some(k) = token.keys.first() {
+            let c = k.key.cell().0;
+            let world = WorldId([c[0], c[1], c[2], c[3]]);
+            if !verify_certificate(&control_public, world, &certificate) {
+                return Err(GrantError::Certificate);
+            }
+        }
+        Ok(Some(GrantSigning {
+            control_public,
+            certificate,
+        }))
+    }
 }
 
 /// The certificates of a `/join` answer, for the grants' groups: the token
@@ -98,53 +197,6 @@ pub(crate) type SigningSink = Arc<Mutex<Vec<(String, u16, GrantSigning)>>>;
 pub(crate) struct SignRequest {
     pub public_key: [u8; PUBLIC_KEY_LEN],
     pub sink: SigningSink,
-}
-
-/// The signing fields of one grant, checked: both or neither; hex of the
-/// right lengths; the certificate verifies under `control_public` for the
-/// world of the grant's cells (when it has keys).
-#[cfg_attr(
-    not(feature = "http"),
-    allow(dead_code, reason = "only the HTTP client reads a grant")
-)]
-pub(crate) fn grant_signing(
-    player: u32,
-    expires_unix_s: u64,
-    public_key: &[u8; PUBLIC_KEY_LEN],
-    control_public: Option<&str>,
-    certificate: Option<&str>,
-    keys: &[CellKey],
-) -> Result<Option<GrantSigning>, String> {
-    use reflector_proto::sealed::checkpoint::{verify_certificate, SIGNATURE_LEN};
-    use reflector_proto::sealed::WorldId;
-    let (Some(cp), Some(cert)) = (control_public, certificate) else {
-        return Ok(None);
-    };
-    let control_public: [u8; PUBLIC_KEY_LEN] = hex::decode(cp)
-        .ok()
-        .and_then(|v| v.try_into().ok())
-        .ok_or_else(|| format!("control_public is not {PUBLIC_KEY_LEN} hex bytes"))?;
-    let signature: [u8; SIGNATURE_LEN] = hex::decode(cert)
-        .ok()
-        .and_then(|v| v.try_into().ok())
-        .ok_or_else(|| format!("the certificate is not {SIGNATURE_LEN} hex bytes"))?;
-    let certificate = Certificate {
-        player,
-        public_key: *public_key,
-        expires_unix_s,
-        signature,
-    };
-    if let Some(k) = keys.first() {
-        let c = k.key.cell().0;
-        let world = WorldId([c[0], c[1], c[2], c[3]]);
-        if !verify_certificate(&control_public, world, &certificate) {
-            return Err("the certificate does not verify under control_public for our sign_key".into());
-        }
-    }
-    Ok(Some(GrantSigning {
-        control_public,
-        certificate,
-    }))
 }
 
 /// A join token for one group with its session key, as the control server
@@ -165,9 +217,9 @@ pub struct Token {
     /// The sealing epoch keys of the cells the group serves (empty from a
     /// control server without a sealing secret). In a sealed group the
     /// client seals what it sends under the key of the first cell here,
-    /// so the player's own cell comes first: the client puts it first when
-    /// it reads the control server's answer, and a game that builds a
-    /// token itself does the same ([`cell_keys`]).
+    /// so the player's own cell comes first: [`Token::from_grant`] puts
+    /// it first, and a game that builds a token from its parts does the
+    /// same ([`cell_keys`]).
     pub keys: Vec<CellKey>,
 }
 
@@ -180,6 +232,36 @@ impl std::fmt::Debug for Token {
             .field("expires_unix_s", &self.expires_unix_s)
             .field("keys", &self.keys)
             .finish_non_exhaustive()
+    }
+}
+
+impl Token {
+    /// The token of one grant of the control server's `/join` answer
+    /// (the cell's, or one of an area's), for `player`, checked: the
+    /// grant is `player`'s, the token and the session key are 32 hex
+    /// bytes each, and every epoch key decodes ([`CellKey::from_grant`]),
+    /// the grant's own cell's first ([`cell_keys`]). For a game whose
+    /// backend fetches tokens and hands them in
+    /// ([`crate::Client::set_token`]); the client reads its own `/join`
+    /// answers with it too. `reflector` is taken as it is (a name or an
+    /// address, resolved when the client joins).
+    pub fn from_grant(grant: &KeyedGrant, player: u32) -> Result<Token, GrantError> {
+        let g = &grant.grant;
+        if g.player != player {
+            return Err(GrantError::OtherPlayer {
+                granted: g.player,
+                asked: player,
+            });
+        }
+        Ok(Token {
+            reflector: g.reflector.clone(),
+            group: g.group,
+            player,
+            token: hex_field(&g.token, "the token")?,
+            session_key: hex_field(&g.session_key, "the session key")?,
+            expires_unix_s: g.expires_unix_s,
+            keys: cell_keys(&grant.keys, Some(g.cell)).map_err(GrantError::Key)?,
+        })
     }
 }
 
@@ -249,6 +331,13 @@ impl ControlServer {
     }
 }
 
+/// A bad grant is a bad answer of the control server.
+impl From<GrantError> for ControlError {
+    fn from(e: GrantError) -> ControlError {
+        ControlError::BadAnswer(e.to_string())
+    }
+}
+
 impl ControlError {
     /// Whether another control server (or another address of the same
     /// name) may answer where this one could not.
@@ -304,42 +393,13 @@ pub enum ControlError {
 
 #[cfg(feature = "http")]
 mod http {
-    use super::{AreaTokens, CellKey, ControlError, ControlServer, SignRequest, Token};
-    use reflector_proto::control::{EpochKeyGrant, KeysAnswer};
-    use reflector_proto::protocol::{SESSION_KEY_LEN, TOKEN_LEN};
+    use super::{AreaTokens, CellKey, ControlError, ControlServer, GrantSigning, SignRequest, Token};
+    use reflector_proto::control::{KeyedAreaGrant, KeyedGrant, KeysAnswer};
+    use reflector_proto::protocol::TOKEN_LEN;
     use std::net::{SocketAddr, ToSocketAddrs};
     use std::path::Path;
     use std::sync::Arc;
     use std::time::Duration;
-
-    /// The control server's `/join` answer (fields this crate reads); an
-    /// area join's answer adds the other groups' grants, each with the
-    /// same fields.
-    #[derive(serde::Deserialize)]
-    struct Answer {
-        player: u32,
-        reflector: String,
-        group: u16,
-        token: String,
-        session_key: String,
-        expires_unix_s: u64,
-        /// The player's cell for the cell's grant, a neighbour's for an
-        /// area's other grants.
-        #[serde(default)]
-        cell: Option<[u32; 2]>,
-        /// Sealing epoch keys (absent from a control server without a
-        /// sealing secret).
-        #[serde(default)]
-        keys: Vec<EpochKeyGrant>,
-        /// With `sign_key` asked, from a control server with a sealing
-        /// secret: its public key and our key's certificate (hex).
-        #[serde(default)]
-        control_public: Option<String>,
-        #[serde(default)]
-        certificate: Option<String>,
-        #[serde(default)]
-        area: Vec<Answer>,
-    }
 
     #[derive(serde::Deserialize)]
     struct Refusal {
@@ -426,30 +486,22 @@ mod http {
             if let Some(t) = &c.ticket {
                 req = req.set("Authorization", &format!("Bearer {t}"));
             }
-            let mut answer: Answer = call_json(req, url, "/join")?;
-            let others = std::mem::take(&mut answer.area);
+            // The answer's grants (the cell's, then the area's, each with
+            // the same fields), decoded as a game that hands tokens in
+            // decodes them: Token::from_grant, GrantSigning::from_grant.
+            let answer: KeyedAreaGrant = call_json(req, url, "/join")?;
             let mut signing = Vec::new();
-            let mut grant = |a: Answer| -> Result<Token, ControlError> {
-                let (cp, cert) = (a.control_public.clone(), a.certificate.clone());
-                let t = token_of(c, a)?;
+            let mut grant = |g: &KeyedGrant| -> Result<Token, ControlError> {
+                let t = Token::from_grant(g, c.player)?;
                 if let Some(s) = sign {
-                    let g = super::grant_signing(
-                        t.player,
-                        t.expires_unix_s,
-                        &s.public_key,
-                        cp.as_deref(),
-                        cert.as_deref(),
-                        &t.keys,
-                    )
-                    .map_err(ControlError::BadAnswer)?;
-                    if let Some(g) = g {
-                        signing.push((t.reflector.clone(), t.group, g));
+                    if let Some(gs) = GrantSigning::from_grant(g, &t, &s.public_key)? {
+                        signing.push((t.reflector.clone(), t.group, gs));
                     }
                 }
                 Ok(t)
             };
-            let cell = grant(answer)?;
-            let area = others.into_iter().map(&mut grant).collect::<Result<Vec<_>, _>>()?;
+            let cell = grant(&answer.cell)?;
+            let area = answer.area.iter().map(&mut grant).collect::<Result<Vec<_>, _>>()?;
             if area
                 .iter()
                 .any(|t| t.reflector == cell.reflector && t.group == cell.group)
@@ -628,34 +680,6 @@ mod http {
             }),
         }
     }
-
-    /// One grant of the answer as a token, checked.
-    fn token_of(c: &ControlServer, answer: Answer) -> Result<Token, ControlError> {
-        if answer.player != c.player {
-            return Err(ControlError::BadAnswer(format!(
-                "a token for player {}, not {}",
-                answer.player, c.player
-            )));
-        }
-        let token: [u8; TOKEN_LEN] = hex::decode(&answer.token)
-            .ok()
-            .and_then(|v| v.try_into().ok())
-            .ok_or_else(|| ControlError::BadAnswer(format!("the token is not {TOKEN_LEN} hex bytes")))?;
-        let session_key: [u8; SESSION_KEY_LEN] = hex::decode(&answer.session_key)
-            .ok()
-            .and_then(|v| v.try_into().ok())
-            .ok_or_else(|| ControlError::BadAnswer(format!("the session key is not {SESSION_KEY_LEN} hex bytes")))?;
-        let keys = super::cell_keys(&answer.keys, answer.cell).map_err(ControlError::BadAnswer)?;
-        Ok(Token {
-            reflector: answer.reflector,
-            group: answer.group,
-            player: answer.player,
-            token,
-            session_key,
-            expires_unix_s: answer.expires_unix_s,
-            keys,
-        })
-    }
 }
 
 /// The longest a renewal that brought no later expiry waits before the
@@ -727,7 +751,208 @@ pub(crate) fn fetch_area_holding(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use reflector_proto::control::JoinGrant;
+    use reflector_proto::sealed::checkpoint::ControlSigner;
+    use reflector_proto::sealed::MasterSecret;
     use std::time::Duration;
+
+    const PLAYER: u32 = 7;
+    const EXPIRES: u64 = 1_900_000_000;
+    /// The client's checkpoint signing key, as its `/join` sent it.
+    const SIGN_KEY: [u8; PUBLIC_KEY_LEN] = [5; PUBLIC_KEY_LEN];
+
+    fn master() -> MasterSecret {
+        MasterSecret::new(&[9; 32]).expect("a long enough secret")
+    }
+
+    fn world() -> WorldId {
+        WorldId::from_name("grant-parser-test")
+    }
+
+    fn control() -> ControlSigner {
+        ControlSigner::derive(&master(), world())
+    }
+
+    fn key_grant(cell: [u32; 2]) -> EpochKeyGrant {
+        let id = CellId::new(world(), cell[0], cell[1]).expect("a small cell");
+        EpochKeyGrant {
+            cell,
+            cell_id: hex::encode(id.0),
+            epoch: 3,
+            key: hex::encode(master().epoch_key(id, 3).as_bytes()),
+            starts_unix_s: EXPIRES - 600,
+            ends_unix_s: EXPIRES,
+        }
+    }
+
+    /// What a control server with a sealing secret answers player 7 at
+    /// cell (1, 0), asked with `sign_key` = [`SIGN_KEY`]: keys in row
+    /// order (the player's cell second), and a certificate of the key.
+    fn good() -> KeyedGrant {
+        KeyedGrant {
+            grant: JoinGrant {
+                player: PLAYER,
+                cell: [1, 0],
+                reflector: "127.0.0.1:4000".into(),
+                reflector_id: 0,
+                group: 4000,
+                token: hex::encode([1u8; TOKEN_LEN]),
+                session_key: hex::encode([2u8; SESSION_KEY_LEN]),
+                expires_unix_s: EXPIRES,
+            },
+            keys: vec![key_grant([0, 0]), key_grant([1, 0])],
+            control_public: Some(hex::encode(control().public_key())),
+            certificate: Some(hex::encode(control().certify(PLAYER, &SIGN_KEY, EXPIRES).signature)),
+        }
+    }
+
+    /// The grant as the client reads it: its token, then its signing.
+    fn parse(g: &KeyedGrant) -> Result<(Token, Option<GrantSigning>), GrantError> {
+        let t = Token::from_grant(g, PLAYER)?;
+        let s = GrantSigning::from_grant(g, &t, &SIGN_KEY)?;
+        Ok((t, s))
+    }
+
+    #[test]
+    fn a_good_grant_is_a_token_and_its_certificate() {
+        let (t, s) = parse(&good()).expect("a good grant");
+        assert_eq!(
+            (t.reflector.as_str(), t.group, t.player, t.expires_unix_s),
+            ("127.0.0.1:4000", 4000, PLAYER, EXPIRES)
+        );
+        assert_eq!((t.token, t.session_key), ([1; TOKEN_LEN], [2; SESSION_KEY_LEN]));
+        // The player's own cell's key first (DATA is sealed under it),
+        // then the server's order.
+        assert_eq!(t.keys.iter().map(|k| k.cell).collect::<Vec<_>>(), [[1, 0], [0, 0]]);
+        let id = CellId::new(world(), 1, 0).expect("a small cell");
+        assert_eq!(t.keys[0].key.as_bytes(), master().epoch_key(id, 3).as_bytes());
+        assert_eq!(
+            s,
+            Some(GrantSigning {
+                control_public: control().public_key(),
+                certificate: control().certify(PLAYER, &SIGN_KEY, EXPIRES),
+            })
+        );
+        // A control server without a sealing secret: no keys, no signing.
+        let plain = KeyedGrant {
+            keys: Vec::new(),
+            control_public: None,
+            certificate: None,
+            ..good()
+        };
+        let (t, s) = parse(&plain).expect("a grant without sealing");
+        assert!(t.keys.is_empty() && s.is_none());
+    }
+
+    #[test]
+    fn each_hex_field_too_short_too_long_or_not_hex_is_named_with_its_length() {
+        type Field = fn(&mut KeyedGrant) -> &mut String;
+        let fields: [(Field, &str); 4] = [
+            (|g| &mut g.grant.token, "the token is not 32 hex bytes"),
+            (|g| &mut g.grant.session_key, "the session key is not 32 hex bytes"),
+            (
+                |g| g.control_public.as_mut().expect("in the good grant"),
+                "control_public is not 32 hex bytes",
+            ),
+            (
+                |g| g.certificate.as_mut().expect("in the good grant"),
+                "the certificate is not 64 hex bytes",
+            ),
+        ];
+        let keys: [(Field, &str); 2] = [
+            (|g| &mut g.keys[1].cell_id, "a key's cell id is not 8 hex bytes"),
+            (|g| &mut g.keys[1].key, "a key is not 32 hex bytes"),
+        ];
+        type Spoil = fn(&mut String);
+        let spoils: [(&str, Spoil); 5] = [
+            ("a byte short", |h| h.truncate(h.len() - 2)),
+            ("a byte long", |h| h.push_str("00")),
+            ("not hex", |h| h.replace_range(..1, "z")),
+            ("an odd length", |h| h.truncate(h.len() - 1)),
+            ("empty", |h| h.clear()),
+        ];
+        for (field, want) in fields.into_iter().chain(keys) {
+            for (how, spoil) in spoils {
+                let mut g = good();
+                spoil(field(&mut g));
+                let e = parse(&g).expect_err(want);
+                assert_eq!(e.to_string(), want, "{how}");
+                assert!(matches!(e, GrantError::Hex { .. } | GrantError::Key(_)), "{how}: {e:?}");
+                // Through the HTTP client: the control server's answer.
+                let c = ControlError::from(e).to_string();
+                assert!(c.starts_with("control server's answer") && c.ends_with(want), "{c}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_grant_for_another_player_is_refused() {
+        let e = Token::from_grant(&good(), PLAYER + 1).expect_err("player 7's grant");
+        assert_eq!(
+            e,
+            GrantError::OtherPlayer {
+                granted: PLAYER,
+                asked: PLAYER + 1
+            }
+        );
+        assert_eq!(e.to_string(), "a token for player 7, not 8");
+    }
+
+    #[test]
+    fn control_public_and_certificate_come_together_or_not_at_all() {
+        let mut g = good();
+        g.certificate = None;
+        assert_eq!(
+            parse(&g).expect_err("control_public alone").to_string(),
+            "control_public without certificate"
+        );
+        let mut g = good();
+        g.control_public = None;
+        assert_eq!(
+            parse(&g).expect_err("certificate alone").to_string(),
+            "certificate without control_public"
+        );
+    }
+
+    #[test]
+    fn a_certificate_that_does_not_verify_is_refused() {
+        let stranger = ControlSigner::derive(&MasterSecret::new(&[0x42; 32]).expect("long enough"), world());
+        let other_world = ControlSigner::derive(&master(), WorldId::from_name("another world"));
+        let signed = |signer: &ControlSigner, player: u32, key: &[u8; PUBLIC_KEY_LEN], expires: u64| {
+            let mut g = good();
+            g.control_public = Some(hex::encode(signer.public_key()));
+            g.certificate = Some(hex::encode(signer.certify(player, key, expires).signature));
+            g
+        };
+        let mut later = good();
+        later.grant.expires_unix_s += 1;
+        let mut flipped = good();
+        flipped.certificate = Some(hex::encode([0u8; SIGNATURE_LEN]));
+        // Signed by another key than the control_public it comes with.
+        let mut mixed = good();
+        mixed.certificate = Some(hex::encode(stranger.certify(PLAYER, &SIGN_KEY, EXPIRES).signature));
+        for (why, g) in [
+            (
+                "another sign_key's",
+                signed(&control(), PLAYER, &[6; PUBLIC_KEY_LEN], EXPIRES),
+            ),
+            ("another player's", signed(&control(), PLAYER + 1, &SIGN_KEY, EXPIRES)),
+            ("another expiry's", signed(&control(), PLAYER, &SIGN_KEY, EXPIRES + 1)),
+            ("the grant's expiry changed", later),
+            ("another control key's", mixed),
+            ("another world's", signed(&other_world, PLAYER, &SIGN_KEY, EXPIRES)),
+            ("zero signature", flipped),
+        ] {
+            let e = parse(&g).expect_err(why);
+            assert_eq!(e, GrantError::Certificate, "{why}");
+            assert!(e.to_string().contains("does not verify under control_public"), "{why}");
+        }
+        // Without keys there is no world to check it against: taken as it
+        // is (Client::set_checkpoint_certificate checks it once keys come).
+        let mut g = signed(&stranger, PLAYER, &SIGN_KEY, EXPIRES);
+        g.keys.clear();
+        assert!(parse(&g).expect("no keys, not checked").1.is_some());
+    }
 
     #[test]
     fn a_renewal_without_a_later_expiry_backs_off_a_quarter_of_the_time_left() {
