@@ -3,7 +3,7 @@
 //! `sealed-bench`'s receiver does, with each datagram's receive and
 //! processing timed by its position in the frame.
 //!
-//! A helper thread seals (or writes clear) `PER_FRAME` DATA and sends them
+//! A helper thread seals (or writes clear) `PER_FRAME` (20, or the third argument) DATA and sends them
 //! to a loopback UDP socket at the start of each frame; the measuring
 //! thread sleeps the frame, then, per datagram, `recv_from` and the
 //! client's pure work on it:
@@ -21,7 +21,7 @@
 //! compare within a run (positions of one mode, modes of one run), not
 //! absolute times across runs. A developer tool, not a test:
 //!
-//! `cargo run --release -p reflector-proto --example frame_open [-- FRAMES [SLEEP_US,...]]`
+//! `cargo run --release -p reflector-proto --example frame_open [-- FRAMES [SLEEP_US,... [PER_FRAME]]]`
 //!
 //! prints per (size, frame sleep, mode) the median ns of a datagram's
 //! processing at position 0, 1, 2..3 and 4.. of its frame, of its
@@ -46,6 +46,7 @@ use std::net::UdpSocket;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// Datagrams per frame unless the third argument says otherwise.
 const PER_FRAME: usize = 20;
 const MODES: [&str; 5] = ["clear", "sealed", "sealed-warm", "clear-batch", "sealed-batch"];
 
@@ -67,12 +68,13 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-/// What the helper thread is asked to send: `PER_FRAME` DATA of `game`
+/// What the helper thread is asked to send: `count` DATA of `game`
 /// bytes, sealed or clear.
 #[derive(Clone, Copy)]
 struct Ask {
     sealed: bool,
     game: usize,
+    count: usize,
 }
 
 /// The sending side, in its own thread (as the reflector is another
@@ -85,7 +87,7 @@ fn sender_thread(asks: mpsc::Receiver<Ask>, done: mpsc::Sender<()>, to: std::net
     let mut buf = vec![0u8; MAX_DATAGRAM_KERNEL];
     let mut seq = 0u64;
     while let Ok(a) = asks.recv() {
-        for _ in 0..PER_FRAME {
+        for _ in 0..a.count {
             seq += 1;
             let len = if a.sealed {
                 buf[field::CIPHERTEXT..field::CIPHERTEXT + a.game].fill(0x42);
@@ -145,6 +147,7 @@ fn main() {
         .get(1)
         .map(|s| s.split(',').filter_map(|x| x.parse().ok()).collect())
         .unwrap_or_else(|| vec![0, 1000, 4000]);
+    let per_frame: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(PER_FRAME).max(1);
     let rx = UdpSocket::bind("127.0.0.1:0").expect("a loopback socket");
     rx.set_nonblocking(true).expect("non-blocking");
     let to = rx.local_addr().expect("bound");
@@ -158,12 +161,12 @@ fn main() {
     // back before each use (an open decrypts in place).
     let mut dummy_key = epoch_key.sender_key(2002, 0x77);
     let mut dummy = vec![0u8; MAX_DATAGRAM_KERNEL];
-    let mut bufs: Vec<Vec<u8>> = (0..PER_FRAME).map(|_| vec![0u8; MAX_DATAGRAM_KERNEL]).collect();
-    let mut lens = [0usize; PER_FRAME];
+    let mut bufs: Vec<Vec<u8>> = (0..per_frame).map(|_| vec![0u8; MAX_DATAGRAM_KERNEL]).collect();
+    let mut lens = vec![0usize; per_frame];
     let mut out = vec![0u8; MAX_DATAGRAM_KERNEL];
     let mut dummy_copy = vec![0u8; MAX_DATAGRAM_KERNEL];
 
-    println!("# method: {PER_FRAME} DATA per frame sent by another thread over loopback; {frames} frames per mode, modes in turn frame by frame; median ns");
+    println!("# method: {per_frame} DATA per frame sent by another thread over loopback; {frames} frames per mode, modes in turn frame by frame; median ns");
     println!("game_bytes,sleep_us,mode,proc_pos0,proc_pos1,proc_pos2_3,proc_pos4_plus,recv_pos0,recv_pos1_plus,frame_ns_per_datagram");
     for game in [100usize, 1000] {
         dummy[field::CIPHERTEXT..field::CIPHERTEXT + game].fill(0x24);
@@ -180,7 +183,13 @@ fn main() {
                 let m = frame % MODES.len();
                 let mode = MODES[m];
                 let sealed = mode.starts_with("sealed");
-                ask_tx.send(Ask { sealed, game }).expect("the helper runs");
+                ask_tx
+                    .send(Ask {
+                        sealed,
+                        game,
+                        count: per_frame,
+                    })
+                    .expect("the helper runs");
                 std::thread::sleep(Duration::from_micros(sleep_us));
                 done_rx.recv().expect("the helper runs");
                 let s = &mut samples[m];
@@ -191,7 +200,7 @@ fn main() {
                 }
                 let mut got = 0;
                 let batch = mode.ends_with("batch");
-                // Bounded: the helper sent PER_FRAME, all queued by now.
+                // Bounded: the helper sent per_frame, all queued by now.
                 for (pos, (buf, len)) in bufs.iter_mut().zip(lens.iter_mut()).enumerate() {
                     let t0 = Instant::now();
                     let n = match rx.recv_from(buf) {
@@ -214,8 +223,8 @@ fn main() {
                     }
                 }
                 s.frame_per_datagram
-                    .push(t_frame.elapsed().as_nanos() as f64 / PER_FRAME as f64);
-                assert_eq!(got, game * PER_FRAME);
+                    .push(t_frame.elapsed().as_nanos() as f64 / per_frame as f64);
+                assert_eq!(got, game * per_frame);
             }
             for (m, s) in samples.iter_mut().enumerate() {
                 let p: Vec<String> = s.process.iter_mut().map(|v| format!("{:.0}", median(v))).collect();
