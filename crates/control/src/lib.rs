@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -753,16 +753,107 @@ pub fn keys(cfg: &ControlConfig, query: &str, now_unix_s: u64, now: Instant) -> 
 /// `/join` for `player` (authenticated by its ticket), or for the player
 /// the query names (anonymous joins).
 pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u32>) -> Reply {
+    match join_checked(cfg, query, now_unix_s, player) {
+        Ok(r) | Err((_, r)) => r,
+    }
+}
+
+/// Why a `/join` got no grant. Ticket refusals and 429s come before it
+/// and are counted apart (`join_refusals`, `join_rate_limited`). Nothing
+/// here asks the registry: in a fleet `/join` answers from the last
+/// placements its poller read, so Redis being down is no cause.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JoinFailure {
+    /// 503: no live reflector serves the player's cell (a fleet's registry
+    /// has not placed it yet).
+    Unplaced,
+    /// 503: with sealing, the player's group (or one of its area's) serves
+    /// more cells than one answer carries keys for.
+    TooManyCells,
+    /// 400: a parameter missing or wrong.
+    BadRequest,
+}
+
+impl JoinFailure {
+    pub const ALL: [JoinFailure; 3] = [
+        JoinFailure::Unplaced,
+        JoinFailure::TooManyCells,
+        JoinFailure::BadRequest,
+    ];
+
+    /// The `cause` label of `reflector_control_join_failures`.
+    pub fn name(self) -> &'static str {
+        match self {
+            JoinFailure::Unplaced => "unplaced",
+            JoinFailure::TooManyCells => "too_many_cells",
+            JoinFailure::BadRequest => "bad_request",
+        }
+    }
+}
+
+/// What became of the `/join` requests that passed the ticket check and
+/// the rate limits, for `/metrics`: so an observer outside (the fleet lab)
+/// can tell that `/join` is answered, whatever the registry does.
+#[derive(Debug, Default)]
+pub struct JoinCounts {
+    answered: AtomicU64,
+    /// Indexed like [`JoinFailure::ALL`].
+    failed: [AtomicU64; JoinFailure::ALL.len()],
+}
+
+impl JoinCounts {
+    /// [`join`], counted.
+    pub fn join(&self, cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u32>) -> Reply {
+        match join_checked(cfg, query, now_unix_s, player) {
+            Ok(r) => {
+                self.answered.fetch_add(1, Relaxed);
+                r
+            }
+            Err((why, r)) => {
+                self.failed[why as usize].fetch_add(1, Relaxed);
+                r
+            }
+        }
+    }
+
+    /// `/join` requests answered with a grant (200).
+    pub fn answered(&self) -> u64 {
+        self.answered.load(Relaxed)
+    }
+
+    /// `/join` requests refused here, by cause (every cause, zeros too).
+    pub fn failed(&self) -> Vec<(&'static str, u64)> {
+        JoinFailure::ALL
+            .iter()
+            .map(|&f| (f.name(), self.failed[f as usize].load(Relaxed)))
+            .collect()
+    }
+}
+
+/// A bad `/join` parameter: 400 naming it.
+fn bad_request(msg: impl Into<String>) -> (JoinFailure, Reply) {
+    (JoinFailure::BadRequest, bad(400, msg))
+}
+
+/// [`join`], and why it gave no grant.
+fn join_checked(
+    cfg: &ControlConfig,
+    query: &str,
+    now_unix_s: u64,
+    player: Option<u32>,
+) -> Result<Reply, (JoinFailure, Reply)> {
     let pairs = query_pairs(query);
     let get = |k: &str| pairs.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
     let player = match player {
         Some(p) => p,
         None => {
             let Some(player) = get("player") else {
-                return bad(400, "missing parameter player (a number from 0 to 4294967295)");
+                return Err(bad_request("missing parameter player (a number from 0 to 4294967295)"));
             };
             let Ok(player) = player.trim().parse::<u32>() else {
-                return bad(400, format!("player={player} is not a number from 0 to 4294967295"));
+                return Err(bad_request(format!(
+                    "player={player} is not a number from 0 to 4294967295"
+                )));
             };
             player
         }
@@ -770,26 +861,32 @@ pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u3
     let mut pos = [0.0f64; 2];
     for (i, axis) in ["x", "y"].into_iter().enumerate() {
         let Some(v) = get(axis) else {
-            return bad(400, format!("missing parameter {axis} (a position in world units)"));
+            return Err(bad_request(format!(
+                "missing parameter {axis} (a position in world units)"
+            )));
         };
         match v.trim().parse::<f64>() {
             Ok(f) => pos[i] = f,
-            Err(_) => return bad(400, format!("{axis}={v} is not a number")),
+            Err(_) => return Err(bad_request(format!("{axis}={v} is not a number"))),
         }
     }
     let cell = match cfg.world.cell_of(pos[0], pos[1]) {
         Ok(c) => c,
-        Err(e) => return bad(400, e.to_string()),
+        Err(e) => return Err(bad_request(e.to_string())),
     };
     let area = match get("area").map(|v| v.trim().parse::<u32>()) {
         None => 0,
         Some(Ok(r)) if r <= MAX_AREA => r,
-        Some(_) => return bad(400, format!("area must be a number of cells from 0 to {MAX_AREA}")),
+        Some(_) => {
+            return Err(bad_request(format!(
+                "area must be a number of cells from 0 to {MAX_AREA}"
+            )))
+        }
     };
     let sign_key = match get("sign_key").map(parse_sign_key) {
         None => None,
         Some(Ok(k)) => Some(k),
-        Some(Err(e)) => return bad(400, e),
+        Some(Err(e)) => return Err(bad_request(e)),
     };
     let expires_unix_s = now_unix_s.saturating_add(cfg.token_ttl_s);
     // With a sealing secret and a player key, every grant of the answer
@@ -822,14 +919,17 @@ pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u3
         }
     };
     let Some(own) = cfg.world.target_of(cell) else {
-        return Reply {
-            status: 503,
-            body: serde_json::json!({"error": format!(
-                "no reflector serves cell ({}, {}) now: the fleet has no live reflector for it yet; retry",
-                cell.0, cell.1
-            )}),
-            retry_after_s: Some(1),
-        };
+        return Err((
+            JoinFailure::Unplaced,
+            Reply {
+                status: 503,
+                body: serde_json::json!({"error": format!(
+                    "no reflector serves cell ({}, {}) now: the fleet has no live reflector for it yet; retry",
+                    cell.0, cell.1
+                )}),
+                retry_after_s: Some(1),
+            },
+        ));
     };
     // With sealing, each grant carries the epoch keys of every cell its
     // group serves now; without, none (the field is absent).
@@ -853,7 +953,7 @@ pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u3
     };
     let own = match keyed(cell, own) {
         Ok(g) => g,
-        Err(refused) => return refused,
+        Err(refused) => return Err((JoinFailure::TooManyCells, refused)),
     };
     let body = if area == 0 {
         serde_json::to_value(own)
@@ -869,14 +969,14 @@ pub fn join(cfg: &ControlConfig, query: &str, now_unix_s: u64, player: Option<u3
             .collect();
         match grants {
             Ok(area) => serde_json::to_value(KeyedAreaGrant { cell: own, area }),
-            Err(refused) => return refused,
+            Err(refused) => return Err((JoinFailure::TooManyCells, refused)),
         }
     };
-    Reply {
+    Ok(Reply {
         status: 200,
         body: body.unwrap_or_default(),
         retry_after_s: None,
-    }
+    })
 }
 
 /// `sign_key`: a player's Ed25519 public key, 64 hex digits. Whether it is
@@ -904,9 +1004,15 @@ pub enum ControlError {
     Http(#[from] reflector_http::HttpError),
 }
 
-/// The control server's `/metrics`: its HTTP server's counters, its join
-/// refusals by reason (with tickets), build and process metrics.
-pub fn metrics(cfg: &ControlConfig, http: &reflector_http::Stats, format: reflector_http::expo::Format) -> String {
+/// The control server's `/metrics`: its HTTP server's counters, `/join`
+/// answered and failed (`joins`), its join refusals by reason (with
+/// tickets), build and process metrics.
+pub fn metrics(
+    cfg: &ControlConfig,
+    joins: &JoinCounts,
+    http: &reflector_http::Stats,
+    format: reflector_http::expo::Format,
+) -> String {
     use reflector_http::expo;
     let mut e = expo::Exposition::new(format);
     let auth = if cfg.auth.is_some() { "tickets" } else { "open" };
@@ -934,6 +1040,18 @@ pub fn metrics(cfg: &ControlConfig, http: &reflector_http::Stats, format: reflec
         "Token requests that carried a valid join token of the same player (re-placement after a reflector failed or drained): charged to the player's rate limit only, not to its address's.",
     )
     .sample(&[], cfg.auth.as_ref().map_or(0, |a| a.recoveries.load(Relaxed)));
+    e.counter(
+        "reflector_control_joins_answered",
+        "Token requests answered with a grant (200), one per answer (an area's grants in it included); in a fleet from the last placements read, so also while the registry is down.",
+    )
+    .sample(&[], joins.answered());
+    let mut f = e.counter(
+        "reflector_control_join_failures",
+        "Token requests that passed the ticket check and rate limits but got no grant, by cause: unplaced (503: no live reflector serves the cell yet), too_many_cells (503: a sealed group serves more cells than an answer carries keys for), bad_request (400).",
+    );
+    for (cause, n) in joins.failed() {
+        f.sample(&[("cause", cause)], n);
+    }
     if let Some(f) = &cfg.world.fleet {
         fleet::write_metrics(&mut e, f);
     }
@@ -1001,13 +1119,14 @@ impl ControlServer {
         // than per request (64x64 cells make 350 KB of JSON), so asking for
         // it over and over costs the server a copy-free send, not CPU.
         let world = reflector_http::Bytes::from(format!("{}\n", cfg.world.to_json()));
+        let joins = Arc::new(JoinCounts::default());
         let handler: reflector_http::Handler = Arc::new(move |req: &reflector_http::Request<'_>| {
             if req.method == "GET" && req.target.split('?').next() == Some("/metrics") {
                 let format = reflector_http::expo::Format::negotiate(req.accept);
                 return reflector_http::Response {
                     status: 200,
                     content_type: format.content_type(),
-                    body: metrics(&cfg, &req.stats, format).into(),
+                    body: metrics(&cfg, &joins, &req.stats, format).into(),
                     retry_after_s: None,
                 };
             }
@@ -1038,10 +1157,11 @@ impl ControlServer {
                         Instant::now(),
                         held,
                     ) {
-                        Ok(player) => join(&cfg, query, now_s, Some(player)),
+                        Ok(player) => joins.join(&cfg, query, now_s, Some(player)),
                         Err(refused) => refused,
                     }
                 }
+                (None, "GET", "/join") => joins.join(&cfg, query, now_s, None),
                 _ => handle(&cfg, req.method, req.target, now_s),
             };
             if reply.status != 200 {
@@ -1400,6 +1520,59 @@ mod tests {
         let token: [u8; reflector_proto::protocol::TOKEN_LEN] = hex::decode(&t.token).unwrap().try_into().unwrap();
         let claims = reflector_proto::auth::verify_token(&c.secret.get(), &token, 0, 4001, 42, 1_000_000).unwrap();
         assert_eq!(claims.expires_unix_s, 1_060);
+    }
+
+    /// The sample `name{labels}` of a scrape, as a number.
+    fn sample(text: &str, name: &str) -> Option<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn joins_answered_and_failed_are_counted_by_cause_in_both_formats() {
+        use reflector_http::expo::Format;
+        let (c, joins) = (cfg(), JoinCounts::default());
+        let unplaced_cfg = ControlConfig {
+            world: World::for_fleet(4, 2, 10.0, fleet::Fleet::default()).unwrap(),
+            ..cfg()
+        };
+        let scrape = |format| metrics(&c, &joins, &reflector_http::Stats::default(), format);
+        // The same series before any request, at zero.
+        for format in [Format::Text, Format::OpenMetrics] {
+            let t = scrape(format);
+            assert_eq!(sample(&t, "reflector_control_joins_answered_total"), Some(0), "{t}");
+            for cause in ["unplaced", "too_many_cells", "bad_request"] {
+                let name = format!("reflector_control_join_failures_total{{cause=\"{cause}\"}}");
+                assert_eq!(sample(&t, &name), Some(0), "{t}");
+            }
+        }
+        assert_eq!(joins.join(&c, "player=1&x=15&y=5", 1_000, None).status, 200);
+        assert_eq!(joins.join(&c, "player=2&x=15&y=5&area=1", 1_000, None).status, 200);
+        assert_eq!(joins.join(&c, "player=3&x=zz&y=5", 1_000, None).status, 400);
+        // A fleet with no live reflector yet: 503 for want of a placement.
+        let unplaced = joins.join(&unplaced_cfg, "player=4&x=15&y=5", 1_000, None);
+        assert_eq!((unplaced.status, unplaced.retry_after_s), (503, Some(1)));
+        assert_eq!(joins.answered(), 2);
+        let failed: std::collections::HashMap<_, _> = joins.failed().into_iter().collect();
+        assert_eq!(
+            (failed["unplaced"], failed["too_many_cells"], failed["bad_request"]),
+            (1, 0, 1)
+        );
+        for format in [Format::Text, Format::OpenMetrics] {
+            let t = scrape(format);
+            assert!(t.contains("# TYPE reflector_control_join_failures"), "{t}");
+            assert_eq!(sample(&t, "reflector_control_joins_answered_total"), Some(2), "{t}");
+            assert_eq!(
+                sample(&t, "reflector_control_join_failures_total{cause=\"unplaced\"}"),
+                Some(1),
+                "{t}"
+            );
+            assert_eq!(
+                sample(&t, "reflector_control_join_failures_total{cause=\"bad_request\"}"),
+                Some(1),
+                "{t}"
+            );
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! control servers and one Redis in a netlab star, a thousand bots spread
 //! over the client hosts, and the events a fleet must survive, each on a
 //! schedule: `kill -9` of a reflector, a control server stopped, Redis
-//! restarted empty, a reflector drained.
+//! down for a while and started again empty, a reflector drained.
 //!
 //! Every process starts through the lab's launcher, so under `--tdf` all of
 //! them (Redis too) run on the lab's virtual clock. This process is not
@@ -14,7 +14,9 @@
 //! fanned out), which gives the delivered rate over time and, per event, the
 //! players on the reflector it hit and when the fleet held every player
 //! again (members summed over the live reflectors back to where they
-//! were); the control servers' `/metrics` give their 429s. The bots' JSON
+//! were); the control servers' `/metrics` give their 429s and the `/join`s
+//! they answered and failed (so whether `/join` was answered while Redis
+//! was down, whatever the bots retried). The bots' JSON
 //! report gives the exact owed loss, every lost datagram with its send
 //! time and every player's move windows, on the clock this program stamps
 //! its events on (the lab's virtual one under a TDF): per event, the
@@ -46,6 +48,14 @@ const METRICS_PORT: u16 = 9100;
 const REDIS_PORT: u16 = 6379;
 /// The ACL the fleet's Redis is deployed with; the lab runs the same file.
 const FLEET_ACL: &str = include_str!("../../../deploy/redis/fleet.acl");
+/// How long a control server holds its placements after Redis restarted
+/// (virtual seconds): two of its registry TTLs, the registry's default 3 s
+/// (`control` has no option for it).
+const CONTROL_HOLD_S: f64 = 6.0;
+/// The shortest and the longest `--redis-down`: below a second no poll of
+/// the registry need fail and no `/join` need come while Redis is down.
+const MIN_REDIS_DOWN_S: f64 = 1.0;
+const MAX_REDIS_DOWN_S: f64 = 60.0;
 
 #[derive(clap::Parser, Debug, Clone)]
 #[command(
@@ -56,14 +66,19 @@ const FLEET_ACL: &str = include_str!("../../../deploy/redis/fleet.acl");
 host and --clients client hosts, starts Debian's redis-server with the fleet's ACL (deploy/redis/fleet.acl), \
 `reflector serve --registry` on every reflector host and `reflector control --registry` on every control server \
 host, then one bots process whose sockets are spread over the client hosts. On its schedule (--events, virtual \
-seconds after the bots start) it kills a reflector with SIGKILL, stops a control server, restarts Redis empty and \
-drains a reflector (SIGTERM with --drain-timeout), stamped on the lab's (virtual) clock. From the bots' move \
-windows and lost datagrams and the /metrics of every reflector and control server it prints a table per event \
-(affected players, recovery, owed loss inside and outside the move windows, 429s, pass/fail against the event's \
-bound) and the bots' exact loss, writes a CSV per event and one of the delivered rate over time, and removes the \
-lab.\n\n\
+seconds after the bots start) it kills a reflector with SIGKILL, stops a control server, kills Redis and starts it \
+again empty --redis-down later, and drains a reflector (SIGTERM with --drain-timeout), stamped on the lab's \
+(virtual) clock. From the bots' move windows and lost datagrams and the /metrics of every reflector and control \
+server it prints a table per event (affected players, recovery, owed loss inside and outside the move windows, \
+429s, /join answered and failed, pass/fail against the event's bound) and the bots' exact loss, writes a CSV per \
+event and one of the delivered rate over time, and removes the lab.\n\n\
+What an event must show: kill, every affected player playing again within 3 keepalive intervals (detection) + 2 \
+(the client's re-placement rule) + 2 s; control, no player affected; redis, no loss, /join answered by the \
+control servers while Redis was down (more than 0: the bots move every --move-every, so they ask all along) and \
+no /join failure from the kill until the hold after the restart ended (2 registry TTLs, 6 s); drain, no loss \
+outside the move windows and each window at most 0.5 s.\n\n\
 Exit status: 0 every event passed and no loss outside the move windows, 1 otherwise, 2 errors, 130 interrupted.\n\n\
-Examples:\n  sudo reflector-fleet-lab --clients 10 --bots 100 --duration 40s --events kill=10,control=18,redis=26,drain=32\n  \
+Examples:\n  sudo reflector-fleet-lab --clients 10 --bots 100 --duration 40s --events kill=10,control=18,redis=21,drain=32\n  \
 sudo reflector-fleet-lab --tdf 4 --out bench/results"
 )]
 pub struct FleetArgs {
@@ -89,10 +104,16 @@ pub struct FleetArgs {
     #[arg(long, value_name = "DURATION", default_value = "100s", value_parser = seconds)]
     pub duration: f64,
     /// The events, NAME=SECONDS after the bots start (virtual), comma separated. NAME: kill (SIGKILL the
-    /// reflector with the most members), control (stop the first control server), redis (restart Redis
-    /// empty), drain (SIGTERM the reflector with the most members; it drains).
+    /// reflector with the most members), control (stop the first control server), redis (SIGKILL Redis,
+    /// start it again empty --redis-down later), drain (SIGTERM the reflector with the most members; it
+    /// drains).
     #[arg(long, default_value = "kill=20,control=40,redis=60,drain=80")]
     pub events: String,
+    /// How long the redis event keeps Redis down before starting it again (virtual, 1s to 60s):
+    /// long enough that the registry's polls (every second) fail and the bots ask /join meanwhile,
+    /// so that "/join answered while Redis is down" is checked, not only the restart.
+    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = seconds)]
+    pub redis_down: f64,
     /// DATA per second per bot.
     #[arg(long, default_value_t = 10.0)]
     pub rate: f64,
@@ -155,7 +176,7 @@ pub enum EventKind {
     Kill,
     /// SIGTERM the first control server.
     Control,
-    /// SIGKILL Redis and start it again, empty.
+    /// SIGKILL Redis and start it again, empty, `--redis-down` later.
     Redis,
     /// SIGTERM the reflector with the most members: it drains.
     Drain,
@@ -206,6 +227,48 @@ pub fn parse_events(spec: &str, duration: f64) -> Result<Vec<(EventKind, f64)>, 
     Ok(out)
 }
 
+/// Every redis event's outage (`down` virtual seconds) ends before the run
+/// does and before the next redis event, and no kill or drain falls in an
+/// outage or the control servers' hold after it (one poll to notice the
+/// restart, then [`CONTROL_HOLD_S`]): no cell moves then, so such an event
+/// could not meet its bound.
+pub fn check_redis_outages(events: &[(EventKind, f64)], down: f64, duration: f64) -> Result<(), String> {
+    if !(down.is_finite() && (MIN_REDIS_DOWN_S..=MAX_REDIS_DOWN_S).contains(&down)) {
+        return Err(format!(
+            "--redis-down must be from {MIN_REDIS_DOWN_S} to {MAX_REDIS_DOWN_S} s (shorter, no /join need come \
+             while Redis is down), got {down}"
+        ));
+    }
+    let mut back: Option<f64> = None;
+    for &(_, at) in events.iter().filter(|(k, _)| *k == EventKind::Redis) {
+        if let Some(b) = back.filter(|&b| at < b) {
+            return Err(format!(
+                "--events: redis at {at} s while Redis is still down (back at {b} s, --redis-down {down} s)"
+            ));
+        }
+        if at + down >= duration {
+            return Err(format!(
+                "--events: redis at {at} s and --redis-down {down} s: Redis would be down until the run ends \
+                 (--duration {duration} s)"
+            ));
+        }
+        back = Some(at + down);
+        let settled = at + down + 1.0 + CONTROL_HOLD_S;
+        if let Some(&(kind, t)) = events
+            .iter()
+            .find(|&&(k, t)| matches!(k, EventKind::Kill | EventKind::Drain) && (at..settled).contains(&t))
+        {
+            return Err(format!(
+                "--events: {} at {t} s falls while Redis is down or the control servers hold every placement \
+                 after it ({at} s to {settled} s: --redis-down {down} s, a poll, {CONTROL_HOLD_S} s): no cell moves \
+                 then, so it could not meet its bound; schedule it from {settled} s",
+                kind.name()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// One sample of one reflector's metrics.
 #[derive(Clone, Copy, Debug, Default)]
 struct Sample {
@@ -241,19 +304,56 @@ fn parse_metrics(text: &str) -> Option<Sample> {
 #[derive(Default)]
 struct Timeline {
     rows: Vec<(f64, Vec<Option<Sample>>)>,
-    /// Per poll: each control server's 429 count so far (absent when it
-    /// did not answer).
-    refusals: Vec<(f64, Vec<Option<u64>>)>,
+    /// Per poll of the control servers: the real times it started and
+    /// ended, and each one's counters so far (absent when it did not
+    /// answer).
+    controls: Vec<ControlPoll>,
 }
 
-/// `reflector_control_join_rate_limited` of a control server's `/metrics`.
-fn parse_rate_limited(text: &str) -> Option<u64> {
-    text.lines().find_map(|line| {
+/// One poll of every control server's `/metrics`.
+#[derive(Clone, Debug, Default)]
+struct ControlPoll {
+    start: f64,
+    end: f64,
+    servers: Vec<Option<ControlSample>>,
+}
+
+/// A control server's counters, read from its `/metrics`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct ControlSample {
+    /// 429s (`reflector_control_join_rate_limited_total`).
+    rate_limited: u64,
+    /// `/join`s answered with a grant (`reflector_control_joins_answered_total`).
+    joins_answered: u64,
+    /// `/join`s that got no grant, every cause
+    /// (`reflector_control_join_failures_total{cause}` summed).
+    join_failures: u64,
+}
+
+/// The counters of a control server's `/metrics` (text format); `None`
+/// without any of them.
+fn parse_control_metrics(text: &str) -> Option<ControlSample> {
+    let (mut rate_limited, mut answered, mut failures) = (None, None, None);
+    for line in text.lines() {
         let mut it = line.split_whitespace();
-        match (it.next(), it.next()) {
-            (Some("reflector_control_join_rate_limited"), Some(v)) => v.parse::<f64>().ok().map(|f| f as u64),
-            _ => None,
+        let (Some(name), Some(v)) = (it.next(), it.next()) else {
+            continue;
+        };
+        let Some(v) = v.parse::<f64>().ok().map(|f| f as u64) else {
+            continue;
+        };
+        let family = name.split_once('{').map_or(name, |(f, _)| f);
+        match family {
+            "reflector_control_join_rate_limited_total" => rate_limited = Some(v),
+            "reflector_control_joins_answered_total" => answered = Some(v),
+            "reflector_control_join_failures_total" => failures = Some(failures.unwrap_or(0) + v),
+            _ => {}
         }
+    }
+    Some(ControlSample {
+        rate_limited: rate_limited?,
+        joins_answered: answered?,
+        join_failures: failures?,
     })
 }
 
@@ -278,6 +378,16 @@ pub struct EventRow {
     pub lost_outside_windows: u64,
     /// 429 answers of the control servers between this event and the next.
     pub rate_limited: u64,
+    /// `/join`s the control servers answered with a grant: between this
+    /// event and the next; for a Redis restart, while Redis was down (from
+    /// the first poll after the kill to the last before the restart).
+    pub joins_answered: u64,
+    /// `/join`s the control servers failed (503, 400): between this event
+    /// and the next; for a Redis restart, from the kill until the hold
+    /// after the restart (2 registry TTLs) ended.
+    pub join_failures: u64,
+    /// Virtual seconds Redis was down (a Redis restart).
+    pub redis_down_s: Option<f64>,
     /// The event's bound on `recovery_s` (kill and drain).
     pub threshold_s: Option<f64>,
     /// Whether the event met what it must show (see `verdict`).
@@ -303,6 +413,7 @@ pub fn run(args: FleetArgs, stop: &AtomicBool) -> Result<i32, DemoError> {
     }
     reflector_control::parse_grid(&args.grid).map_err(|e| format!("--grid: {e}"))?;
     let events = parse_events(&args.events, args.duration)?;
+    check_redis_outages(&events, args.redis_down, args.duration)?;
     let reflector_bin = crate::sibling(&args.reflector_bin, "reflector", "--reflector-bin")?;
     let netlab_bin = crate::sibling(&args.netlab_bin, "netlab", "--netlab-bin")?;
     let redis_bin = which(&args.redis_bin).ok_or_else(|| {
@@ -607,13 +718,15 @@ fn run_in(
                     .iter()
                     .map(|u| get(u).ok().and_then(|t| parse_metrics(&t)))
                     .collect();
-                let refusals: Vec<Option<u64>> = ctl_metrics
+                let start = t0.elapsed().as_secs_f64();
+                let servers: Vec<Option<ControlSample>> = ctl_metrics
                     .iter()
-                    .map(|u| get(u).ok().and_then(|t| parse_rate_limited(&t)))
+                    .map(|u| get(u).ok().and_then(|t| parse_control_metrics(&t)))
                     .collect();
+                let end = t0.elapsed().as_secs_f64();
                 if let Ok(mut tl) = timeline.lock() {
                     tl.rows.push((at, row));
-                    tl.refusals.push((at, refusals));
+                    tl.controls.push(ControlPoll { start, end, servers });
                 }
                 std::thread::sleep(every);
             }
@@ -691,7 +804,11 @@ fn run_in(
         }
     };
     // The schedule, in real time.
-    let mut done: Vec<(EventKind, f64, f64, String, Option<usize>, u64)> = Vec::new();
+    let mut done: Vec<Done> = Vec::new();
+    // Redis down: the index of its event in `done`, and when (real) to
+    // start it again.
+    let mut redis_back: Option<(usize, f64)> = None;
+    let mut redis_starts = 1;
     let end = Duration::from_secs_f64(args.duration * tdf + 60.0 * tdf);
     let mut next = 0;
     loop {
@@ -734,12 +851,34 @@ fn run_in(
                         if let Some(mut g) = redis.guard.take() {
                             let _ = g.child().wait();
                         }
-                        redis = spawn("redis", redis_cmd()?, &d.join("redis-2.log"))?;
+                        redis_back = Some((done.len(), real_at + args.redis_down * tdf));
                         ("redis".into(), None)
                     }
                 };
                 eprintln!("fleet: {} ({target}) at {:.1} s", kind.name(), real_at / tdf);
-                done.push((kind, at, real_at, target, refl, at_ns));
+                done.push(Done {
+                    kind,
+                    at,
+                    real_at,
+                    target,
+                    refl,
+                    at_ns,
+                    back_real: None,
+                });
+            }
+        }
+        if let Some((k, when)) = redis_back {
+            let now = t0.elapsed().as_secs_f64();
+            if now >= when {
+                redis_starts += 1;
+                redis = spawn("redis", redis_cmd()?, &d.join(format!("redis-{redis_starts}.log")))?;
+                done[k].back_real = Some(now);
+                redis_back = None;
+                eprintln!(
+                    "fleet: redis started again at {:.1} s, down {:.1} s",
+                    now / tdf,
+                    (now - done[k].real_at) / tdf
+                );
             }
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -759,10 +898,12 @@ fn run_in(
     let tl = timeline.lock().map_err(|_| "timeline lock poisoned")?;
     let mut rows: Vec<EventRow> = done
         .iter()
-        .map(|(kind, at, real_at, target, refl, _)| analyse(&tl, *kind, *at, *real_at, target, *refl, tdf))
+        .map(|e| analyse(&tl, e.kind, e.at, e.real_at, &e.target, e.refl, tdf))
         .collect();
-    let stamps: Vec<(EventKind, u64, Option<Ipv4Addr>)> =
-        done.iter().map(|d| (d.0, d.5, d.4.map(|i| refl_addrs[i]))).collect();
+    let stamps: Vec<(EventKind, u64, Option<Ipv4Addr>)> = done
+        .iter()
+        .map(|e| (e.kind, e.at_ns, e.refl.map(|i| refl_addrs[i])))
+        .collect();
     let keepalive_s = args.member_timeout / 4.0;
     let stats = window_stats(&stamps, &report.move_windows, &report.lost_datagrams);
     for (i, (r, w)) in rows.iter_mut().zip(stats).enumerate() {
@@ -770,9 +911,25 @@ fn run_in(
         r.recovery_s = w.recovery_s;
         r.lost_in_windows = w.lost_in;
         r.lost_outside_windows = w.lost_out;
-        let (from, to) = (done[i].2, done.get(i + 1).map(|d| d.2));
-        r.rate_limited = refusals_between(&tl, from, to);
-        (r.threshold_s, r.pass) = verdict(done[i].0, r, keepalive_s);
+        let (from, to) = (done[i].real_at, done.get(i + 1).map(|d| d.real_at));
+        r.rate_limited = counted(&tl, from, to, Span::Covering, |c| c.rate_limited);
+        (r.joins_answered, r.join_failures) = match (done[i].kind, done[i].back_real) {
+            // While Redis was down, only what was surely answered then;
+            // failures from the kill until the hold after the restart ended.
+            (EventKind::Redis, back) => {
+                r.redis_down_s = back.map(|b| (b - from) / tdf);
+                let hold_end = back.map(|b| b + CONTROL_HOLD_S * tdf);
+                (
+                    counted(&tl, from, back, Span::Inside, |c| c.joins_answered),
+                    counted(&tl, from, hold_end, Span::Covering, |c| c.join_failures),
+                )
+            }
+            _ => (
+                counted(&tl, from, to, Span::Covering, |c| c.joins_answered),
+                counted(&tl, from, to, Span::Covering, |c| c.join_failures),
+            ),
+        };
+        (r.threshold_s, r.pass) = verdict(done[i].kind, r, keepalive_s);
     }
 
     print!("{}", event_table(&rows));
@@ -811,6 +968,23 @@ fn run_in(
     } else {
         0
     })
+}
+
+/// An event as it happened.
+struct Done {
+    kind: EventKind,
+    /// Virtual seconds after the bots started, as scheduled.
+    at: f64,
+    /// Real seconds after the bots started.
+    real_at: f64,
+    target: String,
+    /// The reflector it hit (kill, drain).
+    refl: Option<usize>,
+    /// When, on the lab's clock (ns).
+    at_ns: u64,
+    /// A Redis restart: real seconds after the bots started when Redis
+    /// was started again (none: not within the run).
+    back_real: Option<f64>,
 }
 
 /// Copies the run's `*.log` files and the bots' report to `to` when dropped.
@@ -892,6 +1066,9 @@ fn analyse(
         lost_in_windows: 0,
         lost_outside_windows: 0,
         rate_limited: 0,
+        joins_answered: 0,
+        join_failures: 0,
+        redis_down_s: None,
         threshold_s: None,
         pass: false,
         players_on_target: affected,
@@ -981,20 +1158,48 @@ fn window_stats(
     out
 }
 
-/// 429s the control servers gave from real time `from` to `to` (the run's
-/// end if none), summed over them (a stopped one: up to its last answer).
-fn refusals_between(tl: &Timeline, from: f64, to: Option<f64>) -> u64 {
-    let n = tl.refusals.first().map_or(0, |(_, v)| v.len());
-    // Server i's count at the last poll it answered, at or before `t`.
-    let at = |i: usize, t: Option<f64>| {
-        tl.refusals
-            .iter()
-            .filter(|(x, _)| t.is_none_or(|t| *x <= t))
-            .rev()
-            .find_map(|(_, v)| v.get(i).copied().flatten())
-    };
+/// Which polls bound a count over a window of real time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Span {
+    /// Only what surely happened inside it: from the first poll that
+    /// started at or after `from` to the last that ended at or before `to`.
+    Inside,
+    /// All that may have happened inside it: from the last poll that ended
+    /// at or before `from` (zero if none) to the first that started at or
+    /// after `to` (the last poll if none).
+    Covering,
+}
+
+/// A control server counter's growth from real time `from` to `to` (the
+/// run's end if none), summed over the control servers (a stopped one: up
+/// to its last answer).
+fn counted(tl: &Timeline, from: f64, to: Option<f64>, span: Span, field: impl Fn(&ControlSample) -> u64) -> u64 {
+    let n = tl.controls.first().map_or(0, |p| p.servers.len());
     (0..n)
-        .map(|i| at(i, to).map_or(0, |last| last.saturating_sub(at(i, Some(from)).unwrap_or(0))))
+        .map(|i| {
+            // Server i's answers: (poll start, poll end, value).
+            let polls: Vec<(f64, f64, u64)> = tl
+                .controls
+                .iter()
+                .filter_map(|p| p.servers.get(i).copied().flatten().map(|c| (p.start, p.end, field(&c))))
+                .collect();
+            let (first, last) = match span {
+                Span::Inside => (
+                    polls.iter().find(|p| p.0 >= from).map(|p| p.2),
+                    polls.iter().rev().find(|p| to.is_none_or(|t| p.1 <= t)).map(|p| p.2),
+                ),
+                Span::Covering => (
+                    Some(polls.iter().rev().find(|p| p.1 <= from).map_or(0, |p| p.2)),
+                    to.and_then(|t| polls.iter().find(|p| p.0 >= t))
+                        .or(polls.last())
+                        .map(|p| p.2),
+                ),
+            };
+            match (first, last) {
+                (Some(a), Some(b)) => b.saturating_sub(a),
+                _ => 0,
+            }
+        })
         .sum()
 }
 
@@ -1002,9 +1207,10 @@ fn refusals_between(tl: &Timeline, from: f64, to: Option<f64>) -> u64 {
 /// seconds under a TDF): a kill, every affected player playing again
 /// within detection (3 keepalive intervals) + the client's rule
 /// (REPLACE_INTERVALS, 2 intervals) + 2 s; a control server stopped, no
-/// player affected; Redis restarted, no loss; a drain, no loss outside
-/// the move windows and each window at most 500 ms. The bound, and
-/// whether it was met.
+/// player affected; Redis down and restarted, no loss, `/join` answered
+/// while it was down and never failed until the hold after the restart
+/// ended; a drain, no loss outside the move windows and each window at
+/// most 500 ms. The bound, and whether it was met.
 fn verdict(kind: EventKind, r: &EventRow, keepalive_s: f64) -> (Option<f64>, bool) {
     match kind {
         EventKind::Kill => {
@@ -1013,7 +1219,13 @@ fn verdict(kind: EventKind, r: &EventRow, keepalive_s: f64) -> (Option<f64>, boo
             (Some(bound), ok)
         }
         EventKind::Control => (None, r.affected_players == 0),
-        EventKind::Redis => (None, r.lost_in_windows + r.lost_outside_windows == 0),
+        EventKind::Redis => (
+            None,
+            r.lost_in_windows + r.lost_outside_windows == 0
+                && r.redis_down_s.is_some()
+                && r.joins_answered > 0
+                && r.join_failures == 0,
+        ),
         EventKind::Drain => {
             let ok = r.lost_outside_windows == 0 && r.recovery_s.is_some_and(|x| x <= 0.5);
             (Some(0.5), ok)
@@ -1027,7 +1239,7 @@ fn event_table(rows: &[EventRow]) -> String {
     let opt = |v: Option<f64>, none: &str| v.map_or(none.to_string(), |v| format!("{v:.3}"));
     let _ = writeln!(
         s,
-        "\n{:<20} {:<22} {:>6} {:>8} {:>9} {:>7} {:>8} {:>8} {:>5} {:>4} | {:>7} {:>7} {:>6} {:>7}",
+        "\n{:<20} {:<22} {:>6} {:>8} {:>9} {:>7} {:>8} {:>8} {:>5} {:>6} {:>5} {:>4} | {:>7} {:>7} {:>6} {:>7}",
         "event",
         "target",
         "at s",
@@ -1037,6 +1249,8 @@ fn event_table(rows: &[EventRow]) -> String {
         "lost in",
         "lost out",
         "429s",
+        "joins",
+        "fails",
         "pass",
         "on tgt",
         "members",
@@ -1046,7 +1260,7 @@ fn event_table(rows: &[EventRow]) -> String {
     for r in rows {
         let _ = writeln!(
             s,
-            "{:<20} {:<22} {:>6.1} {:>8} {:>9} {:>7} {:>8} {:>8} {:>5} {:>4} | {:>7} {:>7} {:>6} {:>7}",
+            "{:<20} {:<22} {:>6.1} {:>8} {:>9} {:>7} {:>8} {:>8} {:>5} {:>6} {:>5} {:>4} | {:>7} {:>7} {:>6} {:>7}",
             r.event,
             r.target,
             r.at_s,
@@ -1056,6 +1270,8 @@ fn event_table(rows: &[EventRow]) -> String {
             r.lost_in_windows,
             r.lost_outside_windows,
             r.rate_limited,
+            r.joins_answered,
+            r.join_failures,
             if r.pass { "yes" } else { "NO" },
             r.players_on_target,
             r.members_before,
@@ -1068,22 +1284,38 @@ fn event_table(rows: &[EventRow]) -> String {
         "affected: players whose move window (MOVED, or the client's silence rule) opened after the event; \
          recovery: the longest window, virtual s (a kill's from the kill), to the first DATA delivered \
          through the new membership; lost in/out: owed DATA sent after the event and lost, inside a window of \
-         its sender or receiver / outside; 429s: the control servers' refusals. Right of |: the reflectors' \
-         /metrics (players on the reflector hit, members before, lowest after, s until as many again)."
+         its sender or receiver / outside; 429s: the control servers' refusals; joins/fails: their /join answers \
+         with a grant and failures (503, 400) until the next event, for a Redis restart joins answered while \
+         Redis was down and fails until the hold after the restart ended ({CONTROL_HOLD_S} s). Right of |: the \
+         reflectors' /metrics (players on the reflector hit, members before, lowest after, s until as many \
+         again)."
     );
+    for r in rows.iter().filter(|r| r.redis_down_s.is_some()) {
+        let _ = writeln!(
+            s,
+            "{} at {:.1} s: Redis down {:.1} s, /join answered {} time(s) meanwhile, {} failure(s) until the hold \
+             ended",
+            r.event,
+            r.at_s,
+            r.redis_down_s.unwrap_or_default(),
+            r.joins_answered,
+            r.join_failures
+        );
+    }
     s
 }
 
 fn write_csvs(out: &Path, rows: &[EventRow], tl: &Timeline, tdf: f64, refl_hosts: &[String]) -> Result<(), DemoError> {
     let mut s = String::from(
         "event,target,at_s,affected_players,recovery_s,lost_in_windows,lost_outside_windows,rate_limited_429,\
-         threshold_s,pass,players_on_target,members_before,members_low,members_back_s\n",
+         threshold_s,pass,players_on_target,members_before,members_low,members_back_s,joins_answered,join_failures,\
+         redis_down_s\n",
     );
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},{:.3},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             r.event,
             r.target,
             r.at_s,
@@ -1097,7 +1329,10 @@ fn write_csvs(out: &Path, rows: &[EventRow], tl: &Timeline, tdf: f64, refl_hosts
             r.players_on_target,
             r.members_before,
             r.members_low,
-            opt(r.members_back_s)
+            opt(r.members_back_s),
+            r.joins_answered,
+            r.join_failures,
+            opt(r.redis_down_s)
         );
     }
     let p = out.join("fleet.csv");
@@ -1261,28 +1496,103 @@ mod tests {
     }
 
     #[test]
-    fn rate_limited_is_read_from_control_metrics() {
+    fn control_counters_are_read_from_their_metrics() {
+        let text = "# TYPE reflector_control_join_rate_limited_total counter\n\
+                    reflector_control_join_rate_limited_total 7\n\
+                    reflector_control_joins_answered_total 120\n\
+                    reflector_control_join_failures_total{cause=\"unplaced\"} 2\n\
+                    reflector_control_join_failures_total{cause=\"too_many_cells\"} 0\n\
+                    reflector_control_join_failures_total{cause=\"bad_request\"} 1\n\
+                    reflector_control_join_rate_limited_other_total 9\n";
         assert_eq!(
-            parse_rate_limited("# TYPE x counter\nreflector_control_join_rate_limited 7\n"),
-            Some(7)
+            parse_control_metrics(text),
+            Some(ControlSample {
+                rate_limited: 7,
+                joins_answered: 120,
+                join_failures: 3
+            })
         );
+        // A control server without the join counters is no sample.
         assert_eq!(
-            parse_rate_limited("reflector_control_join_rate_limited_other 7\n"),
+            parse_control_metrics("reflector_control_join_rate_limited_total 7\n"),
             None
         );
+    }
+
+    #[test]
+    fn control_counts_are_split_by_window() {
+        let c = |rate_limited, joins_answered| {
+            Some(ControlSample {
+                rate_limited,
+                joins_answered,
+                join_failures: 0,
+            })
+        };
+        let poll = |start: f64, servers| ControlPoll {
+            start,
+            end: start + 0.1,
+            servers,
+        };
         let tl = Timeline {
             rows: Vec::new(),
-            refusals: vec![
-                (1.0, vec![Some(0), Some(2)]),
-                (2.0, vec![Some(3), Some(2)]),
-                (3.0, vec![None, Some(5)]),
-                (4.0, vec![None, Some(9)]),
+            controls: vec![
+                poll(1.0, vec![c(0, 10), c(2, 0)]),
+                poll(2.0, vec![c(3, 20), c(2, 0)]),
+                poll(3.0, vec![None, c(5, 0)]),
+                poll(4.0, vec![None, c(9, 0)]),
             ],
         };
-        // From 1.5 to 3.5: the first from 0 to 3 (stopped after), the
-        // second from 2 to 5.
-        assert_eq!(refusals_between(&tl, 1.5, Some(3.5)), 6);
-        assert_eq!(refusals_between(&tl, 3.5, None), 4);
+        let limited = |from, to, span| counted(&tl, from, to, span, |c| c.rate_limited);
+        // Covering 1.5 to 3.5: the first from 0 (poll 1) to 3 (its last),
+        // the second from 2 (poll 1) to 9 (poll 4, the first after 3.5).
+        assert_eq!(limited(1.5, Some(3.5), Span::Covering), 3 + 7);
+        assert_eq!(limited(3.5, None, Span::Covering), 4);
+        // Inside 1.5 to 3.5: the first, polls 2 to 2 (0); the second,
+        // polls 2 to 3 (3).
+        assert_eq!(limited(1.5, Some(3.5), Span::Inside), 3);
+        // Inside 0.5 to 2.5: 10 answers of the first for sure.
+        assert_eq!(counted(&tl, 0.5, Some(2.5), Span::Inside, |c| c.joins_answered), 10);
+        // No poll wholly inside: nothing for sure.
+        assert_eq!(limited(1.05, Some(1.5), Span::Inside), 0);
+    }
+
+    #[test]
+    fn redis_outages_end_within_the_run_and_do_not_overlap() {
+        let e = parse_events("redis=10,redis=20", 30.0).unwrap();
+        assert!(check_redis_outages(&e, 3.0, 30.0).is_ok());
+        assert!(check_redis_outages(&e, 10.5, 30.0).unwrap_err().contains("still down"));
+        assert!(check_redis_outages(&e, 10.0, 30.0)
+            .unwrap_err()
+            .contains("until the run ends"));
+        assert!(check_redis_outages(&e, 0.5, 30.0).unwrap_err().contains("--redis-down"));
+        assert!(check_redis_outages(&[], f64::NAN, 30.0).is_err());
+        // No cell moves until the hold after the restart ended.
+        let e = parse_events("kill=5,redis=10,drain=19.5,kill=20", 30.0).unwrap();
+        let err = check_redis_outages(&e, 3.0, 30.0).unwrap_err();
+        assert!(
+            err.contains("drain reflector at 19.5 s") && err.contains("from 20 s"),
+            "{err}"
+        );
+        let e = parse_events("kill=5,redis=10,control=12,drain=20", 30.0).unwrap();
+        assert!(check_redis_outages(&e, 3.0, 30.0).is_ok());
+    }
+
+    #[test]
+    fn a_redis_restart_passes_only_with_joins_answered_while_down_and_no_failure() {
+        let mut r = analyse(&Timeline::default(), EventKind::Redis, 10.0, 10.0, "redis", None, 1.0);
+        (r.redis_down_s, r.joins_answered, r.join_failures) = (Some(3.0), 40, 0);
+        assert_eq!(verdict(EventKind::Redis, &r, 1.0), (None, true));
+        r.joins_answered = 0;
+        assert!(
+            !verdict(EventKind::Redis, &r, 1.0).1,
+            "no /join seen answered while down"
+        );
+        (r.joins_answered, r.join_failures) = (40, 1);
+        assert!(!verdict(EventKind::Redis, &r, 1.0).1, "a /join failed");
+        (r.join_failures, r.lost_in_windows) = (0, 1);
+        assert!(!verdict(EventKind::Redis, &r, 1.0).1, "a datagram lost");
+        (r.lost_in_windows, r.redis_down_s) = (0, None);
+        assert!(!verdict(EventKind::Redis, &r, 1.0).1, "Redis never back");
     }
 
     #[test]
@@ -1309,7 +1619,7 @@ mod tests {
                 (3.0, vec![None, s(25), s(33)]),
                 (4.0, vec![None, s(27), s(33)]),
             ],
-            refusals: Vec::new(),
+            controls: Vec::new(),
         };
         // Reflector 0 killed at real 1.5 s with TDF 2: its 10 players are
         // back (27 + 33 = 60) at real 4.0 s, 1.25 virtual seconds later.

@@ -2,7 +2,10 @@
 //! reflector killed with SIGKILL while players move often, and every player
 //! it had playing again within the bound (detection + the client's
 //! re-placement rule + 2 s), none left with a move window that never ends,
-//! no owed datagram lost outside the move windows, nothing left behind.
+//! no owed datagram lost outside the move windows; then Redis down for 3 s
+//! and started again empty, with no datagram lost, `/join` answered by the
+//! control server while Redis was down (its own counters) and no `/join`
+//! failed until the hold after the restart ended; nothing left behind.
 //! (The client's unit test `a_move_whose_new_reflector_never_answers_is_placed_anew`
 //! is the regression test of the players that never came back: at this
 //! scale the race it needs is rare.)
@@ -14,8 +17,10 @@ use common::*;
 use std::process::Command;
 
 #[test]
-fn a_killed_reflectors_players_all_play_again_within_the_bound() {
-    if !oskit::testing::root_or_skip("a_killed_reflectors_players_all_play_again_within_the_bound") {
+fn a_killed_reflectors_players_all_play_again_and_join_is_answered_while_redis_is_down() {
+    if !oskit::testing::root_or_skip(
+        "a_killed_reflectors_players_all_play_again_and_join_is_answered_while_redis_is_down",
+    ) {
         return;
     }
     if Command::new("redis-server").arg("--version").output().is_err() {
@@ -24,7 +29,9 @@ fn a_killed_reflectors_players_all_play_again_within_the_bound() {
             std::env::var_os("REQUIRE_ROOT_TESTS").is_none(),
             "redis-server is missing (make deps installs it)"
         );
-        eprintln!("skipping a_killed_reflectors_players_all_play_again_within_the_bound: no redis-server");
+        eprintln!(
+            "skipping a_killed_reflectors_players_all_play_again_and_join_is_answered_while_redis_is_down: no redis-server"
+        );
         return;
     }
     let out = std::env::temp_dir().join(format!("reflector-fleet-test-{}", std::process::id()));
@@ -36,9 +43,14 @@ fn a_killed_reflectors_players_all_play_again_within_the_bound() {
             "--grid",
             "6x6",
             "--duration",
-            "16s",
+            "22s",
+            // Apart by more than the kill's bound (7 s), so the kill's
+            // windows and losses are its own; Redis down 13 s to 16 s, the
+            // control server's hold after it until the run ends.
             "--events",
-            "kill=5",
+            "kill=5,redis=13",
+            "--redis-down",
+            "3s",
         ])
         // Frequent moves: some grants name the reflector just killed.
         .args(["--move-every", "1s", "--bots", "60"])
@@ -56,22 +68,44 @@ fn a_killed_reflectors_players_all_play_again_within_the_bound() {
     let _ = std::fs::remove_dir_all(&out);
     let mut lines = csv.lines();
     let head: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
-    let row: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
-    let col = |name: &str| {
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let col = |event: &str, name: &str| -> String {
         let i = head
             .iter()
             .position(|h| *h == name)
             .unwrap_or_else(|| panic!("no {name}: {csv}"));
-        row.get(i).copied().unwrap_or_default()
+        let row = rows
+            .iter()
+            .find(|r| r.first() == Some(&event))
+            .unwrap_or_else(|| panic!("no row for {event}: {csv}\n{all}"));
+        row.get(i).copied().unwrap_or_default().to_string()
     };
-    assert_eq!(col("event"), "kill -9 reflector", "{csv}");
+    let kill = "kill -9 reflector";
     assert!(
-        col("affected_players").parse::<u64>().is_ok_and(|n| n > 0),
+        col(kill, "affected_players").parse::<u64>().is_ok_and(|n| n > 0),
         "{csv}\n{all}"
     );
-    assert_eq!(col("pass"), "true", "{csv}\n{all}");
-    assert_eq!(col("lost_outside_windows"), "0", "{csv}\n{all}");
-    let bound: f64 = col("threshold_s").parse().unwrap();
-    assert!(col("recovery_s").parse::<f64>().is_ok_and(|r| r <= bound), "{csv}");
+    assert_eq!(col(kill, "pass"), "true", "{csv}\n{all}");
+    assert_eq!(col(kill, "lost_outside_windows"), "0", "{csv}\n{all}");
+    let bound: f64 = col(kill, "threshold_s").parse().unwrap();
+    assert!(
+        col(kill, "recovery_s").parse::<f64>().is_ok_and(|r| r <= bound),
+        "{csv}"
+    );
+    // Redis down: /join answered by the control server meanwhile (its
+    // /metrics, read by the lab), none failed, nothing lost.
+    let redis = "restart redis";
+    assert!(
+        col(redis, "redis_down_s").parse::<f64>().is_ok_and(|d| d >= 3.0),
+        "{csv}\n{all}"
+    );
+    assert!(
+        col(redis, "joins_answered").parse::<u64>().is_ok_and(|n| n > 0),
+        "no /join answered while Redis was down: {csv}\n{all}"
+    );
+    assert_eq!(col(redis, "join_failures"), "0", "{csv}\n{all}");
+    assert_eq!(col(redis, "lost_in_windows"), "0", "{csv}\n{all}");
+    assert_eq!(col(redis, "lost_outside_windows"), "0", "{csv}\n{all}");
+    assert_eq!(col(redis, "pass"), "true", "{csv}\n{all}");
     assert!(all.contains("lab removed"), "{all}");
 }
