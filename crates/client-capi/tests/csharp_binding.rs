@@ -264,23 +264,7 @@ fn csharp_names_a_control_server_for_keys() {
     cmd.env("LD_LIBRARY_PATH", lib_dir()).arg(&exe).args(&args);
     let (out, err, ok) = run(cmd, Duration::from_secs(60));
     assert!(ok, "keys_from.exe failed:\n{out}\n{err}");
-    assert!(
-        out.contains(&format!(
-            "plain refused -2 refusing plain HTTP to {url} (the keys_from URL)"
-        )),
-        "{out}"
-    );
-    assert!(out.contains("empty refused -2 the keys_from URL is empty"), "{out}");
-    assert!(
-        out.contains("fallback refused -2 refusing plain HTTP to http://control-b.example (the fallback URL)"),
-        "{out}"
-    );
-    let line = out.lines().find(|l| l.starts_with("refreshed ")).unwrap_or_default();
-    let n: Vec<u64> = line.split_whitespace().skip(1).filter_map(|w| w.parse().ok()).collect();
-    assert!(
-        n.len() == 3 && n[0] >= 1 && n[1] >= 1 && n[2] == 0,
-        "requests, refreshes, failures: {line:?}\n{out}\n{err}"
-    );
+    common::assert_keys_from_output(&out, &err, &url);
     r.stop();
     control.stop();
 }

@@ -694,3 +694,28 @@ pub fn rust_owed_player(r: &Reflector, m: &Minted, owed: u64, group_size: usize,
     }
     out
 }
+
+/// What a binding's keys_from test prints (`KeysFrom.cs`, the Python
+/// script): the library's refusals of plain HTTP for the keys_from URL
+/// (`url`) and a fallback and of an empty URL, then `refreshed REQUESTS
+/// REFRESHES FAILURES` of the client with keys_from, which must have asked
+/// `/keys` and refreshed with no failure. `err` goes into the messages.
+pub fn assert_keys_from_output(out: &str, err: &str, url: &str) {
+    assert!(
+        out.contains(&format!(
+            "plain refused -2 refusing plain HTTP to {url} (the keys_from URL)"
+        )),
+        "{out}"
+    );
+    assert!(out.contains("empty refused -2 the keys_from URL is empty"), "{out}");
+    assert!(
+        out.contains("fallback refused -2 refusing plain HTTP to http://control-b.example (the fallback URL)"),
+        "{out}"
+    );
+    let line = out.lines().find(|l| l.starts_with("refreshed ")).unwrap_or_default();
+    let n: Vec<u64> = line.split_whitespace().skip(1).filter_map(|w| w.parse().ok()).collect();
+    assert!(
+        n.len() == 3 && n[0] >= 1 && n[1] >= 1 && n[2] == 0,
+        "requests, refreshes, failures: {line:?}\n{out}\n{err}"
+    );
+}
