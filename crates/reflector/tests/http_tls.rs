@@ -25,7 +25,10 @@ impl Drop for Proc {
 }
 
 fn control(port: u16, cert: &str, key: &str) -> Command {
-    let secret = std::env::temp_dir().join(format!("reflector-tls-test-{}-{port}", std::process::id()));
+    // In the target's scratch directory for tests, not the system's temp
+    // directory: the file is left for the next run to overwrite, never
+    // piling up outside the build.
+    let secret = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("tls-test-secret-{port}"));
     std::fs::write(&secret, "cd".repeat(32)).unwrap();
     let mut c = Command::new(env!("CARGO_BIN_EXE_reflector"));
     c.args(["control", "--anonymous-joins", "--listen", &format!("127.0.0.1:{port}")])
