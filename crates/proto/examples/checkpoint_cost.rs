@@ -12,6 +12,8 @@
 //! interleaved rounds of the mean microseconds per state, and the ratio to
 //! the anchor of the same round.
 
+mod common;
+use common::median;
 use reflector_proto::checkpoint::digest;
 use reflector_proto::sealed::checkpoint::{
     open_checkpoint, seal_checkpoint, ControlSigner, FetchedReply, JoinerView, PlayerKey, UploadInfo,
@@ -21,11 +23,6 @@ use std::hint::black_box;
 use std::time::Instant;
 
 const ROUNDS: usize = 7;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 fn main() {
     let master = MasterSecret::new(&[9; 32]).expect("32 bytes");
@@ -86,8 +83,16 @@ fn main() {
             seal_ratio.push(s / a);
             open_ratio.push(o / a);
         }
-        let a = median(anchor);
-        println!("{size},seal,{a:.1},{:.1},{:.2}", median(seal), median(seal_ratio));
-        println!("{size},open,{a:.1},{:.1},{:.2}", median(open), median(open_ratio));
+        let a = median(&mut anchor);
+        println!(
+            "{size},seal,{a:.1},{:.1},{:.2}",
+            median(&mut seal),
+            median(&mut seal_ratio)
+        );
+        println!(
+            "{size},open,{a:.1},{:.1},{:.2}",
+            median(&mut open),
+            median(&mut open_ratio)
+        );
     }
 }

@@ -39,7 +39,9 @@
 //! Receiving the whole frame before opening (`*-batch`) saves a few per cent
 //! of either mode's frame.
 
-use reflector_proto::protocol::{emit_in_place, Header, Kind, Packet, INSTANCE_LEN, MAX_DATAGRAM_KERNEL};
+mod common;
+use common::{header, median};
+use reflector_proto::protocol::{emit_in_place, Header, Packet, INSTANCE_LEN, MAX_DATAGRAM_KERNEL};
 use reflector_proto::sealed::{field, CellId, MasterSecret, Receiver, WorldId};
 use std::hint::black_box;
 use std::net::UdpSocket;
@@ -49,24 +51,6 @@ use std::time::{Duration, Instant};
 /// Datagrams per frame unless the third argument says otherwise.
 const PER_FRAME: usize = 20;
 const MODES: [&str; 5] = ["clear", "sealed", "sealed-warm", "clear-batch", "sealed-batch"];
-
-fn header(seq: u64) -> Header {
-    Header {
-        kind: Kind::Data,
-        group: 40_000,
-        sender: 1001,
-        membership: 0x5eed_1234,
-        seq,
-    }
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 /// What the helper thread is asked to send: `count` DATA of `game`
 /// bytes, sealed or clear.

@@ -32,7 +32,9 @@
 //! code a native run on such a CPU takes: callgrind's AEAD counts are of
 //! that path. The counts outside the AEAD are the same either way.
 
-use reflector_proto::protocol::{emit_in_place, Header, Kind, Packet, INSTANCE_LEN};
+mod common;
+use common::{header, median};
+use reflector_proto::protocol::{emit_in_place, Packet, INSTANCE_LEN};
 use reflector_proto::sealed::{field, CellId, MasterSecret, Receiver, WorldId, SEALED_MIN};
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, CHACHA20_POLY1305};
 use std::hint::black_box;
@@ -43,25 +45,10 @@ const PER_ROUND: usize = 20_000;
 const BATCH: usize = 100;
 const OPS: [&str; 5] = ["parse", "aes", "chacha", "open", "receive"];
 
-fn header(seq: u64) -> Header {
-    Header {
-        kind: Kind::Data,
-        group: 40_000,
-        sender: 1001,
-        membership: 0x5eed_1234,
-        seq,
-    }
-}
-
 fn nonce(seq: u64) -> Nonce {
     let mut n = [0u8; 12];
     n[4..].copy_from_slice(&seq.to_be_bytes());
     Nonce::assume_unique_for_key(n)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Everything one operation needs, made outside the measured loop.
@@ -237,7 +224,7 @@ fn main() {
             }
         }
         for (k, op) in OPS.iter().enumerate() {
-            println!("{game},{op},{:.0}", median(std::mem::take(&mut ns[k])));
+            println!("{game},{op},{:.0}", median(&mut ns[k]));
         }
     }
 }

@@ -10,28 +10,15 @@
 //! rounds of the mean nanoseconds per datagram, and the ratio to the clear
 //! anchor of the same round.
 
-use reflector_proto::protocol::{emit_in_place, Header, Kind, Packet, SessionKeys, INSTANCE_LEN};
+mod common;
+use common::{header, median};
+use reflector_proto::protocol::{emit_in_place, Packet, SessionKeys, INSTANCE_LEN};
 use reflector_proto::sealed::{field, CellId, MasterSecret, Receiver, WorldId, SEALED_MIN};
 use std::hint::black_box;
 use std::time::Instant;
 
 const ROUNDS: usize = 9;
 const PER_ROUND: u64 = 20_000;
-
-fn header(seq: u64) -> Header {
-    Header {
-        kind: Kind::Data,
-        group: 40_000,
-        sender: 1001,
-        membership: 0x5eed_1234,
-        seq,
-    }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 fn main() {
     let tag_keys = SessionKeys::from_session([7; 32]);
@@ -110,15 +97,15 @@ fn main() {
         }
         println!(
             "{game},send,{:.0},{:.0},{:.2}",
-            median(send_clear),
-            median(send_sealed),
-            median(send_ratio)
+            median(&mut send_clear),
+            median(&mut send_sealed),
+            median(&mut send_ratio)
         );
         println!(
             "{game},receive,{:.0},{:.0},{:.2}",
-            median(recv_clear),
-            median(recv_sealed),
-            median(recv_ratio)
+            median(&mut recv_clear),
+            median(&mut recv_sealed),
+            median(&mut recv_ratio)
         );
     }
 }
