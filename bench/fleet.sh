@@ -8,9 +8,11 @@
 # time), fleet.txt (the run's table) and fleet.png (the rate over time with
 # the events marked). FLEET_ARGS adds arguments (see
 # `reflector-fleet-lab --help`). FLEET_TDF sets the time dilation (default 16:
-# 1,000 bots make 100,000-200,000 owed copies per virtual second, which at
-# TDF 4 overloads a 2-core machine and loses half of them; TDF 16 takes
-# 29 minutes of wall time on 2 cores).
+# 1,000 bots make 200,000-650,000 owed copies per virtual second as the
+# events pack them on fewer reflectors; at TDF 16 a 2-core machine stayed
+# 60-75 % idle and the run takes 29 minutes of wall time; a TDF 4 run lost
+# half of them, but on the Fast Ethernet links of the time, which were full,
+# so TDF 4 on gigabit links is untested).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target_dir=${CARGO_TARGET_DIR:-target}

@@ -77,7 +77,7 @@ What an event must show: kill, every affected player playing again within 3 keep
 control servers while Redis was down (more than 0: the bots move every --move-every, so they ask all along) and \
 no /join failure from the kill until the hold after the restart ended (2 registry TTLs, 6 s); drain, no loss \
 outside the move windows and each window at most 0.5 s.\n\n\
-Exit status: 0 every event passed and no loss outside the move windows, 1 otherwise, 2 errors, 130 interrupted.\n\n\
+Exit status: 0 every event passed and no loss outside the move windows (before the first event too), 1 otherwise, 2 errors, 130 interrupted.\n\n\
 Examples:\n  sudo reflector-fleet-lab --clients 10 --bots 100 --duration 40s --events kill=10,control=18,redis=21,drain=32\n  \
 sudo reflector-fleet-lab --tdf 4 --out bench/results"
 )]
@@ -137,9 +137,12 @@ pub struct FleetArgs {
     /// Time dilation factor: every process in the lab sees time pass TDF times slower.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub tdf: u32,
-    /// Gigabit lab links instead of Fast Ethernet.
-    #[arg(long)]
-    pub gigabit: bool,
+    /// Every lab link's rate (e.g. 1gbit, 100mbit). A gigabit by default: 1,000 bots at 10 Hz in groups of
+    /// about 20 make about 200,000 copies per (virtual) second, about 75 Mbit/s from each of 3 reflectors
+    /// and 115 from each of the 2 left after a kill, more than Fast Ethernet carries. The run prints each
+    /// reflector's peak load against it.
+    #[arg(long, value_name = "RATE", default_value = "1gbit", value_parser = link_rate)]
+    pub bw: u64,
     /// How often the reflectors' /metrics are read (real time).
     #[arg(long, value_name = "DURATION", default_value = "200ms", value_parser = seconds)]
     pub poll: f64,
@@ -161,6 +164,15 @@ pub struct FleetArgs {
     /// Redis' server binary.
     #[arg(long, default_value = "redis-server")]
     pub redis_bin: PathBuf,
+}
+
+/// A link rate in bits per second, as netlab reads it (refused: zero).
+fn link_rate(s: &str) -> Result<u64, String> {
+    match netlab::units::parse_rate("--bw", s) {
+        Ok(0) => Err("a link rate must be above zero".into()),
+        Ok(bps) => Ok(bps),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// A duration with its unit, or bare seconds, as seconds.
@@ -435,7 +447,7 @@ pub fn run(args: FleetArgs, stop: &AtomicBool) -> Result<i32, DemoError> {
     let client_hosts: Vec<String> = (n_refl + n_ctl + 1..hosts).map(host).collect();
 
     let spec = LinkSpec {
-        bw: Some(if args.gigabit { "1gbit" } else { "100mbit" }.into()),
+        bw: Some(args.bw.to_string()),
         ..Default::default()
     };
     let link = spec.apply_to("link", &Default::default())?;
@@ -906,7 +918,8 @@ fn run_in(
         .collect();
     let keepalive_s = args.member_timeout / 4.0;
     let stats = window_stats(&stamps, &report.move_windows, &report.lost_datagrams);
-    for (i, (r, w)) in rows.iter_mut().zip(stats).enumerate() {
+    let before = (stats.before.lost_in, stats.before.lost_out);
+    for (i, (r, w)) in rows.iter_mut().zip(stats.events).enumerate() {
         r.affected_players = w.affected;
         r.recovery_s = w.recovery_s;
         r.lost_in_windows = w.lost_in;
@@ -952,6 +965,39 @@ fn run_in(
             String::new()
         }
     );
+    let loads = link_load(&tl, tdf, args.size, args.bw);
+    let shown: Vec<String> = refl_hosts
+        .iter()
+        .zip(&loads)
+        .map(|(h, l)| match l {
+            Some((peak, mean)) => format!("{h} peak {:.0} %, mean {:.0} %", peak * 100.0, mean * 100.0),
+            None => format!("{h} not measured"),
+        })
+        .collect();
+    println!(
+        "reflectors' egress against the {} Mbit/s links (copies x {} B on the wire per virtual s): {}",
+        args.bw / 1_000_000,
+        args.size + WIRE_OVERHEAD,
+        shown.join("; ")
+    );
+    if loads.iter().flatten().any(|&(peak, _)| peak > 0.9) {
+        println!("  a reflector's link was over 90 % full: its queue, not the fleet, may have lost datagrams (--bw)");
+    }
+    if let Some(first) = done.first() {
+        println!(
+            "before the first event ({:.1} s): lost {} inside move windows, {} outside",
+            first.at, before.0, before.1
+        );
+    }
+    // The split by event is only as good as the list it is made from.
+    let unsplit = report.lost.saturating_sub(report.lost_datagrams.len() as u64);
+    if unsplit > 0 {
+        println!(
+            "  {unsplit} lost datagram(s) not listed by the bots: the split above counts only the {} listed, \
+             so this run cannot pass",
+            report.lost_datagrams.len()
+        );
+    }
     for e in report.errors.iter().take(10) {
         println!("  bots error: {e}");
     }
@@ -960,10 +1006,10 @@ fn run_in(
         write_csvs(out, &rows, &tl, tdf, refl_hosts)?;
     }
     let failed = rows.iter().filter(|r| !r.pass).count();
-    let lost_outside: u64 = rows.iter().map(|r| r.lost_outside_windows).sum();
+    let lost_outside: u64 = before.1 + rows.iter().map(|r| r.lost_outside_windows).sum::<u64>();
     Ok(if report.error_count > 0 {
         2
-    } else if failed > 0 || lost_outside > 0 {
+    } else if failed > 0 || lost_outside > 0 || unsplit > 0 {
         1
     } else {
         0
@@ -1095,12 +1141,10 @@ struct WindowStats {
 /// the other events' are every window but the players' own moves. A kill's windows run from the kill
 /// (the failure), the others from their own start. A lost datagram is
 /// inside a window when its send time is within one of its sender's or
-/// its receiver's (any window). Times: ns on the lab's clock.
-fn window_stats(
-    events: &[(EventKind, u64, Option<Ipv4Addr>)],
-    windows: &[MoveWindow],
-    lost: &[LostDatagram],
-) -> Vec<WindowStats> {
+/// its receiver's (any window). A datagram lost before the first event
+/// goes to `before` (the steady state must lose nothing either). Times:
+/// ns on the lab's clock.
+fn window_stats(events: &[(EventKind, u64, Option<Ipv4Addr>)], windows: &[MoveWindow], lost: &[LostDatagram]) -> Split {
     let period = |t: u64| events.iter().rposition(|&(_, at, _)| at <= t);
     let counts = |k: usize, w: &MoveWindow| match events[k] {
         (EventKind::Kill | EventKind::Drain, _, target) => {
@@ -1147,15 +1191,28 @@ fn window_stats(
         };
     }
     let inside = |p: u32, t: u64| spans.get(&p).is_some_and(|v| v.iter().any(|&(a, b)| a <= t && t <= b));
+    let mut before = WindowStats::default();
     for l in lost {
-        let Some(k) = period(l.sent_ns) else { continue };
+        let share = match period(l.sent_ns) {
+            Some(k) => &mut out[k],
+            None => &mut before,
+        };
         if inside(l.sender, l.sent_ns) || inside(l.receiver, l.sent_ns) {
-            out[k].lost_in += 1;
+            share.lost_in += 1;
         } else {
-            out[k].lost_out += 1;
+            share.lost_out += 1;
         }
     }
-    out
+    Split { events: out, before }
+}
+
+/// The bots' record split by [`window_stats`].
+struct Split {
+    /// Per event, in order.
+    events: Vec<WindowStats>,
+    /// Lost datagrams sent before the first event (only `lost_in` and
+    /// `lost_out` are set).
+    before: WindowStats,
 }
 
 /// Which polls bound a count over a window of real time.
@@ -1372,6 +1429,56 @@ fn write_csvs(out: &Path, rows: &[EventRow], tl: &Timeline, tdf: f64, refl_hosts
     Ok(())
 }
 
+/// Bytes a copy of `size` bytes takes on a lab link as its shaper counts
+/// it: UDP (8), IPv4 (20) and Ethernet (14) headers.
+const WIRE_OVERHEAD: usize = 8 + 20 + 14;
+
+/// Each reflector's egress as a share of the link rate: (peak over spans
+/// of at least `LOAD_SPAN_S` virtual seconds between two of its answered
+/// polls, mean over every span it answered), or `None` if it never
+/// answered two polls in a row. Spans, not single poll intervals: a poll
+/// reads the reflectors one after another, so one interval's length is
+/// off by the other reflectors' answer times.
+fn link_load(tl: &Timeline, tdf: f64, size: usize, bw_bps: u64) -> Vec<Option<(f64, f64)>> {
+    let n = tl.rows.first().map_or(0, |r| r.1.len());
+    let bits = ((size + WIRE_OVERHEAD) * 8) as f64;
+    let share = |copies: u64, secs: f64| copies as f64 / secs * bits / bw_bps as f64;
+    (0..n)
+        .map(|i| {
+            let (mut peak, mut copies, mut secs) = (None::<f64>, 0u64, 0.0f64);
+            // The span being gathered: its start (virtual s, copies so far).
+            let mut span: Option<(f64, u64)> = None;
+            let mut last: Option<(f64, u64)> = None;
+            for (t, row) in &tl.rows {
+                let now = row.get(i).copied().flatten().map(|x| (t / tdf, x.fanned_out));
+                match (last, now) {
+                    (Some((t0, c0)), Some((t1, c1))) if t1 > t0 && c1 >= c0 => {
+                        copies += c1 - c0;
+                        secs += t1 - t0;
+                        let (ts, cs) = *span.get_or_insert((t0, c0));
+                        if t1 - ts >= LOAD_SPAN_S {
+                            let x = share(c1 - cs, t1 - ts);
+                            peak = Some(peak.map_or(x, |p| p.max(x)));
+                            span = Some((t1, c1));
+                        }
+                    }
+                    // A poll unanswered (or a counter reset): start again.
+                    _ => span = None,
+                }
+                last = now;
+            }
+            if secs <= 0.0 {
+                return None;
+            }
+            let mean = share(copies, secs);
+            Some((peak.unwrap_or(mean), mean))
+        })
+        .collect()
+}
+
+/// The shortest span a peak link load is taken over (virtual seconds).
+const LOAD_SPAN_S: f64 = 1.0;
+
 fn get(url: &str) -> Result<String, String> {
     ureq::get(url)
         .timeout(Duration::from_millis(500))
@@ -1460,13 +1567,15 @@ mod tests {
             l(1, 4, 11 * s),
             // Player 5 to 4, neither moving: outside.
             l(5, 4, 12 * s),
-            // Before any event: counted nowhere.
+            // Before any event: the steady state's, outside.
             l(5, 4, 5 * s),
             // In the drain's window (the receiver's).
             l(6, 3, 31 * s + 100_000_000),
         ];
         let got = window_stats(&events, &windows, &lost);
+        assert_eq!((got.before.lost_in, got.before.lost_out), (0, 1));
         let brief: Vec<_> = got
+            .events
             .iter()
             .map(|x| (x.affected, x.recovery_s, x.lost_in, x.lost_out))
             .collect();
@@ -1476,12 +1585,12 @@ mod tests {
         );
         // A window that never ended: no recovery, wherever it started.
         let open = [w(1, WindowCause::Silent, 13 * s, None)];
-        assert_eq!(window_stats(&events[..1], &open, &[])[0].recovery_s, None);
+        assert_eq!(window_stats(&events[..1], &open, &[]).events[0].recovery_s, None);
         let stuck = [MoveWindow {
             from: Some("10.0.0.9:4000".into()),
             ..w(1, WindowCause::Cell, 11 * s, None)
         }];
-        assert_eq!(window_stats(&events[..1], &stuck, &[])[0].recovery_s, None);
+        assert_eq!(window_stats(&events[..1], &stuck, &[]).events[0].recovery_s, None);
         // The bounds: keepalive 1 s gives a kill 3 + 2 + 2 = 7 s.
         let mut r = analyse(&Timeline::default(), EventKind::Kill, 10.0, 10.0, "h1", Some(0), 1.0);
         (r.affected_players, r.recovery_s) = (2, Some(7.0));
@@ -1493,6 +1602,40 @@ mod tests {
         r.lost_outside_windows = 0;
         assert_eq!(verdict(EventKind::Drain, &r, 1.0), (Some(0.5), true));
         assert!(!verdict(EventKind::Control, &r, 1.0).1, "a player affected");
+    }
+
+    #[test]
+    fn link_rates_are_read_as_netlab_reads_them() {
+        assert_eq!(link_rate("1gbit"), Ok(1_000_000_000));
+        assert_eq!(link_rate("100mbit"), Ok(100_000_000));
+        assert!(link_rate("0").unwrap_err().contains("above zero"));
+        assert!(link_rate("fast").unwrap_err().contains("100mbit"));
+    }
+
+    #[test]
+    fn link_load_is_each_reflectors_egress_against_the_link_rate() {
+        let smp = |fanned_out| Some(Sample { members: 1, fanned_out });
+        // TDF 2: 1 s of real time between polls is 0.5 s of the lab's. The
+        // first reflector sends 1,000 copies in each of the first two half
+        // seconds, then 3,000 in each of the next two (2,000 and 6,000 per
+        // s); 142 B each against 10 Mbit/s. The peak is over 1 s spans.
+        // The second never answers twice in a row: not measured.
+        let tl = Timeline {
+            rows: vec![
+                (0.0, vec![smp(0), smp(0)]),
+                (1.0, vec![smp(1000), None]),
+                (2.0, vec![smp(2000), smp(9)]),
+                (3.0, vec![smp(5000), None]),
+                (4.0, vec![smp(8000), smp(20)]),
+            ],
+            controls: Vec::new(),
+        };
+        let got = link_load(&tl, 2.0, 100, 10_000_000);
+        let (peak, mean) = got[0].unwrap();
+        let load = |per_s: f64| per_s * 142.0 * 8.0 / 1e7;
+        assert!((peak - load(6000.0)).abs() < 1e-9, "{peak}");
+        assert!((mean - load(4000.0)).abs() < 1e-9, "{mean}");
+        assert_eq!(got[1], None);
     }
 
     #[test]
