@@ -77,9 +77,11 @@ What an event must show: kill, every affected player playing again within 3 keep
 control servers while Redis was down (more than 0: the bots move every --move-every, so they ask all along) and \
 no /join failure from the kill until the hold after the restart ended (2 registry TTLs, 6 s); drain, no loss \
 outside the move windows and each window at most 0.5 s.\n\n\
-Exit status: 0 every event passed and no loss outside the move windows (before the first event too), 1 otherwise, 2 errors, 130 interrupted.\n\n\
-Examples:\n  sudo reflector-fleet-lab --clients 10 --bots 100 --duration 40s --events kill=10,control=18,redis=21,drain=32\n  \
-sudo reflector-fleet-lab --tdf 4 --out bench/results"
+Exit status: 0 every event passed and no loss outside the move windows (before the first event too), 1 \
+otherwise, 2 errors, 130 interrupted.\n\n\
+Examples (the second runs the 1,000 players of bench/fleet.sh, 29 minutes of wall time on 2 cores):\n  \
+sudo reflector-fleet-lab --clients 10 --bots 100 --duration 40s --events kill=10,control=18,redis=21,drain=32\n  \
+sudo reflector-fleet-lab --tdf 16 --out bench/results"
 )]
 pub struct FleetArgs {
     /// Reflector hosts.
