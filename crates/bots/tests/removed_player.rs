@@ -520,9 +520,10 @@ fn removed_player_in_virtual_time() {
     // The removed players' T: from when they have held a token a while,
     // around the next rotation: B1's at least T_INSIDE_S into its overlap
     // window, B2's T_INSIDE_S after it.
-    // (Plus the longest wait for the bots' phase, below: B's ticket must
-    // still be good after it.)
-    let earliest = t0 + TOKEN_TTL_S + 10 + renewal::renew_at_unix_ms(0, TOKEN_TTL_S) / 1000;
+    // (Plus the longest wait for the bots' phase, one renewal `period`,
+    // below: B's ticket must still be good after it.)
+    let period = renewal::renew_at_unix_ms(0, TOKEN_TTL_S) / 1000;
+    let earliest = t0 + TOKEN_TTL_S + 10 + period;
     let e = k.schedule.current_epoch(&k.master, k.cell, earliest + T_INSIDE_S);
     let rotation = k.schedule.start(&k.master, k.cell, e + 1);
     let t1 = earliest.max(rotation - W + T_INSIDE_S);
@@ -606,7 +607,6 @@ fn removed_player_in_virtual_time() {
     // bots start half a period out of phase with the overlap windows:
     // their renewals fall 20 s away from each window's start, far more
     // than a run's drift (a renewal is timed from a whole-second expiry).
-    let period = renewal::renew_at_unix_ms(0, TOKEN_TTL_S) / 1000;
     assert!(L % period == 0 && period > 2 * KEYS_REFRESH_JITTER.as_secs());
     let to_overlap = |t: u64| (rotation - W + 10 * period - t) % period;
     while to_overlap(now_s()) != period / 2 {
