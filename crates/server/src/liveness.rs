@@ -1,6 +1,9 @@
 //! Whether the reflector's threads still run, for `/healthz`: the event
-//! loops, the checkpoint channel's lobby and the kernel path's resender.
-//! Each is started through a [`Watch`], which notices when it ends.
+//! loops, the checkpoint channel's lobby, the kernel path's resender and,
+//! in a fleet, the registry's heartbeats. Each is started through a
+//! [`Watch`], which notices when it ends. (The checkpoint channel's
+//! per-connection threads are not watched: each serves one request and
+//! ends, and the lobby that starts them is.)
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -52,6 +55,12 @@ impl Watch {
 }
 
 impl Liveness {
+    /// The threads of both, `self`'s first: for threads started after the
+    /// server's (the registry's heartbeats, started once it serves).
+    pub fn and(&self, other: &Liveness) -> Liveness {
+        Liveness(Arc::new(self.0.iter().chain(other.0.iter()).cloned().collect()))
+    }
+
     /// The names of the threads watched, in the order they started.
     pub fn watched(&self) -> Vec<&str> {
         self.0.iter().map(|(n, _)| n.as_str()).collect()
@@ -94,5 +103,26 @@ mod tests {
         a.join().unwrap();
         assert_eq!(l.check(), Err("thread(s) stopped: loop-a, loop-b".into()));
         assert_eq!(Watch::new().liveness().check(), Ok(()));
+    }
+
+    #[test]
+    fn joined_liveness_names_an_ended_thread_of_either() {
+        let (mut first, mut second) = (Watch::new(), Watch::new());
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let a = first
+            .spawn("reflector-0", move || {
+                let _ = rx.recv();
+            })
+            .unwrap();
+        let b = second.spawn("registry", || ()).unwrap();
+        b.join().unwrap();
+        let (first, second) = (first.liveness(), second.liveness());
+        let both = first.and(&second);
+        assert_eq!(both.watched(), vec!["reflector-0", "registry"]);
+        assert_eq!(first.check(), Ok(()));
+        assert_eq!(both.check(), Err("thread(s) stopped: registry".into()));
+        drop(tx);
+        a.join().unwrap();
+        assert_eq!(both.check(), Err("thread(s) stopped: reflector-0, registry".into()));
     }
 }

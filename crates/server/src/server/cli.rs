@@ -557,7 +557,10 @@ pub fn run(args: ServeArgs, stop: Arc<AtomicBool>) -> Result<(), CliError> {
             if let Some(addr) = args.metrics {
                 tracing::info!("metrics at {scheme}://{addr}/metrics");
             }
-            let liveness = server.liveness();
+            let liveness = match &heartbeats {
+                Some(h) => server.liveness().and(&h.liveness()),
+                None => server.liveness(),
+            };
             let (alive, draining) = (liveness.clone(), Arc::clone(&draining));
             Some(serve_metrics(
                 listener,

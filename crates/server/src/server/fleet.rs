@@ -7,6 +7,7 @@
 
 use super::secret::SharedSecret;
 use super::Drain;
+use crate::liveness::{Liveness, Watch};
 use crate::metrics::Registry;
 use reflector_proto::auth::SecretRing;
 use reflector_registry::{Registrar, RegistryConfig, RegistryError};
@@ -39,6 +40,10 @@ pub(crate) fn register(
 pub(crate) struct Heartbeats {
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
+    /// The thread's liveness, for `/healthz`: a reflector whose heartbeats
+    /// stopped leaves the registry when its entry expires, while its loops
+    /// still serve.
+    liveness: Liveness,
 }
 
 impl Heartbeats {
@@ -56,7 +61,8 @@ impl Heartbeats {
     ) -> std::io::Result<Heartbeats> {
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = Arc::clone(&stop);
-        let handle = std::thread::Builder::new().name("registry".into()).spawn(move || {
+        let mut watch = Watch::new();
+        let handle = watch.spawn("registry", move || {
             let mut seen = 0;
             let mut last = (Instant::now(), fanned_out(&counters));
             let mut failing = false;
@@ -110,7 +116,13 @@ impl Heartbeats {
         Ok(Heartbeats {
             stop,
             handle: Some(handle),
+            liveness: watch.liveness(),
         })
+    }
+
+    /// Whether the heartbeat thread still runs.
+    pub(crate) fn liveness(&self) -> Liveness {
+        self.liveness.clone()
     }
 
     /// Stops heartbeating and removes the entry.

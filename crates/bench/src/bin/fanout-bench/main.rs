@@ -15,6 +15,7 @@
 
 mod lab;
 mod measure;
+mod probe;
 mod report;
 
 use lab::{join_all, mcast_clients, port_of, raw_clients, Clients, Lab, MCAST, MCAST_PORT, MCAST_RCVBUF, REFLECTOR_IP};
@@ -62,7 +63,16 @@ cost in the least disturbed quarter of the time, not one lucky window. The busy 
 sender sleeps while its window is full, so below 100 % it kept up), and so is the measured CPU's \
 busy fraction over 200 ms with nothing sent just before the phase (other work there is \
 counted as the implementation's: a quiet machine is needed). After the phase the copies still \
-in flight are counted and the total is checked against datagrams sent x R. IP multicast, the physical \
+in flight are counted and the total is checked against datagrams sent x R. The same windows are \
+also given in clock-probe steps: just before and just after each phase two fixed pieces of \
+user-space work (walks through a ring of indices in a fixed pseudo-random order, each step a load \
+that waits for the one before) are timed on the measured CPU, 40 slices of 100,000 steps each, \
+lower quartile: the clock probe's ring (16 KiB) stays in L1, so its ns per step follows the core's \
+clock and the share of the core the vCPU gets; each window's ns per copy divided by the mean of its \
+two readings is the copy's cost in clock-probe steps (a stand-in for cycles: this guest has no perf \
+counters), and a cell's figure in steps is the lower quartile of those windows. The cache probe's \
+ring (256 KiB) fits L2 but not L1: its ns per step rises when others evict the core's L2, which \
+slows the kernel's per-packet work too; it is printed as a diagnostic. IP multicast, the physical \
 reference for in-kernel replication: a relay pinned to the measured CPU receives each \
 datagram and sends it once to a group the R receivers joined; the clients' namespace's \
 kernel makes one copy per receiver socket, in the softirq of the measured CPU too (the relay \
@@ -502,10 +512,12 @@ fn bench(a: Args) -> Result<(), String> {
         "lab for {members} members up in {:.2} s",
         lab_start.elapsed().as_secs_f64()
     );
+    let probe = probe::Probe::new();
     let at = Place {
         lab: &lab,
         cpu,
         sender_cpu,
+        probe: &probe,
     };
     eprintln!("{METHOD}\n");
     eprintln!(
@@ -558,7 +570,7 @@ fn bench(a: Args) -> Result<(), String> {
                     };
                     let c = &run.cpu;
                     eprintln!(
-                        "  rep {}/{}: {size} B x {receivers} {imp}: {:.1} ns/copy ({:.3} M copies/s; measured CPU {:.1} % busy, {:.1} % before the phase; sender's CPU {:.1} % busy; copies sent on the measured CPU {}; packets received there, machine-wide {:.1} %{})",
+                        "  rep {}/{}: {size} B x {receivers} {imp}: {:.1} ns/copy ({:.3} M copies/s; measured CPU {:.1} % busy, {:.1} % before the phase; sender's CPU {:.1} % busy; copies sent on the measured CPU {}; packets received there, machine-wide {:.1} %; clock probe {:.3} ns/step, {:.1} steps/copy; cache probe {:.3} ns/step{})",
                         samples.len() + 1,
                         a.repeat,
                         c.ns_per_copy,
@@ -572,6 +584,9 @@ fn bench(a: Args) -> Result<(), String> {
                             format!("{:.1} %", c.copies_on_measured_pct)
                         },
                         c.rx_on_measured_pct,
+                        c.probe_ns,
+                        c.ns_per_copy / c.probe_ns,
+                        c.cache_probe_ns,
                         if c.stalls > 0 {
                             format!(", {} stalls: datagrams lost on the way", c.stalls)
                         } else {
@@ -588,10 +603,15 @@ fn bench(a: Args) -> Result<(), String> {
                 let cell = Cell::of(&samples);
                 let expected = cell.sent * receivers as u64;
                 eprintln!(
-                    "{size:5} B x {receivers:3} {imp:9}: {:7.1} ns/copy (runs {}; spread {:.1} %), measured CPU {:.1} % busy; delivery {:.0} copies/s, lost {}",
+                    "{size:5} B x {receivers:3} {imp:9}: {:7.1} ns/copy (runs {}; spread {:.1} %), {:.1} clock-probe steps/copy (runs {}; spread {:.1} %), cache probe {:.2}-{:.2} ns/step, measured CPU {:.1} % busy; delivery {:.0} copies/s, lost {}",
                     cell.ns_per_copy,
                     cell.runs.iter().map(|x| format!("{x:.1}")).collect::<Vec<_>>().join(", "),
                     cell.spread_pct(),
+                    cell.steps_per_copy,
+                    cell.step_runs.iter().map(|x| format!("{x:.1}")).collect::<Vec<_>>().join(", "),
+                    cell.step_spread_pct(),
+                    cell.cache_probe_ns.0,
+                    cell.cache_probe_ns.1,
                     cell.busy_pct,
                     cell.delivered_per_s,
                     expected.saturating_sub(cell.delivered)

@@ -2,6 +2,7 @@
 //! saturated CPU phase, with the kernel counters that check them.
 
 use crate::lab::{Clients, Lab, Sender, SINK_DEVICE};
+use crate::probe::Probe;
 use crate::{stopped, Args, STOP};
 
 use bench::sink::Sink;
@@ -148,6 +149,21 @@ pub(crate) struct CpuPhase {
     /// Times the sender found nothing counted for a while with its window
     /// full and sent on (datagrams lost on the way: a queue overflowed).
     pub(crate) stalls: u64,
+    /// The measured CPU's speed around the phase: the mean of the clock
+    /// probe's ns per step just before and just after it (see
+    /// [`crate::probe`]).
+    pub(crate) probe_ns: f64,
+    /// The same for the cache probe (a diagnostic of the core's L2 being
+    /// evicted by others).
+    pub(crate) cache_probe_ns: f64,
+}
+
+impl CpuPhase {
+    /// Each window's cost of a copy in clock-probe steps (its ns per copy /
+    /// the clock probe's ns per step around the phase).
+    pub(crate) fn step_windows(&self) -> Vec<f64> {
+        self.windows.iter().map(|w| w / self.probe_ns).collect()
+    }
 }
 
 /// Where the run happens: the lab, the measured CPU (the implementation is
@@ -158,6 +174,8 @@ pub(crate) struct Place<'a> {
     pub(crate) lab: &'a Lab,
     pub(crate) cpu: usize,
     pub(crate) sender_cpu: usize,
+    /// Reads the measured CPU's speed around each CPU phase.
+    pub(crate) probe: &'a Probe,
 }
 
 /// One (cell, implementation) run: a delivery phase (paced; what the
@@ -371,6 +389,7 @@ pub(crate) fn measured_phase(
     let r = receivers.max(1) as u64;
     let window = (IN_FLIGHT_COPIES / r).clamp(16, 1024);
     let background_pct = background_busy(at.cpu)?;
+    let probe_before = at.probe.read(at.cpu)?;
     let c0 = count.total()?;
     let start = Instant::now();
     let end = start + WARMUP + Duration::from_secs_f64(secs);
@@ -447,6 +466,7 @@ pub(crate) fn measured_phase(
             (total, since) = (now, Instant::now());
         }
     }
+    let probe_after = at.probe.read(at.cpu)?;
     let copies_on_measured_pct = match (cpu0, count.per_cpu()) {
         (Some(a), Some(b)) => {
             let d: Vec<u64> = b
@@ -485,6 +505,8 @@ pub(crate) fn measured_phase(
         counted_vs_sent_pct: total as f64 * 100.0 / (sent * r).max(1) as f64,
         background_pct,
         stalls,
+        probe_ns: (probe_before.clock_ns + probe_after.clock_ns) / 2.0,
+        cache_probe_ns: (probe_before.cache_ns + probe_after.cache_ns) / 2.0,
     })
 }
 

@@ -28,6 +28,17 @@ pub(crate) struct Cell {
     pub(crate) sent: u64,
     pub(crate) delivered: u64,
     pub(crate) delivered_per_s: f64,
+    /// The cost of a copy in probe steps: the lower quartile of every
+    /// window of every repetition, each divided by its phase's probe
+    /// reading (see [`crate::probe`]).
+    pub(crate) steps_per_copy: f64,
+    /// Each repetition's cost of a copy in probe steps, in run order.
+    pub(crate) step_runs: Vec<f64>,
+    /// The clock probe's ns per step, the median over the repetitions.
+    pub(crate) probe_ns: f64,
+    /// The cache probe's ns per step: the median and the highest over the
+    /// repetitions (a diagnostic).
+    pub(crate) cache_probe_ns: (f64, f64),
 }
 
 impl Cell {
@@ -64,6 +75,13 @@ impl Cell {
             sent: samples.iter().map(|s| s.sent).sum(),
             delivered: samples.iter().map(|s| s.delivered).sum(),
             delivered_per_s: m(|s| s.copies_per_s),
+            steps_per_copy: cost_of(samples.iter().flat_map(|s| s.cpu.step_windows()).collect()),
+            step_runs: samples.iter().map(|s| cost_of(s.cpu.step_windows())).collect(),
+            probe_ns: m(|s| s.cpu.probe_ns),
+            cache_probe_ns: (
+                m(|s| s.cpu.cache_probe_ns),
+                samples.iter().map(|s| s.cpu.cache_probe_ns).fold(f64::NAN, f64::max),
+            ),
         }
     }
 
@@ -78,6 +96,13 @@ impl Cell {
     /// (max - min) as % of the median.
     pub(crate) fn spread_pct(&self) -> f64 {
         (self.max() - self.min()) * 100.0 / self.ns_per_copy
+    }
+
+    /// The same spread for the figures in probe steps.
+    pub(crate) fn step_spread_pct(&self) -> f64 {
+        let lo = self.step_runs.iter().copied().fold(f64::NAN, f64::min);
+        let hi = self.step_runs.iter().copied().fold(f64::NAN, f64::max);
+        (hi - lo) * 100.0 / self.steps_per_copy
     }
 }
 
@@ -96,7 +121,7 @@ pub(crate) fn write_csv(out: &PathBuf, rows: &[Row]) -> Result<(), String> {
     }
     let mut f = std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let mut text = String::from(
-        "size,receivers,impl,rate_dps,sent,expected,delivered,lost,copies_per_s,ns_per_copy,ns_per_copy_min,ns_per_copy_max,spread_pct,ns_per_copy_runs,cpu_copies,cpu_copies_per_s,busy_pct,sender_busy_pct,background_pct,copies_on_measured_pct,rx_on_measured_pct,counted_vs_sent_pct_min,counted_vs_sent_pct_max,stalls,vs_sendto,vs_multicast,vs_raw_loop\n",
+        "size,receivers,impl,rate_dps,sent,expected,delivered,lost,copies_per_s,ns_per_copy,ns_per_copy_min,ns_per_copy_max,spread_pct,ns_per_copy_runs,cpu_copies,cpu_copies_per_s,busy_pct,sender_busy_pct,background_pct,copies_on_measured_pct,rx_on_measured_pct,counted_vs_sent_pct_min,counted_vs_sent_pct_max,stalls,vs_sendto,vs_multicast,vs_raw_loop,probe_ns_per_step,steps_per_copy,steps_per_copy_runs,steps_spread_pct,cache_probe_ns_per_step,cache_probe_ns_per_step_max\n",
     );
     for r in rows {
         let c = &r.cell;
@@ -107,7 +132,7 @@ pub(crate) fn write_csv(out: &PathBuf, rows: &[Row]) -> Result<(), String> {
         };
         let ratio = |anchor: Option<f64>| anchor.map_or(String::new(), |x| format!("{:.3}", c.ns_per_copy / x));
         text.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{:.0},{:.1},{:.1},{:.1},{:.1},{},{},{:.0},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{},{},{},{}\n",
+            "{},{},{},{},{},{},{},{},{:.0},{:.1},{:.1},{:.1},{:.1},{},{},{:.0},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{},{},{},{},{:.3},{:.1},{},{:.1},{:.3},{:.3}\n",
             r.size,
             r.receivers,
             r.imp,
@@ -135,6 +160,12 @@ pub(crate) fn write_csv(out: &PathBuf, rows: &[Row]) -> Result<(), String> {
             ratio(of("sendto")),
             ratio(of("multicast")),
             ratio(of("raw-loop")),
+            c.probe_ns,
+            c.steps_per_copy,
+            c.step_runs.iter().map(|x| format!("{x:.1}")).collect::<Vec<_>>().join(";"),
+            c.step_spread_pct(),
+            c.cache_probe_ns.0,
+            c.cache_probe_ns.1,
         ));
     }
     f.write_all(text.as_bytes()).map_err(|e| e.to_string())?;
@@ -215,5 +246,31 @@ mod tests {
         assert!((c.spread_pct() - 40.0).abs() < 1e-9);
         assert!(cost_of(Vec::new()).is_nan());
         assert_eq!(cost_of(vec![5.0]), 5.0);
+    }
+
+    #[test]
+    fn a_cells_step_figure_divides_each_window_by_its_own_phases_probe() {
+        let s = |windows: &[f64], probe_ns: f64| Sample {
+            cpu: CpuPhase {
+                ns_per_copy: cost_of(windows.to_vec()),
+                windows: windows.to_vec(),
+                probe_ns,
+                ..CpuPhase::default()
+            },
+            ..Sample::default()
+        };
+        // The second repetition ran on a CPU 40 % slower (the probe says so
+        // too): in steps the two agree, in ns they are 40 % apart.
+        let c = Cell::of(&[
+            s(&[100.0, 104.0, 102.0, 106.0], 2.0),
+            s(&[140.0, 144.0, 142.0, 146.0], 2.8),
+        ]);
+        assert_eq!(c.runs, vec![100.0, 140.0]);
+        assert_eq!(c.step_runs.len(), 2);
+        assert!(c.step_runs.iter().all(|x| (x - 50.0).abs() < 1e-9), "{:?}", c.step_runs);
+        assert!((c.steps_per_copy - 50.0).abs() < 1e-9, "{}", c.steps_per_copy);
+        assert!(c.spread_pct() > 39.0, "{}", c.spread_pct());
+        assert!(c.step_spread_pct() < 1e-6, "{}", c.step_spread_pct());
+        assert_eq!(c.probe_ns, 2.8, "the median of two is the upper one");
     }
 }
