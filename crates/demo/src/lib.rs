@@ -111,7 +111,7 @@ pub struct DemoArgs {
     /// sendmmsg,sendto on loopback (the eBPF fan-out replicates on devices, not on loopback).
     #[arg(long, value_delimiter = ',')]
     pub backends: Vec<BackendKind>,
-    /// How the reflector receives (its --receive): recvmmsg or io-uring.
+    /// How the reflector receives (its --receive).
     #[arg(long, value_enum, default_value_t = ReceiveKind::default())]
     pub receive: ReceiveKind,
     /// Groups (reflector ports).

@@ -8,7 +8,6 @@ use reflector_proto::auth::Secret;
 use reflector_proto::protocol::DATA_PAYLOAD;
 use reflector_server::backend_matrix;
 use reflector_server::metrics::Exposition;
-use reflector_server::receive::ReceiveKind;
 use reflector_server::server::http::serve_metrics;
 use reflector_server::server::{Server, ServerConfig};
 use reflector_server::testing::{join_blocking, join_request, Case, DataCounters};
@@ -147,17 +146,14 @@ fn pool_counters_in_metrics(case: Case) {
     assert!(p.allocated >= p.preallocated, "{p:?}");
     assert_eq!(p.grown, p.allocated - p.preallocated, "{p:?}");
     assert_eq!(p.held, 0, "buffers still held after the traffic: {p:?}");
-    match case.receive {
-        ReceiveKind::Recvmmsg => {
-            assert!(p.preallocated > 0, "{p:?}");
-            assert_eq!(p.ring_returned, 0, "no ring with recvmmsg: {p:?}");
-        }
+    if case.receive.ring_buffers() {
         // The kernel's ring holds the buffers: the pools allocate none, and
         // every buffer handed out went back to the ring.
-        ReceiveKind::IoUring => {
-            assert_eq!((p.preallocated, p.allocated), (0, 0), "{p:?}");
-            assert_eq!(p.ring_returned, p.handed_out, "{p:?}");
-        }
+        assert_eq!((p.preallocated, p.allocated), (0, 0), "{p:?}");
+        assert_eq!(p.ring_returned, p.handed_out, "{p:?}");
+    } else {
+        assert!(p.preallocated > 0, "{p:?}");
+        assert_eq!(p.ring_returned, 0, "no ring with {}: {p:?}", case.receive);
     }
     // Each loop's own pool (the scrape is their sum): each served a group.
     let loops: Vec<_> = server.registry().receive_pools.iter().map(|c| c.snapshot()).collect();

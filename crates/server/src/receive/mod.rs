@@ -7,12 +7,13 @@
 //! `recvmmsg` (the loop reads a group's socket when epoll says it is
 //! readable, one syscall per batch) and `io-uring` (one multishot
 //! `RECVMSG` per socket into a provided-buffer ring; the ring's fd sits in
-//! the loop's epoll, so the loop's model is the same). Adding one costs a
-//! file and a line in [`ReceiveKind`], the registry the server, the tests
-//! and the benchmarks take their lists from.
-
-pub mod recvmmsg;
-pub mod uring;
+//! the loop's epoll, so the loop's model is the same).
+//!
+//! Adding a backend costs its file in this folder, where its type
+//! implements [`Receive`] and [`ReceiveBackend`], and its line in the
+//! registry list below (`receive_backends!`). The module, the
+//! [`ReceiveKind`] variant, `--receive`'s value, the server's, the tests'
+//! and the benchmarks' lists all come from that line.
 
 pub use oskit::Support;
 use reflector_proto::protocol::MAX_DATAGRAM;
@@ -264,48 +265,130 @@ pub trait Receive {
     fn pool(&self) -> &RecvPool;
 }
 
-/// The receive backends.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ReceiveKind {
-    /// `recvmmsg` on each readable socket: one syscall per batch of
-    /// datagrams.
-    #[default]
-    Recvmmsg,
-    /// io_uring: one multishot RECVMSG per socket into a ring of provided
-    /// buffers (Linux 6.0+; io_uring must not be disabled or blocked).
-    #[value(name = "io-uring")]
-    IoUring,
-}
+/// What each receive backend's file states about its type; the registry
+/// line names the type, and [`ReceiveKind`] is built from these.
+pub trait ReceiveBackend: Receive + Sized + 'static {
+    /// Its `--receive` value, and its name in logs, metrics and benches.
+    const NAME: &'static str;
+    /// What `--help` says about the value (clap's convention: the final
+    /// period is not shown).
+    const HELP: &'static str;
+    /// Datagrams land in buffers of a kernel ring ([`RecvPool::wrap_ring`]),
+    /// which get them back when dropped; otherwise in the pool's own
+    /// buffers ([`RecvPool::wrap`]). The pool's metrics differ accordingly.
+    const RING_BUFFERS: bool;
 
-impl ReceiveKind {
-    /// Every receive backend, default first: what the tests, the demo and
-    /// the benchmarks iterate.
-    pub const ALL: [ReceiveKind; 2] = [ReceiveKind::Recvmmsg, ReceiveKind::IoUring];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ReceiveKind::Recvmmsg => "recvmmsg",
-            ReceiveKind::IoUring => "io-uring",
-        }
-    }
-
-    /// Asks the kernel (for io_uring: one datagram received on loopback).
-    pub fn probe(self) -> Support {
-        match self {
-            ReceiveKind::Recvmmsg => Support::Supported,
-            ReceiveKind::IoUring => match sendpath::probe_recv_multishot() {
-                Ok(()) => Support::Supported,
-                Err(why) => Support::Unsupported(why),
-            },
-        }
-    }
+    /// Whether this kernel can run it (asked once, before a server starts).
+    fn probe() -> Support;
 
     /// One event loop's receive.
-    pub fn build(self) -> io::Result<Box<dyn Receive>> {
-        Ok(match self {
-            ReceiveKind::Recvmmsg => Box::new(recvmmsg::Recvmmsg::new()),
-            ReceiveKind::IoUring => Box::new(uring::UringReceive::new()?),
-        })
+    fn build() -> io::Result<Self>;
+}
+
+/// The registry of receive backends: one line per backend, the default
+/// first, as `(Variant, test_name, module::Type)`: the [`ReceiveKind`]
+/// variant, the name of its tests in the matrix of `backend_matrix!`
+/// (feature `testing`), and its file (`module.rs` in this folder, declared
+/// from here) with the type that implements [`ReceiveBackend`].
+///
+/// `receive_backends!((callback) args...)` expands to
+/// `callback! { args... [list] }`: the list travels as one token tree, so
+/// the callback can repeat over it inside repetitions of its own (the test
+/// matrix, per fan-out backend). Exported only for that macro.
+///
+/// `cargo fmt` does not reach files whose `mod` a macro declares: `make
+/// lint` checks this folder's files by name, and `rustfmt --edition 2021
+/// crates/server/src/receive/*.rs` formats them.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! receive_backends {
+    (($($callback:tt)*) $($args:tt)*) => {
+        $($callback)*! { $($args)* [
+            (Recvmmsg, recvmmsg, recvmmsg::Recvmmsg),
+            (IoUring, io_uring, uring::UringReceive),
+        ] }
+    };
+}
+
+/// Everything the registry list determines here: the modules, the enum and
+/// its lookups.
+macro_rules! define_receive_kinds {
+    ([$(($variant:ident, $test:ident, $module:ident :: $ty:ident)),+ $(,)?]) => {
+        $(pub mod $module;)+
+
+        /// The receive backends, from the registry list: `--receive`'s
+        /// values, the default first.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum ReceiveKind {
+            $(
+                #[doc = concat!("[`", stringify!($module), "::", stringify!($ty), "`]")]
+                $variant,
+            )+
+        }
+
+        impl ReceiveKind {
+            /// Every receive backend, default first: what the tests, the demo and
+            /// the benchmarks iterate.
+            pub const ALL: [ReceiveKind; [$(ReceiveKind::$variant),+].len()] = [$(ReceiveKind::$variant),+];
+
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(ReceiveKind::$variant => <$module::$ty as ReceiveBackend>::NAME,)+
+                }
+            }
+
+            /// What `--help` says about it.
+            pub fn help(self) -> &'static str {
+                match self {
+                    $(ReceiveKind::$variant => <$module::$ty as ReceiveBackend>::HELP,)+
+                }
+            }
+
+            /// See [`ReceiveBackend::RING_BUFFERS`].
+            pub fn ring_buffers(self) -> bool {
+                match self {
+                    $(ReceiveKind::$variant => <$module::$ty as ReceiveBackend>::RING_BUFFERS,)+
+                }
+            }
+
+            /// Asks the kernel whether it can run this backend
+            /// ([`ReceiveBackend::probe`]).
+            pub fn probe(self) -> Support {
+                match self {
+                    $(ReceiveKind::$variant => <$module::$ty as ReceiveBackend>::probe(),)+
+                }
+            }
+
+            /// One event loop's receive.
+            pub fn build(self) -> io::Result<Box<dyn Receive>> {
+                Ok(match self {
+                    $(ReceiveKind::$variant => Box::new(<$module::$ty as ReceiveBackend>::build()?),)+
+                })
+            }
+        }
+    };
+}
+
+receive_backends!((define_receive_kinds));
+
+/// The first backend of the registry list.
+impl Default for ReceiveKind {
+    fn default() -> ReceiveKind {
+        ReceiveKind::ALL[0]
+    }
+}
+
+/// By hand rather than derived, so that the values and their help come
+/// from the registry list.
+impl clap::ValueEnum for ReceiveKind {
+    fn value_variants<'a>() -> &'a [ReceiveKind] {
+        &ReceiveKind::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        // As clap's derive shows a one-line doc comment: without its final period.
+        let help = self.help().strip_suffix('.').unwrap_or(self.help());
+        Some(clap::builder::PossibleValue::new(self.name()).help(help))
     }
 }
 
@@ -371,5 +454,19 @@ mod tests {
         let e = "xdp".parse::<ReceiveKind>().unwrap_err();
         assert!(e.contains("recvmmsg") && e.contains("io-uring"), "{e}");
         assert_eq!(ReceiveKind::Recvmmsg.probe(), Support::Supported);
+        assert_eq!(ReceiveKind::default(), ReceiveKind::Recvmmsg);
+        // What the pool metrics test expects of each kind's buffers.
+        assert!(!ReceiveKind::Recvmmsg.ring_buffers());
+        assert!(ReceiveKind::IoUring.ring_buffers());
+        // What the registry list makes agrees with the backends' own names.
+        for (k, r) in ReceiveKind::ALL.into_iter().enumerate() {
+            assert!(ReceiveKind::ALL[..k].iter().all(|o| o.name() != r.name()), "{r} twice");
+            assert!(!r.help().is_empty(), "{r}");
+            let value = clap::ValueEnum::to_possible_value(&r).unwrap();
+            assert_eq!(value.get_name(), r.name());
+            if r.probe() == Support::Supported {
+                assert_eq!(r.build().unwrap().name(), r.name());
+            }
+        }
     }
 }

@@ -1,13 +1,14 @@
 //! `--receive recvmmsg`: the loop reads a group's socket when epoll says it
 //! is readable, one `recvmmsg` per batch, straight into pool buffers.
 
-use super::{Ready, Receive, Received, RecvPool, RECV_BUF};
+use super::{Ready, Receive, ReceiveBackend, Received, RecvPool, Support, RECV_BUF};
 use sendpath::RecvInto;
 use std::io;
 
 /// Datagrams per `recvmmsg`.
 const BATCH: usize = 32;
 
+/// `recvmmsg` into buffers of the loop's own pool.
 pub struct Recvmmsg {
     hdrs: RecvInto,
     /// Buffers taken from the pool for the next call; those the kernel
@@ -32,9 +33,24 @@ impl Default for Recvmmsg {
     }
 }
 
+impl ReceiveBackend for Recvmmsg {
+    const NAME: &'static str = "recvmmsg";
+    const HELP: &'static str = "`recvmmsg` on each readable socket: one syscall per batch of datagrams.";
+    const RING_BUFFERS: bool = false;
+
+    /// Plain sockets and `recvmmsg`: every kernel the reflector runs on.
+    fn probe() -> Support {
+        Support::Supported
+    }
+
+    fn build() -> io::Result<Recvmmsg> {
+        Ok(Recvmmsg::new())
+    }
+}
+
 impl Receive for Recvmmsg {
     fn name(&self) -> &'static str {
-        "recvmmsg"
+        Self::NAME
     }
 
     fn recv(&mut self, ready: Ready<'_>, out: &mut Vec<Received>) -> io::Result<usize> {

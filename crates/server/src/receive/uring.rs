@@ -6,7 +6,7 @@
 //! again once buffers are back and its group may receive; a datagram's
 //! buffer goes back to the kernel's ring when its [`RecvBuf`] is dropped.
 
-use super::{Ready, Receive, Received, RecvBuf, RecvPool, RECV_BUF};
+use super::{Ready, Receive, ReceiveBackend, Received, RecvBuf, RecvPool, Support, RECV_BUF};
 use sendpath::{RecvEvent, UringRecv};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -23,6 +23,7 @@ struct Group {
     paused: bool,
 }
 
+/// Multishot `RECVMSG` into the kernel's ring of provided buffers.
 pub struct UringReceive {
     ring: UringRecv,
     groups: Vec<Group>,
@@ -73,9 +74,29 @@ impl UringReceive {
     }
 }
 
+impl ReceiveBackend for UringReceive {
+    const NAME: &'static str = "io-uring";
+    const HELP: &'static str = "io_uring: one multishot RECVMSG per socket into a ring of provided buffers \
+                                (Linux 6.0+; io_uring must not be disabled or blocked).";
+    const RING_BUFFERS: bool = true;
+
+    /// One multishot receive armed on a loopback socket must deliver a
+    /// datagram; the reason it did not names the cause.
+    fn probe() -> Support {
+        match sendpath::probe_recv_multishot() {
+            Ok(()) => Support::Supported,
+            Err(why) => Support::Unsupported(why),
+        }
+    }
+
+    fn build() -> io::Result<UringReceive> {
+        UringReceive::new()
+    }
+}
+
 impl Receive for UringReceive {
     fn name(&self) -> &'static str {
-        "io-uring"
+        Self::NAME
     }
 
     fn ring_fd(&self) -> Option<BorrowedFd<'_>> {

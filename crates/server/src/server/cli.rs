@@ -42,13 +42,10 @@ pub struct ServeArgs {
     /// Refuse to start if the --backend asked for cannot run, instead of falling back.
     #[arg(long)]
     pub strict_backend: bool,
-    /// How datagrams are received: recvmmsg (each readable socket read in batches, one syscall
-    /// per batch) or io-uring (one multishot RECVMSG per group socket into a ring of provided
-    /// buffers, the ring's fd in the event loop's epoll; Linux 6.0+, and io_uring must be
-    /// allowed: kernel.io_uring_disabled = 0, not blocked by a container's seccomp profile).
-    /// Either way a datagram stays in its receive buffer until its fan-out is done. If io-uring
-    /// cannot run, the reflector refuses to start and says why.
-    #[arg(long, value_enum, default_value_t = ReceiveKind::Recvmmsg)]
+    /// How datagrams are received: the receive backend (--help says what each does). Whichever
+    /// it is, a datagram stays in its receive buffer until its fan-out is done. If the one
+    /// chosen cannot run here, the reflector refuses to start and says why.
+    #[arg(long, value_enum, default_value_t = ReceiveKind::default())]
     pub receive: ReceiveKind,
     /// This reflector's id in the control server's map: the position (0, 1, ...) of its
     /// `--reflector` option there. Tokens name it, so a token opens only this reflector.
