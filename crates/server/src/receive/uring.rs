@@ -77,7 +77,8 @@ impl UringReceive {
 impl ReceiveBackend for UringReceive {
     const NAME: &'static str = "io-uring";
     const HELP: &'static str = "io_uring: one multishot RECVMSG per socket into a ring of provided buffers \
-                                (Linux 6.0+; io_uring must not be disabled or blocked).";
+                                (Linux 6.0+; io_uring must be allowed: sysctl kernel.io_uring_disabled = 0, \
+                                not blocked by a container's seccomp profile).";
     const RING_BUFFERS: bool = true;
 
     /// One multishot receive armed on a loopback socket must deliver a

@@ -42,7 +42,7 @@ pub struct ServeArgs {
     /// Refuse to start if the --backend asked for cannot run, instead of falling back.
     #[arg(long)]
     pub strict_backend: bool,
-    /// How datagrams are received: the receive backend (--help says what each does). Whichever
+    /// How datagrams are received: the receive backend (each value's help says what it does). Whichever
     /// it is, a datagram stays in its receive buffer until its fan-out is done. If the one
     /// chosen cannot run here, the reflector refuses to start and says why.
     #[arg(long, value_enum, default_value_t = ReceiveKind::default())]
