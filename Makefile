@@ -24,9 +24,10 @@ FUZZ_CRATES := $(wildcard crates/*/fuzz/Cargo.toml)
 
 lint: deps
 	$(CARGO) fmt --all -- --check
-	@# rustfmt does not follow the `mod` items a macro declares (the receive
-	@# registry declares its backends' modules), so their files are named here.
-	rustfmt --edition 2021 --check crates/server/src/receive/*.rs
+	@# rustfmt does not follow the `mod` items a macro declares (the fan-out, receive and
+	@# capture registries declare their backends' modules), so their files are named here.
+	rustfmt --edition 2021 --check crates/server/src/backend/*.rs crates/server/src/receive/*.rs \
+		crates/capture/src/source/*.rs
 	@for m in $(FUZZ_CRATES); do \
 		echo "fuzz crate $$m: fmt, check"; \
 		$(CARGO) fmt --manifest-path $$m -- --check && \

@@ -16,74 +16,130 @@ pub const QUICK_RECEIVERS: [usize; 2] = [3, 90];
 /// copy target, so that no run is too short to measure.
 pub const MIN_DATAGRAMS: u64 = 1_000;
 
-/// An implementation under test.
+/// An implementation under test: the anchor, or the reflector with one
+/// backend of each of the server's registries (loopback fan-out backends
+/// only: reflector-bench runs on loopback).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Impl {
     /// The anchor: recv, then one `sendto` per fixed destination; nothing else.
     RawLoop,
-    /// `reflector serve --backend sendto`.
-    Sendto,
-    /// `reflector serve --backend sendmmsg` (DATA tags on, the default).
-    Sendmmsg,
-    /// `reflector serve --backend sendmmsg --data-tags off`: what the tags cost.
-    SendmmsgUntagged,
-    /// `reflector serve --backend sendmmsg --receive io-uring`: multishot
-    /// receives against `recvmmsg`.
-    SendmmsgUring,
+    /// `reflector serve --backend B --receive R --data-tags on|off`, named
+    /// `B`, `B+R` when R is not the default receive, and `-untagged` after
+    /// either with tags off (what the tags cost).
+    Reflector {
+        backend: BackendKind,
+        receive: ReceiveKind,
+        tags: bool,
+    },
 }
 
-impl Impl {
-    pub const ALL: [Impl; 5] = [
-        Impl::RawLoop,
-        Impl::Sendto,
-        Impl::Sendmmsg,
-        Impl::SendmmsgUntagged,
-        Impl::SendmmsgUring,
-    ];
+const UNTAGGED: &str = "-untagged";
 
-    pub fn name(self) -> &'static str {
+impl Impl {
+    /// Every implementation: the anchor, then every loopback fan-out
+    /// backend with every receive backend, tags on, then the same with
+    /// tags off.
+    pub fn all() -> Vec<Impl> {
+        let mut out = vec![Impl::RawLoop];
+        for tags in [true, false] {
+            for receive in ReceiveKind::ALL {
+                for backend in BackendKind::ALL {
+                    out.push(Impl::Reflector { backend, receive, tags });
+                }
+            }
+        }
+        out
+    }
+
+    pub fn name(self) -> String {
         match self {
-            Impl::RawLoop => "raw-loop",
-            Impl::Sendto => "sendto",
-            Impl::Sendmmsg => "sendmmsg",
-            Impl::SendmmsgUntagged => "sendmmsg-untagged",
-            Impl::SendmmsgUring => "sendmmsg+io-uring",
+            Impl::RawLoop => "raw-loop".into(),
+            Impl::Reflector { backend, receive, tags } => {
+                let mut n = backend.to_string();
+                if receive != ReceiveKind::default() {
+                    n = format!("{n}+{receive}");
+                }
+                if !tags {
+                    n.push_str(UNTAGGED);
+                }
+                n
+            }
         }
     }
 
     pub fn parse(s: &str) -> Option<Impl> {
-        Impl::ALL.into_iter().find(|i| i.name() == s)
+        if s == "raw-loop" {
+            return Some(Impl::RawLoop);
+        }
+        let (base, tags) = match s.strip_suffix(UNTAGGED) {
+            Some(base) => (base, false),
+            None => (s, true),
+        };
+        let (backend, receive) = reflector_impl(base)?;
+        backend.loopback().then_some(Impl::Reflector { backend, receive, tags })
     }
 
-    /// The `--backend` name of the reflector, `None` for the anchor.
-    pub fn backend(self) -> Option<&'static str> {
+    /// The reflector's `--backend`, `None` for the anchor.
+    pub fn backend(self) -> Option<BackendKind> {
         match self {
             Impl::RawLoop => None,
-            Impl::Sendto => Some("sendto"),
-            Impl::Sendmmsg | Impl::SendmmsgUntagged | Impl::SendmmsgUring => Some("sendmmsg"),
+            Impl::Reflector { backend, .. } => Some(backend),
         }
     }
 
-    /// The reflector's `--receive`, from the receive registry.
+    /// The reflector's `--receive`.
     pub fn receive(self) -> ReceiveKind {
         match self {
-            Impl::SendmmsgUring => ReceiveKind::IoUring,
-            _ => ReceiveKind::default(),
+            Impl::RawLoop => ReceiveKind::default(),
+            Impl::Reflector { receive, .. } => receive,
         }
     }
 
     /// The reflector's `--data-tags` setting.
     pub fn data_tags(self) -> &'static str {
         match self {
-            Impl::SendmmsgUntagged => "off",
+            Impl::Reflector { tags: false, .. } => "off",
             _ => "on",
+        }
+    }
+
+    /// The same implementation with DATA tags off, if it has tags.
+    pub fn untagged(self) -> Option<Impl> {
+        match self {
+            Impl::Reflector {
+                backend,
+                receive,
+                tags: true,
+            } => Some(Impl::Reflector {
+                backend,
+                receive,
+                tags: false,
+            }),
+            _ => None,
+        }
+    }
+
+    /// How progress lines name it.
+    pub fn describe(self) -> String {
+        match self {
+            Impl::RawLoop => "raw sendto loop (anchor)".into(),
+            Impl::Reflector { backend, receive, tags } => {
+                let mut d = format!("reflector --backend {backend}");
+                if receive != ReceiveKind::default() {
+                    d.push_str(&format!(" --receive {receive}"));
+                }
+                if !tags {
+                    d.push_str(" --data-tags off");
+                }
+                d
+            }
         }
     }
 }
 
 impl fmt::Display for Impl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        f.write_str(&self.name())
     }
 }
 
@@ -204,7 +260,7 @@ pub fn parse_impls(s: &str) -> Result<Vec<Impl>, String> {
         let imp = Impl::parse(part).ok_or_else(|| {
             format!(
                 "unknown implementation '{part}'; choose from: {}",
-                Impl::ALL.map(Impl::name).join(", ")
+                Impl::all().into_iter().map(Impl::name).collect::<Vec<_>>().join(", ")
             )
         })?;
         if !out.contains(&imp) {
@@ -218,13 +274,18 @@ pub fn parse_impls(s: &str) -> Result<Vec<Impl>, String> {
 mod tests {
     use super::*;
 
+    fn imp(name: &str) -> Impl {
+        Impl::parse(name).unwrap()
+    }
+
     #[test]
     fn full_grid_has_every_cell_and_implementation() {
-        let runs = plan(&PAPER_SIZES, &PAPER_RECEIVERS, &Impl::ALL, 2);
-        assert_eq!(runs.len(), 4 * 4 * Impl::ALL.len() * 2);
+        let all = Impl::all();
+        let runs = plan(&PAPER_SIZES, &PAPER_RECEIVERS, &all, 2);
+        assert_eq!(runs.len(), 4 * 4 * all.len() * 2);
         for s in PAPER_SIZES {
             for r in PAPER_RECEIVERS {
-                for i in Impl::ALL {
+                for &i in &all {
                     let n = runs
                         .iter()
                         .filter(|x| x.cell == Cell { size: s, receivers: r } && x.imp == i)
@@ -234,10 +295,10 @@ mod tests {
             }
         }
         // Implementations alternate inside a cell.
-        let n = Impl::ALL.len();
-        let want: Vec<(Impl, usize)> = (0..2).flat_map(|rep| Impl::ALL.map(|i| (i, rep))).collect();
+        let n = all.len();
+        let want: Vec<(Impl, usize)> = (0..2).flat_map(|rep| all.iter().map(move |&i| (i, rep))).collect();
         assert_eq!(runs[..2 * n].iter().map(|r| (r.imp, r.rep)).collect::<Vec<_>>(), want);
-        assert_eq!(want[..2], [(Impl::RawLoop, 0), (Impl::Sendto, 0)]);
+        assert_eq!(want[..2], [(Impl::RawLoop, 0), (imp("sendmmsg"), 0)]);
     }
 
     #[test]
@@ -257,12 +318,14 @@ mod tests {
         assert!(parse_list("10", "sizes", 16, 1400).unwrap_err().contains("outside"));
         assert!(parse_list("x", "sizes", 16, 1400).unwrap_err().contains("not a number"));
         assert!(parse_list("", "sizes", 16, 1400).is_err());
-        assert_eq!(parse_impls("sendto").unwrap(), vec![Impl::RawLoop, Impl::Sendto]);
+        assert_eq!(parse_impls("sendto").unwrap(), vec![Impl::RawLoop, imp("sendto")]);
         assert_eq!(
             parse_impls("raw-loop,sendmmsg,sendmmsg").unwrap(),
-            vec![Impl::RawLoop, Impl::Sendmmsg]
+            vec![Impl::RawLoop, imp("sendmmsg")]
         );
-        assert!(parse_impls("ebpf").unwrap_err().contains("unknown"));
+        // The in-kernel backend needs devices: not on reflector-bench's loopback.
+        let e = parse_impls("ebpf").unwrap_err();
+        assert!(e.contains("unknown") && e.contains("sendmmsg-untagged"), "{e}");
     }
 
     #[test]
@@ -279,16 +342,25 @@ mod tests {
             Some((BackendKind::Sendto, ReceiveKind::Recvmmsg))
         );
         assert_eq!(reflector_impl("sendmmsg+xdp"), None);
-        // reflector-bench's rows name the same implementations.
-        for imp in Impl::ALL {
-            if let Some(b) = imp.backend() {
-                let name = match imp.receive() {
-                    r if r == ReceiveKind::default() => b.to_string(),
-                    r => format!("{b}+{r}"),
-                };
-                assert!(reflector_impl(&name).is_some(), "{imp}");
+        // reflector-bench's rows name the same implementations, and every
+        // name it gives parses back.
+        for i in Impl::all() {
+            assert_eq!(Impl::parse(&i.name()), Some(i), "{i}");
+            if let Some(b) = i.backend() {
+                let base = i.name().trim_end_matches(UNTAGGED).to_string();
+                assert_eq!(reflector_impl(&base), Some((b, i.receive())), "{i}");
             }
         }
-        assert_eq!(Impl::SendmmsgUring.name(), "sendmmsg+io-uring");
+        let uring = imp("sendmmsg+io-uring-untagged");
+        assert_eq!(
+            (uring.backend(), uring.receive(), uring.data_tags()),
+            (Some(BackendKind::Sendmmsg), ReceiveKind::IoUring, "off")
+        );
+        assert_eq!(
+            uring.describe(),
+            "reflector --backend sendmmsg --receive io-uring --data-tags off"
+        );
+        assert_eq!(imp("sendto").untagged(), Some(imp("sendto-untagged")));
+        assert_eq!(Impl::RawLoop.untagged(), None);
     }
 }

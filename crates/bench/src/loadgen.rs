@@ -14,7 +14,7 @@
 //! buffers, so a bounded window means nothing is dropped at a receiver and
 //! every copy is counted exactly.
 
-use crate::grid::{Amount, Cell, Impl, Run};
+use crate::grid::{Amount, Cell, Run};
 use crate::rawloop::RawLoopStats;
 use crate::report::Measurement;
 use crate::{set_socket_buffers, BenchError};
@@ -152,7 +152,9 @@ impl Harness {
     pub fn measure(&self, run: &Run) -> Result<Measurement, BenchError> {
         let clients = Clients::new(run.cell, self.bufsize)?;
         let child = match run.imp.backend() {
-            Some(backend) => self.start_reflector(backend, run.imp.receive().name(), run.imp.data_tags(), &clients)?,
+            Some(backend) => {
+                self.start_reflector(backend.name(), run.imp.receive().name(), run.imp.data_tags(), &clients)?
+            }
             None => self.start_raw_loop(&clients)?,
         };
         if let Some(cpu) = self.child_cpu {
@@ -166,7 +168,7 @@ impl Harness {
         let warm_rate = warm.received as f64 / warm_start.elapsed().as_secs_f64();
         if warm.received != warm.expected {
             return Err(BenchError::Child {
-                program: run.imp.name().into(),
+                program: run.imp.name(),
                 detail: format!(
                     "warm-up delivered {} of {} copies; is something else using 127.0.0.1 ports?",
                     warm.received, warm.expected
@@ -758,16 +760,5 @@ impl<'a> Generator<'a> {
             received,
             bad,
         })
-    }
-}
-
-/// Helper for the CLI: the implementation's human name in progress lines.
-pub fn describe(imp: Impl) -> &'static str {
-    match imp {
-        Impl::RawLoop => "raw sendto loop (anchor)",
-        Impl::Sendto => "reflector --backend sendto",
-        Impl::Sendmmsg => "reflector --backend sendmmsg",
-        Impl::SendmmsgUntagged => "reflector --backend sendmmsg --data-tags off",
-        Impl::SendmmsgUring => "reflector --backend sendmmsg --receive io-uring",
     }
 }

@@ -3,7 +3,7 @@
 #![deny(unsafe_code)]
 
 use bench::grid::{self, Amount};
-use bench::loadgen::{self, Harness, WorkDir};
+use bench::loadgen::{Harness, WorkDir};
 use bench::{rawloop, report, BenchError};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -68,9 +68,11 @@ struct BenchArgs {
     /// Receiver counts, comma-separated (default 3,30,60,90; --quick 3,90).
     #[arg(long)]
     receivers: Option<String>,
-    /// Implementations to measure besides the raw loop, which is always measured:
-    /// sendto, sendmmsg (DATA tags on), sendmmsg-untagged (--data-tags off: what tags cost) and
-    /// sendmmsg+io-uring (--receive io-uring: multishot receives against recvmmsg; not by default).
+    /// Implementations to measure besides the raw loop, which is always measured: a fan-out
+    /// backend that runs on loopback (sendmmsg, sendto), followed by `+` and a receive backend
+    /// other than the default (sendmmsg+io-uring: multishot receives against recvmmsg), and by
+    /// `-untagged` for --data-tags off (what the tags cost). Both lists are the server's
+    /// registries; a wrong name is answered with every valid one.
     #[arg(long, default_value = "sendto,sendmmsg,sendmmsg-untagged")]
     impls: String,
     /// Length of each measured phase, seconds (default 0.8; --quick 0.5); the datagram count is
@@ -222,7 +224,7 @@ fn bench(a: BenchArgs) -> Result<ExitCode, BenchError> {
             eta,
             run.cell.size,
             run.cell.receivers,
-            loadgen::describe(run.imp),
+            run.imp.describe(),
             m.copies_received,
             m.copies_per_s(),
             m.proc_ns_per_copy(),

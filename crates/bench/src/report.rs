@@ -368,7 +368,15 @@ pub fn table(summaries: &[Summary]) -> String {
 /// the cells, and how many cells meet `target`.
 pub fn verdict(summaries: &[Summary], target: f64) -> String {
     let mut s = String::new();
-    for imp in [Impl::Sendto, Impl::Sendmmsg] {
+    // Every reflector implementation measured, in the summaries' order.
+    let mut imps: Vec<Impl> = summaries
+        .iter()
+        .map(|r| r.imp)
+        .filter(|&i| i != Impl::RawLoop)
+        .collect();
+    imps.sort();
+    imps.dedup();
+    for imp in imps {
         let rows: Vec<&Summary> = summaries.iter().filter(|r| r.imp == imp).collect();
         if rows.is_empty() {
             continue;
@@ -388,19 +396,24 @@ pub fn verdict(summaries: &[Summary], target: f64) -> String {
             rows.len()
         );
     }
-    // What DATA tags cost: sendmmsg (tags on) over sendmmsg-untagged, per cell.
+    // What DATA tags cost: an implementation with tags on over the same with
+    // tags off (sendmmsg over sendmmsg-untagged), per cell.
     let tagged: Vec<(&Summary, &Summary)> = summaries
         .iter()
-        .filter(|r| r.imp == Impl::Sendmmsg)
         .filter_map(|on| {
+            let off = on.imp.untagged()?;
             summaries
                 .iter()
-                .find(|off| off.imp == Impl::SendmmsgUntagged && off.cell == on.cell)
-                .map(|off| (on, off))
+                .find(|o| o.imp == off && o.cell == on.cell)
+                .map(|o| (on, o))
         })
         .collect();
-    if !tagged.is_empty() {
-        let cells: Vec<String> = tagged
+    let mut with_tags: Vec<Impl> = tagged.iter().map(|(on, _)| on.imp).collect();
+    with_tags.sort();
+    with_tags.dedup();
+    for imp in with_tags {
+        let pairs: Vec<&(&Summary, &Summary)> = tagged.iter().filter(|(on, _)| on.imp == imp).collect();
+        let cells: Vec<String> = pairs
             .iter()
             .map(|(on, off)| {
                 format!(
@@ -411,10 +424,10 @@ pub fn verdict(summaries: &[Summary], target: f64) -> String {
                 )
             })
             .collect();
-        let ratios: Vec<f64> = tagged.iter().map(|(on, off)| on.proc_ns / off.proc_ns).collect();
+        let ratios: Vec<f64> = pairs.iter().map(|(on, off)| on.proc_ns / off.proc_ns).collect();
         let _ = writeln!(
             s,
-            "DATA tags: CPU per delivered copy with tags on / off (sendmmsg): geomean {}; {}",
+            "DATA tags: CPU per delivered copy with tags on / off ({imp}): geomean {}; {}",
             f(geomean(&ratios), 3),
             cells.join(", ")
         );
@@ -488,9 +501,9 @@ mod tests {
             (a, Impl::RawLoop, 0, m(1_000_000, 50, 50)),
             (a, Impl::RawLoop, 1, m(1_000_000, 50, 60)),
             (a, Impl::RawLoop, 2, m(1_000_000, 50, 70)),
-            (a, Impl::Sendto, 0, m(1_000_000, 60, 60)),
+            (a, Impl::parse("sendto").unwrap(), 0, m(1_000_000, 60, 60)),
             (b, Impl::RawLoop, 0, m(1_000_000, 100, 100)),
-            (b, Impl::Sendto, 0, m(1_000_000, 100, 150)),
+            (b, Impl::parse("sendto").unwrap(), 0, m(1_000_000, 100, 150)),
         ];
         let s = summarize(&results);
         assert_eq!(s.len(), 4);
@@ -500,10 +513,10 @@ mod tests {
         assert!((raw.proc_ns - 1100.0).abs() < 1e-9, "median of 1000, 1100, 1200");
         assert!((raw.ratio_proc - 1.0).abs() < 1e-12);
         assert!((raw.proc_ns_min - 1000.0).abs() < 1e-9 && (raw.proc_ns_max - 1200.0).abs() < 1e-9);
-        assert!((get(a, Impl::Sendto).ratio_proc - 1200.0 / 1100.0).abs() < 1e-9);
+        assert!((get(a, Impl::parse("sendto").unwrap()).ratio_proc - 1200.0 / 1100.0).abs() < 1e-9);
         // Paired with repetition 0 of the anchor (1000 ns), not its median.
-        assert!((get(a, Impl::Sendto).ratio_proc_paired - 1.2).abs() < 1e-9);
-        assert!((get(b, Impl::Sendto).ratio_proc - 1.25).abs() < 1e-9);
+        assert!((get(a, Impl::parse("sendto").unwrap()).ratio_proc_paired - 1.2).abs() < 1e-9);
+        assert!((get(b, Impl::parse("sendto").unwrap()).ratio_proc - 1.25).abs() < 1e-9);
         let text = csv(&s);
         assert_eq!(text.lines().count(), 5);
         assert!(text
@@ -520,11 +533,11 @@ mod tests {
         let mut x = m(300, 1, 1);
         x.copies_received = 290;
         assert_eq!(x.loss(), 10);
-        let s = summarize(&[(Cell { size: 50, receivers: 3 }, Impl::Sendto, 0, x)]);
+        let s = summarize(&[(Cell { size: 50, receivers: 3 }, Impl::parse("sendto").unwrap(), 0, x)]);
         assert_eq!(s[0].loss(), 10);
         assert!(s[0].ratio_proc.is_nan(), "no anchor, no ratio");
         assert!(csv(&s).contains(",290,10,"));
-        let runs = runs_csv(&[(Cell { size: 50, receivers: 3 }, Impl::Sendto, 0, x)]);
+        let runs = runs_csv(&[(Cell { size: 50, receivers: 3 }, Impl::parse("sendto").unwrap(), 0, x)]);
         assert_eq!(runs.lines().count(), 2);
     }
 }

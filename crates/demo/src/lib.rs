@@ -281,10 +281,11 @@ pub fn run(args: DemoArgs, stop: &AtomicBool) -> Result<i32, DemoError> {
             BackendKind::ALL.to_vec()
         };
     }
-    if !in_lab && args.backends.contains(&BackendKind::Ebpf) {
-        return Err(
-            "--backends ebpf needs the lab (--where lab, as root): it replicates on devices, not on loopback".into(),
-        );
+    if let Some(b) = args.backends.iter().find(|b| !b.loopback()).filter(|_| !in_lab) {
+        return Err(format!(
+            "--backends {b} needs the lab (--where lab, as root): it replicates on devices, not on loopback"
+        )
+        .into());
     }
     if args.prometheus.is_some() && args.tdf > 1 {
         return Err(

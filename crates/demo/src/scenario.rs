@@ -291,7 +291,7 @@ impl Scenario<'_> {
         if let Some(m) = metrics {
             serve.args(["--metrics", &m.to_string()]);
         }
-        if backend == BackendKind::Ebpf {
+        if !backend.loopback() {
             // A fallback to user space would mislabel the row.
             serve.arg("--strict-backend");
         }

@@ -110,10 +110,11 @@ fn main() -> ExitCode {
     let unprivileged_from = oskit::caps::unprivileged_port_start();
     let (command, needs) = match &cli.command {
         Command::Serve(a) => {
-            let ebpf_strict = a.backend == Some(reflector_server::backend::BackendKind::Ebpf) && a.strict_backend;
+            // Without --strict-backend, a backend that cannot run falls back to user space.
+            let strict = a.backend.filter(|_| a.strict_backend);
             (
                 "serve",
-                privileges::for_serve(&a.ports.0, a.metrics, unprivileged_from, ebpf_strict),
+                privileges::for_serve(&a.ports.0, a.metrics, unprivileged_from, strict),
             )
         }
         Command::Control(a) => ("control", privileges::for_control(a.listen, unprivileged_from)),

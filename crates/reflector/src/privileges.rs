@@ -20,6 +20,7 @@
 //! reports the size it got, so that is not a requirement.
 
 use oskit::caps::{Cap, CapSet};
+use reflector_server::backend::BackendKind;
 use std::net::SocketAddr;
 
 /// One capability a configuration needs, and why.
@@ -50,21 +51,22 @@ fn ports_need(what: &str, ports: impl IntoIterator<Item = u16>, unprivileged_fro
 /// `reflector serve`: group ports, the metrics listener, and the kernel
 /// fan-out when it must run (`ebpf_strict`: `--backend ebpf
 /// --strict-backend`; otherwise a lack makes it fall back, not fail).
-pub fn for_serve(ports: &[u16], metrics: Option<SocketAddr>, unprivileged_from: u16, ebpf_strict: bool) -> Vec<Need> {
+pub fn for_serve(
+    ports: &[u16],
+    metrics: Option<SocketAddr>,
+    unprivileged_from: u16,
+    strict_backend: Option<BackendKind>,
+) -> Vec<Need> {
     let mut needs: Vec<Need> = ports_need("group", ports.iter().copied(), unprivileged_from)
         .into_iter()
         .collect();
     needs.extend(ports_need("--metrics", metrics.map(|m| m.port()), unprivileged_from));
-    if ebpf_strict {
-        for (cap, why) in [
-            (Cap::Bpf, "--backend ebpf --strict-backend: loading the fan-out program and its maps"),
-            (Cap::NetAdmin, "--backend ebpf --strict-backend: attaching the program to the devices"),
-            (
-                Cap::Perfmon,
-                "--backend ebpf --strict-backend: the kernel's verifier allows the program's pointer arithmetic only with it",
-            ),
-        ] {
-            needs.push(Need { cap, why: why.into() });
+    if let Some(b) = strict_backend {
+        for &(cap, why) in b.caps() {
+            needs.push(Need {
+                cap,
+                why: format!("--backend {b} --strict-backend: {why}"),
+            });
         }
     }
     needs
@@ -123,17 +125,20 @@ mod tests {
 
     #[test]
     fn high_ports_need_nothing_and_low_ports_name_the_capability() {
-        assert!(for_serve(&[4000, 4001], Some("127.0.0.1:9100".parse().unwrap()), 1024, false).is_empty());
-        let n = for_serve(&[53, 80, 4000], None, 1024, false);
+        assert!(for_serve(&[4000, 4001], Some("127.0.0.1:9100".parse().unwrap()), 1024, None).is_empty());
+        let n = for_serve(&[53, 80, 4000], None, 1024, None);
         assert_eq!(n.len(), 1);
         assert_eq!(n[0].cap, Cap::NetBindService);
         assert!(n[0].why.contains("group port 53 (and 1 more)"), "{}", n[0].why);
-        let n = for_serve(&[4000], Some("0.0.0.0:80".parse().unwrap()), 1024, false);
+        let n = for_serve(&[4000], Some("0.0.0.0:80".parse().unwrap()), 1024, None);
         assert!(n[0].why.contains("--metrics port 80"));
         // A lowered unprivileged start (as some distributions set) needs nothing.
-        assert!(for_serve(&[80], None, 0, false).is_empty());
+        assert!(for_serve(&[80], None, 0, None).is_empty());
         // The kernel fan-out, when it may not fall back: its three.
-        let caps: Vec<Cap> = for_serve(&[4000], None, 1024, true).iter().map(|n| n.cap).collect();
+        let caps: Vec<Cap> = for_serve(&[4000], None, 1024, Some(BackendKind::Ebpf))
+            .iter()
+            .map(|n| n.cap)
+            .collect();
         assert_eq!(caps, [Cap::Bpf, Cap::NetAdmin, Cap::Perfmon]);
         // Port 0 means "any free port", which is never privileged.
         assert!(for_control("127.0.0.1:0".parse().unwrap(), 1024).is_empty());
@@ -144,7 +149,7 @@ mod tests {
 
     #[test]
     fn the_message_names_what_is_missing_and_how_to_grant_it() {
-        let needs = for_serve(&[80], None, 1024, false);
+        let needs = for_serve(&[80], None, 1024, None);
         assert!(missing("serve", &needs, CapSet(1 << Cap::NetBindService.number())).is_ok());
         let err = missing("serve", &needs, CapSet(0)).unwrap_err();
         assert!(err.contains("CAP_NET_BIND_SERVICE: group port 80"), "{err}");

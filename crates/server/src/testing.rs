@@ -16,12 +16,6 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// The fan-out backends the matrix macro lists, checked against
-/// [`BackendKind::ALL`] so a new backend cannot be left out of the matrix.
-/// (Its receive backends need no check: the macro takes them from the
-/// receive registry itself.)
-pub const MATRIX: [BackendKind; 2] = [BackendKind::Sendmmsg, BackendKind::Sendto];
-
 /// One case of the matrix: a fan-out backend and a receive backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Case {
@@ -61,7 +55,6 @@ impl std::fmt::Display for Case {
 
 /// Runs `scenario` with `case` if the kernel supports it.
 pub fn with_case(case: Case, test: &str, scenario: impl FnOnce(Case)) {
-    assert_eq!(MATRIX, BackendKind::ALL, "add the new backend to the test matrix");
     let support = match case.backend.probe() {
         Support::Supported => case.receive.probe(),
         unsupported => unsupported,
@@ -78,19 +71,27 @@ pub fn with_case(case: Case, test: &str, scenario: impl FnOnce(Case)) {
 }
 
 /// `backend_matrix!(scenario)` defines module `scenario` with one module
-/// per fan-out backend of [`MATRIX`] and in it one `#[test]` per receive
-/// backend of the receive registry (`scenario::sendmmsg::recvmmsg`,
+/// per fan-out backend of the registry that runs on loopback
+/// ([`BackendKind::ALL`]) and in it one `#[test]` per receive backend of
+/// the receive registry (`scenario::sendmmsg::recvmmsg`,
 /// `scenario::sendmmsg::io_uring`, `scenario::sendto::recvmmsg`, ...),
-/// each running `scenario(case)`.
+/// each running `scenario(case)`. Both lists come from the registries
+/// themselves, so a new backend is in the matrix by its registry line.
 #[macro_export]
 macro_rules! backend_matrix {
     ($scenario:ident) => {
         mod $scenario {
-            $crate::backend_matrix!(@backend $scenario, sendmmsg, Sendmmsg);
-            $crate::backend_matrix!(@backend $scenario, sendto, Sendto);
+            $crate::fanout_backends!(($crate::backend_matrix) @backends $scenario);
         }
     };
-    (@backend $scenario:ident, $name:ident, $backend:ident) => {
+    // The fan-out registry's list, as `fanout_backends!` hands it over.
+    (@backends $scenario:ident
+        [$(($backend:ident, $name:ident, $module:ident :: $ty:ident, $where:ident)),+ $(,)?]) => {
+        $($crate::backend_matrix!(@backend $where, $scenario, $name, $backend);)+
+    };
+    // A backend that needs devices is tested in the lab by its own tests.
+    (@backend device, $scenario:ident, $name:ident, $backend:ident) => {};
+    (@backend loopback, $scenario:ident, $name:ident, $backend:ident) => {
         mod $name {
             $crate::receive_backends!(($crate::backend_matrix) @receives $scenario, $name, $backend);
         }

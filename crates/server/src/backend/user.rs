@@ -107,6 +107,25 @@ pub trait Fanout {
     }
 }
 
+/// Each member's DATA cap (the membership policy's), for a backend that
+/// forwards DATA the membership core does not see (the kernel path
+/// enforces it for what it replicates); 0 is no cap.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RateCaps {
+    pub pps: u32,
+    pub bytes_per_s: u32,
+}
+
+/// One group's socket (a duplicate descriptor) and counters, for a backend
+/// that sends from a thread of its own what it could not send itself (the
+/// kernel path's refused copies), so they carry the group's source address
+/// and port.
+pub struct ResendTarget {
+    pub port: u16,
+    pub sock: std::net::UdpSocket,
+    pub counters: std::sync::Arc<GroupCounters>,
+}
+
 /// Shortest and longest pause after ENOBUFS (hrtimers make 20 µs real,
 /// unlike the 10 ms ticks the paper had).
 const BACKOFF_MIN: Duration = Duration::from_micros(20);

@@ -36,7 +36,7 @@ mod resend;
 mod route;
 mod sys;
 
-use crate::backend::user::Support;
+use crate::backend::user::{RateCaps, ResendTarget, Support};
 use crate::liveness::Watch;
 use crate::membership::Member;
 use crate::metrics::GroupCounters;
@@ -61,7 +61,6 @@ use sys::{
 };
 
 use resend::resend_loop;
-pub use resend::ResendTarget;
 pub use sys::MAX_MEMBERS as MAX_KERNEL_MEMBERS;
 
 const PROGRAM: &str = "reflector_fanout";
@@ -264,14 +263,6 @@ impl Drop for KernelPath {
 }
 
 pub type SharedKernel = Arc<Mutex<KernelPath>>;
-
-/// Each member's DATA cap (the membership policy's), enforced by the
-/// program for the DATA it forwards; 0 is no cap.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RateCaps {
-    pub pps: u32,
-    pub bytes_per_s: u32,
-}
 
 /// One second's worth of tokens, in the program's 1e-9 units.
 const NS_PER_S: u64 = 1_000_000_000;

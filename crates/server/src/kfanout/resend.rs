@@ -4,24 +4,14 @@
 //! backends do, so a full queue loses nothing in the kernel path either.
 
 use super::sys::{RESEND_HEAD, RESEND_MAX};
-use crate::backend::user::{Next, Waiter, Wake};
+use crate::backend::user::{Next, ResendTarget, Waiter, Wake};
 use crate::metrics::GroupCounters;
 use aya::maps::{Array, MapData, RingBuf};
 use std::net::UdpSocket;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::Arc;
 use std::time::Instant;
-
-/// Where the resend thread sends one group's refused copies from: the
-/// group's socket (a duplicate descriptor), so they carry the group's
-/// source address and port, and the group's counters.
-pub struct ResendTarget {
-    pub port: u16,
-    pub sock: UdpSocket,
-    pub counters: Arc<GroupCounters>,
-}
 
 /// One record of the resend ring: the group, the member, the datagram.
 fn parse_resend(b: &[u8]) -> Option<(u16, SocketAddrV4, &[u8])> {

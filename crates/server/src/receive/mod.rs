@@ -318,7 +318,7 @@ macro_rules! define_receive_kinds {
 
         /// The receive backends, from the registry list: `--receive`'s
         /// values, the default first.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
         pub enum ReceiveKind {
             $(
                 #[doc = concat!("[`", stringify!($module), "::", stringify!($ty), "`]")]

@@ -32,11 +32,10 @@ pub struct ServeArgs {
     /// does not parse is logged and the secret in force kept.
     #[arg(long)]
     pub secret_file: PathBuf,
-    /// Fan-out backend: sendmmsg (one syscall per batch of members), sendto (one per
-    /// member, the paper's user-space loop), or ebpf (a TC program replicates each DATA
-    /// inside the kernel; needs root, Linux 6.6+, IPv4 on Ethernet devices). Default: the best
-    /// user-space backend this kernel supports. If ebpf cannot run, the reflector says why and
-    /// falls back to the best user-space backend, unless --strict-backend.
+    /// Fan-out backend: how each DATA reaches the other members (each value's help says what it
+    /// does). Default: the best user-space backend this kernel supports. If one that needs
+    /// devices (ebpf) cannot run, the reflector says why and falls back to the best user-space
+    /// backend, unless --strict-backend.
     #[arg(long, value_enum)]
     pub backend: Option<BackendKind>,
     /// Refuse to start if the --backend asked for cannot run, instead of falling back.

@@ -28,8 +28,8 @@ use event_loop::{event_loop, NewSlot};
 use secret::SharedSecret;
 
 use crate::backend::{Backend, BackendKind};
+use crate::backend::{RateCaps, ResendTarget};
 use crate::checkpoint::{Channel, CheckpointConfig};
-use crate::kfanout::{RateCaps, ResendTarget};
 use crate::liveness::{Liveness, Watch};
 use crate::membership::{Group, Keys, Policy};
 use crate::metrics::Registry;
