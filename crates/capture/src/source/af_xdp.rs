@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{unsupported, CaptureSource, Flow, KernelStats, OwnCounts, PacketView, SourceConfig, Support};
+use super::{unsupported, CaptureMode, CaptureSource, Flow, KernelStats, OwnCounts, PacketView, SourceConfig, Support};
 use crate::error::{CaptureError, Result};
 use crate::sys::xsk::{BindMode, XskSocket};
 use crate::sys::PacketSocket;
@@ -18,7 +18,7 @@ pub const XDP_COALESCE: Duration = Duration::from_micros(200);
 pub const XDP_COALESCE_BELOW: usize = 64;
 
 /// The AF_XDP socket of one receive queue.
-struct XdpSource {
+pub(super) struct XdpSource {
     /// Receives nothing; holds the promiscuous membership (see [`open`]).
     _promiscuous: PacketSocket,
     xsk: XskSocket,
@@ -96,6 +96,20 @@ pub(super) fn probe() -> Support {
     match XskSocket::probe() {
         Ok(()) => Support::Supported,
         Err(e) => unsupported(e),
+    }
+}
+
+impl CaptureMode for XdpSource {
+    const NAME: &'static str = "xdp";
+    /// Only when asked: it takes the interface's frames away from the host's stack.
+    const DEFAULT_RANK: Option<u8> = None;
+
+    fn open(cfg: &SourceConfig) -> Result<Box<dyn CaptureSource>> {
+        open_one(cfg)
+    }
+
+    fn probe() -> Support {
+        probe()
     }
 }
 

@@ -17,14 +17,13 @@
 //! What the three packet-socket modes share (opening in the safe order,
 //! kernel counters, ring helpers) is in `packet_socket`; what every mode
 //! shares (the capture's own loss counts, the packet a sink sees) is here.
-//! A new mode is one file with a type implementing [`CaptureSource`], its
-//! [`Mode`] variant and its entry in `MODES`.
+//! A new mode is one file, whose source type implements [`CaptureSource`]
+//! and [`CaptureMode`] (name, rank among the defaults, open, probe), and
+//! one line in the registry list (`capture_modes!`): the module, the
+//! [`Mode`] variant, `MODES`, the names, the probe and the default choice
+//! come from that line.
 
-mod af_xdp;
 mod packet_socket;
-mod recvmsg;
-mod tpacket_v2;
-mod tpacket_v3;
 
 use std::fmt;
 use std::str::FromStr;
@@ -41,61 +40,94 @@ pub use af_xdp::{XDP_COALESCE, XDP_COALESCE_BELOW};
 pub use packet_socket::v2_frame_size;
 pub use tpacket_v3::{ring_warning, v3_block_size, DEFAULT_V3_BLOCK, MIN_V3_BLOCKS};
 
-/// Capture mode (backend).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Mode {
-    Recv,
-    V2,
-    V3,
-    Xdp,
+/// What each capture mode's file states about its source type; the
+/// registry line names the type, and [`Mode`] and `MODES` are built from
+/// these.
+trait CaptureMode: CaptureSource + Sized + 'static {
+    /// Its `--mode` value.
+    const NAME: &'static str;
+    /// Its place among the modes a capture picks by itself when none is
+    /// asked for, 0 the best; `None` for a mode used only when asked.
+    const DEFAULT_RANK: Option<u8>;
+
+    /// Opens, configures and binds one source.
+    fn open(cfg: &SourceConfig) -> Result<Box<dyn CaptureSource>>;
+
+    /// Whether this kernel and these privileges allow the mode.
+    fn probe() -> Support;
 }
 
 /// One capture mode in the registry: its name (the `--mode` value), how
-/// one of its sources is opened, and how the probe tests for it.
+/// one of its sources is opened, how the probe tests for it, and its rank
+/// among the defaults.
 #[derive(Clone, Copy)]
 struct ModeEntry {
     mode: Mode,
     name: &'static str,
     open: fn(&SourceConfig) -> Result<Box<dyn CaptureSource>>,
     probe: fn() -> Support,
+    default_rank: Option<u8>,
 }
 
-/// The registry of capture modes, in the order the probe lists them.
-const MODES: [ModeEntry; 4] = [
-    ModeEntry {
-        mode: Mode::Recv,
-        name: "recv",
-        open: recvmsg::open,
-        probe: recvmsg::probe,
-    },
-    ModeEntry {
-        mode: Mode::V2,
-        name: "v2",
-        open: tpacket_v2::open,
-        probe: tpacket_v2::probe,
-    },
-    ModeEntry {
-        mode: Mode::V3,
-        name: "v3",
-        open: tpacket_v3::open,
-        probe: tpacket_v3::probe,
-    },
-    ModeEntry {
-        mode: Mode::Xdp,
-        name: "xdp",
-        open: af_xdp::open_one,
-        probe: af_xdp::probe,
-    },
-];
+/// The registry of capture modes, one line per mode in the order the probe
+/// lists them, as `(Variant, module::Type)`: the [`Mode`] variant and the
+/// mode's file (`module.rs` in this folder, declared from here) with its
+/// source type, which implements [`CaptureMode`].
+///
+/// `cargo fmt` does not reach files whose `mod` a macro declares: `make
+/// lint` checks this folder's files by name.
+macro_rules! capture_modes {
+    ($callback:ident) => {
+        $callback! { [
+            (Recv, recvmsg::RecvSource),
+            (V2, tpacket_v2::FrameRing),
+            (V3, tpacket_v3::BlockRing),
+            (Xdp, af_xdp::XdpSource),
+        ] }
+    };
+}
 
-/// The modes a capture picks from when none is asked for, best first. The
-/// xdp mode is never a default: it takes the interface's frames away from
-/// the host's stack.
-const PREFERENCE: [Mode; 3] = [Mode::V3, Mode::V2, Mode::Recv];
+/// Everything the registry list determines: the modules, the enum and
+/// `MODES`.
+macro_rules! define_modes {
+    ([$(($variant:ident, $module:ident :: $ty:ident)),+ $(,)?]) => {
+        $(mod $module;)+
+
+        /// Capture mode (backend), from the registry list.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Mode {
+            $(
+                #[doc = concat!("`", stringify!($module), ".rs`")]
+                $variant,
+            )+
+        }
+
+        const MODES: [ModeEntry; [$(Mode::$variant),+].len()] = [$(
+            ModeEntry {
+                mode: Mode::$variant,
+                name: <$module::$ty as CaptureMode>::NAME,
+                open: <$module::$ty as CaptureMode>::open,
+                probe: <$module::$ty as CaptureMode>::probe,
+                default_rank: <$module::$ty as CaptureMode>::DEFAULT_RANK,
+            },
+        )+];
+    };
+}
+
+capture_modes!(define_modes);
+
+/// The modes a capture picks from when none is asked for, best first (by
+/// their `DEFAULT_RANK`). The xdp mode is never a default: it takes the
+/// interface's frames away from the host's stack.
+fn preference() -> Vec<Mode> {
+    let mut ranked: Vec<(u8, Mode)> = MODES.iter().filter_map(|e| Some((e.default_rank?, e.mode))).collect();
+    ranked.sort_by_key(|&(rank, _)| rank);
+    ranked.into_iter().map(|(_, m)| m).collect()
+}
 
 impl Mode {
     pub const ALL: [Mode; MODES.len()] = {
-        let mut all = [Mode::Recv; MODES.len()];
+        let mut all = [MODES[0].mode; MODES.len()];
         let mut i = 0;
         while i < MODES.len() {
             all[i] = MODES[i].mode;
@@ -398,12 +430,13 @@ pub fn probe_modes(modes: &[Mode]) -> Vec<(Mode, Support)> {
 /// The modes a capture may pick by itself, in registry order: the ones it
 /// probes when it opens.
 pub fn default_candidates() -> Vec<Mode> {
-    Mode::ALL.into_iter().filter(|m| PREFERENCE.contains(m)).collect()
+    let preferred = preference();
+    Mode::ALL.into_iter().filter(|m| preferred.contains(m)).collect()
 }
 
 /// The best mode the probe allows (v3, then v2, then recv).
 pub fn best_mode(probed: &[(Mode, Support)]) -> Option<Mode> {
-    PREFERENCE
+    preference()
         .into_iter()
         .find(|m| probed.iter().any(|(pm, s)| pm == m && *s == Support::Supported))
 }

@@ -5,11 +5,13 @@
 use std::time::Duration;
 
 use super::packet_socket::{self, BoundSocket};
-use super::{sll2_from_sockaddr, CaptureSource, Flow, KernelStats, OwnCounts, PacketView, SourceConfig, Support};
+use super::{
+    sll2_from_sockaddr, CaptureMode, CaptureSource, Flow, KernelStats, OwnCounts, PacketView, SourceConfig, Support,
+};
 use crate::error::{CaptureError, Result};
 
 /// A packet socket read one `recvmsg` at a time.
-struct RecvSource {
+pub(super) struct RecvSource {
     socket: BoundSocket,
     buf: Vec<u8>,
     /// The receive timeout the socket has now (changed only when a batch
@@ -40,6 +42,20 @@ pub(super) fn open(cfg: &SourceConfig) -> Result<Box<dyn CaptureSource>> {
 /// Any packet socket will do.
 pub(super) fn probe() -> Support {
     packet_socket::probe(|_| Ok(()))
+}
+
+impl CaptureMode for RecvSource {
+    const NAME: &'static str = "recv";
+    /// The last default: every kernel has it.
+    const DEFAULT_RANK: Option<u8> = Some(2);
+
+    fn open(cfg: &SourceConfig) -> Result<Box<dyn CaptureSource>> {
+        open(cfg)
+    }
+
+    fn probe() -> Support {
+        probe()
+    }
 }
 
 impl CaptureSource for RecvSource {

@@ -8,13 +8,15 @@ use super::packet_socket::{
     self, block_count, cut_by_slot, ring_err, ring_time_ns, v2_frame_size, BoundSocket, PAGE, TPACKET_V2,
     TP_STATUS_KERNEL, TP_STATUS_USER,
 };
-use super::{sll2_from_sockaddr, CaptureSource, Flow, KernelStats, OwnCounts, PacketView, SourceConfig, Support};
+use super::{
+    sll2_from_sockaddr, CaptureMode, CaptureSource, Flow, KernelStats, OwnCounts, PacketView, SourceConfig, Support,
+};
 use crate::error::{CaptureError, Result};
 use crate::sys::Ring;
 use crate::vlan::vlan_of;
 
 /// A TPACKET_V2 ring read frame by frame.
-struct FrameRing {
+pub(super) struct FrameRing {
     socket: BoundSocket,
     ring: Ring,
     frame_size: usize,
@@ -64,6 +66,20 @@ pub(super) fn probe() -> Support {
         sock.set_version(TPACKET_V2)?;
         sock.set_rx_ring_v2(PAGE, 1, 2048)
     })
+}
+
+impl CaptureMode for FrameRing {
+    const NAME: &'static str = "v2";
+    /// The second default.
+    const DEFAULT_RANK: Option<u8> = Some(1);
+
+    fn open(cfg: &SourceConfig) -> Result<Box<dyn CaptureSource>> {
+        open(cfg)
+    }
+
+    fn probe() -> Support {
+        probe()
+    }
 }
 
 impl CaptureSource for FrameRing {

@@ -10,7 +10,8 @@ use super::packet_socket::{
     TP_STATUS_KERNEL, TP_STATUS_USER,
 };
 use super::{
-    sll2_from_sockaddr, CaptureSource, Flow, KernelStats, OwnCounts, PacketView, RingConfig, SourceConfig, Support,
+    sll2_from_sockaddr, CaptureMode, CaptureSource, Flow, KernelStats, OwnCounts, PacketView, RingConfig, SourceConfig,
+    Support,
 };
 use crate::error::{CaptureError, Result};
 use crate::sys::Ring;
@@ -54,7 +55,7 @@ pub fn ring_warning(ring: &RingConfig) -> Option<String> {
 }
 
 /// A TPACKET_V3 ring read block by block.
-struct BlockRing {
+pub(super) struct BlockRing {
     socket: BoundSocket,
     ring: Ring,
     block_size: usize,
@@ -112,6 +113,20 @@ pub(super) fn probe() -> Support {
         sock.set_version(TPACKET_V3)?;
         sock.set_rx_ring_v3(PAGE, 1, 2048, 1)
     })
+}
+
+impl CaptureMode for BlockRing {
+    const NAME: &'static str = "v3";
+    /// The first default: one wake-up per block.
+    const DEFAULT_RANK: Option<u8> = Some(0);
+
+    fn open(cfg: &SourceConfig) -> Result<Box<dyn CaptureSource>> {
+        open(cfg)
+    }
+
+    fn probe() -> Support {
+        probe()
+    }
 }
 
 impl CaptureSource for BlockRing {
