@@ -6,9 +6,10 @@
 //! `reflector_proto::sealed::checkpoint`'s; this module picks the key, the
 //! sequence and the certificate, and counts what the checks refuse.
 
-use crate::checkpoint::{CheckpointError, CheckpointOp};
+// From the protocol crate, as `checkpoint` takes them: this module sits below the channel.
 use crate::token::{GrantSigning, SignRequest, SigningSink};
 use crate::{Error, GroupKey, Verification};
+use reflector_proto::checkpoint::{ChannelError as CheckpointError, CheckpointOp};
 use reflector_proto::sealed::checkpoint::{
     compare, open_checkpoint, seal_checkpoint, verify_certificate, Agreement, Certificate, CheckpointRefusal,
     FetchedReply, JoinerView, Opened, PlayerKey, SealCheckpointError, UploadInfo, ENVELOPE_OVERHEAD, PUBLIC_KEY_LEN,

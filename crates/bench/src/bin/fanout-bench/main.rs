@@ -17,6 +17,7 @@ mod lab;
 mod measure;
 mod probe;
 mod report;
+mod stats;
 
 use lab::{join_all, mcast_clients, port_of, raw_clients, Clients, Lab, MCAST, MCAST_PORT, MCAST_RCVBUF, REFLECTOR_IP};
 use measure::{one_run, Place, Sample, BACKGROUND_MAX_PCT};

@@ -81,7 +81,7 @@ impl Ring {
             per_step.push(t.elapsed().as_nanos() as f64 / STEPS as f64);
         }
         black_box(at);
-        crate::measure::cost_of(per_step)
+        crate::stats::cost_of(per_step)
     }
 }
 

@@ -1,6 +1,7 @@
 //! A cell's figure from its repetitions, the CSV and the summary lines.
 
-use crate::measure::{cost_of, median, Sample};
+use crate::measure::Sample;
+use crate::stats::{cost_of, median};
 
 use std::io::Write as _;
 use std::path::PathBuf;
