@@ -24,7 +24,10 @@ runs after those judge steps. The next three (bench/results/fanout_repro/)
 failed in both: one run was about 20 % slower than another for every
 implementation alike while the clock probe read the same floor in all three
 (ns per copy: 14 of 17 cells outside; steps: 8). What moved with it was the
-cache probe, which is printed, not divided by.
+cache probe, which is printed, not divided by. Two sets on an idle machine
+(bench/results/fanout_repro_quiet1/ and _quiet2/), still judging steps:
+the first passed (0 of 14 judged; a build on the other CPU during its first
+cell marked three of its cells sender-bound), the second failed (2 of 17).
 
 A cell is sender-bound when, in any run, the sender's CPU was at least
 SENDER_BOUND % busy: the sender could not keep the measured CPU saturated, so
